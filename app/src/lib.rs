@@ -1,1 +1,110 @@
+//! Gradless's user interface, rendered on the server (`ssr`) and hydrated in the browser
+//! (`hydrate`). Server-only code needs the `ssr` feature; browser-only code the `hydrate`
+//! feature, which pulls in no tch, tokio or axum.
+//!
+//! What the server offers (devices, models, limits) reaches the page as a
+//! [`protocol::ServerInfo`] in context: on the server from the caller, in the browser from
+//! the JSON the server embedded in the page, so both render the same controls.
 
+pub mod charts;
+#[cfg(feature = "hydrate")]
+mod client;
+pub mod explain;
+pub mod lab;
+pub mod run_view;
+pub mod settings;
+
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Title};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::StaticSegment;
+use protocol::ServerInfo;
+
+/// The id of the `<script type="application/json">` carrying the ServerInfo.
+const INFO_ELEMENT: &str = "gradless-info";
+
+/// The HTML document around the app. ECharts (served by us, never a CDN) loads before the
+/// hydration scripts so charts can draw as soon as the app is live.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <meta name="color-scheme" content="light dark" />
+                <meta name="description" content="See what model.eval(), torch.no_grad(), torch.inference_mode() and autocast really do to memory and latency, measured live with libtorch." />
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
+                <link rel="stylesheet" href="/pkg/gradless.css" />
+                <script src="/echarts.min.js"></script>
+                <HydrationScripts options />
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// The ServerInfo for this render: from context on the server, from the page in the browser.
+fn server_info() -> ServerInfo {
+    #[cfg(feature = "hydrate")]
+    {
+        let from_page = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id(INFO_ELEMENT))
+            .and_then(|e| e.text_content())
+            .and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
+        if let Some(info) = from_page {
+            return info;
+        }
+    }
+    use_context::<ServerInfo>().unwrap_or_else(|| ServerInfo {
+        version: String::new(),
+        libtorch_version: String::new(),
+        devices: vec![],
+        models: vec![],
+        limits: Default::default(),
+    })
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    let info = server_info();
+    // `</` cannot appear inside a script element; JSON allows `<\/` as the same text.
+    let info_json = serde_json::to_string(&info).unwrap_or_default().replace("</", "<\\/");
+    let libtorch = info.libtorch_version.clone();
+    let version = info.version.clone();
+    provide_context(info);
+    view! {
+        <Title text="Gradless — what PyTorch's inference settings really do" />
+        <script type="application/json" id=INFO_ELEMENT inner_html=info_json></script>
+        <Router>
+            <header class="top">
+                <a class="brand" href="/">"Gradless"</a>
+                <p class="tagline">
+                    "Toggle "<code>"model.eval()"</code>", "<code>"torch.no_grad()"</code>", "
+                    <code>"torch.inference_mode()"</code>" and autocast, and watch memory and latency measured live."
+                </p>
+            </header>
+            <main>
+                <Routes fallback=|| view! { <p class="error">"Page not found."</p> }>
+                    <Route path=StaticSegment("") view=lab::LabPage />
+                </Routes>
+            </main>
+            <footer>
+                {format!("Gradless {version} · libtorch {libtorch} · every number on this page was measured by this server")}
+            </footer>
+        </Router>
+    }
+}
+
+/// The browser's entry point, called by the hydration script.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -335,6 +335,23 @@ impl RunSpec {
         Ok(())
     }
 
+    /// The classic comparison for this spec's model and batch: every combination people
+    /// confuse (train+grad, eval+grad, train+no_grad, eval+no_grad, eval+inference_mode),
+    /// then eval+no_grad under fp16 and bf16 autocast. Callers drop the rows their device
+    /// cannot run.
+    pub fn classic_modes(&self) -> Vec<RunSpec> {
+        let row = |eval, grad, autocast| RunSpec { eval, grad, autocast, ..self.clone() };
+        vec![
+            row(false, GradMode::Enabled, Autocast::Off),
+            row(true, GradMode::Enabled, Autocast::Off),
+            row(false, GradMode::NoGrad, Autocast::Off),
+            row(true, GradMode::NoGrad, Autocast::Off),
+            row(true, GradMode::InferenceMode, Autocast::Off),
+            row(true, GradMode::NoGrad, Autocast::Fp16),
+            row(true, GradMode::NoGrad, Autocast::Bf16),
+        ]
+    }
+
     /// A short human label of the settings, e.g. `eval · no_grad · fp16 · batch 32`.
     pub fn label(&self) -> String {
         let mut parts = vec![if self.eval { "eval" } else { "train" }.to_string(), self.grad.as_str().to_string()];

@@ -1,0 +1,170 @@
+//! The lab's charts as charming (ECharts) options, built from measured samples only. The
+//! builders are pure so they are tested natively; drawing happens in the browser
+//! (`render`, hydrate builds only).
+
+use charming::component::{Axis, Grid, Legend, Title};
+use charming::element::{
+    AxisType, ItemStyle, MarkArea, MarkAreaData, MarkLine, MarkLineData, MarkLineVariant, Tooltip, Trigger,
+};
+use charming::series::{Bar, Line};
+use charming::Chart;
+use protocol::{Report, Sample};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Category labels: `w1..wN` for warm-up iterations, `1..M` for timed ones.
+fn labels(warmup: &[Sample], samples: &[Sample]) -> Vec<String> {
+    (1..=warmup.len()).map(|i| format!("w{i}")).chain((1..=samples.len()).map(|i| i.to_string())).collect()
+}
+
+fn base(title: &str, x_name: &str, y_name: &str, categories: Vec<String>) -> Chart {
+    Chart::new()
+        .title(Title::new().text(title).left("center").text_style(charming::element::TextStyle::new().font_size(14)))
+        .tooltip(Tooltip::new().trigger(Trigger::Axis))
+        .legend(Legend::new().bottom(0))
+        .grid(Grid::new().left(64).right(24).top(40).bottom(56))
+        .background_color("transparent")
+        .x_axis(Axis::new().type_(AxisType::Category).name(x_name).name_location(charming::element::NameLocation::Middle).name_gap(26).data(categories))
+        .y_axis(Axis::new().type_(AxisType::Value).name(y_name))
+}
+
+/// Per-iteration latency, the warm-up shaded and left out of the p50/p95 lines.
+pub fn latency_chart(warmup: &[Sample], samples: &[Sample], p50: Option<f64>, p95: Option<f64>) -> Chart {
+    let cats = labels(warmup, samples);
+    let values: Vec<f64> = warmup.iter().chain(samples).map(|s| round3(s.latency_ms)).collect();
+    let mut line = Line::new().name("latency (ms)").show_symbol(true).data(values);
+    if !warmup.is_empty() {
+        line = line.mark_area(
+            MarkArea::new()
+                .item_style(ItemStyle::new().color("rgba(160, 160, 160, 0.18)"))
+                .data(vec![(
+                    MarkAreaData::new().name("warm-up (not in the statistics)").x_axis("w1"),
+                    MarkAreaData::new().x_axis(format!("w{}", warmup.len())),
+                )]),
+        );
+    }
+    let mut marks: Vec<MarkLineVariant> = vec![];
+    if let Some(p) = p50 {
+        marks.push(MarkLineVariant::Simple(MarkLineData::new().name("p50").y_axis(round3(p))));
+    }
+    if let Some(p) = p95 {
+        marks.push(MarkLineVariant::Simple(MarkLineData::new().name("p95").y_axis(round3(p))));
+    }
+    if !marks.is_empty() {
+        line = line.mark_line(MarkLine::new().data(marks));
+    }
+    base("Latency per iteration", "iteration", "ms", cats).series(line)
+}
+
+/// Allocated (and, on CUDA, reserved) memory after each forward pass, baseline marked.
+pub fn memory_chart(warmup: &[Sample], samples: &[Sample], baseline: Option<u64>) -> Chart {
+    let cats = labels(warmup, samples);
+    let all: Vec<&Sample> = warmup.iter().chain(samples).collect();
+    let allocated: Vec<f64> = all.iter().map(|s| round3(s.allocated_bytes as f64 / MIB)).collect();
+    let mut line = Line::new().name("allocated (MiB)").data(allocated);
+    if let Some(b) = baseline {
+        line = line.mark_line(
+            MarkLine::new().data(vec![MarkLineVariant::Simple(
+                MarkLineData::new().name("baseline: weights + input").y_axis(round3(b as f64 / MIB)),
+            )]),
+        );
+    }
+    let mut chart = base("Memory after each forward pass", "iteration", "MiB", cats).series(line);
+    if all.iter().any(|s| s.reserved_bytes.is_some()) {
+        let reserved: Vec<f64> = all.iter().map(|s| round3(s.reserved_bytes.unwrap_or(0) as f64 / MIB)).collect();
+        chart = chart.series(Line::new().name("reserved (MiB)").data(reserved));
+    }
+    chart
+}
+
+/// The runs made on this page side by side: peak memory above baseline and p50/p95.
+pub fn comparison_chart(runs: &[Report]) -> Chart {
+    let cats: Vec<String> = runs.iter().enumerate().map(|(i, r)| format!("#{} {}", i + 1, r.spec.label())).collect();
+    let peak: Vec<f64> = runs.iter().map(|r| round3(r.memory.peak_above_baseline_bytes as f64 / MIB)).collect();
+    let p50: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p50)).collect();
+    let p95: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p95)).collect();
+    Chart::new()
+        .title(Title::new().text("Runs on this page").left("center").text_style(charming::element::TextStyle::new().font_size(14)))
+        .tooltip(Tooltip::new().trigger(Trigger::Axis))
+        .legend(Legend::new().bottom(0))
+        .grid(Grid::new().left(64).right(64).top(40).bottom(90))
+        .background_color("transparent")
+        .x_axis(
+            Axis::new()
+                .type_(AxisType::Category)
+                .data(cats)
+                .axis_label(charming::element::AxisLabel::new().interval(0).rotate(12)),
+        )
+        .y_axis(Axis::new().type_(AxisType::Value).name("MiB above baseline"))
+        .y_axis(Axis::new().type_(AxisType::Value).name("ms"))
+        .series(Bar::new().name("peak memory above baseline (MiB)").data(peak))
+        .series(Bar::new().name("p50 latency (ms)").y_axis_index(1).data(p50))
+        .series(Bar::new().name("p95 latency (ms)").y_axis_index(1).data(p95))
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Draws `chart` into the element `id`, reusing the ECharts instance already there.
+#[cfg(feature = "hydrate")]
+pub fn render(id: &'static str, chart: &Chart) {
+    use charming::{Echarts, WasmRenderer};
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    thread_local! {
+        static CHARTS: RefCell<HashMap<&'static str, Echarts>> = RefCell::new(HashMap::new());
+    }
+    CHARTS.with(|charts| {
+        let mut charts = charts.borrow_mut();
+        if let Some(existing) = charts.get(id) {
+            WasmRenderer::update(existing, chart);
+            return;
+        }
+        let dark = web_sys::window()
+            .and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten())
+            .is_some_and(|m| m.matches());
+        let renderer = WasmRenderer::new_opt(None, None);
+        let renderer = if dark { renderer.theme(charming::theme::Theme::Dark) } else { renderer };
+        match renderer.render(id, chart) {
+            Ok(instance) => {
+                charts.insert(id, instance);
+            }
+            Err(e) => leptos::logging::warn!("could not draw chart {id}: {e:?}"),
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(i: u32, ms: f64, bytes: u64) -> Sample {
+        Sample { iteration: i, latency_ms: ms, allocated_bytes: bytes, reserved_bytes: None }
+    }
+
+    #[test]
+    fn latency_chart_carries_every_measured_point_and_shades_warmup() {
+        let warm = [sample(0, 9.0, 1), sample(1, 5.0, 1)];
+        let timed = [sample(0, 1.5, 1), sample(1, 1.25, 1)];
+        let json = serde_json::to_value(latency_chart(&warm, &timed, Some(1.375), None)).unwrap();
+        let data = &json["series"][0]["data"];
+        assert_eq!(data.as_array().unwrap().len(), 4);
+        assert_eq!(json["xAxis"][0]["data"][0], "w1");
+        assert_eq!(json["xAxis"][0]["data"][2], "1");
+        assert_eq!(json["series"][0]["markArea"]["data"][0][1]["xAxis"], "w2");
+        assert!(json.to_string().contains("1.375"));
+    }
+
+    #[test]
+    fn memory_chart_has_reserved_only_where_measured() {
+        let timed = [sample(0, 1.0, 3 << 20)];
+        let cpu = serde_json::to_value(memory_chart(&[], &timed, Some(1 << 20))).unwrap();
+        assert_eq!(cpu["series"].as_array().unwrap().len(), 1);
+        let mut gpu_sample = sample(0, 1.0, 3 << 20);
+        gpu_sample.reserved_bytes = Some(8 << 20);
+        let gpu = serde_json::to_value(memory_chart(&[], &[gpu_sample], None)).unwrap();
+        assert_eq!(gpu["series"].as_array().unwrap().len(), 2);
+        assert_eq!(gpu["series"][1]["data"][0], 8.0);
+    }
+}

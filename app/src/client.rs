@@ -1,0 +1,112 @@
+//! The browser's side of the run API (hydrate builds only): start a run with
+//! `POST /api/runs` and follow its Server-Sent Events until it ends.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use protocol::{ApiErrorBody, Event, FailureKind, RunCreated, RunFailure, RunSpec};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{EventSource, Headers, MessageEvent, Request, RequestInit, Response};
+
+fn js_error(e: JsValue) -> String {
+    e.as_string()
+        .or_else(|| js_sys::JSON::stringify(&e).ok().and_then(|s| s.as_string()))
+        .unwrap_or_else(|| "unknown browser error".into())
+}
+
+/// Queues a run; the error is the server's message (or why the server could not be reached).
+pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let body = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let init = RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&JsValue::from_str(&body));
+    let headers = Headers::new().map_err(js_error)?;
+    headers.set("content-type", "application/json").map_err(js_error)?;
+    init.set_headers(&headers);
+    let request = Request::new_with_str_and_init("/api/runs", &init).map_err(js_error)?;
+    let response: Response = JsFuture::from(window.fetch_with_request(&request))
+        .await
+        .map_err(|_| "the Gradless server cannot be reached; is it still running?".to_string())?
+        .dyn_into()
+        .map_err(js_error)?;
+    let text = JsFuture::from(response.text().map_err(js_error)?).await.map_err(js_error)?.as_string().unwrap_or_default();
+    if response.ok() {
+        serde_json::from_str(&text).map_err(|e| format!("unexpected answer from the server: {e}"))
+    } else {
+        Err(serde_json::from_str::<ApiErrorBody>(&text)
+            .map(|b| b.error.message)
+            .unwrap_or_else(|_| format!("the server answered {}", response.status())))
+    }
+}
+
+/// Follows a run's events, calling `on_event` for each; resolves after the terminal one.
+/// A dropped connection ends the run on this page with a readable failure.
+pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
+    let (done_tx, done_rx) = futures::channel::oneshot::channel::<()>();
+    let done_tx = Rc::new(RefCell::new(Some(done_tx)));
+    let on_event = Rc::new(on_event);
+    let source = match EventSource::new(events_url) {
+        Ok(s) => s,
+        Err(e) => {
+            on_event(Event::Failed { failure: RunFailure { kind: FailureKind::Internal, message: js_error(e) } });
+            return;
+        }
+    };
+    let finish = {
+        let source = source.clone();
+        let done_tx = done_tx.clone();
+        move || {
+            // Closing matters: an EventSource reconnects by itself after the server ends it.
+            source.close();
+            if let Some(tx) = done_tx.borrow_mut().take() {
+                let _ = tx.send(());
+            }
+        }
+    };
+    let on_message = {
+        let on_event = on_event.clone();
+        let finish = finish.clone();
+        Closure::<dyn FnMut(MessageEvent)>::new(move |m: MessageEvent| {
+            let Some(text) = m.data().as_string() else { return };
+            if let Ok(event) = serde_json::from_str::<Event>(&text) {
+                let terminal = event.is_terminal();
+                on_event(event);
+                if terminal {
+                    finish();
+                }
+            }
+        })
+    };
+    let on_error = {
+        let on_event = on_event.clone();
+        let finish = finish.clone();
+        let done_tx = done_tx.clone();
+        Closure::<dyn FnMut(web_sys::Event)>::new(move |_| {
+            if done_tx.borrow().is_some() {
+                on_event(Event::Failed {
+                    failure: RunFailure {
+                        kind: FailureKind::Internal,
+                        message: "lost the connection to the Gradless server while the run was going".into(),
+                    },
+                });
+                finish();
+            }
+        })
+    };
+    source.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    let _ = done_rx.await;
+    source.set_onmessage(None);
+    source.set_onerror(None);
+    drop(on_message);
+    drop(on_error);
+}
+
+/// Copies `text` to the clipboard.
+pub async fn copy_text(text: &str) -> Result<(), String> {
+    let window = web_sys::window().ok_or("no window")?;
+    JsFuture::from(window.navigator().clipboard().write_text(text)).await.map(|_| ()).map_err(js_error)
+}

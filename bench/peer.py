@@ -1,0 +1,807 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of `gradless measure`: the same measurement, written in plain Python.
+
+This file owns the Python side of the side-by-side benchmark (bench/compare.py runs it).
+It takes the same flags as `gradless measure` and prints the same JSON keys where they
+apply, so that a reader can check Gradless's numbers against what PyTorch itself reports.
+
+The method mirrors engine/src/lab.rs step by step:
+
+  1. torch.manual_seed(0); build the model (random weights) and put it on the device;
+     model.train() or model.eval().
+     Without torchvision, the image models come from this file's line-for-line copies of
+     torchvision's architectures (checked with --check-builtin).
+  2. torch.manual_seed(0); the input is torch.randn(shape) on the device.
+  3. torch.set_num_threads(threads); synchronise; baseline = allocated bytes; reset peaks.
+  4. Warm-up iterations, timed and reported apart, never in the statistics.
+  5. Reset peaks. Each timed iteration drops the previous output first, then
+     t0 = perf_counter(); out = model(x) inside the grad context and, within it, autocast;
+     synchronise (CUDA); latency. The output stays alive until the next iteration.
+  6. Statistics: mean, p50/p95/p99 (numpy's default linear interpolation), min, max,
+     sample stddev; throughput = batch * 1000 / mean_ms.
+
+Memory. On CUDA the caching allocator's statistics are read during the timed loop
+(torch.cuda.memory_allocated / max_memory_allocated / max_memory_reserved, after
+torch.cuda.reset_peak_memory_stats()), exactly as Gradless reads them.
+
+On the CPU PyTorch has no allocation counter in Python. Gradless counts CPU tensor memory
+with a c10::MemoryReportingInfoBase installed in the thread-local debug info, which is the
+very mechanism behind the profiler's `profile_memory`. So the peer runs the timed loop a
+second time (same iteration count) under
+`torch.profiler.profile(activities=[ProfilerActivity.CPU], profile_memory=True)` and reads
+the "[memory]" events from `prof.profiler.kineto_results.events()` (each has `nbytes()`,
+positive for an allocation and negative for a free, and `start_ns()`). Sorted by time and
+summed, their running total starting at 0 at the loop start is the memory above the
+baseline; its maximum is the peak above baseline. The profiled pass is separate from the
+latency pass, so profiler overhead never touches the timings. The CPU baseline is the
+bytes of the distinct storages of the model's parameters and buffers and of the input:
+what Gradless's counter holds at that point for a freshly built model.
+
+Run `python bench/peer.py --self-test` to check the CPU memory method on known tensors, and
+`python bench/peer.py --check-builtin` to check the built-in image models against torchvision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+# Kineto logs an error when a CUDA build of torch profiles on a machine without a GPU;
+# it changes nothing, so keep stderr readable. Must be set before torch is imported.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+MODELS = ("tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer")
+GRAD_MODES = ("enabled", "no_grad", "inference_mode")
+AUTOCASTS = ("off", "fp16", "bf16")
+SEED = 0
+
+# Input sizes: (default, max), as protocol::ModelId::input says; ResNets and MobileNet need
+# at least 32 pixels a side.
+INPUT_SIZES = {
+    "tiny_mlp": (512, 65_536),
+    "resnet18": (224, 1024),
+    "resnet50": (224, 1024),
+    "mobilenet_v2": (224, 1024),
+    "transformer": (128, 4096),
+}
+IMAGE_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
+
+# Transformer and MLP constants, as in engine/src/models.rs.
+D_MODEL = 256
+HEADS = 4
+FF = 1024
+LAYERS = 4
+DROPOUT = 0.1
+MLP_HIDDEN = 512
+MLP_DROPOUT = 0.5
+CLASSES = 1000
+
+
+# ---- models ---------------------------------------------------------------------------------
+
+
+def tiny_mlp(features: int) -> nn.Module:
+    """Linear -> BatchNorm -> ReLU -> Dropout, twice, then a linear head (models.rs tiny_mlp)."""
+    return nn.Sequential(
+        nn.Linear(features, MLP_HIDDEN),
+        nn.BatchNorm1d(MLP_HIDDEN),
+        nn.ReLU(),
+        nn.Dropout(MLP_DROPOUT),
+        nn.Linear(MLP_HIDDEN, MLP_HIDDEN),
+        nn.BatchNorm1d(MLP_HIDDEN),
+        nn.ReLU(),
+        nn.Dropout(MLP_DROPOUT),
+        nn.Linear(MLP_HIDDEN, 10),
+    )
+
+
+class EncoderLayer(nn.Module):
+    """One post-norm encoder layer, written out op by op like models.rs's EncoderLayer.
+
+    Deliberately not nn.TransformerEncoderLayer: its fused inference fast path would run a
+    different kernel sequence from Gradless's and make the comparison unfair.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_proj = nn.Linear(D_MODEL, 3 * D_MODEL)
+        self.out_proj = nn.Linear(D_MODEL, D_MODEL)
+        self.linear1 = nn.Linear(D_MODEL, FF)
+        self.linear2 = nn.Linear(FF, D_MODEL)
+        self.norm1 = nn.LayerNorm(D_MODEL)
+        self.norm2 = nn.LayerNorm(D_MODEL)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        qkv = self.in_proj(x).view(b, s, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        # Attention dropout, like nn.MultiheadAttention's, only in training.
+        p = DROPOUT if self.training else 0.0
+        attn = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+        attn = self.out_proj(attn.transpose(1, 2).reshape(b, s, d))
+        x = self.norm1(x + F.dropout(attn, DROPOUT, self.training))
+        ff = self.linear2(F.dropout(F.relu(self.linear1(x)), DROPOUT, self.training))
+        return self.norm2(x + F.dropout(ff, DROPOUT, self.training))
+
+
+def transformer() -> nn.Module:
+    """4 post-norm layers, d_model 256, 4 heads, ff 1024, dropout 0.1, batch first."""
+    return nn.Sequential(*[EncoderLayer() for _ in range(LAYERS)])
+
+
+# ---- torchvision's image models, for Pythons without torchvision --------------------------------
+#
+# Line for line the architectures of torchvision 0.26's resnet.py and mobilenetv2.py (module
+# names included, so torchvision's state_dict loads into them strictly), in-place ReLUs and
+# additions included, and statement by statement in forward(): when a Python variable drops
+# its tensor decides the peak memory. Used only when torchvision cannot be imported (or with
+# --builtin-models); `python bench/peer.py --check-builtin` checks them against torchvision.
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = _conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.conv1(x)
+        out = self.bn1(out)
+        out = self.relu(out)
+        out = self.conv2(out)
+        out = self.bn2(out)
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        out = self.relu(out)
+        return out
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = _conv1x1(inplanes, planes)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = _conv3x3(planes, planes, stride)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = _conv1x1(planes, planes * self.expansion)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.conv1(x)
+        out = self.bn1(out)
+        out = self.relu(out)
+        out = self.conv2(out)
+        out = self.bn2(out)
+        out = self.relu(out)
+        out = self.conv3(out)
+        out = self.bn3(out)
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        out = self.relu(out)
+        return out
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers: list[int], num_classes: int = CLASSES):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def _make_layer(self, block, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                _conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion)
+            )
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv1(x)
+        x = self.bn1(x)
+        x = self.relu(x)
+        x = self.maxpool(x)
+        x = self.layer1(x)
+        x = self.layer2(x)
+        x = self.layer3(x)
+        x = self.layer4(x)
+        x = self.avgpool(x)
+        x = torch.flatten(x, 1)
+        x = self.fc(x)
+        return x
+
+
+def _conv_bn_relu6(cin: int, cout: int, kernel_size: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
+    """torchvision's Conv2dNormActivation(norm_layer=BatchNorm2d, activation_layer=ReLU6)."""
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel_size, stride, (kernel_size - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU6(inplace=True),
+    )
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
+        super().__init__()
+        hidden = int(round(inp * expand_ratio))
+        self.use_res_connect = stride == 1 and inp == oup
+        layers = [_conv_bn_relu6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
+        layers += [
+            _conv_bn_relu6(hidden, hidden, stride=stride, groups=hidden),
+            nn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(oup),
+        ]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    # t (expansion), c (channels), n (repeats), s (first stride); width 1.0 keeps every c.
+    SETTINGS = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
+
+    def __init__(self, num_classes: int = CLASSES):
+        super().__init__()
+        cin, last = 32, 1280
+        features = [_conv_bn_relu6(3, cin, stride=2)]
+        for t, c, n, s in self.SETTINGS:
+            for i in range(n):
+                features.append(InvertedResidual(cin, c, s if i == 0 else 1, expand_ratio=t))
+                cin = c
+        features.append(_conv_bn_relu6(cin, last, kernel_size=1))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(p=0.2), nn.Linear(last, num_classes))
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0, 0.01)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        x = F.adaptive_avg_pool2d(x, (1, 1))
+        x = torch.flatten(x, 1)
+        x = self.classifier(x)
+        return x
+
+
+BUILTIN_IMAGE_MODELS = {
+    "resnet18": lambda: ResNet(BasicBlock, [2, 2, 2, 2]),
+    "resnet50": lambda: ResNet(Bottleneck, [3, 4, 6, 3]),
+    "mobilenet_v2": lambda: MobileNetV2(),
+}
+
+
+def build_model(name: str, input_size: int, builtin: bool = False) -> tuple[nn.Module, str]:
+    """The architecture `name` with random weights, on the CPU, and where it came from."""
+    if name == "tiny_mlp":
+        return tiny_mlp(input_size), "bench/peer.py"
+    if name == "transformer":
+        return transformer(), "bench/peer.py"
+    if not builtin:
+        try:
+            import torchvision  # only the image models need it
+        except ImportError:
+            pass
+        else:
+            return getattr(torchvision.models, name)(num_classes=CLASSES), f"torchvision {torchvision.__version__}"
+    return BUILTIN_IMAGE_MODELS[name](), "bench/peer.py (torchvision's architecture; torchvision not used)"
+
+
+def check_builtin() -> int:
+    """Checks the built-in image models against torchvision: same state_dict, same output,
+    same CPU memory peak with and without grad."""
+    import torchvision
+    from torch.profiler import ProfilerActivity, profile
+
+    def peak(model: nn.Module, x: torch.Tensor, grad: str) -> int:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
+            out = forward(model, x, grad, "off", x.device)
+            del out
+        return running_peak(cpu_memory_trace(prof)[0])[0]
+
+    failures = 0
+    for name, make in BUILTIN_IMAGE_MODELS.items():
+        ref = getattr(torchvision.models, name)(num_classes=CLASSES).eval()
+        ours = make().eval()
+        ours.load_state_dict(ref.state_dict(), strict=True)
+        x = torch.randn(2, 3, 64, 64)
+        with torch.no_grad():
+            same = torch.equal(ref(x), ours(x))
+        peaks = {g: (peak(ref, x, g), peak(ours, x, g)) for g in ("no_grad", "enabled")}
+        same_memory = all(a == b for a, b in peaks.values())
+        count = sum(p.numel() for p in ours.parameters())
+        print(
+            f"{name}: {count:,} parameters, state_dict matches, outputs {'identical' if same else 'DIFFER'}, "
+            f"peaks (torchvision, built-in) {peaks} {'identical' if same_memory else 'DIFFER'}"
+        )
+        failures += not (same and same_memory)
+    return 1 if failures else 0
+
+
+def input_shape(name: str, batch: int, size: int) -> list[int]:
+    if name == "tiny_mlp":
+        return [batch, size]
+    if name in IMAGE_MODELS:
+        return [batch, 3, size, size]
+    return [batch, size, D_MODEL]
+
+
+# ---- statistics -----------------------------------------------------------------------------
+
+
+def percentile(sorted_xs: list[float], q: float) -> float:
+    """numpy.percentile's default (linear interpolation between closest ranks)."""
+    rank = (q / 100.0) * (len(sorted_xs) - 1)
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (rank - lo)
+
+
+def latency_stats(latencies_ms: list[float]) -> dict:
+    """Same summary as engine/src/stats.rs latency_stats."""
+    xs = sorted(latencies_ms)
+    n = len(xs)
+    mean = sum(xs) / n
+    stddev = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else 0.0
+    return {
+        "mean": mean,
+        "p50": percentile(xs, 50.0),
+        "p95": percentile(xs, 95.0),
+        "p99": percentile(xs, 99.0),
+        "min": xs[0],
+        "max": xs[-1],
+        "stddev": stddev,
+    }
+
+
+# ---- CPU memory from the profiler -------------------------------------------------------------
+
+MEMORY_EVENT = "[memory]"
+ITERATION_MARK = "gradless_peer_iteration_"
+
+
+def cpu_memory_trace(prof) -> tuple[list[tuple[int, int]], dict[int, int]]:
+    """CPU memory deltas from a finished `profile_memory=True` profile, in time order.
+
+    Returns ([(start_ns, nbytes), ...], {iteration: end_ns of its marker}). The kineto
+    result list (torch >= 2.0; checked on 2.11) holds every "[memory]" event, including
+    frees outside any op, which `prof.events()` attributes to ops and partly drops.
+    """
+    deltas = []
+    marks = {}
+    for e in prof.profiler.kineto_results.events():
+        name = e.name()
+        if name == MEMORY_EVENT:
+            if e.device_type() == torch.autograd.DeviceType.CPU:
+                deltas.append((e.start_ns(), e.nbytes()))
+        elif name.startswith(ITERATION_MARK):
+            marks[int(name[len(ITERATION_MARK):])] = e.end_ns()
+    deltas.sort(key=lambda d: d[0])  # stable: simultaneous events keep their order
+    return deltas, marks
+
+
+def running_peak(deltas: list[tuple[int, int]]) -> tuple[int, int]:
+    """(peak, final) of the running sum of deltas, starting from 0."""
+    total = peak = 0
+    for _, nbytes in deltas:
+        total += nbytes
+        peak = max(peak, total)
+    return peak, total
+
+
+def allocated_at(deltas: list[tuple[int, int]], t_ns: int) -> int:
+    """Running sum of the deltas up to and including time t_ns."""
+    return sum(n for t, n in deltas if t <= t_ns)
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind `tensors` (shared storages count once)."""
+    seen = {}
+    for t in tensors:
+        if t.device.type == "cpu":
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+# ---- measurement ------------------------------------------------------------------------------
+
+
+def grad_context(grad: str):
+    if grad == "no_grad":
+        return torch.no_grad()
+    if grad == "inference_mode":
+        return torch.inference_mode()
+    return contextlib.nullcontext()
+
+
+def autocast_context(autocast: str, device: torch.device):
+    if autocast == "off":
+        return contextlib.nullcontext()
+    dtype = torch.float16 if autocast == "fp16" else torch.bfloat16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def forward(model: nn.Module, x: torch.Tensor, grad: str, autocast: str, device: torch.device) -> torch.Tensor:
+    """One forward pass: grad context outside, autocast inside, entered per iteration."""
+    with grad_context(grad):
+        with autocast_context(autocast, device):
+            return model(x)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# tch's names for dtypes, so `output.dtype` reads the same on both sides.
+TCH_KIND = {
+    torch.float32: "Float",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float64: "Double",
+}
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def env_stamp(device: torch.device, threads: int) -> dict:
+    cuda = device.type == "cuda"
+    stamp = {
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if cuda else cpu_model_name(),
+        "device_total_memory_bytes": torch.cuda.get_device_properties(device).total_memory if cuda else None,
+        "cuda_version": torch.version.cuda if cuda else None,
+        "cudnn_version": None,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "cpu_model": cpu_model_name(),
+        "threads": threads,
+        "measured_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "peer": "pytorch",
+    }
+    if cuda and torch.backends.cudnn.is_available():
+        v = torch.backends.cudnn.version()
+        stamp["cudnn_version"] = f"{v // 10000}.{(v % 10000) // 100}.{v % 100}" if v else None
+    return stamp
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Measures one run as Gradless does and returns its report."""
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("error: device: this machine has no CUDA device; use cpu or auto")
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+    size = args.input_size or INPUT_SIZES[args.model][0]
+    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
+    torch.set_num_threads(threads)
+
+    torch.manual_seed(SEED)
+    model, model_source = build_model(args.model, size, args.builtin_models)
+    model = model.to(device)
+    model.train(not args.eval)
+    parameters = sum(p.numel() for p in model.parameters())
+    torch.manual_seed(SEED)
+    x = torch.randn(input_shape(args.model, args.batch, size), device=device)
+
+    cuda = device.type == "cuda"
+
+    def allocated() -> int | None:
+        return torch.cuda.memory_allocated(device) if cuda else None
+
+    def reserved() -> int | None:
+        return torch.cuda.memory_reserved(device) if cuda else None
+
+    def timed(i: int) -> tuple[dict, torch.Tensor]:
+        """One forward pass, timed; memory is read after the clock stops."""
+        t0 = time.perf_counter()
+        out = forward(model, x, args.grad, args.autocast, device)
+        synchronize(device)
+        latency_ms = (time.perf_counter() - t0) * 1000.0
+        sample = {"iteration": i, "latency_ms": latency_ms, "allocated_bytes": allocated(), "reserved_bytes": reserved()}
+        return sample, out
+
+    synchronize(device)
+    if cuda:
+        baseline = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        baseline = storage_bytes(list(model.parameters()) + list(model.buffers()) + [x])
+
+    warmup = []
+    for i in range(args.warmup):
+        sample, out = timed(i)
+        del out
+        warmup.append(sample)
+
+    # Peaks count from here: the statistics describe the steady state only.
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    samples = []
+    out = None
+    for i in range(args.iters):
+        # The previous output (and its graph) goes before the next pass, or the peak
+        # would count two iterations at once.
+        out = None
+        sample, out = timed(i)
+        samples.append(sample)
+    output = {
+        "dtype": TCH_KIND.get(out.dtype, str(out.dtype).removeprefix("torch.")),
+        "torch_dtype": str(out.dtype),
+        "shape": list(out.shape),
+        "is_inference": out.is_inference(),
+        "requires_grad": out.requires_grad,
+    }
+
+    if cuda:
+        peak_allocated = torch.cuda.max_memory_allocated(device)
+        peak_reserved = torch.cuda.max_memory_reserved(device)
+        out = None
+        synchronize(device)
+        after_release = torch.cuda.memory_allocated(device)
+        free, total = torch.cuda.mem_get_info(device)
+        device_used = total - free
+    else:
+        out = None
+        peak_above, after_above, per_iter = profile_cpu_memory(model, x, args)
+        peak_allocated = baseline + peak_above
+        peak_reserved = None
+        after_release = baseline + after_above
+        device_used = None
+        for s, above in zip(samples, per_iter):
+            s["allocated_bytes"] = None if above is None else baseline + above
+
+    latency = latency_stats([s["latency_ms"] for s in samples])
+    return {
+        "spec": {
+            "model": args.model,
+            "device": device.type,
+            "batch": args.batch,
+            "input_size": size,
+            "eval": args.eval,
+            "grad": args.grad,
+            "autocast": args.autocast,
+            "warmup": args.warmup,
+            "iters": args.iters,
+            "threads": args.threads,
+        },
+        "env": {**env_stamp(device, torch.get_num_threads()), "model_source": model_source},
+        "parameters": parameters,
+        "latency_ms": latency,
+        "throughput_per_s": args.batch * 1000.0 / latency["mean"] if latency["mean"] > 0 else 0.0,
+        "memory": {
+            "source": "cuda_caching_allocator" if cuda else "cpu_tensor_memory",
+            "method": "torch.cuda memory statistics"
+            if cuda
+            else "profiler [memory] events in a separate pass; baseline = storages of weights, buffers and input",
+            "baseline_bytes": baseline,
+            "peak_allocated_bytes": peak_allocated,
+            "peak_above_baseline_bytes": max(0, peak_allocated - baseline),
+            "peak_reserved_bytes": peak_reserved,
+            "after_release_bytes": after_release,
+            "leaked_bytes": max(0, after_release - baseline),
+            "device_used_bytes": device_used,
+        },
+        "output": output,
+        "warmup": warmup,
+        "samples": samples,
+    }
+
+
+def profile_cpu_memory(model: nn.Module, x: torch.Tensor, args: argparse.Namespace) -> tuple[int, int, list[int]]:
+    """Runs the timed loop again under the memory profiler (see the module docs).
+
+    Returns (peak above the loop start, bytes above it after the last output is dropped,
+    bytes above it at the end of each iteration with its output alive). Must start with no
+    output alive, i.e. at the baseline.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    device = x.device
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
+        out = None
+        for i in range(args.iters):
+            out = None
+            with record_function(f"{ITERATION_MARK}{i}"):
+                out = forward(model, x, args.grad, args.autocast, device)
+        out = None
+    deltas, marks = cpu_memory_trace(prof)
+    peak, final = running_peak(deltas)
+    per_iter = [allocated_at(deltas, marks[i]) if i in marks else None for i in range(args.iters)]
+    return peak, final, per_iter
+
+
+def self_test() -> int:
+    """Checks the CPU memory method on allocations of known size. Exit status 0 when sane."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mib = 1024 * 1024
+    keep = torch.zeros(16)  # alive before and after: never counted
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
+        a = torch.empty(mib, dtype=torch.uint8).fill_(1)  # 1 MiB
+        b = torch.empty(4 * mib, dtype=torch.uint8).fill_(1)  # 4 MiB, peak 5 MiB
+        del a
+        c = torch.empty(2 * mib, dtype=torch.uint8).fill_(1)  # 6 MiB, below the peak
+        del b, c
+        d = torch.empty(mib, dtype=torch.uint8)  # 1 MiB still alive at the end
+    deltas, _ = cpu_memory_trace(prof)
+    peak, final = running_peak(deltas)
+    ok = peak == 6 * mib and final == mib
+    print(f"profiler memory: {len(deltas)} events, peak {peak} B (expect {6 * mib}), final {final} B (expect {mib})")
+    del d, keep
+    return 0 if ok else 1
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Measure one PyTorch inference setting the way `gradless measure` does.",
+    )
+    p.add_argument("--model", choices=MODELS, default="tiny_mlp")
+    p.add_argument("--batch", type=int, default=32)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--eval", dest="eval", action="store_true", default=True, help="model.eval() (default)")
+    mode.add_argument("--train", dest="eval", action="store_false", help="model.train()")
+    p.add_argument("--grad", choices=GRAD_MODES, default="enabled")
+    p.add_argument("--autocast", choices=AUTOCASTS, default="off")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: half the CPUs)")
+    p.add_argument("--input-size", type=int, default=None, help="model-specific sample size")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--builtin-models", action="store_true",
+                   help="use this file's copies of torchvision's image models even if torchvision is there")
+    p.add_argument("--self-test", action="store_true", help="check the CPU memory method and exit")
+    p.add_argument("--check-builtin", action="store_true",
+                   help="check the built-in image models against torchvision and exit")
+    args = p.parse_args(argv)
+    if args.self_test or args.check_builtin:
+        return args
+    if args.batch < 1:
+        p.error("batch must be at least 1")
+    if args.iters < 1:
+        p.error("at least one timed iteration is needed")
+    if args.warmup < 0:
+        p.error("warmup cannot be negative")
+    if args.threads is not None and args.threads < 1:
+        p.error("threads must be at least 1")
+    if args.input_size is not None:
+        lo = 32 if args.model in IMAGE_MODELS else 1
+        hi = INPUT_SIZES[args.model][1]
+        if not lo <= args.input_size <= hi:
+            p.error(f"input_size {args.input_size} is out of range for {args.model}: allowed {lo}..={hi}")
+    return args
+
+
+def format_bytes(n: int | None) -> str:
+    """Binary units, like protocol::format_bytes."""
+    if n is None:
+        return "-"
+    value, unit = float(n), 0
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    while value >= 1024.0 and unit + 1 < len(units):
+        value /= 1024.0
+        unit += 1
+    return f"{n} B" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
+def print_table(r: dict) -> None:
+    s, lat, mem, out = r["spec"], r["latency_ms"], r["memory"], r["output"]
+    label = " · ".join(
+        [("eval" if s["eval"] else "train"), s["grad"]]
+        + ([s["autocast"]] if s["autocast"] != "off" else [])
+        + [f"batch {s['batch']}"]
+    )
+    rows = [
+        ("model", f"{s['model']} ({r['parameters']:,} parameters), input size {s['input_size']}"),
+        ("built by", r["env"]["model_source"]),
+        ("settings", label),
+        ("device", f"{r['env']['device']}: {r['env']['device_name']}, threads: {r['env']['threads']}"),
+        ("torch", r["env"]["torch_version"]),
+        ("latency p50", f"{lat['p50']:.3f} ms"),
+        ("latency mean", f"{lat['mean']:.3f} ms ± {lat['stddev']:.3f}"),
+        ("latency p95/p99", f"{lat['p95']:.3f} / {lat['p99']:.3f} ms"),
+        ("latency min/max", f"{lat['min']:.3f} / {lat['max']:.3f} ms"),
+        ("throughput", f"{r['throughput_per_s']:.1f} samples/s"),
+        ("memory source", mem["source"]),
+        ("baseline", format_bytes(mem["baseline_bytes"])),
+        ("peak above baseline", format_bytes(mem["peak_above_baseline_bytes"])),
+        ("peak reserved", format_bytes(mem["peak_reserved_bytes"])),
+        ("leaked", format_bytes(mem["leaked_bytes"])),
+        ("output", f"{out['torch_dtype']} {out['shape']}, requires_grad={out['requires_grad']}, "
+                   f"is_inference={out['is_inference']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.self_test:
+        return self_test()
+    if args.check_builtin:
+        return check_builtin()
+    report = measure(args)
+    if args.json:
+        json.dump(report, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+//! The command-line side of the binary: `measure`, `compare` and `models`. They drive the
+//! same [`engine::Worker`] as the web server, so a number printed here is measured exactly
+//! as the page measures it.
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+use engine::{MeasureError, Worker};
+use protocol::{format_bytes, ModelId, ModelInfo, Report, RunSpec};
+use serde::Serialize;
+
+use crate::config::{CompareArgs, MeasureArgs, SpecArgs};
+
+fn base_spec(args: &SpecArgs) -> RunSpec {
+    RunSpec {
+        model: args.model,
+        device: args.device,
+        batch: args.batch,
+        input_size: args.input_size,
+        warmup: args.warmup,
+        iters: args.iters,
+        threads: args.threads,
+        ..RunSpec::default()
+    }
+}
+
+/// Runs one spec, turning engine failures into readable errors.
+fn run(worker: &Worker, spec: RunSpec) -> Result<Report> {
+    let label = spec.label();
+    worker.measure(spec, |_| {}).map_err(|e| match e {
+        MeasureError::Rejected(e) => anyhow::anyhow!("{e}"),
+        MeasureError::Failed(f) => anyhow::anyhow!("{} failed: {}", label, f.message),
+    })
+}
+
+/// `gradless measure`.
+pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
+    let spec = RunSpec { eval: !args.train, grad: args.grad, autocast: args.autocast, ..base_spec(&args.spec) };
+    let report = run(worker, spec)?;
+    if args.spec.json {
+        print_json(&report)
+    } else {
+        print_report(&report)
+    }
+}
+
+/// One row of `gradless compare`.
+#[derive(Debug, Serialize)]
+pub struct CompareRow {
+    pub label: String,
+    /// `None` when the row failed (for example out of memory); see `error`.
+    pub report: Option<Report>,
+    pub error: Option<String>,
+    /// p50 latency relative to the first row (1.0 = same).
+    pub latency_vs_first: Option<f64>,
+    /// Peak above baseline relative to the first row.
+    pub memory_vs_first: Option<f64>,
+}
+
+/// The classic rows ([`RunSpec::classic_modes`]) that this device can run.
+pub fn classic_specs(base: &RunSpec, worker: &Worker) -> Vec<RunSpec> {
+    base.classic_modes().into_iter().filter(|s| worker.check(s.clone()).is_ok()).collect()
+}
+
+/// `gradless compare`.
+pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
+    let base = base_spec(&args.spec);
+    worker.check(base.clone()).map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
+    let mut rows: Vec<CompareRow> = Vec::new();
+    for spec in classic_specs(&base, worker) {
+        let label = spec.label();
+        if !args.spec.json {
+            eprintln!("measuring {label} ...");
+        }
+        let (report, error) = match run(worker, spec) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        rows.push(CompareRow { label, report, error, latency_vs_first: None, memory_vs_first: None });
+    }
+    let first = rows.first().and_then(|r| r.report.as_ref()).map(|r| {
+        (r.latency_ms.p50, r.memory.peak_above_baseline_bytes as f64)
+    });
+    for row in &mut rows {
+        if let (Some((lat0, mem0)), Some(r)) = (first, row.report.as_ref()) {
+            row.latency_vs_first = (lat0 > 0.0).then(|| r.latency_ms.p50 / lat0);
+            row.memory_vs_first = (mem0 > 0.0).then(|| r.memory.peak_above_baseline_bytes as f64 / mem0);
+        }
+    }
+    if args.spec.json {
+        return print_json(&rows);
+    }
+    print_compare(&rows)
+}
+
+/// `gradless models`.
+pub fn models(worker: &Worker, json: bool) -> Result<()> {
+    let infos = model_infos(worker)?;
+    if json {
+        return print_json(&infos);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{:<14} {:>12}  {:<42} input_size", "model", "parameters", "architecture")?;
+    for m in infos {
+        writeln!(
+            out,
+            "{:<14} {:>12}  {:<42} {} (default {})",
+            m.id.as_str(),
+            group_thousands(m.parameters),
+            m.name,
+            m.input_meaning,
+            m.default_input_size
+        )?;
+    }
+    Ok(())
+}
+
+/// Every model with its parameter count, built once on the device thread.
+pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
+    worker
+        .call(|lab| {
+            ModelId::ALL
+                .into_iter()
+                .map(|id| {
+                    let parameters = lab.parameters(id).map_err(|f| f.message)?;
+                    Ok(ModelInfo {
+                        id,
+                        name: id.display_name().to_string(),
+                        parameters,
+                        input_meaning: id.input().meaning.to_string(),
+                        default_input_size: id.input().default,
+                        has_dropout: id.has_dropout(),
+                        has_batchnorm: id.has_batchnorm(),
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .context("the measurement worker stopped")?
+        .map_err(|e| anyhow::anyhow!("could not build the models: {e}"))
+}
+
+fn print_json<T: Serialize>(value: &T) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn print_report(r: &Report) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    let l = &r.latency_ms;
+    let m = &r.memory;
+    writeln!(out, "{} on {} ({}), libtorch {}", r.spec.model.display_name(), r.env.device_name, r.env.device.as_str(), r.env.libtorch_version)?;
+    writeln!(out, "settings      {}, input_size {}, {} threads", r.spec.label(), r.spec.resolved_input_size(), r.env.threads)?;
+    writeln!(out, "iterations    {} warm-up (not in the statistics), {} timed", r.warmup.len(), r.samples.len())?;
+    writeln!(out, "latency (ms)  p50 {:.3}  p95 {:.3}  p99 {:.3}  mean {:.3}  min {:.3}  max {:.3}  stddev {:.3}", l.p50, l.p95, l.p99, l.mean, l.min, l.max, l.stddev)?;
+    writeln!(out, "throughput    {:.1} samples/s", r.throughput_per_s)?;
+    writeln!(out, "memory        {}", m.source.describe())?;
+    writeln!(out, "  baseline            {}  (weights + input)", format_bytes(m.baseline_bytes))?;
+    writeln!(out, "  peak allocated      {}", format_bytes(m.peak_allocated_bytes))?;
+    writeln!(out, "  peak above baseline {}  (activations, graph, workspace)", format_bytes(m.peak_above_baseline_bytes))?;
+    match m.peak_reserved_bytes {
+        Some(b) => writeln!(out, "  peak reserved       {}", format_bytes(b))?,
+        None => writeln!(out, "  peak reserved       n/a (the CPU has no caching allocator pool)")?,
+    }
+    writeln!(
+        out,
+        "  after release       {}{}",
+        format_bytes(m.after_release_bytes),
+        if m.leaked_bytes > 0 { format!("  LEAK: {} not returned", format_bytes(m.leaked_bytes)) } else { "  (back at baseline)".into() }
+    )?;
+    writeln!(
+        out,
+        "output        {} {:?}{}{}",
+        r.output.dtype,
+        r.output.shape,
+        if r.output.requires_grad { ", requires_grad (graph kept)" } else { "" },
+        if r.output.is_inference { ", inference tensor" } else { "" }
+    )?;
+    Ok(())
+}
+
+fn print_compare(rows: &[CompareRow]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if let Some(r) = rows.iter().find_map(|r| r.report.as_ref()) {
+        writeln!(
+            out,
+            "{} batch {} on {} ({}); memory: {}",
+            r.spec.model.display_name(),
+            r.spec.batch,
+            r.env.device_name,
+            r.env.device.as_str(),
+            r.memory.source.describe()
+        )?;
+    }
+    writeln!(
+        out,
+        "{:<34} {:>10} {:>10} {:>9} {:>14} {:>14} {:>9}  output",
+        "settings", "p50 ms", "p95 ms", "vs first", "peak above", "peak alloc", "vs first"
+    )?;
+    for row in rows {
+        match &row.report {
+            Some(r) => writeln!(
+                out,
+                "{:<34} {:>10.3} {:>10.3} {:>9} {:>14} {:>14} {:>9}  {}{}",
+                row.label,
+                r.latency_ms.p50,
+                r.latency_ms.p95,
+                ratio(row.latency_vs_first),
+                format_bytes(r.memory.peak_above_baseline_bytes),
+                format_bytes(r.memory.peak_allocated_bytes),
+                ratio(row.memory_vs_first),
+                r.output.dtype,
+                if r.output.requires_grad { " +graph" } else { "" }
+            )?,
+            None => writeln!(out, "{:<34} failed: {}", row.label, row.error.as_deref().unwrap_or("unknown"))?,
+        }
+    }
+    if rows.iter().all(|r| r.report.is_none()) {
+        bail!("every row failed");
+    }
+    Ok(())
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+fn group_thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(super::group_thousands(11_689_512), "11,689,512");
+        assert_eq!(super::group_thousands(999), "999");
+    }
+}

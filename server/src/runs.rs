@@ -1,0 +1,157 @@
+//! The server's record of runs: each run's events in order, so that any number of viewers
+//! can follow it over SSE from the start, whenever they connect. The device worker writes;
+//! the SSE handlers read and wait for more.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use engine::RunTicket;
+use protocol::{Event, Report};
+use tokio::sync::watch;
+
+/// One run's stream.
+pub struct RunState {
+    events: Mutex<Vec<Event>>,
+    /// Number of events so far; viewers wait on changes.
+    count: watch::Sender<usize>,
+    ticket: Mutex<Option<RunTicket>>,
+    viewers: AtomicUsize,
+}
+
+impl RunState {
+    fn new() -> Arc<RunState> {
+        Arc::new(RunState {
+            events: Mutex::new(Vec::new()),
+            count: watch::channel(0).0,
+            ticket: Mutex::new(None),
+            viewers: AtomicUsize::new(0),
+        })
+    }
+
+    /// Appends an event (called on the device thread; never blocks for long).
+    pub fn push(&self, event: Event) {
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        events.push(event);
+        let n = events.len();
+        drop(events);
+        self.count.send_replace(n);
+    }
+
+    /// The event at `index`, if it has happened.
+    pub fn get(&self, index: usize) -> Option<Event> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).get(index).cloned()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<usize> {
+        self.count.subscribe()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().is_some_and(Event::is_terminal)
+    }
+
+    pub fn has_started(&self) -> bool {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|e| matches!(e, Event::Started { .. }))
+    }
+
+    /// The report, once the run is done.
+    pub fn report(&self) -> Option<Report> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find_map(|e| match e {
+            Event::Done { report } => Some((**report).clone()),
+            _ => None,
+        })
+    }
+
+    /// The terminal event, if any.
+    pub fn outcome(&self) -> Option<Event> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().filter(|e| e.is_terminal()).cloned()
+    }
+
+    pub fn set_ticket(&self, ticket: RunTicket) {
+        *self.ticket.lock().unwrap_or_else(|e| e.into_inner()) = Some(ticket);
+    }
+
+    /// A viewer connected; the returned guard tells us when it leaves.
+    pub fn view(self: &Arc<Self>) -> ViewerGuard {
+        self.viewers.fetch_add(1, Ordering::SeqCst);
+        ViewerGuard { run: self.clone() }
+    }
+}
+
+/// Held by each SSE stream. When the last viewer of a run that has not started yet goes
+/// away (a closed tab), the run is cancelled: nobody is left to see it.
+pub struct ViewerGuard {
+    run: Arc<RunState>,
+}
+
+impl Drop for ViewerGuard {
+    fn drop(&mut self) {
+        if self.run.viewers.fetch_sub(1, Ordering::SeqCst) == 1 && !self.run.has_started() && !self.run.is_finished() {
+            if let Some(t) = self.run.ticket.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                tracing::info!("the last viewer left before the run started: cancelling it");
+                t.cancel();
+            }
+        }
+    }
+}
+
+/// All runs this process knows, newest kept, oldest finished ones forgotten past `capacity`.
+pub struct Runs {
+    inner: Mutex<RunsInner>,
+    capacity: usize,
+    ids: RandomState,
+}
+
+#[derive(Default)]
+struct RunsInner {
+    by_id: HashMap<String, Arc<RunState>>,
+    order: VecDeque<String>,
+}
+
+impl Runs {
+    pub fn new(capacity: usize) -> Runs {
+        Runs { inner: Mutex::new(RunsInner::default()), capacity, ids: RandomState::new() }
+    }
+
+    /// Registers a new run and returns its id and state.
+    pub fn create(&self) -> (String, Arc<RunState>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let id = loop {
+            let mut h = self.ids.build_hasher();
+            h.write_usize(inner.order.len());
+            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+            let id = format!("{:016x}", h.finish());
+            if !inner.by_id.contains_key(&id) {
+                break id;
+            }
+        };
+        let state = RunState::new();
+        inner.by_id.insert(id.clone(), state.clone());
+        inner.order.push_back(id.clone());
+        // Forget the oldest finished runs beyond capacity; running ones are never dropped.
+        let mut i = 0;
+        while inner.order.len() > self.capacity && i < inner.order.len() {
+            let finished = inner.by_id.get(&inner.order[i]).is_none_or(|r| r.is_finished());
+            if finished {
+                let old = inner.order.remove(i).expect("index in range");
+                inner.by_id.remove(&old);
+            } else {
+                i += 1;
+            }
+        }
+        (id, state)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<RunState>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).by_id.get(id).cloned()
+    }
+
+    pub fn remove(&self, id: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.remove(id);
+        inner.order.retain(|x| x != id);
+    }
+}

@@ -1,0 +1,41 @@
+//! The router: the API under `/api`, the Leptos pages, and the built site's static files
+//! (wasm, js, css, ECharts) from the site root. `app(state)` is a plain function so tests
+//! drive it with `oneshot`, no socket needed.
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use leptos::prelude::provide_context;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+
+use crate::api;
+use crate::state::AppState;
+
+/// Largest request body the API reads: a RunSpec is a few hundred bytes.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+pub fn app(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/info", get(api::info))
+        .route("/runs", post(api::create_run))
+        .route("/runs/{id}", get(api::get_run))
+        .route("/runs/{id}/events", get(api::run_events))
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT));
+
+    let routes = generate_route_list(app::App);
+    let info = state.info.clone();
+    let leptos = state.leptos.clone();
+    Router::new()
+        .nest("/api", api)
+        .route("/healthz", get(|| async { "ok" }))
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || provide_context((*info).clone()),
+            move || app::shell(leptos.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
