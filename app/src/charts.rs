@@ -4,7 +4,7 @@
 
 use charming::component::{Axis, Grid, Legend, Title};
 use charming::element::{
-    AxisType, ItemStyle, MarkArea, MarkAreaData, MarkLine, MarkLineData, MarkLineVariant, Tooltip, Trigger,
+    AxisType, ItemStyle, Label, LabelPosition, MarkArea, MarkAreaData, MarkLine, MarkLineData, MarkLineVariant, Tooltip, Trigger,
 };
 use charming::series::{Bar, Line};
 use charming::Chart;
@@ -22,7 +22,7 @@ fn base(title: &str, x_name: &str, y_name: &str, categories: Vec<String>) -> Cha
         .title(Title::new().text(title).left("center").text_style(charming::element::TextStyle::new().font_size(14)))
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
         .legend(Legend::new().bottom(0))
-        .grid(Grid::new().left(64).right(24).top(40).bottom(56))
+        .grid(Grid::new().left(64).right(72).top(48).bottom(56))
         .background_color("transparent")
         .x_axis(Axis::new().type_(AxisType::Category).name(x_name).name_location(charming::element::NameLocation::Middle).name_gap(26).data(categories))
         .y_axis(Axis::new().type_(AxisType::Value).name(y_name))
@@ -37,6 +37,7 @@ pub fn latency_chart(warmup: &[Sample], samples: &[Sample], p50: Option<f64>, p9
         line = line.mark_area(
             MarkArea::new()
                 .item_style(ItemStyle::new().color("rgba(160, 160, 160, 0.18)"))
+                .label(Label::new().position(LabelPosition::InsideTop).formatter("warm-up"))
                 .data(vec![(
                     MarkAreaData::new().name("warm-up (not in the statistics)").x_axis("w1"),
                     MarkAreaData::new().x_axis(format!("w{}", warmup.len())),
@@ -45,10 +46,10 @@ pub fn latency_chart(warmup: &[Sample], samples: &[Sample], p50: Option<f64>, p9
     }
     let mut marks: Vec<MarkLineVariant> = vec![];
     if let Some(p) = p50 {
-        marks.push(MarkLineVariant::Simple(MarkLineData::new().name("p50").y_axis(round3(p))));
+        marks.push(MarkLineVariant::Simple(MarkLineData::new().name("p50").y_axis(round3(p)).label(Label::new().formatter("p50 {c}"))));
     }
     if let Some(p) = p95 {
-        marks.push(MarkLineVariant::Simple(MarkLineData::new().name("p95").y_axis(round3(p))));
+        marks.push(MarkLineVariant::Simple(MarkLineData::new().name("p95").y_axis(round3(p)).label(Label::new().formatter("p95 {c}"))));
     }
     if !marks.is_empty() {
         line = line.mark_line(MarkLine::new().data(marks));
@@ -56,23 +57,30 @@ pub fn latency_chart(warmup: &[Sample], samples: &[Sample], p50: Option<f64>, p9
     base("Latency per iteration", "iteration", "ms", cats).series(line)
 }
 
-/// Allocated (and, on CUDA, reserved) memory after each forward pass, baseline marked.
+/// Peak memory during each forward pass and allocated memory after it (and, on CUDA,
+/// reserved), with the baseline marked.
 pub fn memory_chart(warmup: &[Sample], samples: &[Sample], baseline: Option<u64>) -> Chart {
     let cats = labels(warmup, samples);
     let all: Vec<&Sample> = warmup.iter().chain(samples).collect();
+    let peak: Vec<f64> = all.iter().map(|s| round3(s.peak_bytes as f64 / MIB)).collect();
     let allocated: Vec<f64> = all.iter().map(|s| round3(s.allocated_bytes as f64 / MIB)).collect();
-    let mut line = Line::new().name("allocated (MiB)").data(allocated);
+    let mut line = Line::new().name("peak during the pass (MiB)").data(peak);
     if let Some(b) = baseline {
         line = line.mark_line(
             MarkLine::new().data(vec![MarkLineVariant::Simple(
-                MarkLineData::new().name("baseline: weights + input").y_axis(round3(b as f64 / MIB)),
+                MarkLineData::new()
+                    .name("baseline: weights + input")
+                    .y_axis(round3(b as f64 / MIB))
+                    .label(Label::new().formatter("baseline {c}")),
             )]),
         );
     }
-    let mut chart = base("Memory after each forward pass", "iteration", "MiB", cats).series(line);
+    let mut chart = base("Memory per forward pass", "iteration", "MiB", cats)
+        .series(line)
+        .series(Line::new().name("allocated after it (MiB)").data(allocated));
     if all.iter().any(|s| s.reserved_bytes.is_some()) {
         let reserved: Vec<f64> = all.iter().map(|s| round3(s.reserved_bytes.unwrap_or(0) as f64 / MIB)).collect();
-        chart = chart.series(Line::new().name("reserved (MiB)").data(reserved));
+        chart = chart.series(Line::new().name("reserved by the caching allocator (MiB)").data(reserved));
     }
     chart
 }
@@ -140,7 +148,7 @@ mod tests {
     use super::*;
 
     fn sample(i: u32, ms: f64, bytes: u64) -> Sample {
-        Sample { iteration: i, latency_ms: ms, allocated_bytes: bytes, reserved_bytes: None }
+        Sample { iteration: i, latency_ms: ms, allocated_bytes: bytes, peak_bytes: 2 * bytes, reserved_bytes: None }
     }
 
     #[test]
@@ -150,8 +158,9 @@ mod tests {
         let json = serde_json::to_value(latency_chart(&warm, &timed, Some(1.375), None)).unwrap();
         let data = &json["series"][0]["data"];
         assert_eq!(data.as_array().unwrap().len(), 4);
-        assert_eq!(json["xAxis"][0]["data"][0], "w1");
-        assert_eq!(json["xAxis"][0]["data"][2], "1");
+        let x_axis = if json["xAxis"].is_array() { &json["xAxis"][0] } else { &json["xAxis"] };
+        assert_eq!(x_axis["data"][0], "w1");
+        assert_eq!(x_axis["data"][2], "1");
         assert_eq!(json["series"][0]["markArea"]["data"][0][1]["xAxis"], "w2");
         assert!(json.to_string().contains("1.375"));
     }
@@ -160,11 +169,12 @@ mod tests {
     fn memory_chart_has_reserved_only_where_measured() {
         let timed = [sample(0, 1.0, 3 << 20)];
         let cpu = serde_json::to_value(memory_chart(&[], &timed, Some(1 << 20))).unwrap();
-        assert_eq!(cpu["series"].as_array().unwrap().len(), 1);
+        assert_eq!(cpu["series"].as_array().unwrap().len(), 2);
+        assert_eq!(cpu["series"][0]["data"][0], 6.0, "peak during the pass, in MiB");
         let mut gpu_sample = sample(0, 1.0, 3 << 20);
         gpu_sample.reserved_bytes = Some(8 << 20);
         let gpu = serde_json::to_value(memory_chart(&[], &[gpu_sample], None)).unwrap();
-        assert_eq!(gpu["series"].as_array().unwrap().len(), 2);
-        assert_eq!(gpu["series"][1]["data"][0], 8.0);
+        assert_eq!(gpu["series"].as_array().unwrap().len(), 3);
+        assert_eq!(gpu["series"][2]["data"][0], 8.0);
     }
 }

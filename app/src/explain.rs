@@ -6,26 +6,30 @@ use protocol::{format_bytes, Autocast, GradMode, ModelId, Report};
 
 /// What `model.eval()` / `model.train()` changes for this model.
 pub fn eval_text(eval: bool, model: ModelId) -> String {
-    let layers = match (model.has_dropout(), model.has_batchnorm()) {
-        (true, true) => "Dropout and BatchNorm",
-        (true, false) => "Dropout (and LayerNorm, which does not care)",
-        (false, true) => "BatchNorm",
-        (false, false) => "no mode-dependent layers",
-    };
+    let (dropout, batchnorm) = (model.has_dropout(), model.has_batchnorm());
     if eval {
+        let mut effects = Vec::new();
+        if dropout {
+            effects.push("Dropout becomes the identity");
+        }
+        if batchnorm {
+            effects.push("BatchNorm normalises with its running statistics, so a sample's output no longer depends on its batch-mates");
+        }
+        let effects = if effects.is_empty() { "nothing changes in this model".to_string() } else { effects.join("; ") };
         format!(
-            "model.eval() flips the `training` flag on every module. In this model that affects {layers}: \
-             Dropout becomes the identity, BatchNorm normalises with its running statistics, so a sample's \
-             output no longer depends on its batch-mates. It does NOT switch autograd off: memory and \
-             speed are the grad mode's business."
+            "model.eval() flips the `training` flag on every module. In this model: {effects}. It does NOT \
+             switch autograd off: memory and speed are the grad mode's business."
         )
     } else {
-        format!(
-            "model.train() (the default after construction): {layers} behave as in training. Dropout zeroes \
-             random activations and scales the rest by 1/(1-p), so the same input gives different outputs; \
-             BatchNorm normalises with the batch's statistics and updates its running statistics — even \
-             under no_grad."
-        )
+        let mut effects = Vec::new();
+        if dropout {
+            effects.push("Dropout zeroes random activations and scales the rest by 1/(1-p), so the same input gives different outputs");
+        }
+        if batchnorm {
+            effects.push("BatchNorm normalises with the batch's statistics and updates its running statistics — even under no_grad");
+        }
+        let effects = if effects.is_empty() { "nothing changes in this model".to_string() } else { effects.join("; ") };
+        format!("model.train() (the default after construction): layers behave as in training. In this model: {effects}.")
     }
 }
 

@@ -130,6 +130,7 @@ pub fn LabPage() -> impl IntoView {
                     <select
                         id="model"
                         data-testid="model"
+                        prop:value=move || spec.get().model.as_str()
                         on:change=move |ev| {
                             if let Ok(m) = event_target_value(&ev).parse::<ModelId>() {
                                 update(&|s| {
@@ -164,6 +165,11 @@ pub fn LabPage() -> impl IntoView {
                     <select
                         id="device"
                         data-testid="device"
+                        prop:value=move || match spec.get().device {
+                            DeviceChoice::Auto => "auto",
+                            DeviceChoice::Cpu => "cpu",
+                            DeviceChoice::Cuda => "cuda",
+                        }
                         on:change=move |ev| {
                             if let Ok(d) = event_target_value(&ev).parse::<DeviceChoice>() {
                                 update(&|s| s.device = d);

@@ -87,7 +87,7 @@ mod tests {
     use protocol::{FailureKind, RunFailure};
 
     fn sample(i: u32) -> Sample {
-        Sample { iteration: i, latency_ms: 1.0, allocated_bytes: 10, reserved_bytes: None }
+        Sample { iteration: i, latency_ms: 1.0, allocated_bytes: 10, peak_bytes: 20, reserved_bytes: None }
     }
 
     #[test]

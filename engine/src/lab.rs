@@ -176,27 +176,30 @@ impl Lab {
         let mut warmup = Vec::with_capacity(spec.warmup as usize);
         for i in 0..spec.warmup {
             control.check()?;
-            let (sample, out) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            let (sample, out, _) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
             drop(out);
             emit(Event::Warmup { sample: sample.clone() });
             warmup.push(sample);
         }
 
-        // Peaks count from here: the statistics describe the steady state only.
-        meter.reset_peak().map_err(torch_failure)?;
+        // Peaks count from here: the statistics describe the steady state only. Each
+        // iteration resets the counters and reports its own peak; the run's peak is the
+        // highest of them.
         let mut samples = Vec::with_capacity(spec.iters as usize);
+        let mut peak_reserved: Option<u64> = None;
         let mut last: Option<Tensor> = None;
         for i in 0..spec.iters {
             control.check()?;
             // The previous output (and its graph) must be gone before the next forward pass,
             // or the peak would count two iterations at once.
             drop(last.take());
-            let (sample, out) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            let (sample, out, reserved) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            peak_reserved = peak_reserved.max(reserved);
             emit(Event::Sample { sample: sample.clone() });
             samples.push(sample);
             last = Some(out);
         }
-        let peak = meter.read().map_err(torch_failure)?;
+        let peak_allocated = samples.iter().map(|s| s.peak_bytes).max().unwrap_or(baseline);
         let device_used = meter.device_used();
         let output = last.as_ref().map(output_facts).unwrap_or_else(|| OutputFacts {
             dtype: String::new(),
@@ -222,9 +225,9 @@ impl Lab {
             memory: MemoryReport {
                 source: meter.source(),
                 baseline_bytes: baseline,
-                peak_allocated_bytes: peak.peak_allocated,
-                peak_above_baseline_bytes: peak.peak_allocated.saturating_sub(baseline),
-                peak_reserved_bytes: peak.peak_reserved,
+                peak_allocated_bytes: peak_allocated,
+                peak_above_baseline_bytes: peak_allocated.saturating_sub(baseline),
+                peak_reserved_bytes: peak_reserved,
                 after_release_bytes: after_release,
                 leaked_bytes: after_release.saturating_sub(baseline),
                 device_used_bytes: device_used,
@@ -236,7 +239,8 @@ impl Lab {
     }
 }
 
-/// One forward pass under the spec's settings, timed with device synchronisation.
+/// One forward pass under the spec's settings, timed with device synchronisation. Returns
+/// the sample, the output, and the peak reserved bytes during the pass (CUDA only).
 fn timed_forward(
     model: &Model,
     input: &Tensor,
@@ -245,7 +249,8 @@ fn timed_forward(
     meter: &Meter<'_>,
     iteration: u32,
     limit: Option<u64>,
-) -> Result<(Sample, Tensor), RunFailure> {
+) -> Result<(Sample, Tensor, Option<u64>), RunFailure> {
+    meter.reset_peak().map_err(torch_failure)?;
     let start = Instant::now();
     let out = forward(model, input, spec, device)?;
     synchronize(device)?;
@@ -266,8 +271,14 @@ fn timed_forward(
             ));
         }
     }
-    let sample = Sample { iteration, latency_ms, allocated_bytes: reading.allocated, reserved_bytes: reading.reserved };
-    Ok((sample, out))
+    let sample = Sample {
+        iteration,
+        latency_ms,
+        allocated_bytes: reading.allocated,
+        peak_bytes: reading.peak_allocated,
+        reserved_bytes: reading.reserved,
+    };
+    Ok((sample, out, reading.peak_reserved))
 }
 
 /// The forward pass inside the grad mode and autocast region the spec asks for, exactly as

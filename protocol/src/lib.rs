@@ -394,6 +394,8 @@ pub struct Sample {
     pub latency_ms: f64,
     /// Bytes allocated right after the forward pass, output (and graph) still alive.
     pub allocated_bytes: u64,
+    /// Highest bytes allocated during this forward pass (activations and workspace included).
+    pub peak_bytes: u64,
     /// Bytes the caching allocator holds; `None` where there is no such pool (CPU).
     pub reserved_bytes: Option<u64>,
 }

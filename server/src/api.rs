@@ -99,7 +99,8 @@ pub fn parse_spec(body: &[u8]) -> Result<RunSpec, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize::<_, RunSpec>(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = (path != ".").then_some(path);
+        // "." is the whole document, "?" a syntax error before any field.
+        let field = (path != "." && path != "?").then_some(path);
         let inner = e.into_inner();
         let message = match &field {
             Some(f) => format!("{f}: {inner}"),

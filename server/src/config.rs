@@ -9,7 +9,7 @@ use protocol::{Autocast, DeviceChoice, GradMode, ModelId};
 
 /// Gradless: see what PyTorch's inference settings really do, measured live with libtorch.
 #[derive(Debug, Parser)]
-#[command(name = "gradless", version, about, long_about = None)]
+#[command(name = "gradless", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -21,30 +21,26 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the web app and its API (the default).
-    Serve,
+    Serve(ServeArgs),
     /// Measure one configuration and print a table (or the JSON report with --json).
     Measure(MeasureArgs),
     /// Measure the classic modes for one model and batch, side by side.
     Compare(CompareArgs),
     /// List the models with their parameter counts.
-    Models {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Models(ModelsArgs),
 }
 
 /// Engine settings shared by the server and the CLI.
 #[derive(Debug, Clone, Args)]
 pub struct EngineArgs {
     /// libtorch intra-op CPU threads for runs that do not choose (default: half the CPUs).
-    #[arg(long = "default-threads", env = "GRADLESS_THREADS", global = true)]
+    #[arg(long = "default-threads", env = "GRADLESS_THREADS")]
     pub threads: Option<u32>,
     /// Largest batch a run may ask for.
-    #[arg(long, env = "GRADLESS_MAX_BATCH", default_value_t = 1024, global = true)]
+    #[arg(long, env = "GRADLESS_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: u32,
     /// Treat a run that allocates more than this many MiB as out of memory (a device budget).
-    #[arg(long, env = "GRADLESS_MEMORY_LIMIT_MIB", global = true)]
+    #[arg(long, env = "GRADLESS_MEMORY_LIMIT_MIB")]
     pub memory_limit_mib: Option<u64>,
 }
 
@@ -88,6 +84,17 @@ pub struct SpecArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ModelsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 #[derive(Debug, Clone, Args)]

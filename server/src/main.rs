@@ -17,7 +17,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let serving = matches!(cli.command, None | Some(Command::Serve));
+    let serving = matches!(cli.command, None | Some(Command::Serve(_)));
     let default_filter = if serving { "info" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -26,23 +26,13 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
 
-    let engine = &cli.serve.engine;
+    // The CLI commands run one thing at a time: a queue of one is enough, and no time limit.
+    let worker = |engine| server::start_worker(server::worker_config(engine, 1, None));
     match cli.command {
-        None | Some(Command::Serve) => {
-            let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(server::serve(cli.serve))
-        }
-        Some(Command::Measure(args)) => {
-            let worker = server::start_worker(server::worker_config(engine, 1, None))?;
-            server::cli::measure(&worker, &args)
-        }
-        Some(Command::Compare(args)) => {
-            let worker = server::start_worker(server::worker_config(engine, 1, None))?;
-            server::cli::compare(&worker, &args)
-        }
-        Some(Command::Models { json }) => {
-            let worker = server::start_worker(server::worker_config(engine, 1, None))?;
-            server::cli::models(&worker, json)
-        }
+        None => tokio::runtime::Runtime::new()?.block_on(server::serve(cli.serve)),
+        Some(Command::Serve(args)) => tokio::runtime::Runtime::new()?.block_on(server::serve(args)),
+        Some(Command::Measure(args)) => server::cli::measure(&worker(&args.spec.engine)?, &args),
+        Some(Command::Compare(args)) => server::cli::compare(&worker(&args.spec.engine)?, &args),
+        Some(Command::Models(args)) => server::cli::models(&worker(&args.engine)?, args.json),
     }
 }

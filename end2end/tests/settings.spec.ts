@@ -1,0 +1,79 @@
+// Settings: each control changes the URL, the explanation and the snippet; a URL restores them.
+import { expect, test } from "@playwright/test";
+import { LabPage } from "./lab-page";
+
+test("a URL with settings restores every control", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=resnet18&device=cpu&eval=0&grad=inference_mode&autocast=bf16&batch=64");
+  await expect(lab.testid("model")).toHaveValue("resnet18");
+  await expect(lab.testid("device")).toHaveValue("cpu");
+  await expect(lab.testid("eval")).not.toBeChecked();
+  await expect(lab.testid("grad-inference_mode")).toBeChecked();
+  await expect(lab.testid("autocast-bf16")).toBeChecked();
+  await expect(lab.testid("batch")).toHaveValue("64");
+  const snippet = lab.testid("snippet");
+  await expect(snippet).toContainText("model.train()");
+  await expect(snippet).toContainText("torch.inference_mode()");
+  await expect(snippet).toContainText("dtype=torch.bfloat16");
+  await expect(snippet).toContainText("torch.randn(64, 3, 224, 224");
+});
+
+test("toggling each control updates URL, explanation and snippet; back restores", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=tiny_mlp&grad=enabled&eval=1&autocast=off&batch=32");
+
+  await lab.testid("grad-no_grad").check();
+  await expect(page).toHaveURL(/grad=no_grad/);
+  await expect(lab.testid("grad-explain")).toContainText("no graph is recorded");
+  await expect(lab.testid("snippet")).toContainText("with torch.no_grad():");
+
+  await lab.testid("eval").uncheck();
+  await expect(page).toHaveURL(/eval=0/);
+  await expect(lab.testid("eval-explain")).toContainText("model.train()");
+  await expect(lab.testid("snippet")).toContainText("model.train()");
+
+  await lab.testid("autocast-fp16").check();
+  await expect(page).toHaveURL(/autocast=fp16/);
+  await expect(lab.testid("snippet")).toContainText("torch.float16");
+
+  await lab.testid("model").selectOption("transformer");
+  await expect(page).toHaveURL(/model=transformer/);
+  await expect(lab.testid("snippet")).toContainText("TransformerEncoder");
+
+  await lab.testid("batch").fill("128");
+  await lab.testid("batch").press("Enter");
+  await expect(page).toHaveURL(/batch=128/);
+  await expect(lab.testid("snippet")).toContainText("torch.randn(128, 128, 256");
+
+  await page.goBack();
+  await expect(lab.testid("model")).toHaveValue("tiny_mlp");
+  await expect(lab.testid("batch")).toHaveValue("32");
+});
+
+test("an invalid batch gets a clear message and no run", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=tiny_mlp");
+  await lab.testid("batch").fill("abc");
+  await lab.testid("batch").press("Enter");
+  await expect(lab.testid("batch-error")).toContainText("not a whole number");
+  await lab.testid("batch").fill("0");
+  await lab.testid("batch").press("Enter");
+  await expect(lab.testid("batch-error")).toContainText("at least 1");
+  await lab.run();
+  await expect(lab.testid("status")).toContainText("Choose settings");
+  await lab.testid("batch").fill("8");
+  await lab.testid("batch").press("Enter");
+  await expect(lab.testid("batch-error")).toBeEmpty();
+});
+
+test("the copied snippet matches the settings", async ({ page, context }) => {
+  await context.grantPermissions(["clipboard-read", "clipboard-write"]);
+  const lab = new LabPage(page);
+  await lab.open("model=resnet50&grad=no_grad&eval=1&batch=8");
+  await lab.testid("copy-snippet").click();
+  await expect(lab.testid("copy-snippet")).toHaveText("Copied");
+  const copied = await page.evaluate(() => navigator.clipboard.readText());
+  expect(copied).toBe(await lab.testid("snippet").innerText());
+  expect(copied).toContain("torchvision.models.resnet50()");
+  expect(copied).toContain("with torch.no_grad():");
+});

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Installs everything Gradless needs, idempotently: each step checks first and is skipped in
+# seconds when already done. Heavy things live in $GRADLESS_CACHE (default ~/.cache/gradless)
+# so fresh clones and CI runs on the same machine reuse them.
+#
+#   scripts/setup.sh            what running the app needs
+#   scripts/setup.sh --browser  plus Chromium and Playwright for the browser tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+WASM_BINDGEN_VERSION=0.2.130   # must equal the `wasm-bindgen` pin in Cargo.toml
+TORCH_VERSION=2.11.0           # tch 0.24 links exactly this libtorch
+BROWSER=0
+[ "${1:-}" = "--browser" ] && BROWSER=1
+
+step() { printf '\n==> %s\n' "$*"; }
+mkdir -p "$GRADLESS_CACHE"
+
+apt_install() {
+  # Installs Debian packages that are missing; silent when all are present.
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  step "Installing Debian packages: ${missing[*]} (a minute or two, once per machine)"
+  local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# --- libtorch -------------------------------------------------------------------------------
+if [ -n "${LIBTORCH:-}" ]; then
+  echo "libtorch: using LIBTORCH=$LIBTORCH"
+elif "$GRADLESS_VENV/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "libtorch: PyTorch $TORCH_VERSION in $GRADLESS_VENV"
+else
+  step "Installing PyTorch $TORCH_VERSION into $GRADLESS_VENV for its libtorch (about 4.6 GB with the CUDA libraries, a few minutes once per machine)"
+  if ! python3 -m venv "$GRADLESS_VENV" 2>/dev/null; then
+    python3 -m pip install -q --user virtualenv && python3 -m virtualenv -q "$GRADLESS_VENV"
+  fi
+  "$GRADLESS_VENV/bin/pip" install -q --upgrade pip >/dev/null
+  # torchvision is for the Python peer benchmark (bench/), which measures the same models.
+  "$GRADLESS_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==0.26.0"
+fi
+
+# --- the wasm32 target ----------------------------------------------------------------------
+# rustup's target is the normal path. Where rustup cannot fetch it, Debian's rustc-web with
+# its std sources builds std for wasm itself (-Zbuild-std); scripts/build-site.sh reads the
+# choice from $GRADLESS_CACHE/wasm-toolchain.
+if rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  echo "wasm32: rustup target installed"
+  echo rustup > "$GRADLESS_CACHE/wasm-toolchain"
+elif [ -z "${GRADLESS_WASM_FALLBACK:-}" ] && { step "Adding the wasm32 target with rustup (seconds; bounded to 3 minutes)"; timeout 180 rustup target add wasm32-unknown-unknown; }; then
+  echo rustup > "$GRADLESS_CACHE/wasm-toolchain"
+else
+  step "rustup could not add wasm32: using Debian's rustc-web and building std for wasm (fallback)"
+  apt_install rustc-web cargo-web rust-web-src lld-22
+  echo debian > "$GRADLESS_CACHE/wasm-toolchain"
+fi
+
+# --- wasm-bindgen CLI -----------------------------------------------------------------------
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" = "$WASM_BINDGEN_VERSION" ]; then
+  echo "wasm-bindgen: $WASM_BINDGEN_VERSION"
+else
+  step "Compiling wasm-bindgen-cli $WASM_BINDGEN_VERSION (no prebuilt one on the registries: about 7 minutes on 2 cores, once per machine)"
+  # Not --locked: its lockfile names a crate version the registry index lacks (TOOLCHAIN.md).
+  cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+# --- npm: ECharts (served by us), binaryen's wasm-opt ---------------------------------------
+if [ -f node_modules/echarts/dist/echarts.min.js ] && [ -x node_modules/binaryen/bin/wasm-opt ]; then
+  echo "npm: echarts and binaryen present"
+else
+  step "Installing ECharts and binaryen from npm (seconds)"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# --- browser tests ----------------------------------------------------------------------------
+if [ "$BROWSER" = 1 ]; then
+  apt_install chromium chromium-driver
+  if [ -d end2end/node_modules/@playwright/test ]; then
+    echo "playwright: present"
+  else
+    step "Installing Playwright's test runner (it drives Debian's Chromium; no browser download)"
+    (cd end2end && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+echo "setup: done"

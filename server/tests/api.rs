@@ -1,0 +1,149 @@
+//! The HTTP API driven through the router without a socket: good input gets runs and
+//! reports, bad input gets 4xx JSON that names what is wrong, and the server keeps serving.
+
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use protocol::{ApiErrorBody, Event, Report, RunCreated, ServerInfo};
+use server::config::EngineArgs;
+use server::state::AppState;
+use tower::ServiceExt;
+
+fn engine_args() -> EngineArgs {
+    EngineArgs { threads: Some(1), max_batch: 256, memory_limit_mib: None }
+}
+
+/// One worker for the whole test binary: building every model for /api/info takes a while.
+fn state() -> AppState {
+    static STATE: OnceLock<AppState> = OnceLock::new();
+    STATE
+        .get_or_init(|| {
+            let worker = server::start_worker(server::worker_config(&engine_args(), 8, None)).unwrap();
+            server::build_state(worker, std::path::Path::new("target/site"), "127.0.0.1:0".parse().unwrap()).unwrap()
+        })
+        .clone()
+}
+
+fn app() -> Router {
+    server::web::app(state())
+}
+
+async fn send(app: Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let res = app.oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    (status, headers, body)
+}
+
+fn post_run(body: &str) -> Request<Body> {
+    Request::post("/api/runs").header(header::CONTENT_TYPE, "application/json").body(Body::from(body.to_string())).unwrap()
+}
+
+fn error_of(body: &[u8]) -> protocol::ApiError {
+    serde_json::from_slice::<ApiErrorBody>(body).unwrap_or_else(|e| panic!("not a JSON error ({e}): {}", String::from_utf8_lossy(body))).error
+}
+
+#[tokio::test]
+async fn info_lists_the_cpu_and_every_model() {
+    let (status, _, body) = send(app(), Request::get("/api/info").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let info: ServerInfo = serde_json::from_slice(&body).unwrap();
+    assert!(info.devices.iter().any(|d| d.kind == protocol::DeviceKind::Cpu));
+    assert_eq!(info.models.len(), protocol::ModelId::ALL.len());
+    assert!(info.models.iter().all(|m| m.parameters > 0));
+    assert_eq!(info.limits.max_batch, 256);
+}
+
+#[tokio::test]
+async fn bad_input_gets_4xx_json_naming_the_problem() {
+    let cases: [(&str, StatusCode, Option<&str>); 6] = [
+        ("{not json", StatusCode::BAD_REQUEST, None),
+        ("", StatusCode::BAD_REQUEST, None),
+        (r#"{"model": "resnet9000"}"#, StatusCode::BAD_REQUEST, Some("model")),
+        (r#"{"batch": -1}"#, StatusCode::BAD_REQUEST, Some("batch")),
+        (r#"{"batch": 0}"#, StatusCode::UNPROCESSABLE_ENTITY, Some("batch")),
+        (r#"{"batch": 100000}"#, StatusCode::UNPROCESSABLE_ENTITY, Some("batch")),
+    ];
+    for (body, want, field) in cases {
+        let (status, _, bytes) = send(app(), post_run(body)).await;
+        assert_eq!(status, want, "{body}");
+        let err = error_of(&bytes);
+        assert!(!err.message.is_empty());
+        assert_eq!(err.field.as_deref(), field, "{body}: {}", err.message);
+    }
+    let (status, _, bytes) = send(app(), Request::get("/api/runs/nope").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&bytes).code, "not_found");
+    let (status, _, bytes) = send(app(), Request::get("/api/no-such-thing").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&bytes).code, "not_found");
+    // Still serving.
+    let (status, _, _) = send(app(), Request::get("/healthz").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_run_streams_its_events_and_leaves_its_report() {
+    let (status, _, body) = send(app(), post_run(r#"{"model": "tiny_mlp", "batch": 8, "warmup": 2, "iters": 4, "grad": "no_grad"}"#)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let created: RunCreated = serde_json::from_slice(&body).unwrap();
+
+    let res = app().oneshot(Request::get(&created.events_url).body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let mut body = res.into_body();
+    let mut text = String::new();
+    let mut events: Vec<Event> = vec![];
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+        while let Some(end) = text.find("\n\n") {
+            let message: String = text.drain(..end + 2).collect();
+            for line in message.lines() {
+                if let Some(json) = line.strip_prefix("data: ") {
+                    events.push(serde_json::from_str(json).unwrap());
+                }
+            }
+        }
+        if events.last().is_some_and(Event::is_terminal) {
+            break;
+        }
+    }
+    let warmups = events.iter().filter(|e| matches!(e, Event::Warmup { .. })).count();
+    let samples = events.iter().filter(|e| matches!(e, Event::Sample { .. })).count();
+    assert_eq!((warmups, samples), (2, 4));
+    let Some(Event::Done { report }) = events.last() else { panic!("no report: {events:?}") };
+    assert_eq!(report.memory.after_release_bytes, report.memory.baseline_bytes);
+
+    let (status, _, body) = send(app(), Request::get(format!("/api/runs/{}", created.id)).body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let stored: Report = serde_json::from_slice(&body).unwrap();
+    assert_eq!(&stored, report.as_ref());
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_503_with_retry_after() {
+    let worker = server::start_worker(server::worker_config(&engine_args(), 0, None)).unwrap();
+    let mut state = state();
+    state.worker = std::sync::Arc::new(worker);
+    let (status, headers, body) = send(server::web::app(state), post_run("{}")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(headers.contains_key(header::RETRY_AFTER));
+    assert_eq!(error_of(&body).code, "queue_full");
+}
+
+#[tokio::test]
+async fn the_page_is_readable_before_hydration() {
+    let (status, _, body) = send(app(), Request::get("/?model=resnet18&grad=no_grad&batch=16").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let html = String::from_utf8(body).unwrap();
+    // The settings from the URL are rendered, and so are the explanation and the snippet.
+    assert!(html.contains("torch.no_grad()"), "grad explanation missing");
+    assert!(html.contains("torch.randn(16, 3, 224, 224"), "snippet does not follow the URL");
+    assert!(html.contains("/echarts.min.js") && html.contains("/pkg/gradless"), "assets not linked");
+    assert!(!html.contains("cdn."), "no CDN anywhere");
+}
