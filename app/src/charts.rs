@@ -54,7 +54,7 @@ pub fn latency_chart(warmup: &[Sample], samples: &[Sample], p50: Option<f64>, p9
     if !marks.is_empty() {
         line = line.mark_line(MarkLine::new().data(marks));
     }
-    base("Latency per iteration", "iteration", "ms", cats).series(line)
+    base("Latency per iteration", "iteration", "ms", cats).animation(false).series(line)
 }
 
 /// Peak memory during each forward pass and allocated memory after it (and, on CUDA,
@@ -76,6 +76,7 @@ pub fn memory_chart(warmup: &[Sample], samples: &[Sample], baseline: Option<u64>
         );
     }
     let mut chart = base("Memory per forward pass", "iteration", "MiB", cats)
+        .animation(false)
         .series(line)
         .series(Line::new().name("allocated after it (MiB)").data(allocated));
     if all.iter().any(|s| s.reserved_bytes.is_some()) {
@@ -114,31 +115,63 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// Draws `chart` into the element `id`, reusing the ECharts instance already there.
+/// Draws `chart` into the element `id` at the next animation frame. Samples can arrive
+/// faster than ECharts redraws (a tiny model streams 50 in a few milliseconds); drawing
+/// each one would block the page, so bursts collapse into one redraw per frame, always
+/// with the newest data.
 #[cfg(feature = "hydrate")]
-pub fn render(id: &'static str, chart: &Chart) {
-    use charming::{Echarts, WasmRenderer};
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-    thread_local! {
-        static CHARTS: RefCell<HashMap<&'static str, Echarts>> = RefCell::new(HashMap::new());
-    }
-    CHARTS.with(|charts| {
-        let mut charts = charts.borrow_mut();
-        if let Some(existing) = charts.get(id) {
-            WasmRenderer::update(existing, chart);
-            return;
+pub fn render(id: &'static str, chart: Chart) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let schedule = DRAWING.with(|d| {
+        let mut d = d.borrow_mut();
+        d.pending.insert(id, chart);
+        !std::mem::replace(&mut d.scheduled, true)
+    });
+    if schedule {
+        let flush = Closure::once_into_js(flush);
+        if let Some(w) = web_sys::window() {
+            let _ = w.request_animation_frame(flush.unchecked_ref());
         }
-        let dark = web_sys::window()
-            .and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten())
-            .is_some_and(|m| m.matches());
-        let renderer = WasmRenderer::new_opt(None, None);
-        let renderer = if dark { renderer.theme(charming::theme::Theme::Dark) } else { renderer };
-        match renderer.render(id, chart) {
-            Ok(instance) => {
-                charts.insert(id, instance);
+    }
+}
+
+#[cfg(feature = "hydrate")]
+#[derive(Default)]
+struct Drawing {
+    pending: std::collections::HashMap<&'static str, Chart>,
+    scheduled: bool,
+    instances: std::collections::HashMap<&'static str, charming::Echarts>,
+}
+
+#[cfg(feature = "hydrate")]
+thread_local! {
+    static DRAWING: std::cell::RefCell<Drawing> = std::cell::RefCell::new(Drawing::default());
+}
+
+#[cfg(feature = "hydrate")]
+fn flush() {
+    use charming::WasmRenderer;
+    DRAWING.with(|d| {
+        let mut d = d.borrow_mut();
+        d.scheduled = false;
+        let pending: Vec<_> = d.pending.drain().collect();
+        for (id, chart) in pending {
+            if let Some(existing) = d.instances.get(id) {
+                WasmRenderer::update(existing, &chart);
+                continue;
             }
-            Err(e) => leptos::logging::warn!("could not draw chart {id}: {e:?}"),
+            let dark = web_sys::window()
+                .and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten())
+                .is_some_and(|m| m.matches());
+            let renderer = WasmRenderer::new_opt(None, None);
+            let renderer = if dark { renderer.theme(charming::theme::Theme::Dark) } else { renderer };
+            match renderer.render(id, &chart) {
+                Ok(instance) => {
+                    d.instances.insert(id, instance);
+                }
+                Err(e) => leptos::logging::warn!("could not draw chart {id}: {e:?}"),
+            }
         }
     });
 }

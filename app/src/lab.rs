@@ -111,12 +111,12 @@ pub fn LabPage() -> impl IntoView {
                 let r = v.report.as_ref();
                 charts::render(
                     "latency-chart",
-                    &charts::latency_chart(&v.warmup, &v.samples, r.map(|r| r.latency_ms.p50), r.map(|r| r.latency_ms.p95)),
+                    charts::latency_chart(&v.warmup, &v.samples, r.map(|r| r.latency_ms.p50), r.map(|r| r.latency_ms.p95)),
                 );
-                charts::render("memory-chart", &charts::memory_chart(&v.warmup, &v.samples, v.baseline_bytes));
+                charts::render("memory-chart", charts::memory_chart(&v.warmup, &v.samples, v.baseline_bytes));
             })
         });
-        Effect::new(move |_| history.with(|h| charts::render("compare-chart", &charts::comparison_chart(h))));
+        Effect::new(move |_| history.with(|h| charts::render("compare-chart", charts::comparison_chart(h))));
     }
 
     let models = info.with_value(|i| i.models.clone());

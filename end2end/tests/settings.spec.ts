@@ -45,9 +45,15 @@ test("toggling each control updates URL, explanation and snippet; back restores"
   await expect(page).toHaveURL(/batch=128/);
   await expect(lab.testid("snippet")).toContainText("torch.randn(128, 128, 256");
 
+  // Back undoes one change at a time: first the batch, then the model.
+  await page.goBack();
+  await expect(lab.testid("batch")).toHaveValue("32");
+  await expect(lab.testid("model")).toHaveValue("transformer");
   await page.goBack();
   await expect(lab.testid("model")).toHaveValue("tiny_mlp");
-  await expect(lab.testid("batch")).toHaveValue("32");
+  await expect(lab.testid("snippet")).toContainText("TinyMLP");
+  await page.goForward();
+  await expect(lab.testid("model")).toHaveValue("transformer");
 });
 
 test("an invalid batch gets a clear message and no run", async ({ page }) => {

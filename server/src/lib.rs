@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use axum::serve::ListenerExt;
 use engine::{LabConfig, Worker, WorkerConfig};
 use leptos::config::LeptosOptions;
 use protocol::{Limits, ServerInfo};
@@ -82,6 +83,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let worker = state.worker.clone();
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
     tracing::info!("Gradless is serving at http://{}", listener.local_addr()?);
+    // Without TCP_NODELAY, Nagle's algorithm and the browser's delayed ACK hold small
+    // responses (a run id, one SSE event) for ~40 ms each.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("could not set TCP_NODELAY: {e}");
+        }
+    });
     axum::serve(listener, web::app(state)).with_graceful_shutdown(shutdown_signal()).await.context("the server failed")?;
     tracing::info!("shutting down: finishing the current run");
     tokio::task::spawn_blocking(move || {
