@@ -88,7 +88,9 @@ pub fn memory_chart(warmup: &[Sample], samples: &[Sample], baseline: Option<u64>
 
 /// The runs made on this page side by side: peak memory above baseline and p50/p95.
 pub fn comparison_chart(runs: &[Report]) -> Chart {
-    let cats: Vec<String> = runs.iter().enumerate().map(|(i, r)| format!("#{} {}", i + 1, r.spec.label())).collect();
+    // One short line per setting, so labels stay readable under every bar group.
+    let cats: Vec<String> =
+        runs.iter().enumerate().map(|(i, r)| format!("#{}\n{}", i + 1, r.spec.label().replace(" · ", "\n"))).collect();
     let peak: Vec<f64> = runs.iter().map(|r| round3(r.memory.peak_above_baseline_bytes as f64 / MIB)).collect();
     let p50: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p50)).collect();
     let p95: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p95)).collect();
@@ -96,13 +98,13 @@ pub fn comparison_chart(runs: &[Report]) -> Chart {
         .title(Title::new().text("Runs on this page").left("center").text_style(charming::element::TextStyle::new().font_size(14)))
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
         .legend(Legend::new().bottom(0))
-        .grid(Grid::new().left(64).right(64).top(40).bottom(90))
+        .grid(Grid::new().left(64).right(64).top(40).bottom(110))
         .background_color("transparent")
         .x_axis(
             Axis::new()
                 .type_(AxisType::Category)
                 .data(cats)
-                .axis_label(charming::element::AxisLabel::new().interval(0).rotate(12)),
+                .axis_label(charming::element::AxisLabel::new().interval(0)),
         )
         .y_axis(Axis::new().type_(AxisType::Value).name("MiB above baseline"))
         .y_axis(Axis::new().type_(AxisType::Value).name("ms"))
