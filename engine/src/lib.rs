@@ -6,6 +6,7 @@
 //! - [`torch_ext`]: the C++ extension's safe wrapper (the only `unsafe` code).
 //! - [`lab`]: the device thread's state and the measurement of one run.
 //! - [`worker`]: the thread that owns the device, and its bounded queue.
+//! - [`pitfalls`]: one live experiment per pitfall card, each with a measured verdict.
 //! - [`models`], [`device`], [`spec`], [`stats`]: the model zoo, the hardware, spec
 //!   checking and latency statistics.
 
@@ -13,6 +14,7 @@ pub mod device;
 pub mod error;
 pub mod lab;
 pub mod models;
+pub mod pitfalls;
 pub mod spec;
 pub mod stats;
 pub mod torch_ext;

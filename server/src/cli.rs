@@ -9,7 +9,7 @@ use engine::{MeasureError, Worker};
 use protocol::{format_bytes, ModelId, ModelInfo, Report, RunSpec};
 use serde::Serialize;
 
-use crate::config::{CompareArgs, MeasureArgs, SpecArgs};
+use crate::config::{CompareArgs, MeasureArgs, PitfallArgs, SpecArgs};
 
 fn base_spec(args: &SpecArgs) -> RunSpec {
     RunSpec {
@@ -137,6 +137,62 @@ pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
         })
         .context("the measurement worker stopped")?
         .map_err(|e| anyhow::anyhow!("could not build the models: {e}"))
+}
+
+/// `gradless pitfall list`.
+pub fn pitfall_list(json: bool) -> Result<()> {
+    let cards = engine::pitfalls::catalogue();
+    if json {
+        return print_json(&cards);
+    }
+    let mut out = std::io::stdout().lock();
+    for c in cards {
+        writeln!(out, "{:<22} {}", c.id, c.title)?;
+    }
+    Ok(())
+}
+
+/// `gradless pitfall ID`.
+pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
+    if !engine::pitfalls::exists(&args.id) {
+        let known: Vec<_> = engine::pitfalls::catalogue().into_iter().map(|c| c.id).collect();
+        bail!("unknown pitfall `{}`; known: {}", args.id, known.join(", "));
+    }
+    let options = protocol::PitfallOptions {
+        device: args.device,
+        model: args.model,
+        batch: args.batch,
+        budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
+    };
+    let id = args.id.clone();
+    let report = worker
+        .call(move |lab| engine::pitfalls::run(lab, &id, options))
+        .context("the measurement worker stopped")?
+        .map_err(|f| anyhow::anyhow!("{}: {}", args.id, f.message))?;
+    if args.json {
+        return print_json(&report);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{} — on {} ({})", report.id, report.env.device_name, report.env.device.as_str())?;
+    writeln!(out, "claim:     {}", report.claim)?;
+    writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
+    writeln!(out, "because:   {}", report.reason)?;
+    writeln!(out, "rule:      {}", report.threshold)?;
+    for f in &report.figures {
+        let value = match f.unit.as_str() {
+            "bytes" => format_bytes(f.value.max(0.0) as u64),
+            "ms" => format!("{:.3} ms", f.value),
+            "ratio" => format!("{:.3}", f.value),
+            "bool" => (if f.value > 0.0 { "yes" } else { "no" }).to_string(),
+            "count" => format!("{}", f.value),
+            _ => format!("{:.3e}", f.value),
+        };
+        writeln!(out, "  {:<58} {value}", f.name)?;
+    }
+    for n in &report.notes {
+        writeln!(out, "note:      {n}")?;
+    }
+    Ok(())
 }
 
 fn print_json<T: Serialize>(value: &T) -> Result<()> {

@@ -28,6 +28,8 @@ pub enum Command {
     Compare(CompareArgs),
     /// List the models with their parameter counts.
     Models(ModelsArgs),
+    /// Run a pitfall experiment (`gradless pitfall list` lists them).
+    Pitfall(PitfallArgs),
 }
 
 /// Engine settings shared by the server and the CLI.
@@ -117,4 +119,26 @@ pub struct MeasureArgs {
 pub struct CompareArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PitfallArgs {
+    /// A pitfall id (e.g. eval-not-nograd), or `list`.
+    pub id: String,
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceChoice,
+    /// The model to use instead of the card's default.
+    #[arg(long)]
+    pub model: Option<ModelId>,
+    /// The batch to use instead of the card's default.
+    #[arg(long)]
+    pub batch: Option<u32>,
+    /// batch-scaling: memory budget in MiB (default: the device's free memory on a GPU).
+    #[arg(long)]
+    pub budget_mib: Option<u64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }

@@ -36,6 +36,9 @@ pub fn app(state: AppState) -> Router {
             move || app::shell(leptos.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
+        // gzip for pages, wasm, js and css (the default predicate leaves SSE streams alone,
+        // so events are never held back in a compressor's buffer).
+        .layer(tower_http::compression::CompressionLayer::new())
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }

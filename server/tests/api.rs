@@ -92,8 +92,11 @@ async fn a_run_streams_its_events_and_leaves_its_report() {
     assert_eq!(status, StatusCode::ACCEPTED);
     let created: RunCreated = serde_json::from_slice(&body).unwrap();
 
-    let res = app().oneshot(Request::get(&created.events_url).body(Body::empty()).unwrap()).await.unwrap();
+    let req = Request::get(&created.events_url).header(header::ACCEPT_ENCODING, "gzip").body(Body::empty()).unwrap();
+    let res = app().oneshot(req).await.unwrap();
     assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
+    // A compressor would hold events back in its buffer: the stream must go out plain.
+    assert!(!res.headers().contains_key(header::CONTENT_ENCODING));
     let mut body = res.into_body();
     let mut text = String::new();
     let mut events: Vec<Event> = vec![];
@@ -146,4 +149,8 @@ async fn the_page_is_readable_before_hydration() {
     assert!(html.contains("torch.randn(16, 3, 224, 224"), "snippet does not follow the URL");
     assert!(html.contains("/echarts.min.js") && html.contains("/pkg/gradless"), "assets not linked");
     assert!(!html.contains("cdn."), "no CDN anywhere");
+    // Pages go out compressed to browsers that ask.
+    let req = Request::get("/").header(header::ACCEPT_ENCODING, "gzip").body(Body::empty()).unwrap();
+    let (_, headers, _) = send(app(), req).await;
+    assert_eq!(headers[header::CONTENT_ENCODING], "gzip");
 }

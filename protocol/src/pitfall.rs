@@ -1,0 +1,97 @@
+//! The pitfall experiments' vocabulary: what a card claims, what its experiment measured,
+//! and the verdict computed from those figures.
+
+use serde::{Deserialize, Serialize};
+
+use crate::EnvStamp;
+
+/// Whether the claim held on this hardware.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The figures show what the claim says.
+    Confirmed,
+    /// The figures contradict the claim here; the reason says how.
+    Refuted,
+    /// The effect cannot show on this device (for example a CUDA-only effect on a CPU).
+    NotApplicable,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Confirmed => "confirmed",
+            Verdict::Refuted => "refuted",
+            Verdict::NotApplicable => "not_applicable",
+        }
+    }
+}
+
+/// One measured number of an experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    pub name: String,
+    pub value: f64,
+    /// `bytes`, `ms`, `ratio`, `count`, `bool` (1/0), ...
+    pub unit: String,
+}
+
+/// A line or bar series for the card's chart: `x` labels with `y` values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub name: String,
+    pub unit: String,
+    pub x: Vec<String>,
+    pub y: Vec<Option<f64>>,
+}
+
+/// How the card's chart is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChartKind {
+    Line,
+    Bar,
+}
+
+/// The result of one pitfall experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PitfallReport {
+    pub id: String,
+    pub claim: String,
+    pub verdict: Verdict,
+    /// Why this verdict, with the deciding numbers.
+    pub reason: String,
+    /// The rule the verdict applies, written down before the experiment ran.
+    pub threshold: String,
+    pub figures: Vec<Figure>,
+    pub chart: ChartKind,
+    pub series: Vec<Series>,
+    /// Extra observations in words (errors raised, dtypes seen, ...).
+    pub notes: Vec<String>,
+    pub env: EnvStamp,
+}
+
+/// A card as listed: what it teaches and where the fact comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PitfallInfo {
+    pub id: String,
+    pub title: String,
+    pub claim: String,
+    pub why: String,
+    /// The PyTorch documentation the explanation rests on.
+    pub source: String,
+    pub python_pitfall: String,
+    pub python_fix: String,
+    pub threshold: String,
+}
+
+/// Knobs a person may set on an experiment; each has a sensible per-device default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PitfallOptions {
+    pub device: crate::DeviceChoice,
+    pub model: Option<crate::ModelId>,
+    pub batch: Option<u32>,
+    /// batch-scaling: the memory budget in bytes (default: the device's free memory).
+    pub budget_bytes: Option<u64>,
+}
