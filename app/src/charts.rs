@@ -8,7 +8,8 @@ use charming::element::{
 };
 use charming::series::{Bar, Line};
 use charming::Chart;
-use protocol::{Report, Sample};
+use charming::datatype::DataPoint;
+use protocol::{ChartKind, PitfallReport, Report, Sample};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -113,6 +114,37 @@ pub fn comparison_chart(runs: &[Report]) -> Chart {
         .series(Bar::new().name("p95 latency (ms)").y_axis_index(1).data(p95))
 }
 
+/// A pitfall experiment's series: one category axis, a value axis per unit (at most two).
+pub fn pitfall_chart(report: &PitfallReport) -> Chart {
+    let cats = report.series.first().map(|s| s.x.clone()).unwrap_or_default();
+    let mut units: Vec<&str> = vec![];
+    for s in &report.series {
+        if !units.contains(&s.unit.as_str()) && units.len() < 2 {
+            units.push(&s.unit);
+        }
+    }
+    let mut chart = Chart::new()
+        .tooltip(Tooltip::new().trigger(Trigger::Axis))
+        .legend(Legend::new().bottom(0))
+        .grid(Grid::new().left(64).right(64).top(36).bottom(64))
+        .background_color("transparent")
+        .x_axis(Axis::new().type_(AxisType::Category).data(cats));
+    for u in &units {
+        chart = chart.y_axis(Axis::new().type_(AxisType::Value).name(*u));
+    }
+    for s in &report.series {
+        // Missing points ("-") leave a gap, e.g. where a batch sweep stopped at the budget.
+        let data: Vec<DataPoint> =
+            s.y.iter().map(|v| v.map(|v| DataPoint::from(round3(v))).unwrap_or_else(|| DataPoint::from("-"))).collect();
+        let axis = units.iter().position(|u| *u == s.unit).unwrap_or(0) as f64;
+        chart = match report.chart {
+            ChartKind::Line => chart.series(Line::new().name(s.name.clone()).y_axis_index(axis).data(data)),
+            ChartKind::Bar => chart.series(Bar::new().name(s.name.clone()).y_axis_index(axis).data(data)),
+        };
+    }
+    chart
+}
+
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
@@ -122,7 +154,8 @@ fn round3(x: f64) -> f64 {
 /// each one would block the page, so bursts collapse into one redraw per frame, always
 /// with the newest data.
 #[cfg(feature = "hydrate")]
-pub fn render(id: &'static str, chart: Chart) {
+pub fn render(id: impl Into<String>, chart: Chart) {
+    let id = id.into();
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
     let schedule = DRAWING.with(|d| {
@@ -141,9 +174,9 @@ pub fn render(id: &'static str, chart: Chart) {
 #[cfg(feature = "hydrate")]
 #[derive(Default)]
 struct Drawing {
-    pending: std::collections::HashMap<&'static str, Chart>,
+    pending: std::collections::HashMap<String, Chart>,
     scheduled: bool,
-    instances: std::collections::HashMap<&'static str, charming::Echarts>,
+    instances: std::collections::HashMap<String, charming::Echarts>,
 }
 
 #[cfg(feature = "hydrate")]
@@ -159,7 +192,7 @@ fn flush() {
         d.scheduled = false;
         let pending: Vec<_> = d.pending.drain().collect();
         for (id, chart) in pending {
-            if let Some(existing) = d.instances.get(id) {
+            if let Some(existing) = d.instances.get(&id) {
                 WasmRenderer::update(existing, &chart);
                 continue;
             }
@@ -168,7 +201,7 @@ fn flush() {
                 .is_some_and(|m| m.matches());
             let renderer = WasmRenderer::new_opt(None, None);
             let renderer = if dark { renderer.theme(charming::theme::Theme::Dark) } else { renderer };
-            match renderer.render(id, &chart) {
+            match renderer.render(&id, &chart) {
                 Ok(instance) => {
                     d.instances.insert(id, instance);
                 }

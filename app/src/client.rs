@@ -16,17 +16,18 @@ fn js_error(e: JsValue) -> String {
         .unwrap_or_else(|| "unknown browser error".into())
 }
 
-/// Queues a run; the error is the server's message (or why the server could not be reached).
-pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
+/// POSTs `body` as JSON to `url` and reads the JSON answer; the error is the server's message
+/// (or why the server could not be reached).
+pub async fn post_json<B: serde::Serialize, T: serde::de::DeserializeOwned>(url: &str, body: &B) -> Result<T, String> {
     let window = web_sys::window().ok_or("no window")?;
-    let body = serde_json::to_string(spec).map_err(|e| e.to_string())?;
+    let body = serde_json::to_string(body).map_err(|e| e.to_string())?;
     let init = RequestInit::new();
     init.set_method("POST");
     init.set_body(&JsValue::from_str(&body));
     let headers = Headers::new().map_err(js_error)?;
     headers.set("content-type", "application/json").map_err(js_error)?;
     init.set_headers(&headers);
-    let request = Request::new_with_str_and_init("/api/runs", &init).map_err(js_error)?;
+    let request = Request::new_with_str_and_init(url, &init).map_err(js_error)?;
     let response: Response = JsFuture::from(window.fetch_with_request(&request))
         .await
         .map_err(|_| "the Gradless server cannot be reached; is it still running?".to_string())?
@@ -40,6 +41,11 @@ pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
             .map(|b| b.error.message)
             .unwrap_or_else(|_| format!("the server answered {}", response.status())))
     }
+}
+
+/// Queues a run.
+pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
+    post_json("/api/runs", spec).await
 }
 
 /// Follows a run's events, calling `on_event` for each; resolves after the terminal one.

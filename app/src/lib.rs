@@ -11,6 +11,7 @@ pub mod charts;
 mod client;
 pub mod explain;
 pub mod lab;
+pub mod pitfalls;
 pub mod run_view;
 pub mod settings;
 
@@ -66,6 +67,7 @@ fn server_info() -> ServerInfo {
         devices: vec![],
         models: vec![],
         limits: Default::default(),
+        pitfalls: vec![],
     })
 }
 
@@ -83,7 +85,11 @@ pub fn App() -> impl IntoView {
         <script type="application/json" id=INFO_ELEMENT inner_html=info_json></script>
         <Router>
             <header class="top">
-                <a class="brand" href="/">"Gradless"</a>
+                <nav>
+                    <a class="brand" href="/">"Gradless"</a>
+                    <a href="/" class="nav">"Lab"</a>
+                    <a href="/pitfalls" class="nav">"Pitfalls"</a>
+                </nav>
                 <p class="tagline">
                     "Toggle "<code>"model.eval()"</code>", "<code>"torch.no_grad()"</code>", "
                     <code>"torch.inference_mode()"</code>" and autocast, and watch memory and latency measured live."
@@ -92,6 +98,7 @@ pub fn App() -> impl IntoView {
             <main>
                 <Routes fallback=|| view! { <p class="error">"Page not found."</p> }>
                     <Route path=StaticSegment("") view=lab::LabPage />
+                    <Route path=StaticSegment("pitfalls") view=pitfalls::PitfallsPage />
                 </Routes>
             </main>
             <footer>

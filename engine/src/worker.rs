@@ -114,6 +114,10 @@ impl Worker {
         self.machine.devices()
     }
 
+    pub fn queue_capacity(&self) -> usize {
+        self.config.queue_capacity
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.config.limits
     }

@@ -560,6 +560,9 @@ pub struct ServerInfo {
     pub devices: Vec<DeviceInfo>,
     pub models: Vec<ModelInfo>,
     pub limits: Limits,
+    /// The pitfall cards, in guided-tour order.
+    #[serde(default)]
+    pub pitfalls: Vec<PitfallInfo>,
 }
 
 /// `POST /api/runs` answer.

@@ -184,6 +184,43 @@ fn event_stream(run: Arc<RunState>) -> impl Stream<Item = Result<SseEvent, Infal
     })
 }
 
+/// `GET /api/pitfalls`: the cards, in guided-tour order.
+pub async fn pitfalls(State(state): State<AppState>) -> Json<Vec<protocol::PitfallInfo>> {
+    Json(state.info.pitfalls.clone())
+}
+
+/// `POST /api/pitfalls/{id}`: runs the experiment (body: optional PitfallOptions) and
+/// answers its report when it is done.
+pub async fn run_pitfall(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<protocol::PitfallReport>, ApiError> {
+    if !engine::pitfalls::exists(&id) {
+        return Err(ApiError::NotFound(format!("pitfall {id}")));
+    }
+    let options: protocol::PitfallOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        Default::default()
+    } else {
+        let de = &mut serde_json::Deserializer::from_slice(&body);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            ApiError::BadRequest { message: format!("{path}: {}", e.into_inner()), field: Some(path) }
+        })?
+    };
+    let capacity = state.worker.queue_capacity();
+    let _permit = state.experiments.clone().try_acquire_owned().map_err(|_| ApiError::QueueFull { capacity })?;
+    let worker = state.worker.clone();
+    let result = tokio::task::spawn_blocking(move || worker.call(move |lab| engine::pitfalls::run(lab, &id, options)))
+        .await
+        .map_err(|_| ApiError::Unavailable)?
+        .map_err(ApiError::from)?;
+    result.map(Json).map_err(|f| match f.kind {
+        protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError { field: "device".into(), message: f.message }),
+        _ => ApiError::NoReport(f.message),
+    })
+}
+
 /// Unknown `/api/...` paths answer JSON too.
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("this API path".into())

@@ -50,14 +50,27 @@ pub fn build_state(worker: Worker, site_root: &std::path::Path, addr: std::net::
         devices: worker.devices(),
         models,
         limits: worker.limits().clone(),
+        pitfalls: engine::pitfalls::catalogue(),
     };
+    let experiments = Arc::new(tokio::sync::Semaphore::new(worker_queue_capacity(&worker)));
     let leptos = LeptosOptions::builder()
         .output_name("gradless")
         .site_root(site_root.to_string_lossy().to_string())
         .site_pkg_dir("pkg")
         .site_addr(addr)
         .build();
-    Ok(AppState { worker: Arc::new(worker), runs: Arc::new(runs::Runs::new(1000)), info: Arc::new(info), leptos })
+    Ok(AppState {
+        worker: Arc::new(worker),
+        runs: Arc::new(runs::Runs::new(1000)),
+        info: Arc::new(info),
+        leptos,
+        experiments,
+    })
+}
+
+/// Pitfall experiments wait in the same spirit as runs: as many as the run queue holds.
+fn worker_queue_capacity(worker: &Worker) -> usize {
+    worker.queue_capacity().max(1)
 }
 
 /// `gradless serve`: serves until Ctrl-C or SIGTERM, then lets the current run finish.

@@ -16,6 +16,8 @@ pub struct AppState {
     /// What this server offers, computed once at start (the models need building to count).
     pub info: Arc<ServerInfo>,
     pub leptos: LeptosOptions,
+    /// Bounds the pitfall experiments waiting for the device (each holds a permit).
+    pub experiments: Arc<tokio::sync::Semaphore>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

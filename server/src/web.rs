@@ -20,6 +20,8 @@ pub fn app(state: AppState) -> Router {
         .route("/runs", post(api::create_run))
         .route("/runs/{id}", get(api::get_run))
         .route("/runs/{id}/events", get(api::run_events))
+        .route("/pitfalls", get(api::pitfalls))
+        .route("/pitfalls/{id}", post(api::run_pitfall))
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT));
 

@@ -154,3 +154,24 @@ async fn the_page_is_readable_before_hydration() {
     let (_, headers, _) = send(app(), req).await;
     assert_eq!(headers[header::CONTENT_ENCODING], "gzip");
 }
+
+#[tokio::test]
+async fn pitfalls_are_listed_and_run_with_a_verdict() {
+    let (status, _, body) = send(app(), Request::get("/api/pitfalls").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let cards: Vec<protocol::PitfallInfo> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(cards.len(), 13);
+    let req = Request::post("/api/pitfalls/nograd-not-eval").body(Body::from(r#"{"device": "cpu"}"#)).unwrap();
+    let (status, _, body) = send(app(), req).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let report: protocol::PitfallReport = serde_json::from_slice(&body).unwrap();
+    assert_eq!(report.verdict, protocol::Verdict::Confirmed);
+    assert!(!report.figures.is_empty());
+    let (status, _, body) = send(app(), Request::post("/api/pitfalls/nope").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&body).code, "not_found");
+    let req = Request::post("/api/pitfalls/warm-up").body(Body::from(r#"{"devise": "cpu"}"#)).unwrap();
+    let (status, _, body) = send(app(), req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(error_of(&body).message.contains("devise"));
+}

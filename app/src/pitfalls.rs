@@ -1,0 +1,199 @@
+//! The Pitfalls page: one card per lesson — the claim, why it happens (with the PyTorch
+//! doc it rests on), the code that falls in and the code that avoids it, and a live
+//! experiment whose verdict is computed from what it measured. A guided tour walks the
+//! cards in order and remembers, in this browser, which ones were run.
+
+use leptos::prelude::*;
+use protocol::{format_bytes, PitfallInfo, PitfallReport, ServerInfo, Verdict};
+
+/// Where the tour's progress is kept in the browser.
+#[cfg(feature = "hydrate")]
+const TOUR_KEY: &str = "gradless-tour";
+
+// Only the browser build reaches Done and Failed: experiments run from a click.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+#[derive(Clone, Debug, PartialEq)]
+enum CardState {
+    Idle,
+    Running,
+    Done(Box<PitfallReport>),
+    Failed(String),
+}
+
+/// A figure as a person reads it, in its unit.
+pub fn format_figure(value: f64, unit: &str) -> String {
+    match unit {
+        "bytes" => format_bytes(value.max(0.0) as u64),
+        "ms" => format!("{value:.3} ms"),
+        "ratio" => format!("{value:.3}"),
+        "bool" => (if value > 0.0 { "yes" } else { "no" }).to_string(),
+        "count" => format!("{value}"),
+        _ => format!("{value:.3e}"),
+    }
+}
+
+#[component]
+pub fn PitfallsPage() -> impl IntoView {
+    let info = expect_context::<ServerInfo>();
+    let cards = info.pitfalls.clone();
+    let total = cards.len();
+    let done = RwSignal::new(Vec::<String>::new());
+    #[cfg(feature = "hydrate")]
+    {
+        // Progress lives in localStorage; read it once the page is live.
+        Effect::new(move |_| {
+            let stored = web_sys::window()
+                .and_then(|w| w.local_storage().ok().flatten())
+                .and_then(|s| s.get_item(TOUR_KEY).ok().flatten())
+                .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
+                .unwrap_or_default();
+            done.set(stored);
+        });
+    }
+    let order: Vec<(String, String)> = cards.iter().map(|c| (c.id.clone(), c.title.clone())).collect();
+    let next = move || {
+        done.with(|d| order.iter().find(|(id, _)| !d.contains(id)).cloned())
+    };
+    let reset = move |_| {
+        done.set(vec![]);
+        save_progress(&[]);
+    };
+    view! {
+        <div class="pitfalls">
+            <section class="tour" data-testid="tour" aria-label="Guided tour">
+                <h1>"Pitfalls, tested live"</h1>
+                <p>
+                    "Each card states a claim about PyTorch's inference settings and tests it on this server's hardware. The verdict comes from the measured figures by the rule shown under each card: "
+                    <strong>"confirmed"</strong>", "<strong>"refuted"</strong>" (it did not hold here) or "<strong>"not applicable"</strong>" (the effect needs other hardware)."
+                </p>
+                <p class="progress-line">
+                    <span data-testid="tour-progress">{move || format!("Guided tour: {} of {total} cards run", done.with(|d| d.len()))}</span>
+                    {move || next().map(|(id, title)| view! { " · " <a href=format!("#{id}") data-testid="tour-next">{format!("Next: {title}")}</a> })}
+                    " · " <button class="link" on:click=reset>"Start over"</button>
+                </p>
+            </section>
+            {cards
+                .into_iter()
+                .enumerate()
+                .map(|(index, card)| view! { <PitfallCard card index done /> })
+                .collect_view()}
+        </div>
+    }
+}
+
+fn save_progress(_done: &[String]) {
+    #[cfg(feature = "hydrate")]
+    if let Some(storage) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
+        let _ = storage.set_item(TOUR_KEY, &serde_json::to_string(_done).unwrap_or_default());
+    }
+}
+
+#[component]
+fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> impl IntoView {
+    let state = RwSignal::new(CardState::Idle);
+    let id = card.id.clone();
+    let chart_id = format!("pitfall-chart-{id}");
+    #[cfg(feature = "hydrate")]
+    {
+        let chart_id = chart_id.clone();
+        Effect::new(move |_| {
+            state.with(|s| {
+                if let CardState::Done(report) = s {
+                    crate::charts::render(chart_id.clone(), crate::charts::pitfall_chart(report));
+                }
+            })
+        });
+    }
+    let run_id = id.clone();
+    let on_run = move |_| {
+        let id = run_id.clone();
+        state.set(CardState::Running);
+        #[cfg(feature = "hydrate")]
+        leptos::task::spawn_local(async move {
+            let url = format!("/api/pitfalls/{id}");
+            match crate::client::post_json::<_, PitfallReport>(&url, &protocol::PitfallOptions::default()).await {
+                Ok(report) => {
+                    state.set(CardState::Done(Box::new(report)));
+                    done.update(|d| {
+                        if !d.contains(&id) {
+                            d.push(id.clone());
+                        }
+                    });
+                    save_progress(&done.get_untracked());
+                }
+                Err(message) => state.set(CardState::Failed(message)),
+            }
+        });
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (id, done);
+    };
+    let verdict_view = move || {
+        state.with(|s| match s {
+            CardState::Idle => None,
+            CardState::Running => Some(view! { <p class="verdict running">"Measuring on the server…"</p> }.into_any()),
+            CardState::Failed(m) => Some(view! { <p class="error" role="alert">{m.clone()}</p> }.into_any()),
+            CardState::Done(r) => {
+                let (class, word) = match r.verdict {
+                    Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
+                    Verdict::Refuted => ("verdict refuted", "Refuted here"),
+                    Verdict::NotApplicable => ("verdict na", "Not applicable here"),
+                };
+                let figures = r
+                    .figures
+                    .iter()
+                    .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{format_figure(f.value, &f.unit)}</td></tr> })
+                    .collect_view();
+                let notes = r.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
+                Some(
+                    view! {
+                        <div class="outcome">
+                            <p class=class data-testid=format!("verdict-{}", r.id)>
+                                <strong>{word}</strong>" — "{r.reason.clone()}
+                            </p>
+                            <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
+                            <table class="summary figures"><tbody>{figures}</tbody></table>
+                            <ul class="notes">{notes}</ul>
+                        </div>
+                    }
+                    .into_any(),
+                )
+            }
+        })
+    };
+    let has_chart = move || state.with(|s| matches!(s, CardState::Done(r) if !r.series.is_empty()));
+    let seen_id = id.clone();
+    view! {
+        <article class="card" id=card.id.clone() data-testid=format!("card-{}", card.id)>
+            <h2>
+                {format!("{}. {}", index + 1, card.title)}
+                {move || done.with(|d| d.contains(&seen_id)).then(|| view! { <span class="seen" title="run in this browser">" ✓"</span> })}
+            </h2>
+            <p class="claim">{card.claim.clone()}</p>
+            <p class="explain">{card.why.clone()}" "<a href=card.source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
+            <div class="code-pair">
+                <div>
+                    <h3>"Falls in"</h3>
+                    <pre><code>{card.python_pitfall.clone()}</code></pre>
+                </div>
+                <div>
+                    <h3>"Avoids it"</h3>
+                    <pre><code>{card.python_fix.clone()}</code></pre>
+                </div>
+            </div>
+            <button
+                class="primary"
+                data-testid=format!("run-{}", card.id)
+                on:click=on_run
+                prop:disabled=move || state.with(|s| *s == CardState::Running)
+            >
+                "Run the experiment"
+            </button>
+            {verdict_view}
+            <div id=chart_id class="chart" class:hidden=move || !has_chart()></div>
+            <details class="rule">
+                <summary>"How the verdict is decided"</summary>
+                <p>{card.threshold.clone()}</p>
+            </details>
+        </article>
+    }
+}

@@ -1,0 +1,35 @@
+// A pitfall card runs its experiment on the server and shows the verdict with its chart.
+import { expect, test } from "@playwright/test";
+
+test("a pitfall card runs and shows its verdict, figures and chart", async ({ page }) => {
+  await page.goto("/pitfalls");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.evaluate(() => localStorage.removeItem("gradless-tour"));
+  await page.reload();
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await expect(page.getByTestId("tour-progress")).toContainText("0 of 13");
+  const card = page.getByTestId("card-nograd-not-eval");
+  await expect(card).toContainText("Falls in");
+  await page.getByTestId("run-nograd-not-eval").click();
+  await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed", { timeout: 90_000 });
+  await expect(card.locator("table.figures")).toContainText("running mean change");
+  const bars = await page.evaluate(() => {
+    const el = document.getElementById("pitfall-chart-nograd-not-eval");
+    const chart = el && (window as any).echarts.getInstanceByDom(el);
+    return (chart?.getOption()?.series ?? []).map((s: any) => s.data.length);
+  });
+  expect(bars).toEqual([3, 3]);
+  // The tour remembers the card across a reload.
+  await expect(page.getByTestId("tour-progress")).toContainText("1 of 13");
+  await page.reload();
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await expect(page.getByTestId("tour-progress")).toContainText("1 of 13");
+});
+
+test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ page }) => {
+  await page.goto("/pitfalls#sync-timing");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.getByTestId("run-empty-cache").click();
+  await expect(page.getByTestId("verdict-empty-cache")).toContainText("Not applicable", { timeout: 60_000 });
+  await expect(page.getByTestId("verdict-empty-cache")).toContainText("CUDA");
+});
