@@ -4,7 +4,7 @@
 //! cards in order and remembers, in this browser, which ones were run.
 
 use leptos::prelude::*;
-use protocol::{format_bytes, PitfallInfo, PitfallReport, ServerInfo, Verdict};
+use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
 
 /// Where the tour's progress is kept in the browser.
 #[cfg(feature = "hydrate")]
@@ -18,18 +18,6 @@ enum CardState {
     Running,
     Done(Box<PitfallReport>),
     Failed(String),
-}
-
-/// A figure as a person reads it, in its unit.
-pub fn format_figure(value: f64, unit: &str) -> String {
-    match unit {
-        "bytes" => format_bytes(value.max(0.0) as u64),
-        "ms" => format!("{value:.3} ms"),
-        "ratio" => format!("{value:.3}"),
-        "bool" => (if value > 0.0 { "yes" } else { "no" }).to_string(),
-        "count" => format!("{value}"),
-        _ => format!("{value:.3e}"),
-    }
 }
 
 #[component]
@@ -141,7 +129,7 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
                 let figures = r
                     .figures
                     .iter()
-                    .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{format_figure(f.value, &f.unit)}</td></tr> })
+                    .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> })
                     .collect_view();
                 let notes = r.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
                 Some(

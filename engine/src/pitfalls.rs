@@ -244,6 +244,38 @@ impl Ctx {
     }
 }
 
+/// The model, batch and spec an experiment runs, with its input size resolved.
+struct Setup {
+    model: ModelId,
+    batch: u32,
+    size: u32,
+    spec: RunSpec,
+}
+
+impl Setup {
+    fn new(ctx: &Ctx, default: ModelId, (cpu_batch, cuda_batch): (u32, u32), grad: GradMode) -> Setup {
+        let model = ctx.model(default);
+        let batch = ctx.batch(cpu_batch, cuda_batch);
+        let spec = ctx.spec(model, batch, true, grad);
+        Setup { model, batch, size: spec.resolved_input_size(), spec }
+    }
+
+    /// The lab's cached model for this setup (its index in the lab).
+    fn cached(&self, lab: &mut Lab, ctx: &Ctx) -> Result<usize, RunFailure> {
+        lab.model_index(self.model, ctx.device, self.size)
+    }
+
+    /// A freshly built model, for experiments that change it (or need it cold).
+    fn fresh(&self, lab: &Lab, ctx: &Ctx) -> Result<Model, RunFailure> {
+        tch::manual_seed(lab.config().seed);
+        catch_torch(|| Model::build(self.model, tch_device(ctx.device), self.size))
+    }
+
+    fn input(&self, model: &Model, ctx: &Ctx) -> Result<Tensor, RunFailure> {
+        catch_torch(|| model.input(self.batch, self.size, tch_device(ctx.device)))
+    }
+}
+
 fn measure(lab: &mut Lab, spec: RunSpec) -> Result<Report, RunFailure> {
     let limits = Limits { max_batch: u32::MAX, ..Limits::default() };
     let checked = check_spec(spec, &limits, lab.machine()).map_err(|e| failure(FailureKind::Invalid, e.to_string()))?;
@@ -670,13 +702,11 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
         return Ok(not_on_cpu("empty_cache() acts on the CUDA caching allocator; a CPU has none."));
     }
-    let model_id = ctx.model(ModelId::Resnet50);
-    let b = ctx.batch(8, 32);
-    let spec = ctx.spec(model_id, b, true, GradMode::NoGrad);
-    let size = spec.resolved_input_size();
-    let i = lab.model_index(model_id, DeviceKind::Cuda, size)?;
+    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 32), GradMode::NoGrad);
+    let spec = setup.spec.clone();
+    let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
-    let x = catch_torch(|| model.input(b, size, tch_device(DeviceKind::Cuda)))?;
+    let x = setup.input(model, ctx)?;
     let mut times = [vec![], vec![]];
     let mut allocated_change = 0i64;
     for _ in 0..3 {
@@ -722,11 +752,9 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 }
 
 fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(2, 16);
-    let spec = ctx.spec(model_id, b, true, GradMode::NoGrad);
-    let size = spec.resolved_input_size();
-    let i = lab.model_index(model_id, ctx.device, size)?;
+    let setup = Setup::new(ctx, ModelId::Resnet18, (2, 16), GradMode::NoGrad);
+    let spec = setup.spec.clone();
+    let i = setup.cached(lab, ctx)?;
     let requests = 8;
     let variants: [(&str, GradMode, bool); 4] = [
         ("dropped", GradMode::NoGrad, false),
@@ -740,7 +768,7 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     for (name, grad, keep) in variants {
         let model = lab.model(i);
         let meter = lab.meter(ctx.device);
-        let x = catch_torch(|| model.input(b, size, tch_device(ctx.device)))?;
+        let x = setup.input(model, ctx)?;
         let s = RunSpec { grad, ..spec.clone() };
         // One pass first, so one-time caches (oneDNN primitives, allocator pools) are not
         // mistaken for growth.
@@ -792,15 +820,11 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 }
 
 fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(4, 32);
-    let spec = ctx.spec(model_id, b, true, GradMode::NoGrad);
-    let size = spec.resolved_input_size();
-    let device = tch_device(ctx.device);
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    let spec = setup.spec.clone();
     // A freshly built model, as a new process would have it.
-    tch::manual_seed(lab.config().seed);
-    let model = catch_torch(|| Model::build(model_id, device, size))?;
-    let x = catch_torch(|| model.input(b, size, device))?;
+    let model = setup.fresh(lab, ctx)?;
+    let x = setup.input(&model, ctx)?;
     let mut times = vec![];
     for _ in 0..10 {
         let t = Instant::now();
@@ -823,18 +847,16 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ],
         chart: ChartKind::Line,
         series: vec![series("latency (ms)", "ms", (1..=times.len()).map(|i| i.to_string()).collect(), times)],
-        notes: vec![format!("{} batch {b}, built fresh for this experiment", model_id.display_name())],
+        notes: vec![format!("{} batch {}, built fresh for this experiment", setup.model.display_name(), setup.batch)],
     })
 }
 
 fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(4, 64);
-    let spec = ctx.spec(model_id, b, true, GradMode::NoGrad);
-    let size = spec.resolved_input_size();
-    let i = lab.model_index(model_id, ctx.device, size)?;
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 64), GradMode::NoGrad);
+    let spec = setup.spec.clone();
+    let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
-    let x = catch_torch(|| model.input(b, size, tch_device(ctx.device)))?;
+    let x = setup.input(model, ctx)?;
     for _ in 0..2 {
         drop(forward(model, &x, &spec, ctx.device)?);
     }
@@ -883,13 +905,11 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 }
 
 fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::TinyMlp);
-    let b = ctx.batch(64, 256);
-    let spec = ctx.spec(model_id, b, true, GradMode::NoGrad);
-    let size = spec.resolved_input_size();
-    let i = lab.model_index(model_id, ctx.device, size)?;
+    let setup = Setup::new(ctx, ModelId::TinyMlp, (64, 256), GradMode::NoGrad);
+    let spec = setup.spec.clone();
+    let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
-    let batches: Vec<Tensor> = (0..20).map(|_| model.input(b, size, tch_device(ctx.device))).collect();
+    let batches = (0..20).map(|_| setup.input(model, ctx)).collect::<Result<Vec<Tensor>, RunFailure>>()?;
     let loop_time = |per_batch_item: bool| -> Result<f64, RunFailure> {
         synchronize(ctx.device)?;
         let t = Instant::now();
@@ -938,20 +958,16 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ],
         chart: ChartKind::Bar,
         series: vec![series("20-batch loop (ms)", "ms", vec![".item() per batch".into(), "accumulate, .item() once".into()], vec![item_ms, acc_ms])],
-        notes: vec![format!("{} batch {b}, 20 batches, median of 5 loops each (alternating)", model_id.display_name())],
+        notes: vec![format!("{} batch {}, 20 batches, median of 5 loops each (alternating)", setup.model.display_name(), setup.batch)],
     })
 }
 
 fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(8, 64);
-    let spec = ctx.spec(model_id, b, true, GradMode::Enabled);
-    let size = spec.resolved_input_size();
-    let device = tch_device(ctx.device);
+    let setup = Setup::new(ctx, ModelId::Resnet18, (8, 64), GradMode::Enabled);
+    let spec = setup.spec.clone();
     // A fresh model: freezing changes requires_grad, which the cached model must keep.
-    tch::manual_seed(lab.config().seed);
-    let mut model = catch_torch(|| Model::build(model_id, device, size))?;
-    let x = catch_torch(|| model.input(b, size, device))?;
+    let mut model = setup.fresh(lab, ctx)?;
+    let x = setup.input(&model, ctx)?;
     let peak_of = |model: &Model, grad: GradMode| -> Result<u64, RunFailure> {
         let s = RunSpec { grad, ..spec.clone() };
         drop(forward(model, &x, &s, ctx.device)?);
@@ -998,7 +1014,7 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ],
         chart: ChartKind::Bar,
         series: vec![series("peak above baseline (MiB)", "MiB", labels, vec![mib(full), mib(partial), mib(frozen), mib(nograd)])],
-        notes: vec![format!("{} batch {b}, train-mode forward, a fresh model", model_id.display_name())],
+        notes: vec![format!("{} batch {}, a fresh model", setup.model.display_name(), setup.batch)],
     })
 }
 

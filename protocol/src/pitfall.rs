@@ -36,6 +36,20 @@ pub struct Figure {
     pub unit: String,
 }
 
+impl Figure {
+    /// The value as a person reads it, in its unit.
+    pub fn display(&self) -> String {
+        match self.unit.as_str() {
+            "bytes" => crate::format_bytes(self.value.max(0.0) as u64),
+            "ms" => format!("{:.3} ms", self.value),
+            "ratio" => format!("{:.3}", self.value),
+            "bool" => (if self.value > 0.0 { "yes" } else { "no" }).to_string(),
+            "count" => format!("{}", self.value),
+            _ => format!("{:.3e}", self.value),
+        }
+    }
+}
+
 /// A line or bar series for the card's chart: `x` labels with `y` values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Series {

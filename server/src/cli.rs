@@ -179,15 +179,7 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     writeln!(out, "because:   {}", report.reason)?;
     writeln!(out, "rule:      {}", report.threshold)?;
     for f in &report.figures {
-        let value = match f.unit.as_str() {
-            "bytes" => format_bytes(f.value.max(0.0) as u64),
-            "ms" => format!("{:.3} ms", f.value),
-            "ratio" => format!("{:.3}", f.value),
-            "bool" => (if f.value > 0.0 { "yes" } else { "no" }).to_string(),
-            "count" => format!("{}", f.value),
-            _ => format!("{:.3e}", f.value),
-        };
-        writeln!(out, "  {:<58} {value}", f.name)?;
+        writeln!(out, "  {:<58} {}", f.name, f.display())?;
     }
     for n in &report.notes {
         writeln!(out, "note:      {n}")?;
