@@ -92,14 +92,40 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
             })
         });
     }
+    // batch-scaling sweeps up to a memory budget: the device's own by default, or a card's.
+    let budget = RwSignal::new(None::<u64>);
+    let budget_picker = (card.id == "batch-scaling").then(|| {
+        let presets: [(&str, Option<u64>); 5] = [
+            ("this device (free memory; 160 MiB on a CPU)", None),
+            ("1 GiB", Some(1 << 30)),
+            ("16 GiB card", Some(16 << 30)),
+            ("24 GiB card", Some(24 << 30)),
+            ("80 GiB card", Some(80 << 30)),
+        ];
+        view! {
+            <label class="budget">
+                "Memory budget "
+                <select
+                    data-testid="budget"
+                    on:change=move |ev| budget.set(event_target_value(&ev).parse::<u64>().ok())
+                >
+                    {presets
+                        .into_iter()
+                        .map(|(label, bytes)| view! { <option value=bytes.map(|b| b.to_string()).unwrap_or_default()>{label}</option> })
+                        .collect_view()}
+                </select>
+            </label>
+        }
+    });
     let run_id = id.clone();
     let on_run = move |_| {
         let id = run_id.clone();
+        let options = protocol::PitfallOptions { budget_bytes: budget.get_untracked(), ..Default::default() };
         state.set(CardState::Running);
         #[cfg(feature = "hydrate")]
         leptos::task::spawn_local(async move {
             let url = format!("/api/pitfalls/{id}");
-            match crate::client::post_json::<_, PitfallReport>(&url, &protocol::PitfallOptions::default()).await {
+            match crate::client::post_json::<_, PitfallReport>(&url, &options).await {
                 Ok(report) => {
                     state.set(CardState::Done(Box::new(report)));
                     done.update(|d| {
@@ -113,7 +139,7 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
             }
         });
         #[cfg(not(feature = "hydrate"))]
-        let _ = (id, done);
+        let _ = (id, done, options);
     };
     let verdict_view = move || {
         state.with(|s| match s {
@@ -132,6 +158,16 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
                     .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> })
                     .collect_view();
                 let notes = r.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
+                let table = r.table.clone().map(|t| {
+                    view! {
+                        <table class="summary result-table" data-testid=format!("table-{}", r.id)>
+                            <thead><tr>{t.columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
+                            <tbody>
+                                {t.rows.into_iter().map(|row| view! { <tr>{row.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr> }).collect_view()}
+                            </tbody>
+                        </table>
+                    }
+                });
                 Some(
                     view! {
                         <div class="outcome">
@@ -139,6 +175,7 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
                                 <strong>{word}</strong>" — "{r.reason.clone()}
                             </p>
                             <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
+                            {table}
                             <table class="summary figures"><tbody>{figures}</tbody></table>
                             <ul class="notes">{notes}</ul>
                         </div>
@@ -168,6 +205,7 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
                     <pre><code>{card.python_fix.clone()}</code></pre>
                 </div>
             </div>
+            {budget_picker}
             <button
                 class="primary"
                 data-testid=format!("run-{}", card.id)

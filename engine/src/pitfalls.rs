@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use protocol::{
     Autocast, ChartKind, DeviceChoice, DeviceKind, Event, FailureKind, Figure, GradMode, Limits, ModelId,
-    PitfallInfo, PitfallOptions, PitfallReport, Report, RunFailure, RunSpec, Series, Verdict,
+    PitfallInfo, PitfallOptions, PitfallReport, Report, RunFailure, RunSpec, Series, Table, Verdict,
 };
 use tch::{Kind, Tensor};
 
@@ -187,6 +187,7 @@ pub fn exists(id: &str) -> bool {
 
 /// What one experiment produced, before the common fields are added.
 struct Outcome {
+    table: Option<Table>,
     verdict: Verdict,
     reason: String,
     figures: Vec<Figure>,
@@ -328,12 +329,14 @@ pub fn run(lab: &mut Lab, id: &str, opts: PitfallOptions) -> Result<PitfallRepor
         chart: outcome.chart,
         series: outcome.series,
         notes: outcome.notes,
+        table: outcome.table,
         env: lab.machine().stamp(device, threads),
     })
 }
 
 fn not_on_cpu(what: &str) -> Outcome {
     Outcome {
+        table: None,
         verdict: Verdict::NotApplicable,
         reason: format!("{what} Run this card on a server with a GPU to see the effect."),
         figures: vec![],
@@ -352,6 +355,7 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let ratio = g as f64 / n.max(1) as f64;
     let verdict = if ratio > 1.2 { Verdict::Confirmed } else { Verdict::Refuted };
     Ok(Outcome {
+        table: None,
         verdict,
         reason: format!(
             "eval()+grad peaked {:.1} MiB above baseline, eval()+no_grad {:.1} MiB: {ratio:.2}× ({}).",
@@ -425,6 +429,7 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let confirmed = dropout_train > tol && mates_train > tol && stats_train > 0.0;
     let labels = vec!["same input twice (Dropout)".to_string(), "sample 0, other batch-mates (BatchNorm)".into(), "running mean change".into()];
     Ok(Outcome {
+        table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "Under no_grad in train mode: same input twice differed by {dropout_train:.3e}, sample 0 changed by {mates_train:.3e} with other batch-mates, BatchNorm's running mean moved by {stats_train:.3e}. In eval mode: {dropout_eval:.1e}, {mates_eval:.1e}, {stats_eval:.1e}."
@@ -498,6 +503,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
     figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
     Ok(Outcome {
+        table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason,
         figures,
@@ -556,6 +562,7 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     figures.push(fig("weights still float32", f64::from(u8::from(weights_fp32)), "bool"));
     figures.push(fig("fp32 output max |value|", scale, "abs"));
     Ok(Outcome {
+        table: None,
         verdict: if ok && labels.len() > 1 { Verdict::Confirmed } else if labels.len() == 1 { Verdict::NotApplicable } else { Verdict::Refuted },
         reason: if ok {
             "Autocast outputs came out in fp16/bf16 with small differences from fp32, and the weights stayed float32. Latency depends on the hardware: see the figures.".into()
@@ -591,7 +598,7 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             torch_ext::cuda_mem_info(0).map(|(free, _)| free).unwrap_or(16 << 30)
         } else {
             // A CPU default that keeps the sweep to seconds; pass a budget to go further.
-            256 << 20
+            160 << 20
         }
     });
     let max_batch = if ctx.cuda() { 4096 } else { 256 };
@@ -604,6 +611,7 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     for (name, grad) in [("grad enabled", GradMode::Enabled), ("no_grad", GradMode::NoGrad)] {
         let mut xs = vec![];
         let mut peaks = vec![];
+        let mut totals = vec![];
         let mut per_sample = vec![];
         let mut largest = 0u32;
         let mut b = 1u32;
@@ -616,6 +624,7 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
                     let total = r.memory.peak_allocated_bytes;
                     xs.push(b as f64);
                     peaks.push(r.memory.peak_above_baseline_bytes as f64);
+                    totals.push(mib(total));
                     per_sample.push(r.latency_ms.p50 / b as f64);
                     if total <= budget {
                         largest = b;
@@ -641,15 +650,18 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         if xs.len() > labels.len() {
             labels = xs.iter().map(|x| format!("{x}")).collect();
         }
-        series_out.push(series(&format!("{name}: peak above baseline (MiB)"), "MiB", vec![], peaks.iter().map(|p| p / MIB).collect()));
+        // Total allocated, so that it compares with the budget line.
+        series_out.push(series(&format!("{name}: peak allocated (MiB)"), "MiB", vec![], totals));
         series_out.push(series(&format!("{name}: ms per sample"), "ms", vec![], per_sample));
     }
+    series_out.push(series("memory budget (MiB)", "MiB", vec![], vec![mib(budget); labels.len()]));
     for s in &mut series_out {
         s.x = labels.clone();
         s.y.resize(labels.len(), None);
     }
     let confirmed = linear && fits[1] > fits[0];
     Ok(Outcome {
+        table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "Largest batch within {:.0} MiB: {} with grad, {} with no_grad; memory {} linear in the batch.",
@@ -678,6 +690,7 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
     let confirmed = r.memory.after_release_bytes == r.memory.baseline_bytes && reserved > reading.allocated;
     let labels = vec!["allocated".to_string(), "reserved".into(), "device used (driver)".into()];
     Ok(Outcome {
+        table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "After the output was freed: allocated {:.1} MiB (baseline {:.1} MiB), reserved {:.1} MiB, device-level {:.1} MiB.",
@@ -730,6 +743,7 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let with = crate::stats::latency_stats(&times[1]).expect("samples");
     let confirmed = allocated_change == 0 && with.p99 > without.p99;
     Ok(Outcome {
+        table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "p99 {:.3} ms with empty_cache() after every request vs {:.3} ms without; allocated memory changed by {allocated_change} bytes.",
@@ -803,6 +817,7 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         notes.push("On a CPU, \"moved to CPU\" stays in the same memory; on a GPU it frees the device.".into());
     }
     Ok(Outcome {
+        table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "Per request: dropped {dropped:.3} MiB, kept {kept:.3} MiB, kept with grad {with_grad:.3} MiB, moved to CPU {moved:.3} MiB (device memory)."
@@ -838,6 +853,7 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let median = crate::stats::percentile(&later, 50.0);
     let ratio = times[0] / median;
     Ok(Outcome {
+        table: None,
         verdict: if ratio > 1.5 { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!("First iteration {:.3} ms, median of iterations 6–10 {median:.3} ms: {ratio:.2}×.", times[0]),
         figures: vec![
@@ -892,6 +908,7 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         (Verdict::Refuted, format!("On this CPU the two timers disagreed: {n:.3} vs {s:.3} ms — more than noise should allow."))
     };
     Ok(Outcome {
+        table: None,
         verdict,
         reason,
         figures: vec![fig("naive p50", n, "ms"), fig("synchronised p50", s, "ms"), fig("naive / synchronised", ratio, "ratio")],
@@ -949,6 +966,7 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         )
     };
     Ok(Outcome {
+        table: None,
         verdict,
         reason,
         figures: vec![
@@ -998,6 +1016,7 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let between = nograd < partial && partial < full;
     let labels = vec!["all trainable".to_string(), "backbone frozen".into(), "all frozen".into(), "no_grad".into()];
     Ok(Outcome {
+        table: None,
         verdict: if close && between { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "Peak above the weights and input: all trainable {:.1} MiB, backbone frozen {:.1} MiB, all frozen {:.1} MiB, no_grad {:.1} MiB.",
@@ -1020,7 +1039,7 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 
 fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let model = ctx.model(ModelId::Resnet50);
-    let b = ctx.batch(8, 32);
+    let b = ctx.batch(4, 32);
     let autocast = if ctx.cuda() { Autocast::Fp16 } else { Autocast::Bf16 };
     let rows: [(&str, bool, GradMode, Autocast); 5] = [
         ("train", false, GradMode::Enabled, Autocast::Off),
@@ -1047,6 +1066,25 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         figures.push(fig(&format!("{label}: memory vs train"), r.memory.peak_above_baseline_bytes as f64 / first_peak, "ratio"));
         figures.push(fig(&format!("{label}: latency vs train"), r.latency_ms.p50 / first_p50, "ratio"));
     }
+    let change = |x: f64, first: f64| format!("{:+.0}%", 100.0 * (x - first) / first);
+    let table = Table {
+        columns: ["setting", "peak above baseline", "vs train", "p50", "vs train", "output"].map(String::from).to_vec(),
+        rows: labels
+            .iter()
+            .zip(&reports)
+            .map(|(label, r)| {
+                let peak = r.memory.peak_above_baseline_bytes as f64;
+                vec![
+                    label.clone(),
+                    protocol::format_bytes(r.memory.peak_above_baseline_bytes),
+                    change(peak, first_peak),
+                    format!("{:.2} ms", r.latency_ms.p50),
+                    change(r.latency_ms.p50, first_p50),
+                    r.output.dtype.clone(),
+                ]
+            })
+            .collect(),
+    };
     let eval_only = reports[1].memory.peak_above_baseline_bytes as f64;
     let eval_nograd = reports[3].memory.peak_above_baseline_bytes as f64;
     let confirmed = (eval_only - first_peak).abs() <= 0.10 * first_peak && eval_nograd < 0.5 * first_peak;
@@ -1060,6 +1098,7 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         notes.push("On a CPU the low-precision row uses bf16 (autocast's CPU default); without bf16 units it is emulated and slow.".into());
     }
     Ok(Outcome {
+        table: Some(table),
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
         reason: format!(
             "eval only: {:.0}% of train's peak memory; eval + no_grad: {:.0}%.",

@@ -12,7 +12,7 @@ use std::fmt;
 
 mod pitfall;
 mod python;
-pub use pitfall::{ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Verdict};
+pub use pitfall::{ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict};
 pub use python::python_snippet;
 
 /// The models a run can use. Weights are random: weights do not change memory or latency.

@@ -59,6 +59,13 @@ pub struct Series {
     pub y: Vec<Option<f64>>,
 }
 
+/// A small table of text cells.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Table {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
 /// How the card's chart is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -82,6 +89,9 @@ pub struct PitfallReport {
     pub series: Vec<Series>,
     /// Extra observations in words (errors raised, dtypes seen, ...).
     pub notes: Vec<String>,
+    /// A table for the cards that read best as one (the seed table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<Table>,
     pub env: EnvStamp,
 }
 

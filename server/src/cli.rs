@@ -178,6 +178,12 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
     writeln!(out, "because:   {}", report.reason)?;
     writeln!(out, "rule:      {}", report.threshold)?;
+    if let Some(t) = &report.table {
+        writeln!(out, "  {}", t.columns.iter().map(|c| format!("{c:<22}")).collect::<String>())?;
+        for row in &t.rows {
+            writeln!(out, "  {}", row.iter().map(|c| format!("{c:<22}")).collect::<String>())?;
+        }
+    }
     for f in &report.figures {
         writeln!(out, "  {:<58} {}", f.name, f.display())?;
     }
