@@ -175,3 +175,59 @@ async fn pitfalls_are_listed_and_run_with_a_verdict() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(error_of(&body).message.contains("devise"));
 }
+
+/// A small deterministic generator, so a failure names a reproducible case.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.next() as usize % items.len()]
+    }
+}
+
+#[tokio::test]
+async fn thousands_of_generated_bodies_get_json_answers_and_the_server_keeps_serving() {
+    // A queue of 0: every well-formed spec is refused with 503 instead of running, so the
+    // test exercises parsing and validation only.
+    let worker = server::start_worker(server::worker_config(&engine_args(), 0, None)).unwrap();
+    let mut state = state();
+    state.worker = std::sync::Arc::new(worker);
+    let router = server::web::app(state);
+    let keys = ["model", "device", "batch", "input_size", "eval", "grad", "autocast", "warmup", "iters", "threads", "bogus"];
+    let values = [
+        "0", "1", "-1", "8", "4097", "1e9", "18446744073709551616", "3.5", "true", "null", "\"\"", "\"tiny_mlp\"",
+        "\"resnet50\"", "\"cuda\"", "\"cpu\"", "\"no_grad\"", "\"bf16\"", "[]", "{}", "\"\\u0000\"", "\"🙂\"",
+    ];
+    let mut rng = Lcg(42);
+    let mut answered = std::collections::BTreeMap::new();
+    for case in 0..3000 {
+        let body = match rng.next() % 8 {
+            0 => {
+                // Raw noise, cut JSON, nesting.
+                let noise = ["{", "}", "[", "\"", ":", ",", "null", "{\"batch\":", "\\", " "];
+                (0..rng.next() % 12).map(|_| rng.pick(&noise)).collect::<String>()
+            }
+            _ => {
+                let fields: Vec<String> = (0..rng.next() % 5)
+                    .map(|_| format!("\"{}\": {}", rng.pick(&keys), rng.pick(&values)))
+                    .collect();
+                format!("{{{}}}", fields.join(", "))
+            }
+        };
+        let (status, _, bytes) = send(router.clone(), post_run(&body)).await;
+        let code = error_of(&bytes).code;
+        assert!(
+            status.is_client_error() || (status == StatusCode::SERVICE_UNAVAILABLE && code == "queue_full"),
+            "case {case}: {body} -> {status} {code}"
+        );
+        *answered.entry((status.as_u16(), code)).or_insert(0) += 1;
+    }
+    // Every kind of answer was seen, and the server still serves.
+    assert!(answered.keys().any(|(s, _)| *s == 400) && answered.keys().any(|(s, _)| *s == 422), "{answered:?}");
+    let (status, _, _) = send(router, Request::get("/healthz").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+}
