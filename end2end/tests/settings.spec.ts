@@ -83,3 +83,13 @@ test("the copied snippet matches the settings", async ({ page, context }) => {
   expect(copied).toContain("torchvision.models.resnet50()");
   expect(copied).toContain("with torch.no_grad():");
 });
+
+test("the lab fits a phone's width, before and after a run", async ({ page }) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  const lab = new LabPage(page);
+  await lab.open("model=tiny_mlp&device=cpu&grad=no_grad&batch=8&iters=3");
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+  await lab.run();
+  await lab.waitDone();
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+});
