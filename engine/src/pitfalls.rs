@@ -115,11 +115,11 @@ const CARDS: [Card; 13] = [
         id: "warm-up",
         title: "The first iterations are not representative",
         claim: "The first iterations pay for allocation, kernel loading and autotuning; timing them skews the statistics.",
-        why: "The first pass grows the allocator's pools, creates oneDNN/cuDNN primitives and (on GPU) loads kernels; later passes reuse them.",
+        why: "The first pass with a new model and input shape grows the allocator's pools, creates oneDNN/cuDNN primitives for that shape and (on GPU) loads kernels; later passes reuse them.",
         source: "https://pytorch.org/tutorials/recipes/recipes/benchmark.html",
         pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
         fix: "for _ in range(3): model(x)  # warm up, then time many runs",
-        threshold: "confirmed when the first iteration on a freshly built model takes more than 1.5× the median of iterations 6–10 (run-to-run noise is well under 50%)",
+        threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–10 (run-to-run noise is well under 50%)",
     },
     Card {
         id: "sync-timing",
@@ -835,9 +835,14 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 }
 
 fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    // What a new process pays: a freshly built model and an input shape this process has not
+    // run yet (oneDNN and cuDNN create and cache their kernels per shape, so a shape seen
+    // before would start warm). Each call takes the next batch size.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let mut setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    setup.batch += 1 + CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64;
+    setup.spec.batch = setup.batch;
     let spec = setup.spec.clone();
-    // A freshly built model, as a new process would have it.
     let model = setup.fresh(lab, ctx)?;
     let x = setup.input(&model, ctx)?;
     let mut times = vec![];
@@ -863,7 +868,11 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ],
         chart: ChartKind::Line,
         series: vec![series("latency (ms)", "ms", (1..=times.len()).map(|i| i.to_string()).collect(), times)],
-        notes: vec![format!("{} batch {}, built fresh for this experiment", setup.model.display_name(), setup.batch)],
+        notes: vec![format!(
+            "{} batch {} (a shape new to this process), built fresh for this experiment",
+            setup.model.display_name(),
+            setup.batch
+        )],
     })
 }
 
