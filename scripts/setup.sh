@@ -14,7 +14,8 @@ TORCH_VERSION=2.11.0           # tch 0.24 links exactly this libtorch
 BROWSER=0
 [ "${1:-}" = "--browser" ] && BROWSER=1
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long setup has been going, so a slow first run explains itself.
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 mkdir -p "$GRADLESS_CACHE"
 
 apt_install() {
@@ -85,4 +86,4 @@ if [ "$BROWSER" = 1 ]; then
     (cd end2end && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi
-echo "setup: done"
+echo "setup: done in ${SECONDS}s"
