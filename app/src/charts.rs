@@ -23,7 +23,7 @@ fn base(title: &str, x_name: &str, y_name: &str, categories: Vec<String>) -> Cha
         .title(Title::new().text(title).left("center").text_style(charming::element::TextStyle::new().font_size(14)))
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
         .legend(Legend::new().bottom(0))
-        .grid(Grid::new().left(64).right(72).top(48).bottom(56))
+        .grid(Grid::new().left(64).right(100).top(48).bottom(56))
         .background_color("transparent")
         .x_axis(Axis::new().type_(AxisType::Category).name(x_name).name_location(charming::element::NameLocation::Middle).name_gap(26).data(categories))
         .y_axis(Axis::new().type_(AxisType::Value).name(y_name))
@@ -89,9 +89,17 @@ pub fn memory_chart(warmup: &[Sample], samples: &[Sample], baseline: Option<u64>
 
 /// The runs made on this page side by side: peak memory above baseline and p50/p95.
 pub fn comparison_chart(runs: &[Report]) -> Chart {
-    // One short line per setting, so labels stay readable under every bar group.
-    let cats: Vec<String> =
-        runs.iter().enumerate().map(|(i, r)| format!("#{}\n{}", i + 1, r.spec.label().replace(" · ", "\n"))).collect();
+    // Short labels, tilted so they never overlap; the batch only when runs differ in it.
+    let same_batch = runs.windows(2).all(|w| w[0].spec.batch == w[1].spec.batch);
+    let cats: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let label = r.spec.label();
+            let label = if same_batch { label.rsplit_once(" · batch").map(|(a, _)| a.to_string()).unwrap_or(label) } else { label };
+            format!("#{} {}", i + 1, label)
+        })
+        .collect();
     let peak: Vec<f64> = runs.iter().map(|r| round3(r.memory.peak_above_baseline_bytes as f64 / MIB)).collect();
     let p50: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p50)).collect();
     let p95: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p95)).collect();
@@ -99,13 +107,13 @@ pub fn comparison_chart(runs: &[Report]) -> Chart {
         .title(Title::new().text("Runs on this page").left("center").text_style(charming::element::TextStyle::new().font_size(14)))
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
         .legend(Legend::new().bottom(0))
-        .grid(Grid::new().left(64).right(64).top(40).bottom(110))
+        .grid(Grid::new().left(64).right(64).top(40).bottom(120))
         .background_color("transparent")
         .x_axis(
             Axis::new()
                 .type_(AxisType::Category)
                 .data(cats)
-                .axis_label(charming::element::AxisLabel::new().interval(0)),
+                .axis_label(charming::element::AxisLabel::new().interval(0).rotate(24)),
         )
         .y_axis(Axis::new().type_(AxisType::Value).name("MiB above baseline"))
         .y_axis(Axis::new().type_(AxisType::Value).name("ms"))
