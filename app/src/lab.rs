@@ -333,36 +333,22 @@ pub fn LabPage() -> impl IntoView {
 
                 <details class="control">
                     <summary>"Advanced: iterations"</summary>
-                    <label>
-                        "Warm-up iterations (not in the statistics) "
-                        <input
-                            type="number"
-                            min="0"
-                            max=max_warmup
-                            data-testid="warmup"
-                            prop:value=move || spec.get().warmup
-                            on:change=move |ev| {
-                                if let Ok(w) = event_target_value(&ev).parse::<u32>() {
-                                    update(&|s| s.warmup = w.min(max_warmup));
-                                }
-                            }
-                        />
-                    </label>
-                    <label>
-                        "Timed iterations "
-                        <input
-                            type="number"
-                            min="1"
-                            max=max_iters
-                            data-testid="iters"
-                            prop:value=move || spec.get().iters
-                            on:change=move |ev| {
-                                if let Ok(n) = event_target_value(&ev).parse::<u32>() {
-                                    update(&|s| s.iters = n.clamp(1, max_iters));
-                                }
-                            }
-                        />
-                    </label>
+                    <NumberSetting
+                        label="Warm-up iterations (not in the statistics) "
+                        testid="warmup"
+                        min=0
+                        max=max_warmup
+                        value=Signal::derive(move || spec.get().warmup)
+                        on_set=Callback::new(move |w: u32| update(&|s| s.warmup = w))
+                    />
+                    <NumberSetting
+                        label="Timed iterations "
+                        testid="iters"
+                        min=1
+                        max=max_iters
+                        value=Signal::derive(move || spec.get().iters)
+                        on_set=Callback::new(move |n: u32| update(&|s| s.iters = n))
+                    />
                 </details>
 
                 <div class="actions">
@@ -400,6 +386,35 @@ pub fn LabPage() -> impl IntoView {
                 <Snippet spec />
             </section>
         </div>
+    }
+}
+
+/// A whole-number setting, clamped to `min..=max` before it reaches the URL.
+#[component]
+fn NumberSetting(
+    label: &'static str,
+    testid: &'static str,
+    min: u32,
+    max: u32,
+    value: Signal<u32>,
+    on_set: Callback<u32>,
+) -> impl IntoView {
+    view! {
+        <label>
+            {label}
+            <input
+                type="number"
+                min=min
+                max=max
+                data-testid=testid
+                prop:value=move || value.get()
+                on:change=move |ev| {
+                    if let Ok(n) = event_target_value(&ev).parse::<u32>() {
+                        on_set.run(n.clamp(min, max));
+                    }
+                }
+            />
+        </label>
     }
 }
 

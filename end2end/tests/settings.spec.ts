@@ -93,3 +93,16 @@ test("the lab fits a phone's width, before and after a run", async ({ page }) =>
   await lab.waitDone();
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
 });
+
+test("iteration settings go into the URL, clamped to the server's limits", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=tiny_mlp&warmup=3&iters=20");
+  await page.getByText("Advanced: iterations").click();
+  await lab.testid("iters").fill("5");
+  await lab.testid("iters").press("Enter");
+  await expect(page).toHaveURL(/iters=5(&|$)/);
+  await lab.testid("warmup").fill("999999");
+  await lab.testid("warmup").press("Enter");
+  await expect(page).toHaveURL(/warmup=100(&|$)/);
+  await expect(lab.testid("warmup")).toHaveValue("100");
+});
