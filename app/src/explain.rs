@@ -6,29 +6,29 @@ use protocol::{format_bytes, Autocast, GradMode, ModelId, Report};
 
 /// What `model.eval()` / `model.train()` changes for this model.
 pub fn eval_text(eval: bool, model: ModelId) -> String {
-    let (dropout, batchnorm) = (model.has_dropout(), model.has_batchnorm());
+    // What each mode-dependent layer of this model does in the chosen mode.
+    let (dropout, batchnorm) = if eval {
+        (
+            "Dropout becomes the identity",
+            "BatchNorm normalises with its running statistics, so a sample's output no longer depends on its batch-mates",
+        )
+    } else {
+        (
+            "Dropout zeroes random activations and scales the rest by 1/(1-p), so the same input gives different outputs",
+            "BatchNorm normalises with the batch's statistics and updates its running statistics — even under no_grad",
+        )
+    };
+    let effects: Vec<&str> = [(model.has_dropout(), dropout), (model.has_batchnorm(), batchnorm)]
+        .into_iter()
+        .filter_map(|(present, text)| present.then_some(text))
+        .collect();
+    let effects = if effects.is_empty() { "nothing changes in this model".to_string() } else { effects.join("; ") };
     if eval {
-        let mut effects = Vec::new();
-        if dropout {
-            effects.push("Dropout becomes the identity");
-        }
-        if batchnorm {
-            effects.push("BatchNorm normalises with its running statistics, so a sample's output no longer depends on its batch-mates");
-        }
-        let effects = if effects.is_empty() { "nothing changes in this model".to_string() } else { effects.join("; ") };
         format!(
             "model.eval() flips the `training` flag on every module. In this model: {effects}. It does NOT \
              switch autograd off: memory and speed are the grad mode's business."
         )
     } else {
-        let mut effects = Vec::new();
-        if dropout {
-            effects.push("Dropout zeroes random activations and scales the rest by 1/(1-p), so the same input gives different outputs");
-        }
-        if batchnorm {
-            effects.push("BatchNorm normalises with the batch's statistics and updates its running statistics — even under no_grad");
-        }
-        let effects = if effects.is_empty() { "nothing changes in this model".to_string() } else { effects.join("; ") };
         format!("model.train() (the default after construction): layers behave as in training. In this model: {effects}.")
     }
 }
@@ -137,5 +137,7 @@ mod tests {
     fn eval_text_names_the_layers_that_change() {
         assert!(eval_text(true, ModelId::Resnet18).contains("BatchNorm"));
         assert!(eval_text(false, ModelId::Transformer).contains("Dropout"));
+        assert!(!eval_text(true, ModelId::Resnet18).contains("Dropout"), "ResNet has no Dropout");
+        assert!(!eval_text(false, ModelId::Transformer).contains("BatchNorm"), "the transformer has no BatchNorm");
     }
 }
