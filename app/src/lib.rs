@@ -68,6 +68,7 @@ fn server_info() -> ServerInfo {
         models: vec![],
         limits: Default::default(),
         pitfalls: vec![],
+        auth_required: false,
     })
 }
 

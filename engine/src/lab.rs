@@ -139,6 +139,29 @@ impl Lab {
         }
     }
 
+    /// The leak check run after every task: on each device, the allocated bytes must be
+    /// exactly the cached models' weights and buffers. Anything above is memory a run
+    /// left behind.
+    pub fn memory_checks(&self) -> Vec<protocol::MemoryCheck> {
+        let mut devices = vec![DeviceKind::Cpu];
+        if self.machine.has_cuda() {
+            devices.push(DeviceKind::Cuda);
+        }
+        devices
+            .into_iter()
+            .filter_map(|device| {
+                if device == DeviceKind::Cuda {
+                    synchronize(device).ok()?;
+                }
+                let held = self.meter(device).read().ok()?.allocated;
+                let tdev = tch_device(device);
+                let expected =
+                    self.models.iter().filter(|m| m.vs.device() == tdev).map(|m| m.resident_bytes()).sum::<u64>();
+                Some(protocol::MemoryCheck { device, held_bytes: held, expected_bytes: expected, ok: held <= expected })
+            })
+            .collect()
+    }
+
     /// Drops every cached model (used when a device runs out of memory).
     pub fn clear_models(&mut self) {
         self.models.clear();

@@ -51,6 +51,12 @@ impl Model {
         self.vs.trainable_variables().iter().map(|t| t.numel() as u64).sum()
     }
 
+    /// Bytes of every weight and buffer (BatchNorm running statistics included): what the
+    /// model holds on its device while it sits in the cache.
+    pub fn resident_bytes(&self) -> u64 {
+        self.vs.variables().values().map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64).sum()
+    }
+
     /// A random input batch for this model on `device`.
     pub fn input(&self, batch: u32, input_size: u32, device: Device) -> Tensor {
         let b = batch as i64;

@@ -331,6 +331,7 @@ pub fn run(lab: &mut Lab, id: &str, opts: PitfallOptions) -> Result<PitfallRepor
         notes: outcome.notes,
         table: outcome.table,
         env: lab.machine().stamp(device, threads),
+        record_id: None,
     })
 }
 

@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use protocol::{DeviceInfo, Event, FailureKind, Limits, Report, RunFailure, RunSpec, SpecError};
+use protocol::{DeviceInfo, Event, FailureKind, Limits, Report, RunFailure, RunSpec, SpecError, WorkerHealth};
 
 use crate::device::Machine;
 use crate::error::EngineError;
@@ -57,6 +57,7 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
+    health: Mutex<WorkerHealth>,
 }
 
 /// A handle on a submitted run: cancel it if its requester goes away.
@@ -75,7 +76,7 @@ impl RunTicket {
 /// The device worker. Dropping it stops the thread after the current run.
 pub struct Worker {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
     machine: Machine,
     config: WorkerConfig,
 }
@@ -84,7 +85,11 @@ impl Worker {
     /// Starts the device thread and waits until it has probed the machine.
     pub fn start(config: WorkerConfig) -> Result<Worker, EngineError> {
         crate::quiet_device_thread_panics();
-        let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), ready: Condvar::new() });
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            health: Mutex::new(WorkerHealth::default()),
+        });
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread_shared = shared.clone();
         let thread_config = config.clone();
@@ -103,7 +108,7 @@ impl Worker {
             })
             .map_err(|e| EngineError::Torch(format!("could not start the device thread: {e}")))?;
         let machine = ready_rx.recv().map_err(|_| EngineError::WorkerGone)??;
-        Ok(Worker { shared, thread: Some(thread), machine, config })
+        Ok(Worker { shared, thread: Mutex::new(Some(thread)), machine, config })
     }
 
     pub fn machine(&self) -> &Machine {
@@ -179,8 +184,16 @@ impl Worker {
         Err(MeasureError::Rejected(EngineError::WorkerGone))
     }
 
-    /// Stops taking work, cancels what waits, finishes the current run and joins the thread.
-    pub fn shutdown(&mut self) {
+    /// The worker's bookkeeping: tasks done, the queue, and the leak checks.
+    pub fn health(&self) -> WorkerHealth {
+        let mut h = self.shared.health.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        h.queued = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).tasks.len();
+        h
+    }
+
+    /// Stops taking work and cancels what waits (each waiting run gets a `failed` event);
+    /// the current run goes on. Does not block.
+    pub fn close(&self) {
         {
             let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             queue.shutdown = true;
@@ -191,7 +204,13 @@ impl Worker {
             }
         }
         self.shared.ready.notify_all();
-        if let Some(t) = self.thread.take() {
+    }
+
+    /// [`Worker::close`], then waits for the current run to finish and the thread to end.
+    pub fn shutdown(&self) {
+        self.close();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
@@ -245,7 +264,10 @@ fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) {
             }
         };
         match task {
-            Task::Call(f) => f(&mut lab),
+            Task::Call(f) => {
+                f(&mut lab);
+                check_memory(&lab, shared);
+            }
             Task::Run { spec, mut sink, cancel } => {
                 if cancel.load(Ordering::Relaxed) {
                     sink(Event::Failed { failure: failure(FailureKind::Cancelled, "cancelled before it started") });
@@ -265,7 +287,30 @@ fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) {
                         sink(Event::Failed { failure: f });
                     }
                 }
+                check_memory(&lab, shared);
             }
         }
     }
+}
+
+/// After every task: is the memory the worker holds back to its cached models' weights?
+fn check_memory(lab: &Lab, shared: &Shared) {
+    let checks = lab.memory_checks();
+    let mut health = shared.health.lock().unwrap_or_else(|e| e.into_inner());
+    health.tasks += 1;
+    for c in &checks {
+        health.memory_checks += 1;
+        if c.ok {
+            tracing::debug!(device = c.device.as_str(), held = c.held_bytes, "memory back at the worker's baseline");
+        } else {
+            health.memory_check_failures += 1;
+            tracing::warn!(
+                device = c.device.as_str(),
+                held = c.held_bytes,
+                expected = c.expected_bytes,
+                "leak: the worker holds more memory than its cached models after a task"
+            );
+        }
+    }
+    health.last_checks = checks;
 }

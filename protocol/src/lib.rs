@@ -12,8 +12,10 @@ use std::fmt;
 
 mod pitfall;
 mod python;
+mod record;
 pub use pitfall::{ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict};
 pub use python::python_snippet;
+pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordSummary};
 
 /// The models a run can use. Weights are random: weights do not change memory or latency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -563,6 +565,36 @@ pub struct ServerInfo {
     /// The pitfall cards, in guided-tour order.
     #[serde(default)]
     pub pitfalls: Vec<PitfallInfo>,
+    /// Starting runs needs an access token (`Authorization: Bearer ...`); reading does not.
+    #[serde(default)]
+    pub auth_required: bool,
+}
+
+/// `GET /api/health`: the device worker's own bookkeeping. After every task the worker
+/// checks that the memory it holds on each device is exactly its cached models' weights
+/// and buffers: anything more would be a leak, and it is logged.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerHealth {
+    /// Runs and experiments finished since the worker started.
+    pub tasks: u64,
+    /// Tasks waiting for the device now.
+    pub queued: usize,
+    pub memory_checks: u64,
+    pub memory_check_failures: u64,
+    /// The checks after the last task, one per device.
+    pub last_checks: Vec<MemoryCheck>,
+}
+
+/// One leak check: what the worker holds on a device against what it should.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryCheck {
+    pub device: DeviceKind,
+    /// Allocated bytes on the device after the task (CPU tensor memory or the CUDA caching
+    /// allocator's allocated bytes).
+    pub held_bytes: u64,
+    /// The cached models' weights and buffers on that device.
+    pub expected_bytes: u64,
+    pub ok: bool,
 }
 
 /// `POST /api/runs` answer.

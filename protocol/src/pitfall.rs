@@ -93,6 +93,10 @@ pub struct PitfallReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<Table>,
     pub env: EnvStamp,
+    /// The permanent id the server recorded this result under (its permalink is
+    /// `/runs/{record_id}`); absent when nothing was recorded (the CLI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_id: Option<String>,
 }
 
 /// A card as listed: what it teaches and where the fact comes from.

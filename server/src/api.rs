@@ -1,21 +1,31 @@
 //! The JSON API: what the server offers (`GET /api/info`), starting a run
-//! (`POST /api/runs`), following it (`GET /api/runs/{id}/events`, Server-Sent Events) and
-//! reading its report (`GET /api/runs/{id}`). Every error is JSON with a stable code; none
-//! leaks internals.
+//! (`POST /api/runs`), following it (`GET /api/runs/{id}/events`, Server-Sent Events),
+//! reading its report (`GET /api/runs/{id}`, also after a restart), the recorded results
+//! (`GET /api/records`, `/api/records/{id}`, `/api/records/{id}/export/{json|csv|py}`),
+//! the pitfall experiments and the worker's health. Every error is JSON with a stable
+//! code; none leaks internals.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
-use protocol::{ApiError as ApiErrorPayload, ApiErrorBody, Event, RunCreated, RunSpec, ServerInfo, SpecError};
+use protocol::{
+    ApiError as ApiErrorPayload, ApiErrorBody, Event, Record, RecordBody, RecordKind, RecordSummary, RunCreated, RunSpec,
+    ServerInfo, SpecError, WorkerHealth,
+};
 
+use crate::export::{export, Format};
+use crate::guard::Refusal;
 use crate::runs::{RunState, ViewerGuard};
 use crate::state::AppState;
 
@@ -39,6 +49,27 @@ pub enum ApiError {
     /// The device worker is gone (shutting down).
     #[error("the measurement worker is not available")]
     Unavailable,
+    #[error("starting runs on this server needs its access token (Authorization: Bearer <token>)")]
+    Unauthorized,
+    #[error("too many runs from this client: {per_minute} per minute are allowed; try again in {} s", retry_after.as_secs())]
+    RateLimited { retry_after: Duration, per_minute: u32 },
+    /// The run database failed (logged; the message stays generic).
+    #[error("the run database is not available")]
+    Storage,
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Unauthorized => ApiError::Unauthorized,
+            Refusal::RateLimited { retry_after, per_minute } => ApiError::RateLimited { retry_after, per_minute },
+        }
+    }
+}
+
+fn storage_error(e: anyhow::Error) -> ApiError {
+    tracing::error!("run database: {e:#}");
+    ApiError::Storage
 }
 
 impl ApiError {
@@ -50,6 +81,9 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Storage => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
         }
     }
 }
@@ -71,8 +105,18 @@ impl IntoResponse for ApiError {
         }
         let body = ApiErrorBody { error: ApiErrorPayload { code: code.to_string(), message, field } };
         let mut response = (status, Json(body)).into_response();
-        if matches!(self, ApiError::QueueFull { .. }) {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        let headers = response.headers_mut();
+        match &self {
+            ApiError::QueueFull { .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            ApiError::RateLimited { retry_after, .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after.as_secs().max(1)));
+            }
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gradless\""));
+            }
+            _ => {}
         }
         response
     }
@@ -115,12 +159,44 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
     Json((*state.info).clone())
 }
 
-/// `POST /api/runs`: queue a run; follow it at `events_url`.
-pub async fn create_run(State(state): State<AppState>, body: Bytes) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
+/// The client's socket address, when the server was started with connect info (tests
+/// driving the router directly have none).
+pub struct ClientAddr(pub Option<ConnectInfo<SocketAddr>>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = Infallible;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned()))
+    }
+}
+
+/// `POST /api/runs`: queue a run; follow it at `events_url`. Checked in this order: the
+/// token, the spec, the client's rate, the queue. When it finishes, the report is recorded
+/// under the run's id before the `done` event goes out.
+pub async fn create_run(
+    State(state): State<AppState>,
+    ClientAddr(peer): ClientAddr,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
+    state.guard.authorize(&headers)?;
     let spec = parse_spec(&body)?;
+    state.worker.check(spec.clone()).map_err(ApiError::InvalidSpec)?;
+    state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
     let sink_run = run.clone();
-    match state.worker.submit(spec, Box::new(move |event| sink_run.push(event))) {
+    let store = state.store.clone();
+    let record_id = id.clone();
+    let sink = move |event: Event| {
+        if let Event::Done { report } = &event {
+            let record = Record { id: record_id.clone(), body: RecordBody::Run(report.clone()) };
+            if let Err(e) = store.save(&record) {
+                tracing::error!(run = %record_id, "could not record the run: {e:#}");
+            }
+        }
+        sink_run.push(event);
+    };
+    match state.worker.submit(spec, Box::new(sink)) {
         Ok(ticket) => run.set_ticket(ticket),
         Err(e) => {
             state.runs.remove(&id);
@@ -131,9 +207,18 @@ pub async fn create_run(State(state): State<AppState>, body: Bytes) -> Result<(S
     Ok((StatusCode::ACCEPTED, Json(RunCreated { id, events_url })))
 }
 
-/// `GET /api/runs/{id}`: the report of a finished run.
+/// `GET /api/runs/{id}`: the report of a finished run: live from this process, or recorded
+/// (also by an earlier process on the same database).
 pub async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<protocol::Report>, ApiError> {
-    let run = state.runs.get(&id).ok_or_else(|| ApiError::NotFound(id.clone()))?;
+    let Some(run) = state.runs.get(&id) else {
+        let record = find_record(&state, &id).await?;
+        return match record.body {
+            RecordBody::Run(report) => Ok(Json(*report)),
+            RecordBody::Pitfall(_) => Err(ApiError::NotFound(format!(
+                "{id} (it is a pitfall experiment: GET /api/records/{id})"
+            ))),
+        };
+    };
     if let Some(report) = run.report() {
         return Ok(Json(report));
     }
@@ -141,6 +226,72 @@ pub async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> R
         Some(Event::Failed { failure }) => ApiError::NoReport(format!("the run failed: {}", failure.message)),
         _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
     })
+}
+
+/// A recorded result, read off the async threads (SQLite blocks).
+async fn find_record(state: &AppState, id: &str) -> Result<Record, ApiError> {
+    if !protocol::is_record_id(id) {
+        return Err(ApiError::NotFound(id.to_string()));
+    }
+    let store = state.store.clone();
+    let key = id.to_string();
+    tokio::task::spawn_blocking(move || store.get(&key))
+        .await
+        .map_err(|_| ApiError::Storage)?
+        .map_err(storage_error)?
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))
+}
+
+/// `GET /api/records?kind=run|pitfall&limit=N`: the newest recorded results first.
+pub async fn list_records(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Vec<RecordSummary>>, ApiError> {
+    let bad = |field: &str, message: String| ApiError::BadRequest { message, field: Some(field.into()) };
+    let kind = query.get("kind").map(|k| k.parse::<RecordKind>()).transpose().map_err(|m| bad("kind", m))?;
+    let limit = match query.get("limit") {
+        None => 50,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| bad("limit", format!("limit `{l}` must be a whole number from 1 to 1000")))?,
+    };
+    let store = state.store.clone();
+    let list = tokio::task::spawn_blocking(move || store.list(kind, limit))
+        .await
+        .map_err(|_| ApiError::Storage)?
+        .map_err(storage_error)?;
+    Ok(Json(list))
+}
+
+/// `GET /api/records/{id}`: one recorded run or experiment, with its kind.
+pub async fn get_record(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Record>, ApiError> {
+    find_record(&state, &id).await.map(Json)
+}
+
+/// `GET /api/records/{id}/export/{json|csv|py}`: a file to download.
+pub async fn export_record(
+    State(state): State<AppState>,
+    Path((id, format)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let format: Format = format.parse().map_err(|m| ApiError::BadRequest { message: m, field: Some("format".into()) })?;
+    let record = find_record(&state, &id).await?;
+    let file = export(&record, format).map_err(|m| ApiError::InvalidSpec(SpecError { field: "format".into(), message: m }))?;
+    let disposition = format!("attachment; filename=\"{}\"", file.filename);
+    Ok((
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(file.content_type)),
+            (header::CONTENT_DISPOSITION, HeaderValue::from_str(&disposition).map_err(|_| ApiError::Storage)?),
+        ],
+        file.body,
+    )
+        .into_response())
+}
+
+/// `GET /api/health`: the worker's tasks, queue and leak checks.
+pub async fn health(State(state): State<AppState>) -> Json<WorkerHealth> {
+    Json(state.worker.health())
 }
 
 /// `GET /api/runs/{id}/events`: every event of the run from the first, then live ones, as
@@ -193,9 +344,12 @@ pub async fn pitfalls(State(state): State<AppState>) -> Json<Vec<protocol::Pitfa
 /// answers its report when it is done.
 pub async fn run_pitfall(
     State(state): State<AppState>,
+    ClientAddr(peer): ClientAddr,
+    headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<protocol::PitfallReport>, ApiError> {
+    state.guard.authorize(&headers)?;
     if !engine::pitfalls::exists(&id) {
         return Err(ApiError::NotFound(format!("pitfall {id}")));
     }
@@ -208,6 +362,7 @@ pub async fn run_pitfall(
             ApiError::BadRequest { message: format!("{path}: {}", e.into_inner()), field: Some(path) }
         })?
     };
+    state.guard.charge(&headers, peer.as_ref())?;
     let capacity = state.worker.queue_capacity();
     let _permit = state.experiments.clone().try_acquire_owned().map_err(|_| ApiError::QueueFull { capacity })?;
     let worker = state.worker.clone();
@@ -215,10 +370,23 @@ pub async fn run_pitfall(
         .await
         .map_err(|_| ApiError::Unavailable)?
         .map_err(ApiError::from)?;
-    result.map(Json).map_err(|f| match f.kind {
+    let mut report = result.map_err(|f| match f.kind {
         protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError { field: "device".into(), message: f.message }),
         _ => ApiError::NoReport(f.message),
-    })
+    })?;
+    let record_id = state.runs.fresh_id();
+    report.record_id = Some(record_id.clone());
+    let record = Record { id: record_id, body: RecordBody::Pitfall(Box::new(report.clone())) };
+    let store = state.store.clone();
+    match tokio::task::spawn_blocking(move || store.save(&record)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!("could not record the experiment: {e:#}");
+            report.record_id = None;
+        }
+        Err(_) => report.record_id = None,
+    }
+    Ok(Json(report))
 }
 
 /// Unknown `/api/...` paths answer JSON too.

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use protocol::{Autocast, DeviceChoice, GradMode, ModelId};
+use protocol::{Autocast, DeviceChoice, GradMode, ModelId, RecordKind};
 
 /// Gradless: see what PyTorch's inference settings really do, measured live with libtorch.
 #[derive(Debug, Parser)]
@@ -30,6 +30,64 @@ pub enum Command {
     Models(ModelsArgs),
     /// Run a pitfall experiment (`gradless pitfall list` lists them).
     Pitfall(PitfallArgs),
+    /// The recorded runs and experiments: list, show, export.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+}
+
+/// `gradless runs ...`: read the run database a server writes (no device needed).
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// The newest recorded results first.
+    List {
+        #[command(flatten)]
+        db: DbArg,
+        /// Only runs or only pitfall experiments.
+        #[arg(long)]
+        kind: Option<RecordKind>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One recorded result: what was measured, where and when.
+    Show {
+        /// The record's id (the last part of its permalink).
+        id: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// Print the whole record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a recorded result as JSON, CSV (its samples) or a standalone PyTorch script.
+    Export {
+        id: String,
+        #[command(flatten)]
+        db: DbArg,
+        /// json, csv or py.
+        #[arg(long, default_value = "json")]
+        format: String,
+        /// The file to write (default: standard output).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// Where the run database lives.
+#[derive(Debug, Clone, Args)]
+pub struct DbArg {
+    /// The SQLite file of recorded runs (created on first start; `:memory:` keeps nothing).
+    /// Default: $XDG_DATA_HOME/gradless/runs.sqlite3 (~/.local/share/gradless/runs.sqlite3).
+    #[arg(long = "db", env = "GRADLESS_DB")]
+    pub path: Option<PathBuf>,
+}
+
+impl DbArg {
+    pub fn path(&self) -> PathBuf {
+        self.path.clone().unwrap_or_else(crate::store::default_path)
+    }
 }
 
 /// Engine settings shared by the server and the CLI.
@@ -60,6 +118,23 @@ pub struct ServeArgs {
     /// Seconds a run may take before it is stopped.
     #[arg(long, env = "GRADLESS_RUN_TIMEOUT_S", default_value_t = 300)]
     pub run_timeout_s: u64,
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Access token for starting runs and experiments (reading and embeds stay open).
+    /// Clients send `Authorization: Bearer <token>`; the page asks for it once.
+    #[arg(long, env = "GRADLESS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Runs and experiments each client may start per minute (a burst of this many, then
+    /// refilled evenly); 0 turns the limit off.
+    #[arg(long, env = "GRADLESS_RATE_LIMIT", default_value_t = 120)]
+    pub rate_limit: u32,
+    /// Count clients by the first X-Forwarded-For address (only behind a proxy you trust).
+    #[arg(long, env = "GRADLESS_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+    /// Origins allowed to show /embed/... pages in an iframe, space- or comma-separated
+    /// (e.g. `https://docs.example.com`), or `*` for any. Default: this server only.
+    #[arg(long, env = "GRADLESS_EMBED_ORIGINS", default_value = "")]
+    pub embed_origins: String,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -141,4 +216,41 @@ pub struct PitfallArgs {
     pub json: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// The CSP `frame-ancestors` sources for embeds: `'self'` plus each allowed origin. An
+/// origin is `http(s)://host[:port]` or `*`; anything else is refused at start-up, so a
+/// typo cannot silently open (or close) the embeds.
+pub fn frame_ancestors(origins: &str) -> Result<String, String> {
+    let mut sources = vec!["'self'".to_string()];
+    for o in origins.split([' ', ',']).map(str::trim).filter(|o| !o.is_empty()) {
+        let o = o.trim_end_matches('/');
+        let valid = o == "*"
+            || ((o.starts_with("https://") || o.starts_with("http://"))
+                && o.split("://").nth(1).is_some_and(|host| {
+                    !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || "-.:*[]".contains(c))
+                }));
+        if !valid {
+            return Err(format!("embed origin `{o}` is not an origin like https://docs.example.com (or *)"));
+        }
+        sources.push(o.to_string());
+    }
+    Ok(format!("frame-ancestors {}", sources.join(" ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embed_origins_become_frame_ancestors() {
+        assert_eq!(frame_ancestors("").unwrap(), "frame-ancestors 'self'");
+        assert_eq!(
+            frame_ancestors("https://docs.example.com, http://wiki.local:8080/").unwrap(),
+            "frame-ancestors 'self' https://docs.example.com http://wiki.local:8080"
+        );
+        assert_eq!(frame_ancestors("*").unwrap(), "frame-ancestors 'self' *");
+        assert!(frame_ancestors("docs.example.com").is_err());
+        assert!(frame_ancestors("https://x.com; script-src *").is_err());
+    }
 }

@@ -5,8 +5,11 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod export;
+pub mod guard;
 pub mod runs;
 pub mod state;
+pub mod store;
 pub mod web;
 
 use std::sync::Arc;
@@ -19,7 +22,9 @@ use leptos::config::LeptosOptions;
 use protocol::{Limits, ServerInfo};
 
 use crate::config::{EngineArgs, ServeArgs};
-use crate::state::AppState;
+use crate::guard::Guard;
+use crate::state::{AppState, Services};
+use crate::store::Store;
 
 /// The worker configuration these settings describe.
 pub fn worker_config(engine: &EngineArgs, queue_capacity: usize, run_timeout: Option<Duration>) -> WorkerConfig {
@@ -42,7 +47,12 @@ pub fn start_worker(config: WorkerConfig) -> Result<Worker> {
 }
 
 /// Builds the shared state: the worker, the model list and the site settings.
-pub fn build_state(worker: Worker, site_root: &std::path::Path, addr: std::net::SocketAddr) -> Result<AppState> {
+pub fn build_state(
+    worker: Worker,
+    site_root: &std::path::Path,
+    addr: std::net::SocketAddr,
+    services: Services,
+) -> Result<AppState> {
     let models = cli::model_infos(&worker)?;
     let info = ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -51,6 +61,7 @@ pub fn build_state(worker: Worker, site_root: &std::path::Path, addr: std::net::
         models,
         limits: worker.limits().clone(),
         pitfalls: engine::pitfalls::catalogue(),
+        auth_required: services.guard.token_required(),
     };
     let experiments = Arc::new(tokio::sync::Semaphore::new(worker_queue_capacity(&worker)));
     let leptos = LeptosOptions::builder()
@@ -62,9 +73,12 @@ pub fn build_state(worker: Worker, site_root: &std::path::Path, addr: std::net::
     Ok(AppState {
         worker: Arc::new(worker),
         runs: Arc::new(runs::Runs::new(1000)),
+        store: Arc::new(services.store),
+        guard: Arc::new(services.guard),
         info: Arc::new(info),
         leptos,
         experiments,
+        embed_csp: services.embed_csp.into(),
     })
 }
 
@@ -82,11 +96,19 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let config = worker_config(&args.engine, args.queue_capacity, Some(Duration::from_secs(args.run_timeout_s)));
+    let embed_csp = config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
+    let db_path = args.db.path();
+    let store = Store::open(&db_path)?;
+    tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
+    let guard = Guard::new(args.token.clone(), args.rate_limit, args.trust_forwarded_for);
+    if guard.token_required() {
+        tracing::info!("starting runs needs the access token; reading and embeds stay open");
+    }
     let site_root = args.site_root.clone();
     let addr = args.addr;
     let state = tokio::task::spawn_blocking(move || -> Result<AppState> {
         let worker = start_worker(config)?;
-        build_state(worker, &site_root, addr)
+        build_state(worker, &site_root, addr, Services { store, guard, embed_csp })
     })
     .await
     .context("starting the worker panicked")??;
@@ -94,6 +116,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         tracing::info!(device = d.kind.as_str(), name = %d.name, "device available");
     }
     let worker = state.worker.clone();
+    let store = state.store.clone();
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
     tracing::info!("Gradless is serving at http://{}", listener.local_addr()?);
     // Without TCP_NODELAY, Nagle's algorithm and the browser's delayed ACK hold small
@@ -103,15 +126,26 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             tracing::warn!("could not set TCP_NODELAY: {e}");
         }
     });
-    axum::serve(listener, web::app(state)).with_graceful_shutdown(shutdown_signal()).await.context("the server failed")?;
-    tracing::info!("shutting down: finishing the current run");
+    let closing = worker.clone();
+    let app = web::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Refuse new work and cancel what waits, so every open event stream reaches
+            // its end and the server can drain; the current run goes on to finish.
+            tracing::info!("shutting down: finishing the current run, cancelling queued ones");
+            closing.close();
+        })
+        .await
+        .context("the server failed")?;
     tokio::task::spawn_blocking(move || {
-        if let Ok(mut w) = Arc::try_unwrap(worker) {
-            w.shutdown();
-        }
+        worker.shutdown();
+        // After the worker: the last run's record is written before the file is closed.
+        store.close();
     })
     .await
     .ok();
+    tracing::info!("stopped cleanly");
     Ok(())
 }
 

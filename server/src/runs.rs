@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use engine::RunTicket;
 use protocol::{Event, Report};
@@ -14,7 +15,9 @@ use tokio::sync::watch;
 
 /// One run's stream.
 pub struct RunState {
-    events: Mutex<Vec<Event>>,
+    /// Each event with when it arrived from the worker (the load test measures delivery
+    /// delay from it).
+    events: Mutex<Vec<(Event, Instant)>>,
     /// Number of events so far; viewers wait on changes.
     count: watch::Sender<usize>,
     ticket: Mutex<Option<RunTicket>>,
@@ -34,7 +37,7 @@ impl RunState {
     /// Appends an event (called on the device thread; never blocks for long).
     pub fn push(&self, event: Event) {
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        events.push(event);
+        events.push((event, Instant::now()));
         let n = events.len();
         drop(events);
         self.count.send_replace(n);
@@ -42,7 +45,12 @@ impl RunState {
 
     /// The event at `index`, if it has happened.
     pub fn get(&self, index: usize) -> Option<Event> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).get(index).cloned()
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).get(index).map(|(e, _)| e.clone())
+    }
+
+    /// When the event at `index` arrived from the worker.
+    pub fn pushed_at(&self, index: usize) -> Option<Instant> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).get(index).map(|(_, t)| *t)
     }
 
     pub fn subscribe(&self) -> watch::Receiver<usize> {
@@ -50,16 +58,16 @@ impl RunState {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().is_some_and(Event::is_terminal)
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().is_some_and(|(e, _)| e.is_terminal())
     }
 
     pub fn has_started(&self) -> bool {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|e| matches!(e, Event::Started { .. }))
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|(e, _)| matches!(e, Event::Started { .. }))
     }
 
     /// The report, once the run is done.
     pub fn report(&self) -> Option<Report> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find_map(|e| match e {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find_map(|(e, _)| match e {
             Event::Done { report } => Some((**report).clone()),
             _ => None,
         })
@@ -67,7 +75,7 @@ impl RunState {
 
     /// The terminal event, if any.
     pub fn outcome(&self) -> Option<Event> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().filter(|e| e.is_terminal()).cloned()
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().map(|(e, _)| e).filter(|e| e.is_terminal()).cloned()
     }
 
     pub fn set_ticket(&self, ticket: RunTicket) {
@@ -103,6 +111,7 @@ pub struct Runs {
     inner: Mutex<RunsInner>,
     capacity: usize,
     ids: RandomState,
+    issued: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -113,21 +122,26 @@ struct RunsInner {
 
 impl Runs {
     pub fn new(capacity: usize) -> Runs {
-        Runs { inner: Mutex::new(RunsInner::default()), capacity, ids: RandomState::new() }
+        Runs { inner: Mutex::new(RunsInner::default()), capacity, ids: RandomState::new(), issued: AtomicUsize::new(0) }
+    }
+
+    /// A fresh id (16 hex digits, unguessable in practice): a keyed hash of a counter and
+    /// the time. Run ids are permalinks, so they must not collide across restarts either.
+    pub fn fresh_id(&self) -> String {
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        let mut h = self.ids.build_hasher();
+        h.write_usize(n);
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        format!("{:016x}", h.finish())
     }
 
     /// Registers a new run and returns its id and state.
     pub fn create(&self) -> (String, Arc<RunState>) {
+        let mut id = self.fresh_id();
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let id = loop {
-            let mut h = self.ids.build_hasher();
-            h.write_usize(inner.order.len());
-            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-            let id = format!("{:016x}", h.finish());
-            if !inner.by_id.contains_key(&id) {
-                break id;
-            }
-        };
+        while inner.by_id.contains_key(&id) {
+            id = self.fresh_id();
+        }
         let state = RunState::new();
         inner.by_id.insert(id.clone(), state.clone());
         inner.order.push_back(id.clone());

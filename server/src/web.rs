@@ -1,8 +1,12 @@
 //! The router: the API under `/api`, the Leptos pages, and the built site's static files
 //! (wasm, js, css, ECharts) from the site root. `app(state)` is a plain function so tests
-//! drive it with `oneshot`, no socket needed.
+//! drive it with `oneshot`, no socket needed. It also owns who may frame the pages: only
+//! `/embed/...` may be framed by the configured origins; everything else by this server only.
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use leptos::prelude::provide_context;
@@ -20,6 +24,10 @@ pub fn app(state: AppState) -> Router {
         .route("/runs", post(api::create_run))
         .route("/runs/{id}", get(api::get_run))
         .route("/runs/{id}/events", get(api::run_events))
+        .route("/records", get(api::list_records))
+        .route("/records/{id}", get(api::get_record))
+        .route("/records/{id}/export/{format}", get(api::export_record))
+        .route("/health", get(api::health))
         .route("/pitfalls", get(api::pitfalls))
         .route("/pitfalls/{id}", post(api::run_pitfall))
         .fallback(api::not_found)
@@ -41,6 +49,21 @@ pub fn app(state: AppState) -> Router {
         // gzip for pages, wasm, js and css (the default predicate leaves SSE streams alone,
         // so events are never held back in a compressor's buffer).
         .layer(tower_http::compression::CompressionLayer::new())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), frame_policy))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// `Content-Security-Policy: frame-ancestors ...` on every response: embeds may be framed
+/// by the configured origins, all other pages only by this server (clickjacking).
+async fn frame_policy(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let embed = request.uri().path().starts_with("/embed/");
+    let mut response = next.run(request).await;
+    let policy = if embed {
+        HeaderValue::from_str(&state.embed_csp).unwrap_or_else(|_| HeaderValue::from_static("frame-ancestors 'self'"))
+    } else {
+        HeaderValue::from_static("frame-ancestors 'self'")
+    };
+    response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, policy);
+    response
 }

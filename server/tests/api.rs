@@ -22,7 +22,13 @@ fn state() -> AppState {
     STATE
         .get_or_init(|| {
             let worker = server::start_worker(server::worker_config(&engine_args(), 8, None)).unwrap();
-            server::build_state(worker, std::path::Path::new("target/site"), "127.0.0.1:0".parse().unwrap()).unwrap()
+            server::build_state(
+                worker,
+                std::path::Path::new("target/site"),
+                "127.0.0.1:0".parse().unwrap(),
+                server::state::Services::ephemeral().unwrap(),
+            )
+            .unwrap()
         })
         .clone()
 }

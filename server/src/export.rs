@@ -1,0 +1,197 @@
+//! A recorded result in the formats people take away: the report as JSON, its samples (or
+//! an experiment's series) as CSV, and a standalone PyTorch script that measures the same
+//! run again on the reader's machine. The API (`/api/records/{id}/export.{json,csv,py}`)
+//! and `gradless runs export` both call [`export`], so the files are the same either way.
+
+use protocol::{DeviceChoice, Record, RecordBody, Report};
+
+/// Gradless's own Python peer: the same method, step by step (see bench/peer.py's docs).
+/// The exported script is this file, unchanged, with the run's settings as its arguments.
+const PEER_PY: &str = include_str!("../../bench/peer.py");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Csv,
+    Python,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "json" => Ok(Format::Json),
+            "csv" => Ok(Format::Csv),
+            "py" | "python" => Ok(Format::Python),
+            other => Err(format!("unknown export format `{other}`; use json, csv or py")),
+        }
+    }
+}
+
+/// One exported file.
+#[derive(Clone, Debug)]
+pub struct Export {
+    pub content_type: &'static str,
+    pub filename: String,
+    pub body: String,
+}
+
+/// Renders `record` as `format`; the error says why a format does not apply.
+pub fn export(record: &Record, format: Format) -> Result<Export, String> {
+    let stem = format!("gradless-{}-{}", record.kind().as_str(), record.id);
+    match format {
+        Format::Json => Ok(Export {
+            content_type: "application/json",
+            filename: format!("{stem}.json"),
+            body: serde_json::to_string_pretty(record).map_err(|e| e.to_string())?,
+        }),
+        Format::Csv => Ok(Export {
+            content_type: "text/csv; charset=utf-8",
+            filename: format!("{stem}.csv"),
+            body: match &record.body {
+                RecordBody::Run(r) => samples_csv(r),
+                RecordBody::Pitfall(p) => {
+                    let mut out = String::from("series,unit,x,y\n");
+                    for s in &p.series {
+                        for (x, y) in s.x.iter().zip(&s.y) {
+                            let y = y.map(|v| v.to_string()).unwrap_or_default();
+                            out.push_str(&format!("{},{},{},{y}\n", csv_field(&s.name), csv_field(&s.unit), csv_field(x)));
+                        }
+                    }
+                    out
+                }
+            },
+        }),
+        Format::Python => match &record.body {
+            RecordBody::Run(r) => Ok(Export {
+                content_type: "text/x-python; charset=utf-8",
+                filename: format!("{stem}.py"),
+                body: python_script(&record.id, r),
+            }),
+            RecordBody::Pitfall(_) => Err(
+                "a pitfall experiment has no single script; export one of its runs from the Lab, or its JSON".into(),
+            ),
+        },
+    }
+}
+
+/// Every sample of a run, warm-up first: one row per forward pass.
+pub fn samples_csv(r: &Report) -> String {
+    let mut out = String::from("phase,iteration,latency_ms,allocated_bytes,peak_bytes,reserved_bytes\n");
+    for (phase, samples) in [("warmup", &r.warmup), ("timed", &r.samples)] {
+        for s in samples {
+            let reserved = s.reserved_bytes.map(|b| b.to_string()).unwrap_or_default();
+            out.push_str(&format!("{phase},{},{},{},{},{reserved}\n", s.iteration, s.latency_ms, s.allocated_bytes, s.peak_bytes));
+        }
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The command-line arguments of bench/peer.py that repeat `r`'s run.
+pub fn peer_args(r: &Report) -> Vec<String> {
+    let s = &r.spec;
+    let device = match s.device {
+        DeviceChoice::Auto => "auto",
+        DeviceChoice::Cpu => "cpu",
+        DeviceChoice::Cuda => "cuda",
+    };
+    let mut args = vec![
+        format!("--model={}", s.model.as_str()),
+        format!("--batch={}", s.batch),
+        format!("--grad={}", s.grad.as_str()),
+        format!("--autocast={}", s.autocast.as_str()),
+        format!("--device={device}"),
+        format!("--warmup={}", s.warmup),
+        format!("--iters={}", s.iters),
+        format!("--threads={}", r.env.threads),
+    ];
+    if !s.eval {
+        args.push("--train".into());
+    }
+    if let Some(size) = s.input_size {
+        args.push(format!("--input-size={size}"));
+    }
+    args
+}
+
+fn py_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// bench/peer.py with the recorded run's settings as its default arguments, and the
+/// recorded figures printed beside the new ones.
+pub fn python_script(id: &str, r: &Report) -> String {
+    let l = &r.latency_ms;
+    let m = &r.memory;
+    let recorded = format!(
+        "latency p50 {:.3} ms, p95 {:.3} ms, p99 {:.3} ms; peak above baseline {} ({} bytes, {})",
+        l.p50,
+        l.p95,
+        l.p99,
+        protocol::format_bytes(m.peak_above_baseline_bytes),
+        m.peak_above_baseline_bytes,
+        m.source.describe()
+    );
+    let where_ = format!(
+        "{} ({}), libtorch {}, threads {}, {}",
+        r.env.device_name,
+        r.env.device.as_str(),
+        r.env.libtorch_version,
+        r.env.threads,
+        r.env.measured_at
+    );
+    let args = peer_args(r);
+    let mut head = String::from("#!/usr/bin/env python3\n");
+    head.push_str(&format!("# Reproduces Gradless run {id}: {} · {}.\n", r.spec.model.as_str(), r.spec.label()));
+    head.push_str(&format!("# Recorded by Gradless {} on {where_}:\n#   {recorded}\n", r.env.gradless_version));
+    head.push_str("#\n# Run:  python3 this_file.py          (needs torch; torchvision is optional)\n");
+    head.push_str("#       python3 this_file.py --json   (the report as JSON, with Gradless's field names)\n");
+    head.push_str("# Flags given on the command line override the recorded settings (e.g. --device cpu).\n");
+    head.push_str("# Below is Gradless's Python peer (bench/peer.py), unchanged: the same warm-up,\n");
+    head.push_str("# synchronisation and per-iteration peak reset as the server's measurement.\n\n");
+
+    let body = PEER_PY.strip_prefix("#!/usr/bin/env python3\n").unwrap_or(PEER_PY);
+    let main_call = "if __name__ == \"__main__\":\n    sys.exit(main())\n";
+    let body = body.strip_suffix(main_call).unwrap_or(body);
+    let mut tail = String::from("\n# ---- the recorded run ----------------------------------------------------------------------\n\n");
+    tail.push_str(&format!("GRADLESS_RUN_ID = {}\n", py_str(id)));
+    tail.push_str(&format!(
+        "RECORDED_ARGS = [{}]\n",
+        args.iter().map(|a| py_str(a)).collect::<Vec<_>>().join(", ")
+    ));
+    tail.push_str(&format!("RECORDED = {}\n", py_str(&format!("{recorded}; on {where_}"))));
+    tail.push_str(
+        "\n\nif __name__ == \"__main__\":\n    _argv = sys.argv[1:]\n    _code = main(RECORDED_ARGS + _argv)\n    \
+         if \"--json\" not in _argv:\n        print(f\"\\nGradless recorded (run {GRADLESS_RUN_ID}): {RECORDED}\")\n    \
+         sys.exit(_code)\n",
+    );
+    format!("{head}{body}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_ends_with_the_main_call_the_export_replaces() {
+        // If bench/peer.py changes its ending, the export would call main() twice.
+        assert!(PEER_PY.ends_with("if __name__ == \"__main__\":\n    sys.exit(main())\n"));
+        assert!(PEER_PY.starts_with("#!/usr/bin/env python3\n"));
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_when_needed() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("plain"), "plain");
+        assert!("json".parse::<Format>().is_ok() && "xml".parse::<Format>().is_err());
+    }
+}
