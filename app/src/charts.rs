@@ -87,8 +87,8 @@ pub fn memory_chart(warmup: &[Sample], samples: &[Sample], baseline: Option<u64>
     chart
 }
 
-/// The runs made on this page side by side: peak memory above baseline and p50/p95.
-pub fn comparison_chart(runs: &[Report]) -> Chart {
+/// Runs side by side: peak memory above baseline and p50/p95.
+pub fn comparison_chart(title: &str, runs: &[Report]) -> Chart {
     // Short labels, tilted so they never overlap; the batch only when runs differ in it.
     let same_batch = runs.windows(2).all(|w| w[0].spec.batch == w[1].spec.batch);
     let cats: Vec<String> = runs
@@ -104,7 +104,7 @@ pub fn comparison_chart(runs: &[Report]) -> Chart {
     let p50: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p50)).collect();
     let p95: Vec<f64> = runs.iter().map(|r| round3(r.latency_ms.p95)).collect();
     Chart::new()
-        .title(Title::new().text("Runs on this page").left("center").text_style(charming::element::TextStyle::new().font_size(14)))
+        .title(Title::new().text(title).left("center").text_style(charming::element::TextStyle::new().font_size(14)))
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
         .legend(Legend::new().bottom(0))
         .grid(Grid::new().left(64).right(64).top(40).bottom(120))
@@ -200,10 +200,16 @@ fn flush() {
         d.scheduled = false;
         let pending: Vec<_> = d.pending.drain().collect();
         for (id, chart) in pending {
-            if let Some(existing) = d.instances.get(&id) {
-                WasmRenderer::update(existing, &chart);
-                continue;
+            // A page change may have replaced the element: then the old instance is stale.
+            let element = web_sys::window().and_then(|w| w.document()).and_then(|doc| doc.get_element_by_id(&id));
+            let Some(element) = element else { continue };
+            if element.has_attribute("_echarts_instance_") {
+                if let Some(existing) = d.instances.get(&id) {
+                    WasmRenderer::update(existing, &chart);
+                    continue;
+                }
             }
+            d.instances.remove(&id);
             let dark = web_sys::window()
                 .and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten())
                 .is_some_and(|m| m.matches());
@@ -217,6 +223,42 @@ fn flush() {
             }
         }
     });
+}
+
+/// Saves the chart drawn in element `id` as a PNG (ECharts renders it at twice the
+/// screen's resolution, on the page's background).
+#[cfg(feature = "hydrate")]
+pub fn download_png(id: &str, filename: &str) {
+    use js_sys::{Function, Object, Reflect};
+    use wasm_bindgen::{JsCast, JsValue};
+    let url = (|| -> Option<String> {
+        let window = web_sys::window()?;
+        let document = window.document()?;
+        let element = document.get_element_by_id(id)?;
+        let echarts = Reflect::get(&window, &"echarts".into()).ok()?;
+        let get = Reflect::get(&echarts, &"getInstanceByDom".into()).ok()?.dyn_into::<Function>().ok()?;
+        let chart = get.call1(&echarts, &element).ok().filter(|c| !c.is_undefined())?;
+        let to_url = Reflect::get(&chart, &"getDataURL".into()).ok()?.dyn_into::<Function>().ok()?;
+        let dark = window.match_media("(prefers-color-scheme: dark)").ok().flatten().is_some_and(|m| m.matches());
+        let options = Object::new();
+        Reflect::set(&options, &"type".into(), &"png".into()).ok()?;
+        Reflect::set(&options, &"pixelRatio".into(), &JsValue::from(2)).ok()?;
+        Reflect::set(&options, &"backgroundColor".into(), &(if dark { "#1c1f24" } else { "#ffffff" }).into()).ok()?;
+        to_url.call1(&chart, &options).ok()?.as_string()
+    })();
+    let Some(url) = url else {
+        leptos::logging::warn!("chart {id} is not drawn yet: nothing to save");
+        return;
+    };
+    let link = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.create_element("a").ok())
+        .and_then(|a| a.dyn_into::<web_sys::HtmlElement>().ok());
+    if let Some(a) = link {
+        let _ = a.set_attribute("href", &url);
+        let _ = a.set_attribute("download", filename);
+        a.click();
+    }
 }
 
 #[cfg(test)]

@@ -16,18 +16,50 @@ fn js_error(e: JsValue) -> String {
         .unwrap_or_else(|| "unknown browser error".into())
 }
 
-/// POSTs `body` as JSON to `url` and reads the JSON answer; the error is the server's message
-/// (or why the server could not be reached).
+/// Where the access token a person typed is kept in this browser.
+pub const TOKEN_KEY: &str = "gradless-token";
+
+/// The access token saved in this browser, if any.
+pub fn saved_token() -> Option<String> {
+    web_sys::window()
+        .and_then(|w| w.local_storage().ok().flatten())
+        .and_then(|s| s.get_item(TOKEN_KEY).ok().flatten())
+        .filter(|t| !t.is_empty())
+}
+
+/// Saves (or, when empty, forgets) the access token.
+pub fn save_token(token: &str) {
+    if let Some(s) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
+        let _ = if token.trim().is_empty() { s.remove_item(TOKEN_KEY) } else { s.set_item(TOKEN_KEY, token.trim()) };
+    }
+}
+
+/// POSTs `body` as JSON to `url` (with the saved access token) and reads the JSON answer;
+/// the error is the server's message (or why the server could not be reached).
 pub async fn post_json<B: serde::Serialize, T: serde::de::DeserializeOwned>(url: &str, body: &B) -> Result<T, String> {
-    let window = web_sys::window().ok_or("no window")?;
     let body = serde_json::to_string(body).map_err(|e| e.to_string())?;
     let init = RequestInit::new();
     init.set_method("POST");
     init.set_body(&JsValue::from_str(&body));
     let headers = Headers::new().map_err(js_error)?;
     headers.set("content-type", "application/json").map_err(js_error)?;
+    if let Some(token) = saved_token() {
+        headers.set("authorization", &format!("Bearer {token}")).map_err(js_error)?;
+    }
     init.set_headers(&headers);
-    let request = Request::new_with_str_and_init(url, &init).map_err(js_error)?;
+    fetch_json(url, &init).await
+}
+
+/// GETs `url` and reads the JSON answer.
+pub async fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> Result<T, String> {
+    let init = RequestInit::new();
+    init.set_method("GET");
+    fetch_json(url, &init).await
+}
+
+async fn fetch_json<T: serde::de::DeserializeOwned>(url: &str, init: &RequestInit) -> Result<T, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let request = Request::new_with_str_and_init(url, init).map_err(js_error)?;
     let response: Response = JsFuture::from(window.fetch_with_request(&request))
         .await
         .map_err(|_| "the Gradless server cannot be reached; is it still running?".to_string())?

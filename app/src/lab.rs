@@ -10,7 +10,9 @@ use protocol::{
     format_bytes, python_snippet, Autocast, DeviceChoice, DeviceKind, GradMode, ModelId, Report, RunSpec, ServerInfo,
 };
 
+use crate::embed::EmbedOptions;
 use crate::explain;
+use crate::records::{summary_table, EmbedSnippet, RecordActions};
 use crate::run_view::{Phase, RunView};
 use crate::settings::{batch_stops, parse_batch, query_from_spec, spec_from_query};
 
@@ -34,19 +36,27 @@ fn autocast_support(info: &ServerInfo, spec: &RunSpec, autocast: Autocast) -> (b
         .unwrap_or((false, format!("this server has no {} device", device.as_str())))
 }
 
+/// The Lab: at `/`, and at `/embed/lab` for doc pages, where `hide=` and `lock=` in the
+/// address remove or fix controls (see [`crate::embed`]).
 #[component]
-pub fn LabPage() -> impl IntoView {
+pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let info = expect_context::<ServerInfo>();
+    let auth_required = info.auth_required;
     let info = StoredValue::new(info);
     let query = use_query_map();
     let spec = Memo::new(move |_| query.with(|q| spec_from_query(|k| q.get(k))));
+    let opts = StoredValue::new(if embed { query.with_untracked(|q| EmbedOptions::from_query(|k| q.get(k))) } else { EmbedOptions::default() });
+    let hidden = move |c: &str| opts.with_value(|o| o.hides(c));
+    let locked = move |c: &str| opts.with_value(|o| o.locks(c));
     let location = use_location();
     let navigate = use_navigate();
     // Every change of a setting is a navigation: the URL is the single source of truth, so
-    // links restore settings and back/forward step through them.
+    // links restore settings and back/forward step through them. An embed keeps its
+    // hide/lock options.
     let set_spec = Callback::new(move |next: RunSpec| {
         let path = location.pathname.get_untracked();
-        navigate(&format!("{path}?{}", query_from_spec(&next)), NavigateOptions { scroll: false, ..Default::default() });
+        let keep = opts.with_value(|o| o.to_query());
+        navigate(&format!("{path}?{}{keep}", query_from_spec(&next)), NavigateOptions { scroll: false, ..Default::default() });
     });
     let update = move |f: &dyn Fn(&mut RunSpec)| {
         let mut s = spec.get_untracked();
@@ -55,7 +65,9 @@ pub fn LabPage() -> impl IntoView {
     };
 
     let view_state = RwSignal::new(RunView::default());
-    let history = RwSignal::new(Vec::<Report>::new());
+    // Every finished run on this page, with its permanent id.
+    let history = RwSignal::new(Vec::<(String, Report)>::new());
+    let current_id = RwSignal::new(None::<String>);
     let busy = Memo::new(move |_| view_state.with(|v| v.phase.busy()));
     let comparing = RwSignal::new(false);
 
@@ -72,7 +84,7 @@ pub fn LabPage() -> impl IntoView {
         }
     });
 
-    let run_one = move |s: RunSpec| start_run(s, view_state, history);
+    let run_one = move |s: RunSpec| start_run(s, view_state, history, current_id);
     let on_run = move |_| {
         if batch_error.get_untracked().is_some() {
             return;
@@ -89,7 +101,7 @@ pub fn LabPage() -> impl IntoView {
             .into_iter()
             .filter(|s| info.with_value(|i| autocast_support(i, s, s.autocast).0))
             .collect();
-        start_sequence(rows, view_state, history, comparing);
+        start_sequence(rows, view_state, history, current_id, comparing);
     };
 
     // `&run=1` in a shared link starts the run once the page is live.
@@ -116,7 +128,10 @@ pub fn LabPage() -> impl IntoView {
                 charts::render("memory-chart", charts::memory_chart(&v.warmup, &v.samples, v.baseline_bytes));
             })
         });
-        Effect::new(move |_| history.with(|h| charts::render("compare-chart", charts::comparison_chart(h))));
+        Effect::new(move |_| {
+            let reports: Vec<Report> = history.with(|h| h.iter().map(|(_, r)| r.clone()).collect());
+            charts::render("compare-chart", charts::comparison_chart("Runs on this page", &reports))
+        });
     }
 
     let models = info.with_value(|i| i.models.clone());
@@ -125,11 +140,12 @@ pub fn LabPage() -> impl IntoView {
     view! {
         <div class="lab">
             <section class="controls" aria-label="Settings">
-                <div class="control">
+                <div class="control" class:hidden=hidden("model")>
                     <label for="model">"Model"</label>
                     <select
                         id="model"
                         data-testid="model"
+                        prop:disabled=locked("model")
                         prop:value=move || spec.get().model.as_str()
                         on:change=move |ev| {
                             if let Ok(m) = event_target_value(&ev).parse::<ModelId>() {
@@ -160,11 +176,12 @@ pub fn LabPage() -> impl IntoView {
                     </p>
                 </div>
 
-                <div class="control">
+                <div class="control" class:hidden=hidden("device")>
                     <label for="device">"Device"</label>
                     <select
                         id="device"
                         data-testid="device"
+                        prop:disabled=locked("device")
                         prop:value=move || match spec.get().device {
                             DeviceChoice::Auto => "auto",
                             DeviceChoice::Cpu => "cpu",
@@ -207,12 +224,13 @@ pub fn LabPage() -> impl IntoView {
                     }}
                 </div>
 
-                <div class="control">
+                <div class="control" class:hidden=hidden("eval")>
                     <span class="label" id="eval-label">"Module mode"</span>
                     <label class="toggle">
                         <input
                             type="checkbox"
                             data-testid="eval"
+                            prop:disabled=locked("eval")
                             aria-labelledby="eval-label"
                             prop:checked=move || spec.get().eval
                             on:change=move |ev| {
@@ -225,7 +243,7 @@ pub fn LabPage() -> impl IntoView {
                     <p class="explain" data-testid="eval-explain">{move || explain::eval_text(spec.get().eval, spec.get().model)}</p>
                 </div>
 
-                <fieldset class="control">
+                <fieldset class="control" class:hidden=hidden("grad") prop:disabled=locked("grad")>
                     <legend>"Grad mode"</legend>
                     {GradMode::ALL
                         .into_iter()
@@ -253,7 +271,7 @@ pub fn LabPage() -> impl IntoView {
                     <p class="explain" data-testid="grad-explain">{move || explain::grad_text(spec.get().grad)}</p>
                 </fieldset>
 
-                <fieldset class="control">
+                <fieldset class="control" class:hidden=hidden("autocast") prop:disabled=locked("autocast")>
                     <legend>"Autocast"</legend>
                     {Autocast::ALL
                         .into_iter()
@@ -285,7 +303,7 @@ pub fn LabPage() -> impl IntoView {
                     </p>
                 </fieldset>
 
-                <div class="control">
+                <fieldset class="control plain" class:hidden=hidden("batch") prop:disabled=locked("batch")>
                     <label for="batch">"Batch size"</label>
                     <div class="batch">
                         <input
@@ -329,9 +347,9 @@ pub fn LabPage() -> impl IntoView {
                     </div>
                     <p id="batch-error" class="error" role="alert" data-testid="batch-error">{move || batch_error.get()}</p>
                     <p class="explain">{explain::batch_text()}</p>
-                </div>
+                </fieldset>
 
-                <details class="control">
+                <details class="control" class:hidden=hidden("advanced")>
                     <summary>"Advanced: iterations"</summary>
                     <NumberSetting
                         label="Warm-up iterations (not in the statistics) "
@@ -351,13 +369,25 @@ pub fn LabPage() -> impl IntoView {
                     />
                 </details>
 
+                {auth_required.then(|| view! { <TokenField /> })}
                 <div class="actions">
                     <button class="primary" data-testid="run" on:click=on_run prop:disabled=move || busy.get()>
                         "Run"
                     </button>
-                    <button data-testid="compare-all" on:click=on_compare prop:disabled=move || busy.get() || comparing.get()>
+                    <button
+                        data-testid="compare-all"
+                        class:hidden=hidden("compare")
+                        on:click=on_compare
+                        prop:disabled=move || busy.get() || comparing.get()
+                    >
                         "Compare all modes"
                     </button>
+                    {(!embed).then(|| view! {
+                        <EmbedSnippet
+                            path=Signal::derive(move || format!("/embed/lab?{}", query_from_spec(&spec.get())))
+                            title="Gradless: PyTorch inference settings, measured live"
+                        />
+                    })}
                 </div>
             </section>
 
@@ -372,18 +402,35 @@ pub fn LabPage() -> impl IntoView {
                     </figure>
                 </div>
                 <Summary view_state />
+                {move || {
+                    let done = view_state.with(|v| v.phase == Phase::Done);
+                    current_id.get().filter(|_| done && !embed).map(|id| view! { <RecordActions id run=true charts=vec![("latency-chart", "latency"), ("memory-chart", "memory")] /> })
+                }}
                 <p class="reading" data-testid="reading">
                     {move || {
                         history.with(|h| {
-                            h.last().map(|last| explain::reading(last, h.len().checked_sub(2).and_then(|i| h.get(i))))
+                            h.last().map(|(_, last)| explain::reading(last, h.len().checked_sub(2).and_then(|i| h.get(i)).map(|(_, r)| r)))
                         })
                     }}
                 </p>
-                <figure class="wide">
+                <figure class="wide" class:hidden=hidden("history")>
                     <div id="compare-chart" class="chart" data-testid="compare-chart"></div>
-                    <figcaption>"Every finished run on this page, side by side. Runs stay until you reload."</figcaption>
+                    <figcaption>
+                        "Every finished run on this page, side by side. Each is recorded: "
+                        {move || {
+                            history.with(|h| {
+                                let ids: Vec<&str> = h.iter().map(|(id, _)| id.as_str()).collect();
+                                (h.len() >= 2 && !embed).then(|| view! {
+                                    <a href=format!("/compare?runs={}", ids.iter().rev().take(crate::records::MAX_COMPARED).rev().cloned().collect::<Vec<_>>().join(",")) rel="external" data-testid="compare-link">
+                                        "open them side by side from their permalinks"
+                                    </a>
+                                })
+                            })
+                        }}
+                        {move || history.with(|h| h.len() < 2).then_some("run twice to compare them from their permalinks.")}
+                    </figcaption>
                 </figure>
-                <Snippet spec />
+                {(!hidden("snippet")).then(|| view! { <Snippet spec /> })}
             </section>
         </div>
     }
@@ -451,47 +498,39 @@ fn Status(view_state: RwSignal<RunView>) -> impl IntoView {
 /// The finished run's figures, with where they come from.
 #[component]
 fn Summary(view_state: RwSignal<RunView>) -> impl IntoView {
-    move || {
-        view_state.with(|v| {
-            v.report.as_ref().map(|r| {
-                let l = &r.latency_ms;
-                let m = &r.memory;
-                let reserved = m
-                    .peak_reserved_bytes
-                    .map(format_bytes)
-                    .unwrap_or_else(|| "absent: the CPU has no caching allocator".into());
-                let leak = if m.leaked_bytes == 0 {
-                    format!("{} (back at baseline)", format_bytes(m.after_release_bytes))
-                } else {
-                    format!("{} — {} not returned", format_bytes(m.after_release_bytes), format_bytes(m.leaked_bytes))
-                };
-                view! {
-                    <table class="summary" data-testid="summary">
-                        <caption>
-                            {format!(
-                                "{} on {} · libtorch {} · {} threads · {}",
-                                r.spec.label(),
-                                r.env.device_name,
-                                r.env.libtorch_version,
-                                r.env.threads,
-                                r.env.measured_at
-                            )}
-                        </caption>
-                        <tbody>
-                            <tr><th>"latency p50 / p95 / p99"</th><td data-testid="p50">{format!("{:.3} / {:.3} / {:.3} ms", l.p50, l.p95, l.p99)}</td></tr>
-                            <tr><th>"mean ± stddev (min – max)"</th><td>{format!("{:.3} ± {:.3} ms ({:.3} – {:.3})", l.mean, l.stddev, l.min, l.max)}</td></tr>
-                            <tr><th>"throughput"</th><td>{format!("{:.1} samples/s", r.throughput_per_s)}</td></tr>
-                            <tr><th>"peak above baseline"</th><td data-testid="peak">{format_bytes(m.peak_above_baseline_bytes)}</td></tr>
-                            <tr><th>"baseline (weights + input)"</th><td>{format_bytes(m.baseline_bytes)}</td></tr>
-                            <tr><th>"peak reserved"</th><td>{reserved}</td></tr>
-                            <tr><th>"after the output is freed"</th><td>{leak}</td></tr>
-                            <tr><th>"output"</th><td>{format!("{} {:?}{}{}", r.output.dtype, r.output.shape, if r.output.requires_grad { ", requires_grad: graph kept alive" } else { "" }, if r.output.is_inference { ", inference tensor" } else { "" })}</td></tr>
-                            <tr><th>"memory figures"</th><td>{m.source.describe()}</td></tr>
-                        </tbody>
-                    </table>
+    move || view_state.with(|v| v.report.as_ref().map(summary_table))
+}
+
+/// The access token for a server that asks for one, kept in this browser.
+#[component]
+fn TokenField() -> impl IntoView {
+    let initial = {
+        #[cfg(feature = "hydrate")]
+        {
+            crate::client::saved_token().unwrap_or_default()
+        }
+        #[cfg(not(feature = "hydrate"))]
+        {
+            String::new()
+        }
+    };
+    view! {
+        <div class="control">
+            <label for="token">"Access token"</label>
+            <input
+                id="token"
+                type="password"
+                autocomplete="off"
+                data-testid="token"
+                prop:value=initial
+                on:change=move |ev| {
+                    let _t = event_target_value(&ev);
+                    #[cfg(feature = "hydrate")]
+                    crate::client::save_token(&_t);
                 }
-            })
-        })
+            />
+            <p class="explain">"This server asks for a token to start runs (reading results needs none). It stays in this browser."</p>
+        </div>
     }
 }
 
@@ -520,38 +559,49 @@ fn Snippet(spec: Memo<RunSpec>) -> impl IntoView {
     }
 }
 
+type History = RwSignal<Vec<(String, Report)>>;
+
 /// Starts one run from the browser and streams it into the page.
-fn start_run(spec: RunSpec, view_state: RwSignal<RunView>, history: RwSignal<Vec<Report>>) {
+fn start_run(spec: RunSpec, view_state: RwSignal<RunView>, history: History, current_id: RwSignal<Option<String>>) {
     #[cfg(feature = "hydrate")]
-    leptos::task::spawn_local(execute(spec, view_state, history));
+    leptos::task::spawn_local(execute(spec, view_state, history, current_id));
     #[cfg(not(feature = "hydrate"))]
-    let _ = (spec, view_state, history);
+    let _ = (spec, view_state, history, current_id);
 }
 
 /// Runs `rows` one after another (Compare all modes).
-fn start_sequence(rows: Vec<RunSpec>, view_state: RwSignal<RunView>, history: RwSignal<Vec<Report>>, comparing: RwSignal<bool>) {
+fn start_sequence(
+    rows: Vec<RunSpec>,
+    view_state: RwSignal<RunView>,
+    history: History,
+    current_id: RwSignal<Option<String>>,
+    comparing: RwSignal<bool>,
+) {
     #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(async move {
         comparing.set(true);
         for spec in rows {
-            execute(spec, view_state, history).await;
+            execute(spec, view_state, history, current_id).await;
         }
         comparing.set(false);
     });
     #[cfg(not(feature = "hydrate"))]
-    let _ = (rows, view_state, history, comparing);
+    let _ = (rows, view_state, history, current_id, comparing);
 }
 
 #[cfg(feature = "hydrate")]
-async fn execute(spec: RunSpec, view_state: RwSignal<RunView>, history: RwSignal<Vec<Report>>) {
+async fn execute(spec: RunSpec, view_state: RwSignal<RunView>, history: History, current_id: RwSignal<Option<String>>) {
     view_state.set(RunView::submitting());
+    current_id.set(None);
     match crate::client::start_run(&spec).await {
         Err(message) => view_state.update(|v| v.phase = Phase::Failed(message)),
         Ok(created) => {
+            let id = created.id.clone();
+            current_id.set(Some(id.clone()));
             crate::client::follow(&created.events_url, move |event| {
                 if let protocol::Event::Done { report } = &event {
                     let report = (**report).clone();
-                    history.update(|h| h.push(report));
+                    history.update(|h| h.push((id.clone(), report)));
                 }
                 view_state.update(|v| v.apply(event));
             })

@@ -6,19 +6,25 @@
 //! [`protocol::ServerInfo`] in context: on the server from the caller, in the browser from
 //! the JSON the server embedded in the page, so both render the same controls.
 
+// The Lab's view is one deeply nested type; the compiler's default depth is too shallow for it.
+#![recursion_limit = "256"]
+
 pub mod charts;
 #[cfg(feature = "hydrate")]
 mod client;
+pub mod embed;
 pub mod explain;
 pub mod lab;
 pub mod pitfalls;
+pub mod records;
 pub mod run_view;
 pub mod settings;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::StaticSegment;
+use leptos_router::hooks::use_location;
+use leptos_router::{ParamSegment, StaticSegment};
 use protocol::ServerInfo;
 
 /// The id of the `<script type="application/json">` carrying the ServerInfo.
@@ -85,6 +91,50 @@ pub fn App() -> impl IntoView {
         <Title text="Gradless — what PyTorch's inference settings really do" />
         <script type="application/json" id=INFO_ELEMENT inner_html=info_json></script>
         <Router>
+            <TopBar />
+            <main>
+                <Routes fallback=|| view! { <p class="error">"Page not found."</p> }>
+                    <Route path=StaticSegment("") view=|| view! { <lab::LabPage /> } />
+                    <Route path=StaticSegment("pitfalls") view=pitfalls::PitfallsPage />
+                    <Route path=(StaticSegment("runs"), ParamSegment("id")) view=|| view! { <records::RecordPage /> } />
+                    <Route path=StaticSegment("compare") view=records::ComparePage />
+                    <Route path=(StaticSegment("embed"), StaticSegment("lab")) view=|| view! { <lab::LabPage embed=true /> } />
+                    <Route
+                        path=(StaticSegment("embed"), StaticSegment("runs"), ParamSegment("id"))
+                        view=|| view! { <records::RecordPage embed=true /> }
+                    />
+                    <Route path=(StaticSegment("embed"), StaticSegment("pitfalls"), ParamSegment("id")) view=pitfalls::EmbedPitfallPage />
+                </Routes>
+            </main>
+            <BottomBar version libtorch />
+        </Router>
+    }
+}
+
+/// Whether the page is an `/embed/...` page (minimal chrome, sized to its iframe).
+fn is_embed(path: &str) -> bool {
+    path.starts_with("/embed/")
+}
+
+/// The full page an embed stands for: `/embed/lab?q` → `/?q`, `/embed/runs/x` → `/runs/x`,
+/// `/embed/pitfalls/x` → `/pitfalls#x`.
+pub fn full_page(embed_path: &str, query: &str) -> String {
+    let rest = embed_path.trim_start_matches("/embed");
+    if rest == "/lab" {
+        format!("/{query}")
+    } else if let Some(card) = rest.strip_prefix("/pitfalls/") {
+        format!("/pitfalls#{card}")
+    } else {
+        rest.to_string()
+    }
+}
+
+/// The navigation, except in embeds.
+#[component]
+fn TopBar() -> impl IntoView {
+    let location = use_location();
+    move || {
+        (!is_embed(&location.pathname.get())).then(|| view! {
             <header class="top">
                 <nav>
                     <a class="brand" href="/">"Gradless"</a>
@@ -96,16 +146,36 @@ pub fn App() -> impl IntoView {
                     <code>"torch.inference_mode()"</code>" and autocast, and watch memory and latency measured live."
                 </p>
             </header>
-            <main>
-                <Routes fallback=|| view! { <p class="error">"Page not found."</p> }>
-                    <Route path=StaticSegment("") view=lab::LabPage />
-                    <Route path=StaticSegment("pitfalls") view=pitfalls::PitfallsPage />
-                </Routes>
-            </main>
-            <footer>
-                {format!("Gradless {version} · libtorch {libtorch} · every number on this page was measured by this server")}
-            </footer>
-        </Router>
+        })
+    }
+}
+
+/// What measured the numbers; in an embed, also a way out to the full page.
+#[component]
+fn BottomBar(version: String, libtorch: String) -> impl IntoView {
+    let location = use_location();
+    move || {
+        let path = location.pathname.get();
+        if is_embed(&path) {
+            let search = location.search.get();
+            let query = search.trim_start_matches('?');
+            let query = if query.is_empty() { String::new() } else { format!("?{query}") };
+            let full = full_page(&path, &query);
+            view! {
+                <footer class="embed-footer">
+                    {format!("Measured by Gradless {version} (libtorch {libtorch}) · ")}
+                    <a href=full target="_blank" rel="noopener">"open the full page ↗"</a>
+                </footer>
+            }
+            .into_any()
+        } else {
+            view! {
+                <footer>
+                    {format!("Gradless {version} · libtorch {libtorch} · every number on this page was measured by this server, or recorded by it and labelled with the hardware and date")}
+                </footer>
+            }
+            .into_any()
+        }
     }
 }
 
@@ -118,5 +188,22 @@ pub fn hydrate() {
     // A marker for people and browser tests: from here on the page is live.
     if let Some(root) = web_sys::window().and_then(|w| w.document()).and_then(|d| d.document_element()) {
         let _ = root.set_attribute("data-hydrated", "true");
+    }
+    let path = web_sys::window().and_then(|w| w.location().pathname().ok()).unwrap_or_default();
+    if is_embed(&path) {
+        embed::watch_height();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embeds_link_to_their_full_page() {
+        assert_eq!(full_page("/embed/lab", "?model=resnet18&lock=model"), "/?model=resnet18&lock=model");
+        assert_eq!(full_page("/embed/runs/0123456789abcdef", ""), "/runs/0123456789abcdef");
+        assert_eq!(full_page("/embed/pitfalls/warm-up", ""), "/pitfalls#warm-up");
+        assert!(is_embed("/embed/lab") && !is_embed("/embedded") && !is_embed("/"));
     }
 }

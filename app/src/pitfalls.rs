@@ -6,6 +6,8 @@
 use leptos::prelude::*;
 use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
 
+use crate::records::EmbedSnippet;
+
 /// Where the tour's progress is kept in the browser.
 #[cfg(feature = "hydrate")]
 const TOUR_KEY: &str = "gradless-tour";
@@ -66,6 +68,51 @@ pub fn PitfallsPage() -> impl IntoView {
                 .map(|(index, card)| view! { <PitfallCard card index done /> })
                 .collect_view()}
         </div>
+    }
+}
+
+/// A finished experiment: verdict, provenance, table, figures and notes.
+pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
+    let (class, word) = match r.verdict {
+        Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
+        Verdict::Refuted => ("verdict refuted", "Refuted here"),
+        Verdict::NotApplicable => ("verdict na", "Not applicable here"),
+    };
+    let figures = r.figures.iter().map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> }).collect_view();
+    let notes = r.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
+    let table = r.table.clone().map(|t| {
+        view! {
+            <table class="summary result-table" data-testid=format!("table-{}", r.id)>
+                <thead><tr>{t.columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
+                <tbody>
+                    {t.rows.into_iter().map(|row| view! { <tr>{row.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr> }).collect_view()}
+                </tbody>
+            </table>
+        }
+    });
+    view! {
+        <p class=class data-testid=format!("verdict-{}", r.id)>
+            <strong>{word}</strong>" — "{r.reason.clone()}
+        </p>
+        <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
+        {table}
+        <table class="summary figures"><tbody>{figures}</tbody></table>
+        <ul class="notes">{notes}</ul>
+    }
+}
+
+/// `/embed/pitfalls/{id}`: one card, for a doc page.
+#[component]
+pub fn EmbedPitfallPage() -> impl IntoView {
+    let info = expect_context::<ServerInfo>();
+    let id = leptos_router::hooks::use_params_map().with_untracked(|p| p.get("id")).unwrap_or_default();
+    let done = RwSignal::new(Vec::<String>::new());
+    match info.pitfalls.iter().position(|c| c.id == id) {
+        Some(index) => {
+            let card = info.pitfalls[index].clone();
+            view! { <div class="pitfalls embedded"><PitfallCard card index done /></div> }.into_any()
+        }
+        None => view! { <p class="error" role="alert">{format!("There is no pitfall card “{id}”.")}</p> }.into_any(),
     }
 }
 
@@ -147,46 +194,21 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
             CardState::Running => Some(view! { <p class="verdict running">"Measuring on the server…"</p> }.into_any()),
             CardState::Failed(m) => Some(view! { <p class="error" role="alert">{m.clone()}</p> }.into_any()),
             CardState::Done(r) => {
-                let (class, word) = match r.verdict {
-                    Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
-                    Verdict::Refuted => ("verdict refuted", "Refuted here"),
-                    Verdict::NotApplicable => ("verdict na", "Not applicable here"),
-                };
-                let figures = r
-                    .figures
-                    .iter()
-                    .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> })
-                    .collect_view();
-                let notes = r.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
-                let table = r.table.clone().map(|t| {
+                let permalink = r.record_id.clone().map(|rid| {
                     view! {
-                        <table class="summary result-table" data-testid=format!("table-{}", r.id)>
-                            <thead><tr>{t.columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
-                            <tbody>
-                                {t.rows.into_iter().map(|row| view! { <tr>{row.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr> }).collect_view()}
-                            </tbody>
-                        </table>
+                        <p class="explain">
+                            <a href=format!("/runs/{rid}") rel="external" data-testid=format!("permalink-{}", r.id)>"Permalink to this result"</a>
+                            " (recorded: it shows these figures without running again)"
+                        </p>
                     }
                 });
-                Some(
-                    view! {
-                        <div class="outcome">
-                            <p class=class data-testid=format!("verdict-{}", r.id)>
-                                <strong>{word}</strong>" — "{r.reason.clone()}
-                            </p>
-                            <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
-                            {table}
-                            <table class="summary figures"><tbody>{figures}</tbody></table>
-                            <ul class="notes">{notes}</ul>
-                        </div>
-                    }
-                    .into_any(),
-                )
+                Some(view! { <div class="outcome">{outcome_view(r)}{permalink}</div> }.into_any())
             }
         })
     };
     let has_chart = move || state.with(|s| matches!(s, CardState::Done(r) if !r.series.is_empty()));
     let seen_id = id.clone();
+    let embed_id = id.clone();
     view! {
         <article class="card" id=card.id.clone() data-testid=format!("card-{}", card.id)>
             <h2>
@@ -220,6 +242,9 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
                 <summary>"How the verdict is decided"</summary>
                 <p>{card.threshold.clone()}</p>
             </details>
+            <div class="actions">
+                <EmbedSnippet path=Signal::derive(move || format!("/embed/pitfalls/{embed_id}")) title="Gradless: a pitfall, tested live" />
+            </div>
         </article>
     }
 }

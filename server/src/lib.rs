@@ -2,6 +2,9 @@
 //! their configuration. `main.rs` only parses the command line and calls in here, so tests
 //! reach everything.
 
+// The Lab's view is one deeply nested type; the compiler's default depth is too shallow for it.
+#![recursion_limit = "256"]
+
 pub mod api;
 pub mod cli;
 pub mod config;

@@ -36,13 +36,27 @@ pub fn app(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
     let info = state.info.clone();
     let leptos = state.leptos.clone();
+    // Pages of recorded results render with their figures: the app looks them up here.
+    let store = state.store.clone();
+    let lookup = app::records::RecordLookup(std::sync::Arc::new(move |id: &str| {
+        if !protocol::is_record_id(id) {
+            return Ok(None);
+        }
+        store.get(id).map_err(|e| {
+            tracing::error!("run database: {e:#}");
+            "the run database is not available".to_string()
+        })
+    }));
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(|| async { "ok" }))
         .leptos_routes_with_context(
             &state,
             routes,
-            move || provide_context((*info).clone()),
+            move || {
+                provide_context((*info).clone());
+                provide_context(lookup.clone());
+            },
             move || app::shell(leptos.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
