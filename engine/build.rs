@@ -9,7 +9,10 @@ fn main() {
         std::env::var("DEP_TCH_LIBTORCH_LIB")
             .expect("torch-sys did not report where libtorch is (DEP_TCH_LIBTORCH_LIB)"),
     );
-    let root = lib.parent().expect("libtorch's lib dir has a parent").to_path_buf();
+    let root = lib
+        .parent()
+        .expect("libtorch's lib dir has a parent")
+        .to_path_buf();
     let include = root.join("include");
 
     cc::Build::new()
@@ -29,7 +32,10 @@ fn main() {
     link_args(&lib);
     // Crates that depend on us (not on torch-sys) see this as DEP_GRADLESS_EXT_LIBTORCH_LIB.
     println!("cargo:libtorch_lib={}", lib.display());
-    println!("cargo:rustc-env=GRADLESS_LIBTORCH_VERSION={}", libtorch_version(&root));
+    println!(
+        "cargo:rustc-env=GRADLESS_LIBTORCH_VERSION={}",
+        libtorch_version(&root)
+    );
 }
 
 /// The libtorch version as its installation states it: a PyPI wheel's `version.py` or an
@@ -39,7 +45,12 @@ fn libtorch_version(root: &std::path::Path) -> String {
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("__version__") {
                 let v = rest.trim_start_matches([' ', '=', ':']).trim();
-                let v = v.rsplit('=').next().unwrap_or(v).trim().trim_matches(['\'', '"']);
+                let v = v
+                    .rsplit('=')
+                    .next()
+                    .unwrap_or(v)
+                    .trim()
+                    .trim_matches(['\'', '"']);
                 if !v.is_empty() {
                     return v.to_string();
                 }

@@ -2,7 +2,8 @@
 //! linked (see engine/build.rs, which does the same for the engine's own tests).
 fn main() {
     let lib = std::path::PathBuf::from(
-        std::env::var("DEP_GRADLESS_EXT_LIBTORCH_LIB").expect("the engine crate reports libtorch's lib dir"),
+        std::env::var("DEP_GRADLESS_EXT_LIBTORCH_LIB")
+            .expect("the engine crate reports libtorch's lib dir"),
     );
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     if lib.join("libtorch_cuda.so").exists() {

@@ -30,21 +30,32 @@ pub fn saved_token() -> Option<String> {
 /// Saves (or, when empty, forgets) the access token.
 pub fn save_token(token: &str) {
     if let Some(s) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
-        let _ = if token.trim().is_empty() { s.remove_item(TOKEN_KEY) } else { s.set_item(TOKEN_KEY, token.trim()) };
+        let _ = if token.trim().is_empty() {
+            s.remove_item(TOKEN_KEY)
+        } else {
+            s.set_item(TOKEN_KEY, token.trim())
+        };
     }
 }
 
 /// POSTs `body` as JSON to `url` (with the saved access token) and reads the JSON answer;
 /// the error is the server's message (or why the server could not be reached).
-pub async fn post_json<B: serde::Serialize, T: serde::de::DeserializeOwned>(url: &str, body: &B) -> Result<T, String> {
+pub async fn post_json<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+    url: &str,
+    body: &B,
+) -> Result<T, String> {
     let body = serde_json::to_string(body).map_err(|e| e.to_string())?;
     let init = RequestInit::new();
     init.set_method("POST");
     init.set_body(&JsValue::from_str(&body));
     let headers = Headers::new().map_err(js_error)?;
-    headers.set("content-type", "application/json").map_err(js_error)?;
+    headers
+        .set("content-type", "application/json")
+        .map_err(js_error)?;
     if let Some(token) = saved_token() {
-        headers.set("authorization", &format!("Bearer {token}")).map_err(js_error)?;
+        headers
+            .set("authorization", &format!("Bearer {token}"))
+            .map_err(js_error)?;
     }
     init.set_headers(&headers);
     fetch_json(url, &init).await
@@ -57,7 +68,10 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> Result<T, St
     fetch_json(url, &init).await
 }
 
-async fn fetch_json<T: serde::de::DeserializeOwned>(url: &str, init: &RequestInit) -> Result<T, String> {
+async fn fetch_json<T: serde::de::DeserializeOwned>(
+    url: &str,
+    init: &RequestInit,
+) -> Result<T, String> {
     let window = web_sys::window().ok_or("no window")?;
     let request = Request::new_with_str_and_init(url, init).map_err(js_error)?;
     let response: Response = JsFuture::from(window.fetch_with_request(&request))
@@ -65,7 +79,11 @@ async fn fetch_json<T: serde::de::DeserializeOwned>(url: &str, init: &RequestIni
         .map_err(|_| "the Gradless server cannot be reached; is it still running?".to_string())?
         .dyn_into()
         .map_err(js_error)?;
-    let text = JsFuture::from(response.text().map_err(js_error)?).await.map_err(js_error)?.as_string().unwrap_or_default();
+    let text = JsFuture::from(response.text().map_err(js_error)?)
+        .await
+        .map_err(js_error)?
+        .as_string()
+        .unwrap_or_default();
     if response.ok() {
         serde_json::from_str(&text).map_err(|e| format!("unexpected answer from the server: {e}"))
     } else {
@@ -89,7 +107,12 @@ pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
     let source = match EventSource::new(events_url) {
         Ok(s) => s,
         Err(e) => {
-            on_event(Event::Failed { failure: RunFailure { kind: FailureKind::Internal, message: js_error(e) } });
+            on_event(Event::Failed {
+                failure: RunFailure {
+                    kind: FailureKind::Internal,
+                    message: js_error(e),
+                },
+            });
             return;
         }
     };
@@ -108,7 +131,9 @@ pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
         let on_event = on_event.clone();
         let finish = finish.clone();
         Closure::<dyn FnMut(MessageEvent)>::new(move |m: MessageEvent| {
-            let Some(text) = m.data().as_string() else { return };
+            let Some(text) = m.data().as_string() else {
+                return;
+            };
             if let Ok(event) = serde_json::from_str::<Event>(&text) {
                 let terminal = event.is_terminal();
                 on_event(event);
@@ -127,7 +152,9 @@ pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
                 on_event(Event::Failed {
                     failure: RunFailure {
                         kind: FailureKind::Internal,
-                        message: "lost the connection to the Gradless server while the run was going".into(),
+                        message:
+                            "lost the connection to the Gradless server while the run was going"
+                                .into(),
                     },
                 });
                 finish();
@@ -146,5 +173,8 @@ pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
 /// Copies `text` to the clipboard.
 pub async fn copy_text(text: &str) -> Result<(), String> {
     let window = web_sys::window().ok_or("no window")?;
-    JsFuture::from(window.navigator().clipboard().write_text(text)).await.map(|_| ()).map_err(js_error)
+    JsFuture::from(window.navigator().clipboard().write_text(text))
+        .await
+        .map(|_| ())
+        .map_err(js_error)
 }

@@ -3,8 +3,10 @@
 //! an embed posts to its parent page so the iframe fits. Pure, except [`post_height`].
 
 /// The lab's controls, by the names `hide=` and `lock=` take.
-pub const CONTROLS: [&str; 10] =
-    ["model", "device", "eval", "grad", "autocast", "batch", "advanced", "compare", "snippet", "history"];
+pub const CONTROLS: [&str; 10] = [
+    "model", "device", "eval", "grad", "autocast", "batch", "advanced", "compare", "snippet",
+    "history",
+];
 
 /// The `type` of the message an embed posts to its parent: `{type, height}`.
 pub const HEIGHT_MESSAGE: &str = "gradless:height";
@@ -33,7 +35,10 @@ fn list(value: Option<String>) -> Vec<String> {
 
 impl EmbedOptions {
     pub fn from_query(get: impl Fn(&str) -> Option<String>) -> EmbedOptions {
-        EmbedOptions { hide: list(get("hide")), lock: list(get("lock")) }
+        EmbedOptions {
+            hide: list(get("hide")),
+            lock: list(get("lock")),
+        }
     }
 
     pub fn hides(&self, control: &str) -> bool {
@@ -59,7 +64,10 @@ impl EmbedOptions {
 }
 
 fn html_attr(s: &str) -> String {
-    s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The HTML to paste into a doc page: the iframe, and a few lines of script that resize it
@@ -85,8 +93,12 @@ pub fn embed_snippet(origin: &str, path_and_query: &str, title: &str) -> String 
 /// not framed posts to itself, harmlessly).
 #[cfg(feature = "hydrate")]
 pub fn post_height(height: f64) {
-    let Some(window) = web_sys::window() else { return };
-    let Ok(Some(parent)) = window.parent() else { return };
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let Ok(Some(parent)) = window.parent() else {
+        return;
+    };
     let message = js_sys::Object::new();
     let _ = js_sys::Reflect::set(&message, &"type".into(), &HEIGHT_MESSAGE.into());
     let _ = js_sys::Reflect::set(&message, &"height".into(), &height.ceil().into());
@@ -99,7 +111,12 @@ pub fn post_height(height: f64) {
 pub fn watch_height() {
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
-    let Some(body) = web_sys::window().and_then(|w| w.document()).and_then(|d| d.body()) else { return };
+    let Some(body) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.body())
+    else {
+        return;
+    };
     let target = body.clone();
     let last = std::cell::Cell::new(0.0f64);
     let on_resize = Closure::<dyn FnMut()>::new(move || {
@@ -142,8 +159,15 @@ mod tests {
 
     #[test]
     fn the_snippet_frames_the_page_and_listens_only_to_it() {
-        let s = embed_snippet("https://gradless.corp", "/embed/lab?model=resnet18&lock=model", "Gradless \"lab\"");
-        assert!(s.contains("src=\"https://gradless.corp/embed/lab?model=resnet18&amp;lock=model\""), "{s}");
+        let s = embed_snippet(
+            "https://gradless.corp",
+            "/embed/lab?model=resnet18&lock=model",
+            "Gradless \"lab\"",
+        );
+        assert!(
+            s.contains("src=\"https://gradless.corp/embed/lab?model=resnet18&amp;lock=model\""),
+            "{s}"
+        );
         assert!(s.contains("title=\"Gradless &quot;lab&quot;\""));
         assert!(s.contains("e.origin !== \"https://gradless.corp\""));
         assert!(s.contains(HEIGHT_MESSAGE));

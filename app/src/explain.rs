@@ -18,11 +18,18 @@ pub fn eval_text(eval: bool, model: ModelId) -> String {
             "BatchNorm normalises with the batch's statistics and updates its running statistics — even under no_grad",
         )
     };
-    let effects: Vec<&str> = [(model.has_dropout(), dropout), (model.has_batchnorm(), batchnorm)]
-        .into_iter()
-        .filter_map(|(present, text)| present.then_some(text))
-        .collect();
-    let effects = if effects.is_empty() { "nothing changes in this model".to_string() } else { effects.join("; ") };
+    let effects: Vec<&str> = [
+        (model.has_dropout(), dropout),
+        (model.has_batchnorm(), batchnorm),
+    ]
+    .into_iter()
+    .filter_map(|(present, text)| present.then_some(text))
+    .collect();
+    let effects = if effects.is_empty() {
+        "nothing changes in this model".to_string()
+    } else {
+        effects.join("; ")
+    };
     if eval {
         format!(
             "model.eval() flips the `training` flag on every module. In this model: {effects}. It does NOT \
@@ -104,10 +111,13 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
     };
     let mem = change(peak as f64, prev.memory.peak_above_baseline_bytes as f64);
     let lat = change(p50, prev.latency_ms.p50);
-    let parts: Vec<String> = [mem.map(|m| describe_change("peak memory", m)), lat.map(|l| describe_change("p50 latency", l))]
-        .into_iter()
-        .flatten()
-        .collect();
+    let parts: Vec<String> = [
+        mem.map(|m| describe_change("peak memory", m)),
+        lat.map(|l| describe_change("p50 latency", l)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     format!(
         "{} against the previous run ({}): {} ({} → {} above baseline; p50 {:.2} → {:.2} ms).",
         latest.spec.label(),
@@ -126,9 +136,18 @@ mod tests {
 
     #[test]
     fn changes_read_as_people_say_them() {
-        assert_eq!(describe_change("peak memory", -72.4), "peak memory 72% lower");
-        assert_eq!(describe_change("p50 latency", 12.0), "p50 latency 12% higher");
-        assert_eq!(describe_change("p50 latency", 1.0), "p50 latency about the same");
+        assert_eq!(
+            describe_change("peak memory", -72.4),
+            "peak memory 72% lower"
+        );
+        assert_eq!(
+            describe_change("p50 latency", 12.0),
+            "p50 latency 12% higher"
+        );
+        assert_eq!(
+            describe_change("p50 latency", 1.0),
+            "p50 latency about the same"
+        );
         assert_eq!(change(28.0, 100.0), Some(-72.0));
         assert_eq!(change(1.0, 0.0), None);
     }
@@ -137,7 +156,13 @@ mod tests {
     fn eval_text_names_the_layers_that_change() {
         assert!(eval_text(true, ModelId::Resnet18).contains("BatchNorm"));
         assert!(eval_text(false, ModelId::Transformer).contains("Dropout"));
-        assert!(!eval_text(true, ModelId::Resnet18).contains("Dropout"), "ResNet has no Dropout");
-        assert!(!eval_text(false, ModelId::Transformer).contains("BatchNorm"), "the transformer has no BatchNorm");
+        assert!(
+            !eval_text(true, ModelId::Resnet18).contains("Dropout"),
+            "ResNet has no Dropout"
+        );
+        assert!(
+            !eval_text(false, ModelId::Transformer).contains("BatchNorm"),
+            "the transformer has no BatchNorm"
+        );
     }
 }

@@ -7,7 +7,8 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use protocol::{
-    format_bytes, python_snippet, Autocast, DeviceChoice, DeviceKind, GradMode, ModelId, Report, RunSpec, ServerInfo,
+    format_bytes, python_snippet, Autocast, DeviceChoice, DeviceKind, GradMode, ModelId, Report,
+    RunSpec, ServerInfo,
 };
 
 use crate::embed::EmbedOptions;
@@ -21,7 +22,11 @@ fn resolved_device(info: &ServerInfo, choice: DeviceChoice) -> DeviceKind {
     match choice {
         DeviceChoice::Cpu => DeviceKind::Cpu,
         DeviceChoice::Cuda => DeviceKind::Cuda,
-        DeviceChoice::Auto => info.devices.first().map(|d| d.kind).unwrap_or(DeviceKind::Cpu),
+        DeviceChoice::Auto => info
+            .devices
+            .first()
+            .map(|d| d.kind)
+            .unwrap_or(DeviceKind::Cpu),
     }
 }
 
@@ -33,7 +38,10 @@ fn autocast_support(info: &ServerInfo, spec: &RunSpec, autocast: Autocast) -> (b
         .find(|d| d.kind == device)
         .and_then(|d| d.autocast.iter().find(|a| a.autocast == autocast))
         .map(|a| (a.supported, a.note.clone()))
-        .unwrap_or((false, format!("this server has no {} device", device.as_str())))
+        .unwrap_or((
+            false,
+            format!("this server has no {} device", device.as_str()),
+        ))
 }
 
 /// The Lab: at `/`, and at `/embed/lab` for doc pages, where `hide=` and `lock=` in the
@@ -45,7 +53,11 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let info = StoredValue::new(info);
     let query = use_query_map();
     let spec = Memo::new(move |_| query.with(|q| spec_from_query(|k| q.get(k))));
-    let opts = StoredValue::new(if embed { query.with_untracked(|q| EmbedOptions::from_query(|k| q.get(k))) } else { EmbedOptions::default() });
+    let opts = StoredValue::new(if embed {
+        query.with_untracked(|q| EmbedOptions::from_query(|k| q.get(k)))
+    } else {
+        EmbedOptions::default()
+    });
     let hidden = move |c: &str| opts.with_value(|o| o.hides(c));
     let locked = move |c: &str| opts.with_value(|o| o.locks(c));
     let location = use_location();
@@ -56,7 +68,13 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let set_spec = Callback::new(move |next: RunSpec| {
         let path = location.pathname.get_untracked();
         let keep = opts.with_value(|o| o.to_query());
-        navigate(&format!("{path}?{}{keep}", query_from_spec(&next)), NavigateOptions { scroll: false, ..Default::default() });
+        navigate(
+            &format!("{path}?{}{keep}", query_from_spec(&next)),
+            NavigateOptions {
+                scroll: false,
+                ..Default::default()
+            },
+        );
     });
     let update = move |f: &dyn Fn(&mut RunSpec)| {
         let mut s = spec.get_untracked();
@@ -123,14 +141,25 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                 let r = v.report.as_ref();
                 charts::render(
                     "latency-chart",
-                    charts::latency_chart(&v.warmup, &v.samples, r.map(|r| r.latency_ms.p50), r.map(|r| r.latency_ms.p95)),
+                    charts::latency_chart(
+                        &v.warmup,
+                        &v.samples,
+                        r.map(|r| r.latency_ms.p50),
+                        r.map(|r| r.latency_ms.p95),
+                    ),
                 );
-                charts::render("memory-chart", charts::memory_chart(&v.warmup, &v.samples, v.baseline_bytes));
+                charts::render(
+                    "memory-chart",
+                    charts::memory_chart(&v.warmup, &v.samples, v.baseline_bytes),
+                );
             })
         });
         Effect::new(move |_| {
             let reports: Vec<Report> = history.with(|h| h.iter().map(|(_, r)| r.clone()).collect());
-            charts::render("compare-chart", charts::comparison_chart("Runs on this page", &reports))
+            charts::render(
+                "compare-chart",
+                charts::comparison_chart("Runs on this page", &reports),
+            )
         });
     }
 
@@ -140,6 +169,9 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     view! {
         <div class="lab">
             <section class="controls" aria-label="Settings">
+                {(!opts.with_value(|o| o.lock.is_empty())).then(|| view! {
+                    <p class="explain note" data-testid="locked-note">"Greyed-out settings are fixed by the page that embeds this."</p>
+                })}
                 <div class="control" class:hidden=hidden("model")>
                     <label for="model">"Model"</label>
                     <select
@@ -562,7 +594,12 @@ fn Snippet(spec: Memo<RunSpec>) -> impl IntoView {
 type History = RwSignal<Vec<(String, Report)>>;
 
 /// Starts one run from the browser and streams it into the page.
-fn start_run(spec: RunSpec, view_state: RwSignal<RunView>, history: History, current_id: RwSignal<Option<String>>) {
+fn start_run(
+    spec: RunSpec,
+    view_state: RwSignal<RunView>,
+    history: History,
+    current_id: RwSignal<Option<String>>,
+) {
     #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(execute(spec, view_state, history, current_id));
     #[cfg(not(feature = "hydrate"))]
@@ -590,7 +627,12 @@ fn start_sequence(
 }
 
 #[cfg(feature = "hydrate")]
-async fn execute(spec: RunSpec, view_state: RwSignal<RunView>, history: History, current_id: RwSignal<Option<String>>) {
+async fn execute(
+    spec: RunSpec,
+    view_state: RwSignal<RunView>,
+    history: History,
+    current_id: RwSignal<Option<String>>,
+) {
     view_state.set(RunView::submitting());
     current_id.set(None);
     match crate::client::start_run(&spec).await {

@@ -83,7 +83,9 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     let info = server_info();
     // `</` cannot appear inside a script element; JSON allows `<\/` as the same text.
-    let info_json = serde_json::to_string(&info).unwrap_or_default().replace("</", "<\\/");
+    let info_json = serde_json::to_string(&info)
+        .unwrap_or_default()
+        .replace("</", "<\\/");
     let libtorch = info.libtorch_version.clone();
     let version = info.version.clone();
     provide_context(info);
@@ -159,7 +161,11 @@ fn BottomBar(version: String, libtorch: String) -> impl IntoView {
         if is_embed(&path) {
             let search = location.search.get();
             let query = search.trim_start_matches('?');
-            let query = if query.is_empty() { String::new() } else { format!("?{query}") };
+            let query = if query.is_empty() {
+                String::new()
+            } else {
+                format!("?{query}")
+            };
             let full = full_page(&path, &query);
             view! {
                 <footer class="embed-footer">
@@ -186,10 +192,15 @@ pub fn hydrate() {
     console_error_panic_hook::set_once();
     leptos::mount::hydrate_body(App);
     // A marker for people and browser tests: from here on the page is live.
-    if let Some(root) = web_sys::window().and_then(|w| w.document()).and_then(|d| d.document_element()) {
+    if let Some(root) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.document_element())
+    {
         let _ = root.set_attribute("data-hydrated", "true");
     }
-    let path = web_sys::window().and_then(|w| w.location().pathname().ok()).unwrap_or_default();
+    let path = web_sys::window()
+        .and_then(|w| w.location().pathname().ok())
+        .unwrap_or_default();
     if is_embed(&path) {
         embed::watch_height();
     }
@@ -201,9 +212,18 @@ mod tests {
 
     #[test]
     fn embeds_link_to_their_full_page() {
-        assert_eq!(full_page("/embed/lab", "?model=resnet18&lock=model"), "/?model=resnet18&lock=model");
-        assert_eq!(full_page("/embed/runs/0123456789abcdef", ""), "/runs/0123456789abcdef");
-        assert_eq!(full_page("/embed/pitfalls/warm-up", ""), "/pitfalls#warm-up");
+        assert_eq!(
+            full_page("/embed/lab", "?model=resnet18&lock=model"),
+            "/?model=resnet18&lock=model"
+        );
+        assert_eq!(
+            full_page("/embed/runs/0123456789abcdef", ""),
+            "/runs/0123456789abcdef"
+        );
+        assert_eq!(
+            full_page("/embed/pitfalls/warm-up", ""),
+            "/pitfalls#warm-up"
+        );
         assert!(is_embed("/embed/lab") && !is_embed("/embedded") && !is_embed("/"));
     }
 }

@@ -40,10 +40,11 @@ pub fn PitfallsPage() -> impl IntoView {
             done.set(stored);
         });
     }
-    let order: Vec<(String, String)> = cards.iter().map(|c| (c.id.clone(), c.title.clone())).collect();
-    let next = move || {
-        done.with(|d| order.iter().find(|(id, _)| !d.contains(id)).cloned())
-    };
+    let order: Vec<(String, String)> = cards
+        .iter()
+        .map(|c| (c.id.clone(), c.title.clone()))
+        .collect();
+    let next = move || done.with(|d| order.iter().find(|(id, _)| !d.contains(id)).cloned());
     let reset = move |_| {
         done.set(vec![]);
         save_progress(&[]);
@@ -78,8 +79,16 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         Verdict::Refuted => ("verdict refuted", "Refuted here"),
         Verdict::NotApplicable => ("verdict na", "Not applicable here"),
     };
-    let figures = r.figures.iter().map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> }).collect_view();
-    let notes = r.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
+    let figures = r
+        .figures
+        .iter()
+        .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> })
+        .collect_view();
+    let notes = r
+        .notes
+        .iter()
+        .map(|n| view! { <li>{n.clone()}</li> })
+        .collect_view();
     let table = r.table.clone().map(|t| {
         view! {
             <table class="summary result-table" data-testid=format!("table-{}", r.id)>
@@ -105,7 +114,9 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
 #[component]
 pub fn EmbedPitfallPage() -> impl IntoView {
     let info = expect_context::<ServerInfo>();
-    let id = leptos_router::hooks::use_params_map().with_untracked(|p| p.get("id")).unwrap_or_default();
+    let id = leptos_router::hooks::use_params_map()
+        .with_untracked(|p| p.get("id"))
+        .unwrap_or_default();
     let done = RwSignal::new(Vec::<String>::new());
     match info.pitfalls.iter().position(|c| c.id == id) {
         Some(index) => {
@@ -167,7 +178,10 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
     let run_id = id.clone();
     let on_run = move |_| {
         let id = run_id.clone();
-        let options = protocol::PitfallOptions { budget_bytes: budget.get_untracked(), ..Default::default() };
+        let options = protocol::PitfallOptions {
+            budget_bytes: budget.get_untracked(),
+            ..Default::default()
+        };
         state.set(CardState::Running);
         #[cfg(feature = "hydrate")]
         leptos::task::spawn_local(async move {

@@ -23,7 +23,9 @@ pub const MAX_COMPARED: usize = 8;
 /// How the server finds a recorded result while rendering (provided in context by it).
 #[cfg(feature = "ssr")]
 #[derive(Clone)]
-pub struct RecordLookup(pub std::sync::Arc<dyn Fn(&str) -> Result<Option<Record>, String> + Send + Sync>);
+pub struct RecordLookup(
+    pub std::sync::Arc<dyn Fn(&str) -> Result<Option<Record>, String> + Send + Sync>,
+);
 
 /// One id's lookup, as the page shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,7 +41,9 @@ struct Embedded {
 }
 
 fn missing(id: &str) -> Loaded {
-    Loaded::Missing(format!("No recorded run or experiment with id “{id}” on this server."))
+    Loaded::Missing(format!(
+        "No recorded run or experiment with id “{id}” on this server."
+    ))
 }
 
 /// The records for `ids` (`None` while loading) and the JSON to embed for hydration.
@@ -56,7 +60,12 @@ fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
             })
             .collect();
         // `</` cannot appear inside a script element; JSON allows `<\/` for the same text.
-        let json = serde_json::to_string(&Embedded { ids, loaded: loaded.clone() }).unwrap_or_default().replace("</", "<\\/");
+        let json = serde_json::to_string(&Embedded {
+            ids,
+            loaded: loaded.clone(),
+        })
+        .unwrap_or_default()
+        .replace("</", "<\\/");
         (RwSignal::new(Some(loaded)), json)
     }
     #[cfg(not(feature = "ssr"))]
@@ -116,7 +125,11 @@ pub fn provenance(env: &protocol::EnvStamp) -> String {
 /// A record id from what a person pastes: the id itself or any permalink ending in it.
 pub fn record_id_from(text: &str) -> Option<String> {
     let t = text.trim();
-    let t = t.split(['?', '#']).next().unwrap_or(t).trim_end_matches('/');
+    let t = t
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(t)
+        .trim_end_matches('/');
     let last = t.rsplit('/').next().unwrap_or(t).to_ascii_lowercase();
     protocol::is_record_id(&last).then_some(last)
 }
@@ -124,7 +137,9 @@ pub fn record_id_from(text: &str) -> Option<String> {
 /// `/runs/{id}` and `/embed/runs/{id}`: one recorded result, exactly as measured.
 #[component]
 pub fn RecordPage(#[prop(optional)] embed: bool) -> impl IntoView {
-    let id = use_params_map().with_untracked(|p| p.get("id")).unwrap_or_default();
+    let id = use_params_map()
+        .with_untracked(|p| p.get("id"))
+        .unwrap_or_default();
     let (state, json) = load(vec![id]);
     view! {
         <script type="application/json" id=RECORDS_ELEMENT inner_html=json></script>
@@ -146,7 +161,11 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
         RecordBody::Run(report) => {
             let report = (**report).clone();
             let lab_link = format!("/?{}", query_from_spec(&report.spec));
-            let heading = format!("{} · {}", report.spec.model.display_name(), report.spec.label());
+            let heading = format!(
+                "{} · {}",
+                report.spec.model.display_name(),
+                report.spec.label()
+            );
             view! {
                 <section class="panel record-head">
                     <h1 data-testid="record-title">{heading}</h1>
@@ -173,14 +192,21 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
             let report = (**report).clone();
             let info = use_context::<ServerInfo>();
             let title = info
-                .and_then(|i| i.pitfalls.iter().find(|c| c.id == report.id).map(|c| c.title.clone()))
+                .and_then(|i| {
+                    i.pitfalls
+                        .iter()
+                        .find(|c| c.id == report.id)
+                        .map(|c| c.title.clone())
+                })
                 .unwrap_or_else(|| report.id.clone());
             let chart_id = "pitfall-chart".to_string();
             #[cfg(feature = "hydrate")]
             {
                 let r = report.clone();
                 let chart_id = chart_id.clone();
-                Effect::new(move |_| crate::charts::render(chart_id.clone(), crate::charts::pitfall_chart(&r)));
+                Effect::new(move |_| {
+                    crate::charts::render(chart_id.clone(), crate::charts::pitfall_chart(&r))
+                });
             }
             let has_chart = !report.series.is_empty();
             view! {
@@ -211,9 +237,17 @@ fn RecordedCharts(report: Report) -> impl IntoView {
         Effect::new(move |_| {
             charts::render(
                 "latency-chart",
-                charts::latency_chart(&r.warmup, &r.samples, Some(r.latency_ms.p50), Some(r.latency_ms.p95)),
+                charts::latency_chart(
+                    &r.warmup,
+                    &r.samples,
+                    Some(r.latency_ms.p50),
+                    Some(r.latency_ms.p95),
+                ),
             );
-            charts::render("memory-chart", charts::memory_chart(&r.warmup, &r.samples, Some(r.memory.baseline_bytes)));
+            charts::render(
+                "memory-chart",
+                charts::memory_chart(&r.warmup, &r.samples, Some(r.memory.baseline_bytes)),
+            );
         });
     }
     let _ = &report;
@@ -229,13 +263,23 @@ fn RecordedCharts(report: Report) -> impl IntoView {
 pub fn summary_table(r: &Report) -> impl IntoView + use<> {
     let l = &r.latency_ms;
     let m = &r.memory;
-    let reserved = m.peak_reserved_bytes.map(format_bytes).unwrap_or_else(|| "absent: the CPU has no caching allocator".into());
+    let reserved = m
+        .peak_reserved_bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "absent: the CPU has no caching allocator".into());
     let leak = if m.leaked_bytes == 0 {
         format!("{} (back at baseline)", format_bytes(m.after_release_bytes))
     } else {
-        format!("{} — {} not returned", format_bytes(m.after_release_bytes), format_bytes(m.leaked_bytes))
+        format!(
+            "{} — {} not returned",
+            format_bytes(m.after_release_bytes),
+            format_bytes(m.leaked_bytes)
+        )
     };
-    let device_used = m.device_used_bytes.map(format_bytes).unwrap_or_else(|| "absent: only a GPU reports it".into());
+    let device_used = m
+        .device_used_bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "absent: only a GPU reports it".into());
     view! {
         <table class="summary" data-testid="summary">
             <caption>
@@ -266,7 +310,11 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
 
 /// Exports, permalink and embed snippet of one recorded result.
 #[component]
-pub fn RecordActions(id: String, run: bool, charts: Vec<(&'static str, &'static str)>) -> impl IntoView {
+pub fn RecordActions(
+    id: String,
+    run: bool,
+    charts: Vec<(&'static str, &'static str)>,
+) -> impl IntoView {
     let export = |format: &str| format!("/api/records/{id}/export/{format}");
     let png_buttons = charts
         .into_iter()
@@ -303,7 +351,9 @@ pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView 
         let origin = {
             #[cfg(feature = "hydrate")]
             {
-                web_sys::window().and_then(|w| w.location().origin().ok()).unwrap_or_default()
+                web_sys::window()
+                    .and_then(|w| w.location().origin().ok())
+                    .unwrap_or_default()
             }
             #[cfg(not(feature = "hydrate"))]
             {
@@ -344,9 +394,15 @@ fn CompareWith(id: String) -> impl IntoView {
                 .unwrap_or_default();
             match record_id_from(&text) {
                 Some(other) => {
-                    let _ = web_sys::window().map(|w| w.location().set_href(&format!("/compare?runs={},{other}", id)));
+                    let _ = web_sys::window().map(|w| {
+                        w.location()
+                            .set_href(&format!("/compare?runs={},{other}", id))
+                    });
                 }
-                None => error.set(Some(format!("“{}” is not a permalink or run id (16 hex digits).", text.trim()))),
+                None => error.set(Some(format!(
+                    "“{}” is not a permalink or run id (16 hex digits).",
+                    text.trim()
+                ))),
             }
         }
         #[cfg(not(feature = "hydrate"))]
@@ -393,7 +449,10 @@ pub fn ComparePage() -> impl IntoView {
     Effect::new(move |_| {
         let reports: Vec<Report> = runs.with(|r| r.iter().map(|(_, rep)| rep.clone()).collect());
         if !reports.is_empty() {
-            crate::charts::render("compare-chart", crate::charts::comparison_chart("Recorded runs side by side", &reports));
+            crate::charts::render(
+                "compare-chart",
+                crate::charts::comparison_chart("Recorded runs side by side", &reports),
+            );
         }
     });
     let problems = move || {
@@ -402,7 +461,10 @@ pub fn ComparePage() -> impl IntoView {
                 v.iter()
                     .filter_map(|l| match l {
                         Loaded::Missing(m) => Some(m.clone()),
-                        Loaded::Found(r) if r.run().is_none() => Some(format!("{} is a pitfall experiment, not a run: open /runs/{}", r.id, r.id)),
+                        Loaded::Found(r) if r.run().is_none() => Some(format!(
+                            "{} is a pitfall experiment, not a run: open /runs/{}",
+                            r.id, r.id
+                        )),
                         Loaded::Found(_) => None,
                     })
                     .map(|m| view! { <p class="error" role="alert">{m}</p> })
@@ -426,29 +488,83 @@ pub fn ComparePage() -> impl IntoView {
 
 fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
     let first = runs[0].1.clone();
-    let ratio = |x: f64, base: f64| if base > 0.0 { format!(" ({:.2}×)", x / base) } else { String::new() };
+    let ratio = |x: f64, base: f64| {
+        if base > 0.0 {
+            format!(" ({:.2}×)", x / base)
+        } else {
+            String::new()
+        }
+    };
     type Row = (&'static str, Box<dyn Fn(&Report) -> String>);
     let f = first.clone();
     let g = first.clone();
     let rows: Vec<Row> = vec![
-        ("model", Box::new(|r: &Report| r.spec.model.display_name().to_string())),
+        (
+            "model",
+            Box::new(|r: &Report| r.spec.model.display_name().to_string()),
+        ),
         ("settings", Box::new(|r: &Report| r.spec.label())),
-        ("device", Box::new(|r: &Report| format!("{} ({})", r.env.device_name, r.env.device.as_str()))),
-        ("measured at", Box::new(|r: &Report| r.env.measured_at.clone())),
-        ("libtorch · threads", Box::new(|r: &Report| format!("{} · {}", r.env.libtorch_version, r.env.threads))),
-        ("p50 latency", Box::new(move |r: &Report| format!("{:.3} ms{}", r.latency_ms.p50, ratio(r.latency_ms.p50, f.latency_ms.p50)))),
-        ("p95 / p99", Box::new(|r: &Report| format!("{:.3} / {:.3} ms", r.latency_ms.p95, r.latency_ms.p99))),
-        ("throughput", Box::new(|r: &Report| format!("{:.1} samples/s", r.throughput_per_s))),
+        (
+            "device",
+            Box::new(|r: &Report| format!("{} ({})", r.env.device_name, r.env.device.as_str())),
+        ),
+        (
+            "measured at",
+            Box::new(|r: &Report| r.env.measured_at.clone()),
+        ),
+        (
+            "libtorch · threads",
+            Box::new(|r: &Report| format!("{} · {}", r.env.libtorch_version, r.env.threads)),
+        ),
+        (
+            "p50 latency",
+            Box::new(move |r: &Report| {
+                format!(
+                    "{:.3} ms{}",
+                    r.latency_ms.p50,
+                    ratio(r.latency_ms.p50, f.latency_ms.p50)
+                )
+            }),
+        ),
+        (
+            "p95 / p99",
+            Box::new(|r: &Report| format!("{:.3} / {:.3} ms", r.latency_ms.p95, r.latency_ms.p99)),
+        ),
+        (
+            "throughput",
+            Box::new(|r: &Report| format!("{:.1} samples/s", r.throughput_per_s)),
+        ),
         (
             "peak above baseline",
             Box::new(move |r: &Report| {
-                let (x, b) = (r.memory.peak_above_baseline_bytes as f64, g.memory.peak_above_baseline_bytes as f64);
-                format!("{}{}", format_bytes(r.memory.peak_above_baseline_bytes), ratio(x, b))
+                let (x, b) = (
+                    r.memory.peak_above_baseline_bytes as f64,
+                    g.memory.peak_above_baseline_bytes as f64,
+                );
+                format!(
+                    "{}{}",
+                    format_bytes(r.memory.peak_above_baseline_bytes),
+                    ratio(x, b)
+                )
             }),
         ),
-        ("baseline", Box::new(|r: &Report| format_bytes(r.memory.baseline_bytes))),
-        ("peak reserved", Box::new(|r: &Report| r.memory.peak_reserved_bytes.map(format_bytes).unwrap_or_else(|| "absent (CPU)".into()))),
-        ("memory figures", Box::new(|r: &Report| r.memory.source.describe().to_string())),
+        (
+            "baseline",
+            Box::new(|r: &Report| format_bytes(r.memory.baseline_bytes)),
+        ),
+        (
+            "peak reserved",
+            Box::new(|r: &Report| {
+                r.memory
+                    .peak_reserved_bytes
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "absent (CPU)".into())
+            }),
+        ),
+        (
+            "memory figures",
+            Box::new(|r: &Report| r.memory.source.short().to_string()),
+        ),
     ];
     let head = runs
         .iter()
@@ -458,7 +574,10 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
     let body = rows
         .into_iter()
         .map(|(name, cell)| {
-            let cells = runs.iter().map(|(_, r)| view! { <td>{cell(r)}</td> }).collect_view();
+            let cells = runs
+                .iter()
+                .map(|(_, r)| view! { <td>{cell(r)}</td> })
+                .collect_view();
             view! { <tr><th>{name}</th>{cells}</tr> }
         })
         .collect_view();
@@ -478,9 +597,18 @@ mod tests {
 
     #[test]
     fn ids_come_out_of_permalinks() {
-        assert_eq!(record_id_from("0123456789abcdef").as_deref(), Some("0123456789abcdef"));
-        assert_eq!(record_id_from(" https://g.corp/runs/0123456789ABCDEF/ ").as_deref(), Some("0123456789abcdef"));
-        assert_eq!(record_id_from("https://g.corp/embed/runs/0123456789abcdef?x=1#y").as_deref(), Some("0123456789abcdef"));
+        assert_eq!(
+            record_id_from("0123456789abcdef").as_deref(),
+            Some("0123456789abcdef")
+        );
+        assert_eq!(
+            record_id_from(" https://g.corp/runs/0123456789ABCDEF/ ").as_deref(),
+            Some("0123456789abcdef")
+        );
+        assert_eq!(
+            record_id_from("https://g.corp/embed/runs/0123456789abcdef?x=1#y").as_deref(),
+            Some("0123456789abcdef")
+        );
         assert_eq!(record_id_from("https://g.corp/runs/nope"), None);
         assert_eq!(record_id_from(""), None);
     }

@@ -12,14 +12,20 @@ pub enum Phase {
     Submitting,
     /// Waiting for the device; `0` means next.
     Queued(u32),
-    Running { done: u32, total: u32 },
+    Running {
+        done: u32,
+        total: u32,
+    },
     Done,
     Failed(String),
 }
 
 impl Phase {
     pub fn busy(&self) -> bool {
-        matches!(self, Phase::Submitting | Phase::Queued(_) | Phase::Running { .. })
+        matches!(
+            self,
+            Phase::Submitting | Phase::Queued(_) | Phase::Running { .. }
+        )
     }
 }
 
@@ -36,14 +42,22 @@ pub struct RunView {
 
 impl RunView {
     pub fn submitting() -> RunView {
-        RunView { phase: Phase::Submitting, ..RunView::default() }
+        RunView {
+            phase: Phase::Submitting,
+            ..RunView::default()
+        }
     }
 
     /// Folds one streamed event into the view.
     pub fn apply(&mut self, event: Event) {
         match event {
             Event::Queued { position } => self.phase = Phase::Queued(position),
-            Event::Started { device_name, baseline_bytes, memory_source, total } => {
+            Event::Started {
+                device_name,
+                baseline_bytes,
+                memory_source,
+                total,
+            } => {
                 self.phase = Phase::Running { done: 0, total };
                 self.device_name = Some(device_name);
                 self.baseline_bytes = Some(baseline_bytes);
@@ -87,7 +101,13 @@ mod tests {
     use protocol::{FailureKind, RunFailure};
 
     fn sample(i: u32) -> Sample {
-        Sample { iteration: i, latency_ms: 1.0, allocated_bytes: 10, peak_bytes: 20, reserved_bytes: None }
+        Sample {
+            iteration: i,
+            latency_ms: 1.0,
+            allocated_bytes: 10,
+            peak_bytes: 20,
+            reserved_bytes: None,
+        }
     }
 
     #[test]
@@ -107,7 +127,12 @@ mod tests {
         assert_eq!(v.phase, Phase::Running { done: 2, total: 4 });
         assert_eq!(v.progress(), 0.5);
         assert_eq!((v.warmup.len(), v.samples.len()), (1, 1));
-        v.apply(Event::Failed { failure: RunFailure { kind: FailureKind::OutOfMemory, message: "OOM at batch 9".into() } });
+        v.apply(Event::Failed {
+            failure: RunFailure {
+                kind: FailureKind::OutOfMemory,
+                message: "OOM at batch 9".into(),
+            },
+        });
         assert_eq!(v.phase, Phase::Failed("OOM at batch 9".into()));
         assert!(!v.phase.busy());
     }

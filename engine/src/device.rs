@@ -42,9 +42,17 @@ impl Machine {
                 .map(|(_, v)| v.trim().to_string())
         };
         let cpu_model = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string());
-        let cpu_flags = field("flags").unwrap_or_default().split_whitespace().map(String::from).collect();
+        let cpu_flags = field("flags")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
         let cuda = torch_ext::cuda_available().then(probe_cuda);
-        Machine { cpu_model, cpu_flags, cuda }
+        Machine {
+            cpu_model,
+            cpu_flags,
+            cuda,
+        }
     }
 
     pub fn has_cuda(&self) -> bool {
@@ -115,10 +123,16 @@ impl Machine {
 
     /// The stamp for a report measured now on `device` with `threads` intra-op threads.
     pub fn stamp(&self, device: DeviceKind, threads: u32) -> EnvStamp {
-        let cuda = if device == DeviceKind::Cuda { self.cuda.as_ref() } else { None };
+        let cuda = if device == DeviceKind::Cuda {
+            self.cuda.as_ref()
+        } else {
+            None
+        };
         EnvStamp {
             device,
-            device_name: cuda.map(|c| c.name.clone()).unwrap_or_else(|| self.cpu_model.clone()),
+            device_name: cuda
+                .map(|c| c.name.clone())
+                .unwrap_or_else(|| self.cpu_model.clone()),
             device_total_memory_bytes: match cuda {
                 Some(c) => c.total_memory_bytes,
                 None => total_ram(),
@@ -139,19 +153,35 @@ fn probe_cuda() -> CudaFacts {
     // nvidia-smi knows the marketing name, the driver and the compute capability; libtorch
     // knows the runtime and cuDNN it loaded. Each is optional: a missing figure is absent.
     let smi = Command::new("nvidia-smi")
-        .args(["--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader", "--id=0"])
+        .args([
+            "--query-gpu=name,driver_version,compute_cap",
+            "--format=csv,noheader",
+            "--id=0",
+        ])
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    let parts: Vec<String> = smi.map(|s| s.split(',').map(|p| p.trim().to_string()).collect()).unwrap_or_default();
+    let parts: Vec<String> = smi
+        .map(|s| s.split(',').map(|p| p.trim().to_string()).collect())
+        .unwrap_or_default();
     let (cudart, cudnn) = torch_ext::cuda_versions().unwrap_or((0, 0));
     CudaFacts {
-        name: parts.first().cloned().unwrap_or_else(|| "CUDA device 0".to_string()),
+        name: parts
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "CUDA device 0".to_string()),
         total_memory_bytes: torch_ext::cuda_mem_info(0).ok().map(|(_, total)| total),
         driver_version: parts.get(1).cloned(),
         cuda_version: (cudart > 0).then(|| format!("{}.{}", cudart / 1000, (cudart % 1000) / 10)),
-        cudnn_version: (cudnn > 0).then(|| format!("{}.{}.{}", cudnn / 10000, (cudnn % 10000) / 100, cudnn % 100)),
+        cudnn_version: (cudnn > 0).then(|| {
+            format!(
+                "{}.{}.{}",
+                cudnn / 10000,
+                (cudnn % 10000) / 100,
+                cudnn % 100
+            )
+        }),
         compute_capability: parts.get(2).and_then(|c| {
             let (maj, min) = c.split_once('.')?;
             Some(maj.parse::<u32>().ok()? * 10 + min.parse::<u32>().ok()?)
@@ -161,7 +191,13 @@ fn probe_cuda() -> CudaFacts {
 
 fn total_ram() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let kb: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
     Some(kb * 1024)
 }
 
@@ -192,7 +228,12 @@ impl Meter<'_> {
         match self {
             Meter::Cpu(c) => {
                 let r = c.read()?;
-                Ok(Reading { allocated: r.current, peak_allocated: r.peak, reserved: None, peak_reserved: None })
+                Ok(Reading {
+                    allocated: r.current,
+                    peak_allocated: r.peak,
+                    reserved: None,
+                    peak_reserved: None,
+                })
             }
             Meter::Cuda { index } => {
                 let s = torch_ext::cuda_memory_stats(*index)?;
@@ -217,14 +258,19 @@ impl Meter<'_> {
     pub fn device_used(&self) -> Option<u64> {
         match self {
             Meter::Cpu(_) => None,
-            Meter::Cuda { index } => torch_ext::cuda_mem_info(*index).ok().map(|(free, total)| total - free),
+            Meter::Cuda { index } => torch_ext::cuda_mem_info(*index)
+                .ok()
+                .map(|(free, total)| total - free),
         }
     }
 }
 
 /// Now, as an RFC 3339 UTC timestamp (days-to-civil after Howard Hinnant).
 pub fn rfc3339_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     format_rfc3339(secs)
 }
 
@@ -240,7 +286,12 @@ pub fn format_rfc3339(secs: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -251,7 +302,10 @@ mod tests {
     fn rfc3339_formats_known_instants() {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(format_rfc3339(1_798_761_600 + 3_723), "2027-01-01T01:02:03Z");
+        assert_eq!(
+            format_rfc3339(1_798_761_600 + 3_723),
+            "2027-01-01T01:02:03Z"
+        );
     }
 
     #[test]
@@ -260,7 +314,10 @@ mod tests {
         let devices = m.devices();
         assert!(devices.iter().any(|d| d.kind == DeviceKind::Cpu));
         for d in devices {
-            assert!(d.autocast.iter().any(|a| a.autocast == Autocast::Off && a.supported));
+            assert!(d
+                .autocast
+                .iter()
+                .any(|a| a.autocast == Autocast::Off && a.supported));
         }
     }
 }

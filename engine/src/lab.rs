@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use protocol::{
-    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryReport, ModelId, OutputFacts, Report, RunFailure,
-    RunSpec, Sample,
+    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryReport, ModelId, OutputFacts, Report,
+    RunFailure, RunSpec, Sample,
 };
 use tch::{Device, Tensor};
 
@@ -22,7 +22,9 @@ use crate::device::{Machine, Meter};
 use crate::models::Model;
 use crate::spec::CheckedSpec;
 use crate::stats::latency_stats;
-use crate::torch_ext::{self, AutocastGuard, CpuMemoryCounter, ExtError, InferenceModeGuard, LowPrecision};
+use crate::torch_ext::{
+    self, AutocastGuard, CpuMemoryCounter, ExtError, InferenceModeGuard, LowPrecision,
+};
 
 /// Settings of the lab that a run cannot change.
 #[derive(Clone, Debug)]
@@ -40,14 +42,21 @@ pub struct LabConfig {
 
 impl Default for LabConfig {
     fn default() -> Self {
-        LabConfig { threads: default_threads(), memory_limit_bytes: None, seed: 0, model_cache: 3 }
+        LabConfig {
+            threads: default_threads(),
+            memory_limit_bytes: None,
+            seed: 0,
+            model_cache: 3,
+        }
     }
 }
 
 /// Half the logical CPUs, at least one: on small machines one thread gave the steadiest
 /// timings, and a server should leave room for its own threads.
 pub fn default_threads() -> u32 {
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u32;
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as u32;
     (n / 2).max(1)
 }
 
@@ -64,7 +73,10 @@ impl RunControl {
             return Err(failure(FailureKind::Cancelled, "the run was cancelled"));
         }
         if self.deadline.is_some_and(|d| Instant::now() > d) {
-            return Err(failure(FailureKind::Timeout, "the run went past the server's time limit"));
+            return Err(failure(
+                FailureKind::Timeout,
+                "the run went past the server's time limit",
+            ));
         }
         Ok(())
     }
@@ -83,7 +95,12 @@ impl Lab {
     pub fn new(config: LabConfig) -> Result<Lab, ExtError> {
         let counter = CpuMemoryCounter::install()?;
         let machine = Machine::probe();
-        Ok(Lab { machine, counter, models: Vec::new(), config })
+        Ok(Lab {
+            machine,
+            counter,
+            models: Vec::new(),
+            config,
+        })
     }
 
     pub fn machine(&self) -> &Machine {
@@ -103,9 +120,18 @@ impl Lab {
     }
 
     /// The cached model for this run, built if needed. Returns its index in the cache.
-    pub fn model_index(&mut self, id: ModelId, device: DeviceKind, input_size: u32) -> Result<usize, RunFailure> {
+    pub fn model_index(
+        &mut self,
+        id: ModelId,
+        device: DeviceKind,
+        input_size: u32,
+    ) -> Result<usize, RunFailure> {
         let tdev = tch_device(device);
-        if let Some(i) = self.models.iter().position(|m| m.id == id && m.vs.device() == tdev && m.fits(input_size)) {
+        if let Some(i) = self
+            .models
+            .iter()
+            .position(|m| m.id == id && m.vs.device() == tdev && m.fits(input_size))
+        {
             // Most recently used goes last; eviction takes from the front.
             let m = self.models.remove(i);
             self.models.push(m);
@@ -155,9 +181,18 @@ impl Lab {
                 }
                 let held = self.meter(device).read().ok()?.allocated;
                 let tdev = tch_device(device);
-                let expected =
-                    self.models.iter().filter(|m| m.vs.device() == tdev).map(|m| m.resident_bytes()).sum::<u64>();
-                Some(protocol::MemoryCheck { device, held_bytes: held, expected_bytes: expected, ok: held <= expected })
+                let expected = self
+                    .models
+                    .iter()
+                    .filter(|m| m.vs.device() == tdev)
+                    .map(|m| m.resident_bytes())
+                    .sum::<u64>();
+                Some(protocol::MemoryCheck {
+                    device,
+                    held_bytes: held,
+                    expected_bytes: expected,
+                    ok: held <= expected,
+                })
             })
             .collect()
     }
@@ -182,7 +217,8 @@ impl Lab {
         let index = self.model_index(spec.model, device, checked.input_size())?;
         tch::manual_seed(self.config.seed);
         let model = &self.models[index];
-        let input = catch_torch(|| model.input(spec.batch, checked.input_size(), tch_device(device)))?;
+        let input =
+            catch_torch(|| model.input(spec.batch, checked.input_size(), tch_device(device)))?;
         let meter = self.meter(device);
 
         synchronize(device)?;
@@ -201,7 +237,9 @@ impl Lab {
             control.check()?;
             let (sample, out, _) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
             drop(out);
-            emit(Event::Warmup { sample: sample.clone() });
+            emit(Event::Warmup {
+                sample: sample.clone(),
+            });
             warmup.push(sample);
         }
 
@@ -216,30 +254,48 @@ impl Lab {
             // The previous output (and its graph) must be gone before the next forward pass,
             // or the peak would count two iterations at once.
             drop(last.take());
-            let (sample, out, reserved) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            let (sample, out, reserved) =
+                timed_forward(model, &input, &spec, device, &meter, i, limit)?;
             peak_reserved = peak_reserved.max(reserved);
-            emit(Event::Sample { sample: sample.clone() });
+            emit(Event::Sample {
+                sample: sample.clone(),
+            });
             samples.push(sample);
             last = Some(out);
         }
-        let peak_allocated = samples.iter().map(|s| s.peak_bytes).max().unwrap_or(baseline);
+        let peak_allocated = samples
+            .iter()
+            .map(|s| s.peak_bytes)
+            .max()
+            .unwrap_or(baseline);
         let device_used = meter.device_used();
-        let output = last.as_ref().map(output_facts).unwrap_or_else(|| OutputFacts {
-            dtype: String::new(),
-            shape: vec![],
-            is_inference: false,
-            requires_grad: false,
-        });
+        let output = last
+            .as_ref()
+            .map(output_facts)
+            .unwrap_or_else(|| OutputFacts {
+                dtype: String::new(),
+                shape: vec![],
+                is_inference: false,
+                requires_grad: false,
+            });
         drop(last);
         synchronize(device)?;
         let after_release = meter.read().map_err(torch_failure)?.allocated;
         if after_release > baseline {
-            tracing::warn!(leaked = after_release - baseline, "memory did not return to the baseline after a run");
+            tracing::warn!(
+                leaked = after_release - baseline,
+                "memory did not return to the baseline after a run"
+            );
         }
 
         let latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
-        let latency_ms = latency_stats(&latencies).ok_or_else(|| failure(FailureKind::Internal, "no timed samples"))?;
-        let throughput_per_s = if latency_ms.mean > 0.0 { spec.batch as f64 * 1000.0 / latency_ms.mean } else { 0.0 };
+        let latency_ms = latency_stats(&latencies)
+            .ok_or_else(|| failure(FailureKind::Internal, "no timed samples"))?;
+        let throughput_per_s = if latency_ms.mean > 0.0 {
+            spec.batch as f64 * 1000.0 / latency_ms.mean
+        } else {
+            0.0
+        };
         Ok(Report {
             env: self.machine.stamp(device, threads),
             spec,
@@ -306,7 +362,12 @@ fn timed_forward(
 
 /// The forward pass inside the grad mode and autocast region the spec asks for, exactly as
 /// the Python snippet nests them.
-pub fn forward(model: &Model, input: &Tensor, spec: &RunSpec, device: DeviceKind) -> Result<Tensor, RunFailure> {
+pub fn forward(
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+    device: DeviceKind,
+) -> Result<Tensor, RunFailure> {
     let _inference = match spec.grad {
         GradMode::InferenceMode => Some(InferenceModeGuard::enter().map_err(torch_failure)?),
         _ => None,
@@ -314,8 +375,12 @@ pub fn forward(model: &Model, input: &Tensor, spec: &RunSpec, device: DeviceKind
     let _no_grad = (spec.grad == GradMode::NoGrad).then(tch::no_grad_guard);
     let _autocast = match spec.autocast {
         Autocast::Off => None,
-        Autocast::Fp16 => Some(AutocastGuard::enter(device, LowPrecision::Fp16).map_err(torch_failure)?),
-        Autocast::Bf16 => Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?),
+        Autocast::Fp16 => {
+            Some(AutocastGuard::enter(device, LowPrecision::Fp16).map_err(torch_failure)?)
+        }
+        Autocast::Bf16 => {
+            Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?)
+        }
     };
     catch_torch(|| model.net.forward_t(input, !spec.eval))
 }
@@ -358,8 +423,13 @@ pub fn catch_torch<T>(f: impl FnOnce() -> T) -> Result<T, RunFailure> {
 }
 
 fn classify(text: &str) -> RunFailure {
-    let message = crate::first_line(text.trim_start_matches("called `Result::unwrap()` on an `Err` value: "));
-    let kind = if text.to_lowercase().contains("out of memory") { FailureKind::OutOfMemory } else { FailureKind::Torch };
+    let message =
+        crate::first_line(text.trim_start_matches("called `Result::unwrap()` on an `Err` value: "));
+    let kind = if text.to_lowercase().contains("out of memory") {
+        FailureKind::OutOfMemory
+    } else {
+        FailureKind::Torch
+    };
     RunFailure { kind, message }
 }
 
@@ -368,5 +438,8 @@ fn torch_failure(e: ExtError) -> RunFailure {
 }
 
 pub fn failure(kind: FailureKind, message: impl Into<String>) -> RunFailure {
-    RunFailure { kind, message: message.into() }
+    RunFailure {
+        kind,
+        message: message.into(),
+    }
 }

@@ -31,7 +31,11 @@ pub use worker::{MeasureError, RunTicket, Sink, Worker, WorkerConfig};
 pub fn first_line(text: &str) -> String {
     let text = text.trim();
     let text = text.strip_prefix("Torch(\"").unwrap_or(text);
-    let end = [text.find('\n'), text.find("\\n")].into_iter().flatten().min().unwrap_or(text.len());
+    let end = [text.find('\n'), text.find("\\n")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(text.len());
     text[..end].trim().trim_end_matches("\")").to_string()
 }
 
@@ -55,8 +59,12 @@ fn quiet_device_thread_panics() {
 mod tests {
     #[test]
     fn first_line_strips_backtraces_and_wrapping() {
-        let raw = "Torch(\"CUDA out of memory. Tried to allocate 2 GiB\\nException raised from malloc\")";
-        assert_eq!(super::first_line(raw), "CUDA out of memory. Tried to allocate 2 GiB");
+        let raw =
+            "Torch(\"CUDA out of memory. Tried to allocate 2 GiB\\nException raised from malloc\")";
+        assert_eq!(
+            super::first_line(raw),
+            "CUDA out of memory. Tried to allocate 2 GiB"
+        );
         assert_eq!(super::first_line("plain\nsecond"), "plain");
     }
 }

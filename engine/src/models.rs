@@ -43,18 +43,31 @@ impl Model {
             ModelId::MobilenetV2 => (Box::new(MobileNetV2::new(&root)), 0),
             ModelId::Transformer => (Box::new(transformer(&root)), 0),
         };
-        Model { id, vs, net, input_width }
+        Model {
+            id,
+            vs,
+            net,
+            input_width,
+        }
     }
 
     /// Trainable parameters, as `sum(p.numel() for p in model.parameters())` counts them.
     pub fn parameters(&self) -> u64 {
-        self.vs.trainable_variables().iter().map(|t| t.numel() as u64).sum()
+        self.vs
+            .trainable_variables()
+            .iter()
+            .map(|t| t.numel() as u64)
+            .sum()
     }
 
     /// Bytes of every weight and buffer (BatchNorm running statistics included): what the
     /// model holds on its device while it sits in the cache.
     pub fn resident_bytes(&self) -> u64 {
-        self.vs.variables().values().map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64).sum()
+        self.vs
+            .variables()
+            .values()
+            .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
+            .sum()
     }
 
     /// A random input batch for this model on `device`.
@@ -78,11 +91,21 @@ impl Model {
 /// Linear → BatchNorm → ReLU → Dropout, twice, then a linear head.
 fn tiny_mlp(p: &nn::Path, features: i64) -> nn::SequentialT {
     nn::seq_t()
-        .add(nn::linear(p / "fc1", features, MLP_HIDDEN, Default::default()))
+        .add(nn::linear(
+            p / "fc1",
+            features,
+            MLP_HIDDEN,
+            Default::default(),
+        ))
         .add(nn::batch_norm1d(p / "bn1", MLP_HIDDEN, Default::default()))
         .add_fn(|x| x.relu())
         .add_fn_t(|x, train| x.dropout(MLP_DROPOUT, train))
-        .add(nn::linear(p / "fc2", MLP_HIDDEN, MLP_HIDDEN, Default::default()))
+        .add(nn::linear(
+            p / "fc2",
+            MLP_HIDDEN,
+            MLP_HIDDEN,
+            Default::default(),
+        ))
         .add(nn::batch_norm1d(p / "bn2", MLP_HIDDEN, Default::default()))
         .add_fn(|x| x.relu())
         .add_fn_t(|x, train| x.dropout(MLP_DROPOUT, train))
@@ -127,12 +150,18 @@ impl ModuleT for EncoderLayer {
     // Mirrors bench/peer.py's EncoderLayer.forward; see the module docs for why each
     // intermediate gets its own statement.
     fn forward_t(&self, input: &Tensor, train: bool) -> Tensor {
-        let (b, s, d) = input.size3().expect("transformer input is [batch, seq, d_model]");
-        let qkv = input.apply(&self.in_proj).view([b, s, 3, HEADS, d / HEADS]).permute([2, 0, 3, 1, 4]);
+        let (b, s, d) = input
+            .size3()
+            .expect("transformer input is [batch, seq, d_model]");
+        let qkv = input
+            .apply(&self.in_proj)
+            .view([b, s, 3, HEADS, d / HEADS])
+            .permute([2, 0, 3, 1, 4]);
         let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
         // Attention dropout, like nn.MultiheadAttention's, only in training.
         let p = if train { DROPOUT } else { 0.0 };
-        let mut attn = Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, p, false, None, false);
+        let mut attn =
+            Tensor::scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, p, false, None, false);
         attn = {
             let merged = attn.transpose(1, 2).reshape([b, s, d]);
             merged.apply(&self.out_proj)
@@ -165,8 +194,22 @@ struct ConvBn {
 
 impl ConvBn {
     #[allow(clippy::too_many_arguments)]
-    fn new(p: &nn::Path, cin: i64, cout: i64, k: i64, stride: i64, padding: i64, groups: i64) -> ConvBn {
-        let config = nn::ConvConfig { stride, padding, groups, bias: false, ..Default::default() };
+    fn new(
+        p: &nn::Path,
+        cin: i64,
+        cout: i64,
+        k: i64,
+        stride: i64,
+        padding: i64,
+        groups: i64,
+    ) -> ConvBn {
+        let config = nn::ConvConfig {
+            stride,
+            padding,
+            groups,
+            bias: false,
+            ..Default::default()
+        };
         ConvBn {
             conv: nn::conv2d(p / "conv", cin, cout, k, config),
             bn: nn::batch_norm2d(p / "bn", cout, Default::default()),
@@ -207,7 +250,8 @@ impl Block {
                 planes,
             )
         };
-        let downsample = (stride != 1 || cin != cout).then(|| ConvBn::new(&(p / "down"), cin, cout, 1, stride, 0, 1));
+        let downsample = (stride != 1 || cin != cout)
+            .then(|| ConvBn::new(&(p / "down"), cin, cout, 1, stride, 0, 1));
         Block { convs, downsample }
     }
 
@@ -244,7 +288,13 @@ impl ResNet {
         for (stage, (planes, depth)) in [64, 128, 256, 512].into_iter().zip(depths).enumerate() {
             for i in 0..depth {
                 let stride = if stage > 0 && i == 0 { 2 } else { 1 };
-                blocks.push(Block::new(&(p / format!("layer{}_{i}", stage + 1)), bottleneck, cin, planes, stride));
+                blocks.push(Block::new(
+                    &(p / format!("layer{}_{i}", stage + 1)),
+                    bottleneck,
+                    cin,
+                    planes,
+                    stride,
+                ));
                 cin = planes * expansion;
             }
         }
@@ -315,8 +365,15 @@ struct MobileNetV2 {
 impl MobileNetV2 {
     fn new(p: &nn::Path) -> MobileNetV2 {
         // (expansion t, output channels c, repeats n, first stride s), torchvision's table.
-        const SETTINGS: [(i64, i64, usize, i64); 7] =
-            [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
+        const SETTINGS: [(i64, i64, usize, i64); 7] = [
+            (1, 16, 1, 1),
+            (6, 24, 2, 2),
+            (6, 32, 3, 2),
+            (6, 64, 4, 2),
+            (6, 96, 3, 1),
+            (6, 160, 3, 2),
+            (6, 320, 1, 1),
+        ];
         let first = ConvBnRelu6(ConvBn::new(&(p / "first"), 3, 32, 3, 2, 1, 1));
         let mut blocks = Vec::new();
         let mut cin = 32;
@@ -326,8 +383,18 @@ impl MobileNetV2 {
                 let hidden = cin * t;
                 let q = p / format!("block{}", blocks.len());
                 blocks.push(InvertedResidual {
-                    expand: (t != 1).then(|| ConvBnRelu6(ConvBn::new(&(&q / "expand"), cin, hidden, 1, 1, 0, 1))),
-                    depthwise: ConvBnRelu6(ConvBn::new(&(&q / "dw"), hidden, hidden, 3, stride, 1, hidden)),
+                    expand: (t != 1).then(|| {
+                        ConvBnRelu6(ConvBn::new(&(&q / "expand"), cin, hidden, 1, 1, 0, 1))
+                    }),
+                    depthwise: ConvBnRelu6(ConvBn::new(
+                        &(&q / "dw"),
+                        hidden,
+                        hidden,
+                        3,
+                        stride,
+                        1,
+                        hidden,
+                    )),
                     project: ConvBn::new(&(&q / "project"), hidden, c, 1, 1, 0, 1),
                     residual: stride == 1 && cin == c,
                 });
@@ -336,7 +403,12 @@ impl MobileNetV2 {
         }
         let last = ConvBnRelu6(ConvBn::new(&(p / "last"), cin, 1280, 1, 1, 0, 1));
         let classifier = nn::linear(p / "classifier", 1280, CLASSES, Default::default());
-        MobileNetV2 { first, blocks, last, classifier }
+        MobileNetV2 {
+            first,
+            blocks,
+            last,
+            classifier,
+        }
     }
 }
 
@@ -370,7 +442,11 @@ mod tests {
     #[test]
     fn every_model_runs_a_forward_pass_with_the_expected_batch() {
         for id in ModelId::ALL {
-            let size = if matches!(id, ModelId::Resnet18 | ModelId::MobilenetV2) { 64 } else { id.input().default };
+            let size = if matches!(id, ModelId::Resnet18 | ModelId::MobilenetV2) {
+                64
+            } else {
+                id.input().default
+            };
             let model = Model::build(id, Device::Cpu, size);
             let x = model.input(2, size, Device::Cpu);
             let y = tch::no_grad(|| model.net.forward_t(&x, false));

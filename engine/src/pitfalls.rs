@@ -6,8 +6,9 @@
 use std::time::Instant;
 
 use protocol::{
-    Autocast, ChartKind, DeviceChoice, DeviceKind, Event, FailureKind, Figure, GradMode, Limits, ModelId,
-    PitfallInfo, PitfallOptions, PitfallReport, Report, RunFailure, RunSpec, Series, Table, Verdict,
+    Autocast, ChartKind, DeviceChoice, DeviceKind, Event, FailureKind, Figure, GradMode, Limits,
+    ModelId, PitfallInfo, PitfallOptions, PitfallReport, Report, RunFailure, RunSpec, Series,
+    Table, Verdict,
 };
 use tch::{Kind, Tensor};
 
@@ -197,11 +198,20 @@ struct Outcome {
 }
 
 fn fig(name: &str, value: f64, unit: &str) -> Figure {
-    Figure { name: name.into(), value, unit: unit.into() }
+    Figure {
+        name: name.into(),
+        value,
+        unit: unit.into(),
+    }
 }
 
 fn series(name: &str, unit: &str, x: Vec<String>, y: Vec<f64>) -> Series {
-    Series { name: name.into(), unit: unit.into(), x, y: y.into_iter().map(Some).collect() }
+    Series {
+        name: name.into(),
+        unit: unit.into(),
+        x,
+        y: y.into_iter().map(Some).collect(),
+    }
 }
 
 fn mib(b: u64) -> f64 {
@@ -221,10 +231,17 @@ impl Ctx {
 
     /// A spec on this device; image models get small images on the CPU so cards run in seconds.
     fn spec(&self, model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
-        let image = matches!(model, ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2);
+        let image = matches!(
+            model,
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
+        );
         RunSpec {
             model,
-            device: if self.cuda() { DeviceChoice::Cuda } else { DeviceChoice::Cpu },
+            device: if self.cuda() {
+                DeviceChoice::Cuda
+            } else {
+                DeviceChoice::Cpu
+            },
             batch,
             input_size: (image && !self.cuda()).then_some(96),
             eval,
@@ -241,7 +258,9 @@ impl Ctx {
     }
 
     fn batch(&self, cpu: u32, cuda: u32) -> u32 {
-        self.opts.batch.unwrap_or(if self.cuda() { cuda } else { cpu })
+        self.opts
+            .batch
+            .unwrap_or(if self.cuda() { cuda } else { cpu })
     }
 }
 
@@ -254,11 +273,21 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(ctx: &Ctx, default: ModelId, (cpu_batch, cuda_batch): (u32, u32), grad: GradMode) -> Setup {
+    fn new(
+        ctx: &Ctx,
+        default: ModelId,
+        (cpu_batch, cuda_batch): (u32, u32),
+        grad: GradMode,
+    ) -> Setup {
         let model = ctx.model(default);
         let batch = ctx.batch(cpu_batch, cuda_batch);
         let spec = ctx.spec(model, batch, true, grad);
-        Setup { model, batch, size: spec.resolved_input_size(), spec }
+        Setup {
+            model,
+            batch,
+            size: spec.resolved_input_size(),
+            spec,
+        }
     }
 
     /// The lab's cached model for this setup (its index in the lab).
@@ -278,8 +307,12 @@ impl Setup {
 }
 
 fn measure(lab: &mut Lab, spec: RunSpec) -> Result<Report, RunFailure> {
-    let limits = Limits { max_batch: u32::MAX, ..Limits::default() };
-    let checked = check_spec(spec, &limits, lab.machine()).map_err(|e| failure(FailureKind::Invalid, e.to_string()))?;
+    let limits = Limits {
+        max_batch: u32::MAX,
+        ..Limits::default()
+    };
+    let checked = check_spec(spec, &limits, lab.machine())
+        .map_err(|e| failure(FailureKind::Invalid, e.to_string()))?;
     let result = lab.measure(&checked, &RunControl::default(), &mut |_: Event| {});
     if result.is_err() {
         lab.recover(checked.device());
@@ -291,12 +324,20 @@ fn measure(lab: &mut Lab, spec: RunSpec) -> Result<Report, RunFailure> {
 pub fn run(lab: &mut Lab, id: &str, opts: PitfallOptions) -> Result<PitfallReport, RunFailure> {
     let card = CARDS.iter().find(|c| c.id == id).ok_or_else(|| {
         let known: Vec<_> = CARDS.iter().map(|c| c.id).collect();
-        failure(FailureKind::Invalid, format!("unknown pitfall `{id}`; known: {}", known.join(", ")))
+        failure(
+            FailureKind::Invalid,
+            format!("unknown pitfall `{id}`; known: {}", known.join(", ")),
+        )
     })?;
     let device = match opts.device {
         DeviceChoice::Cpu => DeviceKind::Cpu,
         DeviceChoice::Cuda if lab.machine().has_cuda() => DeviceKind::Cuda,
-        DeviceChoice::Cuda => return Err(failure(FailureKind::Invalid, "this server has no CUDA device")),
+        DeviceChoice::Cuda => {
+            return Err(failure(
+                FailureKind::Invalid,
+                "this server has no CUDA device",
+            ))
+        }
         DeviceChoice::Auto if lab.machine().has_cuda() => DeviceKind::Cuda,
         DeviceChoice::Auto => DeviceKind::Cpu,
     };
@@ -352,9 +393,16 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let b = ctx.batch(8, 64);
     let grad = measure(lab, ctx.spec(model, b, true, GradMode::Enabled))?;
     let nograd = measure(lab, ctx.spec(model, b, true, GradMode::NoGrad))?;
-    let (g, n) = (grad.memory.peak_above_baseline_bytes, nograd.memory.peak_above_baseline_bytes);
+    let (g, n) = (
+        grad.memory.peak_above_baseline_bytes,
+        nograd.memory.peak_above_baseline_bytes,
+    );
     let ratio = g as f64 / n.max(1) as f64;
-    let verdict = if ratio > 1.2 { Verdict::Confirmed } else { Verdict::Refuted };
+    let verdict = if ratio > 1.2 {
+        Verdict::Confirmed
+    } else {
+        Verdict::Refuted
+    };
     Ok(Outcome {
         table: None,
         verdict,
@@ -386,7 +434,10 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    (a.to_kind(Kind::Float) - b.to_kind(Kind::Float)).abs().max().double_value(&[])
+    (a.to_kind(Kind::Float) - b.to_kind(Kind::Float))
+        .abs()
+        .max()
+        .double_value(&[])
 }
 
 fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
@@ -398,8 +449,14 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let model = catch_torch(|| Model::build(ModelId::TinyMlp, device, size))?;
     let x = Tensor::randn([16, size as i64], (Kind::Float, device));
     let mates = x.copy();
-    let _ = mates.narrow(0, 1, 15).copy_(&Tensor::randn([15, size as i64], (Kind::Float, device)));
-    let spec = |eval| RunSpec { eval, grad: GradMode::NoGrad, ..RunSpec::default() };
+    let _ = mates
+        .narrow(0, 1, 15)
+        .copy_(&Tensor::randn([15, size as i64], (Kind::Float, device)));
+    let spec = |eval| RunSpec {
+        eval,
+        grad: GradMode::NoGrad,
+        ..RunSpec::default()
+    };
     let run = |x: &Tensor, eval: bool| forward(&model, x, &spec(eval), ctx.device);
 
     let dropout_train = max_abs_diff(&run(&x, false)?, &run(&x, false)?);
@@ -418,7 +475,12 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         .into_iter()
         .find(|(n, _)| n.ends_with("running_mean"))
         .map(|(_, t)| t)
-        .ok_or_else(|| failure(FailureKind::Internal, "the MLP has no BatchNorm running mean"))?;
+        .ok_or_else(|| {
+            failure(
+                FailureKind::Internal,
+                "the MLP has no BatchNorm running mean",
+            )
+        })?;
     let before = running_mean.copy();
     drop(run(&x, false)?);
     let stats_train = max_abs_diff(&before, &running_mean);
@@ -428,7 +490,11 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 
     let tol = 1e-6;
     let confirmed = dropout_train > tol && mates_train > tol && stats_train > 0.0;
-    let labels = vec!["same input twice (Dropout)".to_string(), "sample 0, other batch-mates (BatchNorm)".into(), "running mean change".into()];
+    let labels = vec![
+        "same input twice (Dropout)".to_string(),
+        "sample 0, other batch-mates (BatchNorm)".into(),
+        "running mean change".into(),
+    ];
     Ok(Outcome {
         table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
@@ -457,23 +523,52 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     let mut labels = vec![];
     let (mut p50_ng, mut p50_im) = (vec![], vec![]);
     let mut memory_equal = true;
-    for (model, batch) in [(ModelId::TinyMlp, 1), (ctx.model(ModelId::Resnet18), ctx.batch(4, 32))] {
+    for (model, batch) in [
+        (ModelId::TinyMlp, 1),
+        (ctx.model(ModelId::Resnet18), ctx.batch(4, 32)),
+    ] {
         let mut ng_spec = ctx.spec(model, batch, true, GradMode::NoGrad);
         // Per-op overhead shows with many short iterations.
-        ng_spec.iters = if model == ModelId::TinyMlp { 200 } else { ng_spec.iters };
-        let im_spec = RunSpec { grad: GradMode::InferenceMode, ..ng_spec.clone() };
+        ng_spec.iters = if model == ModelId::TinyMlp {
+            200
+        } else {
+            ng_spec.iters
+        };
+        let im_spec = RunSpec {
+            grad: GradMode::InferenceMode,
+            ..ng_spec.clone()
+        };
         let ng = measure(lab, ng_spec)?;
         let im = measure(lab, im_spec)?;
-        let (a, b) = (ng.memory.peak_above_baseline_bytes as f64, im.memory.peak_above_baseline_bytes as f64);
+        let (a, b) = (
+            ng.memory.peak_above_baseline_bytes as f64,
+            im.memory.peak_above_baseline_bytes as f64,
+        );
         if (a - b).abs() > 0.05 * a.max(b) {
             memory_equal = false;
         }
         let name = format!("{} b{batch}", model.as_str());
         figures.push(fig(&format!("{name} no_grad p50"), ng.latency_ms.p50, "ms"));
-        figures.push(fig(&format!("{name} inference_mode p50"), im.latency_ms.p50, "ms"));
-        figures.push(fig(&format!("{name} latency ratio inference_mode / no_grad"), im.latency_ms.p50 / ng.latency_ms.p50, "ratio"));
-        figures.push(fig(&format!("{name} no_grad peak above baseline"), a, "bytes"));
-        figures.push(fig(&format!("{name} inference_mode peak above baseline"), b, "bytes"));
+        figures.push(fig(
+            &format!("{name} inference_mode p50"),
+            im.latency_ms.p50,
+            "ms",
+        ));
+        figures.push(fig(
+            &format!("{name} latency ratio inference_mode / no_grad"),
+            im.latency_ms.p50 / ng.latency_ms.p50,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{name} no_grad peak above baseline"),
+            a,
+            "bytes",
+        ));
+        figures.push(fig(
+            &format!("{name} inference_mode peak above baseline"),
+            b,
+            "bytes",
+        ));
         labels.push(name);
         p50_ng.push(ng.latency_ms.p50);
         p50_im.push(im.latency_ms.p50);
@@ -485,9 +580,14 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
         Tensor::ones([2, 2], (Kind::Float, device)) * 3
     };
     let w = Tensor::ones([2, 2], (Kind::Float, device)).set_requires_grad(true);
-    let error = x.f_matmul(&w).err().map(|e| crate::first_line(&e.to_string()));
+    let error = x
+        .f_matmul(&w)
+        .err()
+        .map(|e| crate::first_line(&e.to_string()));
     let fixed = x.copy().f_matmul(&w).is_ok();
-    let raised = error.as_deref().is_some_and(|e| e.contains("Inference tensors cannot be saved for backward"));
+    let raised = error
+        .as_deref()
+        .is_some_and(|e| e.contains("Inference tensors cannot be saved for backward"));
     let confirmed = memory_equal && raised && fixed;
     let reason = if confirmed {
         "Memory within 5% of no_grad on both models; saving an inference tensor for backward raised libtorch's error and clone() fixed it. Latency ratios are in the figures: the saving is per-op CPU overhead, largest on tiny models.".to_string()
@@ -500,16 +600,26 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
         Some(e) => format!("libtorch said: {e}"),
         None => "no error was raised when saving an inference tensor for backward".into(),
     }];
-    notes.push(format!("x.clone() outside the mode, then the same op: {}", if fixed { "works" } else { "fails" }));
+    notes.push(format!(
+        "x.clone() outside the mode, then the same op: {}",
+        if fixed { "works" } else { "fails" }
+    ));
     figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
     figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
     Ok(Outcome {
         table: None,
-        verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
+        verdict: if confirmed {
+            Verdict::Confirmed
+        } else {
+            Verdict::Refuted
+        },
         reason,
         figures,
         chart: ChartKind::Bar,
-        series: vec![series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng), series("inference_mode p50 (ms)", "ms", labels, p50_im)],
+        series: vec![
+            series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng),
+            series("inference_mode p50 (ms)", "ms", labels, p50_im),
+        ],
         notes,
     })
 }
@@ -527,13 +637,27 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let x = catch_torch(|| model.input(b, size, tch_device(ctx.device)))?;
     let reference = forward(model, &x, &base, ctx.device)?;
     let scale = reference.abs().max().double_value(&[]);
-    let mut figures = vec![fig("fp32 p50", fp32.latency_ms.p50, "ms"), fig("fp32 peak above baseline", fp32.memory.peak_above_baseline_bytes as f64, "bytes")];
+    let mut figures = vec![
+        fig("fp32 p50", fp32.latency_ms.p50, "ms"),
+        fig(
+            "fp32 peak above baseline",
+            fp32.memory.peak_above_baseline_bytes as f64,
+            "bytes",
+        ),
+    ];
     let mut labels = vec!["fp32".to_string()];
-    let (mut p50, mut peak) = (vec![fp32.latency_ms.p50], vec![mib(fp32.memory.peak_above_baseline_bytes)]);
+    let (mut p50, mut peak) = (
+        vec![fp32.latency_ms.p50],
+        vec![mib(fp32.memory.peak_above_baseline_bytes)],
+    );
     let mut notes = vec![];
     let mut ok = true;
     for autocast in [Autocast::Fp16, Autocast::Bf16] {
-        let support = lab.machine().autocast_support(ctx.device).into_iter().find(|s| s.autocast == autocast);
+        let support = lab
+            .machine()
+            .autocast_support(ctx.device)
+            .into_iter()
+            .find(|s| s.autocast == autocast);
         if let Some(s) = support.as_ref().filter(|s| !s.supported) {
             notes.push(format!("{} skipped: {}", autocast.as_str(), s.note));
             continue;
@@ -541,30 +665,73 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         if let Some(s) = support.filter(|s| !s.note.is_empty()) {
             notes.push(format!("{}: {}", autocast.as_str(), s.note));
         }
-        let spec = RunSpec { autocast, ..base.clone() };
+        let spec = RunSpec {
+            autocast,
+            ..base.clone()
+        };
         let model = lab.model(i);
         let out = forward(model, &x, &spec, ctx.device)?;
         let diff = max_abs_diff(&out, &reference);
-        let dtype_ok = out.kind() == if autocast == Autocast::Fp16 { Kind::Half } else { Kind::BFloat16 };
+        let dtype_ok = out.kind()
+            == if autocast == Autocast::Fp16 {
+                Kind::Half
+            } else {
+                Kind::BFloat16
+            };
         ok &= dtype_ok && diff > 0.0 && diff < 0.1 * scale;
         drop(out);
         let r = measure(lab, spec)?;
-        figures.push(fig(&format!("{} p50", autocast.as_str()), r.latency_ms.p50, "ms"));
-        figures.push(fig(&format!("{} peak above baseline", autocast.as_str()), r.memory.peak_above_baseline_bytes as f64, "bytes"));
-        figures.push(fig(&format!("{} max |output - fp32 output|", autocast.as_str()), diff, "abs"));
-        figures.push(fig(&format!("{} latency vs fp32", autocast.as_str()), r.latency_ms.p50 / fp32.latency_ms.p50, "ratio"));
-        notes.push(format!("{} output dtype: {}", autocast.as_str(), r.output.dtype));
+        figures.push(fig(
+            &format!("{} p50", autocast.as_str()),
+            r.latency_ms.p50,
+            "ms",
+        ));
+        figures.push(fig(
+            &format!("{} peak above baseline", autocast.as_str()),
+            r.memory.peak_above_baseline_bytes as f64,
+            "bytes",
+        ));
+        figures.push(fig(
+            &format!("{} max |output - fp32 output|", autocast.as_str()),
+            diff,
+            "abs",
+        ));
+        figures.push(fig(
+            &format!("{} latency vs fp32", autocast.as_str()),
+            r.latency_ms.p50 / fp32.latency_ms.p50,
+            "ratio",
+        ));
+        notes.push(format!(
+            "{} output dtype: {}",
+            autocast.as_str(),
+            r.output.dtype
+        ));
         labels.push(autocast.as_str().into());
         p50.push(r.latency_ms.p50);
         peak.push(mib(r.memory.peak_above_baseline_bytes));
     }
-    let weights_fp32 = lab.model(i).vs.trainable_variables().iter().all(|t| t.kind() == Kind::Float);
+    let weights_fp32 = lab
+        .model(i)
+        .vs
+        .trainable_variables()
+        .iter()
+        .all(|t| t.kind() == Kind::Float);
     ok &= weights_fp32;
-    figures.push(fig("weights still float32", f64::from(u8::from(weights_fp32)), "bool"));
+    figures.push(fig(
+        "weights still float32",
+        f64::from(u8::from(weights_fp32)),
+        "bool",
+    ));
     figures.push(fig("fp32 output max |value|", scale, "abs"));
     Ok(Outcome {
         table: None,
-        verdict: if ok && labels.len() > 1 { Verdict::Confirmed } else if labels.len() == 1 { Verdict::NotApplicable } else { Verdict::Refuted },
+        verdict: if ok && labels.len() > 1 {
+            Verdict::Confirmed
+        } else if labels.len() == 1 {
+            Verdict::NotApplicable
+        } else {
+            Verdict::Refuted
+        },
         reason: if ok {
             "Autocast outputs came out in fp16/bf16 with small differences from fp32, and the weights stayed float32. Latency depends on the hardware: see the figures.".into()
         } else {
@@ -572,7 +739,10 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         },
         figures,
         chart: ChartKind::Bar,
-        series: vec![series("p50 latency (ms)", "ms", labels.clone(), p50), series("peak above baseline (MiB)", "MiB", labels, peak)],
+        series: vec![
+            series("p50 latency (ms)", "ms", labels.clone(), p50),
+            series("peak above baseline (MiB)", "MiB", labels, peak),
+        ],
         notes,
     })
 }
@@ -588,7 +758,11 @@ fn linear_fit(xs: &[f64], ys: &[f64]) -> (f64, f64) {
     let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
     let syy: f64 = ys.iter().map(|y| (y - my).powi(2)).sum();
     let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
-    let r2 = if sxx > 0.0 && syy > 0.0 { sxy * sxy / (sxx * syy) } else { 0.0 };
+    let r2 = if sxx > 0.0 && syy > 0.0 {
+        sxy * sxy / (sxx * syy)
+    } else {
+        0.0
+    };
     (slope, r2)
 }
 
@@ -596,7 +770,9 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let model = ctx.model(ModelId::Resnet18);
     let budget = ctx.opts.budget_bytes.unwrap_or_else(|| {
         if ctx.cuda() {
-            torch_ext::cuda_mem_info(0).map(|(free, _)| free).unwrap_or(16 << 30)
+            torch_ext::cuda_mem_info(0)
+                .map(|(free, _)| free)
+                .unwrap_or(16 << 30)
         } else {
             // A CPU default that keeps the sweep to seconds; pass a budget to go further.
             160 << 20
@@ -609,7 +785,10 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut fits = vec![];
     let mut linear = true;
     let mut notes = vec![];
-    for (name, grad) in [("grad enabled", GradMode::Enabled), ("no_grad", GradMode::NoGrad)] {
+    for (name, grad) in [
+        ("grad enabled", GradMode::Enabled),
+        ("no_grad", GradMode::NoGrad),
+    ] {
         let mut xs = vec![];
         let mut peaks = vec![];
         let mut totals = vec![];
@@ -630,12 +809,17 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
                     if total <= budget {
                         largest = b;
                     } else {
-                        notes.push(format!("{name}: batch {b} needs {:.1} MiB, above the budget", mib(total)));
+                        notes.push(format!(
+                            "{name}: batch {b} needs {:.1} MiB, above the budget",
+                            mib(total)
+                        ));
                         break;
                     }
                 }
                 Err(f) if f.kind == FailureKind::OutOfMemory => {
-                    notes.push(format!("{name}: out of memory at batch {b} — a data point, not a crash"));
+                    notes.push(format!(
+                        "{name}: out of memory at batch {b} — a data point, not a crash"
+                    ));
                     break;
                 }
                 Err(f) => return Err(f),
@@ -645,17 +829,40 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let (slope, r2) = linear_fit(&xs, &peaks);
         linear &= r2 > 0.95;
         fits.push(largest);
-        figures.push(fig(&format!("{name}: largest batch within budget"), largest as f64, "count"));
-        figures.push(fig(&format!("{name}: memory per sample (slope)"), slope, "bytes"));
+        figures.push(fig(
+            &format!("{name}: largest batch within budget"),
+            largest as f64,
+            "count",
+        ));
+        figures.push(fig(
+            &format!("{name}: memory per sample (slope)"),
+            slope,
+            "bytes",
+        ));
         figures.push(fig(&format!("{name}: linearity R²"), r2, "ratio"));
         if xs.len() > labels.len() {
             labels = xs.iter().map(|x| format!("{x}")).collect();
         }
         // Total allocated, so that it compares with the budget line.
-        series_out.push(series(&format!("{name}: peak allocated (MiB)"), "MiB", vec![], totals));
-        series_out.push(series(&format!("{name}: ms per sample"), "ms", vec![], per_sample));
+        series_out.push(series(
+            &format!("{name}: peak allocated (MiB)"),
+            "MiB",
+            vec![],
+            totals,
+        ));
+        series_out.push(series(
+            &format!("{name}: ms per sample"),
+            "ms",
+            vec![],
+            per_sample,
+        ));
     }
-    series_out.push(series("memory budget (MiB)", "MiB", vec![], vec![mib(budget); labels.len()]));
+    series_out.push(series(
+        "memory budget (MiB)",
+        "MiB",
+        vec![],
+        vec![mib(budget); labels.len()],
+    ));
     for s in &mut series_out {
         s.x = labels.clone();
         s.y.resize(labels.len(), None);
@@ -684,12 +891,28 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
             "The CPU allocator keeps no cache of its own: freed tensors go straight back, so there is no reserved figure to compare.",
         ));
     }
-    let r = measure(lab, ctx.spec(ctx.model(ModelId::Resnet50), ctx.batch(8, 64), true, GradMode::Enabled))?;
-    let reading = lab.meter(DeviceKind::Cuda).read().map_err(|e| failure(FailureKind::Torch, e.0))?;
+    let r = measure(
+        lab,
+        ctx.spec(
+            ctx.model(ModelId::Resnet50),
+            ctx.batch(8, 64),
+            true,
+            GradMode::Enabled,
+        ),
+    )?;
+    let reading = lab
+        .meter(DeviceKind::Cuda)
+        .read()
+        .map_err(|e| failure(FailureKind::Torch, e.0))?;
     let reserved = reading.reserved.unwrap_or(0);
     let used = lab.meter(DeviceKind::Cuda).device_used().unwrap_or(0);
-    let confirmed = r.memory.after_release_bytes == r.memory.baseline_bytes && reserved > reading.allocated;
-    let labels = vec!["allocated".to_string(), "reserved".into(), "device used (driver)".into()];
+    let confirmed =
+        r.memory.after_release_bytes == r.memory.baseline_bytes && reserved > reading.allocated;
+    let labels = vec![
+        "allocated".to_string(),
+        "reserved".into(),
+        "device used (driver)".into(),
+    ];
     Ok(Outcome {
         table: None,
         verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
@@ -714,7 +937,9 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
 
 fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
-        return Ok(not_on_cpu("empty_cache() acts on the CUDA caching allocator; a CPU has none."));
+        return Ok(not_on_cpu(
+            "empty_cache() acts on the CUDA caching allocator; a CPU has none.",
+        ));
     }
     let setup = Setup::new(ctx, ModelId::Resnet50, (8, 32), GradMode::NoGrad);
     let spec = setup.spec.clone();
@@ -734,9 +959,13 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         times[variant].push(t.elapsed().as_secs_f64() * 1000.0);
         drop(out);
         if variant == 1 {
-            let before = torch_ext::cuda_memory_stats(0).map(|s| s.allocated.current).unwrap_or(0) as i64;
+            let before = torch_ext::cuda_memory_stats(0)
+                .map(|s| s.allocated.current)
+                .unwrap_or(0) as i64;
             torch_ext::cuda_empty_cache().map_err(|e| failure(FailureKind::Torch, e.0))?;
-            let after = torch_ext::cuda_memory_stats(0).map(|s| s.allocated.current).unwrap_or(0) as i64;
+            let after = torch_ext::cuda_memory_stats(0)
+                .map(|s| s.allocated.current)
+                .unwrap_or(0) as i64;
             allocated_change += after - before;
         }
     }
@@ -784,12 +1013,18 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let model = lab.model(i);
         let meter = lab.meter(ctx.device);
         let x = setup.input(model, ctx)?;
-        let s = RunSpec { grad, ..spec.clone() };
+        let s = RunSpec {
+            grad,
+            ..spec.clone()
+        };
         // One pass first, so one-time caches (oneDNN primitives, allocator pools) are not
         // mistaken for growth.
         drop(forward(model, &x, &s, ctx.device)?);
         synchronize(ctx.device)?;
-        let start = meter.read().map_err(|e| failure(FailureKind::Torch, e.0))?.allocated;
+        let start = meter
+            .read()
+            .map_err(|e| failure(FailureKind::Torch, e.0))?
+            .allocated;
         let mut kept = vec![];
         let mut ys = vec![];
         for _ in 0..requests {
@@ -803,19 +1038,30 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
                 drop(out);
             }
             synchronize(ctx.device)?;
-            let now = meter.read().map_err(|e| failure(FailureKind::Torch, e.0))?.allocated;
+            let now = meter
+                .read()
+                .map_err(|e| failure(FailureKind::Torch, e.0))?
+                .allocated;
             ys.push(mib(now.saturating_sub(start)));
         }
         drop(kept);
         let per_request = ys.last().copied().unwrap_or(0.0) / requests as f64;
         growth.push(per_request);
-        out_series.push(series(&format!("{name} (MiB above start)"), "MiB", labels.clone(), ys));
+        out_series.push(series(
+            &format!("{name} (MiB above start)"),
+            "MiB",
+            labels.clone(),
+            ys,
+        ));
     }
     let (dropped, kept, with_grad, moved) = (growth[0], growth[1], growth[2], growth[3]);
     let confirmed = dropped == 0.0 && kept > 0.0 && with_grad > 2.0 * kept;
     let mut notes = vec![];
     if !ctx.cuda() {
-        notes.push("On a CPU, \"moved to CPU\" stays in the same memory; on a GPU it frees the device.".into());
+        notes.push(
+            "On a CPU, \"moved to CPU\" stays in the same memory; on a GPU it frees the device."
+                .into(),
+        );
     }
     Ok(Outcome {
         table: None,
@@ -860,15 +1106,27 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let ratio = times[0] / median;
     Ok(Outcome {
         table: None,
-        verdict: if ratio > 1.5 { Verdict::Confirmed } else { Verdict::Refuted },
-        reason: format!("First iteration {:.3} ms, median of iterations 6–10 {median:.3} ms: {ratio:.2}×.", times[0]),
+        verdict: if ratio > 1.5 {
+            Verdict::Confirmed
+        } else {
+            Verdict::Refuted
+        },
+        reason: format!(
+            "First iteration {:.3} ms, median of iterations 6–10 {median:.3} ms: {ratio:.2}×.",
+            times[0]
+        ),
         figures: vec![
             fig("first iteration", times[0], "ms"),
             fig("median of iterations 6-10", median, "ms"),
             fig("first / steady", ratio, "ratio"),
         ],
         chart: ChartKind::Line,
-        series: vec![series("latency (ms)", "ms", (1..=times.len()).map(|i| i.to_string()).collect(), times)],
+        series: vec![series(
+            "latency (ms)",
+            "ms",
+            (1..=times.len()).map(|i| i.to_string()).collect(),
+            times,
+        )],
         notes: vec![format!(
             "{} batch {} (a shape new to this process), built fresh for this experiment",
             setup.model.display_name(),
@@ -921,11 +1179,25 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         table: None,
         verdict,
         reason,
-        figures: vec![fig("naive p50", n, "ms"), fig("synchronised p50", s, "ms"), fig("naive / synchronised", ratio, "ratio")],
+        figures: vec![
+            fig("naive p50", n, "ms"),
+            fig("synchronised p50", s, "ms"),
+            fig("naive / synchronised", ratio, "ratio"),
+        ],
         chart: ChartKind::Line,
         series: vec![
-            series("naive timer (ms)", "ms", (1..=10).map(|i| i.to_string()).collect(), naive),
-            series("synchronised timer (ms)", "ms", (1..=10).map(|i| i.to_string()).collect(), synced),
+            series(
+                "naive timer (ms)",
+                "ms",
+                (1..=10).map(|i| i.to_string()).collect(),
+                naive,
+            ),
+            series(
+                "synchronised timer (ms)",
+                "ms",
+                (1..=10).map(|i| i.to_string()).collect(),
+                synced,
+            ),
         ],
         notes: vec!["The two timers alternate on the same model and input.".into()],
     })
@@ -936,7 +1208,9 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let spec = setup.spec.clone();
     let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
-    let batches = (0..20).map(|_| setup.input(model, ctx)).collect::<Result<Vec<Tensor>, RunFailure>>()?;
+    let batches = (0..20)
+        .map(|_| setup.input(model, ctx))
+        .collect::<Result<Vec<Tensor>, RunFailure>>()?;
     let loop_time = |per_batch_item: bool| -> Result<f64, RunFailure> {
         synchronize(ctx.device)?;
         let t = Instant::now();
@@ -967,7 +1241,10 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         if ratio > 1.05 {
             (Verdict::Confirmed, format!("The loop with .item() per batch took {item_ms:.3} ms, accumulating on the device {acc_ms:.3} ms ({ratio:.2}×)."))
         } else {
-            (Verdict::Refuted, format!("No measurable cost here: {item_ms:.3} vs {acc_ms:.3} ms."))
+            (
+                Verdict::Refuted,
+                format!("No measurable cost here: {item_ms:.3} vs {acc_ms:.3} ms."),
+            )
         }
     } else {
         (
@@ -985,8 +1262,20 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             fig("ratio", ratio, "ratio"),
         ],
         chart: ChartKind::Bar,
-        series: vec![series("20-batch loop (ms)", "ms", vec![".item() per batch".into(), "accumulate, .item() once".into()], vec![item_ms, acc_ms])],
-        notes: vec![format!("{} batch {}, 20 batches, median of 5 loops each (alternating)", setup.model.display_name(), setup.batch)],
+        series: vec![series(
+            "20-batch loop (ms)",
+            "ms",
+            vec![
+                ".item() per batch".into(),
+                "accumulate, .item() once".into(),
+            ],
+            vec![item_ms, acc_ms],
+        )],
+        notes: vec![format!(
+            "{} batch {}, 20 batches, median of 5 loops each (alternating)",
+            setup.model.display_name(),
+            setup.batch
+        )],
     })
 }
 
@@ -997,22 +1286,35 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut model = setup.fresh(lab, ctx)?;
     let x = setup.input(&model, ctx)?;
     let peak_of = |model: &Model, grad: GradMode| -> Result<u64, RunFailure> {
-        let s = RunSpec { grad, ..spec.clone() };
+        let s = RunSpec {
+            grad,
+            ..spec.clone()
+        };
         drop(forward(model, &x, &s, ctx.device)?);
         let meter = lab.meter(ctx.device);
         synchronize(ctx.device)?;
-        let base = meter.read().map_err(|e| failure(FailureKind::Torch, e.0))?.allocated;
-        meter.reset_peak().map_err(|e| failure(FailureKind::Torch, e.0))?;
+        let base = meter
+            .read()
+            .map_err(|e| failure(FailureKind::Torch, e.0))?
+            .allocated;
+        meter
+            .reset_peak()
+            .map_err(|e| failure(FailureKind::Torch, e.0))?;
         let out = forward(model, &x, &s, ctx.device)?;
         synchronize(ctx.device)?;
-        let peak = meter.read().map_err(|e| failure(FailureKind::Torch, e.0))?.peak_allocated;
+        let peak = meter
+            .read()
+            .map_err(|e| failure(FailureKind::Torch, e.0))?
+            .peak_allocated;
         drop(out);
         Ok(peak.saturating_sub(base))
     };
     let full = peak_of(&model, GradMode::Enabled)?;
     let nograd = peak_of(&model, GradMode::NoGrad)?;
     // The last stage and the classifier stay trainable: a common fine-tuning setup.
-    let trainable = |name: &str| name.starts_with("layer4") || name.starts_with("fc") || name.starts_with("classifier");
+    let trainable = |name: &str| {
+        name.starts_with("layer4") || name.starts_with("fc") || name.starts_with("classifier")
+    };
     for (name, t) in model.vs.variables() {
         // Only parameters: BatchNorm's running statistics are buffers and never require grad.
         if t.requires_grad() {
@@ -1024,7 +1326,12 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let frozen = peak_of(&model, GradMode::Enabled)?;
     let close = (frozen as f64 - nograd as f64).abs() <= 0.10 * nograd.max(1) as f64;
     let between = nograd < partial && partial < full;
-    let labels = vec!["all trainable".to_string(), "backbone frozen".into(), "all frozen".into(), "no_grad".into()];
+    let labels = vec![
+        "all trainable".to_string(),
+        "backbone frozen".into(),
+        "all frozen".into(),
+        "no_grad".into(),
+    ];
     Ok(Outcome {
         table: None,
         verdict: if close && between { Verdict::Confirmed } else { Verdict::Refuted },
@@ -1050,17 +1357,33 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let model = ctx.model(ModelId::Resnet50);
     let b = ctx.batch(4, 32);
-    let autocast = if ctx.cuda() { Autocast::Fp16 } else { Autocast::Bf16 };
+    let autocast = if ctx.cuda() {
+        Autocast::Fp16
+    } else {
+        Autocast::Bf16
+    };
     let rows: [(&str, bool, GradMode, Autocast); 5] = [
         ("train", false, GradMode::Enabled, Autocast::Off),
         ("eval only", true, GradMode::Enabled, Autocast::Off),
         ("no_grad only", false, GradMode::NoGrad, Autocast::Off),
         ("eval + no_grad", true, GradMode::NoGrad, Autocast::Off),
-        (if ctx.cuda() { "eval + no_grad + fp16" } else { "eval + no_grad + bf16" }, true, GradMode::NoGrad, autocast),
+        (
+            if ctx.cuda() {
+                "eval + no_grad + fp16"
+            } else {
+                "eval + no_grad + bf16"
+            },
+            true,
+            GradMode::NoGrad,
+            autocast,
+        ),
     ];
     let mut reports = vec![];
     for (_, eval, grad, ac) in rows {
-        let mut spec = RunSpec { autocast: ac, ..ctx.spec(model, b, eval, grad) };
+        let mut spec = RunSpec {
+            autocast: ac,
+            ..ctx.spec(model, b, eval, grad)
+        };
         if !ctx.cuda() {
             spec.iters = 2;
         }
@@ -1071,14 +1394,35 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let first_p50 = reports[0].latency_ms.p50;
     let mut figures = vec![];
     for (label, r) in labels.iter().zip(&reports) {
-        figures.push(fig(&format!("{label}: peak above baseline"), r.memory.peak_above_baseline_bytes as f64, "bytes"));
+        figures.push(fig(
+            &format!("{label}: peak above baseline"),
+            r.memory.peak_above_baseline_bytes as f64,
+            "bytes",
+        ));
         figures.push(fig(&format!("{label}: p50"), r.latency_ms.p50, "ms"));
-        figures.push(fig(&format!("{label}: memory vs train"), r.memory.peak_above_baseline_bytes as f64 / first_peak, "ratio"));
-        figures.push(fig(&format!("{label}: latency vs train"), r.latency_ms.p50 / first_p50, "ratio"));
+        figures.push(fig(
+            &format!("{label}: memory vs train"),
+            r.memory.peak_above_baseline_bytes as f64 / first_peak,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{label}: latency vs train"),
+            r.latency_ms.p50 / first_p50,
+            "ratio",
+        ));
     }
     let change = |x: f64, first: f64| format!("{:+.0}%", 100.0 * (x - first) / first);
     let table = Table {
-        columns: ["setting", "peak above baseline", "vs train", "p50", "vs train", "output"].map(String::from).to_vec(),
+        columns: [
+            "setting",
+            "peak above baseline",
+            "vs train",
+            "p50",
+            "vs train",
+            "output",
+        ]
+        .map(String::from)
+        .to_vec(),
         rows: labels
             .iter()
             .zip(&reports)
@@ -1097,11 +1441,16 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let eval_only = reports[1].memory.peak_above_baseline_bytes as f64;
     let eval_nograd = reports[3].memory.peak_above_baseline_bytes as f64;
-    let confirmed = (eval_only - first_peak).abs() <= 0.10 * first_peak && eval_nograd < 0.5 * first_peak;
+    let confirmed =
+        (eval_only - first_peak).abs() <= 0.10 * first_peak && eval_nograd < 0.5 * first_peak;
     let mut notes = vec![format!(
         "{} batch {b}{} on {}",
         model.display_name(),
-        reports[0].spec.input_size.map(|s| format!(", {s}×{s} images")).unwrap_or_default(),
+        reports[0]
+            .spec
+            .input_size
+            .map(|s| format!(", {s}×{s} images"))
+            .unwrap_or_default(),
         reports[0].env.device_name
     )];
     if !ctx.cuda() {
@@ -1109,7 +1458,11 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     Ok(Outcome {
         table: Some(table),
-        verdict: if confirmed { Verdict::Confirmed } else { Verdict::Refuted },
+        verdict: if confirmed {
+            Verdict::Confirmed
+        } else {
+            Verdict::Refuted
+        },
         reason: format!(
             "eval only: {:.0}% of train's peak memory; eval + no_grad: {:.0}%.",
             100.0 * eval_only / first_peak,
@@ -1118,8 +1471,21 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         figures,
         chart: ChartKind::Bar,
         series: vec![
-            series("peak above baseline (MiB)", "MiB", labels.clone(), reports.iter().map(|r| mib(r.memory.peak_above_baseline_bytes)).collect()),
-            series("p50 latency (ms)", "ms", labels, reports.iter().map(|r| r.latency_ms.p50).collect()),
+            series(
+                "peak above baseline (MiB)",
+                "MiB",
+                labels.clone(),
+                reports
+                    .iter()
+                    .map(|r| mib(r.memory.peak_above_baseline_bytes))
+                    .collect(),
+            ),
+            series(
+                "p50 latency (ms)",
+                "ms",
+                labels,
+                reports.iter().map(|r| r.latency_ms.p50).collect(),
+            ),
         ],
         notes,
     })

@@ -28,7 +28,11 @@ impl CheckedSpec {
 }
 
 /// Checks `spec` against the limits and against what this machine can do.
-pub fn check_spec(spec: RunSpec, limits: &Limits, machine: &Machine) -> Result<CheckedSpec, SpecError> {
+pub fn check_spec(
+    spec: RunSpec,
+    limits: &Limits,
+    machine: &Machine,
+) -> Result<CheckedSpec, SpecError> {
     spec.check(limits)?;
     let device = match spec.device {
         DeviceChoice::Cpu => DeviceKind::Cpu,
@@ -36,17 +40,27 @@ pub fn check_spec(spec: RunSpec, limits: &Limits, machine: &Machine) -> Result<C
         DeviceChoice::Cuda => {
             return Err(SpecError {
                 field: "device".into(),
-                message: "this server has no CUDA device (libtorch found none); use cpu or auto".into(),
+                message: "this server has no CUDA device (libtorch found none); use cpu or auto"
+                    .into(),
             })
         }
         DeviceChoice::Auto if machine.has_cuda() => DeviceKind::Cuda,
         DeviceChoice::Auto => DeviceKind::Cpu,
     };
-    if let Some(s) = machine.autocast_support(device).into_iter().find(|s| s.autocast == spec.autocast) {
+    if let Some(s) = machine
+        .autocast_support(device)
+        .into_iter()
+        .find(|s| s.autocast == spec.autocast)
+    {
         if !s.supported {
             return Err(SpecError {
                 field: "autocast".into(),
-                message: format!("autocast {} cannot run on this {}: {}", spec.autocast.as_str(), device.as_str(), s.note),
+                message: format!(
+                    "autocast {} cannot run on this {}: {}",
+                    spec.autocast.as_str(),
+                    device.as_str(),
+                    s.note
+                ),
             });
         }
     }

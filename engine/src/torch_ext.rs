@@ -21,7 +21,12 @@ mod ffi {
         pub fn gl_free_error(error: *mut c_char);
         pub fn gl_inference_mode_enter(guard: *mut *mut c_void) -> *mut c_char;
         pub fn gl_inference_mode_exit(guard: *mut c_void) -> *mut c_char;
-        pub fn gl_autocast_enter(device: i32, dtype: i32, prev_enabled: *mut i32, prev_dtype: *mut i32) -> *mut c_char;
+        pub fn gl_autocast_enter(
+            device: i32,
+            dtype: i32,
+            prev_enabled: *mut i32,
+            prev_dtype: *mut i32,
+        ) -> *mut c_char;
         pub fn gl_autocast_exit(device: i32, prev_enabled: i32, prev_dtype: i32) -> *mut c_char;
         pub fn gl_cpu_memory_install() -> *mut c_char;
         pub fn gl_cpu_memory_stats(current: *mut i64, peak: *mut i64) -> *mut c_char;
@@ -36,7 +41,11 @@ mod ffi {
         ) -> *mut c_char;
         pub fn gl_cuda_reset_peak(device: i32) -> *mut c_char;
         pub fn gl_cuda_empty_cache() -> *mut c_char;
-        pub fn gl_cuda_mem_info(device: i32, free_bytes: *mut i64, total_bytes: *mut i64) -> *mut c_char;
+        pub fn gl_cuda_mem_info(
+            device: i32,
+            free_bytes: *mut i64,
+            total_bytes: *mut i64,
+        ) -> *mut c_char;
         pub fn gl_cuda_versions(cudart: *mut i64, cudnn: *mut i64) -> *mut c_char;
     }
 }
@@ -48,7 +57,9 @@ fn check(error: *mut c_char) -> Result<()> {
     }
     // SAFETY: a non-null return is a NUL-terminated string malloc'd by the extension, which
     // we own and free exactly once here.
-    let message = unsafe { CStr::from_ptr(error) }.to_string_lossy().into_owned();
+    let message = unsafe { CStr::from_ptr(error) }
+        .to_string_lossy()
+        .into_owned();
     unsafe { ffi::gl_free_error(error) };
     Err(ExtError(message))
 }
@@ -109,15 +120,24 @@ impl AutocastGuard {
         };
         let (mut prev_enabled, mut prev_dtype) = (0, 0);
         // SAFETY: plain out-parameters.
-        check(unsafe { ffi::gl_autocast_enter(device, dtype, &mut prev_enabled, &mut prev_dtype) })?;
-        Ok(AutocastGuard { device, prev_enabled, prev_dtype, _thread_bound: PhantomData })
+        check(unsafe {
+            ffi::gl_autocast_enter(device, dtype, &mut prev_enabled, &mut prev_dtype)
+        })?;
+        Ok(AutocastGuard {
+            device,
+            prev_enabled,
+            prev_dtype,
+            _thread_bound: PhantomData,
+        })
     }
 }
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
         // SAFETY: restores the state captured by `enter` on the same thread.
-        if let Err(e) = check(unsafe { ffi::gl_autocast_exit(self.device, self.prev_enabled, self.prev_dtype) }) {
+        if let Err(e) =
+            check(unsafe { ffi::gl_autocast_exit(self.device, self.prev_enabled, self.prev_dtype) })
+        {
             tracing::error!("leaving autocast failed: {e}");
         }
     }
@@ -146,14 +166,19 @@ impl CpuMemoryCounter {
     pub fn install() -> Result<Self> {
         // SAFETY: no arguments; idempotent per thread.
         check(unsafe { ffi::gl_cpu_memory_install() })?;
-        Ok(CpuMemoryCounter { _thread_bound: PhantomData })
+        Ok(CpuMemoryCounter {
+            _thread_bound: PhantomData,
+        })
     }
 
     pub fn read(&self) -> Result<Counter> {
         let (mut current, mut peak) = (0i64, 0i64);
         // SAFETY: plain out-parameters.
         check(unsafe { ffi::gl_cpu_memory_stats(&mut current, &mut peak) })?;
-        Ok(Counter { current: to_u64(current), peak: to_u64(peak) })
+        Ok(Counter {
+            current: to_u64(current),
+            peak: to_u64(peak),
+        })
     }
 
     /// Makes the peak equal the current value, as `torch.cuda.reset_peak_memory_stats` does.
@@ -167,7 +192,9 @@ impl CpuMemoryCounter {
 pub fn cuda_available() -> bool {
     let mut out = 0;
     // SAFETY: plain out-parameter.
-    check(unsafe { ffi::gl_cuda_available(&mut out) }).map(|_| out != 0).unwrap_or(false)
+    check(unsafe { ffi::gl_cuda_available(&mut out) })
+        .map(|_| out != 0)
+        .unwrap_or(false)
 }
 
 /// The CUDA caching allocator's statistics for one device.
@@ -182,8 +209,14 @@ pub fn cuda_memory_stats(device: i32) -> Result<CudaMemoryStats> {
     // SAFETY: plain out-parameters.
     check(unsafe { ffi::gl_cuda_memory_stats(device, &mut a, &mut ap, &mut r, &mut rp) })?;
     Ok(CudaMemoryStats {
-        allocated: Counter { current: to_u64(a), peak: to_u64(ap) },
-        reserved: Counter { current: to_u64(r), peak: to_u64(rp) },
+        allocated: Counter {
+            current: to_u64(a),
+            peak: to_u64(ap),
+        },
+        reserved: Counter {
+            current: to_u64(r),
+            peak: to_u64(rp),
+        },
     })
 }
 

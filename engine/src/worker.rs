@@ -9,7 +9,9 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use protocol::{DeviceInfo, Event, FailureKind, Limits, Report, RunFailure, RunSpec, SpecError, WorkerHealth};
+use protocol::{
+    DeviceInfo, Event, FailureKind, Limits, Report, RunFailure, RunSpec, SpecError, WorkerHealth,
+};
 
 use crate::device::Machine;
 use crate::error::EngineError;
@@ -41,10 +43,16 @@ impl Default for WorkerConfig {
     }
 }
 
-type Call = Box<dyn FnOnce(&mut Lab) + Send>;
+/// Work run on the device thread; it returns how to deliver its result, so the worker can
+/// check its memory before the caller hears back.
+type Call = Box<dyn FnOnce(&mut Lab) -> Box<dyn FnOnce() + Send> + Send>;
 
 enum Task {
-    Run { spec: CheckedSpec, sink: Sink, cancel: Arc<AtomicBool> },
+    Run {
+        spec: CheckedSpec,
+        sink: Sink,
+        cancel: Arc<AtomicBool>,
+    },
     Call(Call),
 }
 
@@ -108,7 +116,12 @@ impl Worker {
             })
             .map_err(|e| EngineError::Torch(format!("could not start the device thread: {e}")))?;
         let machine = ready_rx.recv().map_err(|_| EngineError::WorkerGone)??;
-        Ok(Worker { shared, thread: Mutex::new(Some(thread)), machine, config })
+        Ok(Worker {
+            shared,
+            thread: Mutex::new(Some(thread)),
+            machine,
+            config,
+        })
     }
 
     pub fn machine(&self) -> &Machine {
@@ -142,19 +155,34 @@ impl Worker {
             return Err(EngineError::WorkerGone);
         }
         drop_cancelled(&mut queue.tasks);
-        let waiting = queue.tasks.iter().filter(|t| matches!(t, Task::Run { .. })).count();
+        let waiting = queue
+            .tasks
+            .iter()
+            .filter(|t| matches!(t, Task::Run { .. }))
+            .count();
         if waiting >= self.config.queue_capacity {
-            return Err(EngineError::QueueFull { capacity: self.config.queue_capacity });
+            return Err(EngineError::QueueFull {
+                capacity: self.config.queue_capacity,
+            });
         }
-        sink(Event::Queued { position: waiting as u32 });
-        queue.tasks.push_back(Task::Run { spec, sink, cancel: cancel.clone() });
+        sink(Event::Queued {
+            position: waiting as u32,
+        });
+        queue.tasks.push_back(Task::Run {
+            spec,
+            sink,
+            cancel: cancel.clone(),
+        });
         drop(queue);
         self.shared.ready.notify_one();
         Ok(RunTicket { cancel })
     }
 
     /// Runs `f` on the device thread (after the runs queued before it) and returns its result.
-    pub fn call<R: Send + 'static>(&self, f: impl FnOnce(&mut Lab) -> R + Send + 'static) -> Result<R, EngineError> {
+    pub fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Lab) -> R + Send + 'static,
+    ) -> Result<R, EngineError> {
         let (tx, rx) = mpsc::channel();
         {
             let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -162,7 +190,8 @@ impl Worker {
                 return Err(EngineError::WorkerGone);
             }
             queue.tasks.push_back(Task::Call(Box::new(move |lab| {
-                let _ = tx.send(f(lab));
+                let result = f(lab);
+                Box::new(move || drop(tx.send(result)))
             })));
         }
         self.shared.ready.notify_one();
@@ -170,9 +199,14 @@ impl Worker {
     }
 
     /// Submits a run and waits for its report: the CLI's path through the same worker.
-    pub fn measure(&self, spec: RunSpec, mut on_event: impl FnMut(&Event)) -> Result<Report, MeasureError> {
+    pub fn measure(
+        &self,
+        spec: RunSpec,
+        mut on_event: impl FnMut(&Event),
+    ) -> Result<Report, MeasureError> {
         let (tx, rx) = mpsc::channel();
-        self.submit(spec, Box::new(move |e| drop(tx.send(e)))).map_err(MeasureError::Rejected)?;
+        self.submit(spec, Box::new(move |e| drop(tx.send(e))))
+            .map_err(MeasureError::Rejected)?;
         for event in rx {
             on_event(&event);
             match event {
@@ -186,8 +220,19 @@ impl Worker {
 
     /// The worker's bookkeeping: tasks done, the queue, and the leak checks.
     pub fn health(&self) -> WorkerHealth {
-        let mut h = self.shared.health.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        h.queued = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).tasks.len();
+        let mut h = self
+            .shared
+            .health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        h.queued = self
+            .shared
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tasks
+            .len();
         h
     }
 
@@ -199,7 +244,9 @@ impl Worker {
             queue.shutdown = true;
             for task in queue.tasks.drain(..) {
                 if let Task::Run { mut sink, .. } = task {
-                    sink(Event::Failed { failure: failure(FailureKind::Cancelled, "the server is shutting down") });
+                    sink(Event::Failed {
+                        failure: failure(FailureKind::Cancelled, "the server is shutting down"),
+                    });
                 }
             }
         }
@@ -234,7 +281,9 @@ pub enum MeasureError {
 fn drop_cancelled(tasks: &mut VecDeque<Task>) {
     tasks.retain_mut(|t| match t {
         Task::Run { cancel, sink, .. } if cancel.load(Ordering::Relaxed) => {
-            sink(Event::Failed { failure: failure(FailureKind::Cancelled, "cancelled before it started") });
+            sink(Event::Failed {
+                failure: failure(FailureKind::Cancelled, "cancelled before it started"),
+            });
             false
         }
         _ => true,
@@ -265,18 +314,35 @@ fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) {
         };
         match task {
             Task::Call(f) => {
-                f(&mut lab);
+                let deliver = f(&mut lab);
                 check_memory(&lab, shared);
+                deliver();
             }
-            Task::Run { spec, mut sink, cancel } => {
+            Task::Run {
+                spec,
+                mut sink,
+                cancel,
+            } => {
                 if cancel.load(Ordering::Relaxed) {
-                    sink(Event::Failed { failure: failure(FailureKind::Cancelled, "cancelled before it started") });
+                    sink(Event::Failed {
+                        failure: failure(FailureKind::Cancelled, "cancelled before it started"),
+                    });
                     continue;
                 }
-                let control = RunControl { cancel, deadline: config.run_timeout.map(|t| Instant::now() + t) };
+                let control = RunControl {
+                    cancel,
+                    deadline: config.run_timeout.map(|t| Instant::now() + t),
+                };
                 let device = spec.device();
+                // The leak check runs before the terminal event goes out, so whoever hears
+                // "done" can already read its result in the worker's health.
                 match lab.measure(&spec, &control, &mut *sink) {
-                    Ok(report) => sink(Event::Done { report: Box::new(report) }),
+                    Ok(report) => {
+                        check_memory(&lab, shared);
+                        sink(Event::Done {
+                            report: Box::new(report),
+                        });
+                    }
                     Err(f) => {
                         if f.kind == FailureKind::OutOfMemory {
                             // Free everything we hold so the next run has the whole device.
@@ -284,10 +350,10 @@ fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) {
                             lab.clear_models();
                         }
                         lab.recover(device);
+                        check_memory(&lab, shared);
                         sink(Event::Failed { failure: f });
                     }
                 }
-                check_memory(&lab, shared);
             }
         }
     }
@@ -301,7 +367,11 @@ fn check_memory(lab: &Lab, shared: &Shared) {
     for c in &checks {
         health.memory_checks += 1;
         if c.ok {
-            tracing::debug!(device = c.device.as_str(), held = c.held_bytes, "memory back at the worker's baseline");
+            tracing::debug!(
+                device = c.device.as_str(),
+                held = c.held_bytes,
+                "memory back at the worker's baseline"
+            );
         } else {
             health.memory_check_failures += 1;
             tracing::warn!(

@@ -12,7 +12,11 @@ fn spec(model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
         device: DeviceChoice::Cpu,
         batch,
         // Small images keep ResNet runs to a fraction of a second on two cores.
-        input_size: matches!(model, ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2).then_some(64),
+        input_size: matches!(
+            model,
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
+        )
+        .then_some(64),
         eval,
         grad,
         autocast: Autocast::Off,
@@ -35,7 +39,10 @@ fn grad_peak_exceeds_no_grad_peak_and_inference_mode_matches_no_grad() {
     let w = worker();
     let grad = measure(&w, spec(ModelId::Resnet18, 4, true, GradMode::Enabled));
     let no_grad = measure(&w, spec(ModelId::Resnet18, 4, true, GradMode::NoGrad));
-    let inference = measure(&w, spec(ModelId::Resnet18, 4, true, GradMode::InferenceMode));
+    let inference = measure(
+        &w,
+        spec(ModelId::Resnet18, 4, true, GradMode::InferenceMode),
+    );
     let (g, n, i) = (
         grad.memory.peak_above_baseline_bytes,
         no_grad.memory.peak_above_baseline_bytes,
@@ -59,11 +66,25 @@ fn memory_returns_to_baseline_after_every_kind_of_run() {
     for grad in GradMode::ALL {
         for eval in [true, false] {
             for autocast in [Autocast::Off, Autocast::Bf16] {
-                let r = measure(&w, RunSpec { autocast, ..spec(ModelId::TinyMlp, 16, eval, grad) });
-                assert_eq!(r.memory.after_release_bytes, r.memory.baseline_bytes, "{}", r.spec.label());
+                let r = measure(
+                    &w,
+                    RunSpec {
+                        autocast,
+                        ..spec(ModelId::TinyMlp, 16, eval, grad)
+                    },
+                );
+                assert_eq!(
+                    r.memory.after_release_bytes,
+                    r.memory.baseline_bytes,
+                    "{}",
+                    r.spec.label()
+                );
                 assert_eq!(r.memory.leaked_bytes, 0);
                 assert!(r.memory.peak_allocated_bytes >= r.memory.baseline_bytes);
-                assert_eq!(r.memory.peak_reserved_bytes, None, "the CPU has no caching pool");
+                assert_eq!(
+                    r.memory.peak_reserved_bytes, None,
+                    "the CPU has no caching pool"
+                );
             }
         }
     }
@@ -73,9 +94,14 @@ fn memory_returns_to_baseline_after_every_kind_of_run() {
 fn reports_keep_warmup_apart_and_order_their_statistics() {
     let w = worker();
     let mut events = Vec::new();
-    let r = w.measure(RunSpec { warmup: 2, iters: 5, ..spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad) }, |e| {
-        events.push(e.clone())
-    });
+    let r = w.measure(
+        RunSpec {
+            warmup: 2,
+            iters: 5,
+            ..spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad)
+        },
+        |e| events.push(e.clone()),
+    );
     let r = r.unwrap();
     assert_eq!(r.warmup.len(), 2);
     assert_eq!(r.samples.len(), 5);
@@ -93,13 +119,25 @@ fn reports_keep_warmup_apart_and_order_their_statistics() {
             protocol::Event::Failed { .. } => "failed",
         })
         .collect();
-    assert_eq!(kinds, ["queued", "started", "warmup", "warmup", "sample", "sample", "sample", "sample", "sample", "done"]);
+    assert_eq!(
+        kinds,
+        [
+            "queued", "started", "warmup", "warmup", "sample", "sample", "sample", "sample",
+            "sample", "done"
+        ]
+    );
 }
 
 #[test]
 fn autocast_bf16_on_cpu_yields_bf16_output() {
     let w = worker();
-    let r = measure(&w, RunSpec { autocast: Autocast::Bf16, ..spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad) });
+    let r = measure(
+        &w,
+        RunSpec {
+            autocast: Autocast::Bf16,
+            ..spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad)
+        },
+    );
     assert_eq!(r.output.dtype, "BFloat16");
     let r = measure(&w, spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad));
     assert_eq!(r.output.dtype, "Float");
@@ -108,32 +146,55 @@ fn autocast_bf16_on_cpu_yields_bf16_output() {
 #[test]
 fn dropout_differs_between_calls_in_train_mode_only() {
     let mut lab = Lab::new(LabConfig::default()).unwrap();
-    let i = lab.model_index(ModelId::TinyMlp, protocol::DeviceKind::Cpu, 64).unwrap();
+    let i = lab
+        .model_index(ModelId::TinyMlp, protocol::DeviceKind::Cpu, 64)
+        .unwrap();
     let model = lab.model(i);
     let x = Tensor::randn([8, 64], (Kind::Float, Device::Cpu));
     let run = |eval| {
-        let s = RunSpec { eval, input_size: Some(64), ..spec(ModelId::TinyMlp, 8, eval, GradMode::NoGrad) };
+        let s = RunSpec {
+            eval,
+            input_size: Some(64),
+            ..spec(ModelId::TinyMlp, 8, eval, GradMode::NoGrad)
+        };
         forward(model, &x, &s, protocol::DeviceKind::Cpu).unwrap()
     };
-    assert!(!run(false).allclose(&run(false), 1e-6, 1e-6, false), "train mode: dropout must differ");
+    assert!(
+        !run(false).allclose(&run(false), 1e-6, 1e-6, false),
+        "train mode: dropout must differ"
+    );
     assert!(run(true).equal(&run(true)), "eval mode: identical outputs");
 }
 
 #[test]
 fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats() {
     let mut lab = Lab::new(LabConfig::default()).unwrap();
-    let i = lab.model_index(ModelId::Resnet18, protocol::DeviceKind::Cpu, 64).unwrap();
+    let i = lab
+        .model_index(ModelId::Resnet18, protocol::DeviceKind::Cpu, 64)
+        .unwrap();
     let model = lab.model(i);
     let a = Tensor::randn([4, 3, 64, 64], (Kind::Float, Device::Cpu));
     let b = a.copy();
     // Same first sample, different batch-mates.
-    b.narrow(0, 1, 3).copy_(&Tensor::randn([3, 3, 64, 64], (Kind::Float, Device::Cpu)));
+    b.narrow(0, 1, 3)
+        .copy_(&Tensor::randn([3, 3, 64, 64], (Kind::Float, Device::Cpu)));
     let first = |x: &Tensor, eval: bool| {
-        let s = RunSpec { eval, ..spec(ModelId::Resnet18, 4, eval, GradMode::NoGrad) };
-        forward(model, x, &s, protocol::DeviceKind::Cpu).unwrap().get(0)
+        let s = RunSpec {
+            eval,
+            ..spec(ModelId::Resnet18, 4, eval, GradMode::NoGrad)
+        };
+        forward(model, x, &s, protocol::DeviceKind::Cpu)
+            .unwrap()
+            .get(0)
     };
-    assert!(first(&a, true).allclose(&first(&b, true), 1e-5, 1e-5, false), "eval: independent of batch-mates");
-    assert!(!first(&a, false).allclose(&first(&b, false), 1e-3, 1e-3, false), "train: depends on batch-mates");
+    assert!(
+        first(&a, true).allclose(&first(&b, true), 1e-5, 1e-5, false),
+        "eval: independent of batch-mates"
+    );
+    assert!(
+        !first(&a, false).allclose(&first(&b, false), 1e-3, 1e-3, false),
+        "train: depends on batch-mates"
+    );
 
     let running_mean = model
         .vs
@@ -144,10 +205,16 @@ fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats() 
         .unwrap();
     let before = running_mean.copy();
     let _ = first(&a, false); // train mode under no_grad: still "inference" to many readers
-    assert!(!before.equal(&running_mean), "BatchNorm running stats change in train mode even under no_grad");
+    assert!(
+        !before.equal(&running_mean),
+        "BatchNorm running stats change in train mode even under no_grad"
+    );
     let before = running_mean.copy();
     let _ = first(&a, true);
-    assert!(before.equal(&running_mean), "eval mode leaves running stats alone");
+    assert!(
+        before.equal(&running_mean),
+        "eval mode leaves running stats alone"
+    );
 }
 
 #[test]
@@ -161,7 +228,10 @@ fn inference_tensors_cannot_be_saved_for_backward_until_cloned() {
     };
     let weight = Tensor::ones([2, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
     let err = x.f_matmul(&weight).unwrap_err().to_string();
-    assert!(err.contains("Inference tensors cannot be saved for backward"), "{err}");
+    assert!(
+        err.contains("Inference tensors cannot be saved for backward"),
+        "{err}"
+    );
     // The documented fix: a copy made outside inference mode is a normal tensor.
     let fixed = x.copy();
     assert!(!fixed.is_inference());
@@ -172,9 +242,27 @@ fn inference_tensors_cannot_be_saved_for_backward_until_cloned() {
 fn invalid_specs_are_rejected_naming_the_field() {
     let w = worker();
     let cases = [
-        (RunSpec { batch: 0, ..Default::default() }, "batch"),
-        (RunSpec { batch: 1_000_000, ..Default::default() }, "batch"),
-        (RunSpec { iters: 0, ..Default::default() }, "iters"),
+        (
+            RunSpec {
+                batch: 0,
+                ..Default::default()
+            },
+            "batch",
+        ),
+        (
+            RunSpec {
+                batch: 1_000_000,
+                ..Default::default()
+            },
+            "batch",
+        ),
+        (
+            RunSpec {
+                iters: 0,
+                ..Default::default()
+            },
+            "iters",
+        ),
     ];
     for (s, field) in cases {
         match w.submit(s, Box::new(|_| {})) {
@@ -183,7 +271,13 @@ fn invalid_specs_are_rejected_naming_the_field() {
         }
     }
     if !engine::torch_ext::cuda_available() {
-        match w.submit(RunSpec { device: DeviceChoice::Cuda, ..Default::default() }, Box::new(|_| {})) {
+        match w.submit(
+            RunSpec {
+                device: DeviceChoice::Cuda,
+                ..Default::default()
+            },
+            Box::new(|_| {}),
+        ) {
             Err(EngineError::InvalidSpec(e)) => assert_eq!(e.field, "device"),
             other => panic!("expected an invalid spec, got {other:?}"),
         }
@@ -196,7 +290,10 @@ fn out_of_memory_is_a_result_and_the_worker_carries_on() {
     // A 48 MiB device: ResNet-18's weights alone take 45 MiB, its activations cannot fit.
     config.lab.memory_limit_bytes = Some(48 << 20);
     let w = Worker::start(config).unwrap();
-    match w.measure(spec(ModelId::Resnet18, 16, false, GradMode::Enabled), |_| {}) {
+    match w.measure(
+        spec(ModelId::Resnet18, 16, false, GradMode::Enabled),
+        |_| {},
+    ) {
         Err(MeasureError::Failed(f)) => {
             assert_eq!(f.kind, FailureKind::OutOfMemory);
             assert!(f.message.contains("batch 16"), "{}", f.message);
@@ -210,7 +307,10 @@ fn out_of_memory_is_a_result_and_the_worker_carries_on() {
 
 #[test]
 fn a_full_queue_refuses_and_a_cancelled_run_never_runs() {
-    let config = WorkerConfig { queue_capacity: 1, ..Default::default() };
+    let config = WorkerConfig {
+        queue_capacity: 1,
+        ..Default::default()
+    };
     let w = Worker::start(config).unwrap();
     // Occupy the device thread so that submissions wait in the queue.
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -225,20 +325,36 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs() {
         });
         busy_rx.recv().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        let ticket = w.submit(spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad), Box::new(move |e| tx.send(e).unwrap())).unwrap();
+        let ticket = w
+            .submit(
+                spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad),
+                Box::new(move |e| tx.send(e).unwrap()),
+            )
+            .unwrap();
         assert!(matches!(
-            w.submit(spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad), Box::new(|_| {})),
+            w.submit(
+                spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad),
+                Box::new(|_| {})
+            ),
             Err(EngineError::QueueFull { capacity: 1 })
         ));
         ticket.cancel();
         release_tx.send(()).unwrap();
         // The sink is dropped once the worker has dealt with the run, ending the stream.
         let events: Vec<_> = rx.iter().collect();
-        assert!(matches!(events[0], protocol::Event::Queued { position: 0 }), "{events:?}");
+        assert!(
+            matches!(events[0], protocol::Event::Queued { position: 0 }),
+            "{events:?}"
+        );
         assert!(
             matches!(events.last(), Some(protocol::Event::Failed { failure }) if failure.kind == FailureKind::Cancelled),
             "{events:?}"
         );
-        assert!(!events.iter().any(|e| matches!(e, protocol::Event::Started { .. })), "a cancelled run never starts");
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, protocol::Event::Started { .. })),
+            "a cancelled run never starts"
+        );
     });
 }

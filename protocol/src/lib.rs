@@ -13,7 +13,9 @@ use std::fmt;
 mod pitfall;
 mod python;
 mod record;
-pub use pitfall::{ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict};
+pub use pitfall::{
+    ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
+};
 pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordSummary};
 
@@ -66,16 +68,29 @@ impl ModelId {
     /// What `input_size` means for this model, and its default.
     pub fn input(self) -> InputShape {
         match self {
-            ModelId::TinyMlp => InputShape { meaning: "features per sample", default: 512, max: 65_536 },
-            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => {
-                InputShape { meaning: "image side in pixels (3×N×N)", default: 224, max: 1024 }
-            }
-            ModelId::Transformer => InputShape { meaning: "sequence length in tokens", default: 128, max: 4096 },
+            ModelId::TinyMlp => InputShape {
+                meaning: "features per sample",
+                default: 512,
+                max: 65_536,
+            },
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => InputShape {
+                meaning: "image side in pixels (3×N×N)",
+                default: 224,
+                max: 1024,
+            },
+            ModelId::Transformer => InputShape {
+                meaning: "sequence length in tokens",
+                default: 128,
+                max: 4096,
+            },
         }
     }
 
     pub fn has_dropout(self) -> bool {
-        matches!(self, ModelId::TinyMlp | ModelId::MobilenetV2 | ModelId::Transformer)
+        matches!(
+            self,
+            ModelId::TinyMlp | ModelId::MobilenetV2 | ModelId::Transformer
+        )
     }
 
     pub fn has_batchnorm(self) -> bool {
@@ -103,10 +118,13 @@ impl fmt::Display for ModelId {
 impl std::str::FromStr for ModelId {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ModelId::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| {
-            let known: Vec<_> = ModelId::ALL.iter().map(|m| m.as_str()).collect();
-            format!("unknown model `{s}`; known models: {}", known.join(", "))
-        })
+        ModelId::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<_> = ModelId::ALL.iter().map(|m| m.as_str()).collect();
+                format!("unknown model `{s}`; known models: {}", known.join(", "))
+            })
     }
 }
 
@@ -195,10 +213,17 @@ macro_rules! from_str_via_all {
         impl std::str::FromStr for $t {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
-                <$t>::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
-                    let known: Vec<_> = <$t>::ALL.iter().map(|v| v.as_str()).collect();
-                    format!(concat!("unknown ", $what, " `{}`; expected one of: {}"), s, known.join(", "))
-                })
+                <$t>::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| {
+                        let known: Vec<_> = <$t>::ALL.iter().map(|v| v.as_str()).collect();
+                        format!(
+                            concat!("unknown ", $what, " `{}`; expected one of: {}"),
+                            s,
+                            known.join(", ")
+                        )
+                    })
             }
         }
     };
@@ -213,7 +238,9 @@ impl std::str::FromStr for DeviceChoice {
             "auto" => Ok(DeviceChoice::Auto),
             "cpu" => Ok(DeviceChoice::Cpu),
             "cuda" => Ok(DeviceChoice::Cuda),
-            _ => Err(format!("unknown device `{s}`; expected one of: auto, cpu, cuda")),
+            _ => Err(format!(
+                "unknown device `{s}`; expected one of: auto, cpu, cuda"
+            )),
         }
     }
 }
@@ -268,7 +295,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_batch: 4096, max_warmup: 100, max_iters: 1000, max_threads: 256 }
+        Limits {
+            max_batch: 4096,
+            max_warmup: 100,
+            max_iters: 1000,
+            max_threads: 256,
+        }
     }
 }
 
@@ -295,19 +327,30 @@ impl RunSpec {
 
     /// Checks the rules that need no device. The engine adds the device-dependent ones.
     pub fn check(&self, limits: &Limits) -> Result<(), SpecError> {
-        let err = |field: &str, message: String| Err(SpecError { field: field.into(), message });
+        let err = |field: &str, message: String| {
+            Err(SpecError {
+                field: field.into(),
+                message,
+            })
+        };
         if self.batch == 0 {
             return err("batch", "batch must be at least 1".into());
         }
         if self.batch > limits.max_batch {
             return err(
                 "batch",
-                format!("batch {} is above this server's limit of {}", self.batch, limits.max_batch),
+                format!(
+                    "batch {} is above this server's limit of {}",
+                    self.batch, limits.max_batch
+                ),
             );
         }
         if let Some(size) = self.input_size {
             let shape = self.model.input();
-            let min = if matches!(self.model, ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2) {
+            let min = if matches!(
+                self.model,
+                ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
+            ) {
                 32
             } else {
                 1
@@ -326,14 +369,29 @@ impl RunSpec {
             return err("iters", "at least one timed iteration is needed".into());
         }
         if self.iters > limits.max_iters {
-            return err("iters", format!("iters {} is above the limit of {}", self.iters, limits.max_iters));
+            return err(
+                "iters",
+                format!(
+                    "iters {} is above the limit of {}",
+                    self.iters, limits.max_iters
+                ),
+            );
         }
         if self.warmup > limits.max_warmup {
-            return err("warmup", format!("warmup {} is above the limit of {}", self.warmup, limits.max_warmup));
+            return err(
+                "warmup",
+                format!(
+                    "warmup {} is above the limit of {}",
+                    self.warmup, limits.max_warmup
+                ),
+            );
         }
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
-                return err("threads", format!("threads must be between 1 and {}", limits.max_threads));
+                return err(
+                    "threads",
+                    format!("threads must be between 1 and {}", limits.max_threads),
+                );
             }
         }
         Ok(())
@@ -344,7 +402,12 @@ impl RunSpec {
     /// then eval+no_grad under fp16 and bf16 autocast. Callers drop the rows their device
     /// cannot run.
     pub fn classic_modes(&self) -> Vec<RunSpec> {
-        let row = |eval, grad, autocast| RunSpec { eval, grad, autocast, ..self.clone() };
+        let row = |eval, grad, autocast| RunSpec {
+            eval,
+            grad,
+            autocast,
+            ..self.clone()
+        };
         vec![
             row(false, GradMode::Enabled, Autocast::Off),
             row(true, GradMode::Enabled, Autocast::Off),
@@ -358,7 +421,10 @@ impl RunSpec {
 
     /// A short human label of the settings, e.g. `eval · no_grad · fp16 · batch 32`.
     pub fn label(&self) -> String {
-        let mut parts = vec![if self.eval { "eval" } else { "train" }.to_string(), self.grad.as_str().to_string()];
+        let mut parts = vec![
+            if self.eval { "eval" } else { "train" }.to_string(),
+            self.grad.as_str().to_string(),
+        ];
         if self.autocast != Autocast::Off {
             parts.push(self.autocast.as_str().to_string());
         }
@@ -378,6 +444,14 @@ pub enum MemorySource {
 }
 
 impl MemorySource {
+    /// A few words, for tables.
+    pub fn short(self) -> &'static str {
+        match self {
+            MemorySource::CpuTensorMemory => "CPU tensor memory",
+            MemorySource::CudaCachingAllocator => "CUDA caching allocator",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             MemorySource::CpuTensorMemory => {
@@ -510,13 +584,28 @@ pub struct RunFailure {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// Waiting; `position` runs are ahead of this one (0: next).
-    Queued { position: u32 },
+    Queued {
+        position: u32,
+    },
     /// The worker has the model and input ready; timing starts.
-    Started { device_name: String, baseline_bytes: u64, memory_source: MemorySource, total: u32 },
-    Warmup { sample: Sample },
-    Sample { sample: Sample },
-    Done { report: Box<Report> },
-    Failed { failure: RunFailure },
+    Started {
+        device_name: String,
+        baseline_bytes: u64,
+        memory_source: MemorySource,
+        total: u32,
+    },
+    Warmup {
+        sample: Sample,
+    },
+    Sample {
+        sample: Sample,
+    },
+    Done {
+        report: Box<Report>,
+    },
+    Failed {
+        failure: RunFailure,
+    },
 }
 
 impl Event {
@@ -647,9 +736,13 @@ mod tests {
 
     #[test]
     fn unknown_fields_and_models_are_rejected_by_name() {
-        let e = serde_json::from_str::<RunSpec>(r#"{"batchsize": 3}"#).unwrap_err().to_string();
+        let e = serde_json::from_str::<RunSpec>(r#"{"batchsize": 3}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("batchsize"), "{e}");
-        let e = serde_json::from_str::<RunSpec>(r#"{"model": "resnet9"}"#).unwrap_err().to_string();
+        let e = serde_json::from_str::<RunSpec>(r#"{"model": "resnet9"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("resnet9") && e.contains("resnet18"), "{e}");
     }
 
@@ -657,12 +750,49 @@ mod tests {
     fn check_names_the_field_at_fault() {
         let limits = Limits::default();
         let cases = [
-            (RunSpec { batch: 0, ..Default::default() }, "batch"),
-            (RunSpec { batch: limits.max_batch + 1, ..Default::default() }, "batch"),
-            (RunSpec { iters: 0, ..Default::default() }, "iters"),
-            (RunSpec { warmup: limits.max_warmup + 1, ..Default::default() }, "warmup"),
-            (RunSpec { threads: Some(0), ..Default::default() }, "threads"),
-            (RunSpec { model: ModelId::Resnet18, input_size: Some(8), ..Default::default() }, "input_size"),
+            (
+                RunSpec {
+                    batch: 0,
+                    ..Default::default()
+                },
+                "batch",
+            ),
+            (
+                RunSpec {
+                    batch: limits.max_batch + 1,
+                    ..Default::default()
+                },
+                "batch",
+            ),
+            (
+                RunSpec {
+                    iters: 0,
+                    ..Default::default()
+                },
+                "iters",
+            ),
+            (
+                RunSpec {
+                    warmup: limits.max_warmup + 1,
+                    ..Default::default()
+                },
+                "warmup",
+            ),
+            (
+                RunSpec {
+                    threads: Some(0),
+                    ..Default::default()
+                },
+                "threads",
+            ),
+            (
+                RunSpec {
+                    model: ModelId::Resnet18,
+                    input_size: Some(8),
+                    ..Default::default()
+                },
+                "input_size",
+            ),
         ];
         for (spec, field) in cases {
             assert_eq!(spec.check(&limits).unwrap_err().field, field, "{spec:?}");

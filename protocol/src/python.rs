@@ -15,17 +15,26 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     let input = match spec.model {
         ModelId::TinyMlp => format!("torch.randn({}, {size}, device=device)", spec.batch),
         ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => {
-            format!("torch.randn({}, 3, {size}, {size}, device=device)", spec.batch)
+            format!(
+                "torch.randn({}, 3, {size}, {size}, device=device)",
+                spec.batch
+            )
         }
         ModelId::Transformer => format!("torch.randn({}, {size}, 256, device=device)", spec.batch),
     };
     let mut out = String::new();
     out.push_str("import torch\n");
-    if matches!(spec.model, ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2) {
+    if matches!(
+        spec.model,
+        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
+    ) {
         out.push_str("import torchvision\n");
     }
     out.push_str(&format!("\ndevice = {device}\n"));
-    out.push_str(&format!("model = {}.to(device)\n", spec.model.python_constructor()));
+    out.push_str(&format!(
+        "model = {}.to(device)\n",
+        spec.model.python_constructor()
+    ));
     out.push_str(if spec.eval {
         "model.eval()   # Dropout off, BatchNorm uses its running statistics\n"
     } else {
@@ -35,9 +44,9 @@ pub fn python_snippet(spec: &RunSpec) -> String {
 
     let mut indent = String::new();
     match spec.grad {
-        GradMode::Enabled => {
-            out.push_str("# autograd is on: every op records the graph and keeps activations for backward\n")
-        }
+        GradMode::Enabled => out.push_str(
+            "# autograd is on: every op records the graph and keeps activations for backward\n",
+        ),
         GradMode::NoGrad => {
             out.push_str("with torch.no_grad():  # no graph, activations freed as soon as used\n");
             indent.push_str("    ");
@@ -48,7 +57,11 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         }
     }
     if spec.autocast != Autocast::Off {
-        let dtype = if spec.autocast == Autocast::Fp16 { "torch.float16" } else { "torch.bfloat16" };
+        let dtype = if spec.autocast == Autocast::Fp16 {
+            "torch.float16"
+        } else {
+            "torch.bfloat16"
+        };
         out.push_str(&format!(
             "{indent}with torch.autocast(device_type=torch.device(device).type, dtype={dtype}):\n"
         ));

@@ -114,5 +114,8 @@ pub struct RecordSummary {
 /// Whether `id` looks like one of ours (16 lowercase hex digits): anything else is refused
 /// before it reaches the database.
 pub fn is_record_id(id: &str) -> bool {
-    id.len() == 16 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

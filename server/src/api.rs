@@ -20,8 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
 use protocol::{
-    ApiError as ApiErrorPayload, ApiErrorBody, Event, Record, RecordBody, RecordKind, RecordSummary, RunCreated, RunSpec,
-    ServerInfo, SpecError, WorkerHealth,
+    ApiError as ApiErrorPayload, ApiErrorBody, Event, Record, RecordBody, RecordKind,
+    RecordSummary, RunCreated, RunSpec, ServerInfo, SpecError, WorkerHealth,
 };
 
 use crate::export::{export, Format};
@@ -34,7 +34,10 @@ use crate::state::AppState;
 pub enum ApiError {
     /// The body is not a RunSpec (bad JSON, wrong type, unknown field).
     #[error("{message}")]
-    BadRequest { message: String, field: Option<String> },
+    BadRequest {
+        message: String,
+        field: Option<String>,
+    },
     /// A well-formed spec that breaks a rule.
     #[error("{0}")]
     InvalidSpec(SpecError),
@@ -52,7 +55,10 @@ pub enum ApiError {
     #[error("starting runs on this server needs its access token (Authorization: Bearer <token>)")]
     Unauthorized,
     #[error("too many runs from this client: {per_minute} per minute are allowed; try again in {} s", retry_after.as_secs())]
-    RateLimited { retry_after: Duration, per_minute: u32 },
+    RateLimited {
+        retry_after: Duration,
+        per_minute: u32,
+    },
     /// The run database failed (logged; the message stays generic).
     #[error("the run database is not available")]
     Storage,
@@ -62,7 +68,13 @@ impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> Self {
         match r {
             Refusal::Unauthorized => ApiError::Unauthorized,
-            Refusal::RateLimited { retry_after, per_minute } => ApiError::RateLimited { retry_after, per_minute },
+            Refusal::RateLimited {
+                retry_after,
+                per_minute,
+            } => ApiError::RateLimited {
+                retry_after,
+                per_minute,
+            },
         }
     }
 }
@@ -103,7 +115,13 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::warn!(code, "{message}");
         }
-        let body = ApiErrorBody { error: ApiErrorPayload { code: code.to_string(), message, field } };
+        let body = ApiErrorBody {
+            error: ApiErrorPayload {
+                code: code.to_string(),
+                message,
+                field,
+            },
+        };
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
         match &self {
@@ -111,10 +129,16 @@ impl IntoResponse for ApiError {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             ApiError::RateLimited { retry_after, .. } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after.as_secs().max(1)));
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after.as_secs().max(1)),
+                );
             }
             ApiError::Unauthorized => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"gradless\""));
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"gradless\""),
+                );
             }
             _ => {}
         }
@@ -127,7 +151,9 @@ impl From<engine::EngineError> for ApiError {
         match e {
             engine::EngineError::InvalidSpec(s) => ApiError::InvalidSpec(s),
             engine::EngineError::QueueFull { capacity } => ApiError::QueueFull { capacity },
-            engine::EngineError::WorkerGone | engine::EngineError::Torch(_) => ApiError::Unavailable,
+            engine::EngineError::WorkerGone | engine::EngineError::Torch(_) => {
+                ApiError::Unavailable
+            }
         }
     }
 }
@@ -166,7 +192,9 @@ pub struct ClientAddr(pub Option<ConnectInfo<SocketAddr>>);
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     type Rejection = Infallible;
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(ClientAddr(parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned()))
+        Ok(ClientAddr(
+            parts.extensions.get::<ConnectInfo<SocketAddr>>().cloned(),
+        ))
     }
 }
 
@@ -181,7 +209,10 @@ pub async fn create_run(
 ) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
     state.guard.authorize(&headers)?;
     let spec = parse_spec(&body)?;
-    state.worker.check(spec.clone()).map_err(ApiError::InvalidSpec)?;
+    state
+        .worker
+        .check(spec.clone())
+        .map_err(ApiError::InvalidSpec)?;
     state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
     let sink_run = run.clone();
@@ -189,7 +220,10 @@ pub async fn create_run(
     let record_id = id.clone();
     let sink = move |event: Event| {
         if let Event::Done { report } = &event {
-            let record = Record { id: record_id.clone(), body: RecordBody::Run(report.clone()) };
+            let record = Record {
+                id: record_id.clone(),
+                body: RecordBody::Run(report.clone()),
+            };
             if let Err(e) = store.save(&record) {
                 tracing::error!(run = %record_id, "could not record the run: {e:#}");
             }
@@ -209,7 +243,10 @@ pub async fn create_run(
 
 /// `GET /api/runs/{id}`: the report of a finished run: live from this process, or recorded
 /// (also by an earlier process on the same database).
-pub async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<protocol::Report>, ApiError> {
+pub async fn get_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<protocol::Report>, ApiError> {
     let Some(run) = state.runs.get(&id) else {
         let record = find_record(&state, &id).await?;
         return match record.body {
@@ -223,7 +260,9 @@ pub async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> R
         return Ok(Json(report));
     }
     Err(match run.outcome() {
-        Some(Event::Failed { failure }) => ApiError::NoReport(format!("the run failed: {}", failure.message)),
+        Some(Event::Failed { failure }) => {
+            ApiError::NoReport(format!("the run failed: {}", failure.message))
+        }
         _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
     })
 }
@@ -247,15 +286,27 @@ pub async fn list_records(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Vec<RecordSummary>>, ApiError> {
-    let bad = |field: &str, message: String| ApiError::BadRequest { message, field: Some(field.into()) };
-    let kind = query.get("kind").map(|k| k.parse::<RecordKind>()).transpose().map_err(|m| bad("kind", m))?;
+    let bad = |field: &str, message: String| ApiError::BadRequest {
+        message,
+        field: Some(field.into()),
+    };
+    let kind = query
+        .get("kind")
+        .map(|k| k.parse::<RecordKind>())
+        .transpose()
+        .map_err(|m| bad("kind", m))?;
     let limit = match query.get("limit") {
         None => 50,
         Some(l) => l
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=1000).contains(n))
-            .ok_or_else(|| bad("limit", format!("limit `{l}` must be a whole number from 1 to 1000")))?,
+            .ok_or_else(|| {
+                bad(
+                    "limit",
+                    format!("limit `{l}` must be a whole number from 1 to 1000"),
+                )
+            })?,
     };
     let store = state.store.clone();
     let list = tokio::task::spawn_blocking(move || store.list(kind, limit))
@@ -266,7 +317,10 @@ pub async fn list_records(
 }
 
 /// `GET /api/records/{id}`: one recorded run or experiment, with its kind.
-pub async fn get_record(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Record>, ApiError> {
+pub async fn get_record(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Record>, ApiError> {
     find_record(&state, &id).await.map(Json)
 }
 
@@ -275,14 +329,28 @@ pub async fn export_record(
     State(state): State<AppState>,
     Path((id, format)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let format: Format = format.parse().map_err(|m| ApiError::BadRequest { message: m, field: Some("format".into()) })?;
+    let format: Format = format.parse().map_err(|m| ApiError::BadRequest {
+        message: m,
+        field: Some("format".into()),
+    })?;
     let record = find_record(&state, &id).await?;
-    let file = export(&record, format).map_err(|m| ApiError::InvalidSpec(SpecError { field: "format".into(), message: m }))?;
+    let file = export(&record, format).map_err(|m| {
+        ApiError::InvalidSpec(SpecError {
+            field: "format".into(),
+            message: m,
+        })
+    })?;
     let disposition = format!("attachment; filename=\"{}\"", file.filename);
     Ok((
         [
-            (header::CONTENT_TYPE, HeaderValue::from_static(file.content_type)),
-            (header::CONTENT_DISPOSITION, HeaderValue::from_str(&disposition).map_err(|_| ApiError::Storage)?),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(file.content_type),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_str(&disposition).map_err(|_| ApiError::Storage)?,
+            ),
         ],
         file.body,
     )
@@ -313,7 +381,13 @@ struct Follow {
 }
 
 fn event_stream(run: Arc<RunState>) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    let follow = Follow { changes: run.subscribe(), _viewer: run.view(), run, next: 0, finished: false };
+    let follow = Follow {
+        changes: run.subscribe(),
+        _viewer: run.view(),
+        run,
+        next: 0,
+        finished: false,
+    };
     stream::unfold(follow, |mut f| async move {
         loop {
             if f.finished {
@@ -359,24 +433,39 @@ pub async fn run_pitfall(
         let de = &mut serde_json::Deserializer::from_slice(&body);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            ApiError::BadRequest { message: format!("{path}: {}", e.into_inner()), field: Some(path) }
+            ApiError::BadRequest {
+                message: format!("{path}: {}", e.into_inner()),
+                field: Some(path),
+            }
         })?
     };
     state.guard.charge(&headers, peer.as_ref())?;
     let capacity = state.worker.queue_capacity();
-    let _permit = state.experiments.clone().try_acquire_owned().map_err(|_| ApiError::QueueFull { capacity })?;
+    let _permit = state
+        .experiments
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::QueueFull { capacity })?;
     let worker = state.worker.clone();
-    let result = tokio::task::spawn_blocking(move || worker.call(move |lab| engine::pitfalls::run(lab, &id, options)))
-        .await
-        .map_err(|_| ApiError::Unavailable)?
-        .map_err(ApiError::from)?;
+    let result = tokio::task::spawn_blocking(move || {
+        worker.call(move |lab| engine::pitfalls::run(lab, &id, options))
+    })
+    .await
+    .map_err(|_| ApiError::Unavailable)?
+    .map_err(ApiError::from)?;
     let mut report = result.map_err(|f| match f.kind {
-        protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError { field: "device".into(), message: f.message }),
+        protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
+            field: "device".into(),
+            message: f.message,
+        }),
         _ => ApiError::NoReport(f.message),
     })?;
     let record_id = state.runs.fresh_id();
     report.record_id = Some(record_id.clone());
-    let record = Record { id: record_id, body: RecordBody::Pitfall(Box::new(report.clone())) };
+    let record = Record {
+        id: record_id,
+        body: RecordBody::Pitfall(Box::new(report.clone())),
+    };
     let store = state.store.clone();
     match tokio::task::spawn_blocking(move || store.save(&record)).await {
         Ok(Ok(())) => {}
@@ -407,8 +496,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(parse_spec(b"  "), Err(ApiError::BadRequest { field: None, .. })));
-        assert!(matches!(parse_spec(b"{not json"), Err(ApiError::BadRequest { .. })));
+        assert!(matches!(
+            parse_spec(b"  "),
+            Err(ApiError::BadRequest { field: None, .. })
+        ));
+        assert!(matches!(
+            parse_spec(b"{not json"),
+            Err(ApiError::BadRequest { .. })
+        ));
         assert_eq!(parse_spec(b"{}").unwrap(), RunSpec::default());
     }
 }

@@ -37,7 +37,12 @@ fn run(worker: &Worker, spec: RunSpec) -> Result<Report> {
 
 /// `gradless measure`.
 pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
-    let spec = RunSpec { eval: !args.train, grad: args.grad, autocast: args.autocast, ..base_spec(&args.spec) };
+    let spec = RunSpec {
+        eval: !args.train,
+        grad: args.grad,
+        autocast: args.autocast,
+        ..base_spec(&args.spec)
+    };
     let report = run(worker, spec)?;
     if args.spec.json {
         print_json(&report)
@@ -61,13 +66,18 @@ pub struct CompareRow {
 
 /// The classic rows ([`RunSpec::classic_modes`]) that this device can run.
 pub fn classic_specs(base: &RunSpec, worker: &Worker) -> Vec<RunSpec> {
-    base.classic_modes().into_iter().filter(|s| worker.check(s.clone()).is_ok()).collect()
+    base.classic_modes()
+        .into_iter()
+        .filter(|s| worker.check(s.clone()).is_ok())
+        .collect()
 }
 
 /// `gradless compare`.
 pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
     let base = base_spec(&args.spec);
-    worker.check(base.clone()).map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
+    worker
+        .check(base.clone())
+        .map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
     let mut rows: Vec<CompareRow> = Vec::new();
     for spec in classic_specs(&base, worker) {
         let label = spec.label();
@@ -78,15 +88,23 @@ pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        rows.push(CompareRow { label, report, error, latency_vs_first: None, memory_vs_first: None });
+        rows.push(CompareRow {
+            label,
+            report,
+            error,
+            latency_vs_first: None,
+            memory_vs_first: None,
+        });
     }
-    let first = rows.first().and_then(|r| r.report.as_ref()).map(|r| {
-        (r.latency_ms.p50, r.memory.peak_above_baseline_bytes as f64)
-    });
+    let first = rows
+        .first()
+        .and_then(|r| r.report.as_ref())
+        .map(|r| (r.latency_ms.p50, r.memory.peak_above_baseline_bytes as f64));
     for row in &mut rows {
         if let (Some((lat0, mem0)), Some(r)) = (first, row.report.as_ref()) {
             row.latency_vs_first = (lat0 > 0.0).then(|| r.latency_ms.p50 / lat0);
-            row.memory_vs_first = (mem0 > 0.0).then(|| r.memory.peak_above_baseline_bytes as f64 / mem0);
+            row.memory_vs_first =
+                (mem0 > 0.0).then(|| r.memory.peak_above_baseline_bytes as f64 / mem0);
         }
     }
     if args.spec.json {
@@ -102,7 +120,11 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
         return print_json(&infos);
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{:<14} {:>12}  {:<42} input_size", "model", "parameters", "architecture")?;
+    writeln!(
+        out,
+        "{:<14} {:>12}  {:<42} input_size",
+        "model", "parameters", "architecture"
+    )?;
     for m in infos {
         writeln!(
             out,
@@ -157,7 +179,10 @@ pub fn pitfall_list(json: bool) -> Result<()> {
 /// `gradless pitfall ID`.
 pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     if !engine::pitfalls::exists(&args.id) {
-        let known: Vec<_> = engine::pitfalls::catalogue().into_iter().map(|c| c.id).collect();
+        let known: Vec<_> = engine::pitfalls::catalogue()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
         bail!("unknown pitfall `{}`; known: {}", args.id, known.join(", "));
     }
     let options = protocol::PitfallOptions {
@@ -175,15 +200,32 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
         return print_json(&report);
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{} — on {} ({})", report.id, report.env.device_name, report.env.device.as_str())?;
+    writeln!(
+        out,
+        "{} — on {} ({})",
+        report.id,
+        report.env.device_name,
+        report.env.device.as_str()
+    )?;
     writeln!(out, "claim:     {}", report.claim)?;
     writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
     writeln!(out, "because:   {}", report.reason)?;
     writeln!(out, "rule:      {}", report.threshold)?;
     if let Some(t) = &report.table {
-        writeln!(out, "  {}", t.columns.iter().map(|c| format!("{c:<22}")).collect::<String>())?;
+        writeln!(
+            out,
+            "  {}",
+            t.columns
+                .iter()
+                .map(|c| format!("{c:<22}"))
+                .collect::<String>()
+        )?;
         for row in &t.rows {
-            writeln!(out, "  {}", row.iter().map(|c| format!("{c:<22}")).collect::<String>())?;
+            writeln!(
+                out,
+                "  {}",
+                row.iter().map(|c| format!("{c:<22}")).collect::<String>()
+            )?;
         }
     }
     for f in &report.figures {
@@ -206,20 +248,51 @@ pub fn runs(cmd: RunsCommand) -> Result<()> {
         Store::open(&path)
     };
     let find = |store: &Store, id: &str| -> Result<protocol::Record> {
-        store.get(id)?.with_context(|| format!("no recorded run or experiment with id `{id}` in {}", store.path().display()))
+        store.get(id)?.with_context(|| {
+            format!(
+                "no recorded run or experiment with id `{id}` in {}",
+                store.path().display()
+            )
+        })
     };
     match cmd {
-        RunsCommand::List { db, kind, limit, json } => {
+        RunsCommand::List {
+            db,
+            kind,
+            limit,
+            json,
+        } => {
             let list = open(&db)?.list(kind, limit)?;
             if json {
                 return print_json(&list);
             }
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{:<16}  {:<7}  {:<20}  {:<44}  {:>12}  {:>12}  device", "id", "kind", "measured at", "what", "p50", "peak above")?;
+            writeln!(
+                out,
+                "{:<16}  {:<7}  {:<20}  {:<44}  {:>12}  {:>12}  device",
+                "id", "kind", "measured at", "what", "p50", "peak above"
+            )?;
             for s in &list {
-                let p50 = s.p50_ms.map(|v| format!("{v:.3} ms")).unwrap_or_else(|| s.verdict.map(|v| v.as_str().to_string()).unwrap_or_default());
-                let peak = s.peak_above_baseline_bytes.map(format_bytes).unwrap_or_default();
-                writeln!(out, "{:<16}  {:<7}  {:<20}  {:<44}  {:>12}  {:>12}  {}", s.id, s.kind.as_str(), s.measured_at, s.label, p50, peak, s.device_name)?;
+                let p50 = s.p50_ms.map(|v| format!("{v:.3} ms")).unwrap_or_else(|| {
+                    s.verdict
+                        .map(|v| v.as_str().to_string())
+                        .unwrap_or_default()
+                });
+                let peak = s
+                    .peak_above_baseline_bytes
+                    .map(format_bytes)
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{:<16}  {:<7}  {:<20}  {:<44}  {:>12}  {:>12}  {}",
+                    s.id,
+                    s.kind.as_str(),
+                    s.measured_at,
+                    s.label,
+                    p50,
+                    peak,
+                    s.device_name
+                )?;
             }
             if list.is_empty() {
                 writeln!(out, "(nothing recorded yet)")?;
@@ -235,7 +308,13 @@ pub fn runs(cmd: RunsCommand) -> Result<()> {
                 protocol::RecordBody::Run(r) => print_report(r),
                 protocol::RecordBody::Pitfall(p) => {
                     println!("{} — {}\n{}", p.id, p.verdict.as_str(), p.reason);
-                    println!("measured on {} ({}), libtorch {}, {}", p.env.device_name, p.env.device.as_str(), p.env.libtorch_version, p.env.measured_at);
+                    println!(
+                        "measured on {} ({}), libtorch {}, {}",
+                        p.env.device_name,
+                        p.env.device.as_str(),
+                        p.env.libtorch_version,
+                        p.env.measured_at
+                    );
                     for f in &p.figures {
                         println!("  {:<48} {}", f.name, f.display());
                     }
@@ -243,13 +322,19 @@ pub fn runs(cmd: RunsCommand) -> Result<()> {
                 }
             }
         }
-        RunsCommand::Export { id, db, format, output } => {
+        RunsCommand::Export {
+            id,
+            db,
+            format,
+            output,
+        } => {
             let format: Format = format.parse().map_err(anyhow::Error::msg)?;
             let record = find(&open(&db)?, &id)?;
             let file = export(&record, format).map_err(anyhow::Error::msg)?;
             match output {
                 Some(path) => {
-                    std::fs::write(&path, file.body).with_context(|| format!("could not write {}", path.display()))?;
+                    std::fs::write(&path, file.body)
+                        .with_context(|| format!("could not write {}", path.display()))?;
                     eprintln!("wrote {}", path.display());
                     Ok(())
                 }
@@ -273,32 +358,77 @@ fn print_report(r: &Report) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let l = &r.latency_ms;
     let m = &r.memory;
-    writeln!(out, "{} on {} ({}), libtorch {}", r.spec.model.display_name(), r.env.device_name, r.env.device.as_str(), r.env.libtorch_version)?;
-    writeln!(out, "settings      {}, input_size {}, {} threads", r.spec.label(), r.spec.resolved_input_size(), r.env.threads)?;
-    writeln!(out, "iterations    {} warm-up (not in the statistics), {} timed", r.warmup.len(), r.samples.len())?;
+    writeln!(
+        out,
+        "{} on {} ({}), libtorch {}",
+        r.spec.model.display_name(),
+        r.env.device_name,
+        r.env.device.as_str(),
+        r.env.libtorch_version
+    )?;
+    writeln!(
+        out,
+        "settings      {}, input_size {}, {} threads",
+        r.spec.label(),
+        r.spec.resolved_input_size(),
+        r.env.threads
+    )?;
+    writeln!(
+        out,
+        "iterations    {} warm-up (not in the statistics), {} timed",
+        r.warmup.len(),
+        r.samples.len()
+    )?;
     writeln!(out, "latency (ms)  p50 {:.3}  p95 {:.3}  p99 {:.3}  mean {:.3}  min {:.3}  max {:.3}  stddev {:.3}", l.p50, l.p95, l.p99, l.mean, l.min, l.max, l.stddev)?;
     writeln!(out, "throughput    {:.1} samples/s", r.throughput_per_s)?;
     writeln!(out, "memory        {}", m.source.describe())?;
-    writeln!(out, "  baseline            {}  (weights + input)", format_bytes(m.baseline_bytes))?;
-    writeln!(out, "  peak allocated      {}", format_bytes(m.peak_allocated_bytes))?;
-    writeln!(out, "  peak above baseline {}  (activations, graph, workspace)", format_bytes(m.peak_above_baseline_bytes))?;
+    writeln!(
+        out,
+        "  baseline            {}  (weights + input)",
+        format_bytes(m.baseline_bytes)
+    )?;
+    writeln!(
+        out,
+        "  peak allocated      {}",
+        format_bytes(m.peak_allocated_bytes)
+    )?;
+    writeln!(
+        out,
+        "  peak above baseline {}  (activations, graph, workspace)",
+        format_bytes(m.peak_above_baseline_bytes)
+    )?;
     match m.peak_reserved_bytes {
         Some(b) => writeln!(out, "  peak reserved       {}", format_bytes(b))?,
-        None => writeln!(out, "  peak reserved       n/a (the CPU has no caching allocator pool)")?,
+        None => writeln!(
+            out,
+            "  peak reserved       n/a (the CPU has no caching allocator pool)"
+        )?,
     }
     writeln!(
         out,
         "  after release       {}{}",
         format_bytes(m.after_release_bytes),
-        if m.leaked_bytes > 0 { format!("  LEAK: {} not returned", format_bytes(m.leaked_bytes)) } else { "  (back at baseline)".into() }
+        if m.leaked_bytes > 0 {
+            format!("  LEAK: {} not returned", format_bytes(m.leaked_bytes))
+        } else {
+            "  (back at baseline)".into()
+        }
     )?;
     writeln!(
         out,
         "output        {} {:?}{}{}",
         r.output.dtype,
         r.output.shape,
-        if r.output.requires_grad { ", requires_grad (graph kept)" } else { "" },
-        if r.output.is_inference { ", inference tensor" } else { "" }
+        if r.output.requires_grad {
+            ", requires_grad (graph kept)"
+        } else {
+            ""
+        },
+        if r.output.is_inference {
+            ", inference tensor"
+        } else {
+            ""
+        }
     )?;
     Ok(())
 }
@@ -334,9 +464,18 @@ fn print_compare(rows: &[CompareRow]) -> Result<()> {
                 format_bytes(r.memory.peak_allocated_bytes),
                 ratio(row.memory_vs_first),
                 r.output.dtype,
-                if r.output.requires_grad { " +graph" } else { "" }
+                if r.output.requires_grad {
+                    " +graph"
+                } else {
+                    ""
+                }
             )?,
-            None => writeln!(out, "{:<34} failed: {}", row.label, row.error.as_deref().unwrap_or("unknown"))?,
+            None => writeln!(
+                out,
+                "{:<34} failed: {}",
+                row.label,
+                row.error.as_deref().unwrap_or("unknown")
+            )?,
         }
     }
     if rows.iter().all(|r| r.report.is_none()) {

@@ -223,15 +223,24 @@ pub struct PitfallArgs {
 /// typo cannot silently open (or close) the embeds.
 pub fn frame_ancestors(origins: &str) -> Result<String, String> {
     let mut sources = vec!["'self'".to_string()];
-    for o in origins.split([' ', ',']).map(str::trim).filter(|o| !o.is_empty()) {
+    for o in origins
+        .split([' ', ','])
+        .map(str::trim)
+        .filter(|o| !o.is_empty())
+    {
         let o = o.trim_end_matches('/');
         let valid = o == "*"
             || ((o.starts_with("https://") || o.starts_with("http://"))
                 && o.split("://").nth(1).is_some_and(|host| {
-                    !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || "-.:*[]".contains(c))
+                    !host.is_empty()
+                        && host
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-.:*[]".contains(c))
                 }));
         if !valid {
-            return Err(format!("embed origin `{o}` is not an origin like https://docs.example.com (or *)"));
+            return Err(format!(
+                "embed origin `{o}` is not an origin like https://docs.example.com (or *)"
+            ));
         }
         sources.push(o.to_string());
     }

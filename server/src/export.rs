@@ -23,7 +23,9 @@ impl std::str::FromStr for Format {
             "json" => Ok(Format::Json),
             "csv" => Ok(Format::Csv),
             "py" | "python" => Ok(Format::Python),
-            other => Err(format!("unknown export format `{other}`; use json, csv or py")),
+            other => Err(format!(
+                "unknown export format `{other}`; use json, csv or py"
+            )),
         }
     }
 }
@@ -77,11 +79,15 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
 
 /// Every sample of a run, warm-up first: one row per forward pass.
 pub fn samples_csv(r: &Report) -> String {
-    let mut out = String::from("phase,iteration,latency_ms,allocated_bytes,peak_bytes,reserved_bytes\n");
+    let mut out =
+        String::from("phase,iteration,latency_ms,allocated_bytes,peak_bytes,reserved_bytes\n");
     for (phase, samples) in [("warmup", &r.warmup), ("timed", &r.samples)] {
         for s in samples {
             let reserved = s.reserved_bytes.map(|b| b.to_string()).unwrap_or_default();
-            out.push_str(&format!("{phase},{},{},{},{},{reserved}\n", s.iteration, s.latency_ms, s.allocated_bytes, s.peak_bytes));
+            out.push_str(&format!(
+                "{phase},{},{},{},{},{reserved}\n",
+                s.iteration, s.latency_ms, s.allocated_bytes, s.peak_bytes
+            ));
         }
     }
     out
@@ -150,24 +156,49 @@ pub fn python_script(id: &str, r: &Report) -> String {
     );
     let args = peer_args(r);
     let mut head = String::from("#!/usr/bin/env python3\n");
-    head.push_str(&format!("# Reproduces Gradless run {id}: {} · {}.\n", r.spec.model.as_str(), r.spec.label()));
-    head.push_str(&format!("# Recorded by Gradless {} on {where_}:\n#   {recorded}\n", r.env.gradless_version));
-    head.push_str("#\n# Run:  python3 this_file.py          (needs torch; torchvision is optional)\n");
-    head.push_str("#       python3 this_file.py --json   (the report as JSON, with Gradless's field names)\n");
-    head.push_str("# Flags given on the command line override the recorded settings (e.g. --device cpu).\n");
-    head.push_str("# Below is Gradless's Python peer (bench/peer.py), unchanged: the same warm-up,\n");
-    head.push_str("# synchronisation and per-iteration peak reset as the server's measurement.\n\n");
+    head.push_str(&format!(
+        "# Reproduces Gradless run {id}: {} · {}.\n",
+        r.spec.model.as_str(),
+        r.spec.label()
+    ));
+    head.push_str(&format!(
+        "# Recorded by Gradless {} on {where_}:\n#   {recorded}\n",
+        r.env.gradless_version
+    ));
+    head.push_str(
+        "#\n# Run:  python3 this_file.py          (needs torch; torchvision is optional)\n",
+    );
+    head.push_str(
+        "#       python3 this_file.py --json   (the report as JSON, with Gradless's field names)\n",
+    );
+    head.push_str(
+        "# Flags given on the command line override the recorded settings (e.g. --device cpu).\n",
+    );
+    head.push_str(
+        "# Below is Gradless's Python peer (bench/peer.py), unchanged: the same warm-up,\n",
+    );
+    head.push_str(
+        "# synchronisation and per-iteration peak reset as the server's measurement.\n\n",
+    );
 
-    let body = PEER_PY.strip_prefix("#!/usr/bin/env python3\n").unwrap_or(PEER_PY);
+    let body = PEER_PY
+        .strip_prefix("#!/usr/bin/env python3\n")
+        .unwrap_or(PEER_PY);
     let main_call = "if __name__ == \"__main__\":\n    sys.exit(main())\n";
     let body = body.strip_suffix(main_call).unwrap_or(body);
     let mut tail = String::from("\n# ---- the recorded run ----------------------------------------------------------------------\n\n");
     tail.push_str(&format!("GRADLESS_RUN_ID = {}\n", py_str(id)));
     tail.push_str(&format!(
         "RECORDED_ARGS = [{}]\n",
-        args.iter().map(|a| py_str(a)).collect::<Vec<_>>().join(", ")
+        args.iter()
+            .map(|a| py_str(a))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
-    tail.push_str(&format!("RECORDED = {}\n", py_str(&format!("{recorded}; on {where_}"))));
+    tail.push_str(&format!(
+        "RECORDED = {}\n",
+        py_str(&format!("{recorded}; on {where_}"))
+    ));
     tail.push_str(
         "\n\nif __name__ == \"__main__\":\n    _argv = sys.argv[1:]\n    _code = main(RECORDED_ARGS + _argv)\n    \
          if \"--json\" not in _argv:\n        print(f\"\\nGradless recorded (run {GRADLESS_RUN_ID}): {RECORDED}\")\n    \

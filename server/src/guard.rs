@@ -23,7 +23,10 @@ pub enum Refusal {
     /// No token, or the wrong one.
     Unauthorized,
     /// This client used up its runs; try again after this long.
-    RateLimited { retry_after: Duration, per_minute: u32 },
+    RateLimited {
+        retry_after: Duration,
+        per_minute: u32,
+    },
 }
 
 impl Guard {
@@ -45,7 +48,11 @@ impl Guard {
     }
 
     /// Checks the token, then charges one run to the client.
-    pub fn admit(&self, headers: &HeaderMap, peer: Option<&ConnectInfo<SocketAddr>>) -> Result<(), Refusal> {
+    pub fn admit(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<&ConnectInfo<SocketAddr>>,
+    ) -> Result<(), Refusal> {
         self.authorize(headers)?;
         self.charge(headers, peer)
     }
@@ -62,7 +69,11 @@ impl Guard {
     }
 
     /// Charges one run to the request's client, or says when it may try again.
-    pub fn charge(&self, headers: &HeaderMap, peer: Option<&ConnectInfo<SocketAddr>>) -> Result<(), Refusal> {
+    pub fn charge(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<&ConnectInfo<SocketAddr>>,
+    ) -> Result<(), Refusal> {
         match &self.limiter {
             Some(limiter) => limiter.take(self.client(headers, peer), Instant::now()),
             None => Ok(()),
@@ -71,7 +82,11 @@ impl Guard {
 
     /// The client a request counts against: its address, or the first address in
     /// X-Forwarded-For when the server sits behind a proxy we trust.
-    fn client(&self, headers: &HeaderMap, peer: Option<&ConnectInfo<SocketAddr>>) -> Option<IpAddr> {
+    fn client(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<&ConnectInfo<SocketAddr>>,
+    ) -> Option<IpAddr> {
         if self.trust_forwarded_for {
             let forwarded = headers
                 .get("x-forwarded-for")
@@ -92,7 +107,11 @@ fn presented_token(headers: &HeaderMap) -> Option<&str> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .or_else(|| headers.get("x-gradless-token").and_then(|v| v.to_str().ok()))
+        .or_else(|| {
+            headers
+                .get("x-gradless-token")
+                .and_then(|v| v.to_str().ok())
+        })
         .map(str::trim)
 }
 
@@ -118,7 +137,10 @@ struct Bucket {
 
 impl RateLimiter {
     pub fn new(per_minute: u32) -> RateLimiter {
-        RateLimiter { per_minute: per_minute.max(1), buckets: Mutex::new(HashMap::new()) }
+        RateLimiter {
+            per_minute: per_minute.max(1),
+            buckets: Mutex::new(HashMap::new()),
+        }
     }
 
     pub fn take(&self, client: Option<IpAddr>, now: Instant) -> Result<(), Refusal> {
@@ -127,9 +149,14 @@ impl RateLimiter {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         // Full buckets carry no information: forget them so the map stays small.
         if buckets.len() > 10_000 {
-            buckets.retain(|_, b| b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * per_sec < capacity);
+            buckets.retain(|_, b| {
+                b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * per_sec < capacity
+            });
         }
-        let bucket = buckets.entry(client).or_insert(Bucket { tokens: capacity, at: now });
+        let bucket = buckets.entry(client).or_insert(Bucket {
+            tokens: capacity,
+            at: now,
+        });
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * per_sec).min(capacity);
         bucket.at = now;
@@ -138,7 +165,10 @@ impl RateLimiter {
             Ok(())
         } else {
             let wait = (1.0 - bucket.tokens) / per_sec;
-            Err(Refusal::RateLimited { retry_after: Duration::from_secs_f64(wait.ceil().max(1.0)), per_minute: self.per_minute })
+            Err(Refusal::RateLimited {
+                retry_after: Duration::from_secs_f64(wait.ceil().max(1.0)),
+                per_minute: self.per_minute,
+            })
         }
     }
 }
@@ -156,10 +186,20 @@ mod tests {
         for _ in 0..6 {
             limiter.take(a, t0).unwrap();
         }
-        let Err(Refusal::RateLimited { retry_after, .. }) = limiter.take(a, t0) else { panic!("the 7th run passed") };
-        assert_eq!(retry_after, Duration::from_secs(10), "6 per minute refill one every 10 s");
-        limiter.take(b, t0).expect("another client has its own bucket");
-        limiter.take(a, t0 + Duration::from_secs(10)).expect("refilled after 10 s");
+        let Err(Refusal::RateLimited { retry_after, .. }) = limiter.take(a, t0) else {
+            panic!("the 7th run passed")
+        };
+        assert_eq!(
+            retry_after,
+            Duration::from_secs(10),
+            "6 per minute refill one every 10 s"
+        );
+        limiter
+            .take(b, t0)
+            .expect("another client has its own bucket");
+        limiter
+            .take(a, t0 + Duration::from_secs(10))
+            .expect("refilled after 10 s");
         assert!(limiter.take(a, t0 + Duration::from_secs(10)).is_err());
     }
 
@@ -184,8 +224,14 @@ mod tests {
         h.insert("x-forwarded-for", "192.0.2.7, 10.0.0.1".parse().unwrap());
         let peer = ConnectInfo("127.0.0.1:5000".parse::<SocketAddr>().unwrap());
         let trusting = Guard::new(None, 1, true);
-        assert_eq!(trusting.client(&h, Some(&peer)), Some("192.0.2.7".parse().unwrap()));
+        assert_eq!(
+            trusting.client(&h, Some(&peer)),
+            Some("192.0.2.7".parse().unwrap())
+        );
         let wary = Guard::new(None, 1, false);
-        assert_eq!(wary.client(&h, Some(&peer)), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(
+            wary.client(&h, Some(&peer)),
+            Some("127.0.0.1".parse().unwrap())
+        );
     }
 }

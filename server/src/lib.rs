@@ -30,7 +30,11 @@ use crate::state::{AppState, Services};
 use crate::store::Store;
 
 /// The worker configuration these settings describe.
-pub fn worker_config(engine: &EngineArgs, queue_capacity: usize, run_timeout: Option<Duration>) -> WorkerConfig {
+pub fn worker_config(
+    engine: &EngineArgs,
+    queue_capacity: usize,
+    run_timeout: Option<Duration>,
+) -> WorkerConfig {
     let mut lab = LabConfig::default();
     if let Some(t) = engine.threads {
         lab.threads = t.max(1);
@@ -38,7 +42,10 @@ pub fn worker_config(engine: &EngineArgs, queue_capacity: usize, run_timeout: Op
     lab.memory_limit_bytes = engine.memory_limit_mib.map(|m| m * 1024 * 1024);
     WorkerConfig {
         lab,
-        limits: Limits { max_batch: engine.max_batch, ..Limits::default() },
+        limits: Limits {
+            max_batch: engine.max_batch,
+            ..Limits::default()
+        },
         queue_capacity,
         run_timeout,
     }
@@ -98,12 +105,20 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             args.site_root.display()
         );
     }
-    let config = worker_config(&args.engine, args.queue_capacity, Some(Duration::from_secs(args.run_timeout_s)));
+    let config = worker_config(
+        &args.engine,
+        args.queue_capacity,
+        Some(Duration::from_secs(args.run_timeout_s)),
+    );
     let embed_csp = config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
     let db_path = args.db.path();
     let store = Store::open(&db_path)?;
     tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
-    let guard = Guard::new(args.token.clone(), args.rate_limit, args.trust_forwarded_for);
+    let guard = Guard::new(
+        args.token.clone(),
+        args.rate_limit,
+        args.trust_forwarded_for,
+    );
     if guard.token_required() {
         tracing::info!("starting runs needs the access token; reading and embeds stay open");
     }
@@ -111,7 +126,16 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let addr = args.addr;
     let state = tokio::task::spawn_blocking(move || -> Result<AppState> {
         let worker = start_worker(config)?;
-        build_state(worker, &site_root, addr, Services { store, guard, embed_csp })
+        build_state(
+            worker,
+            &site_root,
+            addr,
+            Services {
+                store,
+                guard,
+                embed_csp,
+            },
+        )
     })
     .await
     .context("starting the worker panicked")??;
@@ -120,7 +144,9 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     }
     let worker = state.worker.clone();
     let store = state.store.clone();
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("could not listen on {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("could not listen on {addr}"))?;
     tracing::info!("Gradless is serving at http://{}", listener.local_addr()?);
     // Without TCP_NODELAY, Nagle's algorithm and the browser's delayed ACK hold small
     // responses (a run id, one SSE event) for ~40 ms each.

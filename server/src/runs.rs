@@ -45,12 +45,20 @@ impl RunState {
 
     /// The event at `index`, if it has happened.
     pub fn get(&self, index: usize) -> Option<Event> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).get(index).map(|(e, _)| e.clone())
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(index)
+            .map(|(e, _)| e.clone())
     }
 
     /// When the event at `index` arrived from the worker.
     pub fn pushed_at(&self, index: usize) -> Option<Instant> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).get(index).map(|(_, t)| *t)
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(index)
+            .map(|(_, t)| *t)
     }
 
     pub fn subscribe(&self) -> watch::Receiver<usize> {
@@ -58,24 +66,43 @@ impl RunState {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().is_some_and(|(e, _)| e.is_terminal())
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .is_some_and(|(e, _)| e.is_terminal())
     }
 
     pub fn has_started(&self) -> bool {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|(e, _)| matches!(e, Event::Started { .. }))
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(e, _)| matches!(e, Event::Started { .. }))
     }
 
     /// The report, once the run is done.
     pub fn report(&self) -> Option<Report> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find_map(|(e, _)| match e {
-            Event::Done { report } => Some((**report).clone()),
-            _ => None,
-        })
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .rev()
+            .find_map(|(e, _)| match e {
+                Event::Done { report } => Some((**report).clone()),
+                _ => None,
+            })
     }
 
     /// The terminal event, if any.
     pub fn outcome(&self) -> Option<Event> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).last().map(|(e, _)| e).filter(|e| e.is_terminal()).cloned()
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .map(|(e, _)| e)
+            .filter(|e| e.is_terminal())
+            .cloned()
     }
 
     pub fn set_ticket(&self, ticket: RunTicket) {
@@ -97,8 +124,17 @@ pub struct ViewerGuard {
 
 impl Drop for ViewerGuard {
     fn drop(&mut self) {
-        if self.run.viewers.fetch_sub(1, Ordering::SeqCst) == 1 && !self.run.has_started() && !self.run.is_finished() {
-            if let Some(t) = self.run.ticket.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if self.run.viewers.fetch_sub(1, Ordering::SeqCst) == 1
+            && !self.run.has_started()
+            && !self.run.is_finished()
+        {
+            if let Some(t) = self
+                .run
+                .ticket
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
                 tracing::info!("the last viewer left before the run started: cancelling it");
                 t.cancel();
             }
@@ -122,7 +158,12 @@ struct RunsInner {
 
 impl Runs {
     pub fn new(capacity: usize) -> Runs {
-        Runs { inner: Mutex::new(RunsInner::default()), capacity, ids: RandomState::new(), issued: AtomicUsize::new(0) }
+        Runs {
+            inner: Mutex::new(RunsInner::default()),
+            capacity,
+            ids: RandomState::new(),
+            issued: AtomicUsize::new(0),
+        }
     }
 
     /// A fresh id (16 hex digits, unguessable in practice): a keyed hash of a counter and
@@ -131,7 +172,12 @@ impl Runs {
         let n = self.issued.fetch_add(1, Ordering::Relaxed);
         let mut h = self.ids.build_hasher();
         h.write_usize(n);
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
         format!("{:016x}", h.finish())
     }
 
@@ -148,7 +194,10 @@ impl Runs {
         // Forget the oldest finished runs beyond capacity; running ones are never dropped.
         let mut i = 0;
         while inner.order.len() > self.capacity && i < inner.order.len() {
-            let finished = inner.by_id.get(&inner.order[i]).is_none_or(|r| r.is_finished());
+            let finished = inner
+                .by_id
+                .get(&inner.order[i])
+                .is_none_or(|r| r.is_finished());
             if finished {
                 let old = inner.order.remove(i).expect("index in range");
                 inner.by_id.remove(&old);
@@ -160,7 +209,12 @@ impl Runs {
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<RunState>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).by_id.get(id).cloned()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_id
+            .get(id)
+            .cloned()
     }
 
     pub fn remove(&self, id: &str) {

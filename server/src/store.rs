@@ -26,16 +26,22 @@ impl Store {
         let memory = path.as_os_str() == ":memory:";
         if !memory {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).with_context(|| format!("could not create the folder {}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("could not create the folder {}", dir.display()))?;
             }
         }
-        let conn = if memory { Connection::open_in_memory() } else { Connection::open(path) }
-            .with_context(|| format!("could not open the run database {}", path.display()))?;
+        let conn = if memory {
+            Connection::open_in_memory()
+        } else {
+            Connection::open(path)
+        }
+        .with_context(|| format!("could not open the run database {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         if !memory {
             // WAL: readers (the CLI, another server) never block the writer, and a save is
             // atomic even if the process dies mid-way.
-            conn.pragma_update(None, "journal_mode", "WAL").context("enabling WAL")?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .context("enabling WAL")?;
             conn.pragma_update(None, "synchronous", "NORMAL")?;
         }
         let version: i32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -60,7 +66,10 @@ impl Store {
         )
         .context("creating the records table")?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        Ok(Store { conn: Mutex::new(Some(conn)), path: path.to_path_buf() })
+        Ok(Store {
+            conn: Mutex::new(Some(conn)),
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -69,7 +78,9 @@ impl Store {
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let conn = guard.as_ref().context("the run database is closed (the server is shutting down)")?;
+        let conn = guard
+            .as_ref()
+            .context("the run database is closed (the server is shutting down)")?;
         f(conn)
     }
 
@@ -91,11 +102,18 @@ impl Store {
 
     pub fn get(&self, id: &str) -> Result<Option<Record>> {
         let body: Option<String> = self.with(|c| {
-            Ok(c.query_row("SELECT body FROM records WHERE id = ?1", [id], |r| r.get(0)).optional()?)
+            Ok(
+                c.query_row("SELECT body FROM records WHERE id = ?1", [id], |r| r.get(0))
+                    .optional()?,
+            )
         })?;
         body.map(|b| {
-            let body = serde_json::from_str(&b).with_context(|| format!("record {id} cannot be read by this build"))?;
-            Ok(Record { id: id.to_string(), body })
+            let body = serde_json::from_str(&b)
+                .with_context(|| format!("record {id} cannot be read by this build"))?;
+            Ok(Record {
+                id: id.to_string(),
+                body,
+            })
         })
         .transpose()
     }
@@ -119,7 +137,9 @@ impl Store {
     }
 
     pub fn count(&self) -> Result<u64> {
-        self.with(|c| Ok(c.query_row("SELECT COUNT(*) FROM records", [], |r| r.get::<_, i64>(0))? as u64))
+        self.with(|c| {
+            Ok(c.query_row("SELECT COUNT(*) FROM records", [], |r| r.get::<_, i64>(0))? as u64)
+        })
     }
 
     /// Checkpoints the write-ahead log into the database file and closes it. Later calls
@@ -165,7 +185,10 @@ mod tests {
                     "measured_at": "2026-11-30T10:00:00Z", "gradless_version": "0.1.0"}
         }))
         .unwrap();
-        Record { id: id.into(), body: RecordBody::Pitfall(Box::new(report)) }
+        Record {
+            id: id.into(),
+            body: RecordBody::Pitfall(Box::new(report)),
+        }
     }
 
     #[test]
@@ -179,7 +202,10 @@ mod tests {
             store.save(&pitfall_record("00000000000000a2")).unwrap();
             store.save(&pitfall_record("00000000000000a1")).unwrap();
             store.close();
-            assert!(store.get("00000000000000a1").is_err(), "a closed store answers with an error");
+            assert!(
+                store.get("00000000000000a1").is_err(),
+                "a closed store answers with an error"
+            );
         }
         let store = Store::open(&path).unwrap();
         assert_eq!(store.count().unwrap(), 2);
@@ -187,7 +213,10 @@ mod tests {
         assert_eq!(got, pitfall_record("00000000000000a2"));
         assert!(store.get("ffffffffffffffff").unwrap().is_none());
         let list = store.list(None, 10).unwrap();
-        assert_eq!(list.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["00000000000000a2", "00000000000000a1"]);
+        assert_eq!(
+            list.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            ["00000000000000a2", "00000000000000a1"]
+        );
         assert!(store.list(Some(RecordKind::Run), 10).unwrap().is_empty());
         assert_eq!(store.list(None, 1).unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);

@@ -59,11 +59,16 @@ pub fn app(state: AppState) -> Router {
             },
             move || app::shell(leptos.clone()),
         )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
         // gzip for pages, wasm, js and css (the default predicate leaves SSE streams alone,
         // so events are never held back in a compressor's buffer).
         .layer(tower_http::compression::CompressionLayer::new())
-        .layer(axum::middleware::from_fn_with_state(state.clone(), frame_policy))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            frame_policy,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -74,10 +79,13 @@ async fn frame_policy(State(state): State<AppState>, request: Request, next: Nex
     let embed = request.uri().path().starts_with("/embed/");
     let mut response = next.run(request).await;
     let policy = if embed {
-        HeaderValue::from_str(&state.embed_csp).unwrap_or_else(|_| HeaderValue::from_static("frame-ancestors 'self'"))
+        HeaderValue::from_str(&state.embed_csp)
+            .unwrap_or_else(|_| HeaderValue::from_static("frame-ancestors 'self'"))
     } else {
         HeaderValue::from_static("frame-ancestors 'self'")
     };
-    response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, policy);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_SECURITY_POLICY, policy);
     response
 }
