@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up what is missing and runs every test: the Rust tests (protocol, engine invariants on
-# CPU libtorch, the API through the router, the app's pure logic), the check that the browser
-# build pulls in no server crates, and the browser tests (Playwright + Debian's Chromium)
-# against a freshly started server. The last line is Playwright's summary.
+# CPU libtorch, a 300-run soak, the API through the router, a loopback load test, the app's
+# pure logic), the check that the browser build pulls in no server crates, and the browser
+# tests (Playwright + Debian's Chromium) against a freshly started server with an empty run
+# database. The last line is Playwright's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --browser
@@ -10,6 +11,9 @@ source scripts/env.sh
 
 echo "==> Rust tests (the first build compiles libtorch's C++ wrapper: several minutes)"
 cargo test --release --workspace
+for f in gradless-load.json gradless-soak.json; do
+  [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
+done
 
 echo "==> The browser build pulls in no tch, tokio or axum"
 if cargo tree -p app --no-default-features --features hydrate --target wasm32-unknown-unknown -e normal \
@@ -24,11 +28,17 @@ cargo build --release -p server
 scripts/build-site.sh
 
 port=${GRADLESS_TEST_PORT:-3137}
+docs_port=$((port + 2)) # the pretend docs site of the embed test
+export GRADLESS_DOCS_PORT=$docs_port
 log="$CARGO_TARGET_DIR/gradless-e2e.log"
+scratch=$(mktemp -d)
 echo "==> Starting gradless on 127.0.0.1:$port (log: $log)"
-GRADLESS_THREADS=1 "$CARGO_TARGET_DIR/release/gradless" serve --addr "127.0.0.1:$port" --site-root target/site >"$log" 2>&1 &
+# A fresh database; the pretend docs site of the embed test may frame embeds; no rate limit
+# (the tests start runs faster than a person would).
+GRADLESS_THREADS=1 GRADLESS_DB="$scratch/runs.sqlite3" GRADLESS_EMBED_ORIGINS="http://127.0.0.1:$docs_port" GRADLESS_RATE_LIMIT=0 \
+  "$CARGO_TARGET_DIR/release/gradless" serve --addr "127.0.0.1:$port" --site-root target/site >"$log" 2>&1 &
 server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true' EXIT
+trap 'kill $server_pid 2>/dev/null || true; rm -rf "$scratch"' EXIT
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
   kill -0 $server_pid 2>/dev/null || { cat "$log"; echo "error: the server did not start" >&2; exit 1; }
@@ -36,5 +46,9 @@ for _ in $(seq 1 120); do
 done
 
 echo "==> Browser tests"
+# The permalink test starts its own server (restarting it); the export test runs the
+# exported script with the venv's PyTorch.
+export GRADLESS_BIN="$CARGO_TARGET_DIR/release/gradless" GRADLESS_SITE_ROOT="$PWD/target/site"
+export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cd end2end
 GRADLESS_URL="http://127.0.0.1:$port" npx playwright test

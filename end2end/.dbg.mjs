@@ -1,0 +1,11 @@
+import { chromium } from "@playwright/test";
+const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox", "--disable-gpu"] });
+const page = await browser.newPage();
+page.on("console", (m) => console.log("console:", m.type(), m.text()));
+page.on("requestfailed", (r) => console.log("failed:", r.url(), r.failure()?.errorText));
+page.on("response", (r) => console.log("resp:", r.status(), r.url().slice(0, 80)));
+await page.route("http://localhost:3137/docs/guide.html", (route) => route.fulfill({ contentType: "text/html", body: `<iframe id="g" src="http://127.0.0.1:3137/embed/lab?model=tiny_mlp" height=150></iframe>` }));
+await page.goto("http://localhost:3137/docs/guide.html");
+await page.waitForTimeout(4000);
+console.log(page.frames().map((f) => f.url()));
+await browser.close();
