@@ -2,44 +2,19 @@
 // a clean shutdown), start a new one on the same database, and the page shows the same
 // figures without measuring again. This test runs its own server (GRADLESS_BIN).
 import { expect, test } from "@playwright/test";
-import { ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-
-const BIN = process.env.GRADLESS_BIN;
-const SITE = process.env.GRADLESS_SITE_ROOT ?? "../target/site";
-const PORT = 3000 + Math.floor(Math.random() * 1000) + 5000;
-const URL_ = `http://127.0.0.1:${PORT}`;
-
-async function start(db: string): Promise<ChildProcess> {
-  const child = spawn(BIN!, ["serve", "--addr", `127.0.0.1:${PORT}`, "--site-root", SITE, "--db", db], {
-    env: { ...process.env, GRADLESS_THREADS: "1", RUST_LOG: "info" },
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let log = "";
-  child.stderr!.on("data", (d) => (log += d));
-  for (let i = 0; i < 240; i++) {
-    if (child.exitCode !== null) throw new Error(`gradless exited: ${log}`);
-    try {
-      if ((await fetch(`${URL_}/healthz`)).ok) return child;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`gradless did not start: ${log}`);
-}
-
-async function stop(child: ChildProcess) {
-  const exited = new Promise((r) => child.once("exit", r));
-  child.kill("SIGTERM");
-  await exited;
-}
+import { BIN, freePort, startServer, stopServer } from "./own-server";
 
 test("a permalink shows the recorded figures after a server restart", async ({ page }) => {
   test.skip(!BIN, "GRADLESS_BIN is not set (scripts/test.sh sets it)");
   const db = join(mkdtempSync(join(tmpdir(), "gradless-permalink-")), "runs.sqlite3");
 
-  let server = await start(db);
+  const port = freePort(1);
+  const start = () => startServer(port, ["--db", db]);
+  const URL_ = `http://127.0.0.1:${port}`;
+  let server = await start();
   const created = await (await fetch(`${URL_}/api/runs`, {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -51,9 +26,9 @@ test("a permalink shows the recorded figures after a server restart", async ({ p
     if (r.ok) report = await r.json();
     return r.status;
   }).toBe(200);
-  await stop(server);
+  await stopServer(server);
 
-  server = await start(db);
+  server = await start();
   try {
     // The API answers from the database with the very same report.
     const again = await (await fetch(`${URL_}/api/runs/${created.id}`)).json();
@@ -80,6 +55,6 @@ test("a permalink shows the recorded figures after a server restart", async ({ p
     await page.getByRole("button", { name: "Side by side" }).click();
     await expect(page.getByTestId("compare-table")).toContainText(created.id);
   } finally {
-    await stop(server);
+    await stopServer(server);
   }
 });

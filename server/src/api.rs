@@ -478,6 +478,42 @@ pub async fn run_pitfall(
     Ok(Json(report))
 }
 
+/// Errors that axum answers by itself (a body over the limit, a wrong method, a path it
+/// cannot decode) come as plain text; under `/api` they become the same JSON as ours.
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            format!("the request body is larger than this server accepts ({} KiB)", crate::web::BODY_LIMIT / 1024)
+        }
+        StatusCode::METHOD_NOT_ALLOWED => "this API path does not take that method".to_string(),
+        s if s.is_server_error() => "the server could not answer this request".to_string(),
+        _ => String::from_utf8_lossy(&text).trim().to_string(),
+    };
+    let body = ApiErrorBody { error: ApiErrorPayload { code: code.to_string(), message, field: None } };
+    let mut response = (status, Json(body)).into_response();
+    for (name, value) in parts.headers.iter().filter(|(n, _)| *n == header::ALLOW || *n == header::RETRY_AFTER) {
+        response.headers_mut().insert(name, value.clone());
+    }
+    response
+}
+
 /// Unknown `/api/...` paths answer JSON too.
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("this API path".into())

@@ -31,7 +31,8 @@ pub fn app(state: AppState) -> Router {
         .route("/pitfalls", get(api::pitfalls))
         .route("/pitfalls/{id}", post(api::run_pitfall))
         .fallback(api::not_found)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT));
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::map_response(api::json_errors));
 
     let routes = generate_route_list(app::App);
     let info = state.info.clone();

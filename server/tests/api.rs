@@ -126,6 +126,15 @@ async fn bad_input_gets_4xx_json_naming_the_problem() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(error_of(&bytes).code, "not_found");
+    // What axum refuses by itself is JSON too: a body over the limit, a wrong method.
+    let huge = format!("{{\"model\": \"{}\"}}", "x".repeat(100 * 1024));
+    let (status, _, bytes) = send(app(), post_run(&huge)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_of(&bytes).code, "body_too_large");
+    let (status, headers, bytes) = send(app(), Request::delete("/api/runs").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(headers.contains_key(header::ALLOW));
+    assert_eq!(error_of(&bytes).code, "method_not_allowed");
     // Still serving.
     let (status, _, _) = send(app(), Request::get("/healthz").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);

@@ -1,0 +1,42 @@
+// For tests that need a server of their own (a restart, other settings): starts the
+// release binary scripts/test.sh names in GRADLESS_BIN on a free-ish port.
+import { ChildProcess, spawn } from "node:child_process";
+
+export const BIN = process.env.GRADLESS_BIN;
+const SITE = process.env.GRADLESS_SITE_ROOT ?? "../target/site";
+
+export interface OwnServer {
+  child: ChildProcess;
+  url: string;
+}
+
+export async function startServer(port: number, args: string[]): Promise<OwnServer> {
+  const child = spawn(BIN!, ["serve", "--addr", `127.0.0.1:${port}`, "--site-root", SITE, ...args], {
+    env: { ...process.env, GRADLESS_THREADS: "1", RUST_LOG: "info" },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  let log = "";
+  child.stderr!.on("data", (d) => (log += d));
+  for (let i = 0; i < 240; i++) {
+    if (child.exitCode !== null) throw new Error(`gradless exited: ${log}`);
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) return { child, url };
+    } catch {}
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`gradless did not start: ${log}`);
+}
+
+/** SIGTERM, as a service manager stops it, and wait for the clean exit. */
+export async function stopServer(server: OwnServer) {
+  if (server.child.exitCode !== null) return;
+  const exited = new Promise((r) => server.child.once("exit", r));
+  server.child.kill("SIGTERM");
+  await exited;
+}
+
+/** A port for a test's own server, away from the shared one. */
+export function freePort(offset: number): number {
+  return 8000 + offset * 100 + Math.floor(Math.random() * 100);
+}
