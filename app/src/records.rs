@@ -117,7 +117,7 @@ pub fn provenance(env: &protocol::EnvStamp) -> String {
     if let Some(d) = &env.driver_version {
         parts.push(format!("driver {d}"));
     }
-    parts.push(format!("{} CPU threads", env.threads));
+    parts.push(format!("{} CPU thread{}", env.threads, if env.threads == 1 { "" } else { "s" }));
     parts.push(format!("Gradless {}", env.gradless_version));
     format!("Recorded {} on {}", env.measured_at, parts.join(" · "))
 }
@@ -284,11 +284,12 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
         <table class="summary" data-testid="summary">
             <caption>
                 {format!(
-                    "{} on {} · libtorch {} · {} threads · {}",
+                    "{} on {} · libtorch {} · {} thread{} · {}",
                     r.spec.label(),
                     r.env.device_name,
                     r.env.libtorch_version,
                     r.env.threads,
+                    if r.env.threads == 1 { "" } else { "s" },
                     r.env.measured_at
                 )}
             </caption>
