@@ -535,7 +535,7 @@ fn Summary(view_state: RwSignal<RunView>) -> impl IntoView {
 
 /// The access token for a server that asks for one, kept in this browser.
 #[component]
-fn TokenField() -> impl IntoView {
+pub fn TokenField() -> impl IntoView {
     let initial = {
         #[cfg(feature = "hydrate")]
         {

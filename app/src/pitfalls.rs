@@ -6,6 +6,7 @@
 use leptos::prelude::*;
 use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
 
+use crate::lab::TokenField;
 use crate::records::EmbedSnippet;
 
 /// Where the tour's progress is kept in the browser.
@@ -26,6 +27,7 @@ enum CardState {
 pub fn PitfallsPage() -> impl IntoView {
     let info = expect_context::<ServerInfo>();
     let cards = info.pitfalls.clone();
+    let auth_required = info.auth_required;
     let total = cards.len();
     let done = RwSignal::new(Vec::<String>::new());
     #[cfg(feature = "hydrate")]
@@ -62,6 +64,7 @@ pub fn PitfallsPage() -> impl IntoView {
                     {move || next().map(|(id, title)| view! { " · " <a href=format!("#{id}") data-testid="tour-next">{format!("Next: {title}")}</a> })}
                     " · " <button class="link" on:click=reset>"Start over"</button>
                 </p>
+                {auth_required.then(|| view! { <TokenField /> })}
             </section>
             {cards
                 .into_iter()

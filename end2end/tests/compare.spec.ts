@@ -12,6 +12,16 @@ test("compare all modes fills the comparison chart", async ({ page }) => {
   const peaks = (await lab.chartData("compare-chart", 0)) as number[];
   // train+grad keeps activations for backward; eval+no_grad does not.
   expect(peaks[0]).toBeGreaterThan(peaks[3]);
+
+  // Every row was recorded: the same runs side by side from their permalinks.
+  await expect(lab.testid("compare-link")).toBeVisible();
+  await lab.testid("compare-link").click();
+  await expect(page).toHaveURL(/\/compare\?runs=([0-9a-f]{16},){6}[0-9a-f]{16}$/);
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await expect(page.getByTestId("compare-table").locator("thead th")).toHaveCount(1 + 7);
+  await expect(page.getByTestId("compare-table")).toContainText("train · enabled");
+  await expect.poll(async () => (await lab.chartData("compare-chart", 0)).length).toBe(7);
+  expect(await lab.chartData("compare-chart", 0)).toEqual(peaks);
 });
 
 test("a failed request shows a readable message and the page stays usable", async ({ page }) => {
