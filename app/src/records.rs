@@ -117,7 +117,11 @@ pub fn provenance(env: &protocol::EnvStamp) -> String {
     if let Some(d) = &env.driver_version {
         parts.push(format!("driver {d}"));
     }
-    parts.push(format!("{} CPU thread{}", env.threads, if env.threads == 1 { "" } else { "s" }));
+    parts.push(format!(
+        "{} CPU thread{}",
+        env.threads,
+        if env.threads == 1 { "" } else { "s" }
+    ));
     parts.push(format!("Gradless {}", env.gradless_version));
     format!("Recorded {} on {}", env.measured_at, parts.join(" · "))
 }

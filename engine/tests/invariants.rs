@@ -361,7 +361,11 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs() {
 
 #[test]
 fn shutting_down_finishes_the_current_run_and_cancels_the_queued_ones() {
-    let w = Worker::start(WorkerConfig { queue_capacity: 4, ..Default::default() }).unwrap();
+    let w = Worker::start(WorkerConfig {
+        queue_capacity: 4,
+        ..Default::default()
+    })
+    .unwrap();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
@@ -375,17 +379,31 @@ fn shutting_down_finishes_the_current_run_and_cancels_the_queued_ones() {
         });
         busy_rx.recv().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        w.submit(spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad), Box::new(move |e| tx.send(e).unwrap())).unwrap();
+        w.submit(
+            spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad),
+            Box::new(move |e| tx.send(e).unwrap()),
+        )
+        .unwrap();
         w.close();
         // Closed: nothing new is taken, and what waited is told why it will not run.
-        assert!(matches!(w.submit(spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad), Box::new(|_| {})), Err(EngineError::WorkerGone)));
+        assert!(matches!(
+            w.submit(
+                spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad),
+                Box::new(|_| {})
+            ),
+            Err(EngineError::WorkerGone)
+        ));
         let events: Vec<_> = rx.iter().collect();
         assert!(
             matches!(events.last(), Some(protocol::Event::Failed { failure }) if failure.kind == FailureKind::Cancelled && failure.message.contains("shutting down")),
             "{events:?}"
         );
         release_tx.send(()).unwrap();
-        assert_eq!(current.join().unwrap().unwrap(), "finished", "the task under way finishes");
+        assert_eq!(
+            current.join().unwrap().unwrap(),
+            "finished",
+            "the task under way finishes"
+        );
         w.shutdown();
     });
 }

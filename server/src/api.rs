@@ -500,15 +500,28 @@ pub async fn json_errors(response: Response) -> Response {
     };
     let message = match status {
         StatusCode::PAYLOAD_TOO_LARGE => {
-            format!("the request body is larger than this server accepts ({} KiB)", crate::web::BODY_LIMIT / 1024)
+            format!(
+                "the request body is larger than this server accepts ({} KiB)",
+                crate::web::BODY_LIMIT / 1024
+            )
         }
         StatusCode::METHOD_NOT_ALLOWED => "this API path does not take that method".to_string(),
         s if s.is_server_error() => "the server could not answer this request".to_string(),
         _ => String::from_utf8_lossy(&text).trim().to_string(),
     };
-    let body = ApiErrorBody { error: ApiErrorPayload { code: code.to_string(), message, field: None } };
+    let body = ApiErrorBody {
+        error: ApiErrorPayload {
+            code: code.to_string(),
+            message,
+            field: None,
+        },
+    };
     let mut response = (status, Json(body)).into_response();
-    for (name, value) in parts.headers.iter().filter(|(n, _)| *n == header::ALLOW || *n == header::RETRY_AFTER) {
+    for (name, value) in parts
+        .headers
+        .iter()
+        .filter(|(n, _)| *n == header::ALLOW || *n == header::RETRY_AFTER)
+    {
         response.headers_mut().insert(name, value.clone());
     }
     response

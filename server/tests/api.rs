@@ -131,7 +131,11 @@ async fn bad_input_gets_4xx_json_naming_the_problem() {
     let (status, _, bytes) = send(app(), post_run(&huge)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(error_of(&bytes).code, "body_too_large");
-    let (status, headers, bytes) = send(app(), Request::delete("/api/runs").body(Body::empty()).unwrap()).await;
+    let (status, headers, bytes) = send(
+        app(),
+        Request::delete("/api/runs").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(headers.contains_key(header::ALLOW));
     assert_eq!(error_of(&bytes).code, "method_not_allowed");

@@ -1,0 +1,125 @@
+//! The `gradless` binary as a script would use it: `measure --json` gives a report, and
+//! `runs list/show/export` read what a server recorded, with readable errors.
+
+use std::process::{Command, Output};
+
+use protocol::{Record, RecordBody, RecordSummary, Report};
+
+fn gradless(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gradless"))
+        .args(args)
+        .output()
+        .expect("run gradless")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "gradless failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn recorded_runs_are_listed_shown_and_exported() {
+    let dir = std::env::temp_dir().join(format!("gradless-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("runs.sqlite3");
+    let db = db.to_str().unwrap();
+
+    // No database yet: a sentence, not a panic, and a failing exit status.
+    let o = gradless(&["runs", "list", "--db", db]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no run database"),
+        "{o:?}"
+    );
+
+    // A real run, recorded the way the server records it.
+    let out = stdout(&gradless(&[
+        "measure",
+        "--json",
+        "--model",
+        "tiny_mlp",
+        "--batch",
+        "2",
+        "--warmup",
+        "1",
+        "--iters",
+        "3",
+        "--default-threads",
+        "1",
+    ]));
+    let report: Report = serde_json::from_str(&out).unwrap();
+    let id = "00000000000000c1";
+    let store = server::store::Store::open(std::path::Path::new(db)).unwrap();
+    store
+        .save(&Record {
+            id: id.into(),
+            body: RecordBody::Run(Box::new(report.clone())),
+        })
+        .unwrap();
+    store.close();
+
+    let table = stdout(&gradless(&["runs", "list", "--db", db]));
+    assert!(
+        table.contains(id) && table.contains("tiny_mlp · eval · enabled · batch 2"),
+        "{table}"
+    );
+    let list: Vec<RecordSummary> =
+        serde_json::from_str(&stdout(&gradless(&["runs", "list", "--db", db, "--json"]))).unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].p50_ms, Some(report.latency_ms.p50));
+
+    let shown: Record = serde_json::from_str(&stdout(&gradless(&[
+        "runs", "show", id, "--db", db, "--json",
+    ])))
+    .unwrap();
+    assert_eq!(shown.run(), Some(&report));
+    assert!(stdout(&gradless(&["runs", "show", id, "--db", db])).contains("p50"));
+
+    let csv_path = dir.join("run.csv");
+    stdout(&gradless(&[
+        "runs",
+        "export",
+        id,
+        "--db",
+        db,
+        "--format",
+        "csv",
+        "-o",
+        csv_path.to_str().unwrap(),
+    ]));
+    let csv = std::fs::read_to_string(&csv_path).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 1 + 3);
+    let script = stdout(&gradless(&[
+        "runs", "export", id, "--db", db, "--format", "py",
+    ]));
+    assert!(
+        script.contains("RECORDED_ARGS = [\"--model=tiny_mlp\", \"--batch=2\""),
+        "{}",
+        &script[..300]
+    );
+
+    for (args, says) in [
+        (
+            vec!["runs", "show", "ffffffffffffffff", "--db", db],
+            "no recorded run",
+        ),
+        (
+            vec!["runs", "export", id, "--db", db, "--format", "xml"],
+            "unknown export format",
+        ),
+    ] {
+        let o = gradless(&args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
