@@ -100,6 +100,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("pitfalls") view=pitfalls::PitfallsPage />
                     <Route path=(StaticSegment("runs"), ParamSegment("id")) view=|| view! { <records::RecordPage /> } />
                     <Route path=StaticSegment("compare") view=records::ComparePage />
+                    <Route path=StaticSegment("runs") view=records::RecordsPage />
                     <Route path=(StaticSegment("embed"), StaticSegment("lab")) view=|| view! { <lab::LabPage embed=true /> } />
                     <Route
                         path=(StaticSegment("embed"), StaticSegment("runs"), ParamSegment("id"))
@@ -142,6 +143,7 @@ fn TopBar() -> impl IntoView {
                     <a class="brand" href="/">"Gradless"</a>
                     <a href="/" class="nav">"Lab"</a>
                     <a href="/pitfalls" class="nav">"Pitfalls"</a>
+                    <a href="/runs" class="nav" rel="external">"Recorded"</a>
                 </nav>
                 <p class="tagline">
                     "Toggle "<code>"model.eval()"</code>", "<code>"torch.no_grad()"</code>", "

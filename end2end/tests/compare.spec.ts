@@ -41,3 +41,26 @@ test("a failed request shows a readable message and the page stays usable", asyn
   await lab.run();
   await lab.waitDone();
 });
+
+test("recorded runs are listed, and two picked ones open side by side", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=tiny_mlp&device=cpu&batch=4&warmup=0&iters=3");
+  await lab.run();
+  await lab.waitDone();
+  await lab.testid("grad-no_grad").check();
+  await lab.run();
+  await lab.waitDone();
+
+  await page.goto("/runs");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  const rows = page.getByTestId("records").locator("tbody tr");
+  // Newest first: the no_grad run, then the one before it.
+  await expect(rows.nth(0)).toContainText("tiny_mlp · eval · no_grad · batch 4");
+  await expect(rows.nth(1)).toContainText("tiny_mlp · eval · enabled · batch 4");
+  await expect(page.getByTestId("compare-selected")).toBeHidden();
+  await rows.nth(0).locator("input[type=checkbox]").check();
+  await rows.nth(1).locator("input[type=checkbox]").check();
+  await page.getByTestId("compare-selected").click();
+  await expect(page.getByTestId("compare-table").locator("thead th")).toHaveCount(3);
+  await expect(page.getByTestId("compare-table")).toContainText("eval · no_grad · batch 4");
+});

@@ -43,10 +43,11 @@ pub fn app(state: AppState) -> Router {
         if !protocol::is_record_id(id) {
             return Ok(None);
         }
-        store.get(id).map_err(|e| {
-            tracing::error!("run database: {e:#}");
-            "the run database is not available".to_string()
-        })
+        store.get(id).map_err(page_db_error)
+    }));
+    let store = state.store.clone();
+    let index = app::records::RecordIndex(std::sync::Arc::new(move |limit: usize| {
+        store.list(None, limit).map_err(page_db_error)
     }));
     Router::new()
         .nest("/api", api)
@@ -57,6 +58,7 @@ pub fn app(state: AppState) -> Router {
             move || {
                 provide_context((*info).clone());
                 provide_context(lookup.clone());
+                provide_context(index.clone());
             },
             move || app::shell(leptos.clone()),
         )
@@ -72,6 +74,12 @@ pub fn app(state: AppState) -> Router {
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// What a page says when the database fails (the details go to the log, not the page).
+fn page_db_error(e: anyhow::Error) -> String {
+    tracing::error!("run database: {e:#}");
+    "the run database is not available".to_string()
 }
 
 /// `Content-Security-Policy: frame-ancestors ...` on every response: embeds may be framed

@@ -507,6 +507,14 @@ async fn finished_runs_are_recorded_and_exported() {
         report.latency_ms.p50, report.latency_ms.p95, report.latency_ms.p99
     )));
     assert!(html.contains(&report.env.device_name) && html.contains("Recorded "));
+    let (status, _, body) = send(app(), get("/runs")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        String::from_utf8(body)
+            .unwrap()
+            .contains(&format!("href=\"/runs/{}\"", created.id)),
+        "listed on /runs"
+    );
 
     // Bad ids and formats are 4xx JSON.
     for (uri, want) in [
