@@ -103,6 +103,61 @@ step gradless-compare-resnet50-b32 60 "$OUT/gradless-compare-resnet50-b32.json" 
 step gradless-compare-tiny_mlp-b256 40 "$OUT/gradless-compare-tiny_mlp-b256.json" \
   "$GRADLESS" compare --model tiny_mlp --batch 256 --device "$DEVICE" --json
 
+# The server on the GPU: two recorded CUDA runs through the API, then the worker's leak
+# check (memory held after each task against the cached weights and the CUDA libraries'
+# workspaces) and the records, as JSON.
+server_check() {
+  local port=3999
+  "$GRADLESS" serve --addr "127.0.0.1:$port" --db "$OUT/runs.sqlite3" --site-root target/site \
+    >"$OUT/server.log" 2>&1 &
+  local pid=$!
+  "$PY" - "$port" "$DEVICE" <<'PYEOF'
+import json, sys, time, urllib.request
+port, device = sys.argv[1], sys.argv[2]
+base = f"http://127.0.0.1:{port}"
+for _ in range(240):
+    try:
+        urllib.request.urlopen(base + "/healthz", timeout=1); break
+    except Exception:
+        time.sleep(0.25)
+def call(path, body=None):
+    req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+out = {"runs": []}
+for spec in ({"model": "resnet50", "batch": 32, "grad": "no_grad"},
+             {"model": "resnet50", "batch": 32, "grad": "no_grad", "autocast": "fp16"},
+             {"model": "tiny_mlp", "batch": 256, "grad": "enabled", "eval": False}):
+    spec = {**spec, "device": device, "warmup": 3, "iters": 10}
+    status, created = call("/api/runs", spec)
+    report = None
+    for _ in range(240):
+        code, report = call(f"/api/runs/{created['id']}")
+        if code != 409: break
+        time.sleep(0.25)
+    out["runs"].append({"spec": spec, "status": code, "id": created.get("id"),
+                        "leaked_bytes": (report or {}).get("memory", {}).get("leaked_bytes"),
+                        "peak_above_baseline_bytes": (report or {}).get("memory", {}).get("peak_above_baseline_bytes"),
+                        "p50_ms": (report or {}).get("latency_ms", {}).get("p50")})
+out["health"] = call("/api/health")[1]
+out["records"] = call("/api/records")[1]
+print(json.dumps(out, indent=1))
+PYEOF
+  local rc=$?
+  # A clean stop (the current run finishes and is recorded), but never longer than 20 s.
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null
+  return $rc
+}
+export -f server_check
+export GRADLESS OUT PY DEVICE
+step server-health 90 "$OUT/server-health.json" bash -c server_check
+
 # The side-by-side gets whatever time is left. compare.py starts no run after its deadline
 # and rewrites peer.json after every run, so a cut still leaves every finished result.
 left=$((BUDGET - SECONDS - 5))

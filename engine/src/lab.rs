@@ -16,7 +16,7 @@ use protocol::{
     Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryReport, ModelId, OutputFacts, Report,
     RunFailure, RunSpec, Sample,
 };
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::device::{Machine, Meter};
 use crate::models::Model;
@@ -88,6 +88,9 @@ pub struct Lab {
     counter: CpuMemoryCounter,
     models: Vec<Model>,
     config: LabConfig,
+    /// CUDA memory the libraries keep for the life of the process (see
+    /// [`prime_cuda_libraries`]): part of the worker's baseline, not a leak.
+    cuda_library_bytes: u64,
 }
 
 impl Lab {
@@ -95,11 +98,17 @@ impl Lab {
     pub fn new(config: LabConfig) -> Result<Lab, ExtError> {
         let counter = CpuMemoryCounter::install()?;
         let machine = Machine::probe();
+        let cuda_library_bytes = if machine.has_cuda() {
+            prime_cuda_libraries()
+        } else {
+            0
+        };
         Ok(Lab {
             machine,
             counter,
             models: Vec::new(),
             config,
+            cuda_library_bytes,
         })
     }
 
@@ -181,12 +190,18 @@ impl Lab {
                 }
                 let held = self.meter(device).read().ok()?.allocated;
                 let tdev = tch_device(device);
-                let expected = self
-                    .models
-                    .iter()
-                    .filter(|m| m.vs.device() == tdev)
-                    .map(|m| m.resident_bytes())
-                    .sum::<u64>();
+                let libraries = if device == DeviceKind::Cuda {
+                    self.cuda_library_bytes
+                } else {
+                    0
+                };
+                let expected = libraries
+                    + self
+                        .models
+                        .iter()
+                        .filter(|m| m.vs.device() == tdev)
+                        .map(|m| m.resident_bytes())
+                        .sum::<u64>();
                 Some(protocol::MemoryCheck {
                     device,
                     held_bytes: held,
@@ -316,6 +331,39 @@ impl Lab {
             samples,
         })
     }
+}
+
+/// cuBLAS and cuBLASLt keep a workspace per stream that PyTorch allocates through its
+/// caching allocator at the first matmul and holds until the process ends. Making those
+/// first matmuls here, once, before any run keeps the workspaces out of every run's
+/// baseline-to-release difference (a first run would otherwise look like a leak) and gives
+/// the worker's leak check their size. Returns the CUDA bytes allocated afterwards, with
+/// nothing else alive.
+fn prime_cuda_libraries() -> u64 {
+    let device = Device::Cuda(0);
+    for kind in [Kind::Float, Kind::Half, Kind::BFloat16] {
+        // A plain matmul (cuBLAS) and one with a bias (the cuBLASLt epilogue path). A dtype
+        // the GPU cannot multiply is skipped: runs in it will fail on their own terms.
+        let primed = catch_torch(|| {
+            let a = Tensor::ones([64, 64], (kind, device));
+            let bias = Tensor::ones([64], (kind, device));
+            let _ = a.matmul(&a);
+            let _ = bias.addmm(&a, &a);
+        });
+        if let Err(f) = primed {
+            tracing::info!("could not prime CUDA matmuls in {kind:?}: {}", f.message);
+        }
+    }
+    let held = synchronize(DeviceKind::Cuda)
+        .ok()
+        .and_then(|_| Meter::Cuda { index: 0 }.read().ok())
+        .map(|r| r.allocated);
+    let held = held.unwrap_or(0);
+    tracing::info!(
+        bytes = held,
+        "CUDA library workspaces allocated before any run"
+    );
+    held
 }
 
 /// One forward pass under the spec's settings, timed with device synchronisation. Returns
