@@ -54,15 +54,22 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// The text of the `<script type="application/json" id=...>` the server rendered into the
+/// page: how data read on the server reaches the hydrating app without a second request.
+#[cfg(feature = "hydrate")]
+pub(crate) fn page_json(id: &str) -> Option<String> {
+    web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id(id))
+        .and_then(|e| e.text_content())
+}
+
 /// The ServerInfo for this render: from context on the server, from the page in the browser.
 fn server_info() -> ServerInfo {
     #[cfg(feature = "hydrate")]
     {
-        let from_page = web_sys::window()
-            .and_then(|w| w.document())
-            .and_then(|d| d.get_element_by_id(INFO_ELEMENT))
-            .and_then(|e| e.text_content())
-            .and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
+        let from_page =
+            page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
         if let Some(info) = from_page {
             return info;
         }

@@ -87,11 +87,7 @@ fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
     {
         #[cfg(feature = "hydrate")]
         {
-            let text = web_sys::window()
-                .and_then(|w| w.document())
-                .and_then(|d| d.get_element_by_id(RECORDS_ELEMENT))
-                .and_then(|e| e.text_content())
-                .unwrap_or_default();
+            let text = crate::page_json(RECORDS_ELEMENT).unwrap_or_default();
             if let Ok(e) = serde_json::from_str::<Embedded>(&text) {
                 if e.ids == ids {
                     return (RwSignal::new(Some(e.loaded)), text);
@@ -458,11 +454,7 @@ fn load_index() -> (RwSignal<Option<Result<Vec<RecordSummary>, String>>>, String
     {
         #[cfg(feature = "hydrate")]
         {
-            let text = web_sys::window()
-                .and_then(|w| w.document())
-                .and_then(|d| d.get_element_by_id(INDEX_ELEMENT))
-                .and_then(|e| e.text_content())
-                .unwrap_or_default();
+            let text = crate::page_json(INDEX_ELEMENT).unwrap_or_default();
             if let Ok(listed) = serde_json::from_str::<Result<Vec<RecordSummary>, String>>(&text) {
                 return (RwSignal::new(Some(listed)), text);
             }

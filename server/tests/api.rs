@@ -164,25 +164,7 @@ async fn a_run_streams_its_events_and_leaves_its_report() {
     assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
     // A compressor would hold events back in its buffer: the stream must go out plain.
     assert!(!res.headers().contains_key(header::CONTENT_ENCODING));
-    let mut body = res.into_body();
-    let mut text = String::new();
-    let mut events: Vec<Event> = vec![];
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.unwrap().into_data() {
-            text.push_str(&String::from_utf8_lossy(&data));
-        }
-        while let Some(end) = text.find("\n\n") {
-            let message: String = text.drain(..end + 2).collect();
-            for line in message.lines() {
-                if let Some(json) = line.strip_prefix("data: ") {
-                    events.push(serde_json::from_str(json).unwrap());
-                }
-            }
-        }
-        if events.last().is_some_and(Event::is_terminal) {
-            break;
-        }
-    }
+    let events = events_of(res).await;
     let warmups = events
         .iter()
         .filter(|e| matches!(e, Event::Warmup { .. }))
@@ -406,6 +388,11 @@ async fn follow(router: Router, events_url: &str) -> Vec<Event> {
         .oneshot(Request::get(events_url).body(Body::empty()).unwrap())
         .await
         .unwrap();
+    events_of(res).await
+}
+
+/// The events of an SSE response, read until the terminal one.
+async fn events_of(res: axum::response::Response) -> Vec<Event> {
     let mut body = res.into_body();
     let (mut text, mut events) = (String::new(), vec![]);
     while let Some(frame) = body.frame().await {
