@@ -144,9 +144,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     }
     let worker = state.worker.clone();
     let store = state.store.clone();
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("could not listen on {addr}"))?;
+    let listener = listen(addr).with_context(|| format!("could not listen on {addr}"))?;
     tracing::info!("Gradless is serving at http://{}", listener.local_addr()?);
     // Without TCP_NODELAY, Nagle's algorithm and the browser's delayed ACK hold small
     // responses (a run id, one SSE event) for ~40 ms each.
@@ -176,6 +174,23 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     .ok();
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Connections the kernel may hold for us before we accept them. std's (and so tokio's
+/// `bind`) is 128: a team's burst of page loads and event streams beyond that had SYNs
+/// dropped and retried a second later (the load test saw 1 s event delays from it).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr` with a backlog for a team (see [`LISTEN_BACKLOG`]).
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 async fn shutdown_signal() {

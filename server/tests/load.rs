@@ -92,7 +92,7 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
     )
     .unwrap();
     let runs = state.runs.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let app = server::web::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -220,7 +220,8 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
             report.to_string(),
         );
     }
-    // Generous: on a busy 2-core CI machine a viewer may wait for a scheduler slice, but an
-    // event held for seconds means the stream is stuck behind something.
-    assert!(p99 < 1000.0, "p99 event delay {p99:.1} ms");
+    // Generous against the ~10-60 ms seen on a busy 2-core machine, and well under the 1 s a
+    // dropped SYN costs: with std's listen backlog of 128 this burst overflowed the accept
+    // queue and p99 went to ~900 ms (see server::listen).
+    assert!(p99 < 500.0, "p99 event delay {p99:.1} ms");
 }
