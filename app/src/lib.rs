@@ -54,6 +54,14 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// `value` as JSON to put inside a `<script type="application/json">` element, which ends
+/// at the first `</`: JSON allows `<\/` for the same text, so no data can close it early.
+pub(crate) fn script_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value)
+        .unwrap_or_default()
+        .replace("</", "<\\/")
+}
+
 /// The text of the `<script type="application/json" id=...>` the server rendered into the
 /// page: how data read on the server reaches the hydrating app without a second request.
 #[cfg(feature = "hydrate")]
@@ -89,10 +97,7 @@ fn server_info() -> ServerInfo {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let info = server_info();
-    // `</` cannot appear inside a script element; JSON allows `<\/` as the same text.
-    let info_json = serde_json::to_string(&info)
-        .unwrap_or_default()
-        .replace("</", "<\\/");
+    let info_json = script_json(&info);
     let libtorch = info.libtorch_version.clone();
     let version = info.version.clone();
     provide_context(info);
@@ -218,6 +223,16 @@ pub fn hydrate() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_json_cannot_close_its_script_element() {
+        let json = script_json(&"</script><script>alert(1)</script>");
+        assert!(!json.contains("</"), "{json}");
+        assert_eq!(
+            serde_json::from_str::<String>(&json).unwrap(),
+            "</script><script>alert(1)</script>"
+        );
+    }
 
     #[test]
     fn embeds_link_to_their_full_page() {

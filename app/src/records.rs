@@ -74,13 +74,10 @@ fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
                 Some(Err(e)) => Loaded::Missing(format!("The run database could not be read: {e}")),
             })
             .collect();
-        // `</` cannot appear inside a script element; JSON allows `<\/` for the same text.
-        let json = serde_json::to_string(&Embedded {
+        let json = crate::script_json(&Embedded {
             ids,
             loaded: loaded.clone(),
-        })
-        .unwrap_or_default()
-        .replace("</", "<\\/");
+        });
         (RwSignal::new(Some(loaded)), json)
     }
     #[cfg(not(feature = "ssr"))]
@@ -445,9 +442,7 @@ fn load_index() -> (RwSignal<Option<Result<Vec<RecordSummary>, String>>>, String
             Some(index) => (index.0)(INDEX_LIMIT),
             None => Err("this server keeps no record".to_string()),
         };
-        let json = serde_json::to_string(&listed)
-            .unwrap_or_default()
-            .replace("</", "<\\/");
+        let json = crate::script_json(&listed);
         (RwSignal::new(Some(listed)), json)
     }
     #[cfg(not(feature = "ssr"))]
