@@ -213,7 +213,17 @@ pub fn comparison_chart(title: &str, runs: &[Report]) -> Chart {
 }
 
 /// A pitfall experiment's series: one category axis, a value axis per unit (at most two).
-pub fn pitfall_chart(report: &PitfallReport) -> Chart {
+/// `None` when there is nothing to draw (a "not applicable" result measures nothing, or
+/// every point is missing): the card then says so in words instead of drawing an empty,
+/// axis-less chart, which ECharts cannot lay out.
+pub fn pitfall_chart(report: &PitfallReport) -> Option<Chart> {
+    let drawable = report
+        .series
+        .iter()
+        .any(|s| s.y.iter().any(|v| v.is_some_and(f64::is_finite)));
+    if !drawable {
+        return None;
+    }
     let cats = report
         .series
         .first()
@@ -231,16 +241,18 @@ pub fn pitfall_chart(report: &PitfallReport) -> Chart {
         .grid(Grid::new().left(64).right(64).top(36).bottom(64))
         .background_color("transparent")
         .x_axis(Axis::new().type_(AxisType::Category).data(cats));
+    // `drawable` guarantees a series, hence at least one unit and one value axis.
     for u in &units {
         chart = chart.y_axis(Axis::new().type_(AxisType::Value).name(*u));
     }
     for s in &report.series {
-        // Missing points ("-") leave a gap, e.g. where a batch sweep stopped at the budget.
+        // Missing points ("-") leave a gap, e.g. where a batch sweep stopped at the budget;
+        // so do non-finite ones, which JSON cannot carry anyway.
         let data: Vec<DataPoint> =
             s.y.iter()
-                .map(|v| {
-                    v.map(|v| DataPoint::from(round3(v)))
-                        .unwrap_or_else(|| DataPoint::from("-"))
+                .map(|v| match v {
+                    Some(v) if v.is_finite() => DataPoint::from(round3(*v)),
+                    _ => DataPoint::from("-"),
                 })
                 .collect();
         let axis = units.iter().position(|u| *u == s.unit).unwrap_or(0) as f64;
@@ -259,7 +271,7 @@ pub fn pitfall_chart(report: &PitfallReport) -> Chart {
             ),
         };
     }
-    chart
+    Some(chart)
 }
 
 fn round3(x: f64) -> f64 {
@@ -270,74 +282,130 @@ fn round3(x: f64) -> f64 {
 /// faster than ECharts redraws (a tiny model streams 50 in a few milliseconds); drawing
 /// each one would block the page, so bursts collapse into one redraw per frame, always
 /// with the newest data.
+///
+/// Drawing never panics and never leaves state borrowed: every call into ECharts goes
+/// through `Reflect::apply`, which turns a JavaScript exception into an `Err` (an exception
+/// escaping through wasm would skip Rust's unwinding and leave a `RefCell` borrowed for
+/// the rest of the page's life). A chart ECharts refuses is replaced by a sentence saying
+/// why, and the next render of that element starts afresh.
 #[cfg(feature = "hydrate")]
 pub fn render(id: impl Into<String>, chart: Chart) {
-    let id = id.into();
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
-    let schedule = DRAWING.with(|d| {
-        let mut d = d.borrow_mut();
-        d.pending.insert(id, chart);
-        !std::mem::replace(&mut d.scheduled, true)
-    });
-    if schedule {
+    PENDING.with(|p| p.borrow_mut().insert(id.into(), chart));
+    if !SCHEDULED.with(|s| s.replace(true)) {
         let flush = Closure::once_into_js(flush);
-        if let Some(w) = web_sys::window() {
-            let _ = w.request_animation_frame(flush.unchecked_ref());
+        let asked = web_sys::window()
+            .map(|w| w.request_animation_frame(flush.unchecked_ref()).is_ok())
+            .unwrap_or(false);
+        if !asked {
+            SCHEDULED.with(|s| s.set(false));
         }
     }
 }
 
 #[cfg(feature = "hydrate")]
-#[derive(Default)]
-struct Drawing {
-    pending: std::collections::HashMap<String, Chart>,
-    scheduled: bool,
-    instances: std::collections::HashMap<String, charming::Echarts>,
-}
-
-#[cfg(feature = "hydrate")]
 thread_local! {
-    static DRAWING: std::cell::RefCell<Drawing> = std::cell::RefCell::new(Drawing::default());
+    /// The newest chart per element, waiting for the next frame.
+    static PENDING: std::cell::RefCell<std::collections::HashMap<String, Chart>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+    /// Whether a frame callback is already asked for.
+    static SCHEDULED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 #[cfg(feature = "hydrate")]
 fn flush() {
-    use charming::WasmRenderer;
-    DRAWING.with(|d| {
-        let mut d = d.borrow_mut();
-        d.scheduled = false;
-        let pending: Vec<_> = d.pending.drain().collect();
-        for (id, chart) in pending {
-            // A page change may have replaced the element: then the old instance is stale.
-            let element = web_sys::window()
-                .and_then(|w| w.document())
-                .and_then(|doc| doc.get_element_by_id(&id));
-            let Some(element) = element else { continue };
-            if element.has_attribute("_echarts_instance_") {
-                if let Some(existing) = d.instances.get(&id) {
-                    WasmRenderer::update(existing, &chart);
-                    continue;
-                }
-            }
-            d.instances.remove(&id);
-            let dark = web_sys::window()
-                .and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten())
-                .is_some_and(|m| m.matches());
-            let renderer = WasmRenderer::new_opt(None, None);
-            let renderer = if dark {
-                renderer.theme(charming::theme::Theme::Dark)
-            } else {
-                renderer
-            };
-            match renderer.render(&id, &chart) {
-                Ok(instance) => {
-                    d.instances.insert(id, instance);
-                }
-                Err(e) => leptos::logging::warn!("could not draw chart {id}: {e:?}"),
-            }
+    SCHEDULED.with(|s| s.set(false));
+    // Take the work out first: nothing stays borrowed while JavaScript runs.
+    let pending: Vec<(String, Chart)> = PENDING.with(|p| p.borrow_mut().drain().collect());
+    for (id, chart) in pending {
+        if let Err(message) = draw(&id, &chart) {
+            leptos::logging::warn!("could not draw chart {id}: {message}");
+            say_not_drawn(&id, &message);
         }
-    });
+    }
+}
+
+/// Calls `target[name](...args)`, with a JavaScript exception as `Err`.
+#[cfg(feature = "hydrate")]
+fn js_call(
+    target: &wasm_bindgen::JsValue,
+    name: &str,
+    args: &[&wasm_bindgen::JsValue],
+) -> Result<wasm_bindgen::JsValue, String> {
+    use wasm_bindgen::JsCast;
+    let f = js_sys::Reflect::get(target, &name.into())
+        .map_err(js_message)?
+        .dyn_into::<js_sys::Function>()
+        .map_err(|_| format!("{name} is not a function"))?;
+    let list = js_sys::Array::new();
+    for a in args {
+        list.push(a);
+    }
+    js_sys::Reflect::apply(&f, target, &list).map_err(js_message)
+}
+
+#[cfg(feature = "hydrate")]
+fn js_message(e: wasm_bindgen::JsValue) -> String {
+    use wasm_bindgen::JsCast;
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "an unknown JavaScript error".into())
+}
+
+#[cfg(feature = "hydrate")]
+fn draw(id: &str, chart: &Chart) -> Result<(), String> {
+    use wasm_bindgen::JsValue;
+    let window = web_sys::window().ok_or("no window")?;
+    // A page change may have removed the element: nothing to draw then.
+    let Some(element) = window.document().and_then(|d| d.get_element_by_id(id)) else {
+        return Ok(());
+    };
+    let echarts = js_sys::Reflect::get(&window, &"echarts".into()).map_err(js_message)?;
+    if echarts.is_undefined() {
+        return Err("the chart library (ECharts) did not load".into());
+    }
+    let json = serde_json::to_string(chart).map_err(|e| e.to_string())?;
+    let option = js_sys::JSON::parse(&json).map_err(js_message)?;
+    let element: JsValue = element.into();
+    let existing = js_call(&echarts, "getInstanceByDom", &[&element])?;
+    let instance = if existing.is_undefined() || existing.is_null() {
+        if let Some(el) = wasm_bindgen::JsCast::dyn_ref::<web_sys::Element>(&element) {
+            // The sentence a previous failure left there.
+            el.set_inner_html("");
+            let _ = el.class_list().remove_1("chart-error");
+        }
+        let dark = window
+            .match_media("(prefers-color-scheme: dark)")
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.matches());
+        let theme = if dark { JsValue::from("dark") } else { JsValue::NULL };
+        js_call(&echarts, "init", &[&element, &theme])?
+    } else {
+        existing
+    };
+    // Not merged into the previous option: a series that is gone must not linger.
+    let settings = js_sys::Object::new();
+    js_sys::Reflect::set(&settings, &"notMerge".into(), &JsValue::TRUE).map_err(js_message)?;
+    js_call(&instance, "setOption", &[&option, &settings]).map(|_| ()).inspect_err(|_| {
+        // Half-drawn state is worse than none: start afresh next time.
+        let _ = js_call(&echarts, "dispose", &[&element]);
+    })
+}
+
+/// Puts a sentence where a chart could not be drawn, so the reader is not left with a
+/// blank box.
+#[cfg(feature = "hydrate")]
+fn say_not_drawn(id: &str, message: &str) {
+    if let Some(el) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id(id))
+    {
+        let _ = el.class_list().add_1("chart-error");
+        el.set_text_content(Some(&format!("This chart could not be drawn: {message}")));
+    }
 }
 
 /// Saves the chart drawn in element `id` as a PNG (ECharts renders it at twice the
@@ -441,4 +509,67 @@ mod tests {
         assert_eq!(gpu["series"].as_array().unwrap().len(), 3);
         assert_eq!(gpu["series"][2]["data"][0], 8.0);
     }
+
+    fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
+        PitfallReport {
+            id: "x".into(),
+            claim: "c".into(),
+            verdict: protocol::Verdict::NotApplicable,
+            reason: "r".into(),
+            threshold: "t".into(),
+            figures: vec![],
+            chart: ChartKind::Bar,
+            series,
+            notes: vec![],
+            table: None,
+            env: protocol::EnvStamp {
+                device: protocol::DeviceKind::Cpu,
+                device_name: "cpu".into(),
+                device_total_memory_bytes: None,
+                driver_version: None,
+                cuda_version: None,
+                cudnn_version: None,
+                libtorch_version: "2.11.0".into(),
+                cpu_model: "cpu".into(),
+                threads: 1,
+                measured_at: "2026-11-30T00:00:00Z".into(),
+                gradless_version: "0".into(),
+            },
+            record_id: None,
+        }
+    }
+
+    #[test]
+    fn nothing_measured_draws_no_chart_instead_of_an_axisless_one() {
+        // A "not applicable" card measures nothing: no series at all.
+        assert!(pitfall_chart(&pitfall(vec![])).is_none());
+        // A series whose every point is missing or not finite is nothing to draw either.
+        let empty = protocol::Series {
+            name: "a".into(),
+            unit: "ms".into(),
+            x: vec!["1".into(), "2".into()],
+            y: vec![None, Some(f64::NAN)],
+        };
+        assert!(pitfall_chart(&pitfall(vec![empty])).is_none());
+    }
+
+    #[test]
+    fn every_series_has_a_value_axis_to_stand_on() {
+        let s = |name: &str, unit: &str| protocol::Series {
+            name: name.into(),
+            unit: unit.into(),
+            x: vec!["1".into(), "2".into()],
+            y: vec![Some(1.0), None],
+        };
+        let series = vec![s("a", "ms"), s("b", "MiB"), s("c", "x")];
+        let json = serde_json::to_value(pitfall_chart(&pitfall(series)).unwrap()).unwrap();
+        let axes = json["yAxis"].as_array().map(|a| a.len()).unwrap_or(1);
+        assert_eq!(axes, 2, "two units get an axis each, the third shares the first");
+        for s in json["series"].as_array().unwrap() {
+            let index = s["yAxisIndex"].as_f64().unwrap_or(0.0) as usize;
+            assert!(index < axes, "series {} points at a missing axis", s["name"]);
+        }
+        assert_eq!(json["series"][0]["data"][1], "-", "a missing point is a gap");
+    }
 }
+

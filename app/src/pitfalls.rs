@@ -29,7 +29,7 @@ pub fn PitfallsPage() -> impl IntoView {
     let cards = info.pitfalls.clone();
     let auth_required = info.auth_required;
     let total = cards.len();
-    let done = RwSignal::new(Vec::<String>::new());
+    let done = RwSignal::new(Tour::new());
     #[cfg(feature = "hydrate")]
     {
         // Progress lives in localStorage; read it once the page is live.
@@ -37,7 +37,7 @@ pub fn PitfallsPage() -> impl IntoView {
             let stored = web_sys::window()
                 .and_then(|w| w.local_storage().ok().flatten())
                 .and_then(|s| s.get_item(TOUR_KEY).ok().flatten())
-                .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
+                .map(|t| parse_tour(&t))
                 .unwrap_or_default();
             done.set(stored);
         });
@@ -46,7 +46,7 @@ pub fn PitfallsPage() -> impl IntoView {
         .iter()
         .map(|c| (c.id.clone(), c.title.clone()))
         .collect();
-    let next = move || done.with(|d| order.iter().find(|(id, _)| !d.contains(id)).cloned());
+    let next = move || done.with(|d| order.iter().find(|(id, _)| !ran(d, id)).cloned());
     let reset = move |_| {
         done.set(vec![]);
         save_progress(&[]);
@@ -120,7 +120,7 @@ pub fn EmbedPitfallPage() -> impl IntoView {
     let id = leptos_router::hooks::use_params_map()
         .with_untracked(|p| p.get("id"))
         .unwrap_or_default();
-    let done = RwSignal::new(Vec::<String>::new());
+    let done = RwSignal::new(Tour::new());
     match info.pitfalls.iter().position(|c| c.id == id) {
         Some(index) => {
             let card = info.pitfalls[index].clone();
@@ -130,7 +130,43 @@ pub fn EmbedPitfallPage() -> impl IntoView {
     }
 }
 
-fn save_progress(_done: &[String]) {
+/// The cards run in this browser, in the order they were run, each with the verdict it got
+/// (unknown for progress saved before verdicts were kept).
+type Tour = Vec<(String, Option<Verdict>)>;
+
+fn ran(tour: &Tour, id: &str) -> bool {
+    tour.iter().any(|(done, _)| done == id)
+}
+
+/// Reads saved progress: today's `[[id, verdict], ...]`, or the older list of ids.
+fn parse_tour(text: &str) -> Tour {
+    serde_json::from_str::<Tour>(text)
+        .or_else(|_| {
+            serde_json::from_str::<Vec<String>>(text)
+                .map(|ids| ids.into_iter().map(|id| (id, None)).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Records that card `id` ran with `verdict` (a rerun replaces the verdict, keeps its place).
+fn record_run(tour: &mut Tour, id: &str, verdict: Verdict) {
+    match tour.iter_mut().find(|(done, _)| done == id) {
+        Some(entry) => entry.1 = Some(verdict),
+        None => tour.push((id.to_string(), Some(verdict))),
+    }
+}
+
+/// How a verdict reads on the card's heading: the word, never a bare tick, so "not
+/// applicable" cannot be taken for a pass.
+fn verdict_mark(verdict: Verdict) -> (&'static str, &'static str) {
+    match verdict {
+        Verdict::Confirmed => ("mark confirmed", "confirmed"),
+        Verdict::Refuted => ("mark refuted", "refuted here"),
+        Verdict::NotApplicable => ("mark na", "not applicable here"),
+    }
+}
+
+fn save_progress(_done: &[(String, Option<Verdict>)]) {
     #[cfg(feature = "hydrate")]
     if let Some(storage) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
         let _ = storage.set_item(TOUR_KEY, &serde_json::to_string(_done).unwrap_or_default());
@@ -138,7 +174,7 @@ fn save_progress(_done: &[String]) {
 }
 
 #[component]
-fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> impl IntoView {
+fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Tour>) -> impl IntoView {
     let state = RwSignal::new(CardState::Idle);
     let id = card.id.clone();
     let chart_id = format!("pitfall-chart-{id}");
@@ -148,7 +184,9 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
         Effect::new(move |_| {
             state.with(|s| {
                 if let CardState::Done(report) = s {
-                    crate::charts::render(chart_id.clone(), crate::charts::pitfall_chart(report));
+                    if let Some(chart) = crate::charts::pitfall_chart(report) {
+                        crate::charts::render(chart_id.clone(), chart);
+                    }
                 }
             })
         });
@@ -191,13 +229,10 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
             let url = format!("/api/pitfalls/{id}");
             match crate::client::post_json::<_, PitfallReport>(&url, &options).await {
                 Ok(report) => {
-                    state.set(CardState::Done(Box::new(report)));
-                    done.update(|d| {
-                        if !d.contains(&id) {
-                            d.push(id.clone());
-                        }
-                    });
+                    // Progress first: it must count even if showing the result goes wrong.
+                    done.update(|d| record_run(d, &id, report.verdict));
                     save_progress(&done.get_untracked());
+                    state.set(CardState::Done(Box::new(report)));
                 }
                 Err(message) => state.set(CardState::Failed(message)),
             }
@@ -223,14 +258,28 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
             }
         })
     };
-    let has_chart = move || state.with(|s| matches!(s, CardState::Done(r) if !r.series.is_empty()));
+    let has_chart = move || {
+        state.with(|s| matches!(s, CardState::Done(r) if crate::charts::pitfall_chart(r).is_some()))
+    };
     let seen_id = id.clone();
     let embed_id = id.clone();
     view! {
         <article class="card" id=card.id.clone() data-testid=format!("card-{}", card.id)>
             <h2>
                 {format!("{}. {}", index + 1, card.title)}
-                {move || done.with(|d| d.contains(&seen_id)).then(|| view! { <span class="seen" title="run in this browser">" ✓"</span> })}
+                {move || {
+                    done.with(|d| d.iter().find(|(id, _)| *id == seen_id).map(|(_, v)| *v)).map(|verdict| {
+                        let verdict = verdict.map(|v| {
+                            let (class, word) = verdict_mark(v);
+                            view! { " " <span class=class data-testid=format!("mark-{seen_id}")>{word}</span> }
+                        });
+                        view! {
+                            " "
+                            <span class="mark ran" title="this card's experiment was run in this browser" data-testid=format!("ran-{seen_id}")>"run"</span>
+                            {verdict}
+                        }
+                    })
+                }}
             </h2>
             <p class="claim">{card.claim.clone()}</p>
             <p class="explain">{card.why.clone()}" "<a href=card.source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
@@ -263,5 +312,33 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Vec<String>>) -> 
                 <EmbedSnippet path=Signal::derive(move || format!("/embed/pitfalls/{embed_id}")) title="Gradless: a pitfall, tested live" />
             </div>
         </article>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_saved_before_verdicts_were_kept_still_counts() {
+        let tour = parse_tour(r#"["warm-up","eval-not-nograd"]"#);
+        assert_eq!(tour.len(), 2);
+        assert!(ran(&tour, "warm-up") && tour.iter().all(|(_, v)| v.is_none()));
+        assert!(parse_tour("not json").is_empty());
+    }
+
+    #[test]
+    fn a_rerun_replaces_its_verdict_and_keeps_the_count() {
+        let mut tour = Tour::new();
+        record_run(&mut tour, "empty-cache", Verdict::NotApplicable);
+        record_run(&mut tour, "warm-up", Verdict::Refuted);
+        record_run(&mut tour, "warm-up", Verdict::Confirmed);
+        assert_eq!(tour.len(), 2);
+        let saved = serde_json::to_string(&tour).unwrap();
+        let back = parse_tour(&saved);
+        assert_eq!(back, tour);
+        assert_eq!(back[1], ("warm-up".to_string(), Some(Verdict::Confirmed)));
+        // "Not applicable" never reads like a pass.
+        assert_ne!(verdict_mark(Verdict::NotApplicable).1, verdict_mark(Verdict::Confirmed).1);
     }
 }

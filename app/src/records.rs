@@ -217,10 +217,12 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
                 let r = report.clone();
                 let chart_id = chart_id.clone();
                 Effect::new(move |_| {
-                    crate::charts::render(chart_id.clone(), crate::charts::pitfall_chart(&r))
+                    if let Some(chart) = crate::charts::pitfall_chart(&r) {
+                        crate::charts::render(chart_id.clone(), chart)
+                    }
                 });
             }
-            let has_chart = !report.series.is_empty();
+            let has_chart = crate::charts::pitfall_chart(&report).is_some();
             view! {
                 <section class="panel record-head">
                     <h1 data-testid="record-title">{title}</h1>
