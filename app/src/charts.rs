@@ -381,7 +381,11 @@ fn draw(id: &str, chart: &Chart) -> Result<(), String> {
             .ok()
             .flatten()
             .is_some_and(|m| m.matches());
-        let theme = if dark { JsValue::from("dark") } else { JsValue::NULL };
+        let theme = if dark {
+            JsValue::from("dark")
+        } else {
+            JsValue::NULL
+        };
         js_call(&echarts, "init", &[&element, &theme])?
     } else {
         existing
@@ -389,10 +393,12 @@ fn draw(id: &str, chart: &Chart) -> Result<(), String> {
     // Not merged into the previous option: a series that is gone must not linger.
     let settings = js_sys::Object::new();
     js_sys::Reflect::set(&settings, &"notMerge".into(), &JsValue::TRUE).map_err(js_message)?;
-    js_call(&instance, "setOption", &[&option, &settings]).map(|_| ()).inspect_err(|_| {
-        // Half-drawn state is worse than none: start afresh next time.
-        let _ = js_call(&echarts, "dispose", &[&element]);
-    })
+    js_call(&instance, "setOption", &[&option, &settings])
+        .map(|_| ())
+        .inspect_err(|_| {
+            // Half-drawn state is worse than none: start afresh next time.
+            let _ = js_call(&echarts, "dispose", &[&element]);
+        })
 }
 
 /// Puts a sentence where a chart could not be drawn, so the reader is not left with a
@@ -564,12 +570,21 @@ mod tests {
         let series = vec![s("a", "ms"), s("b", "MiB"), s("c", "x")];
         let json = serde_json::to_value(pitfall_chart(&pitfall(series)).unwrap()).unwrap();
         let axes = json["yAxis"].as_array().map(|a| a.len()).unwrap_or(1);
-        assert_eq!(axes, 2, "two units get an axis each, the third shares the first");
+        assert_eq!(
+            axes, 2,
+            "two units get an axis each, the third shares the first"
+        );
         for s in json["series"].as_array().unwrap() {
             let index = s["yAxisIndex"].as_f64().unwrap_or(0.0) as usize;
-            assert!(index < axes, "series {} points at a missing axis", s["name"]);
+            assert!(
+                index < axes,
+                "series {} points at a missing axis",
+                s["name"]
+            );
         }
-        assert_eq!(json["series"][0]["data"][1], "-", "a missing point is a gap");
+        assert_eq!(
+            json["series"][0]["data"][1], "-",
+            "a missing point is a gap"
+        );
     }
 }
-

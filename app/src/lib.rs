@@ -19,6 +19,7 @@ pub mod pitfalls;
 pub mod records;
 pub mod run_view;
 pub mod settings;
+pub mod widgets;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Title};

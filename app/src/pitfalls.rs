@@ -6,8 +6,7 @@
 use leptos::prelude::*;
 use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
 
-use crate::lab::TokenField;
-use crate::records::EmbedSnippet;
+use crate::widgets::{outcome_view, EmbedSnippet, TokenField};
 
 /// Where the tour's progress is kept in the browser.
 #[cfg(feature = "hydrate")]
@@ -72,44 +71,6 @@ pub fn PitfallsPage() -> impl IntoView {
                 .map(|(index, card)| view! { <PitfallCard card index done /> })
                 .collect_view()}
         </div>
-    }
-}
-
-/// A finished experiment: verdict, provenance, table, figures and notes.
-pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
-    let (class, word) = match r.verdict {
-        Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
-        Verdict::Refuted => ("verdict refuted", "Refuted here"),
-        Verdict::NotApplicable => ("verdict na", "Not applicable here"),
-    };
-    let figures = r
-        .figures
-        .iter()
-        .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> })
-        .collect_view();
-    let notes = r
-        .notes
-        .iter()
-        .map(|n| view! { <li>{n.clone()}</li> })
-        .collect_view();
-    let table = r.table.clone().map(|t| {
-        view! {
-            <table class="summary result-table" data-testid=format!("table-{}", r.id)>
-                <thead><tr>{t.columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
-                <tbody>
-                    {t.rows.into_iter().map(|row| view! { <tr>{row.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr> }).collect_view()}
-                </tbody>
-            </table>
-        }
-    });
-    view! {
-        <p class=class data-testid=format!("verdict-{}", r.id)>
-            <strong>{word}</strong>" — "{r.reason.clone()}
-        </p>
-        <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
-        {table}
-        <table class="summary figures"><tbody>{figures}</tbody></table>
-        <ul class="notes">{notes}</ul>
     }
 }
 
@@ -339,6 +300,9 @@ mod tests {
         assert_eq!(back, tour);
         assert_eq!(back[1], ("warm-up".to_string(), Some(Verdict::Confirmed)));
         // "Not applicable" never reads like a pass.
-        assert_ne!(verdict_mark(Verdict::NotApplicable).1, verdict_mark(Verdict::Confirmed).1);
+        assert_ne!(
+            verdict_mark(Verdict::NotApplicable).1,
+            verdict_mark(Verdict::Confirmed).1
+        );
     }
 }

@@ -1,0 +1,355 @@
+//! The Lab's settings, one component each: model, device, module mode, grad mode,
+//! autocast, batch and the iteration counts. Each reads the settings from the URL-backed
+//! [`LabCtx`] and changes them through it, so a control never holds state of its own
+//! (the batch field's typed text and its error are the one exception, kept in
+//! [`BatchState`] so the Run button can refuse an invalid batch).
+
+use leptos::prelude::*;
+use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, GradMode, ModelId, RunSpec};
+
+use super::{autocast_support, LabCtx};
+use crate::explain;
+use crate::settings::parse_batch;
+
+/// The batch field's typed text and the error it gives, shared with the Run button.
+#[derive(Clone, Copy)]
+pub struct BatchState {
+    pub text: RwSignal<String>,
+    pub error: RwSignal<Option<String>>,
+}
+
+/// Which model runs, with its parameter count and what its input is.
+#[component]
+pub fn ModelControl(lab: LabCtx) -> impl IntoView {
+    let LabCtx { spec, info, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let locked = move |c: &str| lab.locked(c);
+    let models = info.with_value(|i| i.models.clone());
+    view! {
+        <div class="control" class:hidden=hidden("model")>
+            <label for="model">"Model"</label>
+            <select
+                id="model"
+                data-testid="model"
+                prop:disabled=locked("model")
+                prop:value=move || spec.get().model.as_str()
+                on:change=move |ev| {
+                    if let Ok(m) = event_target_value(&ev).parse::<ModelId>() {
+                        update(&|s| {
+                            s.model = m;
+                            s.input_size = None;
+                        });
+                    }
+                }
+            >
+                {models
+                    .into_iter()
+                    .map(|m| {
+                        let id = m.id;
+                        view! {
+                            <option value=id.as_str() selected=move || spec.get().model == id>
+                                {format!("{} — {:.1}M params", m.name, m.parameters as f64 / 1e6)}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+            <p class="explain">
+                {move || {
+                    let m = spec.get().model;
+                    format!("Input: {} (default {}).", m.input().meaning, m.input().default)
+                }}
+            </p>
+        </div>
+    }
+}
+
+/// CPU or GPU, and the note that says when there is no GPU.
+#[component]
+pub fn DeviceControl(lab: LabCtx) -> impl IntoView {
+    let LabCtx { spec, info, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let locked = move |c: &str| lab.locked(c);
+    let devices = info.with_value(|i| i.devices.clone());
+    view! {
+        <div class="control" class:hidden=hidden("device")>
+            <label for="device">"Device"</label>
+            <select
+                id="device"
+                data-testid="device"
+                prop:disabled=locked("device")
+                prop:value=move || match spec.get().device {
+                    DeviceChoice::Auto => "auto",
+                    DeviceChoice::Cpu => "cpu",
+                    DeviceChoice::Cuda => "cuda",
+                }
+                on:change=move |ev| {
+                    if let Ok(d) = event_target_value(&ev).parse::<DeviceChoice>() {
+                        update(&|s| s.device = d);
+                    }
+                }
+            >
+                <option value="auto" selected=move || spec.get().device == DeviceChoice::Auto>
+                    "auto (GPU when present)"
+                </option>
+                {devices
+                    .into_iter()
+                    .map(|d| {
+                        let choice = match d.kind {
+                            DeviceKind::Cpu => DeviceChoice::Cpu,
+                            DeviceKind::Cuda => DeviceChoice::Cuda,
+                        };
+                        let mem = d.total_memory_bytes.map(|b| format!(", {}", format_bytes(b))).unwrap_or_default();
+                        view! {
+                            <option value=d.kind.as_str() selected=move || spec.get().device == choice>
+                                {format!("{}: {}{}", d.kind.as_str(), d.name, mem)}
+                            </option>
+                        }
+                    })
+                    .collect_view()}
+            </select>
+            {move || {
+                info.with_value(|i| {
+                    (!i.devices.iter().any(|d| d.kind == DeviceKind::Cuda))
+                        .then(|| view! {
+                            <p class="explain note" data-testid="no-gpu">
+                                "No GPU on this server: libtorch found no CUDA device, so every figure here is measured on the CPU. CUDA-only figures (reserved memory, device-level use) are absent, not zero."
+                            </p>
+                        })
+                })
+            }}
+        </div>
+    }
+}
+
+/// `model.eval()` or `model.train()`.
+#[component]
+pub fn ModeControl(lab: LabCtx) -> impl IntoView {
+    let LabCtx { spec, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let locked = move |c: &str| lab.locked(c);
+    view! {
+        <div class="control" class:hidden=hidden("eval")>
+            <span class="label" id="eval-label">"Module mode"</span>
+            <label class="toggle">
+                <input
+                    type="checkbox"
+                    data-testid="eval"
+                    prop:disabled=locked("eval")
+                    aria-labelledby="eval-label"
+                    prop:checked=move || spec.get().eval
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        update(&|s| s.eval = on);
+                    }
+                />
+                <code>{move || if spec.get().eval { "model.eval()" } else { "model.train()" }}</code>
+            </label>
+            <p class="explain" data-testid="eval-explain">{move || explain::eval_text(spec.get().eval, spec.get().model)}</p>
+        </div>
+    }
+}
+
+/// Autograd on, `no_grad` or `inference_mode`.
+#[component]
+pub fn GradControl(lab: LabCtx) -> impl IntoView {
+    let LabCtx { spec, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let locked = move |c: &str| lab.locked(c);
+    view! {
+        <fieldset class="control" class:hidden=hidden("grad") prop:disabled=locked("grad")>
+            <legend>"Grad mode"</legend>
+            {GradMode::ALL
+                .into_iter()
+                .map(|g| {
+                    let label = match g {
+                        GradMode::Enabled => "enabled (default)",
+                        GradMode::NoGrad => "torch.no_grad()",
+                        GradMode::InferenceMode => "torch.inference_mode()",
+                    };
+                    view! {
+                        <label class="choice">
+                            <input
+                                type="radio"
+                                name="grad"
+                                value=g.as_str()
+                                data-testid=format!("grad-{}", g.as_str())
+                                prop:checked=move || spec.get().grad == g
+                                on:change=move |_| update(&|s| s.grad = g)
+                            />
+                            {label}
+                        </label>
+                    }
+                })
+                .collect_view()}
+            <p class="explain" data-testid="grad-explain">{move || explain::grad_text(spec.get().grad)}</p>
+        </fieldset>
+    }
+}
+
+/// Autocast off, fp16 or bf16, each disabled with the reason where the device cannot.
+#[component]
+pub fn AutocastControl(lab: LabCtx) -> impl IntoView {
+    let LabCtx { spec, info, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let locked = move |c: &str| lab.locked(c);
+    view! {
+        <fieldset class="control" class:hidden=hidden("autocast") prop:disabled=locked("autocast")>
+            <legend>"Autocast"</legend>
+            {Autocast::ALL
+                .into_iter()
+                .map(|a| {
+                    let support = move || info.with_value(|i| autocast_support(i, &spec.get(), a));
+                    view! {
+                        <label class="choice" title=move || support().1>
+                            <input
+                                type="radio"
+                                name="autocast"
+                                value=a.as_str()
+                                data-testid=format!("autocast-{}", a.as_str())
+                                prop:checked=move || spec.get().autocast == a
+                                prop:disabled=move || !support().0
+                                on:change=move |_| update(&|s| s.autocast = a)
+                            />
+                            {a.as_str()}
+                            {move || (!support().1.is_empty()).then(|| view! { <span class="warn" aria-hidden="true">" ⚠"</span> })}
+                        </label>
+                    }
+                })
+                .collect_view()}
+            <p class="explain">{move || explain::autocast_text(spec.get().autocast)}</p>
+            <p class="explain note">
+                {move || {
+                    let s = spec.get();
+                    if s.autocast == Autocast::Off { String::new() } else { info.with_value(|i| autocast_support(i, &s, s.autocast).1) }
+                }}
+            </p>
+        </fieldset>
+    }
+}
+
+/// The batch: a slider over powers of two, or any whole number typed in.
+#[component]
+pub fn BatchControl(lab: LabCtx, batch_state: BatchState) -> impl IntoView {
+    let LabCtx { spec, info, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let locked = move |c: &str| lab.locked(c);
+    let limits = info.with_value(|i| i.limits.clone());
+    let stops = StoredValue::new(crate::settings::batch_stops(&limits));
+    let BatchState {
+        text: batch_text,
+        error: batch_error,
+    } = batch_state;
+    view! {
+        <fieldset class="control plain" class:hidden=hidden("batch") prop:disabled=locked("batch")>
+            <label for="batch">"Batch size"</label>
+            <div class="batch">
+                <input
+                    type="range"
+                    aria-label="Batch size (powers of two)"
+                    min="0"
+                    max=move || stops.with_value(|s| s.len().saturating_sub(1))
+                    step="1"
+                    prop:value=move || {
+                        let b = spec.get().batch;
+                        stops.with_value(|s| s.iter().position(|x| *x >= b).unwrap_or(s.len() - 1))
+                    }
+                    on:input=move |ev| {
+                        if let Ok(i) = event_target_value(&ev).parse::<usize>() {
+                            if let Some(b) = stops.with_value(|s| s.get(i).copied()) {
+                                batch_error.set(None);
+                                update(&|s| s.batch = b);
+                            }
+                        }
+                    }
+                />
+                <input
+                    id="batch"
+                    type="text"
+                    inputmode="numeric"
+                    data-testid="batch"
+                    aria-describedby="batch-error"
+                    prop:value=move || batch_text.get()
+                    on:change=move |ev| {
+                        let text = event_target_value(&ev);
+                        batch_text.set(text.clone());
+                        match parse_batch(&text, &limits) {
+                            Ok(b) => {
+                                batch_error.set(None);
+                                update(&|s| s.batch = b);
+                            }
+                            Err(e) => batch_error.set(Some(e)),
+                        }
+                    }
+                />
+            </div>
+            <p id="batch-error" class="error" role="alert" data-testid="batch-error">{move || batch_error.get()}</p>
+            <p class="explain">{explain::batch_text()}</p>
+        </fieldset>
+    }
+}
+
+/// The warm-up and timed iteration counts.
+#[component]
+pub fn AdvancedControl(lab: LabCtx) -> impl IntoView {
+    let LabCtx { spec, info, .. } = lab;
+    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
+    let hidden = move |c: &str| lab.hidden(c);
+    let (max_warmup, max_iters) = info.with_value(|i| (i.limits.max_warmup, i.limits.max_iters));
+    view! {
+        <details class="control" class:hidden=hidden("advanced")>
+            <summary>"Advanced: iterations"</summary>
+            <NumberSetting
+                label="Warm-up iterations (not in the statistics) "
+                testid="warmup"
+                min=0
+                max=max_warmup
+                value=Signal::derive(move || spec.get().warmup)
+                on_set=Callback::new(move |w: u32| update(&|s| s.warmup = w))
+            />
+            <NumberSetting
+                label="Timed iterations "
+                testid="iters"
+                min=1
+                max=max_iters
+                value=Signal::derive(move || spec.get().iters)
+                on_set=Callback::new(move |n: u32| update(&|s| s.iters = n))
+            />
+        </details>
+    }
+}
+
+/// A whole-number setting, clamped to `min..=max` before it reaches the URL.
+#[component]
+pub fn NumberSetting(
+    label: &'static str,
+    testid: &'static str,
+    min: u32,
+    max: u32,
+    value: Signal<u32>,
+    on_set: Callback<u32>,
+) -> impl IntoView {
+    view! {
+        <label>
+            {label}
+            <input
+                type="number"
+                min=min
+                max=max
+                data-testid=testid
+                prop:value=move || value.get()
+                on:change=move |ev| {
+                    if let Ok(n) = event_target_value(&ev).parse::<u32>() {
+                        on_set.run(n.clamp(min, max));
+                    }
+                }
+            />
+        </label>
+    }
+}

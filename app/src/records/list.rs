@@ -1,0 +1,139 @@
+//! `/runs`: what this server has recorded, newest first; tick runs to see them side by side.
+
+use leptos::prelude::*;
+use protocol::{format_bytes, RecordSummary};
+
+#[cfg(feature = "ssr")]
+use super::RecordIndex;
+use super::{INDEX_ELEMENT, INDEX_LIMIT, MAX_COMPARED};
+
+/// The newest recorded results (`Err` with a message when they cannot be read), and the
+/// JSON to embed for hydration; like [`load`], fetched from the API after client-side
+/// navigation.
+fn load_index() -> (RwSignal<Option<Result<Vec<RecordSummary>, String>>>, String) {
+    #[cfg(feature = "ssr")]
+    {
+        let listed = match use_context::<RecordIndex>() {
+            Some(index) => (index.0)(INDEX_LIMIT),
+            None => Err("this server keeps no record".to_string()),
+        };
+        let json = crate::script_json(&listed);
+        (RwSignal::new(Some(listed)), json)
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        #[cfg(feature = "hydrate")]
+        {
+            let text = crate::page_json(INDEX_ELEMENT).unwrap_or_default();
+            if let Ok(listed) = serde_json::from_str::<Result<Vec<RecordSummary>, String>>(&text) {
+                return (RwSignal::new(Some(listed)), text);
+            }
+            let state = RwSignal::new(None);
+            leptos::task::spawn_local(async move {
+                let url = format!("/api/records?limit={INDEX_LIMIT}");
+                state.set(Some(
+                    crate::client::get_json::<Vec<RecordSummary>>(&url).await,
+                ));
+            });
+            (state, String::new())
+        }
+        #[cfg(not(feature = "hydrate"))]
+        {
+            (RwSignal::new(None), String::new())
+        }
+    }
+}
+
+/// `/runs`: what this server has recorded, newest first; pick runs to see side by side.
+#[component]
+pub fn RecordsPage() -> impl IntoView {
+    let (state, json) = load_index();
+    let selected = RwSignal::new(Vec::<String>::new());
+    let compare_href = move || format!("/compare?runs={}", selected.with(|s| s.join(",")));
+    let rows = move || {
+        state.with(|s| match s {
+            None => view! { <p class="status">"Loading…"</p> }.into_any(),
+            Some(Err(m)) => view! { <p class="error" role="alert">{m.clone()}</p> }.into_any(),
+            Some(Ok(list)) if list.is_empty() => {
+                view! { <p class="explain" data-testid="records-empty">"Nothing recorded yet: every run and experiment finished on this server appears here."</p> }.into_any()
+            }
+            Some(Ok(list)) => {
+                let body = list
+                    .iter()
+                    .map(|r| {
+                        let id = r.id.clone();
+                        let pick = (r.kind == protocol::RecordKind::Run).then(|| {
+                            let id = id.clone();
+                            view! {
+                                <input
+                                    type="checkbox"
+                                    aria-label=format!("compare {id}")
+                                    data-testid=format!("pick-{id}")
+                                    prop:disabled={
+                                        let id = id.clone();
+                                        move || selected.with(|s| s.len() >= MAX_COMPARED && !s.contains(&id))
+                                    }
+                                    on:change=move |ev| {
+                                        let on = event_target_checked(&ev);
+                                        selected.update(|s| {
+                                            s.retain(|x| x != &id);
+                                            if on {
+                                                s.push(id.clone());
+                                            }
+                                        });
+                                    }
+                                />
+                            }
+                        });
+                        let figures = match (r.p50_ms, r.peak_above_baseline_bytes, r.verdict) {
+                            (Some(p50), Some(peak), _) => format!("p50 {p50:.3} ms · peak +{}", format_bytes(peak)),
+                            (_, _, Some(v)) => v.as_str().replace('_', " "),
+                            _ => String::new(),
+                        };
+                        view! {
+                            <tr>
+                                <td>{pick}</td>
+                                <td><a href=format!("/runs/{id}") rel="external">{r.label.clone()}</a></td>
+                                <td>{r.device_name.clone()}</td>
+                                <td>{figures}</td>
+                                <td class="when">{r.measured_at.clone()}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view();
+                view! {
+                    <div class="table-scroll">
+                        <table class="summary records" data-testid="records">
+                            <thead><tr><th></th><th>"what"</th><th>"device"</th><th>"result"</th><th>"measured (UTC)"</th></tr></thead>
+                            <tbody>{body}</tbody>
+                        </table>
+                    </div>
+                }
+                .into_any()
+            }
+        })
+    };
+    view! {
+        <script type="application/json" id=INDEX_ELEMENT inner_html=json></script>
+        <div class="record">
+            <section class="panel">
+                <h1>"Recorded on this server"</h1>
+                <p class="explain">
+                    {format!("The newest {INDEX_LIMIT} runs and experiments, each with its permalink. Tick up to {MAX_COMPARED} runs to see them side by side.")}
+                </p>
+                <div class="actions">
+                    <a
+                        class="button"
+                        data-testid="compare-selected"
+                        href=compare_href
+                        rel="external"
+                        class:hidden=move || selected.with(|s| s.len() < 2)
+                    >
+                        {move || format!("Compare {} runs side by side", selected.with(|s| s.len()))}
+                    </a>
+                </div>
+                {rows}
+            </section>
+        </div>
+    }
+}

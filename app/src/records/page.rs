@@ -1,0 +1,180 @@
+//! `/runs/{id}` and `/embed/runs/{id}`: one recorded run or experiment, exactly as it was
+//! measured, with its exports, permalink, embed snippet and a way to compare it.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+use protocol::{python_snippet, Record, RecordBody, Report, ServerInfo};
+
+use super::{load, Loaded, RECORDS_ELEMENT};
+use crate::settings::query_from_spec;
+use crate::widgets::{provenance, summary_table, RecordActions};
+
+/// `/runs/{id}` and `/embed/runs/{id}`: one recorded result, exactly as measured.
+#[component]
+pub fn RecordPage(#[prop(optional)] embed: bool) -> impl IntoView {
+    let id = use_params_map()
+        .with_untracked(|p| p.get("id"))
+        .unwrap_or_default();
+    let (state, json) = load(vec![id]);
+    view! {
+        <script type="application/json" id=RECORDS_ELEMENT inner_html=json></script>
+        <div class="record" class:embedded=embed>
+            {move || {
+                state.with(|s| match s.as_ref().and_then(|v| v.first()) {
+                    None => view! { <p class="status">"Loading the recorded result…"</p> }.into_any(),
+                    Some(Loaded::Missing(m)) => view! { <p class="error" role="alert" data-testid="record-missing">{m.clone()}</p> }.into_any(),
+                    Some(Loaded::Found(r)) => record_view(r, embed).into_any(),
+                })
+            }}
+        </div>
+    }
+}
+
+fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
+    let id = record.id.clone();
+    match &record.body {
+        RecordBody::Run(report) => {
+            let report = (**report).clone();
+            let lab_link = format!("/?{}", query_from_spec(&report.spec));
+            let heading = format!(
+                "{} · {}",
+                report.spec.model.display_name(),
+                report.spec.label()
+            );
+            view! {
+                <section class="panel record-head">
+                    <h1 data-testid="record-title">{heading}</h1>
+                    <p class="provenance" data-testid="provenance">{provenance(&report.env)}</p>
+                    <p class="explain">
+                        "A recorded result: the figures below are what Gradless measured then, on that hardware. Nothing is re-run when this page opens."
+                        {(!embed).then(|| view! { " " <a href=lab_link rel="external">"Run these settings again in the Lab"</a> })}
+                    </p>
+                </section>
+                <RecordedCharts report=report.clone() />
+                <section class="panel">{summary_table(&report)}</section>
+                <RecordActions id=id.clone() run=true charts=vec![("latency-chart", "latency"), ("memory-chart", "memory")] />
+                {(!embed).then(|| view! {
+                    <CompareWith id=id.clone() />
+                    <section class="panel snippet">
+                        <h2>"The same in PyTorch"</h2>
+                        <pre><code>{python_snippet(&report.spec)}</code></pre>
+                    </section>
+                })}
+            }
+            .into_any()
+        }
+        RecordBody::Pitfall(report) => {
+            let report = (**report).clone();
+            let info = use_context::<ServerInfo>();
+            let title = info
+                .and_then(|i| {
+                    i.pitfalls
+                        .iter()
+                        .find(|c| c.id == report.id)
+                        .map(|c| c.title.clone())
+                })
+                .unwrap_or_else(|| report.id.clone());
+            let chart_id = "pitfall-chart".to_string();
+            #[cfg(feature = "hydrate")]
+            {
+                let r = report.clone();
+                let chart_id = chart_id.clone();
+                Effect::new(move |_| {
+                    if let Some(chart) = crate::charts::pitfall_chart(&r) {
+                        crate::charts::render(chart_id.clone(), chart)
+                    }
+                });
+            }
+            let has_chart = crate::charts::pitfall_chart(&report).is_some();
+            view! {
+                <section class="panel record-head">
+                    <h1 data-testid="record-title">{title}</h1>
+                    <p class="claim">{report.claim.clone()}</p>
+                    <p class="provenance" data-testid="provenance">{provenance(&report.env)}</p>
+                    {(!embed).then(|| view! { <p class="explain"><a href=format!("/pitfalls#{}", report.id) rel="external">"Run this experiment again"</a></p> })}
+                </section>
+                <section class="panel">
+                    {crate::widgets::outcome_view(&report)}
+                    <div id=chart_id class="chart" class:hidden=!has_chart></div>
+                </section>
+                <RecordActions id=id.clone() run=false charts=if has_chart { vec![("pitfall-chart", "chart")] } else { vec![] } />
+            }
+            .into_any()
+        }
+    }
+}
+
+/// The latency and memory charts of a recorded run.
+#[component]
+fn RecordedCharts(report: Report) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    {
+        use crate::charts;
+        let r = report.clone();
+        Effect::new(move |_| {
+            charts::render(
+                "latency-chart",
+                charts::latency_chart(
+                    &r.warmup,
+                    &r.samples,
+                    Some(r.latency_ms.p50),
+                    Some(r.latency_ms.p95),
+                ),
+            );
+            charts::render(
+                "memory-chart",
+                charts::memory_chart(&r.warmup, &r.samples, Some(r.memory.baseline_bytes)),
+            );
+        });
+    }
+    let _ = &report;
+    view! {
+        <div class="charts">
+            <figure><div id="latency-chart" class="chart" data-testid="latency-chart"></div></figure>
+            <figure><div id="memory-chart" class="chart" data-testid="memory-chart"></div></figure>
+        </div>
+    }
+}
+
+/// Paste another permalink to see both side by side.
+#[component]
+fn CompareWith(id: String) -> impl IntoView {
+    let error = RwSignal::new(None::<String>);
+    let on_submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        #[cfg(feature = "hydrate")]
+        {
+            use wasm_bindgen::JsCast;
+            let text = ev
+                .target()
+                .and_then(|t| t.dyn_into::<web_sys::HtmlFormElement>().ok())
+                .and_then(|f| f.elements().named_item("other"))
+                .and_then(|e| e.dyn_into::<web_sys::HtmlInputElement>().ok())
+                .map(|i| i.value())
+                .unwrap_or_default();
+            match super::record_id_from(&text) {
+                Some(other) => {
+                    let _ = web_sys::window().map(|w| {
+                        w.location()
+                            .set_href(&format!("/compare?runs={},{other}", id))
+                    });
+                }
+                None => error.set(Some(format!(
+                    "“{}” is not a permalink or run id (16 hex digits).",
+                    text.trim()
+                ))),
+            }
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = &id;
+    };
+    view! {
+        <section class="panel">
+            <form class="compare-with" on:submit=on_submit>
+                <label>"Compare with another run: "<input name="other" type="text" placeholder="permalink or id" data-testid="compare-with" /></label>
+                <button type="submit">"Side by side"</button>
+            </form>
+            <p class="error" role="alert">{move || error.get()}</p>
+        </section>
+    }
+}

@@ -1,0 +1,217 @@
+//! Pieces several pages show: the figures of a finished run and of an experiment, where a
+//! result was measured, the actions every recorded result offers (exports, permalink,
+//! embed snippet) and the access-token field. Pages import these; widgets import no page,
+//! so the page modules never depend on each other.
+
+use leptos::prelude::*;
+use protocol::{format_bytes, PitfallReport, Report, Verdict};
+
+/// The line that says where and when a result was measured.
+pub fn provenance(env: &protocol::EnvStamp) -> String {
+    let mut parts = vec![
+        format!("{} ({})", env.device_name, env.device.as_str()),
+        format!("libtorch {}", env.libtorch_version),
+    ];
+    if let Some(c) = &env.cuda_version {
+        parts.push(format!("CUDA {c}"));
+    }
+    if let Some(d) = &env.driver_version {
+        parts.push(format!("driver {d}"));
+    }
+    parts.push(format!(
+        "{} CPU thread{}",
+        env.threads,
+        if env.threads == 1 { "" } else { "s" }
+    ));
+    parts.push(format!("Gradless {}", env.gradless_version));
+    format!("Recorded {} on {}", env.measured_at, parts.join(" · "))
+}
+
+/// A finished run's figures, with where they come from.
+pub fn summary_table(r: &Report) -> impl IntoView + use<> {
+    let l = &r.latency_ms;
+    let m = &r.memory;
+    let reserved = m
+        .peak_reserved_bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "absent: the CPU has no caching allocator".into());
+    let leak = if m.leaked_bytes == 0 {
+        format!("{} (back at baseline)", format_bytes(m.after_release_bytes))
+    } else {
+        format!(
+            "{} — {} not returned",
+            format_bytes(m.after_release_bytes),
+            format_bytes(m.leaked_bytes)
+        )
+    };
+    let device_used = m
+        .device_used_bytes
+        .map(format_bytes)
+        .unwrap_or_else(|| "absent: only a GPU reports it".into());
+    view! {
+        <table class="summary" data-testid="summary">
+            <caption>
+                {format!(
+                    "{} on {} · libtorch {} · {} thread{} · {}",
+                    r.spec.label(),
+                    r.env.device_name,
+                    r.env.libtorch_version,
+                    r.env.threads,
+                    if r.env.threads == 1 { "" } else { "s" },
+                    r.env.measured_at
+                )}
+            </caption>
+            <tbody>
+                <tr><th>"latency p50 / p95 / p99"</th><td data-testid="p50">{format!("{:.3} / {:.3} / {:.3} ms", l.p50, l.p95, l.p99)}</td></tr>
+                <tr><th>"mean ± stddev (min – max)"</th><td>{format!("{:.3} ± {:.3} ms ({:.3} – {:.3})", l.mean, l.stddev, l.min, l.max)}</td></tr>
+                <tr><th>"throughput"</th><td>{format!("{:.1} samples/s", r.throughput_per_s)}</td></tr>
+                <tr><th>"peak above baseline"</th><td data-testid="peak">{format_bytes(m.peak_above_baseline_bytes)}</td></tr>
+                <tr><th>"baseline (weights + input)"</th><td>{format_bytes(m.baseline_bytes)}</td></tr>
+                <tr><th>"peak reserved"</th><td>{reserved}</td></tr>
+                <tr><th>"device memory in use"</th><td>{device_used}</td></tr>
+                <tr><th>"after the output is freed"</th><td>{leak}</td></tr>
+                <tr><th>"output"</th><td>{format!("{} {:?}{}{}", r.output.dtype, r.output.shape, if r.output.requires_grad { ", requires_grad: graph kept alive" } else { "" }, if r.output.is_inference { ", inference tensor" } else { "" })}</td></tr>
+                <tr><th>"memory figures"</th><td>{m.source.describe()}</td></tr>
+            </tbody>
+        </table>
+    }
+}
+
+/// Exports, permalink and embed snippet of one recorded result.
+#[component]
+pub fn RecordActions(
+    id: String,
+    run: bool,
+    charts: Vec<(&'static str, &'static str)>,
+) -> impl IntoView {
+    let export = |format: &str| format!("/api/records/{id}/export/{format}");
+    let png_buttons = charts
+        .into_iter()
+        .map(|(chart, name)| {
+            let filename = format!("gradless-{id}-{name}.png");
+            let on_click = move |_| {
+                #[cfg(feature = "hydrate")]
+                crate::charts::download_png(chart, &filename);
+                #[cfg(not(feature = "hydrate"))]
+                let _ = (chart, &filename);
+            };
+            view! { <button data-testid=format!("png-{name}") on:click=on_click>{format!("PNG: {name}")}</button> }
+        })
+        .collect_view();
+    view! {
+        <section class="panel exports" data-testid="record-actions">
+            <div class="actions">
+                <a class="button" href=format!("/runs/{id}") rel="external" data-testid="permalink">"Permalink"</a>
+                <a class="button" href=export("json") download="" data-testid="export-json">"JSON"</a>
+                <a class="button" href=export("csv") download="" data-testid="export-csv">"CSV"</a>
+                {run.then(|| view! { <a class="button" href=export("py") download="" data-testid="export-py" title="A standalone PyTorch script that measures this run again, the same way">"Export as Python script"</a> })}
+                {png_buttons}
+            </div>
+            <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" />
+        </section>
+    }
+}
+
+/// The Embed button and, once pressed, the snippet to paste into a doc page.
+#[component]
+pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView {
+    let open = RwSignal::new(false);
+    let snippet = move || {
+        let origin = {
+            #[cfg(feature = "hydrate")]
+            {
+                web_sys::window()
+                    .and_then(|w| w.location().origin().ok())
+                    .unwrap_or_default()
+            }
+            #[cfg(not(feature = "hydrate"))]
+            {
+                String::new()
+            }
+        };
+        crate::embed::embed_snippet(&origin, &path.get(), title)
+    };
+    view! {
+        <button data-testid="embed" on:click=move |_| open.update(|o| *o = !*o)>{move || if open.get() { "Hide embed code" } else { "Embed" }}</button>
+        {move || open.get().then(|| view! {
+            <div class="embed-code">
+                <p class="explain">
+                    "Paste into a doc page. The frame resizes itself to fit. Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
+                    " to the lab's address to fix or hide controls. The server must allow the doc's origin (--embed-origins)."
+                </p>
+                <textarea readonly rows="9" data-testid="embed-code">{snippet()}</textarea>
+            </div>
+        })}
+    }
+}
+
+/// The access token for a server that asks for one, kept in this browser.
+#[component]
+pub fn TokenField() -> impl IntoView {
+    let initial = {
+        #[cfg(feature = "hydrate")]
+        {
+            crate::client::saved_token().unwrap_or_default()
+        }
+        #[cfg(not(feature = "hydrate"))]
+        {
+            String::new()
+        }
+    };
+    view! {
+        <div class="control">
+            <label for="token">"Access token"</label>
+            <input
+                id="token"
+                type="password"
+                autocomplete="off"
+                data-testid="token"
+                prop:value=initial
+                on:change=move |ev| {
+                    let _t = event_target_value(&ev);
+                    #[cfg(feature = "hydrate")]
+                    crate::client::save_token(&_t);
+                }
+            />
+            <p class="explain">"This server asks for a token to start runs (reading results needs none). It stays in this browser."</p>
+        </div>
+    }
+}
+
+/// A finished experiment: verdict, provenance, table, figures and notes.
+pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
+    let (class, word) = match r.verdict {
+        Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
+        Verdict::Refuted => ("verdict refuted", "Refuted here"),
+        Verdict::NotApplicable => ("verdict na", "Not applicable here"),
+    };
+    let figures = r
+        .figures
+        .iter()
+        .map(|f| view! { <tr><th>{f.name.clone()}</th><td>{f.display()}</td></tr> })
+        .collect_view();
+    let notes = r
+        .notes
+        .iter()
+        .map(|n| view! { <li>{n.clone()}</li> })
+        .collect_view();
+    let table = r.table.clone().map(|t| {
+        view! {
+            <table class="summary result-table" data-testid=format!("table-{}", r.id)>
+                <thead><tr>{t.columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
+                <tbody>
+                    {t.rows.into_iter().map(|row| view! { <tr>{row.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr> }).collect_view()}
+                </tbody>
+            </table>
+        }
+    });
+    view! {
+        <p class=class data-testid=format!("verdict-{}", r.id)>
+            <strong>{word}</strong>" — "{r.reason.clone()}
+        </p>
+        <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
+        {table}
+        <table class="summary figures"><tbody>{figures}</tbody></table>
+        <ul class="notes">{notes}</ul>
+    }
+}
