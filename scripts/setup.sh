@@ -64,7 +64,7 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" = "$WASM_BINDGEN
   echo "wasm-bindgen: $WASM_BINDGEN_VERSION"
 else
   step "Compiling wasm-bindgen-cli $WASM_BINDGEN_VERSION (no prebuilt one on the registries: about 7 minutes on 2 cores, once per machine)"
-  # Not --locked: its lockfile names a crate version the registry index lacks (TOOLCHAIN.md).
+  # Not --locked: its lockfile names a crate version the registry index lacks; see docs/ARCHITECTURE.md.
   cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
