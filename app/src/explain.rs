@@ -96,37 +96,117 @@ fn describe_change(what: &str, pct: f64) -> String {
     }
 }
 
-/// One line that reads the latest result against the previous run.
+/// The run named as people say it: the model, then its settings ("ResNet-18 · eval ·
+/// no_grad · batch 4").
+pub fn run_name(r: &Report) -> String {
+    format!("{} · {}", r.spec.model.display_name(), r.spec.label())
+}
+
+/// What differs between two runs beyond the settings being taught (model, device, input
+/// size, threads): a percentage across those is not a lesson about a setting.
+pub fn incomparable(a: &Report, b: &Report) -> Vec<&'static str> {
+    let mut out = vec![];
+    if a.spec.model != b.spec.model {
+        out.push("model");
+    }
+    if a.env.device != b.env.device || a.env.device_name != b.env.device_name {
+        out.push("device");
+    }
+    if a.spec.input_size != b.spec.input_size {
+        out.push("input size");
+    }
+    if a.env.threads != b.env.threads {
+        out.push("CPU threads");
+    }
+    out
+}
+
+/// The run-to-run spread of a run's timed latencies: interquartile range over the median
+/// (torch.utils.benchmark's measure of noise). `None` with fewer than 4 samples.
+pub fn relative_spread(r: &Report) -> Option<f64> {
+    let mut v: Vec<f64> = r.samples.iter().map(|s| s.latency_ms).collect();
+    if v.len() < 4 {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        let x = p * (v.len() - 1) as f64;
+        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+        v[lo] + (v[hi] - v[lo]) * (x - lo as f64)
+    };
+    let median = q(0.5);
+    (median > 0.0).then(|| (q(0.75) - q(0.25)) / median)
+}
+
+/// A caveat that must travel with the figures: fp16/bf16 autocast on a CPU measures the
+/// CPU's (often emulated) low-precision path, not what a GPU does.
+pub fn caveat(r: &Report) -> Option<String> {
+    (r.spec.autocast != Autocast::Off && r.env.device == protocol::DeviceKind::Cpu).then(|| {
+        format!(
+            "{} autocast ran on a CPU ({}): without native low-precision units it is emulated and usually slower than fp32; its latency says nothing about a GPU.",
+            r.spec.autocast.as_str(),
+            r.env.cpu_model
+        )
+    })
+}
+
+/// The reading line under the charts: the latest run, and what changed against the
+/// previous one — only where the two differ in the settings being taught, and with
+/// latency changes inside the runs' own noise said to be noise.
 pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
     let peak = latest.memory.peak_above_baseline_bytes;
     let p50 = latest.latency_ms.p50;
+    let caveat = caveat(latest).map(|c| format!(" {c}")).unwrap_or_default();
     let Some(prev) = previous else {
         return format!(
-            "{} needed {} above the weights and input at its peak, with a median of {:.2} ms per batch of {}.",
-            latest.spec.label(),
+            "{} needed {} above the weights and input at its peak, with a median of {:.2} ms per batch of {}.{caveat}",
+            run_name(latest),
             format_bytes(peak),
             p50,
             latest.spec.batch
         );
     };
-    let mem = change(peak as f64, prev.memory.peak_above_baseline_bytes as f64);
-    let lat = change(p50, prev.latency_ms.p50);
-    let parts: Vec<String> = [
-        mem.map(|m| describe_change("peak memory", m)),
-        lat.map(|l| describe_change("p50 latency", l)),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    format!(
-        "{} against the previous run ({}): {} ({} → {} above baseline; p50 {:.2} → {:.2} ms).",
-        latest.spec.label(),
-        prev.spec.label(),
-        parts.join(", "),
+    let figures = format!(
+        "{} → {} above baseline; p50 {:.2} → {:.2} ms",
         format_bytes(prev.memory.peak_above_baseline_bytes),
         format_bytes(peak),
         prev.latency_ms.p50,
         p50
+    );
+    let differs = incomparable(latest, prev);
+    if !differs.is_empty() {
+        return format!(
+            "{} and the previous run ({}) differ in {}: {figures}. Across a different {} the change is not the effect of a setting: change one setting at a time to see what it does.{caveat}",
+            run_name(latest),
+            run_name(prev),
+            differs.join(", "),
+            differs.join(" and "),
+        );
+    }
+    let noise = relative_spread(latest)
+        .into_iter()
+        .chain(relative_spread(prev))
+        .fold(0.0_f64, f64::max);
+    let mem = change(peak as f64, prev.memory.peak_above_baseline_bytes as f64);
+    let lat = change(p50, prev.latency_ms.p50).map(|l| {
+        if l.abs() <= noise * 100.0 {
+            format!(
+                "p50 latency within the noise (the runs' own spread is ±{:.0}%)",
+                noise * 100.0
+            )
+        } else {
+            describe_change("p50 latency", l)
+        }
+    });
+    let parts: Vec<String> = [mem.map(|m| describe_change("peak memory", m)), lat]
+        .into_iter()
+        .flatten()
+        .collect();
+    format!(
+        "{} against the previous run ({}): {} ({figures}).{caveat}",
+        run_name(latest),
+        prev.spec.label(),
+        parts.join(", "),
     )
 }
 
@@ -164,5 +244,69 @@ mod tests {
             !eval_text(false, ModelId::Transformer).contains("BatchNorm"),
             "the transformer has no BatchNorm"
         );
+    }
+
+    fn report(model: &str, batch: u32, peak: u64, latencies: &[f64]) -> Report {
+        let samples: Vec<serde_json::Value> = latencies
+            .iter()
+            .enumerate()
+            .map(|(i, ms)| serde_json::json!({"iteration": i, "latency_ms": ms, "allocated_bytes": 0, "peak_bytes": peak, "reserved_bytes": null}))
+            .collect();
+        let mut sorted = latencies.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let p50 = sorted[sorted.len() / 2];
+        serde_json::from_value(serde_json::json!({
+            "spec": {"model": model, "device": "cpu", "batch": batch, "input_size": null, "eval": true,
+                     "grad": "no_grad", "autocast": "off", "warmup": 1, "iters": latencies.len(), "threads": 1},
+            "env": {"device": "cpu", "device_name": "cpu", "device_total_memory_bytes": null, "driver_version": null,
+                    "cuda_version": null, "cudnn_version": null, "libtorch_version": "2.11.0", "cpu_model": "test cpu",
+                    "threads": 1, "measured_at": "2026-11-30T00:00:00Z", "gradless_version": "0"},
+            "latency_ms": {"mean": p50, "p50": p50, "p95": p50, "p99": p50, "min": p50, "max": p50, "stddev": 0.0},
+            "throughput_per_s": 1.0,
+            "memory": {"source": "cpu_tensor_memory", "baseline_bytes": 1, "peak_allocated_bytes": peak + 1,
+                       "peak_above_baseline_bytes": peak, "peak_reserved_bytes": null, "after_release_bytes": 1,
+                       "leaked_bytes": 0, "device_used_bytes": null},
+            "output": {"dtype": "Float", "shape": [batch, 10], "is_inference": false, "requires_grad": false},
+            "warmup": [],
+            "samples": samples
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn runs_of_different_models_are_named_and_not_turned_into_a_percentage() {
+        let mlp = report("tiny_mlp", 4, 1 << 20, &[1.0, 1.0, 1.0, 1.0]);
+        let resnet = report("resnet18", 1, 400 << 20, &[30.0, 30.0, 30.0, 30.0]);
+        let text = reading(&resnet, Some(&mlp));
+        assert!(
+            text.contains("ResNet-18") && text.contains("Tiny MLP"),
+            "{text}"
+        );
+        assert!(text.contains("differ in model"), "{text}");
+        assert!(!text.contains('%'), "no percentage across models: {text}");
+    }
+
+    #[test]
+    fn a_latency_change_inside_the_runs_spread_is_called_noise() {
+        let noisy = [10.0, 8.0, 12.0, 9.0, 11.0, 13.0, 7.0, 10.0];
+        let a = report("resnet18", 4, 100 << 20, &noisy);
+        let b_lat: Vec<f64> = noisy.iter().map(|x| x * 1.1).collect();
+        let b = report("resnet18", 4, 25 << 20, &b_lat);
+        let text = reading(&b, Some(&a));
+        assert!(text.contains("within the noise"), "{text}");
+        assert!(text.contains("peak memory 75% lower"), "{text}");
+        // A change far beyond the spread is reported as a change.
+        let c_lat: Vec<f64> = noisy.iter().map(|x| x * 3.0).collect();
+        let c = report("resnet18", 4, 25 << 20, &c_lat);
+        assert!(reading(&c, Some(&a)).contains("p50 latency 200% higher"));
+    }
+
+    #[test]
+    fn autocast_on_a_cpu_carries_its_caveat() {
+        let mut r = report("resnet18", 4, 1, &[1.0; 4]);
+        assert!(caveat(&r).is_none());
+        r.spec.autocast = Autocast::Bf16;
+        assert!(caveat(&r).unwrap().contains("emulated"));
+        assert!(reading(&r, None).contains("emulated"));
     }
 }

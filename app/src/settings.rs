@@ -65,19 +65,67 @@ pub fn query_from_spec(spec: &RunSpec) -> String {
     q
 }
 
+/// What a link asked for that this page could not use, one sentence each ("model
+/// “resnet999” is not a model here: showing Tiny MLP"), so nothing is dropped silently.
+pub fn ignored_in_query(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let d = RunSpec::default();
+    let mut out = vec![];
+    let mut check = |key: &str, ok: bool, shown: String| {
+        if let Some(v) = get(key).filter(|_| !ok) {
+            out.push(format!(
+                "{key} “{v}” is not a value this page knows: showing {shown}"
+            ));
+        }
+    };
+    let model = get("model").map(|v| v.parse::<ModelId>().is_ok());
+    check("model", model != Some(false), d.model.as_str().to_string());
+    let device = get("device").map(|v| v.parse::<DeviceChoice>().is_ok());
+    check("device", device != Some(false), "auto".into());
+    let batch = get("batch").map(|v| v.parse::<u32>().is_ok_and(|b| b > 0));
+    check("batch", batch != Some(false), d.batch.to_string());
+    let grad = get("grad").map(|v| v.parse::<GradMode>().is_ok());
+    check("grad", grad != Some(false), d.grad.as_str().to_string());
+    let autocast = get("autocast").map(|v| v.parse::<Autocast>().is_ok());
+    check(
+        "autocast",
+        autocast != Some(false),
+        d.autocast.as_str().into(),
+    );
+    let warmup = get("warmup").map(|v| v.parse::<u32>().is_ok());
+    check("warmup", warmup != Some(false), d.warmup.to_string());
+    let iters = get("iters").map(|v| v.parse::<u32>().is_ok_and(|i| i > 0));
+    check("iters", iters != Some(false), d.iters.to_string());
+    out
+}
+
+/// Checks a whole number typed by a person against `min..=max`; the message names the
+/// setting and its limits.
+pub fn parse_count(text: &str, what: &str, min: u32, max: u32) -> Result<u32, String> {
+    let t = text.trim();
+    let range = format!("{what} must be a whole number from {min} to {max} on this server");
+    match t.parse::<i64>() {
+        Ok(n) if (i64::from(min)..=i64::from(max)).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!("{n} is out of range: {range}")),
+        Err(_) => Err(format!("“{t}” is not a whole number: {range}")),
+    }
+}
+
 /// Checks a batch typed by a person; the message says what is allowed.
 pub fn parse_batch(text: &str, limits: &Limits) -> Result<u32, String> {
     let text = text.trim();
-    let n: u64 = text.parse().map_err(|_| {
+    let n: i64 = text.parse().map_err(|_| {
         format!(
             "“{text}” is not a whole number; enter a batch size from 1 to {}",
             limits.max_batch
         )
     })?;
-    if n == 0 {
-        return Err("batch must be at least 1".into());
+    if n < 1 {
+        return Err(format!(
+            "batch must be at least 1 (and at most {} on this server)",
+            limits.max_batch
+        ));
     }
-    if n > limits.max_batch as u64 {
+    if n > i64::from(limits.max_batch) {
         return Err(format!(
             "batch {n} is above this server's limit of {}",
             limits.max_batch
@@ -168,5 +216,39 @@ mod tests {
         assert_eq!(stops.first(), Some(&1));
         assert!(stops.windows(2).all(|w| w[1] == 2 * w[0]));
         assert!(*stops.last().unwrap() <= limits.max_batch);
+    }
+
+    #[test]
+    fn counts_outside_the_limits_are_refused_with_the_limits_named() {
+        for bad in ["101", "5000", "-1", "2.5", "", "abc"] {
+            let e = parse_count(bad, "Timed iterations", 1, 100).unwrap_err();
+            assert!(e.contains("from 1 to 100"), "{bad}: {e}");
+        }
+        assert_eq!(parse_count(" 100 ", "x", 1, 100), Ok(100));
+        assert_eq!(parse_count("0", "x", 0, 100), Ok(0));
+        let limits = Limits::default();
+        let e = parse_batch("-3", &limits).unwrap_err();
+        assert!(e.contains("at least 1"), "{e}");
+        assert!(!e.contains("not a whole number"), "{e}");
+    }
+
+    #[test]
+    fn what_a_link_asked_for_and_did_not_get_is_said() {
+        let q = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(a, _)| *a == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let said = ignored_in_query(q(&[("model", "resnet999"), ("batch", "8")]));
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("resnet999") && said[0].contains("tiny_mlp"));
+        assert!(ignored_in_query(q(&[("model", "resnet18"), ("grad", "no_grad")])).is_empty());
+        assert_eq!(
+            ignored_in_query(q(&[("batch", "0"), ("iters", "x")])).len(),
+            2
+        );
     }
 }

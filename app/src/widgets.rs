@@ -53,7 +53,7 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
             <caption>
                 {format!(
                     "{} on {} · libtorch {} · {} thread{} · {}",
-                    r.spec.label(),
+                    crate::explain::run_name(r),
                     r.env.device_name,
                     r.env.libtorch_version,
                     r.env.threads,
@@ -72,6 +72,7 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
                 <tr><th>"after the output is freed"</th><td>{leak}</td></tr>
                 <tr><th>"output"</th><td>{format!("{} {:?}{}{}", r.output.dtype, r.output.shape, if r.output.requires_grad { ", requires_grad: graph kept alive" } else { "" }, if r.output.is_inference { ", inference tensor" } else { "" })}</td></tr>
                 <tr><th>"memory figures"</th><td>{m.source.describe()}</td></tr>
+                {crate::explain::caveat(r).map(|c| view! { <tr class="caveat"><th>"caveat"</th><td data-testid="caveat">{c}</td></tr> })}
             </tbody>
         </table>
     }

@@ -7,7 +7,8 @@ test("a URL with settings restores every control", async ({ page }) => {
   await lab.open("model=resnet18&device=cpu&eval=0&grad=inference_mode&autocast=bf16&batch=64");
   await expect(lab.testid("model")).toHaveValue("resnet18");
   await expect(lab.testid("device")).toHaveValue("cpu");
-  await expect(lab.testid("eval")).not.toBeChecked();
+  await expect(lab.testid("mode-train")).toBeChecked();
+  await expect(lab.testid("mode-eval")).not.toBeChecked();
   await expect(lab.testid("grad-inference_mode")).toBeChecked();
   await expect(lab.testid("autocast-bf16")).toBeChecked();
   await expect(lab.testid("batch")).toHaveValue("64");
@@ -27,7 +28,7 @@ test("toggling each control updates URL, explanation and snippet; back restores"
   await expect(lab.testid("grad-explain")).toContainText("no graph is recorded");
   await expect(lab.testid("snippet")).toContainText("with torch.no_grad():");
 
-  await lab.testid("eval").uncheck();
+  await lab.testid("mode-train").check();
   await expect(page).toHaveURL(/eval=0/);
   await expect(lab.testid("eval-explain")).toContainText("model.train()");
   await expect(lab.testid("snippet")).toContainText("model.train()");
@@ -65,8 +66,11 @@ test("an invalid batch gets a clear message and no run", async ({ page }) => {
   await lab.testid("batch").fill("0");
   await lab.testid("batch").press("Enter");
   await expect(lab.testid("batch-error")).toContainText("at least 1");
-  await lab.run();
-  await expect(lab.testid("status")).toContainText("Choose settings");
+  await lab.testid("batch").fill("-3");
+  await lab.testid("batch").press("Enter");
+  await expect(lab.testid("batch-error")).toContainText("at least 1");
+  await expect(lab.testid("run")).toBeDisabled();
+  await expect(lab.testid("run-blocked")).toContainText("at least 1");
   await lab.testid("batch").fill("8");
   await lab.testid("batch").press("Enter");
   await expect(lab.testid("batch-error")).toBeEmpty();
@@ -94,15 +98,44 @@ test("the lab fits a phone's width, before and after a run", async ({ page }) =>
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
 });
 
-test("iteration settings go into the URL, clamped to the server's limits", async ({ page }) => {
+test("iteration settings go into the URL; values outside the limits are refused, not replaced", async ({ page }) => {
   const lab = new LabPage(page);
   await lab.open("model=tiny_mlp&warmup=3&iters=20");
   await page.getByText("Advanced: iterations").click();
   await lab.testid("iters").fill("5");
   await lab.testid("iters").press("Enter");
   await expect(page).toHaveURL(/iters=5(&|$)/);
-  await lab.testid("warmup").fill("999999");
+  for (const bad of ["101", "999999", "-1", "2.5"]) {
+    await lab.testid("warmup").fill(bad);
+    await lab.testid("warmup").press("Enter");
+    await expect(lab.testid("warmup-error")).toContainText("from 0 to 100");
+    // What is shown is what was typed; the URL (what a run uses) keeps the last valid value.
+    await expect(lab.testid("warmup")).toHaveValue(bad);
+    await expect(page).toHaveURL(/warmup=3(&|$)/);
+    await expect(lab.testid("run")).toBeDisabled();
+    await expect(lab.testid("run-blocked")).toContainText("from 0 to 100");
+  }
+  await lab.testid("warmup").fill("7");
   await lab.testid("warmup").press("Enter");
-  await expect(page).toHaveURL(/warmup=100(&|$)/);
-  await expect(lab.testid("warmup")).toHaveValue("100");
+  await expect(lab.testid("warmup-error")).toBeEmpty();
+  await expect(page).toHaveURL(/warmup=7(&|$)/);
+  await expect(lab.testid("run")).toBeEnabled();
+});
+
+test("a link with a setting this page does not know says what it ignored", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=resnet999&batch=8");
+  await expect(lab.testid("ignored")).toContainText("resnet999");
+  await expect(lab.testid("model")).toHaveValue("tiny_mlp");
+});
+
+test("keyboard: focus stays on Run while it runs, with a visible ring", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=5");
+  await lab.testid("run").focus();
+  await page.keyboard.press("Enter");
+  await expect(lab.testid("status")).toContainText("Done", { timeout: 90_000 });
+  expect(await page.evaluate(() => document.activeElement?.getAttribute("data-testid"))).toBe("run");
+  const ring = await lab.testid("run").evaluate((b) => getComputedStyle(b).outlineStyle);
+  expect(ring).not.toBe("none");
 });

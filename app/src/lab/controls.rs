@@ -9,13 +9,53 @@ use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, GradMode, Model
 
 use super::{autocast_support, LabCtx};
 use crate::explain;
-use crate::settings::parse_batch;
+use crate::settings::{parse_batch, parse_count};
 
 /// The batch field's typed text and the error it gives, shared with the Run button.
 #[derive(Clone, Copy)]
 pub struct BatchState {
     pub text: RwSignal<String>,
     pub error: RwSignal<Option<String>>,
+}
+
+/// What is wrong with the typed settings, if anything: the Run buttons stay disabled and
+/// say why while one is set, so a run always uses exactly what the fields show.
+#[derive(Clone, Copy)]
+pub struct Validity {
+    pub batch: BatchState,
+    pub warmup: RwSignal<Option<String>>,
+    pub iters: RwSignal<Option<String>>,
+}
+
+impl Validity {
+    pub fn new(batch: u32) -> Validity {
+        Validity {
+            batch: BatchState {
+                text: RwSignal::new(batch.to_string()),
+                error: RwSignal::new(None),
+            },
+            warmup: RwSignal::new(None),
+            iters: RwSignal::new(None),
+        }
+    }
+
+    /// The first problem, tracked (for the view).
+    pub fn problem(&self) -> Option<String> {
+        self.batch
+            .error
+            .get()
+            .or_else(|| self.warmup.get())
+            .or_else(|| self.iters.get())
+    }
+
+    /// The first problem, untracked (for click handlers).
+    pub fn problem_untracked(&self) -> Option<String> {
+        self.batch
+            .error
+            .get_untracked()
+            .or_else(|| self.warmup.get_untracked())
+            .or_else(|| self.iters.get_untracked())
+    }
 }
 
 /// Which model runs, with its parameter count and what its input is.
@@ -132,24 +172,29 @@ pub fn ModeControl(lab: LabCtx) -> impl IntoView {
     let hidden = move |c: &str| lab.hidden(c);
     let locked = move |c: &str| lab.locked(c);
     view! {
-        <div class="control" class:hidden=hidden("eval")>
-            <span class="label" id="eval-label">"Module mode"</span>
-            <label class="toggle">
-                <input
-                    type="checkbox"
-                    data-testid="eval"
-                    prop:disabled=locked("eval")
-                    aria-labelledby="eval-label"
-                    prop:checked=move || spec.get().eval
-                    on:change=move |ev| {
-                        let on = event_target_checked(&ev);
-                        update(&|s| s.eval = on);
+        // A two-way choice: a checkbox labelled model.eval() read as "train is off".
+        <fieldset class="control" class:hidden=hidden("eval") prop:disabled=locked("eval")>
+            <legend>"Module mode"</legend>
+            {[(true, "eval", "model.eval()"), (false, "train", "model.train()")]
+                .into_iter()
+                .map(|(eval, value, code)| {
+                    view! {
+                        <label class="choice">
+                            <input
+                                type="radio"
+                                name="mode"
+                                value=value
+                                data-testid=format!("mode-{value}")
+                                prop:checked=move || spec.get().eval == eval
+                                on:change=move |_| update(&|s| s.eval = eval)
+                            />
+                            <code>{code}</code>
+                        </label>
                     }
-                />
-                <code>{move || if spec.get().eval { "model.eval()" } else { "model.train()" }}</code>
-            </label>
+                })
+                .collect_view()}
             <p class="explain" data-testid="eval-explain">{move || explain::eval_text(spec.get().eval, spec.get().model)}</p>
-        </div>
+        </fieldset>
     }
 }
 
@@ -297,7 +342,7 @@ pub fn BatchControl(lab: LabCtx, batch_state: BatchState) -> impl IntoView {
 
 /// The warm-up and timed iteration counts.
 #[component]
-pub fn AdvancedControl(lab: LabCtx) -> impl IntoView {
+pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
     let LabCtx { spec, info, .. } = lab;
     let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
     let hidden = move |c: &str| lab.hidden(c);
@@ -312,6 +357,7 @@ pub fn AdvancedControl(lab: LabCtx) -> impl IntoView {
                 max=max_warmup
                 value=Signal::derive(move || spec.get().warmup)
                 on_set=Callback::new(move |w: u32| update(&|s| s.warmup = w))
+                error=validity.warmup
             />
             <NumberSetting
                 label="Timed iterations "
@@ -320,12 +366,15 @@ pub fn AdvancedControl(lab: LabCtx) -> impl IntoView {
                 max=max_iters
                 value=Signal::derive(move || spec.get().iters)
                 on_set=Callback::new(move |n: u32| update(&|s| s.iters = n))
+                error=validity.iters
             />
         </details>
     }
 }
 
-/// A whole-number setting, clamped to `min..=max` before it reaches the URL.
+/// A whole-number setting. What is typed stays shown: a value outside `min..=max`, or not
+/// a whole number, gets a message naming the limits and blocks the run, rather than being
+/// silently replaced by another number.
 #[component]
 pub fn NumberSetting(
     label: &'static str,
@@ -334,22 +383,41 @@ pub fn NumberSetting(
     max: u32,
     value: Signal<u32>,
     on_set: Callback<u32>,
+    error: RwSignal<Option<String>>,
 ) -> impl IntoView {
+    let text = RwSignal::new(value.get_untracked().to_string());
+    // In step with the URL (back/forward, a shared link) unless the field holds a mistake.
+    Effect::new(move |_| {
+        let v = value.get();
+        if error.get_untracked().is_none() {
+            text.set(v.to_string());
+        }
+    });
+    let what = label.trim();
+    let error_id = format!("{testid}-error");
     view! {
         <label>
             {label}
             <input
-                type="number"
-                min=min
-                max=max
+                type="text"
+                inputmode="numeric"
                 data-testid=testid
-                prop:value=move || value.get()
+                aria-describedby=error_id.clone()
+                aria-invalid=move || error.get().is_some().to_string()
+                prop:value=move || text.get()
                 on:change=move |ev| {
-                    if let Ok(n) = event_target_value(&ev).parse::<u32>() {
-                        on_set.run(n.clamp(min, max));
+                    let typed = event_target_value(&ev);
+                    text.set(typed.clone());
+                    match parse_count(&typed, what, min, max) {
+                        Ok(n) => {
+                            error.set(None);
+                            on_set.run(n);
+                        }
+                        Err(e) => error.set(Some(e)),
                     }
                 }
             />
         </label>
+        <p id=error_id class="error" role="alert" data-testid=format!("{testid}-error")>{move || error.get()}</p>
     }
 }

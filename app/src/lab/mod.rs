@@ -10,7 +10,7 @@ use protocol::{Autocast, DeviceChoice, DeviceKind, Report, RunSpec, ServerInfo};
 
 use crate::embed::EmbedOptions;
 use crate::run_view::RunView;
-use crate::settings::{query_from_spec, spec_from_query};
+use crate::settings::{ignored_in_query, query_from_spec, spec_from_query};
 use crate::widgets::{EmbedSnippet, TokenField};
 
 pub mod controls;
@@ -18,8 +18,8 @@ pub mod results;
 pub mod run;
 
 use controls::{
-    AdvancedControl, AutocastControl, BatchControl, BatchState, DeviceControl, GradControl,
-    ModeControl, ModelControl,
+    AdvancedControl, AutocastControl, BatchControl, DeviceControl, GradControl, ModeControl,
+    ModelControl, Validity,
 };
 use results::Results;
 use run::{start_run, start_sequence, History};
@@ -125,12 +125,9 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let busy = Memo::new(move |_| view_state.with(|v| v.phase.busy()));
     let comparing = RwSignal::new(false);
 
-    let batch_text = RwSignal::new(spec.get_untracked().batch.to_string());
-    let batch_error = RwSignal::new(None::<String>);
-    let batch_state = BatchState {
-        text: batch_text,
-        error: batch_error,
-    };
+    let validity = Validity::new(spec.get_untracked().batch);
+    let batch_state = validity.batch;
+    let (batch_text, batch_error) = (batch_state.text, batch_state.error);
     // Keep the typed text in step when the batch changes from elsewhere (slider, URL).
     Effect::new(move |_| {
         let b = spec.get().batch;
@@ -140,14 +137,19 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     });
 
     let run_one = move |s: RunSpec| start_run(s, view_state, history, current_id);
+    // The buttons stay focusable while a run goes on (a disabled button drops keyboard
+    // focus to the page body): a click then does nothing, and aria-disabled says so.
     let on_run = move |_| {
-        if batch_error.get_untracked().is_some() {
+        if busy.get_untracked() || validity.problem_untracked().is_some() {
             return;
         }
         run_one(spec.get_untracked());
     };
     let on_compare = move |_| {
-        if batch_error.get_untracked().is_some() {
+        if busy.get_untracked()
+            || comparing.get_untracked()
+            || validity.problem_untracked().is_some()
+        {
             return;
         }
         let base = spec.get_untracked();
@@ -203,6 +205,14 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     view! {
         <div class="lab">
             <section class="controls" aria-label="Settings">
+                {move || {
+                    let ignored = query.with(|q| ignored_in_query(|k| q.get(k)));
+                    (!ignored.is_empty()).then(|| view! {
+                        <p class="explain note" role="status" data-testid="ignored">
+                            {format!("From the link: {}.", ignored.join("; "))}
+                        </p>
+                    })
+                }}
                 {(!opts.with_value(|o| o.lock.is_empty())).then(|| view! {
                     <p class="explain note" data-testid="locked-note">"Greyed-out settings are fixed by the page that embeds this."</p>
                 })}
@@ -212,21 +222,32 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                 <GradControl lab />
                 <AutocastControl lab />
                 <BatchControl lab batch_state />
-                <AdvancedControl lab />
+                <AdvancedControl lab validity />
 
                 {auth_required.then(|| view! { <TokenField /> })}
                 <div class="actions">
-                    <button class="primary" data-testid="run" on:click=on_run prop:disabled=move || busy.get()>
-                        "Run"
+                    <button
+                        class="primary"
+                        data-testid="run"
+                        on:click=on_run
+                        aria-disabled=move || busy.get().to_string()
+                        aria-describedby="run-blocked"
+                        prop:disabled=move || validity.problem().is_some()
+                    >
+                        {move || if busy.get() { "Running…" } else { "Run" }}
                     </button>
                     <button
                         data-testid="compare-all"
                         class:hidden=hidden("compare")
                         on:click=on_compare
-                        prop:disabled=move || busy.get() || comparing.get()
+                        aria-disabled=move || (busy.get() || comparing.get()).to_string()
+                        prop:disabled=move || validity.problem().is_some()
                     >
                         "Compare all modes"
                     </button>
+                    <p id="run-blocked" class="error" data-testid="run-blocked">
+                        {move || validity.problem().map(|p| format!("Fix this to run: {p}"))}
+                    </p>
                     {(!embed).then(|| view! {
                         <EmbedSnippet
                             path=Signal::derive(move || format!("/embed/lab?{}", query_from_spec(&spec.get())))
