@@ -6,7 +6,7 @@
 use leptos::prelude::*;
 use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
 
-use crate::widgets::{outcome_view, EmbedSnippet, TokenField};
+use crate::widgets::{outcome_view, rich_text, EmbedSnippet, TokenField};
 
 /// Where the tour's progress is kept in the browser.
 #[cfg(feature = "hydrate")]
@@ -85,7 +85,7 @@ pub fn EmbedPitfallPage() -> impl IntoView {
     match info.pitfalls.iter().position(|c| c.id == id) {
         Some(index) => {
             let card = info.pitfalls[index].clone();
-            view! { <div class="pitfalls embedded"><PitfallCard card index done /></div> }.into_any()
+            view! { <div class="pitfalls embedded"><PitfallCard card index done embedded=true /></div> }.into_any()
         }
         None => view! { <p class="error" role="alert">{format!("There is no pitfall card “{id}”.")}</p> }.into_any(),
     }
@@ -135,7 +135,14 @@ fn save_progress(_done: &[(String, Option<Verdict>)]) {
 }
 
 #[component]
-fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Tour>) -> impl IntoView {
+fn PitfallCard(
+    card: PitfallInfo,
+    index: usize,
+    done: RwSignal<Tour>,
+    /// Shown inside another page: no Embed button of its own.
+    #[prop(optional)]
+    embedded: bool,
+) -> impl IntoView {
     let state = RwSignal::new(CardState::Idle);
     let id = card.id.clone();
     let chart_id = format!("pitfall-chart-{id}");
@@ -242,8 +249,8 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Tour>) -> impl In
                     })
                 }}
             </h2>
-            <p class="claim">{card.claim.clone()}</p>
-            <p class="explain">{card.why.clone()}" "<a href=card.source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
+            <p class="claim">{rich_text(&card.claim)}</p>
+            <p class="explain">{rich_text(&card.why)}" "<a href=card.source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
             <div class="code-pair">
                 <div>
                     <h3>"Falls in"</h3>
@@ -270,7 +277,9 @@ fn PitfallCard(card: PitfallInfo, index: usize, done: RwSignal<Tour>) -> impl In
                 <p>{card.threshold.clone()}</p>
             </details>
             <div class="actions">
-                <EmbedSnippet path=Signal::derive(move || format!("/embed/pitfalls/{embed_id}")) title="Gradless: a pitfall, tested live" />
+                {(!embedded).then(|| view! {
+                    <EmbedSnippet path=Signal::derive(move || format!("/embed/pitfalls/{embed_id}")) title="Gradless: a pitfall, tested live" />
+                })}
             </div>
         </article>
     }

@@ -132,18 +132,53 @@ pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView 
         };
         crate::embed::embed_snippet(&origin, &path.get(), title)
     };
+    let copied = RwSignal::new(false);
+    let on_copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            let text = snippet();
+            leptos::task::spawn_local(async move {
+                copied.set(crate::client::copy_text(&text).await.is_ok());
+            });
+        }
+    };
+    let is_lab = move || path.with(|p| p.starts_with("/embed/lab"));
     view! {
         <button data-testid="embed" on:click=move |_| open.update(|o| *o = !*o)>{move || if open.get() { "Hide embed code" } else { "Embed" }}</button>
         {move || open.get().then(|| view! {
             <div class="embed-code">
                 <p class="explain">
-                    "Paste into a doc page. The frame resizes itself to fit. Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
-                    " to the lab's address to fix or hide controls. The server must allow the doc's origin (--embed-origins)."
+                    "Paste into a doc page: the frame resizes itself to fit."
+                    {is_lab().then(|| view! {
+                        " Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
+                        " to the frame's address (after "<code>"/embed/lab?"</code>") to fix or hide controls."
+                    })}
+                </p>
+                <p class="explain note" data-testid="embed-origins">
+                    "Only pages this server allows may show the frame: its own, and the origins its operator lists with "
+                    <code>"--embed-origins"</code>" (scheme, host and port: another port is another origin). Elsewhere the frame shows the browser's refusal."
                 </p>
                 <textarea readonly rows="9" data-testid="embed-code">{snippet()}</textarea>
+                <button data-testid="copy-embed" on:click=on_copy>{move || if copied.get() { "Copied" } else { "Copy" }}</button>
             </div>
         })}
     }
+}
+
+/// Text written with `backticks` around code, shown with the code as code (the card and
+/// explanation texts are written that way).
+pub fn rich_text(text: &str) -> impl IntoView + use<> {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            let part = part.to_string();
+            if i % 2 == 1 {
+                view! { <code>{part}</code> }.into_any()
+            } else {
+                part.into_any()
+            }
+        })
+        .collect_view()
 }
 
 /// The access token for a server that asks for one, kept in this browser.

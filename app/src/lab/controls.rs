@@ -193,7 +193,7 @@ pub fn ModeControl(lab: LabCtx) -> impl IntoView {
                     }
                 })
                 .collect_view()}
-            <p class="explain" data-testid="eval-explain">{move || explain::eval_text(spec.get().eval, spec.get().model)}</p>
+            <p class="explain" data-testid="eval-explain">{move || crate::widgets::rich_text(&explain::eval_text(spec.get().eval, spec.get().model))}</p>
         </fieldset>
     }
 }

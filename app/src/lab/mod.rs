@@ -21,7 +21,7 @@ use controls::{
     AdvancedControl, AutocastControl, BatchControl, DeviceControl, GradControl, ModeControl,
     ModelControl, Validity,
 };
-use results::Results;
+use results::{Results, RunProgress};
 use run::{start_run, start_sequence, History};
 
 /// The device `auto` resolves to on this server: the GPU when there is one.
@@ -245,6 +245,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                     >
                         "Compare all modes"
                     </button>
+                    <RunProgress view_state />
                     <p id="run-blocked" class="error" data-testid="run-blocked">
                         {move || validity.problem().map(|p| format!("Fix this to run: {p}"))}
                     </p>

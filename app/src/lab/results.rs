@@ -22,7 +22,7 @@ pub fn Results(
     let spec = lab.spec;
     let hidden = move |c: &str| lab.hidden(c);
     view! {
-        <section class="results" aria-label="Results">
+        <section class="results" id="results" aria-label="Results">
             <Status view_state />
             <div class="charts">
                 <figure>
@@ -93,6 +93,35 @@ fn Status(view_state: RwSignal<RunView>) -> impl IntoView {
                 })
             }}
         </div>
+    }
+}
+
+/// One line beside the Run button with the run's progress and, once done, its headline
+/// figures: on a laptop screen the charts may be out of view of the button that started
+/// the run, and the reader must still see that it runs and what it found.
+#[component]
+pub fn RunProgress(view_state: RwSignal<RunView>) -> impl IntoView {
+    let line = move || {
+        view_state.with(|v| match &v.phase {
+            Phase::Idle => None,
+            Phase::Submitting => Some("Sending…".to_string()),
+            Phase::Queued(n) => Some(format!("Queued ({n} ahead)")),
+            Phase::Running { done, total } => Some(format!("Iteration {done} of {total}…")),
+            Phase::Done => v.report.as_ref().map(|r| {
+                format!(
+                    "Done: p50 {:.2} ms, peak {} above baseline.",
+                    r.latency_ms.p50,
+                    protocol::format_bytes(r.memory.peak_above_baseline_bytes)
+                )
+            }),
+            Phase::Failed(m) => Some(format!("Failed: {m}")),
+        })
+    };
+    view! {
+        <p class="run-progress" data-testid="run-progress" aria-live="polite">
+            {line}
+            {move || view_state.with(|v| v.phase == Phase::Done).then(|| view! { " " <a href="#results">"See the results"</a> })}
+        </p>
     }
 }
 

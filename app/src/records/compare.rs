@@ -163,7 +163,8 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
         .map(|(name, cell)| {
             let cells = runs
                 .iter()
-                .map(|(_, r)| view! { <td>{cell(r)}</td> })
+                .enumerate()
+                .map(|(i, (_, r))| view! { <td data-label=format!("#{}", i + 1)>{cell(r)}</td> })
                 .collect_view();
             view! { <tr><th>{name}</th>{cells}</tr> }
         })

@@ -93,10 +93,10 @@ pub fn RecordsPage() -> impl IntoView {
                         view! {
                             <tr>
                                 <td>{pick}</td>
-                                <td><a href=format!("/runs/{id}") rel="external">{r.label.clone()}</a></td>
-                                <td>{r.device_name.clone()}</td>
-                                <td>{figures}</td>
-                                <td class="when">{r.measured_at.clone()}</td>
+                                <td data-label="what"><a href=format!("/runs/{id}") rel="external">{r.label.clone()}</a></td>
+                                <td data-label="device">{r.device_name.clone()}</td>
+                                <td data-label="result">{figures}</td>
+                                <td data-label="measured (UTC)" class="when">{r.measured_at.clone()}</td>
                             </tr>
                         }
                     })
