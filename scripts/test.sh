@@ -10,6 +10,8 @@ scripts/setup.sh --browser
 source scripts/env.sh
 
 echo "==> Rust tests (the first build compiles libtorch's C++ wrapper: several minutes)"
+# The snippet test runs every model's Python snippet with the venv's PyTorch.
+export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cargo test --release --workspace
 for f in gradless-load.json gradless-soak.json; do
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"

@@ -100,11 +100,15 @@ impl ModelId {
     /// The PyTorch expression that builds the same architecture, for snippets and peers.
     pub fn python_constructor(self) -> &'static str {
         match self {
-            ModelId::TinyMlp => "TinyMLP(features)",
+            // The same layers as the engine's tiny MLP (engine/src/models.rs), so the snippet
+            // runs as copied.
+            ModelId::TinyMlp => "nn.Sequential(\n    nn.Linear(features, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Dropout(0.5),\n    nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Dropout(0.5),\n    nn.Linear(512, 10),\n)",
             ModelId::Resnet18 => "torchvision.models.resnet18()",
             ModelId::Resnet50 => "torchvision.models.resnet50()",
             ModelId::MobilenetV2 => "torchvision.models.mobilenet_v2()",
-            ModelId::Transformer => "TransformerEncoder()",
+            // PyTorch's own layer, configured like the engine's encoder (which writes the same
+            // layer out op by op, as bench/peer.py's EncoderLayer does).
+            ModelId::Transformer => "nn.TransformerEncoder(\n    nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True),\n    num_layers=4,\n    enable_nested_tensor=False,\n)",
         }
     }
 }

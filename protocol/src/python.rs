@@ -29,8 +29,13 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
     ) {
         out.push_str("import torchvision\n");
+    } else {
+        out.push_str("from torch import nn\n");
     }
     out.push_str(&format!("\ndevice = {device}\n"));
+    if spec.model == ModelId::TinyMlp {
+        out.push_str(&format!("features = {size}\n"));
+    }
     out.push_str(&format!(
         "model = {}.to(device)\n",
         spec.model.python_constructor()
@@ -91,6 +96,16 @@ mod tests {
         assert!(s.contains("torch.bfloat16"));
         assert!(s.contains("torch.randn(7, 3, 224, 224"));
         assert!(s.contains("resnet50"));
+
+        // Every name the snippet uses is defined in it: it runs as copied.
+        let mlp = python_snippet(&RunSpec::default());
+        assert!(mlp.contains("features = 512") && mlp.contains("nn.BatchNorm1d(512)"));
+        assert!(mlp.contains("from torch import nn"));
+        let t = python_snippet(&RunSpec {
+            model: ModelId::Transformer,
+            ..Default::default()
+        });
+        assert!(t.contains("nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True)"));
 
         let plain = python_snippet(&RunSpec::default());
         assert!(plain.contains("model.eval()"));

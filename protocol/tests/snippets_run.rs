@@ -1,0 +1,68 @@
+//! Every model's Python snippet runs as copied, with PyTorch, for every grad mode: the first
+//! thing a newcomer copies must not fail with a NameError. Needs a Python with torch and
+//! torchvision: `GRADLESS_PYTHON` (scripts/test.sh points it at the project's venv).
+
+use protocol::{python_snippet, GradMode, ModelId, RunSpec};
+
+/// Runs each snippet in a fresh namespace of one Python process (importing torch once) and
+/// prints the output's batch size, or the error.
+const RUNNER: &str = r#"
+import json, sys, traceback
+for name, code in json.load(sys.stdin):
+    ns = {}
+    try:
+        exec(compile(code, name, "exec"), ns)
+        print(name, "ok", tuple(ns["y"].shape)[0])
+    except Exception:
+        print(name, "failed:", traceback.format_exc().replace("\n", " | "))
+"#;
+
+#[test]
+fn every_model_snippet_runs_with_pytorch() {
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        // scripts/test.sh always sets it; a bare `cargo test` without the venv says so.
+        eprintln!("GRADLESS_PYTHON is not set: the snippets were not run");
+        return;
+    };
+    let mut snippets = vec![];
+    for model in ModelId::ALL {
+        for grad in GradMode::ALL {
+            let spec = RunSpec {
+                model,
+                grad,
+                eval: grad != GradMode::Enabled,
+                device: protocol::DeviceChoice::Cpu,
+                batch: 2,
+                // Small inputs: the point is that the code runs, not how fast.
+                input_size: Some(model.input().default.min(64)),
+                ..Default::default()
+            };
+            let name = format!("{}-{}", model.as_str(), grad.as_str());
+            snippets.push((name, python_snippet(&spec)));
+        }
+    }
+    let mut child = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(RUNNER)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("could not start GRADLESS_PYTHON");
+    let input = serde_json::to_vec(&snippets).unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &input).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the runner failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (name, code) in &snippets {
+        let line = stdout
+            .lines()
+            .find(|l| l.split(' ').next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} printed nothing:\n{stdout}"));
+        assert_eq!(
+            line,
+            format!("{name} ok 2"),
+            "the snippet, as the page shows it:\n{code}"
+        );
+    }
+}
