@@ -2,7 +2,7 @@
 //! reserved is not leaked, and what empty_cache() costs.
 
 use protocol::{
-    ChartKind, DeviceKind, FailureKind, GradMode, ModelId, RunFailure, DEFAULT_CPU_BUDGET_BYTES,
+    ChartKind, FailureKind, GradMode, ModelId, RunFailure, DEFAULT_CPU_BUDGET_BYTES,
     DEFAULT_CUDA_BUDGET_BYTES,
 };
 
