@@ -94,7 +94,7 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             b *= 2;
         }
         notes.push(end.unwrap_or_else(|| {
-            format!("{name}: reached the largest batch tried, {max_batch} (the sweep's limit on this device, below 2³¹ elements per tensor)")
+            format!("{name}: stopped after batch {largest}: the next power of two is above the sweep's limit on this device ({max_batch}, which keeps every tensor below 2³¹ elements)")
         }));
         let (slope, r2) = linear_fit(&xs, &peaks);
         linear &= r2 > 0.95;

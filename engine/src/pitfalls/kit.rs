@@ -254,6 +254,9 @@ pub struct Shift {
     pub z: f64,
     pub slow_p50: f64,
     pub fast_p50: f64,
+    /// The largest |z| these sample sizes allow (no overlap at all): below [`NOISE_Z`], no
+    /// difference could count as beyond noise.
+    pub max_z: f64,
 }
 
 /// |z| at or above this is "beyond noise": one-sided p ≈ 0.0013 for samples with no real
@@ -262,10 +265,15 @@ pub const NOISE_Z: f64 = 3.0;
 
 impl Shift {
     pub fn of(slow: &[f64], fast: &[f64]) -> Shift {
+        let (n1, n2) = (slow.len() as f64, fast.len() as f64);
         Shift {
             z: rank_z(slow, fast),
             slow_p50: p(slow, 50.0),
             fast_p50: p(fast, 50.0),
+            max_z: (n1 * n2 / 2.0)
+                / (n1 * n2 * (n1 + n2 + 1.0) / 12.0)
+                    .sqrt()
+                    .max(f64::MIN_POSITIVE),
         }
     }
 
@@ -277,7 +285,9 @@ impl Shift {
     /// A person's reading of the difference, e.g. "1.23× (beyond noise, z = 4.1)".
     pub fn describe(&self) -> String {
         let ratio = self.slow_p50 / self.fast_p50;
-        let noise = if self.z.abs() >= NOISE_Z {
+        let noise = if self.max_z < NOISE_Z {
+            "too few samples to tell it from noise"
+        } else if self.z.abs() >= NOISE_Z {
             "beyond noise"
         } else {
             "within noise"
@@ -498,6 +508,10 @@ mod tests {
         outlier[3] = 1e6;
         assert!(!Shift::of(&outlier, &fast).slower());
         assert_eq!(rank_z(&[], &fast), 0.0);
+        // Three samples each can never be told apart from noise, however far apart.
+        let few = Shift::of(&[10.0, 11.0, 12.0], &[1.0, 1.1, 1.2]);
+        assert!(few.max_z < NOISE_Z && !few.slower());
+        assert!(few.describe().contains("too few samples"));
     }
 
     #[test]
