@@ -41,10 +41,12 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let model = catch_torch(|| Model::build(ModelId::TinyMlp, device, size))?;
     let x = catch_torch(|| Tensor::randn([batch, size as i64], (Kind::Float, device)))?;
     let mates = x.copy();
-    let _ = mates.narrow(0, 1, batch - 1).copy_(&Tensor::randn(
-        [batch - 1, size as i64],
-        (Kind::Float, device),
-    ));
+    catch_torch(|| {
+        mates.narrow(0, 1, batch - 1).copy_(&Tensor::randn(
+            [batch - 1, size as i64],
+            (Kind::Float, device),
+        ))
+    })?;
     let spec = |eval| RunSpec {
         eval,
         grad: GradMode::NoGrad,
