@@ -68,7 +68,8 @@ pub struct RunControl {
 }
 
 impl RunControl {
-    fn check(&self) -> Result<(), RunFailure> {
+    /// Fails with `Cancelled` or `Timeout` when the run should stop now.
+    pub fn check(&self) -> Result<(), RunFailure> {
         if self.cancel.load(Ordering::Relaxed) {
             return Err(failure(FailureKind::Cancelled, "the run was cancelled"));
         }
@@ -368,7 +369,7 @@ fn prime_cuda_libraries() -> u64 {
 
 /// One forward pass under the spec's settings, timed with device synchronisation. Returns
 /// the sample, the output, and the peak reserved bytes during the pass (CUDA only).
-fn timed_forward(
+pub fn timed_forward(
     model: &Model,
     input: &Tensor,
     spec: &RunSpec,
@@ -481,7 +482,8 @@ fn classify(text: &str) -> RunFailure {
     RunFailure { kind, message }
 }
 
-fn torch_failure(e: ExtError) -> RunFailure {
+/// A libtorch error from the C++ extension, classified like every other ([`catch_torch`]).
+pub fn torch_failure(e: ExtError) -> RunFailure {
     classify(&e.0)
 }
 

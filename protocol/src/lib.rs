@@ -15,6 +15,7 @@ mod python;
 mod record;
 pub use pitfall::{
     ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
+    BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
 pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordSummary};

@@ -120,6 +120,24 @@ pub struct PitfallOptions {
     pub device: crate::DeviceChoice,
     pub model: Option<crate::ModelId>,
     pub batch: Option<u32>,
-    /// batch-scaling: the memory budget in bytes (default: the device's free memory).
+    /// batch-scaling: the memory budget in bytes (default: [`DEFAULT_CUDA_BUDGET_BYTES`] on a
+    /// GPU, [`DEFAULT_CPU_BUDGET_BYTES`] on a CPU).
     pub budget_bytes: Option<u64>,
 }
+
+/// batch-scaling's budget on a GPU unless one is chosen: a common card's size, stated, and
+/// never the device's free memory — on a large GPU (139 GB on an H200) both grad modes would
+/// reach the largest batch tried and tie.
+pub const DEFAULT_CUDA_BUDGET_BYTES: u64 = 16 << 30;
+
+/// batch-scaling's budget on a CPU unless one is chosen: keeps the sweep to seconds.
+pub const DEFAULT_CPU_BUDGET_BYTES: u64 = 160 << 20;
+
+/// Budgets a person may pick for batch-scaling, as (label, bytes): common device sizes.
+pub const BUDGET_PRESETS: [(&str, u64); 5] = [
+    ("1 GiB", 1 << 30),
+    ("8 GiB card", 8 << 30),
+    ("16 GiB card", 16 << 30),
+    ("24 GiB card", 24 << 30),
+    ("80 GiB card", 80 << 30),
+];

@@ -448,7 +448,9 @@ pub async fn run_pitfall(
         .map_err(|_| ApiError::QueueFull { capacity })?;
     let worker = state.worker.clone();
     let result = tokio::task::spawn_blocking(move || {
-        worker.call(move |lab| engine::pitfalls::run(lab, &id, options))
+        worker.call(move |lab| {
+            engine::pitfalls::run(lab, &id, options, &engine::RunControl::default())
+        })
     })
     .await
     .map_err(|_| ApiError::Unavailable)?

@@ -193,7 +193,7 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     };
     let id = args.id.clone();
     let report = worker
-        .call(move |lab| engine::pitfalls::run(lab, &id, options))
+        .call(move |lab| engine::pitfalls::run(lab, &id, options, &engine::RunControl::default()))
         .context("the measurement worker stopped")?
         .map_err(|f| anyhow::anyhow!("{}: {}", args.id, f.message))?;
     if args.json {

@@ -1,0 +1,415 @@
+//! Memory budgets and the CUDA caching allocator: how the batch meets a budget, why
+//! reserved is not leaked, and what empty_cache() costs.
+
+use protocol::{
+    ChartKind, FailureKind, GradMode, ModelId, RunFailure, DEFAULT_CPU_BUDGET_BYTES,
+    DEFAULT_CUDA_BUDGET_BYTES,
+};
+
+use super::kit::{
+    describe, element_cap, fig, linear_fit, measure, mib, numbered, p, series, time_passes, Ctx,
+    Decision, Outcome, Setup, Shift,
+};
+use super::Card;
+use crate::lab::{forward, torch_failure, Lab};
+use crate::torch_ext;
+
+pub const BATCH_SCALING: Card = Card {
+    id: "batch-scaling",
+    title: "Memory grows with the batch; grad mode moves the ceiling",
+    claim: "Activation memory grows linearly with the batch, per-sample latency falls then flattens, and the largest batch that fits a memory budget is much smaller with grad enabled.",
+    why: "Each sample brings its own activations; with grad they are all kept until the output is freed, without grad only about one layer's worth is alive at a time.",
+    source: "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
+    pitfall: "y = model(big_batch)  # OOM: autograd kept every activation",
+    fix: "with torch.no_grad():\n    y = model(big_batch)",
+    threshold: "confirmed when the peak above baseline is linear in the batch for both modes (R² > 0.95 over the measured powers of two) and the largest batch within the budget is larger under no_grad than with grad. Each sweep doubles the batch until the peak allocated passes the budget, the device fails (out of memory or any other error, once one batch has run: the reason says which), or the largest tensor would reach 2³¹ elements. Regime: the budget, not the device, must end the sweep: on a GPU it is 16 GiB unless chosen (not the free memory: an H200's 139 GB would let both modes reach the largest batch and tie); ResNet-18 at 224² with grad keeps every activation (tens of MB per sample, a few hundred samples in 16 GiB), under no_grad only a few layers' (about ten times fewer), and its stem output caps the sweep at batch 2048",
+    experiment: batch_scaling,
+};
+
+/// Why one sweep stopped, in words.
+fn ended(name: &str, b: u32, why: &str) -> String {
+    format!("{name}: stopped at batch {b}: {why}")
+}
+
+fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let model = ctx.model(ModelId::Resnet18);
+    let budget = ctx.opts.budget_bytes.unwrap_or(if ctx.cuda() {
+        DEFAULT_CUDA_BUDGET_BYTES
+    } else {
+        DEFAULT_CPU_BUDGET_BYTES
+    });
+    let size = ctx
+        .spec(model, 1, true, GradMode::NoGrad)
+        .resolved_input_size();
+    let max_batch = (if ctx.cuda() { 4096 } else { 256 }).min(element_cap(model, size));
+    let mut labels: Vec<String> = vec![];
+    let mut series_out = vec![];
+    let mut figures = vec![fig("memory budget", budget as f64, "bytes")];
+    let mut fits = vec![];
+    let mut linear = true;
+    let mut notes = vec![];
+    for (name, grad) in [
+        ("grad enabled", GradMode::Enabled),
+        ("no_grad", GradMode::NoGrad),
+    ] {
+        let (mut xs, mut peaks, mut totals, mut per_sample) = (vec![], vec![], vec![], vec![]);
+        let mut largest = 0u32;
+        let mut b = 1u32;
+        let mut end = None;
+        while b <= max_batch {
+            let mut spec = ctx.spec(model, b, true, grad);
+            spec.iters = 2;
+            spec.warmup = 1;
+            match measure(lab, ctx, spec) {
+                Ok(r) => {
+                    let total = r.memory.peak_allocated_bytes;
+                    xs.push(b as f64);
+                    peaks.push(r.memory.peak_above_baseline_bytes as f64);
+                    totals.push(mib(total));
+                    per_sample.push(r.latency_ms.p50 / b as f64);
+                    if total > budget {
+                        let why = format!("needs {:.1} MiB, above the budget", mib(total));
+                        end = Some(ended(name, b, &why));
+                        break;
+                    }
+                    largest = b;
+                }
+                // Stopping the experiment is never a data point.
+                Err(f) if matches!(f.kind, FailureKind::Cancelled | FailureKind::Timeout) => {
+                    return Err(f)
+                }
+                // Not even batch 1 ran: nothing was measured, the card fails.
+                Err(f) if xs.is_empty() => return Err(f),
+                Err(f) => {
+                    let why = match f.kind {
+                        FailureKind::OutOfMemory => {
+                            format!("out of memory — a data point, not a crash ({})", f.message)
+                        }
+                        _ => format!("the device failed ({}) — the sweep ends there", f.message),
+                    };
+                    end = Some(ended(name, b, &why));
+                    break;
+                }
+            }
+            b *= 2;
+        }
+        notes.push(end.unwrap_or_else(|| {
+            format!("{name}: stopped after batch {largest}: the next power of two is above the sweep's limit on this device ({max_batch}, which keeps every tensor below 2³¹ elements)")
+        }));
+        let (slope, r2) = linear_fit(&xs, &peaks);
+        linear &= r2 > 0.95;
+        fits.push(largest);
+        figures.push(fig(
+            &format!("{name}: largest batch within budget"),
+            largest as f64,
+            "count",
+        ));
+        figures.push(fig(
+            &format!("{name}: memory per sample (slope)"),
+            slope,
+            "bytes",
+        ));
+        figures.push(fig(&format!("{name}: linearity R²"), r2, "ratio"));
+        if xs.len() > labels.len() {
+            labels = xs.iter().map(|x| format!("{x}")).collect();
+        }
+        // Total allocated, so that it compares with the budget line.
+        series_out.push(series(
+            &format!("{name}: peak allocated (MiB)"),
+            "MiB",
+            vec![],
+            totals,
+        ));
+        series_out.push(series(
+            &format!("{name}: ms per sample"),
+            "ms",
+            vec![],
+            per_sample,
+        ));
+    }
+    series_out.push(series(
+        "memory budget (MiB)",
+        "MiB",
+        vec![],
+        vec![mib(budget); labels.len()],
+    ));
+    for s in &mut series_out {
+        s.x = labels.clone();
+        s.y.resize(labels.len(), None);
+    }
+    let figures_text = format!(
+        "Largest batch within {:.0} MiB: {} with grad, {} with no_grad; memory {} linear in the batch.",
+        mib(budget),
+        fits[0],
+        fits[1],
+        if linear { "is" } else { "is not" }
+    );
+    Ok(Outcome::new(
+        Decision::rule(
+            linear && fits[1] > fits[0],
+            figures_text.clone(),
+            figures_text,
+        ),
+        describe(model, format!("1 to {max_batch} (powers of two)"), size),
+        ChartKind::Line,
+    )
+    .figures(figures)
+    .series(series_out)
+    .notes(notes))
+}
+
+/// The cards about the caching allocator apply where the device's meter reports a reserved
+/// pool (CUDA); elsewhere this is their not-applicable decision, saying why.
+pub fn no_pool(reserved: Option<u64>, why: &str) -> Option<Decision> {
+    reserved.is_none().then(|| {
+        Decision::not_applicable(format!(
+            "{why} This device reports no reserved pool. Run this card on a server with a GPU to see the effect."
+        ))
+    })
+}
+
+pub const ALLOCATED_VS_RESERVED: Card = Card {
+    id: "allocated-vs-reserved",
+    title: "Reserved is not leaked",
+    claim: "memory_reserved includes the caching allocator's pool: after the tensors are freed, allocated returns to baseline while reserved stays high — not a leak.",
+    why: "PyTorch's CUDA caching allocator keeps freed blocks for reuse instead of returning them to the driver; nvidia-smi shows reserved plus the CUDA context.",
+    source: "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
+    pitfall: "print(torch.cuda.memory_reserved())  # \"it leaks!\"",
+    fix: "print(torch.cuda.memory_allocated())  # what tensors hold",
+    threshold: "CUDA only (a device whose allocator keeps a reserved pool). Confirmed when, after the output is freed, allocated equals the baseline and reserved exceeds allocated. Regime: any GPU; ResNet-50 with grad at batch 64, 224², reserves several GB for its activations, which stay cached after they are freed",
+    experiment: allocated_vs_reserved,
+};
+
+/// The allocated-vs-reserved rule over the readings after the run's output was freed.
+pub fn reserved_rule(after_release: u64, baseline: u64, reserved: u64) -> Decision {
+    let figures = format!(
+        "After the output was freed: allocated {:.1} MiB (baseline {:.1} MiB), reserved {:.1} MiB.",
+        mib(after_release),
+        mib(baseline),
+        mib(reserved)
+    );
+    Decision::rule(
+        after_release == baseline && reserved > after_release,
+        figures.clone(),
+        figures,
+    )
+}
+
+fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let reading = lab.meter(ctx.device).read().map_err(torch_failure)?;
+    if let Some(na) = no_pool(
+        reading.reserved,
+        "The CPU allocator keeps no cache of its own: freed tensors go straight back, so there is no reserved figure to compare.",
+    ) {
+        return Ok(Outcome::new(na, String::new(), ChartKind::Bar));
+    }
+    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 64), GradMode::Enabled);
+    let r = measure(lab, ctx, setup.spec.clone())?;
+    let reading = lab.meter(ctx.device).read().map_err(torch_failure)?;
+    let reserved = reading.reserved.unwrap_or(0);
+    let used = lab.meter(ctx.device).device_used().unwrap_or(0);
+    let labels = vec![
+        "allocated".to_string(),
+        "reserved".into(),
+        "device used (driver)".into(),
+    ];
+    Ok(Outcome::new(
+        reserved_rule(
+            r.memory.after_release_bytes,
+            r.memory.baseline_bytes,
+            reserved,
+        ),
+        format!("{}, grad enabled", setup.describe()),
+        ChartKind::Bar,
+    )
+    .figures(vec![
+        fig("allocated after release", reading.allocated as f64, "bytes"),
+        fig("reserved after release", reserved as f64, "bytes"),
+        fig(
+            "peak reserved during the run",
+            r.memory.peak_reserved_bytes.unwrap_or(0) as f64,
+            "bytes",
+        ),
+        fig(
+            "device used (driver, includes the CUDA context)",
+            used as f64,
+            "bytes",
+        ),
+    ])
+    .series(vec![series(
+        "after the run (MiB)",
+        "MiB",
+        labels,
+        vec![mib(reading.allocated), mib(reserved), mib(used)],
+    )]))
+}
+
+pub const EMPTY_CACHE: Card = Card {
+    id: "empty-cache",
+    title: "empty_cache() frees nothing you hold, and costs time",
+    claim: "torch.cuda.empty_cache() frees no referenced tensor and makes the next allocations slow: per-request latency gets jittery.",
+    why: "It only returns unused cached blocks to the driver; the next request must cudaMalloc them again.",
+    source: "https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html",
+    pitfall: "y = model(x); torch.cuda.empty_cache()  # after every request",
+    fix: "y = model(x)  # let the caching allocator reuse its blocks",
+    threshold: "CUDA only (a device whose allocator keeps a reserved pool). 100 requests of each kind, alternating, after a synchronised warm-up: a request without starts from a warm cache; a request with starts from an emptied cache (as after the previous request's empty_cache()) and ends with its own empty_cache(), which is timed with it. Confirmed when emptying the cache leaves allocated memory unchanged, and the requests with it are slower: a higher p90 (over 100 requests, at least 10 must move it: one slow request cannot decide) and a rank test beyond noise (z ≥ 3). Regime: any GPU; on an H200, ResNet-50 at batch 32, 224², runs a few ms per request while re-allocating its hundreds of MB of activation blocks (cudaMalloc) and giving them back (cudaFree, which synchronises) costs a large fraction of that on every request",
+    experiment: empty_cache,
+};
+
+/// The empty-cache rule; `with` and `without` are per-request milliseconds.
+pub fn empty_cache_rule(allocated_change: i64, with: &[f64], without: &[f64]) -> Decision {
+    let (p90_with, p90_without) = (p(with, 90.0), p(without, 90.0));
+    let shift = Shift::of(with, without);
+    let figures = format!(
+        "p90 {p90_with:.3} ms with empty_cache() in every request vs {p90_without:.3} ms without; p50 {}; allocated memory changed by {allocated_change} bytes.",
+        shift.describe()
+    );
+    Decision::rule(
+        allocated_change == 0 && p90_with > p90_without && shift.slower(),
+        figures.clone(),
+        figures,
+    )
+}
+
+fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let meter = lab.meter(ctx.device);
+    if let Some(na) = no_pool(
+        meter.read().map_err(torch_failure)?.reserved,
+        "empty_cache() acts on the CUDA caching allocator; a CPU has none.",
+    ) {
+        return Ok(Outcome::new(na, String::new(), ChartKind::Line));
+    }
+    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 32), GradMode::NoGrad);
+    let spec = setup.spec.clone();
+    let i = setup.cached(lab, ctx)?;
+    let model = lab.model(i);
+    let meter = lab.meter(ctx.device);
+    let x = setup.input(model, ctx)?;
+    for _ in 0..3 {
+        drop(forward(model, &x, &spec, ctx.device)?);
+    }
+    let mut allocated_change = 0i64;
+    let empty = || torch_ext::cuda_empty_cache().map_err(torch_failure);
+    let allocated =
+        || -> Result<i64, RunFailure> { Ok(meter.read().map_err(torch_failure)?.allocated as i64) };
+    let requests = 100;
+    let times = time_passes(ctx, requests, 2, |variant, clock| {
+        if variant == 0 {
+            // A warm cache: the previous request emptied it, so refill it untimed.
+            drop(forward(model, &x, &spec, ctx.device)?);
+            crate::lab::synchronize(ctx.device)?;
+            clock.restart();
+            return forward(model, &x, &spec, ctx.device).map(Some);
+        }
+        // The previous request's empty_cache(), with the model and input held.
+        let before = allocated()?;
+        empty()?;
+        allocated_change += allocated()? - before;
+        clock.restart();
+        drop(forward(model, &x, &spec, ctx.device)?);
+        crate::lab::synchronize(ctx.device)?;
+        empty()?;
+        Ok(None)
+    })?;
+    let (without, with) = (&times[0], &times[1]);
+    Ok(Outcome::new(
+        empty_cache_rule(allocated_change, with, without),
+        format!(
+            "{}, no_grad, {requests} requests of each kind",
+            setup.describe()
+        ),
+        ChartKind::Line,
+    )
+    .figures(vec![
+        fig("p50 without empty_cache", p(without, 50.0), "ms"),
+        fig("p90 without empty_cache", p(without, 90.0), "ms"),
+        fig("p50 with empty_cache", p(with, 50.0), "ms"),
+        fig("p90 with empty_cache", p(with, 90.0), "ms"),
+        fig(
+            "rank test z (with slower than without)",
+            Shift::of(with, without).z,
+            "ratio",
+        ),
+        fig(
+            "allocated change from empty_cache",
+            allocated_change as f64,
+            "bytes",
+        ),
+    ])
+    .series(vec![
+        series(
+            "without (ms)",
+            "ms",
+            numbered(without.len()),
+            without.clone(),
+        ),
+        series(
+            "with empty_cache (ms)",
+            "ms",
+            numbered(with.len()),
+            with.clone(),
+        ),
+    ])
+    .notes(vec![
+        "Requests alternate between the two kinds so both see the same conditions.".into(),
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::Verdict;
+
+    #[test]
+    fn allocator_cards_apply_only_where_the_meter_reports_a_pool() {
+        // A CPU-like reading: no reserved figure.
+        let na = no_pool(None, "why.").expect("not applicable without a pool");
+        assert_eq!(na.verdict, Verdict::NotApplicable);
+        assert!(na.reason.contains("GPU"));
+        // A CUDA-like reading: the rule decides.
+        assert!(no_pool(Some(0), "why.").is_none());
+    }
+
+    #[test]
+    fn reserved_rule_needs_allocated_back_at_baseline_and_a_pool_above_it() {
+        let m = 1 << 20;
+        assert_eq!(
+            reserved_rule(5 * m, 5 * m, 50 * m).verdict,
+            Verdict::Confirmed
+        );
+        assert_eq!(
+            reserved_rule(6 * m, 5 * m, 50 * m).verdict,
+            Verdict::Refuted,
+            "a leak"
+        );
+        assert_eq!(
+            reserved_rule(5 * m, 5 * m, 5 * m).verdict,
+            Verdict::Refuted,
+            "no pool kept"
+        );
+    }
+
+    #[test]
+    fn empty_cache_rule_needs_a_shift_that_one_request_cannot_make() {
+        let without: Vec<f64> = (0..100).map(|i| 4.0 + (i % 10) as f64 * 0.01).collect();
+        let with: Vec<f64> = without.iter().map(|x| x + 0.5).collect();
+        assert_eq!(
+            empty_cache_rule(0, &with, &without).verdict,
+            Verdict::Confirmed
+        );
+        assert_eq!(
+            empty_cache_rule(4096, &with, &without).verdict,
+            Verdict::Refuted,
+            "empty_cache must not free a held tensor"
+        );
+        // The same requests plus a few very slow ones (less than a tenth): not decided.
+        let mut jitter = without.clone();
+        for x in jitter.iter_mut().take(9) {
+            *x = 100.0;
+        }
+        assert_eq!(
+            empty_cache_rule(0, &jitter, &without).verdict,
+            Verdict::Refuted
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! The parts every experiment shares, so that each experiment reads as its lesson and
+//! nothing else: the context it runs in ([`Ctx`], [`Setup`]), the one way to measure a run
+//! ([`measure`]), the one way to time passes ([`time_passes`]), the one per-pass memory
+//! measurement ([`pass_memory`], the run's own method from [`crate::lab`]), the one
+//! noise-aware comparison of timings ([`Shift`]) and the one verdict builder ([`Decision`]).
+//! Failures from libtorch go through [`crate::lab::catch_torch`] / [`torch_failure`], so an
+//! out-of-memory is classified the same way in an experiment as in a run.
+
+use std::time::Instant;
+
+use protocol::{
+    Autocast, ChartKind, DeviceChoice, DeviceKind, Event, FailureKind, Figure, GradMode, Limits,
+    ModelId, PitfallOptions, Report, RunFailure, RunSpec, Series, Table, Verdict,
+};
+use tch::Tensor;
+
+use crate::lab::{
+    catch_torch, failure, forward, synchronize, tch_device, timed_forward, torch_failure, Lab,
+    RunControl,
+};
+use crate::models::Model;
+use crate::spec::check_spec;
+
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// Where and under what control an experiment runs, with the person's options.
+pub struct Ctx<'a> {
+    pub device: DeviceKind,
+    pub opts: PitfallOptions,
+    /// The worker's guarantees for this task (cancellation, deadline, ...): checked between
+    /// passes by [`time_passes`] and [`pass_memory`], and given to every [`measure`]d run.
+    pub control: &'a RunControl,
+}
+
+impl Ctx<'_> {
+    pub fn cuda(&self) -> bool {
+        self.device == DeviceKind::Cuda
+    }
+
+    /// A spec on this device; image models get small images on the CPU so cards run in
+    /// seconds, and full-size (224²) ones on a GPU.
+    pub fn spec(&self, model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
+        RunSpec {
+            model,
+            device: if self.cuda() {
+                DeviceChoice::Cuda
+            } else {
+                DeviceChoice::Cpu
+            },
+            batch,
+            input_size: (is_image(model) && !self.cuda()).then_some(96),
+            eval,
+            grad,
+            autocast: Autocast::Off,
+            warmup: if self.cuda() { 3 } else { 1 },
+            iters: if self.cuda() { 10 } else { 3 },
+            threads: None,
+        }
+    }
+
+    pub fn model(&self, default: ModelId) -> ModelId {
+        self.opts.model.unwrap_or(default)
+    }
+
+    pub fn batch(&self, cpu: u32, cuda: u32) -> u32 {
+        self.opts
+            .batch
+            .unwrap_or(if self.cuda() { cuda } else { cpu })
+    }
+
+    /// Stops the experiment if the worker asked it to (cancelled, past its deadline).
+    pub fn check(&self) -> Result<(), RunFailure> {
+        self.control.check()
+    }
+}
+
+fn is_image(model: ModelId) -> bool {
+    matches!(
+        model,
+        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
+    )
+}
+
+/// "ResNet-18, batch 8, 96×96 images": what a card's figures were measured on.
+pub fn describe(model: ModelId, batch: impl std::fmt::Display, size: u32) -> String {
+    let input = match model {
+        ModelId::TinyMlp => format!("{size} features"),
+        ModelId::Transformer => format!("{size} tokens"),
+        _ => format!("{size}×{size} images"),
+    };
+    format!("{}, batch {batch}, {input}", model.display_name())
+}
+
+/// The model, batch and spec an experiment runs, with its input size resolved.
+pub struct Setup {
+    pub model: ModelId,
+    pub batch: u32,
+    pub size: u32,
+    pub spec: RunSpec,
+}
+
+impl Setup {
+    pub fn new(
+        ctx: &Ctx,
+        default: ModelId,
+        (cpu_batch, cuda_batch): (u32, u32),
+        grad: GradMode,
+    ) -> Setup {
+        let model = ctx.model(default);
+        Setup::with_batch(ctx, model, ctx.batch(cpu_batch, cuda_batch), grad)
+    }
+
+    pub fn with_batch(ctx: &Ctx, model: ModelId, batch: u32, grad: GradMode) -> Setup {
+        let spec = ctx.spec(model, batch, true, grad);
+        Setup {
+            model,
+            batch,
+            size: spec.resolved_input_size(),
+            spec,
+        }
+    }
+
+    /// The lab's cached model for this setup (its index in the lab).
+    pub fn cached(&self, lab: &mut Lab, ctx: &Ctx) -> Result<usize, RunFailure> {
+        lab.model_index(self.model, ctx.device, self.size)
+    }
+
+    /// A freshly built model, for experiments that change it (or need it cold).
+    pub fn fresh(&self, lab: &Lab, ctx: &Ctx) -> Result<Model, RunFailure> {
+        tch::manual_seed(lab.config().seed);
+        catch_torch(|| Model::build(self.model, tch_device(ctx.device), self.size))
+    }
+
+    pub fn input(&self, model: &Model, ctx: &Ctx) -> Result<Tensor, RunFailure> {
+        catch_torch(|| model.input(self.batch, self.size, tch_device(ctx.device)))
+    }
+
+    pub fn describe(&self) -> String {
+        describe(self.model, self.batch, self.size)
+    }
+}
+
+/// One whole run, measured exactly as the Lab measures it (baseline, warm-up, per-iteration
+/// peaks), under the experiment's run control.
+pub fn measure(lab: &mut Lab, ctx: &Ctx, spec: RunSpec) -> Result<Report, RunFailure> {
+    let limits = Limits {
+        max_batch: u32::MAX,
+        ..Limits::default()
+    };
+    let checked = check_spec(spec, &limits, lab.machine())
+        .map_err(|e| failure(FailureKind::Invalid, e.to_string()))?;
+    let result = lab.measure(&checked, ctx.control, &mut |_: Event| {});
+    if result.is_err() {
+        lab.recover(checked.device());
+    }
+    result
+}
+
+/// What one forward pass held, measured by the run's own method: after an unmeasured pass
+/// (one-time caches out of the way), synchronise and read the baseline, then
+/// [`timed_forward`] resets the peak, runs the pass, synchronises and reads — with the lab's
+/// memory limit applied, as in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassMemory {
+    /// Highest allocation during the pass, above the baseline.
+    pub peak_above: u64,
+    /// Allocated while the output is still alive, above the baseline: the output and
+    /// whatever it keeps alive (its autograd graph's saved tensors).
+    pub retained: u64,
+}
+
+pub fn pass_memory(
+    lab: &Lab,
+    ctx: &Ctx,
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+) -> Result<PassMemory, RunFailure> {
+    ctx.check()?;
+    drop(forward(model, input, spec, ctx.device)?);
+    let meter = lab.meter(ctx.device);
+    synchronize(ctx.device)?;
+    let baseline = meter.read().map_err(torch_failure)?.allocated;
+    let limit = lab.config().memory_limit_bytes;
+    let (sample, out, _) = timed_forward(model, input, spec, ctx.device, &meter, 0, limit)?;
+    drop(out);
+    Ok(PassMemory {
+        peak_above: sample.peak_bytes.saturating_sub(baseline),
+        retained: sample.allocated_bytes.saturating_sub(baseline),
+    })
+}
+
+/// The stopwatch a timed pass runs under; see [`time_passes`].
+pub struct Clock {
+    start: Instant,
+    stopped: Option<f64>,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            start: Instant::now(),
+            stopped: None,
+        }
+    }
+
+    /// Untimed preparation is done: count from now.
+    pub fn restart(&mut self) {
+        self.start = Instant::now();
+    }
+
+    /// Stop here instead of after the device synchronisation (a naive timer).
+    pub fn stop(&mut self) {
+        if self.stopped.is_none() {
+            self.stopped = Some(self.start.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+}
+
+/// The one timing loop. Runs `rounds` rounds; each round runs every variant once, in turn,
+/// so that every variant sees the same conditions (alternation cancels drift). Before the
+/// first pass the device is synchronised, so work queued by the setup (weight init, input)
+/// never lands in a timed pass; the run control is checked before each pass. A pass gets
+/// its variant and the running [`Clock`]; unless it stops the clock itself, the clock stops
+/// after the device has synchronised. Whatever the pass returns (its output) is dropped
+/// after the clock stops. Returns the milliseconds of each variant, in order.
+pub fn time_passes<T>(
+    ctx: &Ctx,
+    rounds: usize,
+    variants: usize,
+    mut pass: impl FnMut(usize, &mut Clock) -> Result<T, RunFailure>,
+) -> Result<Vec<Vec<f64>>, RunFailure> {
+    let mut times = vec![Vec::with_capacity(rounds); variants];
+    synchronize(ctx.device)?;
+    for _ in 0..rounds {
+        for (variant, samples) in times.iter_mut().enumerate() {
+            ctx.check()?;
+            let mut clock = Clock::start();
+            let kept = pass(variant, &mut clock)?;
+            synchronize(ctx.device)?;
+            clock.stop();
+            drop(kept);
+            samples.extend(clock.stopped);
+        }
+    }
+    Ok(times)
+}
+
+/// How far one set of timings sits above another, beyond their noise: the Mann–Whitney
+/// rank statistic as a z-score (positive: `slow` tends to be larger). It assumes nothing
+/// about the distribution and no single outlier can move it by more than one rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shift {
+    pub z: f64,
+    pub slow_p50: f64,
+    pub fast_p50: f64,
+    /// The largest |z| these sample sizes allow (no overlap at all): below [`NOISE_Z`], no
+    /// difference could count as beyond noise.
+    pub max_z: f64,
+}
+
+/// |z| at or above this is "beyond noise": one-sided p ≈ 0.0013 for samples with no real
+/// difference.
+pub const NOISE_Z: f64 = 3.0;
+
+impl Shift {
+    pub fn of(slow: &[f64], fast: &[f64]) -> Shift {
+        let (n1, n2) = (slow.len() as f64, fast.len() as f64);
+        Shift {
+            z: rank_z(slow, fast),
+            slow_p50: p(slow, 50.0),
+            fast_p50: p(fast, 50.0),
+            max_z: (n1 * n2 / 2.0)
+                / (n1 * n2 * (n1 + n2 + 1.0) / 12.0)
+                    .sqrt()
+                    .max(f64::MIN_POSITIVE),
+        }
+    }
+
+    /// `slow` is slower than `fast` beyond noise.
+    pub fn slower(&self) -> bool {
+        self.z >= NOISE_Z
+    }
+
+    /// A person's reading of the difference, e.g. "1.23× (beyond noise, z = 4.1)".
+    pub fn describe(&self) -> String {
+        let ratio = self.slow_p50 / self.fast_p50;
+        let noise = if self.max_z < NOISE_Z {
+            "too few samples to tell it from noise"
+        } else if self.z.abs() >= NOISE_Z {
+            "beyond noise"
+        } else {
+            "within noise"
+        };
+        format!("{ratio:.2}× ({noise}, z = {:.1})", self.z)
+    }
+}
+
+/// The Mann–Whitney U statistic of `a` against `b`, as a z-score under the null hypothesis
+/// (ties get their average rank; no tie correction, which only makes it more conservative).
+/// 0 when either side is empty.
+pub fn rank_z(a: &[f64], b: &[f64]) -> f64 {
+    let (n1, n2) = (a.len() as f64, b.len() as f64);
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    let mut all: Vec<(f64, bool)> = a
+        .iter()
+        .map(|&x| (x, true))
+        .chain(b.iter().map(|&x| (x, false)))
+        .collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut rank_sum_a = 0.0;
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i;
+        while j + 1 < all.len() && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        // Ranks i+1 ..= j+1 share their mean.
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        rank_sum_a += rank * all[i..=j].iter().filter(|x| x.1).count() as f64;
+        i = j + 1;
+    }
+    let u = rank_sum_a - n1 * (n1 + 1.0) / 2.0;
+    let mean = n1 * n2 / 2.0;
+    let sd = (n1 * n2 * (n1 + n2 + 1.0) / 12.0).sqrt();
+    (u - mean) / sd
+}
+
+/// The `q`-th percentile of unsorted samples (numpy's default interpolation); 0 if empty.
+pub fn p(samples: &[f64], q: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    crate::stats::percentile(&sorted, q)
+}
+
+/// A verdict and the reason for it, with the deciding numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+impl Decision {
+    /// The one place a rule becomes a verdict: confirmed when the rule `holds`, refuted
+    /// otherwise, each with its own reason.
+    pub fn rule(holds: bool, if_holds: impl Into<String>, if_not: impl Into<String>) -> Decision {
+        if holds {
+            Decision {
+                verdict: Verdict::Confirmed,
+                reason: if_holds.into(),
+            }
+        } else {
+            Decision {
+                verdict: Verdict::Refuted,
+                reason: if_not.into(),
+            }
+        }
+    }
+
+    /// The effect cannot show here; `why` says why and what would show it.
+    pub fn not_applicable(why: impl Into<String>) -> Decision {
+        Decision {
+            verdict: Verdict::NotApplicable,
+            reason: why.into(),
+        }
+    }
+}
+
+/// What one experiment produced, before the card's common fields are added.
+pub struct Outcome {
+    pub decision: Decision,
+    /// What the figures were measured on (model, batch, input size; [`describe`]): the
+    /// report's reason ends with it.
+    pub setup: String,
+    pub figures: Vec<Figure>,
+    pub chart: ChartKind,
+    pub series: Vec<Series>,
+    pub notes: Vec<String>,
+    pub table: Option<Table>,
+}
+
+impl Outcome {
+    pub fn new(decision: Decision, setup: impl Into<String>, chart: ChartKind) -> Outcome {
+        Outcome {
+            decision,
+            setup: setup.into(),
+            figures: vec![],
+            chart,
+            series: vec![],
+            notes: vec![],
+            table: None,
+        }
+    }
+
+    pub fn figures(mut self, figures: Vec<Figure>) -> Self {
+        self.figures = figures;
+        self
+    }
+
+    pub fn series(mut self, series: Vec<Series>) -> Self {
+        self.series = series;
+        self
+    }
+
+    pub fn notes(mut self, notes: Vec<String>) -> Self {
+        self.notes = notes;
+        self
+    }
+
+    pub fn table(mut self, table: Table) -> Self {
+        self.table = Some(table);
+        self
+    }
+}
+
+pub fn fig(name: &str, value: f64, unit: &str) -> Figure {
+    Figure {
+        name: name.into(),
+        value,
+        unit: unit.into(),
+    }
+}
+
+pub fn series(name: &str, unit: &str, x: Vec<String>, y: Vec<f64>) -> Series {
+    Series {
+        name: name.into(),
+        unit: unit.into(),
+        x,
+        y: y.into_iter().map(Some).collect(),
+    }
+}
+
+/// "1", "2", ... "n": the x labels of a series of passes.
+pub fn numbered(n: usize) -> Vec<String> {
+    (1..=n).map(|i| i.to_string()).collect()
+}
+
+pub fn mib(b: u64) -> f64 {
+    (b as f64 / MIB * 1000.0).round() / 1000.0
+}
+
+/// Least-squares fit y = a + b·x; returns (b, R²).
+pub fn linear_fit(xs: &[f64], ys: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    if xs.len() < 2 {
+        return (0.0, 0.0);
+    }
+    let (mx, my) = (xs.iter().sum::<f64>() / n, ys.iter().sum::<f64>() / n);
+    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = xs.iter().map(|x| (x - mx).powi(2)).sum();
+    let syy: f64 = ys.iter().map(|y| (y - my).powi(2)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let r2 = if sxx > 0.0 && syy > 0.0 {
+        sxy * sxy / (sxx * syy)
+    } else {
+        0.0
+    };
+    (slope, r2)
+}
+
+/// Elements of the largest tensor one sample makes in a forward pass. Many CUDA kernels
+/// (cuDNN's convolutions among them) refuse tensors of 2³¹ elements or more, so a batch
+/// sweep must stay below that.
+pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
+    let s = size as u64;
+    match model {
+        ModelId::TinyMlp => s.max(512),
+        // The stem's 64 channels at half the side (ResNet-50's layer 1: 256 at a quarter).
+        ModelId::Resnet18 | ModelId::Resnet50 => 64 * (s / 2) * (s / 2),
+        // The second block's expansion: 96 channels at half the side.
+        ModelId::MobilenetV2 => 96 * (s / 2) * (s / 2),
+        // The attention scores (4 heads × seq²) or the feed-forward hidden layer (seq × 1024).
+        ModelId::Transformer => (4 * s * s).max(1024 * s),
+    }
+}
+
+/// The largest batch whose biggest tensor stays below 2³¹ elements.
+pub fn element_cap(model: ModelId, size: u32) -> u32 {
+    let per_sample = largest_tensor_per_sample(model, size).max(1);
+    (((1u64 << 31) - 1) / per_sample).min(u32::MAX as u64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_fit_recovers_a_line() {
+        let (slope, r2) = linear_fit(&[1.0, 2.0, 4.0, 8.0], &[3.0, 5.0, 9.0, 17.0]);
+        assert!((slope - 2.0).abs() < 1e-12 && (r2 - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rank_z_separates_shifted_samples_and_not_equal_ones() {
+        let fast: Vec<f64> = (0..20).map(|i| 10.0 + (i % 5) as f64 * 0.1).collect();
+        let slow: Vec<f64> = fast.iter().map(|x| x + 1.0).collect();
+        assert!(Shift::of(&slow, &fast).slower());
+        assert!(rank_z(&fast, &slow) <= -NOISE_Z, "antisymmetric");
+        // The same distribution, interleaved: no shift.
+        assert!(rank_z(&fast, &fast).abs() < 1e-12);
+        // One huge outlier among otherwise equal samples cannot make a shift.
+        let mut outlier = fast.clone();
+        outlier[3] = 1e6;
+        assert!(!Shift::of(&outlier, &fast).slower());
+        assert_eq!(rank_z(&[], &fast), 0.0);
+        // Three samples each can never be told apart from noise, however far apart.
+        let few = Shift::of(&[10.0, 11.0, 12.0], &[1.0, 1.1, 1.2]);
+        assert!(few.max_z < NOISE_Z && !few.slower());
+        assert!(few.describe().contains("too few samples"));
+    }
+
+    #[test]
+    fn the_element_cap_keeps_every_tensor_below_two_to_the_31() {
+        for model in [
+            ModelId::TinyMlp,
+            ModelId::Resnet18,
+            ModelId::Resnet50,
+            ModelId::MobilenetV2,
+            ModelId::Transformer,
+        ] {
+            let size = model.input().default;
+            let cap = element_cap(model, size) as u64;
+            let per_sample = largest_tensor_per_sample(model, size);
+            assert!(cap * per_sample < 1 << 31, "{model:?}");
+            assert!(
+                (cap + 1) * per_sample >= 1 << 31,
+                "{model:?}: the cap is the largest"
+            );
+        }
+        // ResNet-18 at 224²: the stem output at batch 4096 has 3.3e9 elements.
+        assert!(element_cap(ModelId::Resnet18, 224) < 4096);
+    }
+}

@@ -1,0 +1,306 @@
+//! What autograd keeps alive: eval() leaves it on, kept outputs keep their graph, and
+//! freezing parameters is a partial no_grad.
+
+use protocol::{ChartKind, GradMode, ModelId, RunFailure, RunSpec};
+
+use super::kit::{
+    describe, fig, measure, mib, pass_memory, series, Ctx, Decision, Outcome, Setup, MIB,
+};
+use super::Card;
+use crate::lab::{catch_torch, forward, synchronize, torch_failure, Lab};
+
+pub const EVAL_NOT_NOGRAD: Card = Card {
+    id: "eval-not-nograd",
+    title: "eval() does not switch autograd off",
+    claim: "model.eval() does not switch autograd off: eval+grad keeps the activations that eval+no_grad frees.",
+    why: "eval() only sets `training = False` on every module (Dropout, BatchNorm change behaviour). Whether ops record a graph is decided by grad mode, which eval() never touches.",
+    source: "https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation",
+    pitfall: "model.eval()\ny = model(x)  # graph recorded, activations kept",
+    fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
+    threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's activations, several times no_grad's peak of about two layers, so the margin is large at any scale",
+    experiment: eval_not_nograd,
+};
+
+fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let model = ctx.model(ModelId::Resnet18);
+    let b = ctx.batch(8, 64);
+    let grad = measure(lab, ctx, ctx.spec(model, b, true, GradMode::Enabled))?;
+    let nograd = measure(lab, ctx, ctx.spec(model, b, true, GradMode::NoGrad))?;
+    let (g, n) = (
+        grad.memory.peak_above_baseline_bytes,
+        nograd.memory.peak_above_baseline_bytes,
+    );
+    let ratio = g as f64 / n.max(1) as f64;
+    let figures = format!(
+        "eval()+grad peaked {:.1} MiB above baseline, eval()+no_grad {:.1} MiB: {ratio:.2}×",
+        mib(g),
+        mib(n)
+    );
+    let decision = Decision::rule(
+        ratio > 1.2,
+        format!("{figures} (eval() alone left autograd on)."),
+        format!("{figures} (no meaningful difference here)."),
+    );
+    let labels = || vec!["eval + grad".to_string(), "eval + no_grad".into()];
+    Ok(Outcome::new(
+        decision,
+        format!(
+            "{} on {}",
+            describe(model, b, grad.spec.resolved_input_size()),
+            grad.env.device_name
+        ),
+        ChartKind::Bar,
+    )
+    .figures(vec![
+        fig("eval+grad peak above baseline", g as f64, "bytes"),
+        fig("eval+no_grad peak above baseline", n as f64, "bytes"),
+        fig("memory ratio grad / no_grad", ratio, "ratio"),
+        fig("eval+grad p50", grad.latency_ms.p50, "ms"),
+        fig("eval+no_grad p50", nograd.latency_ms.p50, "ms"),
+    ])
+    .series(vec![
+        series(
+            "peak above baseline (MiB)",
+            "MiB",
+            labels(),
+            vec![mib(g), mib(n)],
+        ),
+        series(
+            "p50 latency (ms)",
+            "ms",
+            labels(),
+            vec![grad.latency_ms.p50, nograd.latency_ms.p50],
+        ),
+    ]))
+}
+
+pub const OUTPUT_LIFETIME: Card = Card {
+    id: "output-lifetime",
+    title: "Outputs kept on the device pile up — with their graph, fast",
+    claim: "Outputs kept across requests grow memory request by request; kept with grad they keep their whole graph and grow much faster.",
+    why: "A tensor that requires grad references its graph, which holds every saved activation of the forward pass that made it.",
+    source: "https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
+    pitfall: "results.append(model(x))  # grad on: graph kept alive",
+    fix: "with torch.no_grad():\n    results.append(model(x).cpu())",
+    threshold: "confirmed when, after one warm-up request, allocated memory grows every request for kept outputs, grows faster (more than 2× per request) when kept with grad, and does not grow at all when outputs are dropped. Regime: any; allocated memory counts live tensors exactly (on a GPU the caching allocator's pool is not counted), and on a GPU (ResNet-18, batch 16, 224²) eight kept graphs hold a few GB, far within 139 GB",
+    experiment: output_lifetime,
+};
+
+fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let setup = Setup::new(ctx, ModelId::Resnet18, (2, 16), GradMode::NoGrad);
+    let i = setup.cached(lab, ctx)?;
+    let requests = 8;
+    let variants: [(&str, GradMode, bool); 4] = [
+        ("dropped", GradMode::NoGrad, false),
+        ("kept on device (no_grad)", GradMode::NoGrad, true),
+        ("kept with grad (graph alive)", GradMode::Enabled, true),
+        ("moved to CPU (no_grad)", GradMode::NoGrad, true),
+    ];
+    let labels: Vec<String> = (1..=requests).map(|r| r.to_string()).collect();
+    let mut out_series = vec![];
+    let mut growth = vec![];
+    for (name, grad, keep) in variants {
+        let model = lab.model(i);
+        let meter = lab.meter(ctx.device);
+        let x = setup.input(model, ctx)?;
+        let s = RunSpec {
+            grad,
+            ..setup.spec.clone()
+        };
+        // One pass first, so one-time caches (oneDNN primitives, allocator pools) are not
+        // mistaken for growth.
+        drop(forward(model, &x, &s, ctx.device)?);
+        synchronize(ctx.device)?;
+        let start = meter.read().map_err(torch_failure)?.allocated;
+        let mut kept = vec![];
+        let mut ys = vec![];
+        for _ in 0..requests {
+            ctx.check()?;
+            let mut out = forward(model, &x, &s, ctx.device)?;
+            if name.starts_with("moved") {
+                out = catch_torch(|| out.to_device(tch::Device::Cpu))?;
+            }
+            if keep {
+                kept.push(out);
+            } else {
+                drop(out);
+            }
+            synchronize(ctx.device)?;
+            let now = meter.read().map_err(torch_failure)?.allocated;
+            ys.push(mib(now.saturating_sub(start)));
+        }
+        drop(kept);
+        growth.push(ys.last().copied().unwrap_or(0.0) / requests as f64);
+        out_series.push(series(
+            &format!("{name} (MiB above start)"),
+            "MiB",
+            labels.clone(),
+            ys,
+        ));
+    }
+    let (dropped, kept, with_grad, moved) = (growth[0], growth[1], growth[2], growth[3]);
+    let mut notes = vec![];
+    if !ctx.cuda() {
+        notes.push(
+            "On a CPU, \"moved to CPU\" stays in the same memory; on a GPU it frees the device."
+                .into(),
+        );
+    }
+    let figures = format!("Per request: dropped {dropped:.3} MiB, kept {kept:.3} MiB, kept with grad {with_grad:.3} MiB, moved to CPU {moved:.3} MiB (device memory).");
+    Ok(Outcome::new(
+        Decision::rule(
+            dropped == 0.0 && kept > 0.0 && with_grad > 2.0 * kept,
+            figures.clone(),
+            figures,
+        ),
+        format!("{}, {requests} requests per variant", setup.describe()),
+        ChartKind::Line,
+    )
+    .figures(vec![
+        fig("growth per request, dropped", dropped * MIB, "bytes"),
+        fig("growth per request, kept on device", kept * MIB, "bytes"),
+        fig(
+            "growth per request, kept with grad",
+            with_grad * MIB,
+            "bytes",
+        ),
+        fig("growth per request, moved to CPU", moved * MIB, "bytes"),
+    ])
+    .series(out_series)
+    .notes(notes))
+}
+
+pub const FREEZE_VS_NOGRAD: Card = Card {
+    id: "freeze-vs-nograd",
+    title: "Freezing all parameters builds no graph; partial freezing is in between",
+    claim: "requires_grad_(False) on every parameter records no graph (memory like no_grad); freezing only the backbone keeps activations for the unfrozen part.",
+    why: "Autograd records an op only when one of its inputs requires grad; with every weight frozen and an input that does not require grad, nothing does.",
+    source: "https://pytorch.org/docs/stable/notes/autograd.html#setting-requires-grad",
+    pitfall: "for p in backbone.parameters(): p.requires_grad_(False)\ny = model(x)  # still a graph through the head",
+    fix: "with torch.no_grad():\n    y = model(x)",
+    threshold: "compares the memory retained while the output is alive (allocated minus the baseline, read right after the pass), which is the output plus the graph's saved tensors — not the peak, which on a GPU is the stem's outputs in every variant. Confirmed when all-frozen retains within 10% (or 64 KiB) of no_grad, and the partly frozen model retains strictly more than no_grad and strictly less than all trainable. Regime: any; on a GPU (ResNet-18, batch 64, 224²) all trainable retains GBs, the frozen backbone tens of MB (layer 4), no_grad only the output",
+    experiment: freeze_vs_nograd,
+};
+
+/// The freeze card's rule over the retained bytes (see its threshold).
+pub fn freeze_rule(full: u64, partial: u64, frozen: u64, nograd: u64) -> Decision {
+    let close = frozen.abs_diff(nograd) as f64 <= (0.10 * nograd as f64).max(64.0 * 1024.0);
+    let between = nograd < partial && partial < full;
+    let figures = format!(
+        "Retained while the output is alive, above the weights and input: all trainable {:.2} MiB, backbone frozen {:.2} MiB, all frozen {:.2} MiB, no_grad {:.2} MiB.",
+        mib(full),
+        mib(partial),
+        mib(frozen),
+        mib(nograd)
+    );
+    Decision::rule(close && between, figures.clone(), figures)
+}
+
+fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let setup = Setup::new(ctx, ModelId::Resnet18, (8, 64), GradMode::Enabled);
+    // A fresh model: freezing changes requires_grad, which the cached model must keep.
+    let mut model = setup.fresh(lab, ctx)?;
+    let x = setup.input(&model, ctx)?;
+    let spec = |grad| RunSpec {
+        grad,
+        ..setup.spec.clone()
+    };
+    let full = pass_memory(lab, ctx, &model, &x, &spec(GradMode::Enabled))?;
+    let nograd = pass_memory(lab, ctx, &model, &x, &spec(GradMode::NoGrad))?;
+    // The last stage and the classifier stay trainable: a common fine-tuning setup.
+    let trainable = |name: &str| {
+        name.starts_with("layer4") || name.starts_with("fc") || name.starts_with("classifier")
+    };
+    for (name, t) in model.vs.variables() {
+        // Only parameters: BatchNorm's running statistics are buffers and never require grad.
+        if t.requires_grad() {
+            let _ = t.set_requires_grad(trainable(&name));
+        }
+    }
+    let partial = pass_memory(lab, ctx, &model, &x, &spec(GradMode::Enabled))?;
+    model.vs.freeze();
+    let frozen = pass_memory(lab, ctx, &model, &x, &spec(GradMode::Enabled))?;
+    let all = [full, partial, frozen, nograd];
+    let labels = vec![
+        "all trainable".to_string(),
+        "backbone frozen".into(),
+        "all frozen".into(),
+        "no_grad".into(),
+    ];
+    Ok(Outcome::new(
+        freeze_rule(
+            full.retained,
+            partial.retained,
+            frozen.retained,
+            nograd.retained,
+        ),
+        format!("{}, a fresh model", setup.describe()),
+        ChartKind::Bar,
+    )
+    .figures(vec![
+        fig("all trainable", full.retained as f64, "bytes"),
+        fig(
+            "backbone frozen (last stage + head trainable)",
+            partial.retained as f64,
+            "bytes",
+        ),
+        fig("all frozen", frozen.retained as f64, "bytes"),
+        fig("no_grad", nograd.retained as f64, "bytes"),
+        fig(
+            "all trainable: peak above baseline",
+            full.peak_above as f64,
+            "bytes",
+        ),
+        fig(
+            "no_grad: peak above baseline",
+            nograd.peak_above as f64,
+            "bytes",
+        ),
+    ])
+    .series(vec![
+        series(
+            "retained while the output is alive (MiB)",
+            "MiB",
+            labels.clone(),
+            all.iter().map(|m| mib(m.retained)).collect(),
+        ),
+        series(
+            "peak above baseline (MiB)",
+            "MiB",
+            labels,
+            all.iter().map(|m| mib(m.peak_above)).collect(),
+        ),
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::Verdict;
+
+    #[test]
+    fn the_freeze_rule_needs_frozen_like_no_grad_and_partial_strictly_between() {
+        let m = 1 << 20;
+        assert_eq!(
+            freeze_rule(100 * m, 10 * m, m, m).verdict,
+            Verdict::Confirmed
+        );
+        // Frozen retaining a graph: refuted.
+        assert_eq!(
+            freeze_rule(100 * m, 10 * m, 5 * m, m).verdict,
+            Verdict::Refuted
+        );
+        // Partial equal to full (freezing did nothing): refuted.
+        assert_eq!(
+            freeze_rule(100 * m, 100 * m, m, m).verdict,
+            Verdict::Refuted
+        );
+        // Partial equal to no_grad: refuted.
+        assert_eq!(freeze_rule(100 * m, m, m, m).verdict, Verdict::Refuted);
+        // A tiny output (a few KiB) differing by a few bytes stays "like no_grad".
+        assert_eq!(
+            freeze_rule(m, 8192, 4096 + 512, 4096).verdict,
+            Verdict::Confirmed
+        );
+    }
+}

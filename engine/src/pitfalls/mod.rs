@@ -1,0 +1,183 @@
+//! The pitfall experiments: one live experiment per lesson people get wrong, each yielding
+//! figures and a verdict computed from them by a rule written down on its card
+//! (`threshold`), never tuned after the fact.
+//!
+//! - this module: the [`Card`] type and the catalogue ([`CARDS`]), which is also the
+//!   dispatch table: a card holds its texts *and* its experiment, so a card cannot be listed
+//!   without an experiment or run without a text.
+//! - [`kit`]: what every experiment shares (context, the timing loop, the per-pass memory
+//!   measurement, the noise-aware comparison, the verdict builder).
+//! - the experiments, by lesson: [`modes`] (eval, grad modes, autocast), [`memory`] (what
+//!   autograd keeps alive), [`allocator`] (budgets and the CUDA caching allocator),
+//!   [`timing`] (warm-up and asynchronous execution), [`table`] (the classic rows side by
+//!   side).
+//!
+//! Everything runs on the device thread, on the [`Lab`] (see [`crate::Worker::call`]),
+//! under the [`RunControl`] the worker gives the task.
+//!
+//! Each card's rule says the regime it needs on a large GPU (an H200: 139 GB, ~1 PFLOP/s
+//! in bf16, kernel launches of a few µs) and why it decides correctly there; on a CPU the
+//! cards run small (96² images) to answer in seconds.
+
+pub mod allocator;
+pub mod kit;
+pub mod memory;
+pub mod modes;
+pub mod table;
+pub mod timing;
+
+use protocol::{
+    DeviceChoice, DeviceKind, FailureKind, PitfallInfo, PitfallOptions, PitfallReport, RunFailure,
+};
+
+use crate::lab::{failure, Lab, RunControl};
+use kit::{Ctx, Outcome};
+
+/// An experiment: runs on the lab under the context, returns its figures and verdict.
+pub type Experiment = fn(&mut Lab, &Ctx<'_>) -> Result<Outcome, RunFailure>;
+
+/// One lesson: what the page shows, and the experiment that checks it.
+pub struct Card {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub claim: &'static str,
+    pub why: &'static str,
+    /// The PyTorch documentation the explanation rests on.
+    pub source: &'static str,
+    pub pitfall: &'static str,
+    pub fix: &'static str,
+    /// The verdict's rule, with the regime it needs.
+    pub threshold: &'static str,
+    pub experiment: Experiment,
+}
+
+/// The catalogue, in the order the guided tour walks it.
+pub static CARDS: [&Card; 13] = [
+    &memory::EVAL_NOT_NOGRAD,
+    &modes::NOGRAD_NOT_EVAL,
+    &modes::INFERENCE_VS_NOGRAD,
+    &modes::AUTOCAST,
+    &allocator::BATCH_SCALING,
+    &allocator::ALLOCATED_VS_RESERVED,
+    &allocator::EMPTY_CACHE,
+    &memory::OUTPUT_LIFETIME,
+    &timing::WARM_UP,
+    &timing::SYNC_TIMING,
+    &timing::ITEM_SYNC,
+    &memory::FREEZE_VS_NOGRAD,
+    &table::SEED_TABLE,
+];
+
+/// Every card, in tour order.
+pub fn catalogue() -> Vec<PitfallInfo> {
+    CARDS.iter().map(|c| c.info()).collect()
+}
+
+/// The card named `id`; `None` for an unknown id (the server answers 404).
+pub fn card(id: &str) -> Option<&'static Card> {
+    CARDS.iter().copied().find(|c| c.id == id)
+}
+
+/// Whether `id` names a card.
+pub fn exists(id: &str) -> bool {
+    card(id).is_some()
+}
+
+/// Runs the experiment `id` on the lab's device, under `control` (cancellation, deadline:
+/// checked between passes and given to every run the experiment measures). An unknown id is
+/// an `Invalid` failure naming the known ones; prefer [`card`] to tell it apart first.
+pub fn run(
+    lab: &mut Lab,
+    id: &str,
+    opts: PitfallOptions,
+    control: &RunControl,
+) -> Result<PitfallReport, RunFailure> {
+    let card = card(id).ok_or_else(|| {
+        let known: Vec<_> = CARDS.iter().map(|c| c.id).collect();
+        failure(
+            FailureKind::Invalid,
+            format!("unknown pitfall `{id}`; known: {}", known.join(", ")),
+        )
+    })?;
+    card.run(lab, opts, control)
+}
+
+impl Card {
+    pub fn info(&self) -> PitfallInfo {
+        PitfallInfo {
+            id: self.id.into(),
+            title: self.title.into(),
+            claim: self.claim.into(),
+            why: self.why.into(),
+            source: self.source.into(),
+            python_pitfall: self.pitfall.into(),
+            python_fix: self.fix.into(),
+            threshold: self.threshold.into(),
+        }
+    }
+
+    /// Runs this card's experiment; see [`run`].
+    pub fn run(
+        &self,
+        lab: &mut Lab,
+        opts: PitfallOptions,
+        control: &RunControl,
+    ) -> Result<PitfallReport, RunFailure> {
+        let device = match opts.device {
+            DeviceChoice::Cpu => DeviceKind::Cpu,
+            DeviceChoice::Cuda if lab.machine().has_cuda() => DeviceKind::Cuda,
+            DeviceChoice::Cuda => {
+                return Err(failure(
+                    FailureKind::Invalid,
+                    "this server has no CUDA device",
+                ))
+            }
+            DeviceChoice::Auto if lab.machine().has_cuda() => DeviceKind::Cuda,
+            DeviceChoice::Auto => DeviceKind::Cpu,
+        };
+        let ctx = Ctx {
+            device,
+            opts,
+            control,
+        };
+        let threads = lab.config().threads;
+        tch::set_num_threads(threads as i32);
+        let outcome = (self.experiment)(lab, &ctx)?;
+        let mut reason = outcome.decision.reason;
+        if !outcome.setup.is_empty() {
+            reason = format!("{} Measured on {}.", reason.trim_end(), outcome.setup);
+        }
+        Ok(PitfallReport {
+            id: self.id.into(),
+            claim: self.claim.into(),
+            verdict: outcome.decision.verdict,
+            reason,
+            threshold: self.threshold.into(),
+            figures: outcome.figures,
+            chart: outcome.chart,
+            series: outcome.series,
+            notes: outcome.notes,
+            table: outcome.table,
+            env: lab.machine().stamp(device, threads),
+            record_id: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catalogue_has_every_card_once_and_finds_them_by_id() {
+        let mut ids: Vec<_> = CARDS.iter().map(|c| c.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), CARDS.len());
+        for c in CARDS {
+            assert!(std::ptr::eq(card(c.id).unwrap(), c));
+            assert!(!c.threshold.is_empty() && !c.claim.is_empty());
+        }
+        assert!(card("nope").is_none() && !exists("nope"));
+    }
+}

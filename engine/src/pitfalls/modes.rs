@@ -1,0 +1,464 @@
+//! The switches people conflate: train/eval, the grad modes, autocast, and the classic
+//! table that sets them side by side.
+
+use protocol::{
+    Autocast, ChartKind, DeviceKind, FailureKind, GradMode, ModelId, Report, RunFailure, RunSpec,
+};
+use tch::{Kind, Tensor};
+
+use super::kit::{describe, fig, measure, mib, series, Ctx, Decision, Outcome, Shift};
+use super::Card;
+use crate::lab::{catch_torch, failure, forward, tch_device, torch_failure, Lab};
+use crate::models::Model;
+use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a.to_kind(Kind::Float) - b.to_kind(Kind::Float))
+        .abs()
+        .max()
+        .double_value(&[])
+}
+
+pub const NOGRAD_NOT_EVAL: Card = Card {
+    id: "nograd-not-eval",
+    title: "no_grad() does not switch Dropout and BatchNorm to inference",
+    claim: "torch.no_grad() leaves Dropout and BatchNorm in training behaviour: outputs are random, depend on batch-mates, and BatchNorm's running statistics change during \"inference\".",
+    why: "no_grad only stops graph recording. Dropout and BatchNorm read `self.training`, which only train()/eval() set.",
+    source: "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval",
+    pitfall: "with torch.no_grad():\n    y = model(x)  # model still in train mode",
+    fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
+    threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; float32 rounding alone stays far below 1e-6 for identical computations. Regime: any; the effects are of order one (Dropout zeroes half the units), whatever the device",
+    experiment: nograd_not_eval,
+};
+
+fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let device = tch_device(ctx.device);
+    let size = ModelId::TinyMlp.input().default;
+    let batch = 16;
+    // A fresh model: train-mode passes change BatchNorm's running statistics, and the lab's
+    // cached models must stay as other runs left them.
+    tch::manual_seed(lab.config().seed);
+    let model = catch_torch(|| Model::build(ModelId::TinyMlp, device, size))?;
+    let x = catch_torch(|| Tensor::randn([batch, size as i64], (Kind::Float, device)))?;
+    let mates = x.copy();
+    catch_torch(|| {
+        mates.narrow(0, 1, batch - 1).copy_(&Tensor::randn(
+            [batch - 1, size as i64],
+            (Kind::Float, device),
+        ))
+    })?;
+    let spec = |eval| RunSpec {
+        eval,
+        grad: GradMode::NoGrad,
+        ..RunSpec::default()
+    };
+    let run = |x: &Tensor, eval: bool| forward(&model, x, &spec(eval), ctx.device);
+
+    let dropout_train = max_abs_diff(&run(&x, false)?, &run(&x, false)?);
+    let dropout_eval = max_abs_diff(&run(&x, true)?, &run(&x, true)?);
+    // Batch-mates: compare sample 0 with Dropout out of the way (the same seed for both
+    // passes), so only BatchNorm's batch statistics can make them differ.
+    let first = |x: &Tensor, eval: bool| -> Result<Tensor, RunFailure> {
+        tch::manual_seed(7);
+        Ok(run(x, eval)?.get(0))
+    };
+    let mates_train = max_abs_diff(&first(&x, false)?, &first(&mates, false)?);
+    let mates_eval = max_abs_diff(&first(&x, true)?, &first(&mates, true)?);
+    let running_mean = model
+        .vs
+        .variables()
+        .into_iter()
+        .find(|(n, _)| n.ends_with("running_mean"))
+        .map(|(_, t)| t)
+        .ok_or_else(|| {
+            failure(
+                FailureKind::Internal,
+                "the MLP has no BatchNorm running mean",
+            )
+        })?;
+    let before = running_mean.copy();
+    drop(run(&x, false)?);
+    let stats_train = max_abs_diff(&before, &running_mean);
+    let before = running_mean.copy();
+    drop(run(&x, true)?);
+    let stats_eval = max_abs_diff(&before, &running_mean);
+
+    let tol = 1e-6;
+    let labels = vec![
+        "same input twice (Dropout)".to_string(),
+        "sample 0, other batch-mates (BatchNorm)".into(),
+        "running mean change".into(),
+    ];
+    let figures = format!(
+        "Under no_grad in train mode: same input twice differed by {dropout_train:.3e}, sample 0 changed by {mates_train:.3e} with other batch-mates, BatchNorm's running mean moved by {stats_train:.3e}. In eval mode: {dropout_eval:.1e}, {mates_eval:.1e}, {stats_eval:.1e}."
+    );
+    Ok(Outcome::new(
+        Decision::rule(
+            dropout_train > tol && mates_train > tol && stats_train > 0.0,
+            figures.clone(),
+            figures,
+        ),
+        format!(
+            "{}, a fresh model so the cached one keeps its statistics",
+            describe(ModelId::TinyMlp, batch, size)
+        ),
+        ChartKind::Bar,
+    )
+    .figures(vec![
+        fig(
+            "train+no_grad: max |Δ| same input twice",
+            dropout_train,
+            "abs",
+        ),
+        fig(
+            "eval+no_grad: max |Δ| same input twice",
+            dropout_eval,
+            "abs",
+        ),
+        fig(
+            "train+no_grad: max |Δ| sample 0 with other batch-mates",
+            mates_train,
+            "abs",
+        ),
+        fig(
+            "eval+no_grad: max |Δ| sample 0 with other batch-mates",
+            mates_eval,
+            "abs",
+        ),
+        fig("train+no_grad: running mean change", stats_train, "abs"),
+        fig("eval+no_grad: running mean change", stats_eval, "abs"),
+    ])
+    .series(vec![
+        series(
+            "train + no_grad",
+            "max |Δ|",
+            labels.clone(),
+            vec![dropout_train, mates_train, stats_train],
+        ),
+        series(
+            "eval + no_grad",
+            "max |Δ|",
+            labels,
+            vec![dropout_eval, mates_eval, stats_eval],
+        ),
+    ]))
+}
+
+pub const INFERENCE_VS_NOGRAD: Card = Card {
+    id: "inference-vs-nograd",
+    title: "inference_mode saves no memory over no_grad, and its outputs refuse backward",
+    claim: "torch.inference_mode() records no graph, exactly like no_grad, so it uses the same memory; it also skips version counters and view tracking, and the tensors it makes cannot be saved for backward.",
+    why: "Both modes record no graph, so both free activations as soon as they are used. inference_mode additionally creates 'inference tensors' without version counters; autograd refuses to save them later. Skipping that bookkeeping saves a little CPU time per op, which only shows where per-op overhead dominates (tiny models, small batches) and is often within the noise.",
+    source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
+    pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # RuntimeError: Inference tensors cannot be saved for backward",
+    fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
+    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by a rank test over the timed iterations (z ≥ 3). Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
+    experiment: inference_vs_nograd,
+};
+
+fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let mut figures = vec![];
+    let mut labels = vec![];
+    let mut setups = vec![];
+    let mut notes = vec![];
+    let (mut p50_ng, mut p50_im) = (vec![], vec![]);
+    let mut memory_equal = true;
+    for (model, batch) in [
+        (ModelId::TinyMlp, 1),
+        (ctx.model(ModelId::Resnet18), ctx.batch(4, 32)),
+    ] {
+        let mut ng_spec = ctx.spec(model, batch, true, GradMode::NoGrad);
+        // Per-op overhead shows with many short iterations; the larger model gets enough
+        // for the rank test to be able to tell a difference from noise. The two modes
+        // alternate, run by run, so that drift on a busy machine does not read as a
+        // difference between them.
+        let rounds = 2;
+        ng_spec.iters = if model == ModelId::TinyMlp {
+            100
+        } else {
+            ng_spec.iters.max(5)
+        };
+        let im_spec = RunSpec {
+            grad: GradMode::InferenceMode,
+            ..ng_spec.clone()
+        };
+        let (mut ng, mut im) = (vec![], vec![]);
+        for _ in 0..rounds {
+            ng.push(measure(lab, ctx, ng_spec.clone())?);
+            im.push(measure(lab, ctx, im_spec.clone())?);
+        }
+        let peak = |rs: &[Report]| {
+            rs.iter()
+                .map(|r| r.memory.peak_above_baseline_bytes)
+                .max()
+                .unwrap_or(0) as f64
+        };
+        let (a, b) = (peak(&ng), peak(&im));
+        memory_equal &= (a - b).abs() <= 0.05 * a.max(b);
+        let latencies = |rs: &[Report]| {
+            rs.iter()
+                .flat_map(|r| r.samples.iter().map(|s| s.latency_ms))
+                .collect::<Vec<_>>()
+        };
+        let (ng_ms, im_ms) = (latencies(&ng), latencies(&im));
+        let shift = Shift::of(&im_ms, &ng_ms);
+        let name = format!("{} b{batch}", model.as_str());
+        figures.push(fig(&format!("{name} no_grad p50"), shift.fast_p50, "ms"));
+        figures.push(fig(
+            &format!("{name} inference_mode p50"),
+            shift.slow_p50,
+            "ms",
+        ));
+        figures.push(fig(
+            &format!("{name} latency ratio inference_mode / no_grad"),
+            shift.slow_p50 / shift.fast_p50,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{name} latency rank test z (inference_mode slower)"),
+            shift.z,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{name} no_grad peak above baseline"),
+            a,
+            "bytes",
+        ));
+        figures.push(fig(
+            &format!("{name} inference_mode peak above baseline"),
+            b,
+            "bytes",
+        ));
+        notes.push(format!(
+            "{name}: inference_mode / no_grad latency {} over {} iterations each ({rounds} alternating runs); not part of the verdict.",
+            shift.describe(),
+            ng_ms.len()
+        ));
+        setups.push(describe(model, batch, ng_spec.resolved_input_size()));
+        labels.push(name);
+        p50_ng.push(shift.fast_p50);
+        p50_im.push(shift.slow_p50);
+    }
+    // The live error, and the fix.
+    let device = tch_device(ctx.device);
+    let x = {
+        let _g = InferenceModeGuard::enter().map_err(torch_failure)?;
+        catch_torch(|| Tensor::ones([2, 2], (Kind::Float, device)) * 3)?
+    };
+    let w = catch_torch(|| Tensor::ones([2, 2], (Kind::Float, device)).set_requires_grad(true))?;
+    let error = x
+        .f_matmul(&w)
+        .err()
+        .map(|e| crate::first_line(&e.to_string()));
+    let fixed = x.copy().f_matmul(&w).is_ok();
+    let raised = error
+        .as_deref()
+        .is_some_and(|e| e.contains("Inference tensors cannot be saved for backward"));
+    let decision = if !memory_equal {
+        Decision::rule(
+            false,
+            "",
+            "inference_mode's peak memory differed from no_grad's by more than 5% here.",
+        )
+    } else {
+        Decision::rule(
+            raised && fixed,
+            "Memory within 5% of no_grad on both models; saving an inference tensor for backward raised libtorch's error and clone() fixed it. Latency is shown apart, labelled against its noise.",
+            "The inference-tensor error did not behave as documented here.",
+        )
+    };
+    notes.insert(
+        0,
+        match &error {
+            Some(e) => format!("libtorch said: {e}"),
+            None => "no error was raised when saving an inference tensor for backward".into(),
+        },
+    );
+    notes.insert(
+        1,
+        format!(
+            "x.clone() outside the mode, then the same op: {}",
+            if fixed { "works" } else { "fails" }
+        ),
+    );
+    figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
+    figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
+    Ok(Outcome::new(decision, setups.join("; "), ChartKind::Bar)
+        .figures(figures)
+        .series(vec![
+            series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng),
+            series("inference_mode p50 (ms)", "ms", labels, p50_im),
+        ])
+        .notes(notes))
+}
+
+pub const AUTOCAST: Card = Card {
+    id: "autocast",
+    title: "autocast lowers the math, not the weights",
+    claim: "Autocast runs matmul/conv/linear in fp16 or bf16 and keeps the fp32 weights (caching cast copies), at a small numerical cost.",
+    why: "Autocast casts inputs of eligible ops on the fly; reductions, softmax and norms stay fp32. The weights stay fp32; their low-precision copies are cached while the outermost region is open. CPUs without fp16/bf16 units emulate, and get slower.",
+    source: "https://pytorch.org/docs/stable/amp.html",
+    pitfall: "model.half()  # weights lose precision for good",
+    fix: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n    y = model(x)",
+    threshold: "confirmed when, for every low precision the device runs, a linear layer of the model (its own fp32 weight, inside the same autocast region) yields the low-precision dtype, the weights are still float32 afterwards, and the model's output differs from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. The model's own output dtype is reported but does not decide: a model ending in a norm (the transformer's LayerNorm) returns fp32 under autocast, as documented. Regime: any; dtypes and differences do not depend on scale. Latency is reported, not judged: on a GPU with tensor cores (an H200 runs both fp16 and bf16) autocast is faster, on a CPU without fp16/bf16 units it is emulated and slower",
+    experiment: autocast,
+};
+
+/// The first (by name) 2-D weight of the model: a linear layer's, which autocast must run in
+/// low precision.
+fn a_linear_weight(model: &Model) -> Option<(String, Tensor)> {
+    let mut weights: Vec<(String, Tensor)> = model
+        .vs
+        .variables()
+        .into_iter()
+        .filter(|(n, t)| n.ends_with("weight") && t.dim() == 2)
+        .collect();
+    weights.sort_by(|a, b| a.0.cmp(&b.0));
+    weights.into_iter().next()
+}
+
+/// The dtype of `weight` applied as a linear layer inside an autocast region.
+fn linear_dtype_under(
+    device: DeviceKind,
+    autocast: Autocast,
+    weight: &Tensor,
+    batch: i64,
+) -> Result<Kind, RunFailure> {
+    let precision = match autocast {
+        Autocast::Fp16 => LowPrecision::Fp16,
+        _ => LowPrecision::Bf16,
+    };
+    let _region = AutocastGuard::enter(device, precision).map_err(torch_failure)?;
+    let _no_grad = tch::no_grad_guard();
+    catch_torch(|| {
+        let probe = Tensor::randn([batch, weight.size()[1]], (Kind::Float, weight.device()));
+        probe.linear(weight, None::<Tensor>).kind()
+    })
+}
+
+fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let model_id = ctx.model(ModelId::Resnet18);
+    let b = ctx.batch(4, 64);
+    let base = ctx.spec(model_id, b, true, GradMode::NoGrad);
+    let fp32 = measure(lab, ctx, base.clone())?;
+    // Output comparison on one fixed input through the cached model.
+    let size = base.resolved_input_size();
+    let i = lab.model_index(model_id, ctx.device, size)?;
+    let model = lab.model(i);
+    tch::manual_seed(1);
+    let x = catch_torch(|| model.input(b, size, tch_device(ctx.device)))?;
+    let reference = forward(model, &x, &base, ctx.device)?;
+    let scale = catch_torch(|| reference.abs().max().double_value(&[]))?;
+    let (weight_name, weight) = a_linear_weight(model)
+        .ok_or_else(|| failure(FailureKind::Internal, "the model has no linear layer"))?;
+    let mut figures = vec![
+        fig("fp32 p50", fp32.latency_ms.p50, "ms"),
+        fig(
+            "fp32 peak above baseline",
+            fp32.memory.peak_above_baseline_bytes as f64,
+            "bytes",
+        ),
+    ];
+    let mut labels = vec!["fp32".to_string()];
+    let (mut p50, mut peak) = (
+        vec![fp32.latency_ms.p50],
+        vec![mib(fp32.memory.peak_above_baseline_bytes)],
+    );
+    let mut notes = vec![];
+    let mut ok = true;
+    for autocast in [Autocast::Fp16, Autocast::Bf16] {
+        let support = lab
+            .machine()
+            .autocast_support(ctx.device)
+            .into_iter()
+            .find(|s| s.autocast == autocast);
+        if let Some(s) = support.as_ref().filter(|s| !s.supported) {
+            notes.push(format!("{} skipped: {}", autocast.as_str(), s.note));
+            continue;
+        }
+        if let Some(s) = support.filter(|s| !s.note.is_empty()) {
+            notes.push(format!("{}: {}", autocast.as_str(), s.note));
+        }
+        let spec = RunSpec {
+            autocast,
+            ..base.clone()
+        };
+        let model = lab.model(i);
+        let out = forward(model, &x, &spec, ctx.device)?;
+        let diff = catch_torch(|| max_abs_diff(&out, &reference))?;
+        let low = if autocast == Autocast::Fp16 {
+            Kind::Half
+        } else {
+            Kind::BFloat16
+        };
+        let linear = linear_dtype_under(ctx.device, autocast, &weight, b as i64)?;
+        ok &= linear == low && diff > 0.0 && diff < 0.1 * scale;
+        notes.push(format!(
+            "{} linear layer ({weight_name}) output dtype: {linear:?}",
+            autocast.as_str()
+        ));
+        notes.push(format!(
+            "{} output dtype: {:?}",
+            autocast.as_str(),
+            out.kind()
+        ));
+        drop(out);
+        let r = measure(lab, ctx, spec)?;
+        let name = autocast.as_str();
+        figures.push(fig(&format!("{name} p50"), r.latency_ms.p50, "ms"));
+        figures.push(fig(
+            &format!("{name} peak above baseline"),
+            r.memory.peak_above_baseline_bytes as f64,
+            "bytes",
+        ));
+        figures.push(fig(
+            &format!("{name} max |output - fp32 output|"),
+            diff,
+            "abs",
+        ));
+        figures.push(fig(
+            &format!("{name} linear layer output is {name}"),
+            f64::from(u8::from(linear == low)),
+            "bool",
+        ));
+        figures.push(fig(
+            &format!("{name} latency vs fp32"),
+            r.latency_ms.p50 / fp32.latency_ms.p50,
+            "ratio",
+        ));
+        labels.push(name.into());
+        p50.push(r.latency_ms.p50);
+        peak.push(mib(r.memory.peak_above_baseline_bytes));
+    }
+    let weights_fp32 = lab
+        .model(i)
+        .vs
+        .trainable_variables()
+        .iter()
+        .all(|t| t.kind() == Kind::Float);
+    ok &= weights_fp32;
+    figures.push(fig(
+        "weights still float32",
+        f64::from(u8::from(weights_fp32)),
+        "bool",
+    ));
+    figures.push(fig("fp32 output max |value|", scale, "abs"));
+    let decision = if labels.len() == 1 {
+        Decision::not_applicable("This device runs neither fp16 nor bf16 autocast.")
+    } else {
+        Decision::rule(
+            ok,
+            "Inside autocast a linear layer ran in low precision, the output differed slightly from fp32, and the weights stayed float32. Latency depends on the hardware: see the figures.",
+            "A linear layer under autocast had an unexpected dtype, the output difference was zero or too large, or the weights changed dtype.",
+        )
+    };
+    Ok(
+        Outcome::new(decision, describe(model_id, b, size), ChartKind::Bar)
+            .figures(figures)
+            .series(vec![
+                series("p50 latency (ms)", "ms", labels.clone(), p50),
+                series("peak above baseline (MiB)", "MiB", labels, peak),
+            ])
+            .notes(notes),
+    )
+}

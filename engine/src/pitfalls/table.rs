@@ -1,0 +1,187 @@
+//! The classic table: the Lab's classic rows side by side, which setting saves what.
+
+use protocol::{Autocast, ChartKind, FailureKind, GradMode, ModelId, RunFailure, RunSpec, Table};
+
+use super::kit::{describe, fig, measure, mib, series, Ctx, Decision, Outcome};
+use super::Card;
+use crate::lab::{failure, Lab};
+
+pub const SEED_TABLE: Card = Card {
+    id: "seed-table",
+    title: "The classic table: which setting saves what",
+    claim: "train, eval only, no_grad only, eval+no_grad and eval+no_grad+fp16 for ResNet-50 batch 32: eval alone saves no memory, no_grad saves most of it.",
+    why: "The five rows separate the two switches people conflate (eval and grad mode) and add mixed precision.",
+    source: "https://pytorch.org/docs/stable/notes/autograd.html#inference-mode",
+    pitfall: "model.eval()  # \"inference mode on\"",
+    fix: "model.eval()\nwith torch.inference_mode(), torch.autocast(\"cuda\", dtype=torch.float16):\n    y = model(x)",
+    threshold: "confirmed when eval-only's peak is within 10% of train's and eval+no_grad's is below half of train's. The rows are the Lab's classic rows (the ones `gradless compare` runs) without inference_mode and with the device's autocast (fp16 on a GPU, bf16 on a CPU). Regime: any; on a GPU (ResNet-50, batch 32, 224²) train keeps every activation (several GB) while eval+no_grad holds about two layers' worth",
+    experiment: seed_table,
+};
+
+/// The seed table's rows: the classic rows ([`RunSpec::classic_modes`], which `gradless
+/// compare` and the Lab's "Compare all modes" run) without inference_mode, with one autocast.
+fn seed_rows(base: &RunSpec, low: Autocast) -> Vec<RunSpec> {
+    base.classic_modes()
+        .into_iter()
+        .filter(|s| {
+            s.grad != GradMode::InferenceMode && (s.autocast == Autocast::Off || s.autocast == low)
+        })
+        .collect()
+}
+
+/// The seed table's name for a classic row.
+fn row_label(spec: &RunSpec) -> String {
+    match (spec.eval, spec.grad, spec.autocast) {
+        (false, GradMode::Enabled, Autocast::Off) => "train".into(),
+        (true, GradMode::Enabled, Autocast::Off) => "eval only".into(),
+        (false, GradMode::NoGrad, Autocast::Off) => "no_grad only".into(),
+        (eval, grad, autocast) => {
+            let mut parts = vec![if eval { "eval" } else { "train" }];
+            if grad != GradMode::Enabled {
+                parts.push(grad.as_str());
+            }
+            if autocast != Autocast::Off {
+                parts.push(autocast.as_str());
+            }
+            parts.join(" + ")
+        }
+    }
+}
+
+fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let model = ctx.model(ModelId::Resnet50);
+    let b = ctx.batch(4, 32);
+    let low = if ctx.cuda() {
+        Autocast::Fp16
+    } else {
+        Autocast::Bf16
+    };
+    let mut rows = seed_rows(&ctx.spec(model, b, true, GradMode::Enabled), low);
+    if !ctx.cuda() {
+        rows.iter_mut().for_each(|s| s.iters = 2);
+    }
+    let mut reports = vec![];
+    for spec in &rows {
+        reports.push(measure(lab, ctx, spec.clone())?);
+    }
+    let labels: Vec<String> = rows.iter().map(row_label).collect();
+    let find = |eval: bool, grad: GradMode| {
+        rows.iter()
+            .position(|s| s.eval == eval && s.grad == grad && s.autocast == Autocast::Off)
+            .map(|i| reports[i].memory.peak_above_baseline_bytes as f64)
+            .ok_or_else(|| failure(FailureKind::Internal, "a classic row is missing"))
+    };
+    let first_peak = find(false, GradMode::Enabled)?;
+    let eval_only = find(true, GradMode::Enabled)?;
+    let eval_nograd = find(true, GradMode::NoGrad)?;
+    let first_p50 = reports[0].latency_ms.p50;
+    let mut figures = vec![];
+    for (label, r) in labels.iter().zip(&reports) {
+        let peak = r.memory.peak_above_baseline_bytes as f64;
+        figures.push(fig(&format!("{label}: peak above baseline"), peak, "bytes"));
+        figures.push(fig(&format!("{label}: p50"), r.latency_ms.p50, "ms"));
+        figures.push(fig(
+            &format!("{label}: memory vs train"),
+            peak / first_peak,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{label}: latency vs train"),
+            r.latency_ms.p50 / first_p50,
+            "ratio",
+        ));
+    }
+    let change = |x: f64, first: f64| format!("{:+.0}%", 100.0 * (x - first) / first);
+    let table = Table {
+        columns: [
+            "setting",
+            "peak above baseline",
+            "vs train",
+            "p50",
+            "vs train",
+            "output",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: labels
+            .iter()
+            .zip(&reports)
+            .map(|(label, r)| {
+                let peak = r.memory.peak_above_baseline_bytes as f64;
+                vec![
+                    label.clone(),
+                    protocol::format_bytes(r.memory.peak_above_baseline_bytes),
+                    change(peak, first_peak),
+                    format!("{:.2} ms", r.latency_ms.p50),
+                    change(r.latency_ms.p50, first_p50),
+                    r.output.dtype.clone(),
+                ]
+            })
+            .collect(),
+    };
+    let mut notes = vec![];
+    if !ctx.cuda() {
+        notes.push("On a CPU the low-precision row uses bf16 (autocast's CPU default); without bf16 units it is emulated and slow.".into());
+    }
+    let figures_text = format!(
+        "eval only: {:.0}% of train's peak memory; eval + no_grad: {:.0}%.",
+        100.0 * eval_only / first_peak,
+        100.0 * eval_nograd / first_peak
+    );
+    Ok(Outcome::new(
+        Decision::rule(
+            (eval_only - first_peak).abs() <= 0.10 * first_peak && eval_nograd < 0.5 * first_peak,
+            figures_text.clone(),
+            figures_text,
+        ),
+        format!(
+            "{} on {}",
+            describe(model, b, reports[0].spec.resolved_input_size()),
+            reports[0].env.device_name
+        ),
+        ChartKind::Bar,
+    )
+    .table(table)
+    .figures(figures)
+    .series(vec![
+        series(
+            "peak above baseline (MiB)",
+            "MiB",
+            labels.clone(),
+            reports
+                .iter()
+                .map(|r| mib(r.memory.peak_above_baseline_bytes))
+                .collect(),
+        ),
+        series(
+            "p50 latency (ms)",
+            "ms",
+            labels,
+            reports.iter().map(|r| r.latency_ms.p50).collect(),
+        ),
+    ])
+    .notes(notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_table_takes_five_of_the_classic_rows_with_their_names() {
+        let labels: Vec<String> = seed_rows(&RunSpec::default(), Autocast::Fp16)
+            .iter()
+            .map(row_label)
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "train",
+                "eval only",
+                "no_grad only",
+                "eval + no_grad",
+                "eval + no_grad + fp16"
+            ]
+        );
+    }
+}

@@ -1,0 +1,373 @@
+//! Timing lessons: the first passes are not representative, and CUDA runs asynchronously
+//! (a timer must synchronise; a sync per batch stalls the pipeline). Every pass here is
+//! timed by the kit's one loop, [`time_passes`].
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use protocol::{ChartKind, DeviceKind, GradMode, ModelId, RunFailure, RunSpec};
+use tch::{Kind, Tensor};
+
+use super::kit::{
+    element_cap, fig, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift,
+};
+use super::Card;
+use crate::lab::{catch_torch, forward, tch_device, Lab};
+use crate::models::Model;
+
+pub const WARM_UP: Card = Card {
+    id: "warm-up",
+    title: "The first iterations are not representative",
+    claim: "The first iterations pay for allocation, kernel loading and autotuning; timing them skews the statistics.",
+    why: "The first pass with a new model and input shape grows the allocator's pools, creates oneDNN/cuDNN primitives for that shape and (on GPU) loads kernels; later passes reuse them.",
+    source: "https://pytorch.org/tutorials/recipes/recipes/benchmark.html",
+    pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
+    fix: "for _ in range(3): model(x)  # warm up, then time many runs",
+    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–10 (run-to-run noise is well under 50%). The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
+    experiment: warm_up,
+};
+
+fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    // What a new process pays: a freshly built model and an input shape this process has not
+    // run yet (oneDNN and cuDNN create and cache their kernels per shape, so a shape seen
+    // before would start warm). Each call takes the next batch size.
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    let batch = setup.batch + 1 + CALLS.fetch_add(1, Ordering::Relaxed) % 64;
+    let setup = Setup::with_batch(ctx, setup.model, batch, GradMode::NoGrad);
+    let model = setup.fresh(lab, ctx)?;
+    let x = setup.input(&model, ctx)?;
+    let times = time_passes(ctx, 10, 1, |_, _| {
+        forward(&model, &x, &setup.spec, ctx.device)
+    })?
+    .remove(0);
+    let median = p(&times[5..], 50.0);
+    let ratio = times[0] / median;
+    let figures = format!(
+        "First iteration {:.3} ms, median of iterations 6–10 {median:.3} ms: {ratio:.2}×.",
+        times[0]
+    );
+    Ok(Outcome::new(
+        Decision::rule(ratio > 1.5, figures.clone(), figures),
+        format!(
+            "{} (a shape new to this process), built fresh for this experiment",
+            setup.describe()
+        ),
+        ChartKind::Line,
+    )
+    .figures(vec![
+        fig("first iteration", times[0], "ms"),
+        fig("median of iterations 6-10", median, "ms"),
+        fig("first / steady", ratio, "ratio"),
+    ])
+    .series(vec![series(
+        "latency (ms)",
+        "ms",
+        numbered(times.len()),
+        times,
+    )]))
+}
+
+pub const SYNC_TIMING: Card = Card {
+    id: "sync-timing",
+    title: "CUDA is asynchronous: synchronise before you stop the clock",
+    claim: "Without synchronisation, a timer around a CUDA forward pass measures kernel launches, not the work.",
+    why: "CUDA ops are queued and return immediately; only a synchronisation (or a value read back) waits for them.",
+    source: "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
+    pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
+    fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
+    threshold: "CUDA: confirmed when the naive p50 is below half the synchronised p50 and the synchronised passes are slower beyond noise (rank test, z ≥ 3, 20 alternating passes each). Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). On an H200, ResNet-18 at 224² gets there at a few hundred images per pass (several ms of GPU work against under a ms of launches), where a naive timer reads a fifth or less. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
+    experiment: sync_timing,
+};
+
+/// How many times the batch-1 pass the chosen batch's pass must take (see the threshold).
+const GPU_BOUND: f64 = 5.0;
+
+/// The sync-timing rule. `launch_floor_ms`: the synchronised p50 at batch 1 (CUDA only).
+pub fn sync_timing_rule(
+    device: DeviceKind,
+    launch_floor_ms: Option<f64>,
+    naive: &[f64],
+    synced: &[f64],
+) -> Decision {
+    let (n, s) = (p(naive, 50.0), p(synced, 50.0));
+    let ratio = n / s;
+    if device == DeviceKind::Cpu {
+        return if (ratio - 1.0).abs() <= 0.25 {
+            Decision::not_applicable(format!("CPU ops are synchronous: both timers agree ({n:.3} vs {s:.3} ms). The pitfall needs an asynchronous device such as a CUDA GPU."))
+        } else {
+            Decision::rule(false, "", format!("On this CPU the two timers disagreed: {n:.3} vs {s:.3} ms — more than noise should allow."))
+        };
+    }
+    if let Some(floor) = launch_floor_ms.filter(|f| s < GPU_BOUND * f) {
+        return Decision::not_applicable(format!("Launch-bound: a synchronised pass took {s:.3} ms, less than {GPU_BOUND}× a batch-1 pass ({floor:.3} ms), at the largest batch tried. Nothing queued for a naive timer to miss."));
+    }
+    let shift = Shift::of(synced, naive);
+    Decision::rule(
+        ratio < 0.5 && shift.slower(),
+        format!("The naive timer read {n:.3} ms, the synchronised one {s:.3} ms (synchronised / naive {}): it measured only the launches.", shift.describe()),
+        format!("The naive timer read {n:.3} ms against {s:.3} ms synchronised (synchronised / naive {}): close, on this GPU and model.", shift.describe()),
+    )
+}
+
+fn synced_p50(ctx: &Ctx, model: &Model, setup: &Setup) -> Result<f64, RunFailure> {
+    let x = setup.input(model, ctx)?;
+    let times = time_passes(ctx, 5, 1, |_, _| {
+        forward(model, &x, &setup.spec, ctx.device)
+    })?;
+    Ok(p(&times[0], 50.0))
+}
+
+fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let mut setup = Setup::new(ctx, ModelId::Resnet18, (4, 64), GradMode::NoGrad);
+    let i = setup.cached(lab, ctx)?;
+    let model = lab.model(i);
+    let mut notes = vec!["The two timers alternate on the same model and input.".to_string()];
+    let mut floor = None;
+    if ctx.cuda() {
+        let one = Setup::with_batch(ctx, setup.model, 1, GradMode::NoGrad);
+        let f = synced_p50(ctx, model, &one)?;
+        let cap = element_cap(setup.model, setup.size).min(1024);
+        while synced_p50(ctx, model, &setup)? < GPU_BOUND * f && setup.batch * 2 <= cap {
+            setup = Setup::with_batch(ctx, setup.model, setup.batch * 2, GradMode::NoGrad);
+        }
+        notes.push(format!("Batch chosen so the GPU's work dominates: a synchronised pass at batch 1 takes {f:.3} ms."));
+        floor = Some(f);
+    }
+    let x = setup.input(model, ctx)?;
+    let rounds = 20;
+    let times = time_passes(ctx, rounds, 2, |variant, clock| {
+        let out = forward(model, &x, &setup.spec, ctx.device)?;
+        if variant == 0 {
+            // The naive timer stops before the device has finished.
+            clock.stop();
+        }
+        Ok(out)
+    })?;
+    let (naive, synced) = (&times[0], &times[1]);
+    let (n, s) = (p(naive, 50.0), p(synced, 50.0));
+    let mut figures = vec![
+        fig("naive p50", n, "ms"),
+        fig("synchronised p50", s, "ms"),
+        fig("naive / synchronised", n / s, "ratio"),
+        fig(
+            "rank test z (synchronised slower)",
+            Shift::of(synced, naive).z,
+            "ratio",
+        ),
+    ];
+    if let Some(f) = floor {
+        figures.push(fig("synchronised p50 at batch 1", f, "ms"));
+    }
+    Ok(Outcome::new(
+        sync_timing_rule(ctx.device, floor, naive, synced),
+        format!("{}, {rounds} passes per timer", setup.describe()),
+        ChartKind::Line,
+    )
+    .figures(figures)
+    .series(vec![
+        series(
+            "naive timer (ms)",
+            "ms",
+            numbered(naive.len()),
+            naive.clone(),
+        ),
+        series(
+            "synchronised timer (ms)",
+            "ms",
+            numbered(synced.len()),
+            synced.clone(),
+        ),
+    ])
+    .notes(notes))
+}
+
+pub const ITEM_SYNC: Card = Card {
+    id: "item-sync",
+    title: ".item() every batch stalls the GPU pipeline",
+    claim: "Calling .item() on every batch of a validation loop forces a device sync each time; accumulating on the device and reading once is faster.",
+    why: ".item() copies a value to the host, which must wait for all queued work; the CPU cannot queue the next batch meanwhile.",
+    source: "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
+    pitfall: "total += loss.item()  # every batch",
+    fix: "total += loss.detach()  # on the device; total.item() once",
+    threshold: "CUDA: confirmed when the loop with .item() per batch is slower than the accumulating loop beyond noise (rank test over 15 alternating loops of 20 batches each, z ≥ 3). Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). On an H200 the tiny MLP gets there at a few thousand samples per batch. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
+    experiment: item_sync,
+};
+
+/// How many times its launches a synchronised batch must take (see the threshold).
+const OVERLAP: f64 = 2.0;
+
+/// The item-sync rule: `launch_ms`/`synced_ms` are one batch's naive and synchronised p50s
+/// at the chosen batch; `item`/`acc` the loop times.
+pub fn item_sync_rule(
+    device: DeviceKind,
+    launch_ms: f64,
+    synced_ms: f64,
+    item: &[f64],
+    acc: &[f64],
+) -> Decision {
+    let shift = Shift::of(item, acc);
+    let (i, a) = (shift.slow_p50, shift.fast_p50);
+    if device == DeviceKind::Cpu {
+        return Decision::not_applicable(format!("On a CPU, .item() has no device to wait for: {i:.3} vs {a:.3} ms ({}), only bookkeeping differs. The pitfall needs an asynchronous device such as a CUDA GPU.", shift.describe()));
+    }
+    if synced_ms < OVERLAP * launch_ms {
+        return Decision::not_applicable(format!("Launch-bound: a synchronised batch took {synced_ms:.3} ms against {launch_ms:.3} ms of launches, at the largest batch tried; the GPU has too little work to overlap."));
+    }
+    Decision::rule(
+        shift.slower(),
+        format!("The loop with .item() per batch took {i:.3} ms, accumulating on the device {a:.3} ms: {}.", shift.describe()),
+        format!("No cost beyond noise here: {i:.3} vs {a:.3} ms, {}.", shift.describe()),
+    )
+}
+
+fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let mut setup = Setup::new(ctx, ModelId::TinyMlp, (64, 256), GradMode::NoGrad);
+    let i = setup.cached(lab, ctx)?;
+    let model = lab.model(i);
+    // One batch's launches alone (naive) and with the device's work (synchronised).
+    let batch_times = |setup: &Setup| -> Result<(f64, f64), RunFailure> {
+        let x = setup.input(model, ctx)?;
+        let t = time_passes(ctx, 5, 2, |variant, clock| {
+            let out = forward(model, &x, &setup.spec, ctx.device)?;
+            if variant == 0 {
+                clock.stop();
+            }
+            Ok(out)
+        })?;
+        Ok((p(&t[0], 50.0), p(&t[1], 50.0)))
+    };
+    let (mut launch, mut synced) = batch_times(&setup)?;
+    while ctx.cuda() && synced < OVERLAP * launch && setup.batch * 4 <= 16384 {
+        setup = Setup::with_batch(ctx, setup.model, setup.batch * 4, GradMode::NoGrad);
+        (launch, synced) = batch_times(&setup)?;
+    }
+    let batches = (0..20)
+        .map(|_| setup.input(model, ctx))
+        .collect::<Result<Vec<Tensor>, RunFailure>>()?;
+    let device = tch_device(ctx.device);
+    let spec: &RunSpec = &setup.spec;
+    let run_loop = |per_batch_item: bool| -> Result<f64, RunFailure> {
+        let mut host_total = 0.0;
+        let mut device_total = catch_torch(|| Tensor::zeros([], (Kind::Float, device)))?;
+        for x in &batches {
+            let out = forward(model, x, spec, ctx.device)?;
+            catch_torch(|| {
+                let loss = out.mean(Kind::Float);
+                if per_batch_item {
+                    host_total += loss.double_value(&[]);
+                } else {
+                    device_total += loss;
+                }
+            })?;
+        }
+        catch_torch(|| host_total + device_total.double_value(&[]))
+    };
+    run_loop(true)?;
+    run_loop(false)?;
+    let rounds = 15;
+    let times = time_passes(ctx, rounds, 2, |variant, _| {
+        run_loop(variant == 0).map(std::hint::black_box)
+    })?;
+    let (item, acc) = (&times[0], &times[1]);
+    let shift = Shift::of(item, acc);
+    Ok(Outcome::new(
+        item_sync_rule(ctx.device, launch, synced, item, acc),
+        format!(
+            "{}, 20 batches per loop, {rounds} loops of each kind (alternating)",
+            setup.describe()
+        ),
+        ChartKind::Bar,
+    )
+    .figures(vec![
+        fig("loop with .item() per batch", shift.slow_p50, "ms"),
+        fig("loop accumulating on device", shift.fast_p50, "ms"),
+        fig("ratio", shift.slow_p50 / shift.fast_p50, "ratio"),
+        fig("rank test z (.item() loop slower)", shift.z, "ratio"),
+        fig("one batch: launches alone (naive p50)", launch, "ms"),
+        fig("one batch: synchronised p50", synced, "ms"),
+    ])
+    .series(vec![series(
+        "20-batch loop, p50 (ms)",
+        "ms",
+        vec![
+            ".item() per batch".into(),
+            "accumulate, .item() once".into(),
+        ],
+        vec![shift.slow_p50, shift.fast_p50],
+    )]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::Verdict;
+
+    fn around(x: f64) -> Vec<f64> {
+        (0..20).map(|i| x * (1.0 + (i % 5) as f64 * 0.01)).collect()
+    }
+
+    #[test]
+    fn sync_timing_is_not_applicable_on_a_synchronous_cpu_and_decided_on_cuda() {
+        use DeviceKind::*;
+        // CPU: the timers agree → not applicable; they disagree → refuted, never confirmed.
+        assert_eq!(
+            sync_timing_rule(Cpu, None, &around(10.0), &around(10.2)).verdict,
+            Verdict::NotApplicable
+        );
+        assert_eq!(
+            sync_timing_rule(Cpu, None, &around(1.0), &around(10.0)).verdict,
+            Verdict::Refuted
+        );
+        // CUDA, GPU-bound: a naive timer reading launches only → confirmed.
+        assert_eq!(
+            sync_timing_rule(Cuda, Some(0.5), &around(0.4), &around(8.0)).verdict,
+            Verdict::Confirmed
+        );
+        // CUDA, GPU-bound, but the pass synchronises inside → refuted.
+        assert_eq!(
+            sync_timing_rule(Cuda, Some(0.5), &around(7.9), &around(8.0)).verdict,
+            Verdict::Refuted
+        );
+        // CUDA, launch-bound → not applicable, whatever the timers say.
+        assert_eq!(
+            sync_timing_rule(Cuda, Some(0.5), &around(0.4), &around(1.0)).verdict,
+            Verdict::NotApplicable
+        );
+    }
+
+    #[test]
+    fn item_sync_is_not_applicable_on_a_cpu_and_noise_aware_on_cuda() {
+        use DeviceKind::*;
+        let (fast, slow) = (around(10.0), around(12.0));
+        // CPU: not applicable even with a difference.
+        assert_eq!(
+            item_sync_rule(Cpu, 1.0, 1.0, &slow, &fast).verdict,
+            Verdict::NotApplicable
+        );
+        // CUDA with work to overlap: a shift beyond noise confirms, none refutes.
+        assert_eq!(
+            item_sync_rule(Cuda, 0.1, 0.4, &slow, &fast).verdict,
+            Verdict::Confirmed
+        );
+        assert_eq!(
+            item_sync_rule(Cuda, 0.1, 0.4, &fast, &fast).verdict,
+            Verdict::Refuted
+        );
+        // A difference within the noise (interleaved samples) does not confirm.
+        let jitter: Vec<f64> = (0..20)
+            .map(|i| 10.0 + if i % 2 == 0 { 0.5 } else { -0.4 })
+            .collect();
+        let jitter2: Vec<f64> = (0..20)
+            .map(|i| 10.0 + if i % 2 == 0 { -0.5 } else { 0.45 })
+            .collect();
+        assert_eq!(
+            item_sync_rule(Cuda, 0.1, 0.4, &jitter, &jitter2).verdict,
+            Verdict::Refuted
+        );
+        // CUDA, launch-bound → not applicable.
+        assert_eq!(
+            item_sync_rule(Cuda, 0.1, 0.15, &slow, &fast).verdict,
+            Verdict::NotApplicable
+        );
+    }
+}
