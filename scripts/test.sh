@@ -18,12 +18,14 @@ for f in gradless-load.json gradless-soak.json; do
 done
 
 echo "==> The browser build pulls in no tch, tokio or axum"
-if cargo tree -p app --no-default-features --features hydrate --target wasm32-unknown-unknown -e normal \
-    | grep -E '^[^a-z]*(tch|torch-sys|tokio|axum|leptos_axum) v'; then
+# Two steps, so that a failing `cargo tree` fails the check instead of passing it.
+tree=$(cargo tree -p app --no-default-features --features hydrate --target wasm32-unknown-unknown -e normal)
+[ -n "$tree" ] || { echo "error: cargo tree printed nothing for the hydrate build" >&2; exit 1; }
+if grep -E '^[^a-z]*(tch|torch-sys|tokio|axum|leptos_axum) v' <<<"$tree"; then
   echo "error: the hydrate build depends on server crates (listed above)" >&2
   exit 1
 fi
-echo "ok: none"
+echo "ok: none of them among $(grep -c . <<<"$tree") dependency lines"
 
 echo "==> Building the server and the site"
 cargo build --release -p server
@@ -46,6 +48,9 @@ for _ in $(seq 1 120); do
   kill -0 $server_pid 2>/dev/null || { cat "$log"; echo "error: the server did not start" >&2; exit 1; }
   sleep 0.5
 done
+curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || {
+  cat "$log"; echo "error: the server did not answer /healthz within 60 s" >&2; exit 1
+}
 
 echo "==> Browser tests"
 # The permalink test starts its own server (restarting it); the export test runs the
