@@ -27,8 +27,9 @@
 #                    with `scripts/gpu-check.sh --build-tests target/gpu-tests`, which runs
 #                    `cargo test --release -p engine --features cuda-tests --no-run` and
 #                    copies the binaries there, and carry that folder to the GPU machine.
-#                    Each binary runs with --test-threads=1: CUDA allocator statistics are
-#                    per process, so tests in parallel would mix their peaks and baselines.
+#                    Each binary runs its `::cuda` tests (the per-device tests' CUDA half,
+#                    engine/tests/common) with --test-threads=1: CUDA allocator statistics
+#                    are per process, so tests in parallel would mix peaks and baselines.
 #   --gradless BIN   the gradless binary (default: the first that exists of
 #                    target/release/gradless, $CARGO_TARGET_DIR/release/gradless,
 #                    ~/.cache/gradless/target/release/gradless).
@@ -206,11 +207,12 @@ cuda_tests() {
     [ -x "$bin" ] && [ -f "$bin" ] || continue
     ran=$((ran + 1))
     if [ $DRY -eq 1 ]; then
-      echo "dry run: would run $bin --test-threads=1" >&2
+      echo "dry run: would run $bin ::cuda --test-threads=1" >&2
       continue
     fi
-    # One test thread: see --tests-dir above.
-    if ! GRADLESS_REQUIRE_CUDA=1 timeout --kill-after=5 "$STEP_LIMIT" "$bin" --test-threads=1 >&2; then
+    # The CUDA half of the per-device tests (named `<test>::cuda`); the CPU half ran where
+    # the code was built. One test thread: see --tests-dir above.
+    if ! timeout --kill-after=5 "$STEP_LIMIT" "$bin" ::cuda --test-threads=1 >&2; then
       failed+=("$(basename "$bin")")
     fi
   done

@@ -281,20 +281,17 @@ impl Worker {
         &self,
         mut task: Task,
         on_queued: impl FnOnce(&mut Task, u32),
-    ) -> Result<(), (EngineError, Task)> {
+    ) -> Result<(), EngineError> {
         let mut queue = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         if queue.shutdown {
-            return Err((EngineError::WorkerGone, task));
+            return Err(EngineError::WorkerGone);
         }
         drop_cancelled(&mut queue.tasks);
         let waiting = queue.tasks.iter().filter(|t| t.is_queued_work()).count();
         if task.is_queued_work() && waiting >= self.config.queue_capacity {
-            return Err((
-                EngineError::QueueFull {
-                    capacity: self.config.queue_capacity,
-                },
-                task,
-            ));
+            return Err(EngineError::QueueFull {
+                capacity: self.config.queue_capacity,
+            });
         }
         on_queued(&mut task, waiting as u32);
         queue.tasks.push_back(task);
@@ -317,8 +314,7 @@ impl Worker {
             if let Task::Run { sink, .. } = task {
                 sink(Event::Queued { position });
             }
-        })
-        .map_err(|(e, _)| e)?;
+        })?;
         Ok(RunTicket { cancel })
     }
 
@@ -342,8 +338,7 @@ impl Worker {
             reply,
             cancel: cancel.clone(),
         };
-        self.enqueue(task, |_, p| position = p)
-            .map_err(|(e, _)| e)?;
+        self.enqueue(task, |_, p| position = p)?;
         Ok(ExperimentTicket {
             ticket: RunTicket { cancel },
             position,
@@ -450,7 +445,7 @@ impl Worker {
             }),
             on_panic: Box::new(move |reason| drop(panic_tx.send(Err(reason)))),
         };
-        self.enqueue(task, |_, _| {}).map_err(|(e, _)| e)?;
+        self.enqueue(task, |_, _| {})?;
         match rx.recv() {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(reason)) => Err(EngineError::TaskPanicked(reason)),

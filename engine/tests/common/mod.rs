@@ -27,6 +27,14 @@ pub fn require(device: DeviceKind) {
     }
 }
 
+/// Held by each CUDA test for its whole body: the CUDA half runs one test at a time even
+/// when the harness is given more threads (scripts/gpu-check.sh also passes
+/// --test-threads=1, which covers tests outside `per_device!`).
+pub fn cuda_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[macro_export]
 macro_rules! per_device {
     ($(#[$meta:meta])* fn $name:ident($device:ident) $body:block) => {
@@ -42,6 +50,7 @@ macro_rules! per_device {
             #[cfg(feature = "cuda-tests")]
             #[test]
             fn cuda() {
+                let _one_at_a_time = $crate::common::cuda_lock();
                 $crate::common::require(protocol::DeviceKind::Cuda);
                 body(protocol::DeviceKind::Cuda)
             }
