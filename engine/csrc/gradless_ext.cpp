@@ -1,5 +1,7 @@
 // The libtorch C++ APIs that tch does not expose: inference mode, autocast for any device
-// and dtype, CUDA caching-allocator statistics, and CPU allocation accounting.
+// and dtype, CUDA caching-allocator statistics, CPU allocation accounting, the run guard
+// (a memory budget, a deadline and a cancel flag checked at every CPU allocation of the
+// measuring thread), and the CUDA device's facts by its CUDA index.
 //
 // Every function is `extern "C"`, never lets a C++ exception escape (an exception crossing
 // into Rust would abort the process), and reports failure by returning a heap string that
@@ -10,12 +12,19 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -66,9 +75,110 @@ struct MemoryCounter final : public c10::MemoryReportingInfoBase {
   }
 
   bool memoryProfilingEnabled() const override { return true; }
+
+  // The run guard (see GuardedCpuAllocator): set and read only by the thread that installed
+  // this counter (`owner`), so plain fields suffice. limit < 0: no budget; deadline_ns < 0:
+  // no deadline (steady-clock nanoseconds); cancel: a flag owned by the Rust side, which
+  // keeps it alive while it is armed.
+  std::thread::id owner = std::this_thread::get_id();
+  int64_t limit = -1;
+  int64_t deadline_ns = -1;
+  const uint8_t* cancel = nullptr;
 };
 
 thread_local std::shared_ptr<MemoryCounter> tls_counter;
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Wraps libtorch's CPU allocator. Before each allocation made on a thread whose counter has
+// an armed guard, it checks the cancel flag, the deadline and the budget, and throws the
+// error a real allocation failure would throw: the op unwinds, every tensor it made is
+// freed by RAII, and nothing is allocated past the budget. The DataPtr handed back is the
+// wrapped allocator's own (its context is its data pointer, as raw_allocate requires, and
+// its deleter does the accounting), so frees need no wrapper. Only the measuring thread
+// throws: intra-op worker threads inherit the counter to count, but an exception thrown
+// inside a parallel region of a library that does not expect it would abort the process.
+struct GuardedCpuAllocator final : public c10::Allocator {
+  c10::Allocator* inner;
+  explicit GuardedCpuAllocator(c10::Allocator* base) : inner(base) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    auto* info = c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE);
+    auto* counter = dynamic_cast<MemoryCounter*>(info);
+    if (counter != nullptr && counter->owner == std::this_thread::get_id()) {
+      if (counter->cancel != nullptr && __atomic_load_n(counter->cancel, __ATOMIC_RELAXED) != 0) {
+        TORCH_CHECK(false, "gradless-guard: cancelled: the run was cancelled");
+      }
+      if (counter->deadline_ns >= 0 && steady_now_ns() > counter->deadline_ns) {
+        TORCH_CHECK(false, "gradless-guard: deadline: the run went past the server's time limit");
+      }
+      if (counter->limit >= 0) {
+        int64_t now = counter->current.load();
+        if (now + static_cast<int64_t>(n) > counter->limit) {
+          TORCH_CHECK_WITH(OutOfMemoryError, false,
+                           "gradless-guard: out of memory: allocating ", n, " bytes with ", now,
+                           " held would cross the budget of ", counter->limit, " bytes");
+        }
+      }
+    }
+    return inner->allocate(n);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return inner->raw_deleter(); }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    inner->copy_data(dest, src, count);
+  }
+};
+
+void install_guarded_allocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Leaked on purpose: storages keep a pointer to their allocator for the whole process.
+    static GuardedCpuAllocator* guarded = new GuardedCpuAllocator(c10::GetCPUAllocator());
+    // The highest priority, so that nothing registered later replaces it by accident.
+    c10::SetCPUAllocator(guarded, /*priority=*/255);
+  });
+}
+
+// ---- the CUDA driver, reached at run time -----------------------------------------------
+// The driver library (libcuda.so.1) belongs to the NVIDIA driver, not to libtorch, and has
+// stable C entry points. Loading it at run time keeps CPU-only hosts free of it; the driver
+// applies CUDA_VISIBLE_DEVICES to its ordinals exactly as the runtime does, so ordinal i is
+// libtorch's cuda:i.
+using CuInit = int (*)(unsigned int);
+using CuDeviceGet = int (*)(int*, int);
+using CuDeviceGetName = int (*)(char*, int, int);
+using CuDeviceGetAttribute = int (*)(int*, int, int);
+using CuDeviceGetPCIBusId = int (*)(char*, int, int);
+using CuDriverGetVersion = int (*)(int*);
+constexpr int kCcMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kCcMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+
+void* cuda_driver() {
+  static void* handle = [] {
+    void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    return h != nullptr ? h : dlopen("libcuda.so.1", RTLD_LAZY);
+  }();
+  return handle;
+}
+
+template <typename F>
+F driver_symbol(const char* name) {
+  void* h = cuda_driver();
+  TORCH_CHECK(h != nullptr, "the CUDA driver library (libcuda.so.1) could not be loaded");
+  void* sym = dlsym(h, name);
+  TORCH_CHECK(sym != nullptr, "the CUDA driver has no ", name);
+  return reinterpret_cast<F>(sym);
+}
+
+void driver_check(int rc, const char* what) {
+  TORCH_CHECK(rc == 0, "CUDA driver call ", what, " failed with error ", rc);
+}
 
 c10::DeviceType device_type(int32_t device) {
   return device == 1 ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
@@ -130,8 +240,34 @@ char* gl_cpu_memory_install() {
     if (tls_counter) {
       return;
     }
+    install_guarded_allocator();
     tls_counter = std::make_shared<MemoryCounter>();
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, tls_counter);
+  });
+}
+
+// ---- the run guard -----------------------------------------------------------------------
+
+char* gl_steady_now_ns(int64_t* out) {
+  return guarded([&] { *out = steady_now_ns(); });
+}
+
+// Arms (or, with -1/-1/null, disarms) the guard of this thread's counter.
+char* gl_cpu_guard_set(int64_t limit, int64_t deadline_ns, const uint8_t* cancel) {
+  return guarded([&] {
+    TORCH_CHECK(tls_counter, "the CPU memory counter is not installed on this thread");
+    tls_counter->limit = limit;
+    tls_counter->deadline_ns = deadline_ns;
+    tls_counter->cancel = cancel;
+  });
+}
+
+char* gl_cpu_guard_get(int64_t* limit, int64_t* deadline_ns, const uint8_t** cancel) {
+  return guarded([&] {
+    TORCH_CHECK(tls_counter, "the CPU memory counter is not installed on this thread");
+    *limit = tls_counter->limit;
+    *deadline_ns = tls_counter->deadline_ns;
+    *cancel = tls_counter->cancel;
   });
 }
 
@@ -158,8 +294,10 @@ char* gl_cuda_available(int32_t* out) {
   });
 }
 
+// allocated: whole blocks (what torch.cuda.memory_allocated reads); requested: the bytes
+// client code asked for (blocks round up to 512 B and may keep an unsplit tail).
 char* gl_cuda_memory_stats(int32_t device, int64_t* allocated, int64_t* allocated_peak,
-                           int64_t* reserved, int64_t* reserved_peak) {
+                           int64_t* reserved, int64_t* reserved_peak, int64_t* requested) {
   return guarded([&] {
     auto stats = c10::getDeviceAllocator(c10::DeviceType::CUDA)
                      ->getDeviceStats(static_cast<c10::DeviceIndex>(device));
@@ -168,6 +306,7 @@ char* gl_cuda_memory_stats(int32_t device, int64_t* allocated, int64_t* allocate
     *allocated_peak = stats.allocated_bytes[agg].peak;
     *reserved = stats.reserved_bytes[agg].current;
     *reserved_peak = stats.reserved_bytes[agg].peak;
+    *requested = stats.requested_bytes[agg].current;
   });
 }
 
@@ -196,7 +335,26 @@ char* gl_cuda_versions(int64_t* cudart, int64_t* cudnn) {
   return guarded([&] {
     const auto& hooks = at::detail::getCUDAHooks();
     *cudart = hooks.versionCUDART();
-    *cudnn = at::globalContext().hasCuDNN() ? hooks.versionCuDNN() : 0;
+    // The cuDNN loaded at run time (versionCuDNN is the one compiled against).
+    *cudnn = at::globalContext().hasCuDNN() ? hooks.versionRuntimeCuDNN() : 0;
+  });
+}
+
+// The facts of CUDA device `device` (libtorch's index) from the driver: its name, compute
+// capability and PCI bus id ("0000:3B:00.0", which nvidia-smi --id accepts).
+char* gl_cuda_device_facts(int32_t device, char* name, int32_t name_len, int32_t* cc_major,
+                           int32_t* cc_minor, char* bus_id, int32_t bus_len) {
+  return guarded([&] {
+    driver_check(driver_symbol<CuInit>("cuInit")(0), "cuInit");
+    int dev = 0;
+    driver_check(driver_symbol<CuDeviceGet>("cuDeviceGet")(&dev, device), "cuDeviceGet");
+    driver_check(driver_symbol<CuDeviceGetName>("cuDeviceGetName")(name, name_len, dev),
+                 "cuDeviceGetName");
+    auto attr = driver_symbol<CuDeviceGetAttribute>("cuDeviceGetAttribute");
+    driver_check(attr(cc_major, kCcMajor, dev), "cuDeviceGetAttribute(major)");
+    driver_check(attr(cc_minor, kCcMinor, dev), "cuDeviceGetAttribute(minor)");
+    driver_check(driver_symbol<CuDeviceGetPCIBusId>("cuDeviceGetPCIBusId")(bus_id, bus_len, dev),
+                 "cuDeviceGetPCIBusId");
   });
 }
 

@@ -150,39 +150,86 @@ impl Machine {
 }
 
 fn probe_cuda() -> CudaFacts {
-    // nvidia-smi knows the marketing name, the driver and the compute capability; libtorch
-    // knows the runtime and cuDNN it loaded. Each is optional: a missing figure is absent.
-    let smi = Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=name,driver_version,compute_cap",
-            "--format=csv,noheader",
-            "--id=0",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    let parts: Vec<String> = smi
-        .map(|s| s.split(',').map(|p| p.trim().to_string()).collect())
-        .unwrap_or_default();
+    // Everything is asked of CUDA device 0 as libtorch numbers it (CUDA_VISIBLE_DEVICES
+    // applied): the driver gives its name, compute capability and PCI bus id; nvidia-smi,
+    // asked by that bus id (its own numbering ignores CUDA_VISIBLE_DEVICES), gives the driver
+    // version; libtorch gives the runtime and cuDNN it loaded. Each is optional: a missing
+    // figure is absent, never another GPU's.
+    let facts = match torch_ext::cuda_device_facts(0) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!("could not ask the CUDA driver about device 0: {e}");
+            None
+        }
+    };
+    let smi = facts.as_ref().and_then(|f| {
+        Command::new("nvidia-smi")
+            .args([
+                "--query-gpu=name,driver_version,compute_cap",
+                "--format=csv,noheader",
+                &format!("--id={}", f.pci_bus_id),
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    });
+    let smi = smi.map(|s| parse_smi_line(&s)).unwrap_or_default();
     let (cudart, cudnn) = torch_ext::cuda_versions().unwrap_or((0, 0));
     CudaFacts {
-        name: parts
-            .first()
-            .cloned()
+        name: facts
+            .as_ref()
+            .map(|f| f.name.clone())
+            .filter(|n| !n.is_empty())
+            .or(smi.name)
             .unwrap_or_else(|| "CUDA device 0".to_string()),
         total_memory_bytes: torch_ext::cuda_mem_info(0).ok().map(|(_, total)| total),
-        driver_version: parts.get(1).cloned(),
+        driver_version: smi.driver_version,
         cuda_version: (cudart > 0).then(|| format!("{}.{}", cudart / 1000, (cudart % 1000) / 10)),
-        cudnn_version: (cudnn > 0).then(|| {
-            format!(
-                "{}.{}.{}",
-                cudnn / 10000,
-                (cudnn % 10000) / 100,
-                cudnn % 100
-            )
-        }),
-        compute_capability: parts.get(2).and_then(|c| {
+        cudnn_version: (cudnn > 0).then(|| format_cudnn_version(cudnn)),
+        compute_capability: facts
+            .as_ref()
+            .map(|f| f.compute_capability)
+            .filter(|&cc| cc > 0)
+            .or(smi.compute_capability),
+    }
+}
+
+/// cuDNN 9 numbers its versions major * 10000 + minor * 100 + patch (8.x used * 1000).
+fn format_cudnn_version(v: i64) -> String {
+    if v >= 90_000 {
+        format!("{}.{}.{}", v / 10_000, (v % 10_000) / 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
+    }
+}
+
+/// One line of `nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader`.
+#[derive(Debug, Default, PartialEq)]
+struct SmiLine {
+    name: Option<String>,
+    driver_version: Option<String>,
+    compute_capability: Option<u32>,
+}
+
+fn parse_smi_line(line: &str) -> SmiLine {
+    let parts: Vec<&str> = line
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let field = |i: usize| {
+        parts
+            .get(i)
+            .filter(|p| !p.is_empty() && !p.starts_with('['))
+            .map(|p| p.to_string())
+    };
+    SmiLine {
+        name: field(0),
+        driver_version: field(1),
+        compute_capability: field(2).and_then(|c| {
             let (maj, min) = c.split_once('.')?;
             Some(maj.parse::<u32>().ok()? * 10 + min.parse::<u32>().ok()?)
         }),
@@ -306,6 +353,30 @@ mod tests {
             format_rfc3339(1_798_761_600 + 3_723),
             "2027-01-01T01:02:03Z"
         );
+    }
+
+    #[test]
+    fn nvidia_smi_lines_and_cudnn_versions_parse() {
+        assert_eq!(
+            parse_smi_line("NVIDIA H200, 580.65.06, 9.0\n"),
+            SmiLine {
+                name: Some("NVIDIA H200".into()),
+                driver_version: Some("580.65.06".into()),
+                compute_capability: Some(90),
+            }
+        );
+        // Fields nvidia-smi cannot read come as "[N/A]": absent, not wrong.
+        assert_eq!(
+            parse_smi_line("Tesla T4, [N/A], 7.5"),
+            SmiLine {
+                name: Some("Tesla T4".into()),
+                driver_version: None,
+                compute_capability: Some(75),
+            }
+        );
+        assert_eq!(parse_smi_line(""), SmiLine::default());
+        assert_eq!(format_cudnn_version(91_002), "9.10.2");
+        assert_eq!(format_cudnn_version(8_902), "8.9.2");
     }
 
     #[test]

@@ -17,6 +17,12 @@ pub enum EngineError {
     /// libtorch failed outside a run (for example while probing the device).
     #[error("libtorch: {0}")]
     Torch(String),
+    /// No pitfall card has this id (a server answers 404).
+    #[error("unknown pitfall `{id}`; known: {}", .known.join(", "))]
+    UnknownPitfall { id: String, known: Vec<String> },
+    /// A task given to [`crate::Worker::call`] panicked; the worker logged it and went on.
+    #[error("the task failed with an internal error: {0}")]
+    TaskPanicked(String),
 }
 
 impl From<crate::torch_ext::ExtError> for EngineError {

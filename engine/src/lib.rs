@@ -22,9 +22,12 @@ pub mod worker;
 
 pub use device::{Machine, LIBTORCH_VERSION};
 pub use error::EngineError;
-pub use lab::{Lab, LabConfig, RunControl};
+pub use lab::{Budget, Lab, LabConfig, RunControl};
 pub use spec::{check_spec, CheckedSpec};
-pub use worker::{MeasureError, RunTicket, Sink, Worker, WorkerConfig};
+pub use worker::{
+    ExperimentError, ExperimentReply, ExperimentTicket, MeasureError, RunTicket, Sink, Worker,
+    WorkerConfig,
+};
 
 /// The first line of a libtorch message, without tch's `Torch("...")` wrapping: libtorch
 /// appends a whole C++ backtrace that means nothing to the person reading the error.

@@ -29,6 +29,11 @@ pub struct Model {
     pub net: Box<dyn ModuleT>,
     /// For the MLP the input width is part of the weights; for the others 0.
     pub input_width: u32,
+    /// What building the model added to its device's allocated memory, as the device's
+    /// meter counts it (on CUDA whole allocator blocks, not element bytes). The lab records
+    /// it at build time; the leak check and the run's baseline use it. Until then it is
+    /// [`Model::resident_bytes`].
+    pub held_bytes: u64,
 }
 
 impl Model {
@@ -43,12 +48,15 @@ impl Model {
             ModelId::MobilenetV2 => (Box::new(MobileNetV2::new(&root)), 0),
             ModelId::Transformer => (Box::new(transformer(&root)), 0),
         };
-        Model {
+        let mut model = Model {
             id,
             vs,
             net,
             input_width,
-        }
+            held_bytes: 0,
+        };
+        model.held_bytes = model.resident_bytes();
+        model
     }
 
     /// Trainable parameters, as `sum(p.numel() for p in model.parameters())` counts them.

@@ -25,6 +25,25 @@ impl CheckedSpec {
     pub fn input_size(&self) -> u32 {
         self.spec.resolved_input_size()
     }
+
+    /// The same device and input size with other settings (the lab's probes use it): the
+    /// caller keeps the batch and the counts within what was checked or below.
+    pub(crate) fn with_spec(&self, mut spec: RunSpec) -> CheckedSpec {
+        spec.device = self.spec.device;
+        spec.input_size = self.spec.input_size;
+        CheckedSpec {
+            spec,
+            device: self.device,
+        }
+    }
+}
+
+/// The logical CPUs libtorch may use: more intra-op threads than that only slow a run down
+/// and leave idle OS threads behind.
+pub fn cpu_count() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1)
 }
 
 /// Checks `spec` against the limits and against what this machine can do.
@@ -34,6 +53,17 @@ pub fn check_spec(
     machine: &Machine,
 ) -> Result<CheckedSpec, SpecError> {
     spec.check(limits)?;
+    if let Some(t) = spec.threads {
+        let cpus = cpu_count();
+        if t > cpus {
+            return Err(SpecError {
+                field: "threads".into(),
+                message: format!(
+                    "threads {t} is more than this machine's {cpus} CPUs; use 1..={cpus} (or leave it out for the server's default)"
+                ),
+            });
+        }
+    }
     let device = match spec.device {
         DeviceChoice::Cpu => DeviceKind::Cpu,
         DeviceChoice::Cuda if machine.has_cuda() => DeviceKind::Cuda,

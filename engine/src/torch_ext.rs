@@ -38,6 +38,7 @@ mod ffi {
             allocated_peak: *mut i64,
             reserved: *mut i64,
             reserved_peak: *mut i64,
+            requested: *mut i64,
         ) -> *mut c_char;
         pub fn gl_cuda_reset_peak(device: i32) -> *mut c_char;
         pub fn gl_cuda_empty_cache() -> *mut c_char;
@@ -47,6 +48,22 @@ mod ffi {
             total_bytes: *mut i64,
         ) -> *mut c_char;
         pub fn gl_cuda_versions(cudart: *mut i64, cudnn: *mut i64) -> *mut c_char;
+        pub fn gl_cuda_device_facts(
+            device: i32,
+            name: *mut c_char,
+            name_len: i32,
+            cc_major: *mut i32,
+            cc_minor: *mut i32,
+            bus_id: *mut c_char,
+            bus_len: i32,
+        ) -> *mut c_char;
+        pub fn gl_steady_now_ns(out: *mut i64) -> *mut c_char;
+        pub fn gl_cpu_guard_set(limit: i64, deadline_ns: i64, cancel: *const u8) -> *mut c_char;
+        pub fn gl_cpu_guard_get(
+            limit: *mut i64,
+            deadline_ns: *mut i64,
+            cancel: *mut *const u8,
+        ) -> *mut c_char;
     }
 }
 
@@ -200,15 +217,20 @@ pub fn cuda_available() -> bool {
 /// The CUDA caching allocator's statistics for one device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaMemoryStats {
+    /// Whole blocks, as `torch.cuda.memory_allocated` reads them.
     pub allocated: Counter,
     pub reserved: Counter,
+    /// The bytes client code asked for (`requested_bytes.all.current`): blocks round up to
+    /// 512 B and may keep an unsplit tail, so this is what tensors really hold.
+    pub requested: u64,
 }
 
 pub fn cuda_memory_stats(device: i32) -> Result<CudaMemoryStats> {
-    let (mut a, mut ap, mut r, mut rp) = (0i64, 0i64, 0i64, 0i64);
+    let (mut a, mut ap, mut r, mut rp, mut q) = (0i64, 0i64, 0i64, 0i64, 0i64);
     // SAFETY: plain out-parameters.
-    check(unsafe { ffi::gl_cuda_memory_stats(device, &mut a, &mut ap, &mut r, &mut rp) })?;
+    check(unsafe { ffi::gl_cuda_memory_stats(device, &mut a, &mut ap, &mut r, &mut rp, &mut q) })?;
     Ok(CudaMemoryStats {
+        requested: to_u64(q),
         allocated: Counter {
             current: to_u64(a),
             peak: to_u64(ap),
@@ -247,6 +269,137 @@ pub fn cuda_versions() -> Result<(i64, i64)> {
     Ok((cudart, cudnn))
 }
 
+/// What the driver says about one CUDA device, found by libtorch's device index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaDeviceFacts {
+    pub name: String,
+    /// Compute capability, major * 10 + minor.
+    pub compute_capability: u32,
+    /// "0000:3B:00.0": names the same GPU to nvidia-smi whatever CUDA_VISIBLE_DEVICES says.
+    pub pci_bus_id: String,
+}
+
+/// The name, compute capability and PCI bus id of CUDA device `device` (libtorch's index,
+/// so CUDA_VISIBLE_DEVICES is already applied), from the CUDA driver.
+pub fn cuda_device_facts(device: i32) -> Result<CudaDeviceFacts> {
+    let mut name = [0u8; 256];
+    let mut bus = [0u8; 64];
+    let (mut major, mut minor) = (0i32, 0i32);
+    // SAFETY: the buffers outlive the call and their lengths are passed with them; the
+    // driver writes NUL-terminated strings within them.
+    check(unsafe {
+        ffi::gl_cuda_device_facts(
+            device,
+            name.as_mut_ptr().cast(),
+            name.len() as i32,
+            &mut major,
+            &mut minor,
+            bus.as_mut_ptr().cast(),
+            bus.len() as i32,
+        )
+    })?;
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).trim().to_string()
+    };
+    Ok(CudaDeviceFacts {
+        name: text(&name),
+        compute_capability: (major.max(0) * 10 + minor.max(0)) as u32,
+        pci_bus_id: text(&bus),
+    })
+}
+
+/// What the run guard of this thread checks at every CPU allocation (see [`RunGuard`]).
+#[derive(Clone, Debug, Default)]
+pub struct GuardSettings {
+    /// CPU tensor bytes this thread may hold (the counter's current value plus the new
+    /// allocation must stay at or below it).
+    pub limit_bytes: Option<u64>,
+    /// When to stop.
+    pub deadline: Option<std::time::Instant>,
+    /// Stop when this becomes true.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Arms the run guard of the calling thread's [`CpuMemoryCounter`] for as long as it lives:
+/// before every CPU allocation the measuring thread makes, libtorch's allocator (wrapped by
+/// the extension) checks the cancel flag, the deadline and the budget, and fails that
+/// allocation with a libtorch error ("gradless-guard: ...") when one is crossed: the op
+/// unwinds and frees what it made, so the run stops within the op that crossed the line.
+/// Dropping the guard restores the previous settings (guards nest).
+pub struct RunGuard {
+    previous: (i64, i64, *const u8),
+    // Keeps the flag the extension reads alive while armed; `!Send` through the pointer.
+    _cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl RunGuard {
+    /// Arms the guard. Needs the counter installed on this thread.
+    pub fn arm(_counter: &CpuMemoryCounter, settings: GuardSettings) -> Result<RunGuard> {
+        let (mut limit, mut deadline, mut cancel) = (0i64, 0i64, std::ptr::null::<u8>());
+        // SAFETY: plain out-parameters.
+        check(unsafe { ffi::gl_cpu_guard_get(&mut limit, &mut deadline, &mut cancel) })?;
+        let deadline_ns = match settings.deadline {
+            None => -1,
+            Some(at) => {
+                let mut now = 0i64;
+                // SAFETY: plain out-parameter.
+                check(unsafe { ffi::gl_steady_now_ns(&mut now) })?;
+                let left = at.saturating_duration_since(std::time::Instant::now());
+                now.saturating_add(left.as_nanos().min(i64::MAX as u128) as i64)
+            }
+        };
+        let limit_bytes = settings
+            .limit_bytes
+            .map(|b| b.min(i64::MAX as u64) as i64)
+            .unwrap_or(-1);
+        let flag = settings
+            .cancel
+            .as_ref()
+            .map(|c| c.as_ptr() as *const u8)
+            .unwrap_or(std::ptr::null());
+        // SAFETY: `flag` points into an AtomicBool (one byte, same layout as u8) that this
+        // guard keeps alive until it restores the previous settings.
+        check(unsafe { ffi::gl_cpu_guard_set(limit_bytes, deadline_ns, flag) })?;
+        Ok(RunGuard {
+            previous: (limit, deadline, cancel),
+            _cancel: settings.cancel,
+        })
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let (limit, deadline, cancel) = self.previous;
+        // SAFETY: restores what `arm` read; an enclosing guard keeps its own flag alive.
+        if let Err(e) = check(unsafe { ffi::gl_cpu_guard_set(limit, deadline, cancel) }) {
+            tracing::error!("disarming the run guard failed: {e}");
+        }
+    }
+}
+
+/// What a libtorch error raised by the run guard means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardStop {
+    OutOfMemory,
+    Deadline,
+    Cancelled,
+}
+
+/// Recognises the run guard's errors in a libtorch message.
+pub fn guard_stop(message: &str) -> Option<GuardStop> {
+    let rest = &message[message.find("gradless-guard: ")? + "gradless-guard: ".len()..];
+    if rest.starts_with("out of memory") {
+        Some(GuardStop::OutOfMemory)
+    } else if rest.starts_with("deadline") {
+        Some(GuardStop::Deadline)
+    } else if rest.starts_with("cancelled") {
+        Some(GuardStop::Cancelled)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +426,80 @@ mod tests {
         let after = counter.read().unwrap();
         assert_eq!(after.current, before.current);
         assert!(after.peak >= before.current + 4 * 1024 * 1024);
+    }
+
+    #[test]
+    fn the_run_guard_stops_the_allocation_that_crosses_the_budget_and_restores() {
+        let counter = CpuMemoryCounter::install().unwrap();
+        let before = counter.read().unwrap().current;
+        let held = before;
+        {
+            let _g = RunGuard::arm(
+                &counter,
+                GuardSettings {
+                    limit_bytes: Some(held + (1 << 20)),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            // 256 KiB fits; 4 MiB would cross the budget and fails without allocating.
+            let small = Tensor::f_zeros([64 * 1024], (Kind::Float, Device::Cpu)).unwrap();
+            let err = Tensor::f_zeros([1 << 20], (Kind::Float, Device::Cpu))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(guard_stop(&err), Some(GuardStop::OutOfMemory), "{err}");
+            assert!(err.to_lowercase().contains("out of memory"), "{err}");
+            drop(small);
+            // An op whose output would cross the budget fails and leaves nothing behind.
+            let x = Tensor::f_ones([512, 384], (Kind::Float, Device::Cpu)).unwrap();
+            let err = x.f_mm(&x.tr()).unwrap_err().to_string();
+            assert_eq!(guard_stop(&err), Some(GuardStop::OutOfMemory), "{err}");
+            drop(x);
+            assert_eq!(counter.read().unwrap().current, before);
+        }
+        // Disarmed: the same allocation succeeds.
+        assert!(Tensor::f_zeros([1 << 20], (Kind::Float, Device::Cpu)).is_ok());
+        assert_eq!(counter.read().unwrap().current, before);
+    }
+
+    #[test]
+    fn the_run_guard_stops_at_the_deadline_and_on_cancel() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let counter = CpuMemoryCounter::install().unwrap();
+        let cancel = Arc::new(AtomicBool::new(false));
+        {
+            let _g = RunGuard::arm(
+                &counter,
+                GuardSettings {
+                    cancel: Some(cancel.clone()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert!(Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).is_ok());
+            cancel.store(true, Ordering::Relaxed);
+            let err = Tensor::f_zeros([16], (Kind::Float, Device::Cpu))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(guard_stop(&err), Some(GuardStop::Cancelled), "{err}");
+        }
+        {
+            let _g = RunGuard::arm(
+                &counter,
+                GuardSettings {
+                    deadline: Some(std::time::Instant::now()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let err = Tensor::f_zeros([16], (Kind::Float, Device::Cpu))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(guard_stop(&err), Some(GuardStop::Deadline), "{err}");
+        }
+        assert!(Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).is_ok());
     }
 
     #[test]

@@ -1,15 +1,25 @@
-//! Physical invariants the engine's numbers must obey, checked on the CPU (CI has no GPU).
-//! Nothing here compares against a number copied from an earlier run.
+//! Physical invariants the engine's numbers must obey, per device (see `common`): on the
+//! CPU always, on CUDA under the `cuda-tests` feature. Nothing here compares against a
+//! number copied from an earlier run.
 
-use engine::lab::{forward, Lab, LabConfig};
+#[macro_use]
+mod common;
+
+use engine::lab::{forward, tch_device, Lab, LabConfig};
 use engine::{EngineError, MeasureError, Worker, WorkerConfig};
-use protocol::{Autocast, DeviceChoice, FailureKind, GradMode, ModelId, Report, RunSpec};
+use protocol::{
+    Autocast, DeviceChoice, DeviceKind, FailureKind, GradMode, ModelId, Report, RunSpec,
+};
 use tch::{Device, Kind, Tensor};
 
 fn spec(model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
+    on(DeviceKind::Cpu, model, batch, eval, grad)
+}
+
+fn on(device: DeviceKind, model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
     RunSpec {
         model,
-        device: DeviceChoice::Cpu,
+        device: common::choice(device),
         batch,
         // Small images keep ResNet runs to a fraction of a second on two cores.
         input_size: matches!(
@@ -34,14 +44,14 @@ fn measure(w: &Worker, s: RunSpec) -> Report {
     w.measure(s, |_| {}).expect("run succeeds")
 }
 
-#[test]
-fn grad_peak_exceeds_no_grad_peak_and_inference_mode_matches_no_grad() {
+per_device! {
+fn grad_peak_exceeds_no_grad_peak_and_inference_mode_matches_no_grad(device) {
     let w = worker();
-    let grad = measure(&w, spec(ModelId::Resnet18, 4, true, GradMode::Enabled));
-    let no_grad = measure(&w, spec(ModelId::Resnet18, 4, true, GradMode::NoGrad));
+    let grad = measure(&w, on(device, ModelId::Resnet18, 4, true, GradMode::Enabled));
+    let no_grad = measure(&w, on(device, ModelId::Resnet18, 4, true, GradMode::NoGrad));
     let inference = measure(
         &w,
-        spec(ModelId::Resnet18, 4, true, GradMode::InferenceMode),
+        on(device, ModelId::Resnet18, 4, true, GradMode::InferenceMode),
     );
     let (g, n, i) = (
         grad.memory.peak_above_baseline_bytes,
@@ -59,9 +69,10 @@ fn grad_peak_exceeds_no_grad_peak_and_inference_mode_matches_no_grad() {
     assert!(grad.output.requires_grad && !no_grad.output.requires_grad);
     assert!(inference.output.is_inference && !no_grad.output.is_inference);
 }
+}
 
-#[test]
-fn memory_returns_to_baseline_after_every_kind_of_run() {
+per_device! {
+fn memory_returns_to_baseline_after_every_kind_of_run(device) {
     let w = worker();
     for grad in GradMode::ALL {
         for eval in [true, false] {
@@ -70,7 +81,7 @@ fn memory_returns_to_baseline_after_every_kind_of_run() {
                     &w,
                     RunSpec {
                         autocast,
-                        ..spec(ModelId::TinyMlp, 16, eval, grad)
+                        ..on(device, ModelId::TinyMlp, 16, eval, grad)
                     },
                 );
                 assert_eq!(
@@ -82,23 +93,25 @@ fn memory_returns_to_baseline_after_every_kind_of_run() {
                 assert_eq!(r.memory.leaked_bytes, 0);
                 assert!(r.memory.peak_allocated_bytes >= r.memory.baseline_bytes);
                 assert_eq!(
-                    r.memory.peak_reserved_bytes, None,
-                    "the CPU has no caching pool"
+                    r.memory.peak_reserved_bytes.is_none(),
+                    device == DeviceKind::Cpu,
+                    "the CPU has no caching pool; CUDA's is read"
                 );
             }
         }
     }
 }
+}
 
-#[test]
-fn reports_keep_warmup_apart_and_order_their_statistics() {
+per_device! {
+fn reports_keep_warmup_apart_and_order_their_statistics(device) {
     let w = worker();
     let mut events = Vec::new();
     let r = w.measure(
         RunSpec {
             warmup: 2,
             iters: 5,
-            ..spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad)
+            ..on(device, ModelId::TinyMlp, 8, true, GradMode::NoGrad)
         },
         |e| events.push(e.clone()),
     );
@@ -127,37 +140,39 @@ fn reports_keep_warmup_apart_and_order_their_statistics() {
         ]
     );
 }
+}
 
-#[test]
-fn autocast_bf16_on_cpu_yields_bf16_output() {
+per_device! {
+fn autocast_bf16_yields_bf16_output(device) {
     let w = worker();
     let r = measure(
         &w,
         RunSpec {
             autocast: Autocast::Bf16,
-            ..spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad)
+            ..on(device, ModelId::TinyMlp, 8, true, GradMode::NoGrad)
         },
     );
     assert_eq!(r.output.dtype, "BFloat16");
-    let r = measure(&w, spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad));
+    let r = measure(&w, on(device, ModelId::TinyMlp, 8, true, GradMode::NoGrad));
     assert_eq!(r.output.dtype, "Float");
 }
+}
 
-#[test]
-fn dropout_differs_between_calls_in_train_mode_only() {
+per_device! {
+fn dropout_differs_between_calls_in_train_mode_only(device) {
     let mut lab = Lab::new(LabConfig::default()).unwrap();
     let i = lab
-        .model_index(ModelId::TinyMlp, protocol::DeviceKind::Cpu, 64)
+        .model_index(ModelId::TinyMlp, device, 64)
         .unwrap();
     let model = lab.model(i);
-    let x = Tensor::randn([8, 64], (Kind::Float, Device::Cpu));
+    let x = Tensor::randn([8, 64], (Kind::Float, tch_device(device)));
     let run = |eval| {
         let s = RunSpec {
             eval,
             input_size: Some(64),
-            ..spec(ModelId::TinyMlp, 8, eval, GradMode::NoGrad)
+            ..on(device, ModelId::TinyMlp, 8, eval, GradMode::NoGrad)
         };
-        forward(model, &x, &s, protocol::DeviceKind::Cpu).unwrap()
+        forward(model, &x, &s, device).unwrap()
     };
     assert!(
         !run(false).allclose(&run(false), 1e-6, 1e-6, false),
@@ -165,25 +180,26 @@ fn dropout_differs_between_calls_in_train_mode_only() {
     );
     assert!(run(true).equal(&run(true)), "eval mode: identical outputs");
 }
+}
 
-#[test]
-fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats() {
+per_device! {
+fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats(device) {
     let mut lab = Lab::new(LabConfig::default()).unwrap();
     let i = lab
-        .model_index(ModelId::Resnet18, protocol::DeviceKind::Cpu, 64)
+        .model_index(ModelId::Resnet18, device, 64)
         .unwrap();
     let model = lab.model(i);
-    let a = Tensor::randn([4, 3, 64, 64], (Kind::Float, Device::Cpu));
+    let a = Tensor::randn([4, 3, 64, 64], (Kind::Float, tch_device(device)));
     let b = a.copy();
     // Same first sample, different batch-mates.
     b.narrow(0, 1, 3)
-        .copy_(&Tensor::randn([3, 3, 64, 64], (Kind::Float, Device::Cpu)));
+        .copy_(&Tensor::randn([3, 3, 64, 64], (Kind::Float, tch_device(device))));
     let first = |x: &Tensor, eval: bool| {
         let s = RunSpec {
             eval,
-            ..spec(ModelId::Resnet18, 4, eval, GradMode::NoGrad)
+            ..on(device, ModelId::Resnet18, 4, eval, GradMode::NoGrad)
         };
-        forward(model, x, &s, protocol::DeviceKind::Cpu)
+        forward(model, x, &s, device)
             .unwrap()
             .get(0)
     };
@@ -215,6 +231,7 @@ fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats() 
         before.equal(&running_mean),
         "eval mode leaves running stats alone"
     );
+}
 }
 
 #[test]
@@ -284,14 +301,14 @@ fn invalid_specs_are_rejected_naming_the_field() {
     }
 }
 
-#[test]
-fn out_of_memory_is_a_result_and_the_worker_carries_on() {
+per_device! {
+fn out_of_memory_is_a_result_and_the_worker_carries_on(device) {
     let mut config = WorkerConfig::default();
     // A 48 MiB device: ResNet-18's weights alone take 45 MiB, its activations cannot fit.
     config.lab.memory_limit_bytes = Some(48 << 20);
     let w = Worker::start(config).unwrap();
     match w.measure(
-        spec(ModelId::Resnet18, 16, false, GradMode::Enabled),
+        on(device, ModelId::Resnet18, 16, false, GradMode::Enabled),
         |_| {},
     ) {
         Err(MeasureError::Failed(f)) => {
@@ -301,12 +318,13 @@ fn out_of_memory_is_a_result_and_the_worker_carries_on() {
         other => panic!("expected an out-of-memory result, got {other:?}"),
     }
     // The next run measures correctly, and its memory returns to its baseline.
-    let r = measure(&w, spec(ModelId::TinyMlp, 8, true, GradMode::NoGrad));
+    let r = measure(&w, on(device, ModelId::TinyMlp, 8, true, GradMode::NoGrad));
     assert_eq!(r.memory.leaked_bytes, 0);
 }
+}
 
-#[test]
-fn a_full_queue_refuses_and_a_cancelled_run_never_runs() {
+per_device! {
+fn a_full_queue_refuses_and_a_cancelled_run_never_runs(device) {
     let config = WorkerConfig {
         queue_capacity: 1,
         ..Default::default()
@@ -327,13 +345,13 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs() {
         let (tx, rx) = std::sync::mpsc::channel();
         let ticket = w
             .submit(
-                spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad),
+                on(device, ModelId::TinyMlp, 2, true, GradMode::NoGrad),
                 Box::new(move |e| tx.send(e).unwrap()),
             )
             .unwrap();
         assert!(matches!(
             w.submit(
-                spec(ModelId::TinyMlp, 2, true, GradMode::NoGrad),
+                on(device, ModelId::TinyMlp, 2, true, GradMode::NoGrad),
                 Box::new(|_| {})
             ),
             Err(EngineError::QueueFull { capacity: 1 })
@@ -357,6 +375,7 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs() {
             "a cancelled run never starts"
         );
     });
+}
 }
 
 #[test]

@@ -1,17 +1,21 @@
 //! Soak: hundreds of consecutive runs through one worker, cycling through every mode, with
 //! the memory the worker holds checked after each: every run's allocated memory returns to
 //! its baseline, and the worker's own leak check (cached weights only) never fails.
-//! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-soak.json`.
+//! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-soak[-cuda].json`.
+//! Per device (see `common`): the CPU always, CUDA under the `cuda-tests` feature.
+
+#[macro_use]
+mod common;
 
 use std::time::Instant;
 
 use engine::{LabConfig, Worker, WorkerConfig};
-use protocol::{Autocast, GradMode, ModelId, RunSpec};
+use protocol::{Autocast, DeviceKind, GradMode, ModelId, RunSpec};
 
 const RUNS: usize = 300;
 
-#[test]
-fn hundreds_of_runs_leave_no_memory_behind() {
+per_device! {
+fn hundreds_of_runs_leave_no_memory_behind(device) {
     let worker = Worker::start(WorkerConfig {
         lab: LabConfig {
             threads: 1,
@@ -44,6 +48,7 @@ fn hundreds_of_runs_leave_no_memory_behind() {
             },
             warmup: 1,
             iters: 2,
+            device: common::choice(device),
             ..RunSpec::default()
         };
         let label = spec.label();
@@ -62,8 +67,8 @@ fn hundreds_of_runs_leave_no_memory_behind() {
         let cpu = health
             .last_checks
             .iter()
-            .find(|c| c.device == protocol::DeviceKind::Cpu)
-            .expect("a CPU check");
+            .find(|c| c.device == device)
+            .expect("a check of the run's device");
         assert!(
             cpu.ok,
             "after run {i} ({label}) the worker holds {} B, its models {} B",
@@ -83,8 +88,12 @@ fn hundreds_of_runs_leave_no_memory_behind() {
     println!("soak: {report}");
     if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
         let _ = std::fs::write(
-            std::path::Path::new(&dir).join("gradless-soak.json"),
+            std::path::Path::new(&dir).join(match device {
+                DeviceKind::Cpu => "gradless-soak.json",
+                DeviceKind::Cuda => "gradless-soak-cuda.json",
+            }),
             report.to_string(),
         );
     }
+}
 }

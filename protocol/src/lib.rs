@@ -514,6 +514,12 @@ pub struct MemoryReport {
     /// Device memory in use as the driver sees it (includes the CUDA context); `None` where
     /// it cannot be read.
     pub device_used_bytes: Option<u64>,
+    /// Allocated on the device at the baseline for anything but this run's weights and
+    /// input (the worker's other cached models, the CUDA libraries' workspaces). Left out of
+    /// every figure above, so the same spec reads the same whatever ran before it. `None` in
+    /// reports recorded before this figure existed.
+    #[serde(default)]
+    pub other_held_bytes: Option<u64>,
 }
 
 /// Facts about the model's output, for the lessons that depend on them.

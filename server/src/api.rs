@@ -154,6 +154,10 @@ impl From<engine::EngineError> for ApiError {
             engine::EngineError::WorkerGone | engine::EngineError::Torch(_) => {
                 ApiError::Unavailable
             }
+            engine::EngineError::UnknownPitfall { id, .. } => {
+                ApiError::NotFound(format!("pitfall {id}"))
+            }
+            engine::EngineError::TaskPanicked(reason) => ApiError::NoReport(reason),
         }
     }
 }

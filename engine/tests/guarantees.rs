@@ -1,0 +1,317 @@
+//! What every task gets from the worker (issue 10's engine side) and what the baseline means
+//! (weights + input, whatever ran before): a panic barrier, checked experiment options, the
+//! thread cap, deadlines that hold within a pass, refusal up front from a measured profile.
+//! Per device where the behaviour is the device's (see `common`).
+
+#[macro_use]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use engine::{EngineError, ExperimentError, MeasureError, Worker, WorkerConfig};
+use protocol::{
+    Autocast, DeviceChoice, DeviceKind, FailureKind, GradMode, ModelId, PitfallOptions, Report,
+    RunSpec,
+};
+
+fn spec(device: DeviceKind, model: ModelId, batch: u32, size: Option<u32>) -> RunSpec {
+    RunSpec {
+        model,
+        device: common::choice(device),
+        batch,
+        input_size: size,
+        eval: true,
+        grad: GradMode::NoGrad,
+        autocast: Autocast::Off,
+        warmup: 1,
+        iters: 2,
+        threads: Some(1),
+    }
+}
+
+fn measure(w: &Worker, s: RunSpec) -> Report {
+    w.measure(s, |_| {}).expect("run succeeds")
+}
+
+#[test]
+fn a_panic_in_any_task_fails_that_task_and_the_worker_goes_on() {
+    let w = Worker::start(WorkerConfig::default()).unwrap();
+    match w.call(|_| -> u32 { panic!("injected for the test") }) {
+        Err(EngineError::TaskPanicked(reason)) => {
+            assert!(reason.contains("injected for the test"), "{reason}")
+        }
+        other => panic!("expected the panic as a task failure, got {other:?}"),
+    }
+    // The device thread lives: a run and a call after it work.
+    let r = measure(&w, spec(DeviceKind::Cpu, ModelId::TinyMlp, 4, None));
+    assert_eq!(r.memory.leaked_bytes, 0);
+    assert_eq!(w.call(|_| 7).unwrap(), 7);
+    assert!(w.health().tasks >= 3);
+}
+
+#[test]
+fn threads_are_capped_at_the_cpu_count_naming_the_field() {
+    let w = Worker::start(WorkerConfig::default()).unwrap();
+    let cpus = engine::spec::cpu_count();
+    let over = RunSpec {
+        threads: Some(cpus + 1),
+        ..spec(DeviceKind::Cpu, ModelId::TinyMlp, 2, None)
+    };
+    let err = w.check(over).unwrap_err();
+    assert_eq!(err.field, "threads");
+    assert!(err.message.contains(&cpus.to_string()), "{}", err.message);
+    let at = RunSpec {
+        threads: Some(cpus),
+        ..spec(DeviceKind::Cpu, ModelId::TinyMlp, 2, None)
+    };
+    assert!(w.check(at).is_ok());
+    let zero = w
+        .check(RunSpec {
+            batch: 0,
+            ..RunSpec::default()
+        })
+        .unwrap_err();
+    assert_eq!(zero.field, "batch");
+}
+
+#[test]
+fn experiments_go_through_the_checked_path() {
+    let w = Worker::start(WorkerConfig {
+        limits: protocol::Limits {
+            max_batch: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let cpu = PitfallOptions {
+        device: DeviceChoice::Cpu,
+        ..Default::default()
+    };
+    match w.run_experiment("no-such-card", cpu.clone()) {
+        Err(ExperimentError::Rejected(EngineError::UnknownPitfall { id, known })) => {
+            assert_eq!(id, "no-such-card");
+            assert!(known.iter().any(|k| k == "eval-not-nograd"));
+        }
+        other => panic!("expected an unknown pitfall, got {other:?}"),
+    }
+    for (batch, field) in [(200_000, "batch"), (0, "batch")] {
+        match w.run_experiment(
+            "eval-not-nograd",
+            PitfallOptions {
+                batch: Some(batch),
+                ..cpu.clone()
+            },
+        ) {
+            Err(ExperimentError::Rejected(EngineError::InvalidSpec(e))) => {
+                assert_eq!(e.field, field, "batch {batch}")
+            }
+            other => panic!("batch {batch}: expected a refusal, got {other:?}"),
+        }
+    }
+    if !engine::torch_ext::cuda_available() {
+        match w.run_experiment(
+            "eval-not-nograd",
+            PitfallOptions {
+                device: DeviceChoice::Cuda,
+                ..Default::default()
+            },
+        ) {
+            Err(ExperimentError::Rejected(EngineError::InvalidSpec(e))) => {
+                assert_eq!(e.field, "device")
+            }
+            other => panic!("expected a refusal naming the device, got {other:?}"),
+        }
+    }
+    // A valid one runs and answers its report.
+    let report = w
+        .run_experiment(
+            "eval-not-nograd",
+            PitfallOptions {
+                model: Some(ModelId::TinyMlp),
+                batch: Some(8),
+                ..cpu
+            },
+        )
+        .expect("the experiment runs");
+    assert_eq!(report.id, "eval-not-nograd");
+}
+
+#[test]
+fn experiments_have_the_run_deadline() {
+    let w = Worker::start(WorkerConfig {
+        run_timeout: Some(Duration::from_millis(1)),
+        ..Default::default()
+    })
+    .unwrap();
+    match w.run_experiment(
+        "eval-not-nograd",
+        PitfallOptions {
+            device: DeviceChoice::Cpu,
+            ..Default::default()
+        },
+    ) {
+        Err(ExperimentError::Failed(f)) => {
+            assert_eq!(f.kind, FailureKind::Timeout, "{}", f.message)
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_cancelled_experiment_never_runs() {
+    let w = Worker::start(WorkerConfig::default()).unwrap();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            w.call(move |_| {
+                busy_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            })
+            .unwrap()
+        });
+        busy_rx.recv().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let queued = w
+            .experiment(
+                "eval-not-nograd",
+                PitfallOptions::default(),
+                Box::new(move |r| tx.send(r).unwrap()),
+            )
+            .unwrap();
+        assert_eq!(queued.position, 0);
+        queued.ticket.cancel();
+        release_tx.send(()).unwrap();
+        match rx.recv().unwrap() {
+            Err(f) => assert_eq!(f.kind, FailureKind::Cancelled),
+            Ok(_) => panic!("a cancelled experiment ran"),
+        }
+    });
+}
+
+#[test]
+fn a_run_past_its_deadline_stops_within_the_pass() {
+    // ResNet-50 at 512 px, batch 4, one thread: one pass is tens of GFLOPs, seconds here.
+    let timeout = Duration::from_millis(400);
+    let w = Worker::start(WorkerConfig {
+        run_timeout: Some(timeout),
+        ..Default::default()
+    })
+    .unwrap();
+    // Built outside any run, so the deadline covers the forward pass only.
+    w.call(|lab| {
+        lab.model_index(ModelId::Resnet50, DeviceKind::Cpu, 512)
+            .map(|_| ())
+    })
+    .unwrap()
+    .unwrap();
+    let s = RunSpec {
+        warmup: 0,
+        iters: 1,
+        ..spec(DeviceKind::Cpu, ModelId::Resnet50, 4, Some(512))
+    };
+    let started = Instant::now();
+    let result = w.measure(s.clone(), |_| {});
+    let took = started.elapsed();
+    match result {
+        Err(MeasureError::Failed(f)) => assert_eq!(f.kind, FailureKind::Timeout, "{}", f.message),
+        Ok(r) => panic!(
+            "a {:.0} ms pass was reported done with a {} ms limit",
+            r.latency_ms.max,
+            timeout.as_millis()
+        ),
+        Err(e) => panic!("{e}"),
+    }
+    // Without a deadline the same pass takes this long; the stop came well before its end.
+    let free = Worker::start(WorkerConfig::default()).unwrap();
+    let full = measure(&free, s);
+    assert!(
+        full.latency_ms.max > 2.0 * timeout.as_millis() as f64,
+        "the pass ({:.0} ms) is too short to show the stop",
+        full.latency_ms.max
+    );
+    assert!(
+        took.as_secs_f64() * 1000.0 < full.latency_ms.max,
+        "stopped after {took:?}; a whole pass takes {:.0} ms",
+        full.latency_ms.max
+    );
+}
+
+#[test]
+fn a_pass_predicted_past_the_deadline_is_refused_up_front() {
+    let w = Worker::start(WorkerConfig {
+        run_timeout: Some(Duration::from_secs(20)),
+        ..Default::default()
+    })
+    .unwrap();
+    // A run above the probe batch profiles its model and mode (batches 1 and 4) first.
+    let small = spec(DeviceKind::Cpu, ModelId::Resnet18, 5, Some(224));
+    let r = measure(&w, small.clone());
+    // One pass at batch 4096 is predicted from the profile: far longer than a 1 s limit.
+    let big = RunSpec {
+        batch: 4096,
+        ..small
+    };
+    let checked = w.check(big.clone()).unwrap();
+    let refused = w
+        .call(move |lab| {
+            let control = engine::RunControl {
+                deadline: Some(Instant::now() + Duration::from_secs(1)),
+                budget_bytes: Some(u64::MAX),
+                ..Default::default()
+            };
+            lab.admit(&checked, &control)
+        })
+        .unwrap();
+    match refused {
+        Err(f) => {
+            assert_eq!(f.kind, FailureKind::Timeout, "{}", f.message);
+            assert!(
+                f.message.contains("refused before it started"),
+                "{}",
+                f.message
+            );
+        }
+        Ok(()) => panic!(
+            "admitted a batch-4096 pass with a 1 s limit (batch 5 took {:.0} ms)",
+            r.latency_ms.p50
+        ),
+    }
+    // The profile is cached: a submission predicted not to finish in the worker's 20 s
+    // (or not to fit its budget) is refused before it is queued, naming the batch.
+    match w.submit(big, Box::new(|_| {})) {
+        Err(EngineError::InvalidSpec(e)) => {
+            assert_eq!(e.field, "batch");
+            assert!(e.message.contains("predicted"), "{}", e.message);
+        }
+        other => panic!("expected a refusal at submission, got {other:?}"),
+    }
+}
+
+per_device! {
+/// Issue 19: the baseline is the run's weights and input, whatever the worker holds besides.
+fn the_same_spec_has_the_same_baseline_whatever_ran_before(device) {
+    let a = spec(device, ModelId::TinyMlp, 4, None);
+    let b = spec(device, ModelId::Resnet18, 1, Some(64));
+    let w = Worker::start(WorkerConfig::default()).unwrap();
+    let a1 = measure(&w, a.clone());
+    let b1 = measure(&w, b.clone());
+    let a2 = measure(&w, a);
+    assert_eq!(a1.memory.baseline_bytes, a2.memory.baseline_bytes);
+    assert_eq!(a1.memory.peak_above_baseline_bytes, a2.memory.peak_above_baseline_bytes);
+    // B ran with A's weights cached: they are reported apart, not in B's baseline.
+    let fresh = Worker::start(WorkerConfig::default()).unwrap();
+    let b2 = measure(&fresh, b);
+    assert_eq!(b1.memory.baseline_bytes, b2.memory.baseline_bytes);
+    assert!(
+        b1.memory.other_held_bytes.unwrap() >= a1.memory.baseline_bytes / 2,
+        "A's weights are held while B runs: {:?}",
+        b1.memory
+    );
+    assert!(b1.memory.other_held_bytes > b2.memory.other_held_bytes);
+    // The baseline is at least the weights' element bytes plus the input's.
+    let input = 64 * 64 * 3 * 4;
+    assert!(b2.memory.baseline_bytes >= input);
+}
+}
