@@ -22,7 +22,8 @@ fn main() {
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
-        // PyPI's torch is built with the new C++ ABI; with 0 the link fails (TOOLCHAIN.md).
+        // PyPI's torch is built with the new C++ ABI; with 0 the link fails (see
+        // docs/ARCHITECTURE.md, "Cross-cutting concerns").
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .opt_level(2)

@@ -236,11 +236,16 @@ fn parse_smi_line(line: &str) -> SmiLine {
     }
 }
 
-fn total_ram() -> Option<u64> {
+pub(crate) fn total_ram() -> Option<u64> {
+    meminfo_field("MemTotal:")
+}
+
+/// A field of /proc/meminfo (given in KiB there), in bytes; `None` off Linux.
+pub(crate) fn meminfo_field(name: &str) -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: u64 = meminfo
         .lines()
-        .find(|l| l.starts_with("MemTotal:"))?
+        .find(|l| l.starts_with(name))?
         .split_whitespace()
         .nth(1)?
         .parse()

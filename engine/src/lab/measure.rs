@@ -1,0 +1,286 @@
+//! One run's measurement ([`Lab::measure`]), by the method the README's "How it measures"
+//! and docs/ARCHITECTURE.md ("The measurement method") state: build or reuse the model, make
+//! the input, synchronise, record the baseline and reset the peaks, warm up (reported apart),
+//! time each iteration with synchronisation, then release the output and check that memory
+//! returns to the baseline. Also the one timed pass ([`timed_forward`]) and the one forward
+//! pass under a spec's settings ([`forward`]) that the pitfall experiments reuse.
+//!
+//! The baseline is the run's weights and input themselves: what building the model and
+//! making the input added to the device's allocated memory. Whatever else the worker holds
+//! there (other cached models, the CUDA libraries' workspaces) is reported apart as
+//! `other_held_bytes` and left out of every figure, so a spec reads the same whatever ran
+//! before it.
+
+use std::time::Instant;
+
+use protocol::{
+    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryReport, OutputFacts, Report,
+    RunFailure, RunSpec, Sample,
+};
+use tch::Tensor;
+
+use super::{catch_torch, failure, held, synchronize, tch_device, torch_failure, Lab, RunControl};
+use crate::device::Meter;
+use crate::models::Model;
+use crate::spec::CheckedSpec;
+use crate::stats::latency_stats;
+use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
+
+impl Lab {
+    /// Measures one run, emitting events as it goes. See the module docs for the method.
+    /// Inside a task (see [`Lab::with_task`]) the task's limits apply too.
+    pub fn measure(
+        &mut self,
+        checked: &CheckedSpec,
+        control: &RunControl,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<Report, RunFailure> {
+        let control = match &self.task {
+            Some(task) => control.within(task),
+            None => control.clone(),
+        };
+        let device = checked.device();
+        let budget = control
+            .budget_bytes
+            .or_else(|| self.budget(device).map(|b| b.bytes));
+        let control = RunControl {
+            budget_bytes: budget,
+            ..control
+        };
+        let _guard = self.guard(device, &control)?;
+        let spec = checked.spec().clone();
+        let result = self.measure_guarded(checked, &control, emit);
+        result.map_err(|f| explain(f, &spec, device, budget))
+    }
+
+    fn measure_guarded(
+        &mut self,
+        checked: &CheckedSpec,
+        control: &RunControl,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<Report, RunFailure> {
+        let spec = checked.spec().clone();
+        let device = checked.device();
+        let threads = spec.threads.unwrap_or(self.config.threads);
+        tch::set_num_threads(threads as i32);
+        control.check()?;
+
+        let index = self.model_index(spec.model, device, checked.input_size())?;
+        let weights = self.models[index].held_bytes;
+        tch::manual_seed(self.config.seed);
+        let meter = self.meter(device);
+        let before_input = held(&meter, device)?;
+        let model = &self.models[index];
+        let input =
+            catch_torch(|| model.input(spec.batch, checked.input_size(), tch_device(device)))?;
+
+        synchronize(device)?;
+        let at_baseline = meter.read().map_err(torch_failure)?.allocated;
+        // Weights + input themselves; what else the device holds is reported apart and taken
+        // out of every figure below.
+        let baseline = weights + at_baseline.saturating_sub(before_input);
+        let other = at_baseline.saturating_sub(baseline);
+        let own = |bytes: u64| bytes.saturating_sub(other);
+        meter.reset_peak().map_err(torch_failure)?;
+        emit(Event::Started {
+            device_name: self.machine.stamp(device, threads).device_name,
+            baseline_bytes: baseline,
+            memory_source: meter.source(),
+            total: spec.warmup + spec.iters,
+        });
+
+        // On CUDA the budget is checked after each pass (the CPU's is checked at every
+        // allocation by the guard).
+        let limit = control.budget_bytes.filter(|_| device == DeviceKind::Cuda);
+        let mut warmup = Vec::with_capacity(spec.warmup as usize);
+        for i in 0..spec.warmup {
+            control.check()?;
+            let (sample, out, _) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            drop(out);
+            let sample = Sample {
+                allocated_bytes: own(sample.allocated_bytes),
+                peak_bytes: own(sample.peak_bytes),
+                ..sample
+            };
+            emit(Event::Warmup {
+                sample: sample.clone(),
+            });
+            warmup.push(sample);
+        }
+
+        // Peaks count from here: the statistics describe the steady state only. Each
+        // iteration resets the counters and reports its own peak; the run's peak is the
+        // highest of them.
+        let mut samples = Vec::with_capacity(spec.iters as usize);
+        let mut peak_reserved: Option<u64> = None;
+        let mut last: Option<Tensor> = None;
+        for i in 0..spec.iters {
+            control.check()?;
+            // The previous output (and its graph) must be gone before the next forward pass,
+            // or the peak would count two iterations at once.
+            drop(last.take());
+            let (sample, out, reserved) =
+                timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            peak_reserved = peak_reserved.max(reserved);
+            let sample = Sample {
+                allocated_bytes: own(sample.allocated_bytes),
+                peak_bytes: own(sample.peak_bytes),
+                ..sample
+            };
+            emit(Event::Sample {
+                sample: sample.clone(),
+            });
+            samples.push(sample);
+            last = Some(out);
+        }
+        let peak_allocated = samples
+            .iter()
+            .map(|s| s.peak_bytes)
+            .max()
+            .unwrap_or(baseline);
+        let device_used = meter.device_used();
+        let output = last
+            .as_ref()
+            .map(output_facts)
+            .unwrap_or_else(|| OutputFacts {
+                dtype: String::new(),
+                shape: vec![],
+                is_inference: false,
+                requires_grad: false,
+            });
+        drop(last);
+        synchronize(device)?;
+        let after_release = own(meter.read().map_err(torch_failure)?.allocated);
+        if after_release > baseline {
+            tracing::warn!(
+                leaked = after_release - baseline,
+                "memory did not return to the baseline after a run"
+            );
+        }
+
+        let latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
+        let latency_ms = latency_stats(&latencies)
+            .ok_or_else(|| failure(FailureKind::Internal, "no timed samples"))?;
+        let throughput_per_s = if latency_ms.mean > 0.0 {
+            spec.batch as f64 * 1000.0 / latency_ms.mean
+        } else {
+            0.0
+        };
+        Ok(Report {
+            env: self.machine.stamp(device, threads),
+            spec,
+            latency_ms,
+            throughput_per_s,
+            memory: MemoryReport {
+                source: meter.source(),
+                baseline_bytes: baseline,
+                peak_allocated_bytes: peak_allocated,
+                peak_above_baseline_bytes: peak_allocated.saturating_sub(baseline),
+                peak_reserved_bytes: peak_reserved,
+                after_release_bytes: after_release,
+                leaked_bytes: after_release.saturating_sub(baseline),
+                device_used_bytes: device_used,
+                other_held_bytes: Some(other),
+            },
+            output,
+            warmup,
+            samples,
+        })
+    }
+}
+
+/// Adds the run's setting to a failure that stopped it at the budget.
+fn explain(f: RunFailure, spec: &RunSpec, device: DeviceKind, budget: Option<u64>) -> RunFailure {
+    if f.kind != FailureKind::OutOfMemory || f.message.contains(&format!("batch {}", spec.batch)) {
+        return f;
+    }
+    let budget = budget
+        .map(|b| format!(" (this server's budget is {})", protocol::format_bytes(b)))
+        .unwrap_or_default();
+    failure(
+        FailureKind::OutOfMemory,
+        format!(
+            "out of memory on {}{budget}: batch {}, {}: {}",
+            device.as_str(),
+            spec.batch,
+            spec.label(),
+            f.message
+        ),
+    )
+}
+
+/// One forward pass under the spec's settings, timed with device synchronisation. Returns
+/// the sample, the output, and the peak reserved bytes during the pass (CUDA only).
+pub fn timed_forward(
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+    device: DeviceKind,
+    meter: &Meter<'_>,
+    iteration: u32,
+    limit: Option<u64>,
+) -> Result<(Sample, Tensor, Option<u64>), RunFailure> {
+    meter.reset_peak().map_err(torch_failure)?;
+    let start = Instant::now();
+    let out = forward(model, input, spec, device)?;
+    synchronize(device)?;
+    let latency_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let reading = meter.read().map_err(torch_failure)?;
+    if let Some(limit) = limit {
+        if reading.peak_allocated > limit {
+            return Err(failure(
+                FailureKind::OutOfMemory,
+                format!(
+                    "out of memory: this run needed {} of {} memory, above the server's limit of {} (batch {}, {})",
+                    protocol::format_bytes(reading.peak_allocated),
+                    device.as_str(),
+                    protocol::format_bytes(limit),
+                    spec.batch,
+                    spec.label()
+                ),
+            ));
+        }
+    }
+    let sample = Sample {
+        iteration,
+        latency_ms,
+        allocated_bytes: reading.allocated,
+        peak_bytes: reading.peak_allocated,
+        reserved_bytes: reading.reserved,
+    };
+    Ok((sample, out, reading.peak_reserved))
+}
+
+/// The forward pass inside the grad mode and autocast region the spec asks for, exactly as
+/// the Python snippet nests them.
+pub fn forward(
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+    device: DeviceKind,
+) -> Result<Tensor, RunFailure> {
+    let _inference = match spec.grad {
+        GradMode::InferenceMode => Some(InferenceModeGuard::enter().map_err(torch_failure)?),
+        _ => None,
+    };
+    let _no_grad = (spec.grad == GradMode::NoGrad).then(tch::no_grad_guard);
+    let _autocast = match spec.autocast {
+        Autocast::Off => None,
+        Autocast::Fp16 => {
+            Some(AutocastGuard::enter(device, LowPrecision::Fp16).map_err(torch_failure)?)
+        }
+        Autocast::Bf16 => {
+            Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?)
+        }
+    };
+    catch_torch(|| model.net.forward_t(input, !spec.eval))
+}
+
+fn output_facts(t: &Tensor) -> OutputFacts {
+    OutputFacts {
+        dtype: format!("{:?}", t.kind()),
+        shape: t.size(),
+        is_inference: t.is_inference(),
+        requires_grad: t.requires_grad(),
+    }
+}

@@ -1,0 +1,320 @@
+//! The lab bench: the state that lives on the device thread — the machine's facts, the
+//! CPU memory counter, the model cache ([`Lab::model_index`]), the leak check run after every
+//! task ([`Lab::memory_checks`]) and the CUDA libraries primed at start-up — and [`LabConfig`],
+//! the settings a run cannot change. The rest of the bench, by concern:
+//!
+//! - `measure`: one run's measurement ([`Lab::measure`], [`timed_forward`], [`forward`]),
+//!   by the method docs/ARCHITECTURE.md ("The measurement method") states.
+//! - `control`: what every task may use and when it stops ([`RunControl`], [`Lab::with_task`],
+//!   the run guard of [`Lab::guard`]).
+//! - `admission`: memory budgets ([`Budget`]), profiles and the up-front refusal of runs
+//!   predicted not to fit ([`Lab::admit`], [`refusal`]).
+//! - `failure`: the one classification of libtorch errors ([`catch_torch`],
+//!   [`torch_failure`], [`failure`]).
+//!
+//! A `Lab` must stay on the thread that created it: libtorch's grad mode, inference mode,
+//! autocast state and the CPU memory counter are all thread-local.
+
+mod admission;
+mod control;
+mod failure;
+mod measure;
+
+use protocol::{DeviceKind, ModelId, RunFailure};
+use tch::{Device, Kind, Tensor};
+
+use crate::device::{Machine, Meter};
+use crate::models::Model;
+use crate::torch_ext::{self, CpuMemoryCounter, ExtError};
+
+use admission::budgets;
+pub use admission::{
+    known_profile, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
+    CPU_BUDGET_FRACTION, PREDICTION_MARGIN, PROBE_BATCH,
+};
+pub use control::RunControl;
+pub(crate) use failure::panic_text;
+pub use failure::{catch_torch, failure, torch_failure};
+pub use measure::{forward, timed_forward};
+
+/// Settings of the lab that a run cannot change.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    /// Default libtorch intra-op threads for runs that do not ask for a number.
+    pub threads: u32,
+    /// The memory budget of every run and experiment on either device: what the worker
+    /// holds there may not go above it (see [`Budget`]). `None`: a default derived from the
+    /// device at start-up ([`CPU_BUDGET_FRACTION`] of the memory available; the GPU's free
+    /// memory).
+    pub memory_limit_bytes: Option<u64>,
+    /// Seed for weights and inputs, so that runs are reproducible.
+    pub seed: i64,
+    /// How many built models stay cached (least recently used ones are dropped).
+    pub model_cache: usize,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        LabConfig {
+            threads: default_threads(),
+            memory_limit_bytes: None,
+            seed: 0,
+            model_cache: 3,
+        }
+    }
+}
+
+/// Half the logical CPUs, at least one: on small machines one thread gave the steadiest
+/// timings, and a server should leave room for its own threads.
+pub fn default_threads() -> u32 {
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as u32;
+    (n / 2).max(1)
+}
+
+/// The device thread's state. See the module docs.
+pub struct Lab {
+    machine: Machine,
+    counter: CpuMemoryCounter,
+    models: Vec<Model>,
+    config: LabConfig,
+    /// CUDA memory the libraries keep for the life of the process (see
+    /// [`prime_cuda_libraries`]): part of the worker's own holdings, not a leak.
+    cuda_library_bytes: u64,
+    cpu_budget: Budget,
+    cuda_budget: Option<Budget>,
+    profiles: Profiles,
+    /// The control of the task under way (set by the worker): every measurement inside the
+    /// task obeys its deadline, budget and cancel flag.
+    task: Option<RunControl>,
+}
+
+impl Lab {
+    /// Sets up the lab on the calling thread, which must be the only one to use it.
+    pub fn new(config: LabConfig) -> Result<Lab, ExtError> {
+        let counter = CpuMemoryCounter::install()?;
+        let machine = Machine::probe();
+        let cuda_library_bytes = if machine.has_cuda() {
+            prime_cuda_libraries()
+        } else {
+            0
+        };
+        let (cpu_budget, cuda_budget) = budgets(&config, &machine);
+        tracing::info!(
+            cpu = cpu_budget.bytes,
+            cuda = cuda_budget.as_ref().map(|b| b.bytes),
+            "memory budgets"
+        );
+        Ok(Lab {
+            machine,
+            counter,
+            models: Vec::new(),
+            config,
+            cuda_library_bytes,
+            cpu_budget,
+            cuda_budget,
+            profiles: Profiles::default(),
+            task: None,
+        })
+    }
+
+    /// The budget every task on `device` gets (`None` for a device this machine lacks).
+    pub fn budget(&self, device: DeviceKind) -> Option<&Budget> {
+        match device {
+            DeviceKind::Cpu => Some(&self.cpu_budget),
+            DeviceKind::Cuda => self.cuda_budget.as_ref(),
+        }
+    }
+
+    /// The profiles measured so far (shared: the worker reads them to refuse early).
+    pub fn profiles(&self) -> Profiles {
+        self.profiles.clone()
+    }
+
+    /// CUDA bytes the libraries' workspaces took when they were primed at start-up.
+    pub fn cuda_library_bytes(&self) -> u64 {
+        self.cuda_library_bytes
+    }
+
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    pub fn config(&self) -> &LabConfig {
+        &self.config
+    }
+
+    /// The memory meter for `device`.
+    pub fn meter(&self, device: DeviceKind) -> Meter<'_> {
+        match device {
+            DeviceKind::Cpu => Meter::Cpu(&self.counter),
+            DeviceKind::Cuda => Meter::Cuda { index: 0 },
+        }
+    }
+
+    /// The cached model for this run, built if needed. Returns its index in the cache.
+    pub fn model_index(
+        &mut self,
+        id: ModelId,
+        device: DeviceKind,
+        input_size: u32,
+    ) -> Result<usize, RunFailure> {
+        let tdev = tch_device(device);
+        if let Some(i) = self
+            .models
+            .iter()
+            .position(|m| m.id == id && m.vs.device() == tdev && m.fits(input_size))
+        {
+            // Most recently used goes last; eviction takes from the front.
+            let m = self.models.remove(i);
+            self.models.push(m);
+            return Ok(self.models.len() - 1);
+        }
+        while self.models.len() >= self.config.model_cache.max(1) {
+            self.models.remove(0);
+        }
+        tch::manual_seed(self.config.seed);
+        let meter = self.meter(device);
+        let before = held(&meter, device)?;
+        let mut model = catch_torch(|| Model::build(id, tdev, input_size))?;
+        model.held_bytes = held(&meter, device)?.saturating_sub(before);
+        self.models.push(model);
+        Ok(self.models.len() - 1)
+    }
+
+    /// Drops the cached models on `device` other than the one at `keep`; returns the index
+    /// of the kept one afterwards.
+    fn evict_others(&mut self, keep: usize, device: DeviceKind) -> usize {
+        let tdev = tch_device(device);
+        let kept = self.models.remove(keep);
+        self.models.retain(|m| m.vs.device() != tdev);
+        self.models.push(kept);
+        self.models.len() - 1
+    }
+
+    pub fn model(&self, index: usize) -> &Model {
+        &self.models[index]
+    }
+
+    /// Parameter count of `id` (building it on the CPU if it is not cached there).
+    pub fn parameters(&mut self, id: ModelId) -> Result<u64, RunFailure> {
+        let i = self.model_index(id, DeviceKind::Cpu, id.input().default)?;
+        Ok(self.models[i].parameters())
+    }
+
+    /// After a failure on `device`: give cached blocks back so the next run starts clean.
+    pub fn recover(&mut self, device: DeviceKind) {
+        if device == DeviceKind::Cuda {
+            if let Err(e) = torch_ext::cuda_empty_cache() {
+                tracing::warn!("emptying the CUDA cache after a failure: {e}");
+            }
+        }
+    }
+
+    /// The leak check run after every task: on each device, the allocated bytes must be
+    /// exactly the cached models' weights and buffers. Anything above is memory a run
+    /// left behind.
+    pub fn memory_checks(&self) -> Vec<protocol::MemoryCheck> {
+        let mut devices = vec![DeviceKind::Cpu];
+        if self.machine.has_cuda() {
+            devices.push(DeviceKind::Cuda);
+        }
+        devices
+            .into_iter()
+            .filter_map(|device| {
+                if device == DeviceKind::Cuda {
+                    synchronize(device).ok()?;
+                }
+                let held = self.meter(device).read().ok()?.allocated;
+                let tdev = tch_device(device);
+                let libraries = if device == DeviceKind::Cuda {
+                    self.cuda_library_bytes
+                } else {
+                    0
+                };
+                // Each model counts what building it added to the meter (on CUDA whole
+                // blocks, as the meter reads them), not its element bytes.
+                let expected = libraries
+                    + self
+                        .models
+                        .iter()
+                        .filter(|m| m.vs.device() == tdev)
+                        .map(|m| m.held_bytes)
+                        .sum::<u64>();
+                Some(protocol::MemoryCheck {
+                    device,
+                    held_bytes: held,
+                    expected_bytes: expected,
+                    ok: held <= expected,
+                })
+            })
+            .collect()
+    }
+
+    /// Drops every cached model (used when a device runs out of memory).
+    pub fn clear_models(&mut self) {
+        self.models.clear();
+    }
+}
+
+/// What the meter counts as allocated on `device` now, after the device's queued work.
+fn held(meter: &Meter<'_>, device: DeviceKind) -> Result<u64, RunFailure> {
+    synchronize(device)?;
+    Ok(meter.read().map_err(torch_failure)?.allocated)
+}
+
+/// cuBLAS and cuBLASLt keep a workspace per stream that PyTorch allocates through its
+/// caching allocator at the first matmul and holds until the process ends. Making those
+/// first matmuls here, once, before any run keeps the workspaces out of every run's
+/// baseline-to-release difference (a first run would otherwise look like a leak) and gives
+/// the worker's leak check their size. Returns the CUDA bytes allocated afterwards, with
+/// nothing else alive.
+fn prime_cuda_libraries() -> u64 {
+    let device = Device::Cuda(0);
+    // The change across priming, not what is allocated afterwards: another Lab in the same
+    // process (tests) may hold CUDA memory already.
+    let before = synchronize(DeviceKind::Cuda)
+        .ok()
+        .and_then(|_| Meter::Cuda { index: 0 }.read().ok())
+        .map(|r| r.allocated)
+        .unwrap_or(0);
+    for kind in [Kind::Float, Kind::Half, Kind::BFloat16] {
+        // A plain matmul (cuBLAS) and one with a bias (the cuBLASLt epilogue path). A dtype
+        // the GPU cannot multiply is skipped: runs in it will fail on their own terms.
+        let primed = catch_torch(|| {
+            let a = Tensor::ones([64, 64], (kind, device));
+            let bias = Tensor::ones([64], (kind, device));
+            let _ = a.matmul(&a);
+            let _ = bias.addmm(&a, &a);
+        });
+        if let Err(f) = primed {
+            tracing::info!("could not prime CUDA matmuls in {kind:?}: {}", f.message);
+        }
+    }
+    let held = synchronize(DeviceKind::Cuda)
+        .ok()
+        .and_then(|_| Meter::Cuda { index: 0 }.read().ok())
+        .map(|r| r.allocated);
+    let held = held.unwrap_or(0).saturating_sub(before);
+    tracing::info!(
+        bytes = held,
+        "CUDA library workspaces allocated before any run"
+    );
+    held
+}
+
+pub fn tch_device(device: DeviceKind) -> Device {
+    match device {
+        DeviceKind::Cpu => Device::Cpu,
+        DeviceKind::Cuda => Device::Cuda(0),
+    }
+}
+
+/// Waits for queued device work, so a timer measures the work and not its launch.
+pub fn synchronize(device: DeviceKind) -> Result<(), RunFailure> {
+    match device {
+        DeviceKind::Cpu => Ok(()),
+        DeviceKind::Cuda => catch_torch(|| tch::Cuda::synchronize(0)),
+    }
+}

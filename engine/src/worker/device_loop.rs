@@ -1,0 +1,161 @@
+//! The device thread: takes one task at a time from the queue and runs it under its
+//! control (deadline, budget, cancel flag) behind the panic barrier, frees what a failure
+//! left, and checks after every task that the memory the worker holds is back to its cached
+//! models' weights before the submitter hears the result.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use protocol::{DeviceChoice, DeviceKind, Event, FailureKind, RunFailure};
+
+use super::queue::{Shared, Task};
+use super::WorkerConfig;
+use crate::lab::{failure, panic_text, Lab, RunControl};
+
+/// The panic barrier: runs one task's body; a panic is logged at error level and becomes a
+/// failure of that task (`Internal`, with the reason), and the device thread goes on.
+fn barrier<R>(what: &str, body: impl FnOnce() -> Result<R, RunFailure>) -> Result<R, RunFailure> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let reason = crate::first_line(
+                &panic_text(&*payload).unwrap_or_else(|| "a panic without a message".to_string()),
+            );
+            tracing::error!("{what} panicked on the device thread: {reason}");
+            Err(failure(
+                FailureKind::Internal,
+                format!("{what} failed with an internal error: {reason}"),
+            ))
+        }
+    }
+}
+
+fn control_for(
+    config: &WorkerConfig,
+    cancel: Arc<AtomicBool>,
+    lab: &Lab,
+    device: DeviceKind,
+) -> RunControl {
+    RunControl {
+        cancel,
+        deadline: config.run_timeout.map(|t| Instant::now() + t),
+        budget_bytes: lab.budget(device).map(|b| b.bytes),
+    }
+}
+
+pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) {
+    while let Some(task) = shared.next_task() {
+        let Some(task) = task.unless_cancelled() else {
+            continue;
+        };
+        match task {
+            Task::Call { call, on_panic } => match barrier("a task", || Ok(call(&mut lab))) {
+                Ok(deliver) => {
+                    check_memory(&lab, shared);
+                    deliver();
+                }
+                Err(f) => {
+                    recover_all(&mut lab);
+                    check_memory(&lab, shared);
+                    on_panic(f.message);
+                }
+            },
+            Task::Experiment {
+                id,
+                options,
+                reply,
+                cancel,
+            } => {
+                let device = match options.device {
+                    DeviceChoice::Cuda => DeviceKind::Cuda,
+                    _ => DeviceKind::Cpu,
+                };
+                let control = control_for(config, cancel, &lab, device);
+                let result = barrier("the experiment", || {
+                    lab.with_task(control.clone(), |lab| {
+                        crate::pitfalls::run(lab, &id, options, &control)
+                    })?
+                });
+                if let Err(f) = &result {
+                    after_failure(&mut lab, device, f);
+                }
+                check_memory(&lab, shared);
+                reply(result);
+            }
+            Task::Run {
+                spec,
+                mut sink,
+                cancel,
+            } => {
+                let device = spec.device();
+                let control = control_for(config, cancel, &lab, device);
+                // The leak check runs before the terminal event goes out, so whoever hears
+                // "done" can already read its result in the worker's health.
+                let result = barrier("the run", || {
+                    lab.with_task(control.clone(), |lab| {
+                        lab.admit(&spec, &control)?;
+                        lab.measure(&spec, &control, &mut *sink)
+                    })?
+                });
+                match result {
+                    Ok(report) => {
+                        check_memory(&lab, shared);
+                        sink(Event::Done {
+                            report: Box::new(report),
+                        });
+                    }
+                    Err(f) => {
+                        after_failure(&mut lab, device, &f);
+                        check_memory(&lab, shared);
+                        sink(Event::Failed { failure: f });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// After a failed task: free what the failure may have left (an out-of-memory failure
+/// drops every cached model, so the next run has the whole device).
+fn after_failure(lab: &mut Lab, device: DeviceKind, f: &RunFailure) {
+    if f.kind == FailureKind::OutOfMemory {
+        tracing::info!("{}", f.message);
+        lab.clear_models();
+    }
+    lab.recover(device);
+}
+
+fn recover_all(lab: &mut Lab) {
+    lab.recover(DeviceKind::Cpu);
+    if lab.machine().has_cuda() {
+        lab.recover(DeviceKind::Cuda);
+    }
+}
+
+/// After every task: is the memory the worker holds back to its cached models' weights?
+fn check_memory(lab: &Lab, shared: &Shared) {
+    let checks = lab.memory_checks();
+    let mut health = shared.lock_health();
+    health.tasks += 1;
+    for c in &checks {
+        health.memory_checks += 1;
+        if c.ok {
+            tracing::debug!(
+                device = c.device.as_str(),
+                held = c.held_bytes,
+                "memory back at the worker's baseline"
+            );
+        } else {
+            health.memory_check_failures += 1;
+            tracing::warn!(
+                device = c.device.as_str(),
+                held = c.held_bytes,
+                expected = c.expected_bytes,
+                "leak: the worker holds more memory than its cached models after a task"
+            );
+        }
+    }
+    health.last_checks = checks;
+}
