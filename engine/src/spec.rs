@@ -74,8 +74,9 @@ pub fn check_spec(
                     .into(),
             })
         }
-        DeviceChoice::Auto if machine.has_cuda() => DeviceKind::Cuda,
-        DeviceChoice::Auto => DeviceKind::Cpu,
+        DeviceChoice::Auto => DeviceChoice::Auto
+            .resolve(machine.has_cuda())
+            .unwrap_or(DeviceKind::Cpu),
     };
     if let Some(s) = machine
         .autocast_support(device)

@@ -240,8 +240,11 @@ fn a_run_past_its_deadline_stops_within_the_pass() {
 
 #[test]
 fn a_pass_predicted_past_the_deadline_is_refused_up_front() {
+    // 60 s: the small run below must finish on a busy 2-core machine (it failed once at 20 s
+    // under a load of 7.7), while one batch-4096 pass at 224 px, minutes long on a CPU, is
+    // still predicted far past it.
     let w = Worker::start(WorkerConfig {
-        run_timeout: Some(Duration::from_secs(20)),
+        run_timeout: Some(Duration::from_secs(60)),
         ..Default::default()
     })
     .unwrap();
@@ -278,7 +281,7 @@ fn a_pass_predicted_past_the_deadline_is_refused_up_front() {
             r.latency_ms.p50
         ),
     }
-    // The profile is cached: a submission predicted not to finish in the worker's 20 s
+    // The profile is cached: a submission predicted not to finish in the worker's 60 s
     // (or not to fit its budget) is refused before it is queued, naming the batch.
     match w.submit(big, Box::new(|_| {})) {
         Err(EngineError::InvalidSpec(e)) => {

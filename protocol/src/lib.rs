@@ -151,6 +151,19 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+impl DeviceChoice {
+    /// The device this choice runs on, on a server with or without CUDA; `None` when it
+    /// asks for CUDA where there is none. The one place `auto` is resolved.
+    pub fn resolve(self, has_cuda: bool) -> Option<DeviceKind> {
+        match self {
+            DeviceChoice::Cpu => Some(DeviceKind::Cpu),
+            DeviceChoice::Cuda | DeviceChoice::Auto if has_cuda => Some(DeviceKind::Cuda),
+            DeviceChoice::Cuda => None,
+            DeviceChoice::Auto => Some(DeviceKind::Cpu),
+        }
+    }
+}
+
 /// The device a run actually used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -26,15 +26,10 @@ use run::{start_run, start_sequence, History};
 
 /// The device `auto` resolves to on this server: the GPU when there is one.
 fn resolved_device(info: &ServerInfo, choice: DeviceChoice) -> DeviceKind {
-    match choice {
-        DeviceChoice::Cpu => DeviceKind::Cpu,
-        DeviceChoice::Cuda => DeviceKind::Cuda,
-        DeviceChoice::Auto => info
-            .devices
-            .first()
-            .map(|d| d.kind)
-            .unwrap_or(DeviceKind::Cpu),
-    }
+    let has_cuda = info.devices.iter().any(|d| d.kind == DeviceKind::Cuda);
+    // A CUDA choice on a server without CUDA keeps naming CUDA: the autocast note then
+    // says there is no such device.
+    choice.resolve(has_cuda).unwrap_or(DeviceKind::Cuda)
 }
 
 /// Whether `autocast` can run on the spec's device, and the note to show.

@@ -132,8 +132,9 @@ impl Card {
                     "this server has no CUDA device",
                 ))
             }
-            DeviceChoice::Auto if lab.machine().has_cuda() => DeviceKind::Cuda,
-            DeviceChoice::Auto => DeviceKind::Cpu,
+            DeviceChoice::Auto => DeviceChoice::Auto
+                .resolve(lab.machine().has_cuda())
+                .unwrap_or(DeviceKind::Cpu),
         };
         let ctx = Ctx {
             device,

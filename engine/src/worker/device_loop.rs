@@ -68,10 +68,13 @@ pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) 
                 reply,
                 cancel,
             } => {
-                let device = match options.device {
-                    DeviceChoice::Cuda => DeviceKind::Cuda,
-                    _ => DeviceKind::Cpu,
-                };
+                // Checked before it was queued: a CUDA choice here has a GPU. `auto`
+                // is the GPU where there is one (it used to fall back to the CPU's
+                // budget and deadline rules on a GPU server).
+                let device = options
+                    .device
+                    .resolve(lab.machine().has_cuda())
+                    .unwrap_or(DeviceKind::Cpu);
                 let control = control_for(config, cancel, &lab, device);
                 let result = barrier("the experiment", || {
                     lab.with_task(control.clone(), |lab| {

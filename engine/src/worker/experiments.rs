@@ -107,8 +107,9 @@ impl Worker {
                 ))
             }
             DeviceChoice::Cpu => DeviceKind::Cpu,
-            DeviceChoice::Auto | DeviceChoice::Cuda if self.machine.has_cuda() => DeviceKind::Cuda,
-            _ => DeviceKind::Cpu,
+            choice => choice
+                .resolve(self.machine.has_cuda())
+                .unwrap_or(DeviceKind::Cpu),
         };
         if let Some(batch) = options.batch {
             if batch == 0 {
