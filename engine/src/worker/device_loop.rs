@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use protocol::{DeviceChoice, DeviceKind, Event, FailureKind, RunFailure};
+use protocol::{DeviceKind, Event, FailureKind, RunFailure};
 
 use super::queue::{Shared, Task};
 use super::WorkerConfig;
