@@ -121,8 +121,6 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let config = worker_config(&args.engine, args.queue_capacity, Some(run_timeout));
     let embed_csp = config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
     let db_path = args.db.path();
-    let store = Store::open(&db_path)?;
-    tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
     let guard = Guard::new(
         args.token.clone(),
         args.rate_limit,
@@ -137,7 +135,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
     let site_root = args.site_root.clone();
     let max_streams = args.max_streams;
+    // SQLite and libtorch both block: opened off the async threads.
     let state = tokio::task::spawn_blocking(move || -> Result<AppState> {
+        let store = Store::open(&db_path)?;
+        tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
         let worker = start_worker(config)?;
         build_state(
             worker,
