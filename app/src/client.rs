@@ -99,7 +99,11 @@ async fn fetch_json<T: serde::de::DeserializeOwned>(
 pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
     let mut created: RunCreated = post_json("/api/runs", spec).await?;
     if let Some(secret) = &created.cancel_token {
-        let joiner = if created.events_url.contains('?') { '&' } else { '?' };
+        let joiner = if created.events_url.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
         let encoded: String = js_sys::encode_uri_component(secret).into();
         created.events_url = format!("{}{joiner}cancel_token={encoded}", created.events_url);
     }

@@ -152,7 +152,9 @@ fn is_embed(path: &str) -> bool {
 pub fn full_page(embed_path: &str, query: &str) -> String {
     let rest = embed_path.strip_prefix("/embed").unwrap_or("");
     let safe_segment = |s: &str| {
-        !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     };
     let query_ok = query.is_empty() || (query.starts_with('?') && !query.contains(['\\', '#']));
     if rest == "/lab" {
@@ -267,7 +269,10 @@ mod tests {
         for c in ['<', '>', '&', '\u{2028}', '\u{2029}'] {
             assert!(!json.contains(c), "{c:?} in {json}");
         }
-        assert_eq!(serde_json::from_str::<Vec<String>>(&json).unwrap(), [hostile]);
+        assert_eq!(
+            serde_json::from_str::<Vec<String>>(&json).unwrap(),
+            [hostile]
+        );
     }
 
     #[test]
@@ -283,7 +288,10 @@ mod tests {
         ] {
             let link = full_page(path, query);
             assert!(link.starts_with('/'), "{path}{query} -> {link}");
-            assert!(!link.starts_with("//") && !link.contains('\\'), "{path}{query} -> {link}");
+            assert!(
+                !link.starts_with("//") && !link.contains('\\'),
+                "{path}{query} -> {link}"
+            );
         }
     }
 

@@ -20,13 +20,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
 use protocol::{
-    Event, FailureKind, Record, RecordBody, RecordKind, RecordSummary, RunCreated,
-    RunFailure, RunSpec, ServerInfo, SpecError, WorkerHealth,
+    Event, FailureKind, Record, RecordBody, RecordKind, RecordSummary, RunCreated, RunFailure,
+    RunSpec, ServerInfo, SpecError, WorkerHealth,
 };
 use serde::de::DeserializeOwned;
 
-pub use crate::error::ApiError;
 use crate::error::storage_error;
+pub use crate::error::ApiError;
 use crate::export::{export, Format};
 use crate::runs::{RunState, ViewerGuard};
 use crate::state::AppState;
@@ -317,10 +317,8 @@ pub async fn run_events(
         .try_acquire_owned()
         .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
     let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
-    Ok(
-        Sse::new(event_stream(run, owner, permit))
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(10))),
-    )
+    Ok(Sse::new(event_stream(run, owner, permit))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
 }
 
 struct Follow {

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use engine::{MeasureError, Worker};
-use protocol::{format_bytes, ModelId, ModelInfo, Report, RunSpec};
+use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
 use crate::config::{CompareArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs};

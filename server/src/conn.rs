@@ -102,9 +102,12 @@ pub async fn serve(
                 let answer = app.clone().oneshot(req.map(Body::new));
                 async move {
                     let res: Response<Body> = answer.await?;
-                    Ok::<_, std::convert::Infallible>(
-                        res.map(|body| Body::new(Tracked { body, _guard: guard })),
-                    )
+                    Ok::<_, std::convert::Infallible>(res.map(|body| {
+                        Body::new(Tracked {
+                            body,
+                            _guard: guard,
+                        })
+                    }))
                 }
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -116,12 +119,14 @@ pub async fn serve(
                 .http2()
                 .timer(TokioTimer::new())
                 .keep_alive_interval(Some(limits.header_timeout));
-            let conn = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
+            let conn = builder.serve_connection_with_upgrades(
+                TokioIo::new(tcp),
+                TowerToHyperService::new(service),
+            );
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                _ = stop.wait_for(|s| *s) => {
+                _ = async { let _ = stop.wait_for(|s| *s).await; } => {
                     // Nothing under way (idle, or a request head still arriving): close now.
                     // Otherwise finish the response and close after it.
                     if in_flight.load(Ordering::SeqCst) > 0 {

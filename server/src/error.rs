@@ -99,10 +99,9 @@ impl ApiError {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::Storage => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
-            ApiError::UnsupportedMediaType => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-            ),
+            ApiError::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
             ApiError::ForeignOrigin(_) => (StatusCode::FORBIDDEN, "foreign_origin"),
             ApiError::MisdirectedHost(_) => (StatusCode::MISDIRECTED_REQUEST, "unknown_host"),
             ApiError::TooManyStreams(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"),

@@ -239,7 +239,10 @@ mod tests {
     fn csv_fields_are_quoted_when_needed() {
         let text = write_csv(
             ["a", "b"],
-            vec![["x,y".into(), "say \"hi\"".into()], ["plain".into(), "".into()]],
+            vec![
+                ["x,y".into(), "say \"hi\"".into()],
+                ["plain".into(), "".into()],
+            ],
         );
         assert_eq!(text, "a,b\n\"x,y\",\"say \"\"hi\"\"\"\nplain,\n");
         assert!("json".parse::<Format>().is_ok() && "xml".parse::<Format>().is_err());

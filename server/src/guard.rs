@@ -185,10 +185,7 @@ mod tests {
         };
         assert_eq!(per_minute, 6);
         // 6 per minute refill one every 10 s: the wait is at most that, and at least 1 s.
-        assert!(
-            (1..=10).contains(&retry_after.as_secs()),
-            "{retry_after:?}"
-        );
+        assert!((1..=10).contains(&retry_after.as_secs()), "{retry_after:?}");
         guard
             .charge(&from("10.0.0.2"), None)
             .expect("another client has its own allowance");
@@ -215,11 +212,23 @@ mod tests {
         let h = from("6.6.6.6, 192.0.2.7");
         let peer = ConnectInfo("127.0.0.1:5000".parse::<SocketAddr>().unwrap());
         let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
-        assert_eq!(Guard::new(None, 1, 1).client(&h, Some(&peer)), ip("192.0.2.7"));
-        assert_eq!(Guard::new(None, 1, 2).client(&h, Some(&peer)), ip("6.6.6.6"));
+        assert_eq!(
+            Guard::new(None, 1, 1).client(&h, Some(&peer)),
+            ip("192.0.2.7")
+        );
+        assert_eq!(
+            Guard::new(None, 1, 2).client(&h, Some(&peer)),
+            ip("6.6.6.6")
+        );
         // More hops than entries: the header cannot be trusted, the socket counts.
-        assert_eq!(Guard::new(None, 1, 3).client(&h, Some(&peer)), ip("127.0.0.1"));
-        assert_eq!(Guard::new(None, 1, 0).client(&h, Some(&peer)), ip("127.0.0.1"));
+        assert_eq!(
+            Guard::new(None, 1, 3).client(&h, Some(&peer)),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            Guard::new(None, 1, 0).client(&h, Some(&peer)),
+            ip("127.0.0.1")
+        );
         // Varying the client-written part does not change who is charged.
         let guard = Guard::new(None, 1, 1);
         guard.charge(&from("1.1.1.1, 192.0.2.9"), None).unwrap();

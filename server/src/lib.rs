@@ -129,7 +129,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if guard.token_required() {
         tracing::info!("starting runs needs the access token; reading and embeds stay open");
     }
-    let listener = listen(args.addr).with_context(|| format!("could not listen on {}", args.addr))?;
+    let listener =
+        listen(args.addr).with_context(|| format!("could not listen on {}", args.addr))?;
     let bound = listener.local_addr()?;
     let origins = origin::Origins::new(bound, args.public_url.as_deref(), &args.allowed_origins)
         .map_err(anyhow::Error::msg)?;

@@ -29,4 +29,3 @@ pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
         .context("the measurement worker stopped")?
         .map_err(|e| anyhow::anyhow!("could not build the models: {e}"))
 }
-

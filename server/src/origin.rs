@@ -39,7 +39,11 @@ pub struct Origins {
 impl Origins {
     /// `public_url`: the URL people use (behind a proxy); `allowed`: other origins whose
     /// pages may start work, space- or comma-separated. Bad values are refused at start-up.
-    pub fn new(addr: SocketAddr, public_url: Option<&str>, allowed: &str) -> Result<Origins, String> {
+    pub fn new(
+        addr: SocketAddr,
+        public_url: Option<&str>,
+        allowed: &str,
+    ) -> Result<Origins, String> {
         let public = public_url
             .filter(|u| !u.trim().is_empty())
             .map(|u| {
@@ -49,7 +53,11 @@ impl Origins {
             })
             .transpose()?;
         let mut list = vec![];
-        for o in allowed.split([' ', ',']).map(str::trim).filter(|o| !o.is_empty()) {
+        for o in allowed
+            .split([' ', ','])
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+        {
             let (scheme, host, port) = parse_origin(o.trim_end_matches('/')).ok_or_else(|| {
                 format!("allowed origin `{o}` is not an origin like https://docs.example.com")
             })?;
@@ -90,10 +98,12 @@ impl Origins {
         if name == "localhost" || name.ends_with(".localhost") {
             return port_ok;
         }
-        match name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            Ok(ip) => {
-                port_ok && (ip.is_loopback() || ip == self.ip || self.ip.is_unspecified())
-            }
+        match name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+        {
+            Ok(ip) => port_ok && (ip.is_loopback() || ip == self.ip || self.ip.is_unspecified()),
             Err(_) => false,
         }
     }
@@ -140,9 +150,9 @@ impl Origins {
     /// The check for every request: a `Host` this server answers to.
     pub fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
         match request_host(uri, headers) {
-            Some(host) if !self.host_allowed(host) => Err(ApiError::MisdirectedHost(
-                host.chars().take(200).collect(),
-            )),
+            Some(host) if !self.host_allowed(host) => {
+                Err(ApiError::MisdirectedHost(host.chars().take(200).collect()))
+            }
             _ => Ok(()),
         }
     }
@@ -172,7 +182,8 @@ fn parse_origin(text: &str) -> Option<(String, String, u16)> {
         return None;
     }
     let authority = uri.authority()?;
-    if authority.as_str().contains('@') || !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+    if authority.as_str().contains('@') || !matches!(uri.path(), "" | "/") || uri.query().is_some()
+    {
         return None;
     }
     let scheme = scheme.as_str().to_ascii_lowercase();
@@ -198,12 +209,29 @@ mod tests {
 
     #[test]
     fn hosts_are_this_servers_names_only() {
-        let o = Origins::new("127.0.0.1:3000".parse().unwrap(), Some("https://lab.example.com"), "")
-            .unwrap();
-        for ok in ["localhost:3000", "127.0.0.1:3000", "[::1]:3000", "LOCALHOST:3000", "lab.example.com"] {
+        let o = Origins::new(
+            "127.0.0.1:3000".parse().unwrap(),
+            Some("https://lab.example.com"),
+            "",
+        )
+        .unwrap();
+        for ok in [
+            "localhost:3000",
+            "127.0.0.1:3000",
+            "[::1]:3000",
+            "LOCALHOST:3000",
+            "lab.example.com",
+        ] {
             assert!(o.host_allowed(ok), "{ok}");
         }
-        for bad in ["evil.example:3000", "localhost:3001", "10.0.0.5:3000", "lab.example.com:8080", "", "a b"] {
+        for bad in [
+            "evil.example:3000",
+            "localhost:3001",
+            "10.0.0.5:3000",
+            "lab.example.com:8080",
+            "",
+            "a b",
+        ] {
             assert!(!o.host_allowed(bad), "{bad}");
         }
         let any = Origins::new("0.0.0.0:3000".parse().unwrap(), None, "").unwrap();
@@ -212,12 +240,22 @@ mod tests {
 
     #[test]
     fn origins_are_this_server_or_allowed_ones() {
-        let o = Origins::new("127.0.0.1:3000".parse().unwrap(), None, "https://docs.example.com").unwrap();
+        let o = Origins::new(
+            "127.0.0.1:3000".parse().unwrap(),
+            None,
+            "https://docs.example.com",
+        )
+        .unwrap();
         let host = Some("localhost:3000");
         assert!(o.origin_allowed("http://localhost:3000", host));
         assert!(o.origin_allowed("https://docs.example.com", host));
         assert!(o.origin_allowed("https://docs.example.com:443", host));
-        for bad in ["http://evil.example", "null", "http://localhost:3001", "https://docs.example.com.evil"] {
+        for bad in [
+            "http://evil.example",
+            "null",
+            "http://localhost:3001",
+            "https://docs.example.com.evil",
+        ] {
             assert!(!o.origin_allowed(bad, host), "{bad}");
         }
         assert!(!o.origin_allowed("http://evil.example:3000", Some("evil.example:3000")));

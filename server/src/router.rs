@@ -72,14 +72,20 @@ pub fn router(state: AppState) -> Router {
             app::shell,
         ))
         // Record pages: their records read off the async threads, before rendering.
-        .layer(middleware::from_fn_with_state(state.clone(), prefetch_records))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            prefetch_records,
+        ))
         // gzip for pages, wasm, js and css (the default predicate leaves SSE streams alone,
         // so events are never held back in a compressor's buffer).
         .layer(tower_http::compression::CompressionLayer::new())
         .layer(middleware::from_fn(normalised_paths))
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         // Outermost but for tracing: refusals carry the headers too.
-        .layer(middleware::from_fn_with_state(state.clone(), security_headers))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            security_headers,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -161,8 +167,9 @@ async fn security_headers(
     );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_str(&policy)
-            .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'; frame-ancestors 'self'")),
+        HeaderValue::from_str(&policy).unwrap_or_else(|_| {
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'self'")
+        }),
     );
     response
 }
@@ -280,13 +287,13 @@ fn page_context() {
         records.get(id).cloned().unwrap_or(Ok(None))
     })));
     let index = prefetched.index.clone();
-    provide_context(app::records::RecordIndex(Arc::new(move |limit: usize| {
-        match index.as_deref() {
+    provide_context(app::records::RecordIndex(Arc::new(
+        move |limit: usize| match index.as_deref() {
             Some(Ok(list)) => Ok(list.iter().take(limit).cloned().collect()),
             Some(Err(e)) => Err(e.clone()),
             None => Err("the run database was not read for this page".to_string()),
-        }
-    })));
+        },
+    )));
 }
 
 /// What a page says when the database fails (the details go to the log, not the page).

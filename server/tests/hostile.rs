@@ -61,12 +61,24 @@ impl Lcg {
 /// One generated request and what kind it is (for the tally).
 fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
     let models: &[&str] = if bombs {
-        &["\"tiny_mlp\"", "\"resnet50\"", "\"transformer\"", "\"nope\"", "7"]
+        &[
+            "\"tiny_mlp\"",
+            "\"resnet50\"",
+            "\"transformer\"",
+            "\"nope\"",
+            "7",
+        ]
     } else {
         &["\"tiny_mlp\"", "\"nope\"", "7"]
     };
     let batches = ["0", "1", "8", "65", "1024", "100000", "-3", "\"8\""];
-    let cards = ["warm-up", "empty-cache", "nograd-not-eval", "nope", "..%2F..%2Fetc"];
+    let cards = [
+        "warm-up",
+        "empty-cache",
+        "nograd-not-eval",
+        "nope",
+        "..%2F..%2Fetc",
+    ];
     let (kind, uri, body) = match rng.next() % 10 {
         0..=3 => {
             let mut fields = vec![format!("\"model\": {}", rng.pick(models))];
@@ -81,11 +93,19 @@ fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
             if rng.next() % 8 == 0 {
                 fields.push(format!("\"threads\": {}", rng.pick(&["1", "256", "0"])));
             }
-            ("run", "/api/runs".to_string(), format!("{{{}}}", fields.join(", ")))
+            (
+                "run",
+                "/api/runs".to_string(),
+                format!("{{{}}}", fields.join(", ")),
+            )
         }
         4 | 5 => {
             let card = rng.pick(&cards);
-            let batch = if bombs { rng.pick(&batches) } else { rng.pick(&["0", "-3", "\"8\""]) };
+            let batch = if bombs {
+                rng.pick(&batches)
+            } else {
+                rng.pick(&["0", "-3", "\"8\""])
+            };
             let body = match rng.next() % 3 {
                 0 => String::new(),
                 1 => r#"{"device": "cpu"}"#.into(),
@@ -102,7 +122,11 @@ fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
             "/api/runs".into(),
             format!("{{\"model\": \"{}\"}}", "x".repeat(70 * 1024)),
         ),
-        _ => ("foreign", "/api/runs".into(), r#"{"batch": 1, "iters": 1}"#.into()),
+        _ => (
+            "foreign",
+            "/api/runs".into(),
+            r#"{"batch": 1, "iters": 1}"#.into(),
+        ),
     };
     let mut req = Request::post(uri);
     req = match (kind, rng.next() % 4) {
@@ -130,7 +154,11 @@ async fn reference_run(router: axum::Router) -> u64 {
         serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
     // The queue may be full of the soak's runs: wait for this one like a viewer would.
     let res = router
-        .oneshot(Request::get(&created.events_url).body(Body::empty()).unwrap())
+        .oneshot(
+            Request::get(&created.events_url)
+                .body(Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     let mut body = res.into_body();
@@ -276,6 +304,9 @@ async fn a_hostile_neighbour_cannot_take_the_server_down() {
         (" 404", "unknown pitfalls"),
         ("run 202", "accepted runs"),
     ] {
-        assert!(tally.keys().any(|k| k.contains(needle)), "no {what}: {tally:?}");
+        assert!(
+            tally.keys().any(|k| k.contains(needle)),
+            "no {what}: {tally:?}"
+        );
     }
 }

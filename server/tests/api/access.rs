@@ -3,19 +3,14 @@
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use protocol::{Event, Report, RunCreated, ServerInfo};
-use tower::ServiceExt;
+use protocol::{Event, RunCreated};
 
 use crate::*;
 
 #[tokio::test]
 async fn starting_work_can_need_a_token_but_reading_never_does() {
     let mut state = state();
-    state.guard = std::sync::Arc::new(server::guard::Guard::new(
-        Some("let-me-in".into()),
-        0,
-        0,
-    ));
+    state.guard = std::sync::Arc::new(server::guard::Guard::new(Some("let-me-in".into()), 0, 0));
     let router = server::router(state);
     let (status, headers, body) = send(router.clone(), post_run("{}")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -30,11 +25,7 @@ async fn starting_work_can_need_a_token_but_reading_never_does() {
         send(router.clone(), wrong).await.0,
         StatusCode::UNAUTHORIZED
     );
-    let (status, _, _) = send(
-        router.clone(),
-        post_json("/api/pitfalls/warm-up", ""),
-    )
-    .await;
+    let (status, _, _) = send(router.clone(), post_json("/api/pitfalls/warm-up", "")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let right = Request::post("/api/runs")
         .header(header::CONTENT_TYPE, "application/json")
@@ -67,7 +58,6 @@ async fn starting_work_can_need_a_token_but_reading_never_does() {
         );
     }
 }
-
 
 #[tokio::test]
 async fn each_client_gets_its_share_of_runs() {
@@ -116,7 +106,6 @@ async fn each_client_gets_its_share_of_runs() {
     );
 }
 
-
 /// The shared state, answering to `localhost:3000` (and its loopback forms) and letting
 /// pages of `https://docs.example.com` drive it.
 fn named_router(token: Option<&str>) -> axum::Router {
@@ -152,8 +141,13 @@ async fn only_this_servers_pages_may_start_work() {
     let experiment = "/api/pitfalls/warm-up";
     // A cross-site "simple" request (no preflight): text/plain, a form, no type at all.
     for uri in [run, experiment] {
-        for ct in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
-            let (status, _, body) = send(router.clone(), drive(uri, "localhost:3000", None, ct)).await;
+        for ct in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let (status, _, body) =
+                send(router.clone(), drive(uri, "localhost:3000", None, ct)).await;
             assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{uri} {ct:?}");
             assert_eq!(error_of(&body).code, "unsupported_media_type");
         }
@@ -161,7 +155,12 @@ async fn only_this_servers_pages_may_start_work() {
         for origin in ["http://evil.example", "null", "http://localhost:3001"] {
             let (status, _, body) = send(
                 router.clone(),
-                drive(uri, "localhost:3000", Some(origin), Some("application/json")),
+                drive(
+                    uri,
+                    "localhost:3000",
+                    Some(origin),
+                    Some("application/json"),
+                ),
             )
             .await;
             assert_eq!(status, StatusCode::FORBIDDEN, "{uri} from {origin}");
@@ -205,11 +204,21 @@ async fn a_host_that_is_not_this_server_is_refused() {
     }
     let (status, _, _) = send(
         router.clone(),
-        drive("/api/runs", "evil.example:3000", Some("http://evil.example:3000"), Some("application/json")),
+        drive(
+            "/api/runs",
+            "evil.example:3000",
+            Some("http://evil.example:3000"),
+            Some("application/json"),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
-    for host in ["localhost:3000", "127.0.0.1:3000", "[::1]:3000", "lab.example.com"] {
+    for host in [
+        "localhost:3000",
+        "127.0.0.1:3000",
+        "[::1]:3000",
+        "lab.example.com",
+    ] {
         let req = Request::get("/api/info")
             .header(header::HOST, host)
             .body(Body::empty())
@@ -221,14 +230,29 @@ async fn a_host_that_is_not_this_server_is_refused() {
 #[tokio::test]
 async fn the_token_still_works_behind_the_origin_checks() {
     let router = named_router(Some("let-me-in"));
-    let mut req = drive("/api/runs", "localhost:3000", None, Some("application/json"));
+    let mut req = drive(
+        "/api/runs",
+        "localhost:3000",
+        None,
+        Some("application/json"),
+    );
     assert_eq!(send(router.clone(), req).await.0, StatusCode::UNAUTHORIZED);
-    req = drive("/api/runs", "localhost:3000", Some("http://localhost:3000"), Some("application/json"));
+    req = drive(
+        "/api/runs",
+        "localhost:3000",
+        Some("http://localhost:3000"),
+        Some("application/json"),
+    );
     req.headers_mut()
         .insert(header::AUTHORIZATION, "Bearer let-me-in".parse().unwrap());
     assert_eq!(send(router.clone(), req).await.0, StatusCode::ACCEPTED);
     // A token does not let another site's page in.
-    req = drive("/api/runs", "localhost:3000", Some("http://evil.example"), Some("application/json"));
+    req = drive(
+        "/api/runs",
+        "localhost:3000",
+        Some("http://evil.example"),
+        Some("application/json"),
+    );
     req.headers_mut()
         .insert(header::AUTHORIZATION, "Bearer let-me-in".parse().unwrap());
     assert_eq!(send(router, req).await.0, StatusCode::FORBIDDEN);
@@ -248,11 +272,16 @@ async fn forwarded_for_is_read_from_the_right() {
             .unwrap()
     };
     assert_eq!(
-        send(router.clone(), from("198.51.100.1, 203.0.113.9")).await.0,
+        send(router.clone(), from("198.51.100.1, 203.0.113.9"))
+            .await
+            .0,
         StatusCode::ACCEPTED
     );
     // The client varies what it wrote itself: still the same client, still limited.
-    for forged in ["198.51.100.2, 203.0.113.9", "10.0.0.1, 1.2.3.4, 203.0.113.9"] {
+    for forged in [
+        "198.51.100.2, 203.0.113.9",
+        "10.0.0.1, 1.2.3.4, 203.0.113.9",
+    ] {
         assert_eq!(
             send(router.clone(), from(forged)).await.0,
             StatusCode::TOO_MANY_REQUESTS,

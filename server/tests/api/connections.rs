@@ -12,7 +12,13 @@ use crate::*;
 
 /// A server on a free loopback port; returns its address, the trigger for shutdown, and
 /// its task (which ends when the server has stopped).
-async fn start(limits: ConnLimits) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+async fn start(
+    limits: ConnLimits,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let mut state = state();
@@ -32,7 +38,10 @@ async fn start(limits: ConnLimits) -> (SocketAddr, tokio::sync::oneshot::Sender<
 /// One plain HTTP/1.1 GET; the whole answer as text.
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n\r\n", addr.port());
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n\r\n",
+        addr.port()
+    );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = String::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out)).await;
@@ -67,13 +76,23 @@ async fn idle_connections_do_not_stop_the_server() {
     let t = Instant::now();
     let answer = http_get(addr, "/healthz").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(t.elapsed() < Duration::from_secs(2), "answered in {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "answered in {:?}",
+        t.elapsed()
+    );
     // The idle ones are closed by the header timeout, not held forever.
     for s in idle.iter_mut().step_by(40) {
-        assert!(closed_within(s, Duration::from_secs(5)).await, "an idle connection stayed open");
+        assert!(
+            closed_within(s, Duration::from_secs(5)).await,
+            "an idle connection stayed open"
+        );
     }
     stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,9 +106,15 @@ async fn a_half_sent_header_is_closed() {
     slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
         .await
         .unwrap();
-    assert!(closed_within(&mut slow, Duration::from_secs(4)).await, "a half-sent header held its connection");
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(4)).await,
+        "a half-sent header held its connection"
+    );
     stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +132,10 @@ async fn connections_past_the_limit_get_503_with_retry_after() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let answer = http_get(addr, "/healthz").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
-    assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
     let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
     assert_eq!(error_of(body.as_bytes()).code, "too_many_connections");
     // A slot freed is a slot for the next one.
@@ -116,7 +144,10 @@ async fn connections_past_the_limit_get_503_with_retry_after() {
     let answer = http_get(addr, "/healthz").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,9 +165,15 @@ async fn shutdown_is_not_delayed_by_idle_or_half_sent_requests() {
         .unwrap();
     // A kept-alive connection that has finished one request.
     let mut kept = TcpStream::connect(addr).await.unwrap();
-    kept.write_all(format!("GET /healthz HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", addr.port()).as_bytes())
-        .await
-        .unwrap();
+    kept.write_all(
+        format!(
+            "GET /healthz HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
+            addr.port()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut buf = [0u8; 256];
     let n = kept.read(&mut buf).await.unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));

@@ -59,10 +59,7 @@ pub fn app() -> Router {
     server::router(state())
 }
 
-pub async fn send(
-    app: Router,
-    req: Request<Body>,
-) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+pub async fn send(app: Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     let res = app.oneshot(req).await.unwrap();
     let status = res.status();
     let headers = res.headers().clone();

@@ -2,7 +2,6 @@
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use protocol::{Event, Report, RunCreated, ServerInfo};
 use tower::ServiceExt;
 
 use crate::*;
@@ -37,7 +36,6 @@ async fn the_page_is_readable_before_hydration() {
     let (_, headers, _) = send(app(), req).await;
     assert_eq!(headers[header::CONTENT_ENCODING], "gzip");
 }
-
 
 #[tokio::test]
 async fn only_embeds_may_be_framed_by_other_origins() {
@@ -77,7 +75,6 @@ async fn only_embeds_may_be_framed_by_other_origins() {
     assert!(html.contains("open the full page"));
     assert!(!html.contains("The same in PyTorch"), "hidden snippet");
 }
-
 
 fn csp_of(headers: &axum::http::HeaderMap) -> String {
     headers[header::CONTENT_SECURITY_POLICY]
@@ -187,8 +184,14 @@ async fn every_response_is_nosniff_and_pages_carry_a_strict_csp() {
             continue;
         }
         assert!(csp.starts_with("default-src 'self';"), "{uri}: {csp}");
-        assert!(csp.contains("'wasm-unsafe-eval'") && csp.contains("object-src 'none'"), "{csp}");
-        assert!(!csp.contains("'unsafe-eval'") && !csp.contains("script-src 'self' 'unsafe-inline'"), "{csp}");
+        assert!(
+            csp.contains("'wasm-unsafe-eval'") && csp.contains("object-src 'none'"),
+            "{csp}"
+        );
+        assert!(
+            !csp.contains("'unsafe-eval'") && !csp.contains("script-src 'self' 'unsafe-inline'"),
+            "{csp}"
+        );
         // Every inline script the page runs carries the nonce the policy allows.
         let nonce = csp
             .split("'nonce-")

@@ -1,9 +1,7 @@
 //! The pitfall cards and their experiments through the API.
 
 use axum::body::Body;
-use axum::http::{header, Request, StatusCode};
-use protocol::{Event, Report, RunCreated, ServerInfo};
-use tower::ServiceExt;
+use axum::http::{Request, StatusCode};
 
 use crate::*;
 
@@ -23,11 +21,7 @@ async fn pitfalls_are_listed_and_run_with_a_verdict() {
     let report: protocol::PitfallReport = serde_json::from_slice(&body).unwrap();
     assert_eq!(report.verdict, protocol::Verdict::Confirmed);
     assert!(!report.figures.is_empty());
-    let (status, _, body) = send(
-        app(),
-        post_json("/api/pitfalls/nope", ""),
-    )
-    .await;
+    let (status, _, body) = send(app(), post_json("/api/pitfalls/nope", "")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let err = error_of(&body);
     assert_eq!(err.code, "not_found");
@@ -43,10 +37,14 @@ async fn pitfalls_are_listed_and_run_with_a_verdict() {
     assert!(error_of(&body).message.contains("devise"));
 }
 
-
 #[tokio::test]
 async fn experiment_bodies_must_be_one_json_object() {
-    for body in ["[]", r#"{"device": "cpu"} trailing"#, r#"{"device": "cpu"}{}"#, "3"] {
+    for body in [
+        "[]",
+        r#"{"device": "cpu"} trailing"#,
+        r#"{"device": "cpu"}{}"#,
+        "3",
+    ] {
         let (status, _, bytes) = send(app(), post_json("/api/pitfalls/warm-up", body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(error_of(&bytes).code, "bad_request", "{body}");

@@ -1,9 +1,7 @@
 //! What the server records: runs and experiments, their API, exports and pages.
 
-use axum::body::Body;
-use axum::http::{header, Request, StatusCode};
-use protocol::{Event, Report, RunCreated, ServerInfo};
-use tower::ServiceExt;
+use axum::http::{header, StatusCode};
+use protocol::{Event, RunCreated};
 
 use crate::*;
 
@@ -111,7 +109,6 @@ async fn finished_runs_are_recorded_and_exported() {
     assert_eq!(error_of(&body).field.as_deref(), Some("format"));
 }
 
-
 #[tokio::test]
 async fn experiments_are_recorded_with_a_permalink() {
     let req = post_json("/api/pitfalls/empty-cache", r#"{"device": "cpu"}"#);
@@ -135,4 +132,3 @@ async fn experiments_are_recorded_with_a_permalink() {
         .unwrap()
         .starts_with("series,unit,x,y\n"));
 }
-

@@ -25,7 +25,6 @@ async fn info_lists_the_cpu_and_every_model() {
     assert_eq!(info.limits.max_batch, 256);
 }
 
-
 #[tokio::test]
 async fn bad_input_gets_4xx_json_naming_the_problem() {
     let cases: [(&str, StatusCode, Option<&str>); 6] = [
@@ -89,7 +88,6 @@ async fn bad_input_gets_4xx_json_naming_the_problem() {
     assert_eq!(status, StatusCode::OK);
 }
 
-
 #[tokio::test]
 async fn a_run_streams_its_events_and_leaves_its_report() {
     let (status, _, body) = send(
@@ -140,7 +138,6 @@ async fn a_run_streams_its_events_and_leaves_its_report() {
     assert_eq!(&stored, report.as_ref());
 }
 
-
 #[tokio::test]
 async fn a_full_queue_answers_503_with_retry_after() {
     let worker = server::start_worker(server::worker_config(&engine_args(), 0, None)).unwrap();
@@ -151,7 +148,6 @@ async fn a_full_queue_answers_503_with_retry_after() {
     assert!(headers.contains_key(header::RETRY_AFTER));
     assert_eq!(error_of(&body).code, "queue_full");
 }
-
 
 #[tokio::test]
 async fn thousands_of_generated_bodies_get_json_answers_and_the_server_keeps_serving() {
@@ -248,7 +244,6 @@ async fn thousands_of_generated_bodies_get_json_answers_and_the_server_keeps_ser
     assert_eq!(status, StatusCode::OK);
 }
 
-
 #[tokio::test]
 async fn the_worker_reports_memory_back_at_baseline() {
     let (_, _, body) = send(
@@ -288,7 +283,11 @@ async fn run_bodies_must_be_exactly_one_json_object() {
         assert_eq!(error_of(&bytes).code, "bad_request", "{body}");
     }
     // Whitespace around the one object is fine.
-    let (status, _, _) = send(app(), post_run(" \n{\"batch\": 1, \"iters\": 1, \"warmup\": 0}\n ")).await;
+    let (status, _, _) = send(
+        app(),
+        post_run(" \n{\"batch\": 1, \"iters\": 1, \"warmup\": 0}\n "),
+    )
+    .await;
     assert_eq!(status, StatusCode::ACCEPTED);
 }
 
@@ -311,14 +310,22 @@ async fn a_run_that_cannot_be_recorded_fails_with_storage() {
     state.store = store.clone();
     state.recorder = std::sync::Arc::new(server::recorder::Recorder::start(store));
     let router = server::router(state);
-    let (status, _, body) = send(router.clone(), post_run(r#"{"batch": 2, "iters": 2, "warmup": 0}"#)).await;
+    let (status, _, body) = send(
+        router.clone(),
+        post_run(r#"{"batch": 2, "iters": 2, "warmup": 0}"#),
+    )
+    .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let created: RunCreated = serde_json::from_slice(&body).unwrap();
     let events = follow(router.clone(), &created.events_url).await;
     match events.last() {
         Some(Event::Failed { failure }) => {
             assert_eq!(failure.kind, protocol::FailureKind::Storage, "{failure:?}");
-            assert!(failure.message.contains("disk is full"), "{}", failure.message);
+            assert!(
+                failure.message.contains("disk is full"),
+                "{}",
+                failure.message
+            );
         }
         other => panic!("the viewer was told {other:?}, not that the record was lost"),
     }
@@ -351,7 +358,10 @@ async fn only_the_submitters_viewer_cancels_a_queued_run() {
     };
     let theirs = submit(router.clone()).await;
     let mine = submit(router.clone()).await;
-    let secret = mine.cancel_token.clone().expect("the submitter gets a secret");
+    let secret = mine
+        .cancel_token
+        .clone()
+        .expect("the submitter gets a secret");
     assert_ne!(Some(secret.as_str()), theirs.cancel_token.as_deref());
     // A stranger opens and closes the first run's stream while it waits (with a wrong
     // secret, too): nothing happens to it.
@@ -392,9 +402,17 @@ async fn event_streams_are_bounded() {
     state.streams = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
     state.max_streams = 1;
     let router = server::router(state);
-    let (_, _, body) = send(router.clone(), post_run(r#"{"batch": 1, "iters": 1, "warmup": 0}"#)).await;
+    let (_, _, body) = send(
+        router.clone(),
+        post_run(r#"{"batch": 1, "iters": 1, "warmup": 0}"#),
+    )
+    .await;
     let created: RunCreated = serde_json::from_slice(&body).unwrap();
-    let first = router.clone().oneshot(get(&created.events_url)).await.unwrap();
+    let first = router
+        .clone()
+        .oneshot(get(&created.events_url))
+        .await
+        .unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     let (status, headers, body) = send(router.clone(), get(&created.events_url)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
