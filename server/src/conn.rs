@@ -1,7 +1,7 @@
 //! Connections: accepting them, bounding them, and closing them at shutdown. `axum::serve`
 //! has no header timeout, no connection limit and waits for every connection at shutdown,
-//! so this is the per-connection loop it recommends writing instead, on hyper-util's
-//! `auto` builder (HTTP/1.1 and HTTP/2):
+//! so this is the per-connection loop it recommends writing instead, on hyper's HTTP/1.1
+//! connection builder:
 //!
 //! - **Header timeout**: a connection that has not sent a complete request head within
 //!   `header_timeout` is closed (hyper's `header_read_timeout`). hyper starts that timer
@@ -30,8 +30,8 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
 use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -110,19 +110,14 @@ pub async fn serve(
                     }))
                 }
             });
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
+            // HTTP/1.1 only: browsers speak HTTP/2 only over TLS, which a proxy in front
+            // terminates (and speaks HTTP/1.1 to us); hyper's `auto` builder would wait for
+            // the first bytes without any timeout to tell the versions apart.
+            let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Some(limits.header_timeout));
-            let conn = builder.serve_connection_with_upgrades(
-                TokioIo::new(tcp),
-                TowerToHyperService::new(service),
-            );
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
+                .with_upgrades();
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}

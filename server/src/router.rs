@@ -56,21 +56,21 @@ pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
     let info = state.info.clone();
     let leptos = state.leptos.clone();
+    // The same context for routed pages and the not-found page.
+    let context = move || {
+        provide_context((*info).clone());
+        page_context();
+    };
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(|| async { "ok" }))
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            move || {
-                provide_context((*info).clone());
-                page_context();
-            },
-            move || app::shell(leptos.clone()),
-        )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
-            app::shell,
-        ))
+        .leptos_routes_with_context(&state, routes, context.clone(), move || {
+            app::shell(leptos.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(context, app::shell))
         // Record pages: their records read off the async threads, before rendering.
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -100,6 +100,10 @@ async fn check_host(State(state): State<AppState>, request: Request, next: Next)
 
 /// Origin and content type of a state-changing request (see [`crate::origin`]).
 async fn check_drive(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    // Other methods are answered 405 by the route itself.
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
     match state.origins.check_drive(request.uri(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),

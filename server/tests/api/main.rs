@@ -35,7 +35,7 @@ pub fn state() -> AppState {
     STATE
         .get_or_init(|| {
             let worker =
-                server::start_worker(server::worker_config(&engine_args(), 8, None)).unwrap();
+                server::start_worker(server::worker_config(&engine_args(), 32, None)).unwrap();
             server::build_state(
                 worker,
                 std::path::Path::new("target/site"),

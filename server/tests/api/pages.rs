@@ -50,7 +50,12 @@ async fn only_embeds_may_be_framed_by_other_origins() {
         "/embed/runs/0123456789abcdef",
     ] {
         let (status, headers, _) = send(router.clone(), get(uri)).await;
-        assert_eq!(status, StatusCode::OK, "{uri}");
+        // No record with that id: 404, still under the embed policy.
+        assert!(
+            status == StatusCode::OK
+                || (uri.starts_with("/embed/runs/") && status == StatusCode::NOT_FOUND),
+            "{uri}: {status}"
+        );
         assert!(
             csp_of(&headers).ends_with("frame-ancestors 'self' https://docs.example.com"),
             "{uri}: {}",
