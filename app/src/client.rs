@@ -93,9 +93,21 @@ async fn fetch_json<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// Queues a run.
+/// Queues a run. Its `events_url` comes back carrying the run's cancel secret, so the
+/// viewer this page opens is the owner's: closing it cancels the run while it waits
+/// (a stranger following the same run without the secret never does).
 pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
-    post_json("/api/runs", spec).await
+    let mut created: RunCreated = post_json("/api/runs", spec).await?;
+    if let Some(secret) = &created.cancel_token {
+        let joiner = if created.events_url.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        let encoded: String = js_sys::encode_uri_component(secret).into();
+        created.events_url = format!("{}{joiner}cancel_token={encoded}", created.events_url);
+    }
+    Ok(created)
 }
 
 /// Follows a run's events, calling `on_event` for each; resolves after the terminal one.

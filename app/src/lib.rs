@@ -55,12 +55,26 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
-/// `value` as JSON to put inside a `<script type="application/json">` element, which ends
-/// at the first `</`: JSON allows `<\/` for the same text, so no data can close it early.
+/// `value` as JSON to put inside a `<script type="application/json">` element. The HTML
+/// parser ends that element at `</script`, and `<!--` / `<script` switch it into "escaped"
+/// states that can swallow the rest of the page; `&` matters if the text is ever read as
+/// markup, and U+2028/U+2029 end a line in older JavaScript. So `<`, `>`, `&`, U+2028 and
+/// U+2029 go out as JSON `\uXXXX` escapes (inside JSON strings, the only place they can
+/// occur): the same value reads back, and no data can reach the HTML parser as markup.
 pub(crate) fn script_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value)
-        .unwrap_or_default()
-        .replace("</", "<\\/")
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The text of the `<script type="application/json" id=...>` the server rendered into the
@@ -133,15 +147,29 @@ fn is_embed(path: &str) -> bool {
 }
 
 /// The full page an embed stands for: `/embed/lab?q` → `/?q`, `/embed/runs/x` → `/runs/x`,
-/// `/embed/pitfalls/x` → `/pitfalls#x`.
+/// `/embed/pitfalls/x` → `/pitfalls#x`. Always a path on this server: anything that is not
+/// one of the embed routes (e.g. `/embed//evil.example`, which a browser would read as
+/// another site) links to the Lab instead.
 pub fn full_page(embed_path: &str, query: &str) -> String {
-    let rest = embed_path.trim_start_matches("/embed");
+    let rest = embed_path.strip_prefix("/embed").unwrap_or("");
+    let safe_segment = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    let query_ok = query.is_empty() || (query.starts_with('?') && !query.contains(['\\', '#']));
     if rest == "/lab" {
-        format!("/{query}")
-    } else if let Some(card) = rest.strip_prefix("/pitfalls/") {
+        if query_ok {
+            format!("/{query}")
+        } else {
+            "/".to_string()
+        }
+    } else if let Some(card) = rest.strip_prefix("/pitfalls/").filter(|c| safe_segment(c)) {
         format!("/pitfalls#{card}")
+    } else if let Some(id) = rest.strip_prefix("/runs/").filter(|c| safe_segment(c)) {
+        format!("/runs/{id}")
     } else {
-        rest.to_string()
+        "/".to_string()
     }
 }
 
@@ -233,6 +261,39 @@ mod tests {
             serde_json::from_str::<String>(&json).unwrap(),
             "</script><script>alert(1)</script>"
         );
+    }
+
+    #[test]
+    fn page_json_carries_no_markup_and_reads_back_the_same() {
+        let hostile = "<!--<script>a & b > c\u{2028}d\u{2029}e</SCRIPT>";
+        let json = script_json(&vec![hostile.to_string()]);
+        for c in ['<', '>', '&', '\u{2028}', '\u{2029}'] {
+            assert!(!json.contains(c), "{c:?} in {json}");
+        }
+        assert_eq!(
+            serde_json::from_str::<Vec<String>>(&json).unwrap(),
+            [hostile]
+        );
+    }
+
+    #[test]
+    fn embed_links_stay_on_this_server() {
+        for (path, query) in [
+            ("/embed//evil.example", ""),
+            ("/embed/runs//evil.example", ""),
+            ("/embed/runs/x/../../evil", ""),
+            ("/embed/pitfalls/a\\b", ""),
+            ("/embed/lab", "?x#y"),
+            ("/embed/lab", "/evil.example"),
+            ("/embedded", ""),
+        ] {
+            let link = full_page(path, query);
+            assert!(link.starts_with('/'), "{path}{query} -> {link}");
+            assert!(
+                !link.starts_with("//") && !link.contains('\\'),
+                "{path}{query} -> {link}"
+            );
+        }
     }
 
     #[test]

@@ -593,6 +593,9 @@ pub enum FailureKind {
     Torch,
     /// A bug in Gradless.
     Internal,
+    /// It ran, but its record could not be saved (disk full, read-only database): the
+    /// message says why. The figures were measured but are not kept.
+    Storage,
 }
 
 /// A run's failure, readable by a person.
@@ -715,6 +718,11 @@ pub struct MemoryCheck {
 pub struct RunCreated {
     pub id: String,
     pub events_url: String,
+    /// A secret only the submitter gets: following `events_url?cancel_token=<it>` makes that
+    /// viewer the run's owner, whose leaving cancels the run while it still waits. Nobody
+    /// else's viewers can cancel it. Absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_token: Option<String>,
 }
 
 /// Every API error body: `{"error": {"code": ..., "message": ..., "field": ...}}`.

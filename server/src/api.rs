@@ -20,168 +20,64 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
 use protocol::{
-    ApiError as ApiErrorPayload, ApiErrorBody, Event, Record, RecordBody, RecordKind,
-    RecordSummary, RunCreated, RunSpec, ServerInfo, SpecError, WorkerHealth,
+    Event, FailureKind, Record, RecordBody, RecordKind, RecordSummary, RunCreated, RunFailure,
+    RunSpec, ServerInfo, SpecError, WorkerHealth,
 };
+use serde::de::DeserializeOwned;
 
+use crate::error::storage_error;
+pub use crate::error::ApiError;
 use crate::export::{export, Format};
-use crate::guard::Refusal;
 use crate::runs::{RunState, ViewerGuard};
 use crate::state::AppState;
 
-/// Everything an API call can answer instead of success.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// The body is not a RunSpec (bad JSON, wrong type, unknown field).
-    #[error("{message}")]
-    BadRequest {
-        message: String,
-        field: Option<String>,
-    },
-    /// A well-formed spec that breaks a rule.
-    #[error("{0}")]
-    InvalidSpec(SpecError),
-    /// Too many runs wait for the device.
-    #[error("the run queue is full ({capacity} runs waiting); try again in a few seconds")]
-    QueueFull { capacity: usize },
-    #[error("no run with id `{0}`")]
-    NotFound(String),
-    /// The run exists but has no report (still going, or it failed).
-    #[error("{0}")]
-    NoReport(String),
-    /// The device worker is gone (shutting down).
-    #[error("the measurement worker is not available")]
-    Unavailable,
-    #[error("starting runs on this server needs its access token (Authorization: Bearer <token>)")]
-    Unauthorized,
-    #[error("too many runs from this client: {per_minute} per minute are allowed; try again in {} s", retry_after.as_secs())]
-    RateLimited {
-        retry_after: Duration,
-        per_minute: u32,
-    },
-    /// The run database failed (logged; the message stays generic).
-    #[error("the run database is not available")]
-    Storage,
-}
-
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> Self {
-        match r {
-            Refusal::Unauthorized => ApiError::Unauthorized,
-            Refusal::RateLimited {
-                retry_after,
-                per_minute,
-            } => ApiError::RateLimited {
-                retry_after,
-                per_minute,
-            },
-        }
-    }
-}
-
-fn storage_error(e: anyhow::Error) -> ApiError {
-    tracing::error!("run database: {e:#}");
-    ApiError::Storage
-}
-
-impl ApiError {
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
-        match self {
-            ApiError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
-            ApiError::InvalidSpec(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_spec"),
-            ApiError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
-            ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            ApiError::Storage => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        let field = match &self {
-            ApiError::BadRequest { field, .. } => field.clone(),
-            ApiError::InvalidSpec(e) => Some(e.field.clone()),
-            _ => None,
-        };
-        let message = match &self {
-            ApiError::InvalidSpec(e) => e.message.clone(),
-            other => other.to_string(),
-        };
-        if status.is_server_error() {
-            tracing::warn!(code, "{message}");
-        }
-        let body = ApiErrorBody {
-            error: ApiErrorPayload {
-                code: code.to_string(),
-                message,
-                field,
-            },
-        };
-        let mut response = (status, Json(body)).into_response();
-        let headers = response.headers_mut();
-        match &self {
-            ApiError::QueueFull { .. } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            }
-            ApiError::RateLimited { retry_after, .. } => {
-                headers.insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(retry_after.as_secs().max(1)),
-                );
-            }
-            ApiError::Unauthorized => {
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"gradless\""),
-                );
-            }
-            _ => {}
-        }
-        response
-    }
-}
-
-impl From<engine::EngineError> for ApiError {
-    fn from(e: engine::EngineError) -> Self {
-        match e {
-            engine::EngineError::InvalidSpec(s) => ApiError::InvalidSpec(s),
-            engine::EngineError::QueueFull { capacity } => ApiError::QueueFull { capacity },
-            engine::EngineError::WorkerGone | engine::EngineError::Torch(_) => {
-                ApiError::Unavailable
-            }
-            engine::EngineError::UnknownPitfall { id, .. } => {
-                ApiError::NotFound(format!("pitfall {id}"))
-            }
-            engine::EngineError::TaskPanicked(reason) => ApiError::NoReport(reason),
-        }
-    }
-}
-
 /// Parses a RunSpec body, naming the field at fault.
 pub fn parse_spec(body: &[u8]) -> Result<RunSpec, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::BadRequest {
-            message: "the request body must be a JSON RunSpec, e.g. {\"model\": \"tiny_mlp\", \"batch\": 8}".into(),
-            field: None,
-        });
+    parse_object(body, "RunSpec", r#"{"model": "tiny_mlp", "batch": 8}"#)
+}
+
+/// Parses a body that must be exactly one JSON object: not an array (which serde would
+/// read as the struct's fields in order), nothing after it. Errors name the field.
+pub fn parse_object<T: DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+    example: &str,
+) -> Result<T, ApiError> {
+    let bad = |message: String| ApiError::BadRequest {
+        message,
+        field: None,
+    };
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => {
+            return Err(bad(format!(
+                "the request body must be a JSON {what}, e.g. {example}"
+            )))
+        }
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(bad(format!(
+                "the request body must be one JSON object (a {what}), e.g. {example}"
+            )))
+        }
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize::<_, RunSpec>(de).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize::<_, T>(&mut de).map_err(|e| {
         let path = e.path().to_string();
         // "." is the whole document, "?" a syntax error before any field.
         let field = (path != "." && path != "?").then_some(path);
         let inner = e.into_inner();
         let message = match &field {
             Some(f) => format!("{f}: {inner}"),
-            None => format!("not a valid RunSpec: {inner}"),
+            None => format!("not a valid {what}: {inner}"),
         };
         ApiError::BadRequest { message, field }
-    })
+    })?;
+    de.end().map_err(|e| {
+        bad(format!(
+            "the request body must be exactly one JSON object, with nothing after it ({e})"
+        ))
+    })?;
+    Ok(value)
 }
 
 /// `GET /api/info`
@@ -220,19 +116,37 @@ pub async fn create_run(
     state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
     let sink_run = run.clone();
-    let store = state.store.clone();
+    let recorder = state.recorder.clone();
     let record_id = id.clone();
+    // Called on the device thread, which must not block: the record is saved by the
+    // recorder's thread, which then sends the final event (`failed` with `storage` if the
+    // record could not be saved: a result that is gone on reload is not `done`).
     let sink = move |event: Event| {
-        if let Event::Done { report } = &event {
-            let record = Record {
-                id: record_id.clone(),
-                body: RecordBody::Run(report.clone()),
+        let Event::Done { report } = event else {
+            sink_run.push(event);
+            return;
+        };
+        let record = Record {
+            id: record_id.clone(),
+            body: RecordBody::Run(report.clone()),
+        };
+        let run = sink_run.clone();
+        let id = record_id.clone();
+        let saved = recorder.submit(move |store| {
+            let event = match store.save(&record) {
+                Ok(()) => Event::Done { report },
+                Err(e) => {
+                    tracing::error!(run = %id, "could not record the run: {e:#}");
+                    not_recorded(&e)
+                }
             };
-            if let Err(e) = store.save(&record) {
-                tracing::error!(run = %record_id, "could not record the run: {e:#}");
-            }
+            run.push(event);
+        });
+        if saved.is_err() {
+            sink_run.push(not_recorded(&anyhow::anyhow!(
+                "the server is shutting down"
+            )));
         }
-        sink_run.push(event);
     };
     match state.worker.submit(spec, Box::new(sink)) {
         Ok(ticket) => run.set_ticket(ticket),
@@ -242,7 +156,28 @@ pub async fn create_run(
         }
     }
     let events_url = format!("/api/runs/{id}/events");
-    Ok((StatusCode::ACCEPTED, Json(RunCreated { id, events_url })))
+    let cancel_token = Some(run.secret().to_string());
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunCreated {
+            id,
+            events_url,
+            cancel_token,
+        }),
+    ))
+}
+
+/// The final event of a run whose record could not be saved.
+fn not_recorded(e: &anyhow::Error) -> Event {
+    Event::Failed {
+        failure: RunFailure {
+            kind: FailureKind::Storage,
+            message: format!(
+                "the run finished but could not be recorded, so its figures are not kept: {}",
+                e.root_cause()
+            ),
+        },
+    }
 }
 
 /// `GET /api/runs/{id}`: the report of a finished run: live from this process, or recorded
@@ -366,14 +301,24 @@ pub async fn health(State(state): State<AppState>) -> Json<WorkerHealth> {
     Json(state.worker.health())
 }
 
-/// `GET /api/runs/{id}/events`: every event of the run from the first, then live ones, as
-/// SSE messages whose data is the event's JSON. The stream ends after `done` or `failed`.
+/// `GET /api/runs/{id}/events[?cancel_token=...]`: every event of the run from the first,
+/// then live ones, as SSE messages whose data is the event's JSON. The stream ends after
+/// `done` or `failed`. With the run's secret, this viewer is the submitter's: its leaving
+/// cancels the run while it waits (see [`crate::runs::ViewerGuard`]).
 pub async fn run_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let run = state.runs.get(&id).ok_or(ApiError::NotFound(id))?;
-    Ok(Sse::new(event_stream(run)).keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
+    let permit = state
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
+    let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
+    Ok(Sse::new(event_stream(run, owner, permit))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
 }
 
 struct Follow {
@@ -382,12 +327,18 @@ struct Follow {
     changes: tokio::sync::watch::Receiver<usize>,
     finished: bool,
     _viewer: ViewerGuard,
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
-fn event_stream(run: Arc<RunState>) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+fn event_stream(
+    run: Arc<RunState>,
+    owner: bool,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let follow = Follow {
         changes: run.subscribe(),
-        _viewer: run.view(),
+        _viewer: run.view(owner),
+        _slot: slot,
         run,
         next: 0,
         finished: false,
@@ -429,19 +380,12 @@ pub async fn run_pitfall(
 ) -> Result<Json<protocol::PitfallReport>, ApiError> {
     state.guard.authorize(&headers)?;
     if !engine::pitfalls::exists(&id) {
-        return Err(ApiError::NotFound(format!("pitfall {id}")));
+        return Err(ApiError::UnknownPitfall(id.chars().take(100).collect()));
     }
     let options: protocol::PitfallOptions = if body.iter().all(u8::is_ascii_whitespace) {
         Default::default()
     } else {
-        let de = &mut serde_json::Deserializer::from_slice(&body);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            ApiError::BadRequest {
-                message: format!("{path}: {}", e.into_inner()),
-                field: Some(path),
-            }
-        })?
+        parse_object(&body, "PitfallOptions", r#"{"device": "cpu"}"#)?
     };
     state.guard.charge(&headers, peer.as_ref())?;
     let capacity = state.worker.queue_capacity();
@@ -451,20 +395,20 @@ pub async fn run_pitfall(
         .try_acquire_owned()
         .map_err(|_| ApiError::QueueFull { capacity })?;
     let worker = state.worker.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        worker.call(move |lab| {
-            engine::pitfalls::run(lab, &id, options, &engine::RunControl::default())
-        })
-    })
-    .await
-    .map_err(|_| ApiError::Unavailable)?
-    .map_err(ApiError::from)?;
-    let mut report = result.map_err(|f| match f.kind {
-        protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
-            field: "device".into(),
-            message: f.message,
-        }),
-        _ => ApiError::NoReport(f.message),
+    // The engine's one checked path for experiments: the same batch ceiling, queue bound,
+    // deadline, memory budget and panic barrier as runs.
+    let result = tokio::task::spawn_blocking(move || worker.run_experiment(&id, options))
+        .await
+        .map_err(|_| ApiError::Unavailable)?;
+    let mut report = result.map_err(|e| match e {
+        engine::ExperimentError::Rejected(e) => ApiError::from(e),
+        engine::ExperimentError::Failed(f) => match f.kind {
+            protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
+                field: "device".into(),
+                message: f.message,
+            }),
+            _ => ApiError::NoReport(f.message),
+        },
     })?;
     let record_id = state.runs.fresh_id();
     report.record_id = Some(record_id.clone());
@@ -482,60 +426,6 @@ pub async fn run_pitfall(
         Err(_) => report.record_id = None,
     }
     Ok(Json(report))
-}
-
-/// Errors that axum answers by itself (a body over the limit, a wrong method, a path it
-/// cannot decode) come as plain text; under `/api` they become the same JSON as ours.
-pub async fn json_errors(response: Response) -> Response {
-    let status = response.status();
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
-    let code = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        s if s.is_server_error() => "internal",
-        _ => "bad_request",
-    };
-    let message = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            format!(
-                "the request body is larger than this server accepts ({} KiB)",
-                crate::web::BODY_LIMIT / 1024
-            )
-        }
-        StatusCode::METHOD_NOT_ALLOWED => "this API path does not take that method".to_string(),
-        s if s.is_server_error() => "the server could not answer this request".to_string(),
-        _ => String::from_utf8_lossy(&text).trim().to_string(),
-    };
-    let body = ApiErrorBody {
-        error: ApiErrorPayload {
-            code: code.to_string(),
-            message,
-            field: None,
-        },
-    };
-    let mut response = (status, Json(body)).into_response();
-    for (name, value) in parts
-        .headers
-        .iter()
-        .filter(|(n, _)| *n == header::ALLOW || *n == header::RETRY_AFTER)
-    {
-        response.headers_mut().insert(name, value.clone());
-    }
-    response
-}
-
-/// Unknown `/api/...` paths answer JSON too.
-pub async fn not_found() -> ApiError {
-    ApiError::NotFound("this API path".into())
 }
 
 #[cfg(test)]

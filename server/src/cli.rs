@@ -6,7 +6,7 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use engine::{MeasureError, Worker};
-use protocol::{format_bytes, ModelId, ModelInfo, Report, RunSpec};
+use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
 use crate::config::{CompareArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs};
@@ -139,29 +139,7 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Every model with its parameter count, built once on the device thread.
-pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
-    worker
-        .call(|lab| {
-            ModelId::ALL
-                .into_iter()
-                .map(|id| {
-                    let parameters = lab.parameters(id).map_err(|f| f.message)?;
-                    Ok(ModelInfo {
-                        id,
-                        name: id.display_name().to_string(),
-                        parameters,
-                        input_meaning: id.input().meaning.to_string(),
-                        default_input_size: id.input().default,
-                        has_dropout: id.has_dropout(),
-                        has_batchnorm: id.has_batchnorm(),
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()
-        })
-        .context("the measurement worker stopped")?
-        .map_err(|e| anyhow::anyhow!("could not build the models: {e}"))
-}
+pub use crate::models::model_infos;
 
 /// `gradless pitfall list`.
 pub fn pitfall_list(json: bool) -> Result<()> {
@@ -191,11 +169,10 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
         batch: args.batch,
         budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
     };
-    let id = args.id.clone();
+    // The same checked path as the server's: batch ceiling, budget, deadline, panic barrier.
     let report = worker
-        .call(move |lab| engine::pitfalls::run(lab, &id, options, &engine::RunControl::default()))
-        .context("the measurement worker stopped")?
-        .map_err(|f| anyhow::anyhow!("{}: {}", args.id, f.message))?;
+        .run_experiment(&args.id, options)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.id))?;
     if args.json {
         return print_json(&report);
     }

@@ -128,9 +128,28 @@ pub struct ServeArgs {
     /// refilled evenly); 0 turns the limit off.
     #[arg(long, env = "GRADLESS_RATE_LIMIT", default_value_t = 120)]
     pub rate_limit: u32,
-    /// Count clients by the first X-Forwarded-For address (only behind a proxy you trust).
-    #[arg(long, env = "GRADLESS_TRUST_FORWARDED_FOR")]
-    pub trust_forwarded_for: bool,
+    /// Behind this many proxies that append to X-Forwarded-For, count clients by the
+    /// address that many entries from the right (the flag alone: 1). 0: the socket's.
+    #[arg(long, env = "GRADLESS_TRUST_FORWARDED_FOR", default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
+    pub trust_forwarded_for: usize,
+    /// The URL people reach this server by (e.g. behind a proxy): its host is accepted
+    /// as a Host and its origin may start runs.
+    #[arg(long, env = "GRADLESS_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Other origins whose pages may start runs and experiments, space- or comma-separated
+    /// (e.g. `https://docs.example.com`). Default: this server's pages only.
+    #[arg(long, env = "GRADLESS_ALLOWED_ORIGINS", default_value = "")]
+    pub allowed_origins: String,
+    /// Seconds a connection may take to send a request's headers, and stay idle between
+    /// requests, before it is closed.
+    #[arg(long, env = "GRADLESS_HEADER_TIMEOUT_S", default_value_t = 10)]
+    pub header_timeout_s: u64,
+    /// Connections open at once; more are answered 503 with Retry-After.
+    #[arg(long, env = "GRADLESS_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Event streams (run viewers) open at once; more are answered 503 with Retry-After.
+    #[arg(long, env = "GRADLESS_MAX_STREAMS", default_value_t = crate::state::DEFAULT_MAX_STREAMS)]
+    pub max_streams: usize,
     /// Origins allowed to show /embed/... pages in an iframe, space- or comma-separated
     /// (e.g. `https://docs.example.com`), or `*` for any. Default: this server only.
     #[arg(long, env = "GRADLESS_EMBED_ORIGINS", default_value = "")]

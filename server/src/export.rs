@@ -53,14 +53,14 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
             body: match &record.body {
                 RecordBody::Run(r) => samples_csv(r),
                 RecordBody::Pitfall(p) => {
-                    let mut out = String::from("series,unit,x,y\n");
+                    let mut rows = vec![];
                     for s in &p.series {
                         for (x, y) in s.x.iter().zip(&s.y) {
                             let y = y.map(|v| v.to_string()).unwrap_or_default();
-                            out.push_str(&format!("{},{},{},{y}\n", csv_field(&s.name), csv_field(&s.unit), csv_field(x)));
+                            rows.push([s.name.clone(), s.unit.clone(), x.clone(), y]);
                         }
                     }
-                    out
+                    write_csv(["series", "unit", "x", "y"], rows)
                 }
             },
         }),
@@ -79,26 +79,43 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
 
 /// Every sample of a run, warm-up first: one row per forward pass.
 pub fn samples_csv(r: &Report) -> String {
-    let mut out =
-        String::from("phase,iteration,latency_ms,allocated_bytes,peak_bytes,reserved_bytes\n");
+    let mut rows = vec![];
     for (phase, samples) in [("warmup", &r.warmup), ("timed", &r.samples)] {
         for s in samples {
-            let reserved = s.reserved_bytes.map(|b| b.to_string()).unwrap_or_default();
-            out.push_str(&format!(
-                "{phase},{},{},{},{},{reserved}\n",
-                s.iteration, s.latency_ms, s.allocated_bytes, s.peak_bytes
-            ));
+            rows.push([
+                phase.to_string(),
+                s.iteration.to_string(),
+                s.latency_ms.to_string(),
+                s.allocated_bytes.to_string(),
+                s.peak_bytes.to_string(),
+                s.reserved_bytes.map(|b| b.to_string()).unwrap_or_default(),
+            ]);
         }
     }
-    out
+    write_csv(
+        [
+            "phase",
+            "iteration",
+            "latency_ms",
+            "allocated_bytes",
+            "peak_bytes",
+            "reserved_bytes",
+        ],
+        rows,
+    )
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+/// A header and rows as CSV text (RFC 4180 quoting by the `csv` crate).
+fn write_csv<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    // Writing to a Vec cannot fail; a failed row would only drop that row.
+    let _ = w.write_record(header);
+    for row in rows {
+        let _ = w.write_record(&row);
     }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
 /// The command-line arguments of bench/peer.py that repeat `r`'s run.
@@ -220,9 +237,14 @@ mod tests {
 
     #[test]
     fn csv_fields_are_quoted_when_needed() {
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("plain"), "plain");
+        let text = write_csv(
+            ["a", "b"],
+            vec![
+                ["x,y".into(), "say \"hi\"".into()],
+                ["plain".into(), "".into()],
+            ],
+        );
+        assert_eq!(text, "a,b\n\"x,y\",\"say \"\"hi\"\"\"\nplain,\n");
         assert!("json".parse::<Format>().is_ok() && "xml".parse::<Format>().is_err());
     }
 }

@@ -1,20 +1,26 @@
 //! Who may start work on the shared device, and how often: the optional access token and
 //! the per-client rate limit. Reading (pages, reports, permalinks, embeds) is never gated;
-//! only requests that would put work on the device pass through here.
+//! only requests that would put work on the device pass through here. (Which *pages* may
+//! send such requests at all is [`crate::origin`]'s concern.)
+//!
+//! The rate limit is `governor`'s keyed GCRA limiter; secrets are compared with `subtle`.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::num::NonZeroU32;
+use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderMap};
+use governor::clock::{Clock, DefaultClock};
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+use subtle::ConstantTimeEq;
 
 /// Starting runs: the token people must present, and how often each client may.
 pub struct Guard {
     token: Option<String>,
-    limiter: Option<RateLimiter>,
-    trust_forwarded_for: bool,
+    limiter: Option<Limiter>,
+    trusted_hops: usize,
 }
 
 /// Why a request may not start work.
@@ -29,18 +35,32 @@ pub enum Refusal {
     },
 }
 
+struct Limiter {
+    per_minute: u32,
+    inner: RateLimiter<Option<IpAddr>, DashMapStateStore<Option<IpAddr>>, DefaultClock>,
+}
+
+/// Keys the limiter keeps before it forgets the clients whose allowance is whole again.
+const LIMITER_KEYS: usize = 10_000;
+
 impl Guard {
-    pub fn new(token: Option<String>, runs_per_minute: u32, trust_forwarded_for: bool) -> Guard {
+    /// `trusted_hops`: how many proxies in front of this server append to X-Forwarded-For
+    /// (0: none; the socket's address is the client).
+    pub fn new(token: Option<String>, runs_per_minute: u32, trusted_hops: usize) -> Guard {
         Guard {
             token: token.filter(|t| !t.is_empty()),
-            limiter: (runs_per_minute > 0).then(|| RateLimiter::new(runs_per_minute)),
-            trust_forwarded_for,
+            limiter: NonZeroU32::new(runs_per_minute).map(|n| Limiter {
+                per_minute: n.get(),
+                // A burst of `n`, refilled evenly over a minute.
+                inner: RateLimiter::dashmap(Quota::per_minute(n)),
+            }),
+            trusted_hops,
         }
     }
 
     /// Everything open, no limit (tests, the CLI).
     pub fn open() -> Guard {
-        Guard::new(None, 0, false)
+        Guard::new(None, 0, 0)
     }
 
     pub fn token_required(&self) -> bool {
@@ -61,7 +81,7 @@ impl Guard {
     pub fn authorize(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         if let Some(expected) = &self.token {
             let given = presented_token(headers).ok_or(Refusal::Unauthorized)?;
-            if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            if !secrets_equal(given, expected) {
                 return Err(Refusal::Unauthorized);
             }
         }
@@ -74,31 +94,56 @@ impl Guard {
         headers: &HeaderMap,
         peer: Option<&ConnectInfo<SocketAddr>>,
     ) -> Result<(), Refusal> {
-        match &self.limiter {
-            Some(limiter) => limiter.take(self.client(headers, peer), Instant::now()),
-            None => Ok(()),
+        let Some(limiter) = &self.limiter else {
+            return Ok(());
+        };
+        if limiter.inner.len() > LIMITER_KEYS {
+            limiter.inner.retain_recent();
         }
+        limiter
+            .inner
+            .check_key(&self.client(headers, peer))
+            .map_err(|not_until| {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                Refusal::RateLimited {
+                    retry_after: Duration::from_secs(wait.as_secs_f64().ceil().max(1.0) as u64),
+                    per_minute: limiter.per_minute,
+                }
+            })
     }
 
-    /// The client a request counts against: its address, or the first address in
-    /// X-Forwarded-For when the server sits behind a proxy we trust.
-    fn client(
+    /// The client a request counts against. Behind `trusted_hops` proxies that each append
+    /// the address they received from, the client is the address that many entries from
+    /// the right of X-Forwarded-For: entries further left were written by the client itself
+    /// and prove nothing. Without trusted proxies (or too short a header), the socket's.
+    pub fn client(
         &self,
         headers: &HeaderMap,
         peer: Option<&ConnectInfo<SocketAddr>>,
     ) -> Option<IpAddr> {
-        if self.trust_forwarded_for {
-            let forwarded = headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split(',').next())
-                .and_then(|v| v.trim().parse().ok());
-            if forwarded.is_some() {
-                return forwarded;
-            }
+        let socket = peer.map(|c| c.0.ip());
+        if self.trusted_hops == 0 {
+            return socket;
         }
-        peer.map(|c| c.0.ip())
+        // Several X-Forwarded-For lines are one list, in order.
+        let entries: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        entries
+            .len()
+            .checked_sub(self.trusted_hops)
+            .and_then(|i| entries[i].parse().ok())
+            .or(socket)
     }
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+pub fn secrets_equal(given: &str, expected: &str) -> bool {
+    bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 /// `Authorization: Bearer <token>` (or `X-Gradless-Token: <token>`).
@@ -115,97 +160,40 @@ fn presented_token(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Compares without an early exit, so the time taken says nothing about the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// A token bucket per client: `per_minute` runs in a burst, refilled evenly over a minute.
-pub struct RateLimiter {
-    per_minute: u32,
-    buckets: Mutex<HashMap<Option<IpAddr>, Bucket>>,
-}
-
-#[derive(Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl RateLimiter {
-    pub fn new(per_minute: u32) -> RateLimiter {
-        RateLimiter {
-            per_minute: per_minute.max(1),
-            buckets: Mutex::new(HashMap::new()),
-        }
-    }
-
-    pub fn take(&self, client: Option<IpAddr>, now: Instant) -> Result<(), Refusal> {
-        let capacity = self.per_minute as f64;
-        let per_sec = capacity / 60.0;
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        // Full buckets carry no information: forget them so the map stays small.
-        if buckets.len() > 10_000 {
-            buckets.retain(|_, b| {
-                b.tokens + now.saturating_duration_since(b.at).as_secs_f64() * per_sec < capacity
-            });
-        }
-        let bucket = buckets.entry(client).or_insert(Bucket {
-            tokens: capacity,
-            at: now,
-        });
-        let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * per_sec).min(capacity);
-        bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            let wait = (1.0 - bucket.tokens) / per_sec;
-            Err(Refusal::RateLimited {
-                retry_after: Duration::from_secs_f64(wait.ceil().max(1.0)),
-                per_minute: self.per_minute,
-            })
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn from(ip: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", ip.parse().unwrap());
+        h
+    }
+
     #[test]
-    fn a_burst_is_allowed_then_refused_then_refilled() {
-        let limiter = RateLimiter::new(6);
-        let t0 = Instant::now();
-        let a = Some("10.0.0.1".parse().unwrap());
-        let b = Some("10.0.0.2".parse().unwrap());
+    fn a_burst_is_allowed_then_refused_with_a_wait() {
+        let guard = Guard::new(None, 6, 1);
         for _ in 0..6 {
-            limiter.take(a, t0).unwrap();
+            guard.charge(&from("10.0.0.1"), None).unwrap();
         }
-        let Err(Refusal::RateLimited { retry_after, .. }) = limiter.take(a, t0) else {
+        let Err(Refusal::RateLimited {
+            retry_after,
+            per_minute,
+        }) = guard.charge(&from("10.0.0.1"), None)
+        else {
             panic!("the 7th run passed")
         };
-        assert_eq!(
-            retry_after,
-            Duration::from_secs(10),
-            "6 per minute refill one every 10 s"
-        );
-        limiter
-            .take(b, t0)
-            .expect("another client has its own bucket");
-        limiter
-            .take(a, t0 + Duration::from_secs(10))
-            .expect("refilled after 10 s");
-        assert!(limiter.take(a, t0 + Duration::from_secs(10)).is_err());
+        assert_eq!(per_minute, 6);
+        // 6 per minute refill one every 10 s: the wait is at most that, and at least 1 s.
+        assert!((1..=10).contains(&retry_after.as_secs()), "{retry_after:?}");
+        guard
+            .charge(&from("10.0.0.2"), None)
+            .expect("another client has its own allowance");
     }
 
     #[test]
     fn the_token_must_match_exactly() {
-        let guard = Guard::new(Some("s3cret".into()), 0, false);
+        let guard = Guard::new(Some("s3cret".into()), 0, 0);
         let mut h = HeaderMap::new();
         assert_eq!(guard.admit(&h, None), Err(Refusal::Unauthorized));
         h.insert(header::AUTHORIZATION, "Bearer s3cre".parse().unwrap());
@@ -219,19 +207,31 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_for_counts_only_when_trusted() {
-        let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", "192.0.2.7, 10.0.0.1".parse().unwrap());
+    fn forwarded_for_counts_hops_from_the_right() {
+        // The client wrote "6.6.6.6"; the one proxy appended the address it saw.
+        let h = from("6.6.6.6, 192.0.2.7");
         let peer = ConnectInfo("127.0.0.1:5000".parse::<SocketAddr>().unwrap());
-        let trusting = Guard::new(None, 1, true);
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
         assert_eq!(
-            trusting.client(&h, Some(&peer)),
-            Some("192.0.2.7".parse().unwrap())
+            Guard::new(None, 1, 1).client(&h, Some(&peer)),
+            ip("192.0.2.7")
         );
-        let wary = Guard::new(None, 1, false);
         assert_eq!(
-            wary.client(&h, Some(&peer)),
-            Some("127.0.0.1".parse().unwrap())
+            Guard::new(None, 1, 2).client(&h, Some(&peer)),
+            ip("6.6.6.6")
         );
+        // More hops than entries: the header cannot be trusted, the socket counts.
+        assert_eq!(
+            Guard::new(None, 1, 3).client(&h, Some(&peer)),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            Guard::new(None, 1, 0).client(&h, Some(&peer)),
+            ip("127.0.0.1")
+        );
+        // Varying the client-written part does not change who is charged.
+        let guard = Guard::new(None, 1, 1);
+        guard.charge(&from("1.1.1.1, 192.0.2.9"), None).unwrap();
+        assert!(guard.charge(&from("2.2.2.2, 192.0.2.9"), None).is_err());
     }
 }

@@ -8,18 +8,24 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod conn;
+pub mod error;
 pub mod export;
 pub mod guard;
+pub mod models;
+pub mod origin;
+pub mod recorder;
+pub mod router;
 pub mod runs;
 pub mod state;
 pub mod store;
-pub mod web;
+
+pub use router::router;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::serve::ListenerExt;
 use engine::{LabConfig, Worker, WorkerConfig};
 use leptos::config::LeptosOptions;
 use protocol::{Limits, ServerInfo};
@@ -63,7 +69,7 @@ pub fn build_state(
     addr: std::net::SocketAddr,
     services: Services,
 ) -> Result<AppState> {
-    let models = cli::model_infos(&worker)?;
+    let models = models::model_infos(&worker)?;
     let info = ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         libtorch_version: engine::LIBTORCH_VERSION.to_string(),
@@ -80,14 +86,19 @@ pub fn build_state(
         .site_pkg_dir("pkg")
         .site_addr(addr)
         .build();
+    let store = Arc::new(services.store);
     Ok(AppState {
         worker: Arc::new(worker),
         runs: Arc::new(runs::Runs::new(1000)),
-        store: Arc::new(services.store),
+        recorder: Arc::new(recorder::Recorder::start(store.clone())),
+        store,
         guard: Arc::new(services.guard),
+        origins: Arc::new(services.origins),
         info: Arc::new(info),
         leptos,
         experiments,
+        streams: Arc::new(tokio::sync::Semaphore::new(services.max_streams.max(1))),
+        max_streams: services.max_streams.max(1),
         embed_csp: services.embed_csp.into(),
     })
 }
@@ -97,7 +108,8 @@ fn worker_queue_capacity(worker: &Worker) -> usize {
     worker.queue_capacity().max(1)
 }
 
-/// `gradless serve`: serves until Ctrl-C or SIGTERM, then lets the current run finish.
+/// `gradless serve`: serves until Ctrl-C or SIGTERM, then lets the current run finish
+/// (a second signal exits at once).
 pub async fn serve(args: ServeArgs) -> Result<()> {
     if !args.site_root.join("pkg").exists() {
         tracing::warn!(
@@ -105,15 +117,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             args.site_root.display()
         );
     }
-    let config = worker_config(
-        &args.engine,
-        args.queue_capacity,
-        Some(Duration::from_secs(args.run_timeout_s)),
-    );
+    let run_timeout = Duration::from_secs(args.run_timeout_s);
+    let config = worker_config(&args.engine, args.queue_capacity, Some(run_timeout));
     let embed_csp = config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
     let db_path = args.db.path();
-    let store = Store::open(&db_path)?;
-    tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
     let guard = Guard::new(
         args.token.clone(),
         args.rate_limit,
@@ -122,18 +129,28 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if guard.token_required() {
         tracing::info!("starting runs needs the access token; reading and embeds stay open");
     }
+    let listener =
+        listen(args.addr).with_context(|| format!("could not listen on {}", args.addr))?;
+    let bound = listener.local_addr()?;
+    let origins = origin::Origins::new(bound, args.public_url.as_deref(), &args.allowed_origins)
+        .map_err(anyhow::Error::msg)?;
     let site_root = args.site_root.clone();
-    let addr = args.addr;
+    let max_streams = args.max_streams;
+    // SQLite and libtorch both block: opened off the async threads.
     let state = tokio::task::spawn_blocking(move || -> Result<AppState> {
+        let store = Store::open(&db_path)?;
+        tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
         let worker = start_worker(config)?;
         build_state(
             worker,
             &site_root,
-            addr,
+            bound,
             Services {
                 store,
                 guard,
+                origins,
                 embed_csp,
+                max_streams,
             },
         )
     })
@@ -143,32 +160,32 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         tracing::info!(device = d.kind.as_str(), name = %d.name, "device available");
     }
     let worker = state.worker.clone();
-    let store = state.store.clone();
-    let listener = listen(addr).with_context(|| format!("could not listen on {addr}"))?;
-    tracing::info!("Gradless is serving at http://{}", listener.local_addr()?);
-    // Without TCP_NODELAY, Nagle's algorithm and the browser's delayed ACK hold small
-    // responses (a run id, one SSE event) for ~40 ms each.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("could not set TCP_NODELAY: {e}");
-        }
-    });
+    let recorder = state.recorder.clone();
+    tracing::info!("Gradless is serving at http://{bound}");
+    let limits = conn::ConnLimits {
+        header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
+        max_connections: args.max_connections,
+        // The current run has at most its time limit left; its viewers a moment more.
+        drain_timeout: run_timeout + Duration::from_secs(10),
+    };
     let closing = worker.clone();
-    let app = web::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
+    conn::serve(listener, router(state), limits, async move {
+        shutdown_signal().await;
+        // Refuse new work and cancel what waits, so every open event stream reaches
+        // its end and the server can drain; the current run goes on to finish.
+        tracing::info!("shutting down: finishing the current run, cancelling queued ones (a second signal stops at once)");
+        closing.close();
+        tokio::spawn(async {
             shutdown_signal().await;
-            // Refuse new work and cancel what waits, so every open event stream reaches
-            // its end and the server can drain; the current run goes on to finish.
-            tracing::info!("shutting down: finishing the current run, cancelling queued ones");
-            closing.close();
-        })
-        .await
-        .context("the server failed")?;
+            tracing::warn!("second signal: stopping now");
+            std::process::exit(130);
+        });
+    })
+    .await;
     tokio::task::spawn_blocking(move || {
         worker.shutdown();
         // After the worker: the last run's record is written before the file is closed.
-        store.close();
+        recorder.close();
     })
     .await
     .ok();

@@ -22,6 +22,8 @@ pub struct RunState {
     count: watch::Sender<usize>,
     ticket: Mutex<Option<RunTicket>>,
     viewers: AtomicUsize,
+    /// The submitter's secret (see [`RunState::is_owner`]).
+    secret: String,
 }
 
 impl RunState {
@@ -31,6 +33,9 @@ impl RunState {
             count: watch::channel(0).0,
             ticket: Mutex::new(None),
             viewers: AtomicUsize::new(0),
+            // 128 random bits from the OS-seeded generator: not guessable, not derived
+            // from the run id.
+            secret: format!("{:032x}", rand::random::<u128>()),
         })
     }
 
@@ -109,22 +114,39 @@ impl RunState {
         *self.ticket.lock().unwrap_or_else(|e| e.into_inner()) = Some(ticket);
     }
 
-    /// A viewer connected; the returned guard tells us when it leaves.
-    pub fn view(self: &Arc<Self>) -> ViewerGuard {
+    /// The secret the submitter gets with the run's id.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// Whether `presented` is this run's secret (compared in constant time).
+    pub fn is_owner(&self, presented: Option<&str>) -> bool {
+        presented.is_some_and(|p| crate::guard::secrets_equal(p, &self.secret))
+    }
+
+    /// A viewer connected; the returned guard tells us when it leaves. `owner`: it
+    /// presented the run's secret.
+    pub fn view(self: &Arc<Self>, owner: bool) -> ViewerGuard {
         self.viewers.fetch_add(1, Ordering::SeqCst);
-        ViewerGuard { run: self.clone() }
+        ViewerGuard {
+            run: self.clone(),
+            owner,
+        }
     }
 }
 
-/// Held by each SSE stream. When the last viewer of a run that has not started yet goes
-/// away (a closed tab), the run is cancelled: nobody is left to see it.
+/// Held by each SSE stream. When the submitter's viewer is the last to leave a run that
+/// has not started yet (a closed tab), the run is cancelled: nobody is left to see it.
+/// A stranger's viewer never cancels: watching someone's run is not owning it.
 pub struct ViewerGuard {
     run: Arc<RunState>,
+    owner: bool,
 }
 
 impl Drop for ViewerGuard {
     fn drop(&mut self) {
         if self.run.viewers.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.owner
             && !self.run.has_started()
             && !self.run.is_finished()
         {

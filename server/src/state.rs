@@ -8,6 +8,8 @@ use leptos::config::LeptosOptions;
 use protocol::ServerInfo;
 
 use crate::guard::Guard;
+use crate::origin::Origins;
+use crate::recorder::Recorder;
 use crate::runs::Runs;
 use crate::store::Store;
 
@@ -16,16 +18,25 @@ pub struct AppState {
     pub worker: Arc<Worker>,
     /// Runs this process is measuring or has measured (their live event streams).
     pub runs: Arc<Runs>,
-    /// Every finished run and experiment, kept across restarts.
+    /// Every finished run and experiment, kept across restarts (read here; written
+    /// through [`AppState::recorder`] or off the async threads).
     pub store: Arc<Store>,
+    /// Writes finished runs' records off the device thread.
+    pub recorder: Arc<Recorder>,
     /// Token and rate limit for starting work.
     pub guard: Arc<Guard>,
+    /// Which hosts this server answers to and which pages may drive it.
+    pub origins: Arc<Origins>,
     /// What this server offers, computed once at start (the models need building to count).
     pub info: Arc<ServerInfo>,
     pub leptos: LeptosOptions,
     /// Bounds the pitfall experiments waiting for the device (each holds a permit).
     pub experiments: Arc<tokio::sync::Semaphore>,
-    /// The `Content-Security-Policy` of /embed/ pages (which sites may frame them).
+    /// Bounds the event streams open at once (each holds a permit).
+    pub streams: Arc<tokio::sync::Semaphore>,
+    /// How many permits `streams` started with.
+    pub max_streams: usize,
+    /// The `Content-Security-Policy: frame-ancestors` of /embed/ pages.
     pub embed_csp: Arc<str>,
 }
 
@@ -39,17 +50,26 @@ impl FromRef<AppState> for LeptosOptions {
 pub struct Services {
     pub store: Store,
     pub guard: Guard,
+    pub origins: Origins,
     /// `frame-ancestors ...` for embeds (see [`crate::config::frame_ancestors`]).
     pub embed_csp: String,
+    /// Event streams that may be open at once.
+    pub max_streams: usize,
 }
 
 impl Services {
-    /// A database in memory, no token, no rate limit, embeds framed by this origin only.
+    /// A database in memory, no token, no rate limit, loopback names on any port, embeds
+    /// framed by this origin only.
     pub fn ephemeral() -> anyhow::Result<Services> {
         Ok(Services {
             store: Store::open(std::path::Path::new(":memory:"))?,
             guard: Guard::open(),
+            origins: Origins::local(),
             embed_csp: "frame-ancestors 'self'".into(),
+            max_streams: DEFAULT_MAX_STREAMS,
         })
     }
 }
+
+/// Event streams open at once, by default.
+pub const DEFAULT_MAX_STREAMS: usize = 512;

@@ -38,7 +38,7 @@ async fn request(addr: std::net::SocketAddr, req: Request<Body>) -> (u16, hyper:
 async fn view(addr: std::net::SocketAddr, id: String) -> (Instant, Vec<(usize, Instant, Event)>) {
     let connected = Instant::now();
     let req = Request::get(format!("/api/runs/{id}/events"))
-        .header("host", "load")
+        .header("host", "localhost")
         .body(Body::empty())
         .unwrap();
     let (status, mut body) = request(addr, req).await;
@@ -94,8 +94,12 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
     let runs = state.runs.clone();
     let listener = server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = server::web::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(server::conn::serve(
+        listener,
+        server::router(state),
+        server::conn::ConnLimits::default(),
+        std::future::pending(),
+    ));
 
     let started = Instant::now();
     let outcome = tokio::time::timeout(DEADLINE, async move {
@@ -106,7 +110,7 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
             let spec = spec.clone();
             async move {
                 let req = Request::post("/api/runs")
-                    .header("host", "load")
+                    .header("host", "localhost")
                     .header("content-type", "application/json")
                     .body(Body::from(spec))
                     .unwrap();

@@ -1,0 +1,67 @@
+//! Writing finished results to the [`Store`] on a thread of its own. A run's events come
+//! from a sink the device thread calls, which must not block: a SQLite write (a busy
+//! database, a slow disk) would hold up every run behind it. The sink hands the record to
+//! this writer instead, and the writer, once the save succeeded or failed, delivers the
+//! run's final event: `done`, or `failed` with kind `storage` and the reason. Nothing is
+//! lost silently.
+//!
+//! A plain thread and channel rather than `spawn_blocking`: [`Recorder::close`] must be
+//! able to wait for the last write before the database file is closed at shutdown.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::store::Store;
+
+type Job = Box<dyn FnOnce(&Store) + Send>;
+
+pub struct Recorder {
+    store: Arc<Store>,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Recorder {
+    /// Starts the writer thread for `store`.
+    pub fn start(store: Arc<Store>) -> Recorder {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let writer = store.clone();
+        let thread = std::thread::Builder::new()
+            .name("gradless-recorder".into())
+            .spawn(move || {
+                for job in rx {
+                    job(&writer);
+                }
+            })
+            .expect("spawning the recorder thread");
+        Recorder {
+            store,
+            jobs: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Runs `job` on the writer thread; never blocks. If the recorder is closed, `job`
+    /// is handed back so the caller can report that nothing was saved.
+    pub fn submit(&self, job: impl FnOnce(&Store) + Send + 'static) -> Result<(), Job> {
+        let job: Job = Box::new(job);
+        match self.jobs.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(tx) => tx.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
+    }
+
+    /// Finishes the writes already handed over, then closes the database.
+    pub fn close(&self) {
+        drop(self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+        self.store.close();
+    }
+}
