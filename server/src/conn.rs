@@ -202,6 +202,3 @@ impl http_body::Body for Tracked {
         self.body.size_hint()
     }
 }
-
-/// The peer of a connection, for handlers (as `axum::serve` provides it).
-pub type Peer = ConnectInfo<SocketAddr>;
