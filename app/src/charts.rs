@@ -689,16 +689,71 @@ thread_local! {
     /// The newest chart per element, waiting for the next frame.
     static PENDING: std::cell::RefCell<std::collections::HashMap<String, ChartOption>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
+    /// The chart last drawn in each element: drawn again when the colour scheme changes.
+    static DRAWN: std::cell::RefCell<std::collections::HashMap<String, ChartOption>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
     /// Whether a frame callback is already asked for.
     static SCHEDULED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether the resize and colour-scheme listeners are installed.
+    static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps drawn charts in step with the window: a canvas keeps the width it was drawn at,
+/// so a narrower window would scroll sideways unless every chart is resized; and a change
+/// of the system's light/dark setting redraws every chart in the matching theme.
+#[cfg(feature = "hydrate")]
+fn watch_window() {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    if WATCHING.with(|w| w.replace(true)) {
+        return;
+    }
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let on_resize = Closure::<dyn FnMut()>::new(|| {
+        let ids: Vec<String> = DRAWN.with(|d| d.borrow().keys().cloned().collect());
+        let Some(window) = web_sys::window() else {
+            return;
+        };
+        let Ok(echarts) = js_sys::Reflect::get(&window, &"echarts".into()) else {
+            return;
+        };
+        for id in ids {
+            let Some(el) = window.document().and_then(|d| d.get_element_by_id(&id)) else {
+                continue;
+            };
+            let el: wasm_bindgen::JsValue = el.into();
+            if let Ok(chart) = js_call(&echarts, "getInstanceByDom", &[&el]) {
+                if !(chart.is_undefined() || chart.is_null()) {
+                    let _ = js_call(&chart, "resize", &[]);
+                }
+            }
+        }
+    });
+    let _ = window.add_event_listener_with_callback("resize", on_resize.as_ref().unchecked_ref());
+    on_resize.forget();
+    if let Ok(Some(query)) = window.match_media("(prefers-color-scheme: dark)") {
+        let on_scheme = Closure::<dyn FnMut()>::new(|| {
+            let all: Vec<(String, ChartOption)> =
+                DRAWN.with(|d| d.borrow().iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+            for (id, chart) in all {
+                render(id, chart);
+            }
+        });
+        let _ = query.add_event_listener_with_callback("change", on_scheme.as_ref().unchecked_ref());
+        on_scheme.forget();
+    }
 }
 
 #[cfg(feature = "hydrate")]
 fn flush() {
     SCHEDULED.with(|s| s.set(false));
+    watch_window();
     // Take the work out first: nothing stays borrowed while JavaScript runs.
     let pending: Vec<(String, ChartOption)> = PENDING.with(|p| p.borrow_mut().drain().collect());
     for (id, chart) in pending {
+        DRAWN.with(|d| d.borrow_mut().insert(id.clone(), chart.clone()));
         if let Err(message) = draw(&id, &chart) {
             leptos::logging::warn!("could not draw chart {id}: {message}");
             say_not_drawn(&id, &message);

@@ -231,4 +231,39 @@ mod tests {
         assert_eq!((one.grad, two.grad), (GradMode::Enabled, GradMode::NoGrad));
         assert_eq!((one.batch, one.model), (current.batch, current.model));
     }
+
+    fn recorded(model: &str, grad: &str, device: &str) -> Report {
+        serde_json::from_value(serde_json::json!({
+            "spec": {"model": model, "device": "auto", "batch": 1, "input_size": null, "eval": true,
+                     "grad": grad, "autocast": "off", "warmup": 3, "iters": 20, "threads": null},
+            "env": {"device": device, "device_name": "Test CPU 9000", "device_total_memory_bytes": null,
+                    "driver_version": null, "cuda_version": null, "cudnn_version": null,
+                    "libtorch_version": "2.11.0", "cpu_model": "Test CPU 9000", "threads": 1,
+                    "measured_at": "2026-11-30T16:20:31Z", "gradless_version": "0"},
+            "latency_ms": {"mean": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0, "min": 1.0, "max": 1.0, "stddev": 0.0},
+            "throughput_per_s": 1.0,
+            "memory": {"source": "cpu_tensor_memory", "baseline_bytes": 1, "peak_allocated_bytes": 2,
+                       "peak_above_baseline_bytes": 1, "peak_reserved_bytes": null, "after_release_bytes": 1,
+                       "leaked_bytes": 0, "device_used_bytes": null},
+            "output": {"dtype": "Float", "shape": [1, 10], "is_inference": false, "requires_grad": true},
+            "warmup": [], "samples": []
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_first_view_shows_only_a_run_of_the_default_settings_on_this_device() {
+        let default = crate::settings::default_for_device(DeviceKind::Cpu);
+        let model = default.model.as_str();
+        let r = recorded(model, "enabled", "cpu");
+        assert!(is_run_of(&r, &default, DeviceKind::Cpu));
+        assert!(!is_run_of(&r, &default, DeviceKind::Cuda), "another device");
+        assert!(!is_run_of(&recorded(model, "no_grad", "cpu"), &default, DeviceKind::Cpu));
+        assert!(!is_run_of(&recorded("resnet18", "enabled", "cpu"), &default, DeviceKind::Cpu));
+        // The list is searched by the label the server gives a recorded run.
+        assert_eq!(protocol::Record { id: "0123456789abcdef".into(), body: protocol::RecordBody::Run(Box::new(r.clone())) }.summary().label, summary_label(&default));
+        // Labelled as recorded, with its date and hardware.
+        let label = recorded_label(&r);
+        assert!(label.starts_with("Recorded 2026-11-30 16:20 UTC on Test CPU 9000 (cpu)"), "{label}");
+    }
 }
