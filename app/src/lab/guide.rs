@@ -112,7 +112,9 @@ pub fn is_run_of(r: &Report, spec: &RunSpec, device: DeviceKind) -> bool {
         && s.autocast == spec.autocast
         && s.warmup == spec.warmup
         && s.iters == spec.iters
-        && s.input_size == spec.input_size
+        // The server records the input size it used: "not set" is the model's default.
+        && s.input_size.unwrap_or(s.model.input().default)
+            == spec.input_size.unwrap_or(spec.model.input().default)
         && r.env.device == device
 }
 
@@ -260,6 +262,12 @@ mod tests {
         assert!(!is_run_of(&r, &default, DeviceKind::Cuda), "another device");
         assert!(!is_run_of(&recorded(model, "no_grad", "cpu"), &default, DeviceKind::Cpu));
         assert!(!is_run_of(&recorded("resnet18", "enabled", "cpu"), &default, DeviceKind::Cpu));
+        // The server records the input size it resolved: the model's default is "not set".
+        let mut resolved = r.clone();
+        resolved.spec.input_size = Some(default.model.input().default);
+        assert!(is_run_of(&resolved, &default, DeviceKind::Cpu));
+        resolved.spec.input_size = Some(default.model.input().default / 2);
+        assert!(!is_run_of(&resolved, &default, DeviceKind::Cpu));
         // The list is searched by the label the server gives a recorded run.
         assert_eq!(protocol::Record { id: "0123456789abcdef".into(), body: protocol::RecordBody::Run(Box::new(r.clone())) }.summary().label, summary_label(&default));
         // Labelled as recorded, with its date and hardware.
