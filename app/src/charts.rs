@@ -91,21 +91,21 @@ fn aligned(
 }
 
 /// A value axis that starts at zero unless zero would flatten what the chart shows: when
-/// every plotted value lies in the upper half of the range from zero, the axis starts near
-/// the data (ECharts' `scale`) and says so in its name.
-fn value_axis(name: &str, values: &[f64]) -> Axis {
+/// `may_zoom` and every plotted value lies in the upper half of the range from zero, the
+/// axis starts near the data (ECharts' `scale`). The flag says whether it did, so the
+/// chart can say so in words.
+fn value_axis(name: &str, values: &[f64], may_zoom: bool) -> (Axis, bool) {
     let finite = values.iter().copied().filter(|v| v.is_finite());
     let (lo, hi) = finite.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(v), hi.max(v))
     });
-    let zoomed = lo.is_finite() && lo > 0.0 && lo > hi / 2.0;
-    let axis = Axis::new().type_(AxisType::Value);
-    if zoomed {
-        axis.scale(true).name(format!("{name} (axis not from 0)"))
-    } else {
-        axis.name(name)
-    }
+    let zoomed = may_zoom && lo.is_finite() && lo > 0.0 && lo > hi / 2.0;
+    let axis = Axis::new().type_(AxisType::Value).name(name);
+    (if zoomed { axis.scale(true) } else { axis }, zoomed)
 }
+
+/// What the subtitle adds when the value axis does not start at zero.
+const NOT_FROM_ZERO: &str = "axis not from 0";
 
 fn title(text: &str, subtext: Option<String>) -> Title {
     let t = Title::new()
@@ -245,11 +245,12 @@ pub fn latency_chart_with(
         line = line.mark_line(MarkLine::new().data(marks));
     }
     let description = latency_description(warmup.len(), samples, p50, p95, reading);
+    let (y_axis, zoomed) = value_axis("ms", &plotted, true);
     let mut chart = base(
-        title("Latency per iteration", None),
+        title("Latency per iteration", zoomed.then(|| NOT_FROM_ZERO.to_string())),
         reading,
         "iteration",
-        value_axis("ms", &plotted),
+        y_axis,
         cats,
     )
     .series(line);
@@ -356,17 +357,9 @@ pub fn memory_chart_with(
     let all: Vec<&Sample> = warmup.iter().chain(samples).collect();
     let mut plotted: Vec<f64> = all.iter().map(|s| mib(s.peak_bytes, own)).collect();
     plotted.extend(all.iter().map(|s| mib(s.allocated_bytes, own)));
-    let (peak_name, alloc_name, y_name) = match scale {
-        MemoryScale::AboveBaseline => (
-            "peak during the pass",
-            "allocated after it",
-            "MiB above baseline",
-        ),
-        MemoryScale::Absolute => (
-            "peak during the pass (MiB)",
-            "allocated after it (MiB)",
-            "MiB",
-        ),
+    let (peak_name, alloc_name) = match scale {
+        MemoryScale::AboveBaseline => ("peak during the pass", "allocated after it"),
+        MemoryScale::Absolute => ("peak during the pass (MiB)", "allocated after it (MiB)"),
     };
     let mut peak = Line::new()
         .name(peak_name)
@@ -392,13 +385,7 @@ pub fn memory_chart_with(
         .data(aligned(warmup, samples, warmup_slots, |s| {
             mib(s.allocated_bytes, own)
         }));
-    let subtext = baseline.map(|b| match scale {
-        MemoryScale::AboveBaseline => format!(
-            "above the baseline of {} (weights + input, held before the pass)",
-            format_bytes(b)
-        ),
-        MemoryScale::Absolute => format!("absolute; baseline {} marked", format_bytes(b)),
-    });
+
     let reserved: Option<Vec<DataPoint>> =
         all.iter().any(|s| s.reserved_bytes.is_some()).then(|| {
             plotted.extend(
@@ -421,11 +408,24 @@ pub fn memory_chart_with(
         aligned(p.warmup, p.samples, warmup_slots, |s| mib(s.peak_bytes, by))
     });
     let description = memory_description(samples, baseline, scale, reading);
+    // Above the baseline, zero is the baseline itself: the axis always starts there.
+    let (y_axis, zoomed) = value_axis("MiB", &plotted, scale == MemoryScale::Absolute);
+    let subtext = baseline.map(|b| match scale {
+        MemoryScale::AboveBaseline => format!(
+            "MiB above the baseline of {} (weights + input, held before the pass)",
+            format_bytes(b)
+        ),
+        MemoryScale::Absolute => format!(
+            "absolute; baseline {} marked{}",
+            format_bytes(b),
+            if zoomed { format!("; {NOT_FROM_ZERO}") } else { String::new() }
+        ),
+    });
     let mut chart = base(
         title("Memory per forward pass", subtext),
         reading,
         "iteration",
-        value_axis(y_name, &plotted),
+        y_axis,
         cats,
     )
     .series(peak)
@@ -1082,10 +1082,19 @@ mod tests {
         assert!(absolute.to_string().contains("baseline {c}"));
         // From zero, 40 → 42 MiB would be a flat line: the axis starts near the data.
         assert_eq!(y_axis(&absolute)["scale"], true);
-        assert!(y_axis(&absolute)["name"]
-            .as_str()
-            .unwrap()
-            .contains("not from 0"));
+        assert!(titles(&absolute)[0].contains("not from 0"));
+        // Above the baseline the axis starts at zero even where the values sit high: zero
+        // is the baseline, and zooming would make noise look like an effect.
+        let high: Vec<Sample> = timed
+            .iter()
+            .map(|s| Sample {
+                allocated_bytes: base + (70 << 20),
+                peak_bytes: base + (71 << 20),
+                ..s.clone()
+            })
+            .collect();
+        let above_high = serde_json::to_value(memory_chart(&[], &high, Some(base))).unwrap();
+        assert_ne!(y_axis(&above_high)["scale"], true);
     }
 
     #[test]
