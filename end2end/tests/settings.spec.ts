@@ -52,7 +52,7 @@ test("toggling each control updates URL, explanation and snippet; back restores"
   await expect(lab.testid("model")).toHaveValue("transformer");
   await page.goBack();
   await expect(lab.testid("model")).toHaveValue("tiny_mlp");
-  await expect(lab.testid("snippet")).toContainText("TinyMLP");
+  await expect(lab.testid("snippet")).toContainText("nn.BatchNorm1d(512)");
   await page.goForward();
   await expect(lab.testid("model")).toHaveValue("transformer");
 });
