@@ -6,7 +6,7 @@
 //! figures ("p50 5.3 ms, p95 8.8 ms over 20 iterations"), bars carry decal patterns and
 //! lines differ in dash and symbol, so no series is told apart by colour alone.
 
-use charming::component::{Axis, Grid, Legend, Title};
+use charming::component::{Axis, Grid, Legend, LegendType, Title};
 use charming::datatype::DataPoint;
 use charming::element::{
     AxisType, ItemStyle, Label, LabelPosition, LineStyle, LineStyleType, MarkArea, MarkAreaData,
@@ -134,14 +134,16 @@ fn base(
     y_axis: Axis,
     categories: Vec<String>,
 ) -> Chart {
-    let top = if reading.is_some() { 78 } else { 64 };
+    // Room above the plot for the title, its subtitle, the reading and the axis's unit.
+    let top = if reading.is_some() { 92 } else { 64 };
     let mut chart = Chart::new().title(t);
     if let Some(r) = reading {
         chart = chart.title(reading_title(r));
     }
     chart
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
-        .legend(Legend::new().bottom(0))
+        // One line that scrolls, never two that run into the axis name on a phone.
+        .legend(Legend::new().type_(LegendType::Scroll).bottom(0))
         .grid(Grid::new().left(64).right(100).top(top).bottom(56))
         .background_color("transparent")
         .animation(false)
@@ -247,7 +249,10 @@ pub fn latency_chart_with(
     let description = latency_description(warmup.len(), samples, p50, p95, reading);
     let (y_axis, zoomed) = value_axis("ms", &plotted, true);
     let mut chart = base(
-        title("Latency per iteration", zoomed.then(|| NOT_FROM_ZERO.to_string())),
+        title(
+            "Latency per iteration",
+            zoomed.then(|| NOT_FROM_ZERO.to_string()),
+        ),
         reading,
         "iteration",
         y_axis,
@@ -411,14 +416,20 @@ pub fn memory_chart_with(
     // Above the baseline, zero is the baseline itself: the axis always starts there.
     let (y_axis, zoomed) = value_axis("MiB", &plotted, scale == MemoryScale::Absolute);
     let subtext = baseline.map(|b| match scale {
-        MemoryScale::AboveBaseline => format!(
-            "MiB above the baseline of {} (weights + input, held before the pass)",
-            format_bytes(b)
-        ),
+        MemoryScale::AboveBaseline => {
+            format!(
+                "MiB above the baseline of {} (weights + input)",
+                format_bytes(b)
+            )
+        }
         MemoryScale::Absolute => format!(
             "absolute; baseline {} marked{}",
             format_bytes(b),
-            if zoomed { format!("; {NOT_FROM_ZERO}") } else { String::new() }
+            if zoomed {
+                format!("; {NOT_FROM_ZERO}")
+            } else {
+                String::new()
+            }
         ),
     });
     let mut chart = base(
@@ -735,13 +746,18 @@ fn watch_window() {
     on_resize.forget();
     if let Ok(Some(query)) = window.match_media("(prefers-color-scheme: dark)") {
         let on_scheme = Closure::<dyn FnMut()>::new(|| {
-            let all: Vec<(String, ChartOption)> =
-                DRAWN.with(|d| d.borrow().iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+            let all: Vec<(String, ChartOption)> = DRAWN.with(|d| {
+                d.borrow()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            });
             for (id, chart) in all {
                 render(id, chart);
             }
         });
-        let _ = query.add_event_listener_with_callback("change", on_scheme.as_ref().unchecked_ref());
+        let _ =
+            query.add_event_listener_with_callback("change", on_scheme.as_ref().unchecked_ref());
         on_scheme.forget();
     }
 }

@@ -43,6 +43,8 @@ test("first view, then the guided start clicked through", async ({ page, browser
   await other.goto(`${server.url}/`);
   await expect(other.getByTestId("shown-note")).toContainText(/Recorded \d{4}-\d\d-\d\d \d\d:\d\d UTC on .+\(cpu\)/);
   await expect.poll(async () => (await new LabPage(other).chartData("latency-chart")).length).toBeGreaterThan(0);
+  await expect(other.getByTestId("shown")).toContainText("Showing a recorded run");
+  await expect(other.getByTestId("load-shown")).toHaveCount(0);
   await other.close();
 
   // The guided start: step 1 is current and the Lab outlines the grad control, Run and
@@ -65,6 +67,9 @@ test("first view, then the guided start clicked through", async ({ page, browser
   await expect(lab.testid("guide-progress")).toContainText("2 of 3", { timeout: 90_000 });
   await expect(page).toHaveURL(/grad=no_grad/);
   await expect(lab.testid("grad-no_grad")).toBeChecked();
+  // The run shown is the one the controls describe: nothing to load.
+  await expect(lab.testid("shown")).toContainText("no_grad");
+  await expect(lab.testid("load-shown")).toHaveCount(0);
   // The previous run is drawn behind the current one, and the reading is on the chart.
   const memory = await option(page, "memory-chart");
   const names: string[] = memory.series.map((s: any) => s.name);

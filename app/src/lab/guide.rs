@@ -260,8 +260,16 @@ mod tests {
         let r = recorded(model, "enabled", "cpu");
         assert!(is_run_of(&r, &default, DeviceKind::Cpu));
         assert!(!is_run_of(&r, &default, DeviceKind::Cuda), "another device");
-        assert!(!is_run_of(&recorded(model, "no_grad", "cpu"), &default, DeviceKind::Cpu));
-        assert!(!is_run_of(&recorded("resnet18", "enabled", "cpu"), &default, DeviceKind::Cpu));
+        assert!(!is_run_of(
+            &recorded(model, "no_grad", "cpu"),
+            &default,
+            DeviceKind::Cpu
+        ));
+        assert!(!is_run_of(
+            &recorded("resnet18", "enabled", "cpu"),
+            &default,
+            DeviceKind::Cpu
+        ));
         // The server records the input size it resolved: the model's default is "not set".
         let mut resolved = r.clone();
         resolved.spec.input_size = Some(default.model.input().default);
@@ -269,9 +277,20 @@ mod tests {
         resolved.spec.input_size = Some(default.model.input().default / 2);
         assert!(!is_run_of(&resolved, &default, DeviceKind::Cpu));
         // The list is searched by the label the server gives a recorded run.
-        assert_eq!(protocol::Record { id: "0123456789abcdef".into(), body: protocol::RecordBody::Run(Box::new(r.clone())) }.summary().label, summary_label(&default));
+        assert_eq!(
+            protocol::Record {
+                id: "0123456789abcdef".into(),
+                body: protocol::RecordBody::Run(Box::new(r.clone()))
+            }
+            .summary()
+            .label,
+            summary_label(&default)
+        );
         // Labelled as recorded, with its date and hardware.
         let label = recorded_label(&r);
-        assert!(label.starts_with("Recorded 2026-11-30 16:20 UTC on Test CPU 9000 (cpu)"), "{label}");
+        assert!(
+            label.starts_with("Recorded 2026-11-30 16:20 UTC on Test CPU 9000 (cpu)"),
+            "{label}"
+        );
     }
 }

@@ -174,8 +174,10 @@ fn Shown(lab: LabCtx, runs: Runs) -> impl IntoView {
     }
 }
 
-/// Whether two specs are the same settings as the controls show them.
+/// Whether two specs are the same settings as the controls show them. An input size not
+/// set is the model's default (the server records the size it used).
 pub fn same_settings(a: &RunSpec, b: &RunSpec) -> bool {
+    let size = |s: &RunSpec| s.input_size.unwrap_or(s.model.input().default);
     (
         a.model,
         a.batch,
@@ -184,7 +186,7 @@ pub fn same_settings(a: &RunSpec, b: &RunSpec) -> bool {
         a.autocast,
         a.warmup,
         a.iters,
-        a.input_size,
+        size(a),
     ) == (
         b.model,
         b.batch,
@@ -193,7 +195,7 @@ pub fn same_settings(a: &RunSpec, b: &RunSpec) -> bool {
         b.autocast,
         b.warmup,
         b.iters,
-        b.input_size,
+        size(b),
     )
 }
 
@@ -336,5 +338,16 @@ mod tests {
             ..a.clone()
         };
         assert!(same_settings(&a, &c));
+        // A recorded run carries the input size the server used: the default is "not set".
+        let recorded = RunSpec {
+            input_size: Some(a.model.input().default),
+            ..a.clone()
+        };
+        assert!(same_settings(&a, &recorded));
+        let smaller = RunSpec {
+            input_size: Some(a.model.input().default / 2),
+            ..a.clone()
+        };
+        assert!(!same_settings(&a, &smaller));
     }
 }
