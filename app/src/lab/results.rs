@@ -102,7 +102,7 @@ fn Status(runs: Runs, bare: bool) -> impl IntoView {
         ..
     } = runs;
     view! {
-        <div class="status" data-testid="status" aria-live="polite">
+        <div class="status" id="run-status" data-testid="status" aria-live="polite">
             {move || shown_note.get().map(|n| view! { <p class="shown-note" data-testid="shown-note">{n}</p> })}
             {move || {
                 // A run shown, not run here, has no progress to tell.
@@ -282,7 +282,7 @@ pub fn RunProgress(view_state: RwSignal<RunView>) -> impl IntoView {
     view! {
         <p class="run-progress" data-testid="run-progress" aria-live="polite">
             {line}
-            {move || view_state.with(|v| v.phase == Phase::Done).then(|| view! { " " <a href="#results">"See the results"</a> })}
+            {move || view_state.with(|v| v.phase == Phase::Done).then(|| view! { " " <a href="#run-status">"See the results"</a> })}
         </p>
     }
 }
