@@ -79,10 +79,10 @@ fi
 # --- browser tests ----------------------------------------------------------------------------
 if [ "$BROWSER" = 1 ]; then
   apt_install chromium chromium-driver
-  if [ -d end2end/node_modules/@playwright/test ]; then
-    echo "playwright: present"
+  if [ -d end2end/node_modules/@playwright/test ] && [ -f end2end/node_modules/axe-core/axe.min.js ]; then
+    echo "playwright and axe-core: present"
   else
-    step "Installing Playwright's test runner (it drives Debian's Chromium; no browser download)"
+    step "Installing Playwright's test runner (it drives Debian's Chromium; no browser download) and axe-core"
     (cd end2end && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi

@@ -210,6 +210,65 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
     )
 }
 
+/// `new` against `old` as a factor people read at a glance: "4.0× lower", "2.5× higher",
+/// "about the same" within 3%. `None` when either is zero (no factor exists).
+fn factor(new: f64, old: f64) -> Option<String> {
+    if !(new > 0.0 && old > 0.0) {
+        return None;
+    }
+    let ratio = new / old;
+    Some(if (ratio - 1.0).abs() < 0.03 {
+        "about the same as".to_string()
+    } else if ratio < 1.0 {
+        format!("{:.1}× lower than", 1.0 / ratio)
+    } else {
+        format!("{ratio:.1}× higher than")
+    })
+}
+
+/// The readings written on the charts themselves (memory, latency) for `latest` against
+/// `previous`, which is drawn faintly behind it: short, so they fit above the plot. Runs
+/// that differ beyond the settings being taught get no factor, only what differs.
+pub fn chart_readings(latest: &Report, previous: &Report) -> (String, String) {
+    let differs = incomparable(latest, previous);
+    if !differs.is_empty() {
+        let what = format!(
+            "behind: the previous run, another {}",
+            differs.join(" and ")
+        );
+        return (what.clone(), what);
+    }
+    let (new, old) = (
+        latest.memory.peak_above_baseline_bytes,
+        previous.memory.peak_above_baseline_bytes,
+    );
+    let memory = match factor(new as f64, old as f64) {
+        Some(f) => format!("peak {f} the previous run"),
+        None if new == old => "peak the same as the previous run".to_string(),
+        None => format!(
+            "peak {} above baseline; the previous run {}",
+            format_bytes(new),
+            format_bytes(old)
+        ),
+    };
+    let noise = relative_spread(latest)
+        .into_iter()
+        .chain(relative_spread(previous))
+        .fold(0.0_f64, f64::max);
+    let lat = change(latest.latency_ms.p50, previous.latency_ms.p50);
+    let latency = match (lat, factor(latest.latency_ms.p50, previous.latency_ms.p50)) {
+        (Some(l), _) if l.abs() <= noise * 100.0 => {
+            format!(
+                "p50 within the noise of the previous run (±{:.0}%)",
+                noise * 100.0
+            )
+        }
+        (_, Some(f)) => format!("p50 {f} the previous run"),
+        _ => "p50 against the previous run: not comparable".to_string(),
+    };
+    (memory, latency)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +367,30 @@ mod tests {
         r.spec.autocast = Autocast::Bf16;
         assert!(caveat(&r).unwrap().contains("emulated"));
         assert!(reading(&r, None).contains("emulated"));
+    }
+
+    #[test]
+    fn the_chart_reading_is_a_factor_against_the_previous_run() {
+        let grad = report("resnet18", 4, 400 << 20, &[30.0; 4]);
+        let nograd = report("resnet18", 4, 100 << 20, &[30.0; 4]);
+        let (memory, latency) = chart_readings(&nograd, &grad);
+        assert_eq!(memory, "peak 4.0× lower than the previous run");
+        assert!(latency.contains("p50"), "{latency}");
+        let (memory, _) = chart_readings(&grad, &nograd);
+        assert_eq!(memory, "peak 4.0× higher than the previous run");
+        let (same, _) = chart_readings(&grad, &grad);
+        assert!(same.contains("about the same"), "{same}");
+        // Another model: no factor, only what differs.
+        let mlp = report("tiny_mlp", 4, 1 << 20, &[1.0; 4]);
+        let (memory, latency) = chart_readings(&mlp, &grad);
+        assert!(
+            memory.contains("another model") && !memory.contains('×'),
+            "{memory}"
+        );
+        assert!(!latency.contains('×'));
+        // Nothing above the baseline in one run: no factor out of a zero.
+        let zero = report("resnet18", 4, 0, &[30.0; 4]);
+        let (memory, _) = chart_readings(&zero, &grad);
+        assert!(!memory.contains('×') && memory.contains("0 B"), "{memory}");
     }
 }

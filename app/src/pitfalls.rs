@@ -1,7 +1,8 @@
 //! The Pitfalls page: one card per lesson — the claim, why it happens (with the PyTorch
 //! doc it rests on), the code that falls in and the code that avoids it, and a live
 //! experiment whose verdict is computed from what it measured. A guided tour walks the
-//! cards in order and remembers, in this browser, which ones were run.
+//! cards in order and remembers, in this browser, which ones were run; a contents list
+//! (sticky beside the cards on wide screens) names every card with its verdict once run.
 
 use leptos::prelude::*;
 use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
@@ -50,7 +51,36 @@ pub fn PitfallsPage() -> impl IntoView {
         done.set(vec![]);
         save_progress(&[]);
     };
+    let contents = cards
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            let id = c.id.clone();
+            let verdict = move || {
+                done.with(|d| d.iter().find(|(done_id, _)| *done_id == id).map(|(_, v)| *v))
+                    .map(|v| match v {
+                        Some(v) => {
+                            let (class, word) = verdict_mark(v);
+                            view! { <span class=class>{word}</span> }.into_any()
+                        }
+                        None => view! { <span class="mark ran">"run"</span> }.into_any(),
+                    })
+            };
+            view! {
+                <li>
+                    <a href=format!("#{}", c.id) data-testid=format!("contents-{}", c.id)>{format!("{}. {}", index + 1, c.title)}</a>
+                    " "
+                    {verdict}
+                </li>
+            }
+        })
+        .collect_view();
     view! {
+        <div class="pitfalls-page">
+        <nav class="contents" aria-label="Pitfall cards" data-testid="contents">
+            <h2>"Cards"</h2>
+            <ol>{contents}</ol>
+        </nav>
         <div class="pitfalls">
             <section class="tour" data-testid="tour" aria-label="Guided tour">
                 <h1>"Pitfalls, tested live"</h1>
@@ -70,6 +100,7 @@ pub fn PitfallsPage() -> impl IntoView {
                 .enumerate()
                 .map(|(index, card)| view! { <PitfallCard card index done /> })
                 .collect_view()}
+        </div>
         </div>
     }
 }
@@ -100,6 +131,7 @@ fn ran(tour: &Tour, id: &str) -> bool {
 }
 
 /// Reads saved progress: today's `[[id, verdict], ...]`, or the older list of ids.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 fn parse_tour(text: &str) -> Tour {
     serde_json::from_str::<Tour>(text)
         .or_else(|_| {
@@ -110,6 +142,7 @@ fn parse_tour(text: &str) -> Tour {
 }
 
 /// Records that card `id` ran with `verdict` (a rerun replaces the verdict, keeps its place).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 fn record_run(tour: &mut Tour, id: &str, verdict: Verdict) {
     match tour.iter_mut().find(|(done, _)| done == id) {
         Some(entry) => entry.1 = Some(verdict),

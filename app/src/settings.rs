@@ -2,11 +2,68 @@
 //! link restores exactly what its sender saw (and `&run=1` starts the run on arrival).
 //! Pure functions, shared by the server render and the browser.
 
-use protocol::{Autocast, DeviceChoice, GradMode, Limits, ModelId, RunSpec};
+use protocol::{
+    Autocast, DeviceChoice, DeviceInfo, DeviceKind, GradMode, Limits, ModelId, RunSpec,
+};
 
-/// A RunSpec from query parameters; anything missing or unreadable keeps its default.
-pub fn spec_from_query(get: impl Fn(&str) -> Option<String>) -> RunSpec {
-    let d = RunSpec::default();
+/// The Lab's default settings on a device of `kind`: the ones that show the core lesson
+/// (autograd on vs `no_grad`) plainly, in a run short enough to wait for.
+///
+/// - CUDA: ResNet-50, batch 32 — the seed setting; activations dominate the weights and a
+///   run takes well under a second on a datacenter GPU.
+/// - CPU: MobileNet-V2, batch 1. Measured with the CLI on a busy 2-core VM
+///   (`gradless measure --model M --batch N --grad enabled|no_grad --threads 1 --json`,
+///   20 timed + 3 warm-up iterations; peak above baseline, p50):
+///
+///   | model, batch       | enabled          | no_grad         | ratio | whole run |
+///   |--------------------|------------------|-----------------|-------|-----------|
+///   | tiny MLP, 32       | 0.3 MiB, 0.5 ms  | 0.1 MiB, 0.5 ms | 3×    | < 0.1 s   |
+///   | tiny MLP, 1024     | 10.0 MiB, 23 ms  | 4.0 MiB, 22 ms  | 2.5×  | ~0.9 s    |
+///   | transformer, 1     | 6.4 MiB, 24 ms   | 1.8 MiB, 26 ms  | 3.6×  | ~1.1 s    |
+///   | MobileNet-V2, 1    | 74.2 MiB, 99 ms  | 11.1 MiB, 76 ms | 6.7×  | ~2.8 s    |
+///   | ResNet-18, 1       | 29.6 MiB, 145 ms | 9.5 MiB, 134 ms | 3.1×  | ~4.2 s    |
+///   | ResNet-18, 4       | 91.3 MiB, 468 ms | 24.5 MiB, 389 ms| 3.7×  | ~11 s     |
+///
+///   (the machine's load average was 7–9 on its 2 cores while measuring, so the times are
+///   about 2–3× those of an idle 2-core CPU). MobileNet-V2 at batch 1 shows the largest
+///   difference — 74 MiB against 11 MiB, against a 14 MiB baseline — and, idle, runs in
+///   about a second; the tiny MLP's difference (the old default) is under 1 MiB, invisible
+///   beside its baseline.
+pub fn default_for_device(kind: DeviceKind) -> RunSpec {
+    let (model, batch) = match kind {
+        DeviceKind::Cuda => (ModelId::Resnet50, 32),
+        DeviceKind::Cpu => (ModelId::MobilenetV2, 1),
+    };
+    RunSpec {
+        model,
+        batch,
+        ..RunSpec::default()
+    }
+}
+
+/// The device `choice` resolves to among `devices` (the server's, best first).
+pub fn resolve_device(devices: &[DeviceInfo], choice: DeviceChoice) -> DeviceKind {
+    let has_cuda = devices.iter().any(|d| d.kind == DeviceKind::Cuda);
+    // A CUDA choice on a server without CUDA keeps naming CUDA: the autocast note then
+    // says there is no such device.
+    choice.resolve(has_cuda).unwrap_or(DeviceKind::Cuda)
+}
+
+/// The Lab's defaults on this server when the address asks for device `choice`.
+pub fn lab_default(devices: &[DeviceInfo], choice: DeviceChoice) -> RunSpec {
+    RunSpec {
+        device: choice,
+        ..default_for_device(resolve_device(devices, choice))
+    }
+}
+
+/// A RunSpec from query parameters; anything missing or unreadable keeps this server's
+/// default for the device asked for ([`lab_default`]).
+pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
+    let device = get("device")
+        .and_then(|v| v.parse::<DeviceChoice>().ok())
+        .unwrap_or(DeviceChoice::Auto);
+    let d = lab_default(devices, device);
     RunSpec {
         model: get("model")
             .and_then(|v| v.parse::<ModelId>().ok())
@@ -67,8 +124,11 @@ pub fn query_from_spec(spec: &RunSpec) -> String {
 
 /// What a link asked for that this page could not use, one sentence each ("model
 /// “resnet999” is not a model here: showing Tiny MLP"), so nothing is dropped silently.
-pub fn ignored_in_query(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
-    let d = RunSpec::default();
+pub fn ignored_in_query(
+    devices: &[DeviceInfo],
+    get: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    let d = spec_from_query(devices, |_| None);
     let mut out = vec![];
     let mut check = |key: &str, ok: bool, shown: String| {
         if let Some(v) = get(key).filter(|_| !ok) {
@@ -174,7 +234,7 @@ mod tests {
                 (k.to_string(), v.to_string())
             })
             .collect();
-        let back = spec_from_query(|k| {
+        let back = spec_from_query(&[], |k| {
             pairs
                 .iter()
                 .find(|(key, _)| key == k)
@@ -185,14 +245,14 @@ mod tests {
 
     #[test]
     fn garbage_in_the_url_falls_back_to_defaults() {
-        let spec = spec_from_query(|k| {
+        let spec = spec_from_query(&[], |k| {
             Some(if k == "batch" {
                 "0".into()
             } else {
                 "nonsense".into()
             })
         });
-        let d = RunSpec::default();
+        let d = lab_default(&[], DeviceChoice::Auto);
         assert_eq!(
             (spec.model, spec.batch, spec.grad),
             (d.model, d.batch, d.grad)
@@ -242,13 +302,55 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let said = ignored_in_query(q(&[("model", "resnet999"), ("batch", "8")]));
+        let said = ignored_in_query(&[], q(&[("model", "resnet999"), ("batch", "8")]));
         assert_eq!(said.len(), 1, "{said:?}");
-        assert!(said[0].contains("resnet999") && said[0].contains("tiny_mlp"));
-        assert!(ignored_in_query(q(&[("model", "resnet18"), ("grad", "no_grad")])).is_empty());
+        let shown = lab_default(&[], DeviceChoice::Auto).model;
+        assert!(said[0].contains("resnet999") && said[0].contains(shown.as_str()));
+        assert!(ignored_in_query(&[], q(&[("model", "resnet18"), ("grad", "no_grad")])).is_empty());
         assert_eq!(
-            ignored_in_query(q(&[("batch", "0"), ("iters", "x")])).len(),
+            ignored_in_query(&[], q(&[("batch", "0"), ("iters", "x")])).len(),
             2
         );
+    }
+
+    fn device(kind: DeviceKind) -> DeviceInfo {
+        DeviceInfo {
+            kind,
+            name: kind.as_str().into(),
+            total_memory_bytes: None,
+            autocast: vec![],
+        }
+    }
+
+    #[test]
+    fn the_default_follows_the_device_the_run_will_use() {
+        let cpu_only = [device(DeviceKind::Cpu)];
+        let gpu_server = [device(DeviceKind::Cuda), device(DeviceKind::Cpu)];
+        let none = |_: &str| None;
+        // The seed setting on a GPU; a small model on a CPU, never the tiny MLP whose
+        // grad/no_grad difference is invisible beside its baseline.
+        let gpu = spec_from_query(&gpu_server, none);
+        assert_eq!((gpu.model, gpu.batch), (ModelId::Resnet50, 32));
+        let cpu = spec_from_query(&cpu_only, none);
+        assert_ne!(cpu.model, ModelId::TinyMlp);
+        assert!(
+            cpu.batch <= 4,
+            "a CPU run must stay short: batch {}",
+            cpu.batch
+        );
+        // Asking for the CPU on a GPU server gets the CPU's default, not ResNet-50 at 32.
+        let asked_cpu =
+            spec_from_query(&gpu_server, |k| (k == "device").then(|| "cpu".to_string()));
+        assert_eq!((asked_cpu.model, asked_cpu.batch), (cpu.model, cpu.batch));
+        assert_eq!(asked_cpu.device, DeviceChoice::Cpu);
+        // Only what the address leaves out is defaulted; the lesson's setting starts at
+        // autograd on, so the first run shows the cost no_grad removes.
+        let asked = spec_from_query(&gpu_server, |k| (k == "batch").then(|| "4".to_string()));
+        assert_eq!((asked.model, asked.batch), (ModelId::Resnet50, 4));
+        assert_eq!(gpu.grad, GradMode::Enabled);
+        // Every default is a spec the server accepts.
+        for d in [gpu, cpu] {
+            assert!(d.check(&Limits::default()).is_ok(), "{d:?}");
+        }
     }
 }

@@ -158,7 +158,7 @@ pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView 
                     "Only pages this server allows may show the frame: its own, and the origins its operator lists with "
                     <code>"--embed-origins"</code>" (scheme, host and port: another port is another origin). Elsewhere the frame shows the browser's refusal."
                 </p>
-                <textarea readonly rows="9" data-testid="embed-code">{snippet()}</textarea>
+                <textarea readonly rows="9" data-testid="embed-code" aria-label="Embed code">{snippet()}</textarea>
                 <button data-testid="copy-embed" on:click=on_copy>{move || if copied.get() { "Copied" } else { "Copy" }}</button>
             </div>
         })}

@@ -206,7 +206,7 @@ pub fn GradControl(lab: LabCtx) -> impl IntoView {
     let hidden = move |c: &str| lab.hidden(c);
     let locked = move |c: &str| lab.locked(c);
     view! {
-        <fieldset class="control" class:hidden=hidden("grad") prop:disabled=locked("grad")>
+        <fieldset class="control" data-guide="1 2" class:hidden=hidden("grad") prop:disabled=locked("grad")>
             <legend>"Grad mode"</legend>
             {GradMode::ALL
                 .into_iter()

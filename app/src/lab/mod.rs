@@ -6,14 +6,14 @@
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
-use protocol::{Autocast, DeviceChoice, DeviceKind, Report, RunSpec, ServerInfo};
+use protocol::{Autocast, DeviceChoice, DeviceKind, RunSpec, ServerInfo};
 
 use crate::embed::EmbedOptions;
-use crate::run_view::RunView;
-use crate::settings::{ignored_in_query, query_from_spec, spec_from_query};
+use crate::settings::{ignored_in_query, query_from_spec, resolve_device, spec_from_query};
 use crate::widgets::{EmbedSnippet, TokenField};
 
 pub mod controls;
+pub mod guide;
 pub mod results;
 pub mod run;
 
@@ -21,15 +21,13 @@ use controls::{
     AdvancedControl, AutocastControl, BatchControl, DeviceControl, GradControl, ModeControl,
     ModelControl, Validity,
 };
+use guide::{Guide, GuidePanel, Happened};
 use results::{Results, RunProgress};
-use run::{start_run, start_sequence, History};
+use run::{start_run, start_sequence, Runs};
 
 /// The device `auto` resolves to on this server: the GPU when there is one.
 fn resolved_device(info: &ServerInfo, choice: DeviceChoice) -> DeviceKind {
-    let has_cuda = info.devices.iter().any(|d| d.kind == DeviceKind::Cuda);
-    // A CUDA choice on a server without CUDA keeps naming CUDA: the autocast note then
-    // says there is no such device.
-    choice.resolve(has_cuda).unwrap_or(DeviceKind::Cuda)
+    resolve_device(&info.devices, choice)
 }
 
 /// Whether `autocast` can run on the spec's device, and the note to show.
@@ -83,7 +81,9 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let auth_required = info.auth_required;
     let info = StoredValue::new(info);
     let query = use_query_map();
-    let spec = Memo::new(move |_| query.with(|q| spec_from_query(|k| q.get(k))));
+    let spec = Memo::new(move |_| {
+        info.with_value(|i| query.with(|q| spec_from_query(&i.devices, |k| q.get(k))))
+    });
     let opts = StoredValue::new(if embed {
         query.with_untracked(|q| EmbedOptions::from_query(|k| q.get(k)))
     } else {
@@ -113,12 +113,15 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     };
     let hidden = move |c: &str| lab.hidden(c);
 
-    let view_state = RwSignal::new(RunView::default());
-    // Every finished run on this page, with its permanent id.
-    let history: History = RwSignal::new(Vec::<(String, Report)>::new());
-    let current_id = RwSignal::new(None::<String>);
+    let runs = Runs::new();
+    let memory_scale = RwSignal::new(crate::charts::MemoryScale::default());
+    let Runs {
+        view_state,
+        history,
+        comparing,
+        ..
+    } = runs;
     let busy = Memo::new(move |_| view_state.with(|v| v.phase.busy()));
-    let comparing = RwSignal::new(false);
 
     let validity = Validity::new(spec.get_untracked().batch);
     let batch_state = validity.batch;
@@ -131,20 +134,17 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
         }
     });
 
-    let run_one = move |s: RunSpec| start_run(s, view_state, history, current_id);
+    let run_one = move |s: RunSpec| start_run(s, runs);
+    let can_start = move || !busy.get_untracked() && validity.problem_untracked().is_none();
     // The buttons stay focusable while a run goes on (a disabled button drops keyboard
     // focus to the page body): a click then does nothing, and aria-disabled says so.
     let on_run = move |_| {
-        if busy.get_untracked() || validity.problem_untracked().is_some() {
-            return;
+        if can_start() {
+            run_one(spec.get_untracked());
         }
-        run_one(spec.get_untracked());
     };
-    let on_compare = move |_| {
-        if busy.get_untracked()
-            || comparing.get_untracked()
-            || validity.problem_untracked().is_some()
-        {
+    let compare_all = move || {
+        if !can_start() || comparing.get_untracked() {
             return;
         }
         let base = spec.get_untracked();
@@ -153,16 +153,89 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
             .into_iter()
             .filter(|s| info.with_value(|i| autocast_support(i, s, s.autocast).0))
             .collect();
-        start_sequence(rows, view_state, history, current_id, comparing);
+        start_sequence(rows, runs);
+    };
+    let on_compare = move |_| compare_all();
+
+    // The guided start (not in embeds): progress follows what the reader does, and a
+    // step's button does the step.
+    let guide = RwSignal::new(Guide::default());
+    let on_step = Callback::new(move |i: usize| {
+        if i == 2 {
+            compare_all();
+        } else if can_start() {
+            let next = Guide::spec_for(i, &spec.get_untracked());
+            lab.update(&|s| *s = next.clone());
+            run_one(next);
+        }
+    });
+    Effect::new(move |prev: Option<(usize, bool)>| {
+        let len = history.with(|h| h.len());
+        let cmp = comparing.get();
+        if let Some((prev_len, prev_cmp)) = prev {
+            let happened = if prev_cmp && !cmp {
+                Some(Happened::ComparisonFinished)
+            } else if len > prev_len && !cmp && !runs.automatic.get_untracked() {
+                history
+                    .with_untracked(|h| h.last().map(|(_, r)| Happened::RunFinished(r.spec.grad)))
+            } else {
+                None
+            };
+            if let Some(what) = happened {
+                guide.update(|g| *g = g.after(what));
+            }
+        }
+        (len, cmp)
+    });
+    #[cfg(feature = "hydrate")]
+    if !embed {
+        let storage = || web_sys::window().and_then(|w| w.local_storage().ok().flatten());
+        // Read once the page is live; saved on every change after that.
+        Effect::new(move |read: Option<bool>| {
+            if read.is_none() {
+                if let Some(saved) =
+                    storage().and_then(|s| s.get_item(guide::GUIDE_KEY).ok().flatten())
+                {
+                    guide.set(Guide::parse(&saved));
+                }
+            } else if let Some(s) = storage() {
+                let _ = s.set_item(
+                    guide::GUIDE_KEY,
+                    &serde_json::to_string(&guide.get()).unwrap_or_default(),
+                );
+            }
+            guide.track();
+            true
+        });
+    }
+    let guide_step = move || {
+        (!embed)
+            .then(|| guide.with(|g| g.current()))
+            .flatten()
+            .map(|c| (c + 1).to_string())
     };
 
-    // `&run=1` in a shared link starts the run once the page is live.
+    // `&run=1` in a shared link starts the run once the page is live. The first view of a
+    // bare address is never empty: the newest recorded run of the default settings, or, on
+    // a fresh server, the default run once, said so.
+    let bare = location
+        .search
+        .get_untracked()
+        .trim_start_matches('?')
+        .is_empty();
     Effect::new(move |done: Option<bool>| {
         if done == Some(true) {
             return true;
         }
         if query.with_untracked(|q| q.get("run").as_deref() == Some("1")) {
             run_one(spec.get_untracked());
+        } else if bare && !embed {
+            #[cfg(feature = "hydrate")]
+            {
+                let default = spec.get_untracked();
+                let device = info.with_value(|i| resolved_device(i, default.device));
+                leptos::task::spawn_local(first_view(default, device, runs));
+            }
         }
         true
     });
@@ -171,25 +244,42 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     {
         use crate::charts;
         Effect::new(move |_| {
-            view_state.with(|v| {
-                let r = v.report.as_ref();
-                charts::render(
-                    "latency-chart",
-                    charts::latency_chart(
-                        &v.warmup,
-                        &v.samples,
-                        r.map(|r| r.latency_ms.p50),
-                        r.map(|r| r.latency_ms.p95),
-                    ),
-                );
-                charts::render(
-                    "memory-chart",
-                    charts::memory_chart(&v.warmup, &v.samples, v.baseline_bytes),
-                );
+            let scale = memory_scale.get();
+            runs.previous.with(|previous| {
+                view_state.with(|v| {
+                    let r = v.report.as_ref();
+                    let readings = r
+                        .zip(previous.as_ref())
+                        .map(|(r, p)| crate::explain::chart_readings(r, p));
+                    let overlay = previous.as_ref().map(charts::Previous::of);
+                    charts::render(
+                        "latency-chart",
+                        charts::latency_chart_with(
+                            &v.warmup,
+                            &v.samples,
+                            r.map(|r| r.latency_ms.p50),
+                            r.map(|r| r.latency_ms.p95),
+                            overlay,
+                            readings.as_ref().map(|(_, l)| l.as_str()),
+                        ),
+                    );
+                    charts::render(
+                        "memory-chart",
+                        charts::memory_chart_with(
+                            &v.warmup,
+                            &v.samples,
+                            v.baseline_bytes,
+                            scale,
+                            overlay,
+                            readings.as_ref().map(|(m, _)| m.as_str()),
+                        ),
+                    );
+                })
             })
         });
         Effect::new(move |_| {
-            let reports: Vec<Report> = history.with(|h| h.iter().map(|(_, r)| r.clone()).collect());
+            let reports: Vec<protocol::Report> =
+                history.with(|h| h.iter().map(|(_, r)| r.clone()).collect());
             charts::render(
                 "compare-chart",
                 charts::comparison_chart("Runs on this page", &reports),
@@ -198,10 +288,11 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     }
 
     view! {
-        <div class="lab">
+        {(!embed).then(|| view! { <GuidePanel guide on_step /> })}
+        <div class="lab" data-guide-step=guide_step>
             <section class="controls" aria-label="Settings">
                 {move || {
-                    let ignored = query.with(|q| ignored_in_query(|k| q.get(k)));
+                    let ignored = info.with_value(|i| query.with(|q| ignored_in_query(&i.devices, |k| q.get(k))));
                     (!ignored.is_empty()).then(|| view! {
                         <p class="explain note" role="status" data-testid="ignored">
                             {format!("From the link: {}.", ignored.join("; "))}
@@ -224,6 +315,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                     <button
                         class="primary"
                         data-testid="run"
+                        data-guide="1 2"
                         on:click=on_run
                         aria-disabled=move || busy.get().to_string()
                         aria-describedby="run-blocked"
@@ -233,6 +325,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                     </button>
                     <button
                         data-testid="compare-all"
+                        data-guide="3"
                         class:hidden=hidden("compare")
                         on:click=on_compare
                         aria-disabled=move || (busy.get() || comparing.get()).to_string()
@@ -250,10 +343,56 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                             title="Gradless: PyTorch inference settings, measured live"
                         />
                     })}
+                    {(!embed).then(|| view! {
+                        <button class="link" data-testid="guide-show" class:hidden=move || !guide.with(|g| g.dismissed) on:click=move |_| guide.update(|g| g.dismissed = false)>
+                            "Show the guided start"
+                        </button>
+                    })}
                 </div>
             </section>
 
-            <Results lab view_state history current_id embed />
+            <Results lab runs embed bare memory_scale />
         </div>
+    }
+}
+
+/// The first view of a bare address: the newest recorded run of the default settings on
+/// this server's device, labelled as recorded; on a fresh server, the default run once.
+#[cfg(feature = "hydrate")]
+async fn first_view(default: RunSpec, device: DeviceKind, runs: Runs) {
+    use protocol::{Record, RecordSummary};
+    let label = guide::summary_label(&default);
+    let listed = crate::client::get_json::<Vec<RecordSummary>>("/api/records?kind=run&limit=200")
+        .await
+        .unwrap_or_default();
+    // The label narrows the list; the record itself must match every setting and the device.
+    for summary in listed.iter().filter(|s| s.label == label).take(5) {
+        let url = format!("/api/records/{}", summary.id);
+        if let Ok(record) = crate::client::get_json::<Record>(&url).await {
+            if let Some(report) = record
+                .run()
+                .filter(|r| guide::is_run_of(r, &default, device))
+            {
+                // The reader may have started a run meanwhile: theirs wins.
+                if runs
+                    .view_state
+                    .with_untracked(|v| v.report.is_none() && !v.phase.busy())
+                {
+                    let note = guide::recorded_label(report);
+                    runs.show(Some(record.id.clone()), report.clone(), note);
+                }
+                return;
+            }
+        }
+    }
+    if runs
+        .view_state
+        .with_untracked(|v| v.report.is_none() && !v.phase.busy())
+    {
+        run::start_automatic_run(
+            default,
+            runs,
+            "First visit on this server: nothing is recorded yet, so the page runs the default settings once to fill the charts.".into(),
+        );
     }
 }

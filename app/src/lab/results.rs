@@ -1,11 +1,13 @@
-//! The Lab's results column: the run's status, its live charts, its figures and actions,
-//! the reading against the previous run, every run of the page side by side, and the
-//! Python that does what the settings do.
+//! The Lab's results column: the run's status, its live charts (the previous run faintly
+//! behind, the reading against it on the chart), its figures and actions, which run is
+//! shown, every run of the page side by side (each can be brought back with its
+//! settings), and the Python that does what the settings do.
 
 use leptos::prelude::*;
 use protocol::{python_snippet, RunSpec};
 
-use super::{History, LabCtx};
+use super::{LabCtx, Runs};
+use crate::charts::MemoryScale;
 use crate::explain;
 use crate::run_view::{Phase, RunView};
 use crate::widgets::{summary_table, RecordActions};
@@ -14,24 +16,46 @@ use crate::widgets::{summary_table, RecordActions};
 #[component]
 pub fn Results(
     lab: LabCtx,
-    view_state: RwSignal<RunView>,
-    history: History,
-    current_id: RwSignal<Option<String>>,
+    runs: Runs,
     embed: bool,
+    /// The address had no settings: the first view looks for a recorded run.
+    bare: bool,
+    memory_scale: RwSignal<MemoryScale>,
 ) -> impl IntoView {
     let spec = lab.spec;
     let hidden = move |c: &str| lab.hidden(c);
+    let Runs {
+        view_state,
+        history,
+        current_id,
+        previous,
+        ..
+    } = runs;
     view! {
         <section class="results" id="results" aria-label="Results">
-            <Status view_state />
+            <Status runs bare=bare && !embed />
             <div class="charts">
                 <figure>
-                    <div id="latency-chart" class="chart" data-testid="latency-chart"></div>
+                    <div id="latency-chart" class="chart" data-testid="latency-chart" role="img" aria-label="Latency per iteration: nothing measured yet."></div>
                 </figure>
-                <figure>
-                    <div id="memory-chart" class="chart" data-testid="memory-chart"></div>
+                <figure data-guide="1 2">
+                    <div id="memory-chart" class="chart" data-testid="memory-chart" role="img" aria-label="Memory per forward pass: nothing measured yet."></div>
+                    <figcaption>
+                        <label class="toggle">
+                            <input
+                                type="checkbox"
+                                data-testid="memory-absolute"
+                                prop:checked=move || memory_scale.get() == MemoryScale::Absolute
+                                on:change=move |ev| {
+                                    memory_scale.set(if event_target_checked(&ev) { MemoryScale::Absolute } else { MemoryScale::AboveBaseline })
+                                }
+                            />
+                            "Plot absolute memory (the baseline included)"
+                        </label>
+                    </figcaption>
                 </figure>
             </div>
+            <Shown lab runs />
             <Summary view_state />
             {move || {
                 let done = view_state.with(|v| v.phase == Phase::Done);
@@ -39,13 +63,13 @@ pub fn Results(
             }}
             <p class="reading" data-testid="reading">
                 {move || {
-                    history.with(|h| {
-                        h.last().map(|(_, last)| explain::reading(last, h.len().checked_sub(2).and_then(|i| h.get(i)).map(|(_, r)| r)))
+                    view_state.with(|v| {
+                        v.report.as_ref().map(|r| previous.with(|p| explain::reading(r, p.as_ref())))
                     })
                 }}
             </p>
-            <figure class="wide" class:hidden=hidden("history")>
-                <div id="compare-chart" class="chart" data-testid="compare-chart"></div>
+            <figure class="wide" class:hidden=hidden("history") data-guide="3">
+                <div id="compare-chart" class="chart" data-testid="compare-chart" role="img" aria-label="Runs on this page: no finished run yet."></div>
                 <figcaption>
                     "Every finished run on this page, side by side. Each is recorded: "
                     {move || {
@@ -60,19 +84,32 @@ pub fn Results(
                     }}
                     {move || history.with(|h| h.len() < 2).then_some("run twice to compare them from their permalinks.")}
                 </figcaption>
+                <PageRuns lab runs />
             </figure>
             {(!hidden("snippet")).then(|| view! { <Snippet spec /> })}
         </section>
     }
 }
 
-/// Queue position, progress and errors of the current run.
+/// Queue position, progress and errors of the current run, and what a run shown without
+/// being run here is.
 #[component]
-fn Status(view_state: RwSignal<RunView>) -> impl IntoView {
+fn Status(runs: Runs, bare: bool) -> impl IntoView {
+    let Runs {
+        view_state,
+        shown_note,
+        automatic,
+        ..
+    } = runs;
     view! {
-        <div class="status" data-testid="status" aria-live="polite">
+        <div class="status" id="run-status" data-testid="status" aria-live="polite">
+            {move || shown_note.get().map(|n| view! { <p class="shown-note" data-testid="shown-note">{n}</p> })}
             {move || {
+                // A run shown, not run here, has no progress to tell.
+                let quiet = shown_note.with(|n| n.is_some()) && !automatic.get();
                 view_state.with(|v| match &v.phase {
+                    _ if quiet => String::new(),
+                    Phase::Idle if bare => "Looking for a recorded run of the default settings…".to_string(),
                     Phase::Idle => "Choose settings and press Run: the server measures them live.".to_string(),
                     Phase::Submitting => "Sending the run to the server…".to_string(),
                     Phase::Queued(0) => "Queued: next on the device.".to_string(),
@@ -93,6 +130,131 @@ fn Status(view_state: RwSignal<RunView>) -> impl IntoView {
                 })
             }}
         </div>
+    }
+}
+
+/// Which run the charts and the summary show — after Compare all modes, the last of the
+/// comparison, not what the controls say — and a way to load its settings.
+#[component]
+fn Shown(lab: LabCtx, runs: Runs) -> impl IntoView {
+    let Runs {
+        view_state,
+        history,
+        current_id,
+        ..
+    } = runs;
+    move || {
+        let report = view_state.with(|v| v.report.clone())?;
+        let id = current_id.get();
+        let number = history.with(|h| {
+            id.as_ref()
+                .and_then(|id| h.iter().position(|(i, _)| i == id))
+                .map(|i| i + 1)
+        });
+        let which = match number {
+            Some(n) => format!(
+                "Showing run #{n} of this page: {}",
+                explain::run_name(&report)
+            ),
+            None => format!("Showing a recorded run: {}", explain::run_name(&report)),
+        };
+        let differs = lab.spec.with(|s| !same_settings(s, &report.spec));
+        let load = report.spec.clone();
+        Some(view! {
+            <p class="shown" data-testid="shown">
+                {which}
+                {differs.then(|| view! {
+                    " — the settings on the left differ. "
+                    <button class="link" data-testid="load-shown" on:click=move |_| lab.update(&|s| *s = load.clone())>
+                        "Load its settings"
+                    </button>
+                })}
+            </p>
+        })
+    }
+}
+
+/// Whether two specs are the same settings as the controls show them. An input size not
+/// set is the model's default (the server records the size it used).
+pub fn same_settings(a: &RunSpec, b: &RunSpec) -> bool {
+    let size = |s: &RunSpec| s.input_size.unwrap_or(s.model.input().default);
+    (
+        a.model,
+        a.batch,
+        a.eval,
+        a.grad,
+        a.autocast,
+        a.warmup,
+        a.iters,
+        size(a),
+    ) == (
+        b.model,
+        b.batch,
+        b.eval,
+        b.grad,
+        b.autocast,
+        b.warmup,
+        b.iters,
+        size(b),
+    )
+}
+
+/// The page's runs as a list: each can be put back on the charts, its settings loaded.
+#[component]
+fn PageRuns(lab: LabCtx, runs: Runs) -> impl IntoView {
+    let Runs {
+        history,
+        current_id,
+        view_state,
+        ..
+    } = runs;
+    move || {
+        let items = history.get();
+        (!items.is_empty()).then(|| {
+            let busy = move || view_state.with(|v| v.phase.busy());
+            view! {
+                <ol class="page-runs" data-testid="page-runs">
+                    {items
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (id, report))| {
+                            let shown = {
+                                let id = id.clone();
+                                Signal::derive(move || current_id.with(|c| c.as_deref() == Some(id.as_str())))
+                            };
+                            let line = format!(
+                                "#{} {}: peak {} above baseline, p50 {:.2} ms",
+                                i + 1,
+                                explain::run_name(&report),
+                                protocol::format_bytes(report.memory.peak_above_baseline_bytes),
+                                report.latency_ms.p50
+                            );
+                            let on_show = move |_| {
+                                if busy() {
+                                    return;
+                                }
+                                let spec = report.spec.clone();
+                                lab.update(&|s| *s = spec.clone());
+                                runs.show(
+                                    Some(id.clone()),
+                                    report.clone(),
+                                    format!("Run #{} of this page, brought back with its settings.", i + 1),
+                                );
+                            };
+                            view! {
+                                <li class:shown=shown>
+                                    {line}
+                                    " "
+                                    <button class="link" data-testid=format!("show-run-{}", i + 1) on:click=on_show aria-disabled=move || busy().to_string()>
+                                        {move || if shown.get() { "shown" } else { "show it and load its settings" }}
+                                    </button>
+                                </li>
+                            }
+                        })
+                        .collect_view()}
+                </ol>
+            }
+        })
     }
 }
 
@@ -120,7 +282,7 @@ pub fn RunProgress(view_state: RwSignal<RunView>) -> impl IntoView {
     view! {
         <p class="run-progress" data-testid="run-progress" aria-live="polite">
             {line}
-            {move || view_state.with(|v| v.phase == Phase::Done).then(|| view! { " " <a href="#results">"See the results"</a> })}
+            {move || view_state.with(|v| v.phase == Phase::Done).then(|| view! { " " <a href="#run-status">"See the results"</a> })}
         </p>
     }
 }
@@ -153,5 +315,39 @@ fn Snippet(spec: Memo<RunSpec>) -> impl IntoView {
             </div>
             <pre><code data-testid="snippet">{move || python_snippet(&spec.get())}</code></pre>
         </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::GradMode;
+
+    #[test]
+    fn settings_are_the_same_only_when_every_taught_setting_is() {
+        let a = RunSpec::default();
+        assert!(same_settings(&a, &a.clone()));
+        let b = RunSpec {
+            grad: GradMode::NoGrad,
+            ..a.clone()
+        };
+        assert!(!same_settings(&a, &b));
+        // The device choice "auto" and what it resolved to are the same setting here.
+        let c = RunSpec {
+            device: protocol::DeviceChoice::Cpu,
+            ..a.clone()
+        };
+        assert!(same_settings(&a, &c));
+        // A recorded run carries the input size the server used: the default is "not set".
+        let recorded = RunSpec {
+            input_size: Some(a.model.input().default),
+            ..a.clone()
+        };
+        assert!(same_settings(&a, &recorded));
+        let smaller = RunSpec {
+            input_size: Some(a.model.input().default / 2),
+            ..a.clone()
+        };
+        assert!(!same_settings(&a, &smaller));
     }
 }
