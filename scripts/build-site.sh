@@ -6,8 +6,8 @@
 #   asset-manifest.json                                  those names, for the page shell
 #   public/*                                             the favicon; nothing comes from a CDN
 # Each pkg/ file has brotli (.br) and gzip (.gz) copies beside it (scripts/site-assets.mjs).
-# The plain path (cargo + wasm-bindgen) keeps a cold setup light; `cargo leptos build` produces
-# the same layout for those who have cargo-leptos.
+# The plain path (cargo + wasm-bindgen) keeps a cold setup light. `cargo leptos build` writes
+# unhashed names without a manifest, which the page shell falls back to (app/src/lib.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

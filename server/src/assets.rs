@@ -89,9 +89,15 @@ mod tests {
             !is_content_hashed("/pkg/0123456789abcdef.js"),
             "a hash must follow a name"
         );
-        assert!(!is_content_hashed("/pkg/a.0123456789ABCDEF.js"), "uppercase");
+        assert!(
+            !is_content_hashed("/pkg/a.0123456789ABCDEF.js"),
+            "uppercase"
+        );
         assert!(!is_content_hashed("/pkg/a.0123456789abcde.js"), "15 digits");
-        assert!(!is_content_hashed("/pkg/a.0123456789abcdef"), "no extension");
+        assert!(
+            !is_content_hashed("/pkg/a.0123456789abcdef"),
+            "no extension"
+        );
     }
 
     /// A site root holding one hashed wasm with its compressed copies (distinct bytes, so
@@ -133,7 +139,11 @@ mod tests {
         let root = site();
         let path = "/pkg/app.0123456789abcdef.wasm";
         for (accept, encoding, body) in [
-            (Some("gzip, deflate, br, zstd"), Some("br"), &b"brotli bytes"[..]),
+            (
+                Some("gzip, deflate, br, zstd"),
+                Some("br"),
+                &b"brotli bytes"[..],
+            ),
             (Some("gzip"), Some("gzip"), b"gzip bytes"),
             (None, None, b"\0asm plain"),
         ] {
