@@ -30,9 +30,20 @@ apt_install() {
 }
 
 # --- libtorch -------------------------------------------------------------------------------
+torch_installed() {
+  # pip's record of the install and the library tch links, read from the disk: `import torch`
+  # would take seconds of CPU on every run (scripts/run.sh starts in seconds when warm).
+  local site
+  for site in "$GRADLESS_VENV"/lib/python3*/site-packages; do
+    compgen -G "$site/torch-$TORCH_VERSION.dist-info" >/dev/null \
+      || compgen -G "$site/torch-$TORCH_VERSION+*.dist-info" >/dev/null || continue
+    [ -x "$GRADLESS_VENV/bin/python" ] && [ -f "$site/torch/lib/libtorch_cpu.so" ] && return 0
+  done
+  return 1
+}
 if [ -n "${LIBTORCH:-}" ]; then
   echo "libtorch: using LIBTORCH=$LIBTORCH"
-elif "$GRADLESS_VENV/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+elif torch_installed; then
   echo "libtorch: PyTorch $TORCH_VERSION in $GRADLESS_VENV"
 else
   step "Installing PyTorch $TORCH_VERSION into $GRADLESS_VENV for its libtorch (about 4.6 GB with the CUDA libraries, a few minutes once per machine)"
@@ -68,11 +79,14 @@ else
   cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
-# --- npm: ECharts (served by us), binaryen's wasm-opt ---------------------------------------
-if [ -f node_modules/echarts/dist/echarts.min.js ] && [ -x node_modules/binaryen/bin/wasm-opt ]; then
-  echo "npm: echarts and binaryen present"
+# --- npm: ECharts (served by us), esbuild (bundles it), binaryen's wasm-opt -----------------
+# Reinstalled when package-lock.json changed since the last install (npm keeps its own copy
+# of the lock in node_modules/.package-lock.json, written after the install).
+if [ -f node_modules/echarts/package.json ] && [ -x node_modules/esbuild/bin/esbuild ] \
+    && [ -x node_modules/binaryen/bin/wasm-opt ] && [ node_modules/.package-lock.json -nt package-lock.json ]; then
+  echo "npm: echarts, esbuild and binaryen present"
 else
-  step "Installing ECharts and binaryen from npm (seconds)"
+  step "Installing ECharts, esbuild and binaryen from npm (seconds)"
   npm ci --no-audit --no-fund --loglevel=error
 fi
 

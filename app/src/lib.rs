@@ -31,9 +31,43 @@ use protocol::ServerInfo;
 /// The id of the `<script type="application/json">` carrying the ServerInfo.
 const INFO_ELEMENT: &str = "gradless-info";
 
-/// The HTML document around the app. ECharts (served by us, never a CDN) loads before the
-/// hydration scripts so charts can draw as soon as the app is live.
+/// The HTML document around the app.
+///
+/// What it loads, in the order a cold visit needs it (scripts/build-site.sh builds it all;
+/// nothing comes from a CDN):
+/// - the stylesheet, the one render-blocking file, so the server-rendered page paints at once;
+/// - the wasm, fetched from the first bytes of `<head>` (`preload`) and compiled while it
+///   downloads (wasm-bindgen's init uses `WebAssembly.instantiateStreaming`, which needs
+///   the server's `application/wasm`), and its js glue (`modulepreload`);
+/// - ECharts with `defer`: downloaded in parallel, never blocking the parse or the first
+///   paint, and run before the module script (deferred and module scripts run in document
+///   order), so `window.echarts` exists when the app hydrates and draws its first chart;
+/// - the module script that instantiates the wasm and hydrates.
+///
+/// With `asset-manifest.json` in the site root (written by scripts/build-site.sh) the files
+/// have content-hashed names, which the server may let browsers keep for a year; without one
+/// (e.g. a `cargo leptos` build), Leptos' own unhashed hydration scripts.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    let assets = AssetNames::of_site(&options.site_root);
+    let head = match assets {
+        Some(a) => {
+            let boot = hydration_module(&a);
+            view! {
+                <link rel="stylesheet" href=a.css />
+                <link rel="preload" href=a.wasm r#as="fetch" r#type="application/wasm" crossorigin="" />
+                <link rel="modulepreload" href=a.js />
+                <script src=a.echarts defer></script>
+                <script type="module" inner_html=boot></script>
+            }
+            .into_any()
+        }
+        None => view! {
+            <link rel="stylesheet" href="/pkg/gradless.css" />
+            <script src="/echarts.min.js" defer></script>
+            <HydrationScripts options />
+        }
+        .into_any(),
+    };
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -43,9 +77,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="color-scheme" content="light dark" />
                 <meta name="description" content="See what model.eval(), torch.no_grad(), torch.inference_mode() and autocast really do to memory and latency, measured live with libtorch." />
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
-                <link rel="stylesheet" href="/pkg/gradless.css" />
-                <script src="/echarts.min.js"></script>
-                <HydrationScripts options />
+                {head}
                 <MetaTags />
             </head>
             <body>
@@ -53,6 +85,78 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             </body>
         </html>
     }
+}
+
+/// The browser assets' paths as scripts/build-site.sh named them (content-hashed), read
+/// from `asset-manifest.json` in the site root.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct AssetNames {
+    /// wasm-bindgen's js glue, an ES module exporting `default` (init) and `hydrate`.
+    pub js: String,
+    pub wasm: String,
+    pub css: String,
+    /// ECharts; sets `window.echarts`.
+    pub echarts: String,
+}
+
+impl AssetNames {
+    /// The manifest of the site at `site_root`, `None` without a readable one. Read again
+    /// only when the file changes (one `stat` per page), so a server keeps serving the
+    /// right names across `scripts/build-site.sh` runs.
+    #[cfg(feature = "ssr")]
+    pub fn of_site(site_root: &str) -> Option<AssetNames> {
+        use std::sync::Mutex;
+        type Cached = (
+            std::path::PathBuf,
+            std::time::SystemTime,
+            Option<AssetNames>,
+        );
+        static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
+        let path = std::path::Path::new(site_root).join("asset-manifest.json");
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+        let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, m, names)) = cache.as_ref() {
+            if *p == path && *m == modified {
+                return names.clone();
+            }
+        }
+        let names = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| AssetNames::parse(&text));
+        *cache = Some((path, modified, names.clone()));
+        names
+    }
+
+    /// In the browser the shell is never rendered.
+    #[cfg(not(feature = "ssr"))]
+    pub fn of_site(_site_root: &str) -> Option<AssetNames> {
+        None
+    }
+
+    /// The manifest's JSON, `None` unless every path is a plain absolute path (it goes
+    /// into attributes and a script).
+    pub fn parse(text: &str) -> Option<AssetNames> {
+        let names: AssetNames = serde_json::from_str(text).ok()?;
+        let plain = |p: &str| {
+            p.starts_with('/')
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b))
+        };
+        [&names.js, &names.wasm, &names.css, &names.echarts]
+            .iter()
+            .all(|p| plain(p))
+            .then_some(names)
+    }
+}
+
+/// The module script that starts the app: instantiate the wasm (streaming, from the
+/// preloaded response) and hydrate.
+fn hydration_module(assets: &AssetNames) -> String {
+    format!(
+        "import init, {{ hydrate }} from {js};\ninit({{ module_or_path: {wasm} }}).then(() => hydrate());",
+        js = script_json(&assets.js),
+        wasm = script_json(&assets.wasm),
+    )
 }
 
 /// `value` as JSON to put inside a `<script type="application/json">` element. The HTML
@@ -294,6 +398,36 @@ mod tests {
                 "{path}{query} -> {link}"
             );
         }
+    }
+
+    #[test]
+    fn the_asset_manifest_names_only_plain_paths() {
+        let good = r#"{"js": "/pkg/gradless.0123abcd.js", "wasm": "/pkg/gradless_bg.0123abcd.wasm",
+                       "css": "/pkg/gradless.0123abcd.css", "echarts": "/pkg/echarts.0123abcd.js"}"#;
+        let names = AssetNames::parse(good).expect("a manifest build-site.sh writes");
+        let module = hydration_module(&names);
+        assert!(
+            module.contains(r#"from "/pkg/gradless.0123abcd.js""#),
+            "{module}"
+        );
+        assert!(module.contains(r#"module_or_path: "/pkg/gradless_bg.0123abcd.wasm""#));
+        // Anything that could leave an attribute or the script is refused, as is a relative path.
+        for bad in [
+            "x.js",
+            "/pkg/a\"onload=\"x.js",
+            "/pkg/</script>.js",
+            "/pkg/a b.js",
+        ] {
+            let mut manifest: serde_json::Value = serde_json::from_str(good).unwrap();
+            manifest["js"] = bad.into();
+            assert_eq!(AssetNames::parse(&manifest.to_string()), None, "{bad}");
+        }
+        assert_eq!(
+            AssetNames::parse(r#"{"js": "/pkg/a.js"}"#),
+            None,
+            "incomplete"
+        );
+        assert_eq!(AssetNames::parse("not json"), None);
     }
 
     #[test]

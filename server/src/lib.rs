@@ -6,6 +6,7 @@
 #![recursion_limit = "256"]
 
 pub mod api;
+pub mod assets;
 pub mod cli;
 pub mod config;
 pub mod conn;

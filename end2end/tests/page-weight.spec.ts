@@ -1,0 +1,96 @@
+// Page weight: what a cold visit to the Lab transfers, and what a second visit does not.
+// Counted from Chromium's own network log (CDP `Network.loadingFinished`: the bytes received
+// for each response, headers and encoded body), so compression and caching are counted as a
+// browser sees them. Deterministic for a given build: no timing is asserted here (timings
+// come from scripts/bench-load.mjs).
+import { expect, test, Page } from "@playwright/test";
+
+/** The budget for a cold Lab visit, every response together (issue: ≤ 0.6 MB). */
+const BUDGET_BYTES = 600_000;
+
+interface Transfer {
+  url: string;
+  type: string;
+  bytes: number;
+  encoding: string;
+  contentType: string;
+  fromCache: boolean;
+}
+
+/** Records every response of `page` from now on, as the network log saw it. */
+async function recordTransfers(page: Page): Promise<Transfer[]> {
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Network.enable");
+  const pending = new Map<string, Partial<Transfer>>();
+  const done: Transfer[] = [];
+  cdp.on("Network.requestWillBeSent", (e: any) => {
+    pending.set(e.requestId, { url: e.request.url, type: e.type ?? "", fromCache: false });
+  });
+  cdp.on("Network.requestServedFromCache", (e: any) => {
+    const p = pending.get(e.requestId);
+    if (p) p.fromCache = true;
+  });
+  cdp.on("Network.responseReceived", (e: any) => {
+    const p = pending.get(e.requestId);
+    if (!p) return;
+    const h = Object.fromEntries(Object.entries(e.response.headers).map(([k, v]) => [k.toLowerCase(), String(v)]));
+    p.encoding = h["content-encoding"] ?? "";
+    p.contentType = h["content-type"] ?? "";
+    p.fromCache ||= Boolean(e.response.fromDiskCache || e.response.fromMemoryCache);
+  });
+  cdp.on("Network.loadingFinished", (e: any) => {
+    const p = pending.get(e.requestId);
+    if (!p) return;
+    done.push({ ...(p as Transfer), bytes: e.encodedDataLength });
+    pending.delete(e.requestId);
+  });
+  return done;
+}
+
+/** Opens the Lab and waits until it is hydrated, ECharts is there and the network is quiet. */
+async function openLab(page: Page) {
+  await page.goto("/", { waitUntil: "networkidle" });
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.waitForFunction(() => typeof (window as any).echarts?.init === "function");
+}
+
+function table(transfers: Transfer[]): string {
+  return transfers
+    .map((t) => `${String(t.bytes).padStart(9)}  ${(t.encoding || "-").padEnd(5)} ${t.fromCache ? "cache " : "net   "}${new URL(t.url).pathname}`)
+    .join("\n");
+}
+
+test("a cold visit to the Lab transfers at most 0.6 MB, compressed", async ({ page }) => {
+  // Playwright gives each test a fresh browser context: an empty cache.
+  const transfers = await recordTransfers(page);
+  await openLab(page);
+  const total = transfers.reduce((sum, t) => sum + t.bytes, 0);
+  console.log(`cold Lab visit: ${total} bytes transferred in ${transfers.length} responses\n${table(transfers)}`);
+
+  // What the page needs did come over the network: the document, the app and ECharts.
+  const wasm = transfers.find((t) => t.url.endsWith(".wasm"));
+  expect(wasm, "the app's wasm was loaded").toBeTruthy();
+  expect(transfers.some((t) => t.type === "Document")).toBe(true);
+  expect(transfers.some((t) => /\/echarts[.\w]*\.js$/.test(t.url)), "ECharts was loaded").toBe(true);
+  // Streaming compilation needs this type; brotli is what a current Chromium accepts.
+  expect(wasm!.contentType).toBe("application/wasm");
+  for (const t of transfers.filter((t) => /\.(wasm|js|css)$/.test(t.url))) {
+    expect(t.encoding, `${t.url} is sent compressed`).toBe("br");
+  }
+  expect(total, `cold Lab visit transfers ${total} bytes:\n${table(transfers)}`).toBeLessThanOrEqual(BUDGET_BYTES);
+});
+
+test("a second visit downloads nothing but the page", async ({ page }) => {
+  await openLab(page);
+  const transfers = await recordTransfers(page);
+  await openLab(page);
+  console.log(`second Lab visit:\n${table(transfers)}`);
+  const assets = transfers.filter((t) => new URL(t.url).pathname.startsWith("/pkg/"));
+  expect(assets.length, "the page still uses the app's assets").toBeGreaterThan(0);
+  // Content-hashed and immutable: taken from the cache without asking the server.
+  for (const t of assets) {
+    expect(t.fromCache, `${t.url} came from the cache`).toBe(true);
+  }
+  const fetched = transfers.filter((t) => !t.fromCache && !t.url.startsWith("data:"));
+  expect(fetched.map((t) => t.type), table(transfers)).toEqual(["Document"]);
+});

@@ -1,0 +1,171 @@
+#!/usr/bin/env node
+// How fast Gradless loads and starts, as medians of several runs (never asserted: timings
+// depend on the machine; the page weight is asserted by end2end/tests/page-weight.spec.ts).
+//
+//   node scripts/bench-load.mjs [--url http://127.0.0.1:3000] [--runs 5] [--warm-start] [--json]
+//
+// Against a running server (GRADLESS_URL or --url), with Playwright and Chromium as the
+// browser tests use them (scripts/setup.sh --browser):
+//   cold load   a fresh browser context (empty cache) opens the Lab: bytes transferred,
+//               first contentful paint, and hydrated (the app sets html[data-hydrated],
+//               timed from the start of the navigation)
+//   warm load   the same context opens the Lab again (assets from the cache)
+//   first sample  click Run (tiny model, its weights already cached) to the first latency
+//               point in the chart
+// With --warm-start, also `scripts/run.sh` with nothing to rebuild: from the command to the
+// server answering /healthz (a server on a spare port, stopped after each run).
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const args = process.argv.slice(2);
+const flag = (name) => args.includes(name);
+const option = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 && args[i + 1] ? args[i + 1] : fallback;
+};
+const url = option('--url', process.env.GRADLESS_URL ?? 'http://127.0.0.1:3000');
+const runs = Math.max(1, Number(option('--runs', '5')) || 5);
+const require = createRequire(path.join(root, 'end2end', 'package.json'));
+const { chromium } = require('@playwright/test');
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking'],
+});
+
+/** Records when the page becomes hydrated, from the first byte of the document on. */
+const watchHydration = () => {
+  const mark = () => {
+    if (document.documentElement?.getAttribute('data-hydrated') === 'true' && !window.__hydratedAt) {
+      window.__hydratedAt = performance.now();
+    }
+  };
+  new MutationObserver(mark).observe(document, { attributes: true, subtree: true, attributeFilter: ['data-hydrated'] });
+};
+
+async function openLab(page, query = '') {
+  await page.goto(`${url}/${query ? '?' + query : ''}`, { waitUntil: 'load' });
+  await page.waitForFunction(() => window.__hydratedAt !== undefined && typeof window.echarts?.init === 'function', null, { timeout: 60_000 });
+  // The paint entry and the resource list are complete once the page has settled.
+  await page.waitForLoadState('networkidle');
+  return page.evaluate(() => {
+    const fcp = performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? NaN;
+    const nav = performance.getEntriesByType('navigation')[0];
+    const resources = performance.getEntriesByType('resource');
+    const bytes = (nav?.transferSize ?? 0) + resources.reduce((s, r) => s + (r.transferSize ?? 0), 0);
+    const wasm = resources.find((r) => r.name.endsWith('.wasm'));
+    return { hydrated: window.__hydratedAt, fcp, bytes, wasmDone: wasm?.responseEnd ?? NaN };
+  });
+}
+
+const results = { cold: [], warm: [], firstSample: [], warmStart: [] };
+for (let i = 0; i < runs; i++) {
+  const context = await browser.newContext();
+  await context.addInitScript(watchHydration);
+  const page = await context.newPage();
+  results.cold.push(await openLab(page));
+  const again = await context.newPage();
+  results.warm.push(await openLab(again));
+  await context.close();
+}
+
+// Click to first sample: one run first so the model is built and cached on the server.
+{
+  const context = await browser.newContext();
+  await context.addInitScript(watchHydration);
+  const page = await context.newPage();
+  await openLab(page, 'model=tiny_mlp&device=cpu&grad=no_grad&batch=32&warmup=0&iters=50');
+  const points = () => {
+    const el = document.getElementById('latency-chart');
+    const chart = el && window.echarts.getInstanceByDom(el);
+    return chart?.getOption()?.series?.[0]?.data?.length ?? 0;
+  };
+  const done = () => page.waitForFunction(() => /Done|failed|error/i.test(document.querySelector('[data-testid=status]')?.textContent ?? ''), null, { timeout: 120_000 });
+  await page.getByTestId('run').click();
+  await done();
+  for (let i = 0; i < runs; i++) {
+    const ms = await page.evaluate(
+      (pointsSrc) =>
+        new Promise((resolve) => {
+          const points = new Function(`return (${pointsSrc})()`);
+          document.querySelector('[data-testid=run]').click();
+          const t0 = performance.now();
+          // The chart of the previous run is replaced: wait for it to empty, then fill.
+          let cleared = false;
+          const poll = () => {
+            const n = points();
+            if (n === 0) cleared = true;
+            if (cleared && n > 0) return resolve(performance.now() - t0);
+            if (performance.now() - t0 > 30_000) return resolve(NaN);
+            setTimeout(poll, 2);
+          };
+          poll();
+        }),
+      points.toString(),
+    );
+    results.firstSample.push({ ms });
+    await done();
+  }
+  await context.close();
+}
+await browser.close();
+
+if (flag('--warm-start')) {
+  for (let i = 0; i < Math.min(runs, 3); i++) results.warmStart.push({ s: await warmStart(8700 + i) });
+}
+
+/** `scripts/run.sh` until the server answers, in seconds; the server is stopped after. */
+async function warmStart(port) {
+  const t0 = performance.now();
+  const child = spawn(path.join(root, 'scripts', 'run.sh'), ['--addr', `127.0.0.1:${port}`], {
+    cwd: root,
+    env: { ...process.env, GRADLESS_DB: ':memory:' },
+    stdio: 'ignore',
+  });
+  try {
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`scripts/run.sh exited with ${child.exitCode}`);
+      try {
+        if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) return (performance.now() - t0) / 1000;
+      } catch {}
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    // run.sh ends by exec-ing the server: this pid is the server.
+    const exited = new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+    child.kill('SIGTERM');
+    await exited;
+  }
+}
+
+const median = (xs) => {
+  const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
+  if (!s.length) return NaN;
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+const summary = {
+  url,
+  runs,
+  cold_bytes: median(results.cold.map((r) => r.bytes)),
+  cold_fcp_ms: median(results.cold.map((r) => r.fcp)),
+  cold_hydrated_ms: median(results.cold.map((r) => r.hydrated)),
+  warm_bytes: median(results.warm.map((r) => r.bytes)),
+  warm_fcp_ms: median(results.warm.map((r) => r.fcp)),
+  warm_hydrated_ms: median(results.warm.map((r) => r.hydrated)),
+  first_sample_ms: median(results.firstSample.map((r) => r.ms)),
+  warm_start_s: results.warmStart.length ? median(results.warmStart.map((r) => r.s)) : null,
+};
+if (flag('--json')) {
+  console.log(JSON.stringify({ summary, results }));
+} else {
+  const fmt = (v, unit) => (v === null ? 'not measured (--warm-start)' : `${unit === 'B' ? Math.round(v) : v.toFixed(unit === 's' ? 1 : 0)} ${unit}`);
+  console.log(`load benchmark against ${url}, median of ${runs} runs (Chromium, local server)`);
+  console.log(`  cold visit: ${fmt(summary.cold_bytes, 'B')} transferred, first contentful paint ${fmt(summary.cold_fcp_ms, 'ms')}, hydrated ${fmt(summary.cold_hydrated_ms, 'ms')} after navigation`);
+  console.log(`  second visit: ${fmt(summary.warm_bytes, 'B')} transferred, first contentful paint ${fmt(summary.warm_fcp_ms, 'ms')}, hydrated ${fmt(summary.warm_hydrated_ms, 'ms')}`);
+  console.log(`  click Run to first streamed sample (tiny model): ${fmt(summary.first_sample_ms, 'ms')}`);
+  console.log(`  warm start (scripts/run.sh, nothing to rebuild, to /healthz): ${fmt(summary.warm_start_s, 's')}`);
+}

@@ -1,0 +1,144 @@
+// The browser assets' last step, run by scripts/build-site.sh with node:
+//
+//   node scripts/site-assets.mjs STAGE_DIR SITE_DIR
+//
+// STAGE_DIR holds wasm-bindgen's output (gradless.js, gradless_bg.wasm). This script
+//  1. builds the site's ECharts from npm's `echarts` with esbuild (a prebuilt binary in its
+//     npm package) and terser, both from npm: only the chart types and components
+//     app/src/charts.rs draws, not the 1 MB full build;
+//  2. gives every asset a content-hashed name (pkg/gradless.<hash>.js, ...), so the server
+//     can tell browsers to keep it for a year (`immutable`): a changed file has a new name;
+//  3. writes each one precompressed beside it, brotli (.br) and gzip (.gz), at the highest
+//     levels, which a server cannot afford per request;
+//  4. writes SITE_DIR/asset-manifest.json, from which the page shell (app/src/lib.rs) takes
+//     the names, and removes the hashed files of earlier builds.
+// Content-addressed names make the whole step skip work when nothing changed.
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import zlib from 'node:zlib';
+
+const [stage, site] = process.argv.slice(2);
+if (!stage || !site) {
+  console.error('usage: node scripts/site-assets.mjs STAGE_DIR SITE_DIR');
+  process.exit(2);
+}
+const pkg = path.join(site, 'pkg');
+fs.mkdirSync(pkg, { recursive: true });
+
+// --- 1. ECharts, reduced to what the charts use ---------------------------------------------
+// A chart type or component the charts start using (dataZoom, graphic, a scrolling legend,
+// markPoint, ...) must be added here, or ECharts silently leaves that part of the option out.
+// Each costs a few KB; the page-weight test (end2end/tests/page-weight.spec.ts) keeps count.
+const echartsEntry = `
+import * as echarts from 'echarts/core';
+// Series: the Lab's latency and memory lines, the comparison and pitfall bars and lines.
+import { LineChart, BarChart } from 'echarts/charts';
+// Aria: the charts' screen-reader descriptions and the bars' decal patterns. The legend is
+// the plain one (no scrolling legend is asked for).
+import {
+  TitleComponent, TooltipComponent, LegendPlainComponent, GridComponent,
+  MarkLineComponent, MarkAreaComponent, AriaComponent,
+} from 'echarts/components';
+import { CanvasRenderer } from 'echarts/renderers';
+// The 'dark' theme (prefers-color-scheme: dark) is registered by echarts/core itself.
+echarts.use([
+  LineChart, BarChart,
+  TitleComponent, TooltipComponent, LegendPlainComponent, GridComponent,
+  MarkLineComponent, MarkAreaComponent, AriaComponent,
+  CanvasRenderer,
+]);
+// The same global the full build sets: the app calls echarts.init, getInstanceByDom,
+// dispose, and the instances' setOption and getDataURL.
+window.echarts = echarts;
+// The page loads this script without blocking anything: code that found no ECharts yet
+// can wait for this event.
+window.dispatchEvent(new Event('echarts-ready'));
+`;
+
+const echartsVersion = JSON.parse(fs.readFileSync('node_modules/echarts/package.json', 'utf8')).version;
+const echartsOut = path.join(stage, 'echarts.js');
+const echartsStamp = path.join(stage, 'echarts.built-from');
+const echartsWant = sha256(`${echartsVersion}\nterser passes 2\n${echartsEntry}`);
+if (!fs.existsSync(echartsOut) || read(echartsStamp) !== echartsWant) {
+  const { build } = await import('esbuild');
+  const bundle = await build({
+    stdin: { contents: echartsEntry, resolveDir: process.cwd(), loader: 'js' },
+    bundle: true,
+    minify: true,
+    format: 'iife',
+    target: 'es2020',
+    // ECharts' development checks sit behind __DEV__: a production build drops them.
+    define: { __DEV__: 'false', 'process.env.NODE_ENV': '"production"' },
+    legalComments: 'none',
+    write: false,
+    logLevel: 'warning',
+  });
+  // terser squeezes esbuild's output a further 4% (brotli), worth its ~15 s once per
+  // ECharts version: the bundle is rebuilt only when the entry or the version changes.
+  const { minify } = await import('terser');
+  const min = await minify(bundle.outputFiles[0].text, { compress: { passes: 2 }, mangle: true, ecma: 2020 });
+  fs.writeFileSync(echartsOut, min.code);
+  fs.writeFileSync(echartsStamp, echartsWant);
+  console.log(`echarts ${echartsVersion}: built ${kib(fs.statSync(echartsOut).size)} (line, bar, marks, legend, tooltip, title, grid, aria; canvas)`);
+}
+
+// --- 2-3. content-hashed names, precompressed -----------------------------------------------
+const assets = {
+  js: [path.join(stage, 'gradless.js'), 'gradless', '.js'],
+  wasm: [path.join(stage, 'gradless_bg.wasm'), 'gradless_bg', '.wasm'],
+  css: ['style/main.css', 'gradless', '.css'],
+  echarts: [echartsOut, 'echarts', '.js'],
+};
+const manifest = {};
+const keep = new Set();
+for (const [key, [src, stem, ext]] of Object.entries(assets)) {
+  const bytes = fs.readFileSync(src);
+  const name = `${stem}.${sha256(bytes).slice(0, 16)}${ext}`;
+  const dest = path.join(pkg, name);
+  if (!fs.existsSync(dest + '.br') || !fs.existsSync(dest + '.gz') || !fs.existsSync(dest)) {
+    const br = zlib.brotliCompressSync(bytes, {
+      params: {
+        [zlib.constants.BROTLI_PARAM_QUALITY]: zlib.constants.BROTLI_MAX_QUALITY,
+        [zlib.constants.BROTLI_PARAM_SIZE_HINT]: bytes.length,
+        [zlib.constants.BROTLI_PARAM_MODE]: ext === '.wasm' ? zlib.constants.BROTLI_MODE_GENERIC : zlib.constants.BROTLI_MODE_TEXT,
+      },
+    });
+    const gz = zlib.gzipSync(bytes, { level: 9 });
+    // Written under temporary names and renamed: a server never sees half a file.
+    for (const [file, data] of [[dest, bytes], [dest + '.br', br], [dest + '.gz', gz]]) {
+      fs.writeFileSync(file + '.tmp', data);
+      fs.renameSync(file + '.tmp', file);
+    }
+    console.log(`${name}: ${kib(bytes.length)}, gzip ${kib(gz.length)}, brotli ${kib(br.length)}`);
+  }
+  manifest[key] = `/pkg/${name}`;
+  for (const suffix of ['', '.br', '.gz']) keep.add(name + suffix);
+}
+
+// --- 4. the manifest, and no stale files -----------------------------------------------------
+const manifestFile = path.join(site, 'asset-manifest.json');
+const text = JSON.stringify(manifest, null, 1) + '\n';
+if (read(manifestFile) !== text) {
+  fs.writeFileSync(manifestFile + '.tmp', text);
+  fs.renameSync(manifestFile + '.tmp', manifestFile);
+}
+for (const f of fs.readdirSync(pkg)) {
+  if (!keep.has(f)) fs.rmSync(path.join(pkg, f), { recursive: true, force: true });
+}
+// The unhashed ECharts of earlier builds.
+fs.rmSync(path.join(site, 'echarts.min.js'), { force: true });
+
+function sha256(data) {
+  return createHash('sha256').update(data).digest('hex');
+}
+function read(file) {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return null;
+  }
+}
+function kib(n) {
+  return `${(n / 1024).toFixed(1)} KiB`;
+}
