@@ -64,6 +64,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(|| async { "ok" }))
+        // The hashed, precompressed browser assets (see crate::assets).
+        .merge(crate::assets::static_files(std::path::Path::new(
+            &*state.leptos.site_root,
+        )))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())
         })
