@@ -1,0 +1,255 @@
+//! Drawing in the browser (hydrate builds only): options handed to ECharts at the next
+//! animation frame, every call into JavaScript caught, and PNG export.
+
+use super::ChartOption;
+
+/// Draws `chart` into the element `id` at the next animation frame. Samples can arrive
+/// faster than ECharts redraws (a tiny model streams 50 in a few milliseconds); drawing
+/// each one would block the page, so bursts collapse into one redraw per frame, always
+/// with the newest data.
+///
+/// Drawing never panics and never leaves state borrowed: every call into ECharts goes
+/// through `Reflect::apply`, which turns a JavaScript exception into an `Err` (an exception
+/// escaping through wasm would skip Rust's unwinding and leave a `RefCell` borrowed for
+/// the rest of the page's life). A chart ECharts refuses is replaced by a sentence saying
+/// why, and the next render of that element starts afresh.
+pub fn render(id: impl Into<String>, chart: ChartOption) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    PENDING.with(|p| p.borrow_mut().insert(id.into(), chart));
+    if !SCHEDULED.with(|s| s.replace(true)) {
+        let flush = Closure::once_into_js(flush);
+        let asked = web_sys::window()
+            .map(|w| w.request_animation_frame(flush.unchecked_ref()).is_ok())
+            .unwrap_or(false);
+        if !asked {
+            SCHEDULED.with(|s| s.set(false));
+        }
+    }
+}
+
+thread_local! {
+    /// The newest chart per element, waiting for the next frame.
+    static PENDING: std::cell::RefCell<std::collections::HashMap<String, ChartOption>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+    /// The chart last drawn in each element: drawn again when the colour scheme changes.
+    static DRAWN: std::cell::RefCell<std::collections::HashMap<String, ChartOption>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+    /// Whether a frame callback is already asked for.
+    static SCHEDULED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether the resize and colour-scheme listeners are installed.
+    static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps drawn charts in step with the window: a canvas keeps the width it was drawn at,
+/// so a narrower window would scroll sideways unless every chart is resized; and a change
+/// of the system's light/dark setting redraws every chart in the matching theme.
+fn watch_window() {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    if WATCHING.with(|w| w.replace(true)) {
+        return;
+    }
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let on_resize = Closure::<dyn FnMut()>::new(|| {
+        let ids: Vec<String> = DRAWN.with(|d| d.borrow().keys().cloned().collect());
+        let Some(window) = web_sys::window() else {
+            return;
+        };
+        let Ok(echarts) = js_sys::Reflect::get(&window, &"echarts".into()) else {
+            return;
+        };
+        for id in ids {
+            let Some(el) = window.document().and_then(|d| d.get_element_by_id(&id)) else {
+                continue;
+            };
+            let el: wasm_bindgen::JsValue = el.into();
+            if let Ok(chart) = js_call(&echarts, "getInstanceByDom", &[&el]) {
+                if !(chart.is_undefined() || chart.is_null()) {
+                    let _ = js_call(&chart, "resize", &[]);
+                }
+            }
+        }
+    });
+    let _ = window.add_event_listener_with_callback("resize", on_resize.as_ref().unchecked_ref());
+    on_resize.forget();
+    if let Ok(Some(query)) = window.match_media("(prefers-color-scheme: dark)") {
+        let on_scheme = Closure::<dyn FnMut()>::new(|| {
+            let all: Vec<(String, ChartOption)> = DRAWN.with(|d| {
+                d.borrow()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            });
+            for (id, chart) in all {
+                render(id, chart);
+            }
+        });
+        let _ =
+            query.add_event_listener_with_callback("change", on_scheme.as_ref().unchecked_ref());
+        on_scheme.forget();
+    }
+}
+
+fn flush() {
+    SCHEDULED.with(|s| s.set(false));
+    watch_window();
+    // Take the work out first: nothing stays borrowed while JavaScript runs.
+    let pending: Vec<(String, ChartOption)> = PENDING.with(|p| p.borrow_mut().drain().collect());
+    for (id, chart) in pending {
+        DRAWN.with(|d| d.borrow_mut().insert(id.clone(), chart.clone()));
+        if let Err(message) = draw(&id, &chart) {
+            leptos::logging::warn!("could not draw chart {id}: {message}");
+            say_not_drawn(&id, &message);
+        }
+    }
+}
+
+/// Calls `target[name](...args)`, with a JavaScript exception as `Err`.
+fn js_call(
+    target: &wasm_bindgen::JsValue,
+    name: &str,
+    args: &[&wasm_bindgen::JsValue],
+) -> Result<wasm_bindgen::JsValue, String> {
+    use wasm_bindgen::JsCast;
+    let f = js_sys::Reflect::get(target, &name.into())
+        .map_err(js_message)?
+        .dyn_into::<js_sys::Function>()
+        .map_err(|_| format!("{name} is not a function"))?;
+    let list = js_sys::Array::new();
+    for a in args {
+        list.push(a);
+    }
+    js_sys::Reflect::apply(&f, target, &list).map_err(js_message)
+}
+
+fn js_message(e: wasm_bindgen::JsValue) -> String {
+    use wasm_bindgen::JsCast;
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "an unknown JavaScript error".into())
+}
+
+fn draw(id: &str, chart: &ChartOption) -> Result<(), String> {
+    use wasm_bindgen::JsValue;
+    let window = web_sys::window().ok_or("no window")?;
+    // A page change may have removed the element: nothing to draw then.
+    let Some(element) = window.document().and_then(|d| d.get_element_by_id(id)) else {
+        return Ok(());
+    };
+    let echarts = js_sys::Reflect::get(&window, &"echarts".into()).map_err(js_message)?;
+    if echarts.is_undefined() {
+        return Err("the chart library (ECharts) did not load".into());
+    }
+    let json = serde_json::to_string(chart).map_err(|e| e.to_string())?;
+    let option = js_sys::JSON::parse(&json).map_err(js_message)?;
+    // The theme follows the system's light or dark setting; a chart drawn before the
+    // setting changed is made afresh in the new one.
+    let dark = window
+        .match_media("(prefers-color-scheme: dark)")
+        .ok()
+        .flatten()
+        .is_some_and(|m| m.matches());
+    let theme_name = if dark { "dark" } else { "light" };
+    let drawn_in = element.get_attribute("data-chart-theme");
+    let element: JsValue = element.into();
+    let mut existing = js_call(&echarts, "getInstanceByDom", &[&element])?;
+    if !(existing.is_undefined() || existing.is_null()) && drawn_in.as_deref() != Some(theme_name) {
+        js_call(&echarts, "dispose", &[&element])?;
+        existing = JsValue::UNDEFINED;
+    }
+    let instance = if existing.is_undefined() || existing.is_null() {
+        if let Some(el) = wasm_bindgen::JsCast::dyn_ref::<web_sys::Element>(&element) {
+            // The sentence a previous failure left there.
+            el.set_inner_html("");
+            let _ = el.class_list().remove_1("chart-error");
+            let _ = el.set_attribute("data-chart-theme", theme_name);
+        }
+        let theme = if dark {
+            JsValue::from("dark")
+        } else {
+            JsValue::NULL
+        };
+        js_call(&echarts, "init", &[&element, &theme])?
+    } else {
+        existing
+    };
+    // Not merged into the previous option: a series that is gone must not linger.
+    let settings = js_sys::Object::new();
+    js_sys::Reflect::set(&settings, &"notMerge".into(), &JsValue::TRUE).map_err(js_message)?;
+    js_call(&instance, "setOption", &[&option, &settings])
+        .map(|_| ())
+        .inspect_err(|_| {
+            // Half-drawn state is worse than none: start afresh next time.
+            let _ = js_call(&echarts, "dispose", &[&element]);
+        })
+}
+
+/// Puts a sentence where a chart could not be drawn, so the reader is not left with a
+/// blank box.
+fn say_not_drawn(id: &str, message: &str) {
+    if let Some(el) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id(id))
+    {
+        let _ = el.class_list().add_1("chart-error");
+        el.set_text_content(Some(&format!("This chart could not be drawn: {message}")));
+    }
+}
+
+/// Saves the chart drawn in element `id` as a PNG (ECharts renders it at twice the
+/// screen's resolution, on the page's background).
+pub fn download_png(id: &str, filename: &str) {
+    use js_sys::{Function, Object, Reflect};
+    use wasm_bindgen::{JsCast, JsValue};
+    let url = (|| -> Option<String> {
+        let window = web_sys::window()?;
+        let document = window.document()?;
+        let element = document.get_element_by_id(id)?;
+        let echarts = Reflect::get(&window, &"echarts".into()).ok()?;
+        let get = Reflect::get(&echarts, &"getInstanceByDom".into())
+            .ok()?
+            .dyn_into::<Function>()
+            .ok()?;
+        let chart = get
+            .call1(&echarts, &element)
+            .ok()
+            .filter(|c| !c.is_undefined())?;
+        let to_url = Reflect::get(&chart, &"getDataURL".into())
+            .ok()?
+            .dyn_into::<Function>()
+            .ok()?;
+        let dark = window
+            .match_media("(prefers-color-scheme: dark)")
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.matches());
+        let options = Object::new();
+        Reflect::set(&options, &"type".into(), &"png".into()).ok()?;
+        Reflect::set(&options, &"pixelRatio".into(), &JsValue::from(2)).ok()?;
+        Reflect::set(
+            &options,
+            &"backgroundColor".into(),
+            &(if dark { "#1c1f24" } else { "#ffffff" }).into(),
+        )
+        .ok()?;
+        to_url.call1(&chart, &options).ok()?.as_string()
+    })();
+    let Some(url) = url else {
+        leptos::logging::warn!("chart {id} is not drawn yet: nothing to save");
+        return;
+    };
+    let link = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.create_element("a").ok())
+        .and_then(|a| a.dyn_into::<web_sys::HtmlElement>().ok());
+    if let Some(a) = link {
+        let _ = a.set_attribute("href", &url);
+        let _ = a.set_attribute("download", filename);
+        a.click();
+    }
+}
+
