@@ -1,0 +1,69 @@
+//! What a run streams while it runs ([`Event`]) and why a run can end without a report.
+
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+
+/// Why a run ended without a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The device ran out of memory, or the run exceeded the configured memory budget.
+    OutOfMemory,
+    /// The spec cannot run here (for example CUDA asked for on a machine without a GPU).
+    Invalid,
+    /// The person who asked for it went away before it ran.
+    Cancelled,
+    /// It ran past the server's time limit.
+    Timeout,
+    /// libtorch raised an error.
+    Torch,
+    /// A bug in Gradless.
+    Internal,
+    /// It ran, but its record could not be saved (disk full, read-only database): the
+    /// message says why. The figures were measured but are not kept.
+    Storage,
+}
+
+/// A run's failure, readable by a person.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunFailure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// What a run streams, in order: `queued`* `started` `warmup`* `sample`* then `done` or
+/// `failed` (which may come at any point).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// Waiting; `position` runs are ahead of this one (0: next).
+    Queued {
+        position: u32,
+    },
+    /// The worker has the model and input ready; timing starts.
+    Started {
+        device_name: String,
+        baseline_bytes: u64,
+        memory_source: MemorySource,
+        total: u32,
+    },
+    Warmup {
+        sample: Sample,
+    },
+    Sample {
+        sample: Sample,
+    },
+    Done {
+        report: Box<Report>,
+    },
+    Failed {
+        failure: RunFailure,
+    },
+}
+
+impl Event {
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Event::Done { .. } | Event::Failed { .. })
+    }
+}

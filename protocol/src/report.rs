@@ -1,0 +1,132 @@
+//! What a finished run reports: latency statistics, memory figures with their source,
+//! the output's facts and the environment it was measured in.
+
+use serde::{Deserialize, Serialize};
+
+use crate::*;
+
+/// Where memory figures come from. Every report names it, because the two differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySource {
+    /// libtorch's own allocation reporting on the measuring thread: bytes held by CPU tensors.
+    CpuTensorMemory,
+    /// The CUDA caching allocator's statistics (what `torch.cuda.memory_allocated` reads).
+    CudaCachingAllocator,
+}
+
+impl MemorySource {
+    /// A few words, for tables.
+    pub fn short(self) -> &'static str {
+        match self {
+            MemorySource::CpuTensorMemory => "CPU tensor memory",
+            MemorySource::CudaCachingAllocator => "CUDA caching allocator",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            MemorySource::CpuTensorMemory => {
+                "CPU tensor memory, from libtorch's allocation reporting on the measuring thread"
+            }
+            MemorySource::CudaCachingAllocator => {
+                "CUDA caching allocator statistics (torch.cuda.memory_allocated / memory_reserved)"
+            }
+        }
+    }
+}
+
+/// One iteration's measurement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// 0-based within its phase (warm-up or timed).
+    pub iteration: u32,
+    pub latency_ms: f64,
+    /// Bytes allocated right after the forward pass, output (and graph) still alive.
+    pub allocated_bytes: u64,
+    /// Highest bytes allocated during this forward pass (activations and workspace included).
+    pub peak_bytes: u64,
+    /// Bytes the caching allocator holds; `None` where there is no such pool (CPU).
+    pub reserved_bytes: Option<u64>,
+}
+
+/// Latency statistics in milliseconds over the timed iterations only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyStats {
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+    pub stddev: f64,
+}
+
+/// Memory figures in bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryReport {
+    pub source: MemorySource,
+    /// Allocated with the weights and the input alive, before the first forward pass.
+    pub baseline_bytes: u64,
+    /// Highest allocated during the timed iterations.
+    pub peak_allocated_bytes: u64,
+    /// `peak_allocated_bytes - baseline_bytes`: activations, graph and workspace.
+    pub peak_above_baseline_bytes: u64,
+    /// Highest reserved by the caching allocator; `None` on the CPU, which has no pool.
+    pub peak_reserved_bytes: Option<u64>,
+    /// Allocated after the last output was dropped. Equals the baseline unless memory leaked.
+    pub after_release_bytes: u64,
+    /// `after_release_bytes - baseline_bytes` when positive: memory the run failed to give back.
+    pub leaked_bytes: u64,
+    /// Device memory in use as the driver sees it (includes the CUDA context); `None` where
+    /// it cannot be read.
+    pub device_used_bytes: Option<u64>,
+    /// Allocated on the device at the baseline for anything but this run's weights and
+    /// input (the worker's other cached models, the CUDA libraries' workspaces). Left out of
+    /// every figure above, so the same spec reads the same whatever ran before it. `None` in
+    /// reports recorded before this figure existed.
+    #[serde(default)]
+    pub other_held_bytes: Option<u64>,
+}
+
+/// Facts about the model's output, for the lessons that depend on them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputFacts {
+    pub dtype: String,
+    pub shape: Vec<i64>,
+    pub is_inference: bool,
+    pub requires_grad: bool,
+}
+
+/// The hardware and software a report was measured on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EnvStamp {
+    pub device: DeviceKind,
+    pub device_name: String,
+    pub device_total_memory_bytes: Option<u64>,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    pub cudnn_version: Option<String>,
+    pub libtorch_version: String,
+    pub cpu_model: String,
+    /// libtorch intra-op threads during the run.
+    pub threads: u32,
+    /// RFC 3339, UTC.
+    pub measured_at: String,
+    pub gradless_version: String,
+}
+
+/// Everything a finished run measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The spec as run: `device` and `input_size` resolved.
+    pub spec: RunSpec,
+    pub env: EnvStamp,
+    pub latency_ms: LatencyStats,
+    /// Samples per second at the mean latency.
+    pub throughput_per_s: f64,
+    pub memory: MemoryReport,
+    pub output: OutputFacts,
+    pub warmup: Vec<Sample>,
+    pub samples: Vec<Sample>,
+}
