@@ -59,3 +59,7 @@ export GRADLESS_BIN="$CARGO_TARGET_DIR/release/gradless" GRADLESS_SITE_ROOT="$PW
 export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cd end2end
 GRADLESS_URL="http://127.0.0.1:$port" npx playwright test
+
+echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads)"
+(cd .. && timeout 300 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5) \
+  || echo "load benchmark: could not run (not a test)"
