@@ -18,7 +18,6 @@
 //! sent (or dropped): [`Tracked`] counts it.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,6 @@
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use tower::ServiceExt;
 
 use crate::*;
 
