@@ -13,7 +13,7 @@ echo "==> Rust tests (the first build compiles libtorch's C++ wrapper: several m
 # The snippet test runs every model's Python snippet with the venv's PyTorch.
 export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cargo test --release --workspace
-for f in gradless-load.json gradless-soak.json; do
+for f in gradless-load.json gradless-soak.json gradless-hostile.json; do
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
 done
 
