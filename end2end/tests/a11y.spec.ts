@@ -7,6 +7,11 @@ import * as path from "node:path";
 // axe-core from end2end's devDependencies (package.json), injected into each page.
 const AXE = path.join(__dirname, "..", "node_modules", "axe-core", "axe.min.js");
 
+// The pages' CSP allows only their own nonce-carrying scripts, so an injected checker is
+// refused; here (only here) the browser ignores the CSP. Every other spec runs the pages
+// under it, which is how the CSP itself is tested.
+test.use({ bypassCSP: true });
+
 async function recordedRun(request: APIRequestContext, grad: string): Promise<string> {
   const res = await request.post("/api/runs", {
     data: { model: "tiny_mlp", device: "cpu", batch: 4, grad, warmup: 1, iters: 4 },
