@@ -52,12 +52,15 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     let head = match assets {
         Some(a) => {
             let boot = hydration_module(&a);
+            // The page's CSP allows inline scripts by the per-page nonce only (the server
+            // puts it in context, as Leptos' own hydration scripts use it).
+            let nonce = leptos::nonce::use_nonce();
             view! {
                 <link rel="stylesheet" href=a.css />
                 <link rel="preload" href=a.wasm r#as="fetch" r#type="application/wasm" crossorigin="" />
                 <link rel="modulepreload" href=a.js />
                 <script src=a.echarts defer></script>
-                <script type="module" inner_html=boot></script>
+                <script type="module" nonce=nonce inner_html=boot></script>
             }
             .into_any()
         }
