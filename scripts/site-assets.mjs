@@ -34,17 +34,18 @@ const echartsEntry = `
 import * as echarts from 'echarts/core';
 // Series: the Lab's latency and memory lines, the comparison and pitfall bars and lines.
 import { LineChart, BarChart } from 'echarts/charts';
-// Aria: the charts' screen-reader descriptions and the bars' decal patterns. The legend is
-// the plain one (no scrolling legend is asked for).
+// Aria: the charts' screen-reader descriptions and the bars' decal patterns. The legends
+// scroll (type "scroll", so long series names never wrap into the axis), which needs the
+// scrolling legend; it includes the plain one.
 import {
-  TitleComponent, TooltipComponent, LegendPlainComponent, GridComponent,
+  TitleComponent, TooltipComponent, LegendScrollComponent, GridComponent,
   MarkLineComponent, MarkAreaComponent, AriaComponent,
 } from 'echarts/components';
 import { CanvasRenderer } from 'echarts/renderers';
 // The 'dark' theme (prefers-color-scheme: dark) is registered by echarts/core itself.
 echarts.use([
   LineChart, BarChart,
-  TitleComponent, TooltipComponent, LegendPlainComponent, GridComponent,
+  TitleComponent, TooltipComponent, LegendScrollComponent, GridComponent,
   MarkLineComponent, MarkAreaComponent, AriaComponent,
   CanvasRenderer,
 ]);
