@@ -1,7 +1,8 @@
 // Accessibility, checked by axe-core in the browser: no serious or critical violation on
 // any page, in the light and the dark colour scheme; the charts describe themselves in
 // words; every control is reached with the keyboard and shows a visible focus ring.
-import { expect, test, APIRequestContext, Page } from "@playwright/test";
+import { expect, test, Page } from "@playwright/test";
+import { recordedRun } from "./recorded-run";
 import * as path from "node:path";
 
 // axe-core from end2end's devDependencies (package.json), injected into each page.
@@ -11,16 +12,6 @@ const AXE = path.join(__dirname, "..", "node_modules", "axe-core", "axe.min.js")
 // refused; here (only here) the browser ignores the CSP. Every other spec runs the pages
 // under it, which is how the CSP itself is tested.
 test.use({ bypassCSP: true });
-
-async function recordedRun(request: APIRequestContext, grad: string): Promise<string> {
-  const res = await request.post("/api/runs", {
-    data: { model: "tiny_mlp", device: "cpu", batch: 4, grad, warmup: 1, iters: 4 },
-  });
-  expect(res.status()).toBe(202);
-  const { id } = await res.json();
-  await expect.poll(async () => (await request.get(`/api/runs/${id}`)).status(), { timeout: 60_000 }).toBe(200);
-  return id;
-}
 
 async function seriousViolations(page: Page): Promise<string[]> {
   await page.addScriptTag({ path: AXE });

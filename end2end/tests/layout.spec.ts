@@ -1,16 +1,7 @@
 // Every page fits the five widths people read it at — a phone, a tablet, laptops and a
 // wide screen — without sideways scrolling, and the header and the content share one grid.
-import { expect, test, APIRequestContext, Page } from "@playwright/test";
-
-async function recordedRun(request: APIRequestContext, grad: string): Promise<string> {
-  const res = await request.post("/api/runs", {
-    data: { model: "tiny_mlp", device: "cpu", batch: 4, grad, warmup: 1, iters: 4 },
-  });
-  expect(res.status()).toBe(202);
-  const { id } = await res.json();
-  await expect.poll(async () => (await request.get(`/api/runs/${id}`)).status(), { timeout: 60_000 }).toBe(200);
-  return id;
-}
+import { expect, test, Page } from "@playwright/test";
+import { recordedRun } from "./recorded-run";
 
 const WIDTHS = [390, 768, 1280, 1440, 1920];
 

@@ -1,16 +1,7 @@
 // On a phone (390 px wide), the recorded list and the side-by-side comparison read without
 // sideways scrolling, and an embedded card fits its frame.
-import { expect, test, APIRequestContext } from "@playwright/test";
-
-async function recordedRun(request: APIRequestContext, grad: string): Promise<string> {
-  const res = await request.post("/api/runs", {
-    data: { model: "tiny_mlp", device: "cpu", batch: 4, grad, warmup: 1, iters: 4 },
-  });
-  expect(res.status()).toBe(202);
-  const { id } = await res.json();
-  await expect.poll(async () => (await request.get(`/api/runs/${id}`)).status(), { timeout: 60_000 }).toBe(200);
-  return id;
-}
+import { expect, test } from "@playwright/test";
+import { recordedRun } from "./recorded-run";
 
 const noSidewaysScroll = (page: import("@playwright/test").Page) =>
   page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
