@@ -70,7 +70,10 @@ pub fn build_state(
     addr: std::net::SocketAddr,
     services: Services,
 ) -> Result<AppState> {
-    let models = models::model_infos(&worker)?;
+    let models = match &services.model_counts {
+        Some(cache) => models::model_infos_cached(&worker, cache)?,
+        None => models::model_infos(&worker)?,
+    };
     let info = ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         libtorch_version: engine::LIBTORCH_VERSION.to_string(),
@@ -152,6 +155,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 origins,
                 embed_csp,
                 max_streams,
+                model_counts: models::CountCache::for_this_executable(),
             },
         )
     })

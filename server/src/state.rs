@@ -27,7 +27,8 @@ pub struct AppState {
     pub guard: Arc<Guard>,
     /// Which hosts this server answers to and which pages may drive it.
     pub origins: Arc<Origins>,
-    /// What this server offers, computed once at start (the models need building to count).
+    /// What this server offers, computed once at start (the models need building to count, or
+    /// this executable's earlier counts: `crate::models::CountCache`).
     pub info: Arc<ServerInfo>,
     pub leptos: LeptosOptions,
     /// Bounds the pitfall experiments waiting for the device (each holds a permit).
@@ -55,6 +56,9 @@ pub struct Services {
     pub embed_csp: String,
     /// Event streams that may be open at once.
     pub max_streams: usize,
+    /// Where this executable keeps the parameter counts it measured (`None`: count at
+    /// every start).
+    pub model_counts: Option<crate::models::CountCache>,
 }
 
 impl Services {
@@ -67,6 +71,7 @@ impl Services {
             origins: Origins::local(),
             embed_csp: "frame-ancestors 'self'".into(),
             max_streams: DEFAULT_MAX_STREAMS,
+            model_counts: None,
         })
     }
 }
