@@ -13,7 +13,7 @@ echo "==> Rust tests (the first build compiles libtorch's C++ wrapper: several m
 # The snippet test runs every model's Python snippet with the venv's PyTorch.
 export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cargo test --release --workspace
-for f in gradless-load.json gradless-soak.json gradless-hostile.json; do
+for f in gradless-load.json gradless-viewers.json gradless-soak.json gradless-hostile.json; do
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
 done
 
@@ -60,6 +60,7 @@ export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cd end2end
 GRADLESS_URL="http://127.0.0.1:$port" npx playwright test
 
-echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads)"
-(cd .. && timeout 300 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5) \
+echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads, 3 warm starts)"
+# The warm starts run scripts/run.sh on the three ports after the docs site's.
+(cd .. && timeout 400 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5 --warm-start --warm-start-port $((port + 3))) \
   || echo "load benchmark: could not run (not a test)"

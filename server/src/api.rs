@@ -348,13 +348,12 @@ fn event_stream(
             if f.finished {
                 return None;
             }
-            if let Some(event) = f.run.get(f.next) {
+            if let Some((json, terminal)) = f.run.get_json(f.next) {
                 f.next += 1;
-                f.finished = event.is_terminal();
+                f.finished = terminal;
                 // Unnamed SSE messages, so a browser's `onmessage` sees them all; the JSON
                 // carries its own `type`.
-                let data = serde_json::to_string(&event).unwrap_or_else(|_| "{}".into());
-                return Some((Ok(SseEvent::default().data(data)), f));
+                return Some((Ok(SseEvent::default().data(&*json)), f));
             }
             // Nothing new: wait for the worker (the sender lives as long as the run state).
             if f.changes.changed().await.is_err() {

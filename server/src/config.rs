@@ -145,7 +145,7 @@ pub struct ServeArgs {
     #[arg(long, env = "GRADLESS_HEADER_TIMEOUT_S", default_value_t = 10)]
     pub header_timeout_s: u64,
     /// Connections open at once; more are answered 503 with Retry-After.
-    #[arg(long, env = "GRADLESS_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "GRADLESS_MAX_CONNECTIONS", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Event streams (run viewers) open at once; more are answered 503 with Retry-After.
     #[arg(long, env = "GRADLESS_MAX_STREAMS", default_value_t = crate::state::DEFAULT_MAX_STREAMS)]

@@ -133,6 +133,17 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if guard.token_required() {
         tracing::info!("starting runs needs the access token; reading and embeds stay open");
     }
+    if let Some(files) = conn::open_files_limit() {
+        // Every connection is a descriptor; past the limit `accept` fails (EMFILE) and
+        // browsers wait, where the configured limit would have answered them.
+        let wanted = args.max_connections as u64 + 64;
+        if files < wanted {
+            tracing::warn!(
+                "this process may open {files} files, fewer than --max-connections {} needs (about {wanted}): raise it with `ulimit -n {wanted}` or lower --max-connections",
+                args.max_connections
+            );
+        }
+    }
     let listener =
         listen(args.addr).with_context(|| format!("could not listen on {}", args.addr))?;
     let bound = listener.local_addr()?;

@@ -136,7 +136,9 @@ impl CountCache {
             parameters: counts.clone(),
         })?;
         // Written whole, then renamed: a reader never sees half a file.
-        let tmp = self.path.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = self
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&tmp, body)?;
         std::fs::rename(&tmp, &self.path)
     }
@@ -147,7 +149,10 @@ mod tests {
     use super::*;
 
     fn counts() -> BTreeMap<String, u64> {
-        ModelId::ALL.iter().map(|id| (id.as_str().to_string(), 7)).collect()
+        ModelId::ALL
+            .iter()
+            .map(|id| (id.as_str().to_string(), 7))
+            .collect()
     }
 
     #[test]

@@ -76,5 +76,7 @@ impl Services {
     }
 }
 
-/// Event streams open at once, by default.
-pub const DEFAULT_MAX_STREAMS: usize = 512;
+/// Event streams open at once, by default: server/tests/load.rs holds a thousand viewers
+/// of one run on a 2-core machine with a p99 delivery delay in the tens of milliseconds
+/// (each stream costs a task, a socket and hyper's buffers: tens of KB).
+pub const DEFAULT_MAX_STREAMS: usize = 2048;
