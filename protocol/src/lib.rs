@@ -16,6 +16,7 @@ mod python;
 mod record;
 mod report;
 mod spec;
+mod trace;
 pub use errors::*;
 pub use events::*;
 pub use format::*;
@@ -28,6 +29,7 @@ pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordSummary};
 pub use report::*;
 pub use spec::*;
+pub use trace::*;
 
 #[cfg(test)]
 mod tests {
