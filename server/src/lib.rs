@@ -20,6 +20,7 @@ pub mod router;
 pub mod runs;
 pub mod state;
 pub mod store;
+pub mod trace_export;
 
 pub use router::router;
 
