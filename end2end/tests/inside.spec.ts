@@ -50,3 +50,18 @@ test("the forward-pass chart overlays one series per run, grad above no_grad", a
   expect(spans.every((s) => typeof s.dur === "number" && s.dur >= 0)).toBe(true);
   expect(counters.every((c) => typeof c.args.bytes === "number")).toBe(true);
 });
+
+test("a memory pitfall card overlays the traced passes of its rows", async ({ page }) => {
+  await page.goto("/pitfalls#eval-not-nograd");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.getByTestId("run-eval-not-nograd").click();
+  await expect(page.getByTestId("verdict-eval-not-nograd")).toContainText("Confirmed", { timeout: 120_000 });
+  await expect(page.getByTestId("trace-eval-not-nograd")).toBeVisible();
+  const lines = await page.evaluate(() => {
+    const el = document.getElementById("pitfall-chart-eval-not-nograd-trace");
+    const chart = el && (window as any).echarts.getInstanceByDom(el);
+    return (chart?.getOption()?.series ?? []).map((s: any) => ({ name: s.name, last: s.data[s.data.length - 1][1] }));
+  });
+  expect(lines.map((l: any) => l.name)).toEqual(["eval + grad", "eval + no_grad"]);
+  expect(lines[0].last).toBeGreaterThan(lines[1].last);
+});

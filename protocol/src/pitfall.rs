@@ -92,6 +92,9 @@ pub struct PitfallReport {
     /// A table for the cards that read best as one (the seed table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<Table>,
+    /// The traced forward pass of each row, for the cards about memory: drawn overlaid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<crate::NamedTrace>,
     pub env: EnvStamp,
     /// The permanent id the server recorded this result under (its permalink is
     /// `/runs/{record_id}`); absent when nothing was recorded (the CLI).

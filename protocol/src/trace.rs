@@ -73,6 +73,13 @@ pub struct MemoryBreakdown {
     pub parts: Vec<MemoryPart>,
 }
 
+/// One labelled traced pass: a pitfall card's row, drawn overlaid with the others.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NamedTrace {
+    pub label: String,
+    pub trace: Vec<TracePoint>,
+}
+
 /// Peak allocated above the baseline over the trace (the highest any module reached).
 pub fn trace_peak(trace: &[TracePoint]) -> u64 {
     trace

@@ -6,7 +6,7 @@
 //! module, output shape and bytes added through `encode.tooltip`, which needs dimensions
 //! per data item (no JavaScript formatter survives the trip through JSON).
 
-use protocol::{added_bytes, format_bytes, MemoryBreakdown, Report};
+use protocol::{added_bytes, format_bytes, MemoryBreakdown, NamedTrace, Report, TracePoint};
 use serde_json::{json, Value};
 
 use super::{round3, ChartOption, MIB};
@@ -31,34 +31,64 @@ fn title(text: &str, sub: &str) -> Value {
     })
 }
 
-/// Memory through one forward pass: x = modules in execution order, y = allocated above
-/// the baseline right after each. One line per run (`label`, report); runs of another
-/// model than the first are left out (their modules differ).
+/// Memory through one forward pass: x = modules in order, y = allocated above the
+/// baseline right after each. One line per run (`label`, report); runs of another model
+/// than the first are left out (their modules differ).
 pub fn trace_chart(runs: &[(String, &Report)]) -> ChartOption {
     let Some((_, first)) = runs.iter().find(|(_, r)| !r.trace.is_empty()) else {
+        return traces_chart(&[], "");
+    };
+    let model = first.spec.model;
+    let lines: Vec<(String, &[TracePoint])> = runs
+        .iter()
+        .filter(|(_, r)| r.spec.model == model && !r.trace.is_empty())
+        .map(|(l, r)| (l.clone(), r.trace.as_slice()))
+        .collect();
+    traces_chart(
+        &lines,
+        &format!(
+            "{} · allocated above baseline after each module · {}",
+            model.display_name(),
+            first.memory.source.short()
+        ),
+    )
+}
+
+/// A pitfall card's rows' traced passes, overlaid.
+pub fn named_traces_chart(traces: &[NamedTrace]) -> Option<ChartOption> {
+    let lines: Vec<(String, &[TracePoint])> = traces
+        .iter()
+        .filter(|t| !t.trace.is_empty())
+        .map(|t| (t.label.clone(), t.trace.as_slice()))
+        .collect();
+    (!lines.is_empty()).then(|| {
+        traces_chart(
+            &lines,
+            "each row's traced pass: allocated above baseline after each module",
+        )
+    })
+}
+
+/// Overlaid traces of the same model: the x axis is the longest one's modules.
+fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOption {
+    if lines.is_empty() {
         return with_aria(
             json!({"title": title("Memory through one forward pass", "no traced pass in this run")}),
             "Memory through one forward pass: this run has no traced pass.".into(),
         );
-    };
-    let model = first.spec.model;
-    let runs: Vec<&(String, &Report)> = runs
+    }
+    let longest = lines
         .iter()
-        .filter(|(_, r)| r.spec.model == model && !r.trace.is_empty())
-        .collect();
-    let longest = runs
-        .iter()
-        .map(|(_, r)| &r.trace)
+        .map(|(_, t)| *t)
         .max_by_key(|t| t.len())
-        .unwrap_or(&first.trace);
+        .unwrap_or(&[]);
     let modules: Vec<&str> = longest.iter().map(|p| p.module.as_str()).collect();
     let mut series = vec![];
     let mut sentences = vec![];
-    for (i, (label, r)) in runs.iter().enumerate() {
-        let data: Vec<Value> = r
-            .trace
+    for (i, (label, trace)) in lines.iter().enumerate() {
+        let data: Vec<Value> = trace
             .iter()
-            .zip(added_bytes(&r.trace))
+            .zip(added_bytes(trace))
             .enumerate()
             .map(|(x, (p, added))| {
                 let shape: Vec<String> = p.output_shape.iter().map(|d| d.to_string()).collect();
@@ -87,10 +117,9 @@ pub fn trace_chart(runs: &[(String, &Report)]) -> ChartOption {
             "symbol": SYMBOLS[i % SYMBOLS.len()],
             "symbolSize": 5,
             "lineStyle": {"width": 2, "type": DASHES[i % DASHES.len()]},
-            "step": false,
         }));
-        let peak = protocol::trace_peak(&r.trace);
-        let end = r.trace.last().map(|p| p.allocated_above_baseline_bytes).unwrap_or(0);
+        let peak = protocol::trace_peak(trace);
+        let end = trace.last().map(|p| p.allocated_above_baseline_bytes).unwrap_or(0);
         sentences.push(format!(
             "{label}: {} at its highest, {} held after the last module",
             format_bytes(peak),
@@ -98,10 +127,7 @@ pub fn trace_chart(runs: &[(String, &Report)]) -> ChartOption {
         ));
     }
     let option = json!({
-        "title": title(
-            "Memory through one forward pass",
-            &format!("{} · allocated above baseline after each module · {}", model.display_name(), first.memory.source.short()),
-        ),
+        "title": title("Memory through one forward pass", subtitle),
         "tooltip": {"trigger": "item"},
         "legend": {"type": "scroll", "bottom": 0},
         "grid": {"left": 64, "right": 24, "top": 64, "bottom": 96},
@@ -118,8 +144,7 @@ pub fn trace_chart(runs: &[(String, &Report)]) -> ChartOption {
     with_aria(
         option,
         format!(
-            "Memory through one forward pass of {} ({} modules): {}.",
-            model.display_name(),
+            "Memory through one forward pass ({} modules): {}.",
             modules.len(),
             sentences.join("; ")
         ),

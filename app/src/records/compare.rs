@@ -40,6 +40,14 @@ pub fn ComparePage() -> impl IntoView {
                 "compare-chart",
                 crate::charts::comparison_chart("Recorded runs side by side", &reports),
             );
+            // The traced passes overlaid (runs of the first run's model; older records
+            // have none).
+            let labelled: Vec<(String, &Report)> = reports
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("#{} {}", i + 1, r.spec.label()), r))
+                .collect();
+            crate::charts::render("compare-trace-chart", crate::charts::trace_chart(&labelled));
         }
     });
     let problems = move || {
@@ -69,6 +77,7 @@ pub fn ComparePage() -> impl IntoView {
                 {move || runs.with(|r| (!r.is_empty()).then(|| compare_table(r)))}
             </section>
             <section class="panel"><div id="compare-chart" class="chart" data-testid="compare-chart"></div></section>
+            <section class="panel"><div id="compare-trace-chart" class="chart tall" data-testid="compare-trace-chart"></div></section>
         </div>
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use protocol::{
     Autocast, ChartKind, DeviceChoice, DeviceKind, Event, FailureKind, Figure, GradMode, Limits,
-    ModelId, PitfallOptions, Report, RunFailure, RunSpec, Series, Table, Verdict,
+    ModelId, NamedTrace, PitfallOptions, Report, RunFailure, RunSpec, Series, Table, Verdict,
 };
 use tch::Tensor;
 
@@ -188,6 +188,30 @@ pub fn pass_memory(
         peak_above: sample.peak_bytes.saturating_sub(baseline),
         retained: sample.allocated_bytes.saturating_sub(baseline),
     })
+}
+
+/// A measured run's traced pass, labelled as its row.
+pub fn named(label: &str, report: &Report) -> NamedTrace {
+    NamedTrace {
+        label: label.into(),
+        trace: report.trace.clone(),
+    }
+}
+
+/// One traced forward pass of `model` on `input` (see `crate::trace`), above the memory
+/// allocated before it: for experiments that measure passes, not runs.
+pub fn trace_pass(
+    lab: &Lab,
+    ctx: &Ctx,
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+) -> Result<Vec<protocol::TracePoint>, RunFailure> {
+    ctx.check()?;
+    let meter = lab.meter(ctx.device);
+    synchronize(ctx.device)?;
+    let offset = meter.read().map_err(torch_failure)?.allocated;
+    crate::trace::traced_pass(model, input, spec, ctx.device, &meter, offset)
 }
 
 /// The stopwatch a timed pass runs under; see [`time_passes`].
@@ -382,6 +406,8 @@ pub struct Outcome {
     pub series: Vec<Series>,
     pub notes: Vec<String>,
     pub table: Option<Table>,
+    /// Each row's traced forward pass, for the cards about memory.
+    pub traces: Vec<NamedTrace>,
 }
 
 impl Outcome {
@@ -394,7 +420,13 @@ impl Outcome {
             series: vec![],
             notes: vec![],
             table: None,
+            traces: vec![],
         }
+    }
+
+    pub fn traces(mut self, traces: Vec<NamedTrace>) -> Self {
+        self.traces = traces;
+        self
     }
 
     pub fn figures(mut self, figures: Vec<Figure>) -> Self {

@@ -159,6 +159,7 @@ impl Card {
             series: outcome.series,
             notes: outcome.notes,
             table: outcome.table,
+            traces: outcome.traces,
             env: lab.machine().stamp(device, threads),
             record_id: None,
         })

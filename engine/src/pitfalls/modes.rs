@@ -6,7 +6,9 @@ use protocol::{
 };
 use tch::{Kind, Tensor};
 
-use super::kit::{describe, fig, measure, mib, series, Ctx, Decision, Outcome, Shift};
+use super::kit::{
+    describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Shift,
+};
 use super::Card;
 use crate::lab::{catch_torch, failure, forward, tch_device, torch_failure, Lab};
 use crate::models::Model;
@@ -162,6 +164,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     let mut setups = vec![];
     let mut notes = vec![];
     let (mut p50_ng, mut p50_im) = (vec![], vec![]);
+    let mut traces = vec![];
     let mut memory_equal = true;
     for (model, batch) in [
         (ModelId::TinyMlp, 1),
@@ -193,6 +196,11 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
                 .max()
                 .unwrap_or(0) as f64
         };
+        if model != ModelId::TinyMlp {
+            let name = model.as_str();
+            traces.push(named(&format!("{name} no_grad"), &ng[0]));
+            traces.push(named(&format!("{name} inference_mode"), &im[0]));
+        }
         let (a, b) = (peak(&ng), peak(&im));
         memory_equal &= (a - b).abs() <= 0.05 * a.max(b);
         let latencies = |rs: &[Report]| {
@@ -289,7 +297,8 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng),
             series("inference_mode p50 (ms)", "ms", labels, p50_im),
         ])
-        .notes(notes))
+        .notes(notes)
+        .traces(traces))
 }
 
 pub const AUTOCAST: Card = Card {
