@@ -3,7 +3,8 @@
 //! (which includes the traced pass) against the wall time of the traced pass alone, and a
 //! traced pass against an untraced one (the probe's own cost).
 //!
-//! `cargo run --release -p engine --example trace_overhead [cpu|cuda]`
+//! `cargo run --release -p engine --example trace_overhead [cpu|cuda] [MODEL:BATCH ...]`
+//! (default: every model at the default batch)
 
 use std::time::Instant;
 
@@ -18,13 +19,29 @@ fn main() {
     };
     let mut lab = Lab::new(LabConfig::default()).expect("lab starts");
     println!(
-        "{:<12} {:<8} {:>10} {:>11} {:>9} {:>12} {:>12}",
-        "model", "grad", "run ms", "traced ms", "share", "plain pass", "probe cost"
+        "{:<12} {:>5} {:<8} {:>10} {:>11} {:>9} {:>12} {:>12}",
+        "model", "batch", "grad", "run ms", "traced ms", "share", "plain pass", "probe cost"
     );
-    for model in ModelId::ALL {
+    let picks: Vec<(ModelId, u32)> = std::env::args()
+        .skip(2)
+        .filter_map(|a| {
+            let (m, b) = a.split_once(':')?;
+            Some((m.parse().ok()?, b.parse().ok()?))
+        })
+        .collect();
+    let picks = if picks.is_empty() {
+        ModelId::ALL
+            .iter()
+            .map(|&m| (m, RunSpec::default().batch))
+            .collect()
+    } else {
+        picks
+    };
+    for (model, batch) in picks {
         for grad in [GradMode::Enabled, GradMode::NoGrad] {
             let spec = RunSpec {
                 model,
+                batch,
                 grad,
                 device: match device {
                     DeviceKind::Cpu => DeviceChoice::Cpu,
@@ -64,8 +81,9 @@ fn main() {
             let traced_ms: f64 = report.trace.iter().map(|p| p.time_ms).sum::<f64>();
             let traced_wall = traced_ms.max(best_traced);
             println!(
-                "{:<12} {:<8} {:>10.1} {:>11.2} {:>8.2}% {:>12.2} {:>11.1}%",
+                "{:<12} {:>5} {:<8} {:>10.1} {:>11.2} {:>8.2}% {:>12.2} {:>11.1}%",
                 model.as_str(),
+                batch,
                 grad.as_str(),
                 run_ms,
                 traced_wall,

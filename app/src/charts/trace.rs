@@ -47,7 +47,7 @@ pub fn trace_chart(runs: &[(String, &Report)]) -> ChartOption {
     traces_chart(
         &lines,
         &format!(
-            "{} · allocated above baseline after each module · {}",
+            "{} · after each module, in execution order · {}",
             model.display_name(),
             first.memory.source.short()
         ),
@@ -64,7 +64,7 @@ pub fn named_traces_chart(traces: &[NamedTrace]) -> Option<ChartOption> {
     (!lines.is_empty()).then(|| {
         traces_chart(
             &lines,
-            "each row's traced pass: allocated above baseline after each module",
+            "each row's traced pass: allocated above baseline after each module, in order",
         )
     })
 }
@@ -130,12 +130,12 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
         "title": title("Memory through one forward pass", subtitle),
         "tooltip": {"trigger": "item"},
         "legend": {"type": "scroll", "bottom": 0},
-        "grid": {"left": 64, "right": 24, "top": 64, "bottom": 96},
+        "grid": {"left": 56, "right": 16, "top": 64, "bottom": 112},
         "backgroundColor": "transparent",
         "animation": false,
+        // The axis is named in the subtitle: a name under rotated labels would overlap them.
         "xAxis": {
-            "type": "category", "data": modules, "name": "modules, in execution order",
-            "nameLocation": "middle", "nameGap": 72,
+            "type": "category", "data": modules,
             "axisLabel": {"rotate": 50, "fontSize": 9},
         },
         "yAxis": {"type": "value", "name": "MiB above baseline"},
@@ -172,13 +172,13 @@ pub fn breakdown_chart(b: &MemoryBreakdown) -> ChartOption {
         .map(|p| format!("{} {}", p.label, format_bytes(p.bytes)))
         .collect();
     let option = json!({
-        "title": title("What the memory holds", &format!("{} {}", format_bytes(b.total_bytes), b.total_label)),
+        "title": title("What the memory holds (MiB)", &format!("{} {}", format_bytes(b.total_bytes), b.total_label)),
         "tooltip": {"trigger": "item"},
         "legend": {"type": "scroll", "bottom": 0},
-        "grid": {"left": 24, "right": 24, "top": 64, "bottom": 48, "containLabel": true},
+        "grid": {"left": 24, "right": 32, "top": 64, "bottom": 48, "containLabel": true},
         "backgroundColor": "transparent",
         "animation": false,
-        "xAxis": {"type": "value", "name": "MiB"},
+        "xAxis": {"type": "value"},
         "yAxis": {"type": "category", "data": [""]},
         "series": series,
     });
@@ -240,7 +240,7 @@ pub fn roofline_chart(runs: &[(String, &Report)]) -> Option<ChartOption> {
     let option = json!({
         "title": title(
             "Under the roofline",
-            "arithmetic intensity is an estimate: weights + input + each output written and read once",
+            "x is an estimate: FLOPs / (weights + input + outputs × 2)",
         ),
         "tooltip": {"trigger": "item"},
         "legend": {"type": "scroll", "bottom": 0},
