@@ -163,3 +163,59 @@ pub fn compute_lines(r: &Report) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        let point = |m: &str, held: u64| {
+            serde_json::json!({"module": m, "output_shape": [2, 8], "output_bytes": 64,
+                "allocated_above_baseline_bytes": held, "peak_above_baseline_bytes": held + 10,
+                "time_ms": 0.25, "flops": 512})
+        };
+        serde_json::from_value(serde_json::json!({
+            "spec": {"model": "resnet18", "device": "cpu", "batch": 2, "input_size": 64, "eval": true,
+                     "grad": "enabled", "autocast": "off", "warmup": 1, "iters": 2, "threads": 1},
+            "env": {"device": "cpu", "device_name": "cpu", "device_total_memory_bytes": null, "driver_version": null,
+                    "cuda_version": null, "cudnn_version": null, "libtorch_version": "2.11.0", "cpu_model": "test cpu",
+                    "threads": 1, "measured_at": "2026-11-30T00:00:00Z", "gradless_version": "0"},
+            "latency_ms": {"mean": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0, "min": 1.0, "max": 1.0, "stddev": 0.0},
+            "throughput_per_s": 1.0,
+            "memory": {"source": "cpu_tensor_memory", "baseline_bytes": 1, "peak_allocated_bytes": 2,
+                       "peak_above_baseline_bytes": 1, "peak_reserved_bytes": null, "after_release_bytes": 1,
+                       "leaked_bytes": 0, "device_used_bytes": null},
+            "output": {"dtype": "Float", "shape": [2, 10], "is_inference": false, "requires_grad": true},
+            "warmup": [], "samples": [],
+            "trace": [point("conv1", 100), point("layer1.0,add", 300)], "flops": 1024
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_chrome_trace_has_a_span_per_module_end_to_end_and_a_counter_after_each() {
+        let v = chrome_trace(&report());
+        let events = v["traceEvents"].as_array().unwrap();
+        let spans: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+        let counters: Vec<_> = events.iter().filter(|e| e["ph"] == "C").collect();
+        assert_eq!(spans.len(), 2);
+        assert_eq!(counters.len(), 3, "one at the start and one after each module");
+        let end0 = spans[0]["ts"].as_f64().unwrap() + spans[0]["dur"].as_f64().unwrap();
+        assert_eq!(spans[1]["ts"].as_f64().unwrap(), end0);
+        assert_eq!(counters[2]["args"]["bytes"], 300);
+        // Re-parses as JSON text, as Perfetto reads it.
+        let text = serde_json::to_string(&v).unwrap();
+        assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+    }
+
+    #[test]
+    fn the_trace_csv_quotes_names_and_the_table_shows_what_each_module_added() {
+        let r = report();
+        let csv = trace_csv(&r.trace);
+        assert_eq!(csv.lines().count(), 3);
+        assert!(csv.contains("\"layer1.0,add\""), "{csv}");
+        let table = trace_table(&r);
+        assert!(table.contains("+200 B"), "{table}");
+        assert!(compute_lines(&r).contains("0.000 GFLOPs"));
+    }
+}
