@@ -177,7 +177,7 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
                 .enumerate()
                 .map(|(i, (_, r))| view! { <td data-label=format!("#{}", i + 1)>{cell(r)}</td> })
                 .collect_view();
-            view! { <tr><th>{name}</th>{cells}</tr> }
+            view! { <tr class=if name == "caveat" { "caveat" } else { "" }><th>{name}</th>{cells}</tr> }
         })
         .collect_view();
     view! {
