@@ -24,10 +24,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     };
     let mut out = String::new();
     out.push_str("import torch\n");
-    if matches!(
-        spec.model,
-        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-    ) {
+    if spec.model.is_image() {
         out.push_str("import torchvision\n");
     } else {
         out.push_str("from torch import nn\n");

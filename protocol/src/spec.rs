@@ -71,6 +71,16 @@ impl ModelId {
         }
     }
 
+    /// Whether the input is an image batch `[batch, 3, size, size]` (the torchvision
+    /// models): the one list of image models, used by the checks, the snippets and the
+    /// experiments that pick smaller images on a CPU.
+    pub fn is_image(self) -> bool {
+        matches!(
+            self,
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
+        )
+    }
+
     pub fn has_dropout(self) -> bool {
         matches!(
             self,
@@ -349,14 +359,7 @@ impl RunSpec {
         }
         if let Some(size) = self.input_size {
             let shape = self.model.input();
-            let min = if matches!(
-                self.model,
-                ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-            ) {
-                32
-            } else {
-                1
-            };
+            let min = if self.model.is_image() { 32 } else { 1 };
             if size < min || size > shape.max {
                 return err(
                     "input_size",

@@ -48,7 +48,7 @@ impl Ctx<'_> {
                 DeviceChoice::Cpu
             },
             batch,
-            input_size: (is_image(model) && !self.cuda()).then_some(96),
+            input_size: (model.is_image() && !self.cuda()).then_some(96),
             eval,
             grad,
             autocast: Autocast::Off,
@@ -72,13 +72,6 @@ impl Ctx<'_> {
     pub fn check(&self) -> Result<(), RunFailure> {
         self.control.check()
     }
-}
-
-fn is_image(model: ModelId) -> bool {
-    matches!(
-        model,
-        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-    )
 }
 
 /// "ResNet-18, batch 8, 96×96 images": what a card's figures were measured on.
