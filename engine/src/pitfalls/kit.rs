@@ -79,6 +79,11 @@ pub fn describe(model: ModelId, batch: impl std::fmt::Display, size: u32) -> Str
     let input = match model {
         ModelId::TinyMlp => format!("{size} features"),
         ModelId::Transformer => format!("{size} tokens"),
+        ModelId::Team(_) => match model.team() {
+            Some(m) if size > 0 => format!("input {}, size {size}", m.sidecar.describe_inputs()),
+            Some(m) => format!("input {}", m.sidecar.describe_inputs()),
+            None => format!("size {size}"),
+        },
         _ => format!("{size}×{size} images"),
     };
     format!("{}, batch {batch}, {input}", model.display_name())
@@ -469,6 +474,12 @@ pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
         ModelId::MobilenetV2 => 96 * (s / 2) * (s / 2),
         // The attention scores (4 heads × seq²) or the feed-forward hidden layer (seq × 1024).
         ModelId::Transformer => (4 * s * s).max(1024 * s),
+        // A script hides its layers: the input's elements per sample times 64 (the
+        // built-in convolutional stems' widening), so a sweep stays well below the limit.
+        ModelId::Team(_) => model.team().map_or(1 << 20, |m| {
+            let shape = &m.sidecar.shapes(1, size)[0];
+            64 * shape.iter().map(|d| *d as u64).product::<u64>()
+        }),
     }
 }
 
