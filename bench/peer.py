@@ -55,6 +55,7 @@ import datetime as _dt
 import json
 import math
 import os
+from pathlib import Path
 import platform
 import sys
 import time
@@ -333,8 +334,35 @@ BUILTIN_IMAGE_MODELS = {
 }
 
 
-def build_model(name: str, input_size: int, builtin: bool = False) -> tuple[nn.Module, str]:
-    """The architecture `name` with random weights, on the CPU, and where it came from."""
+def team_sidecar(models_dir: str | None, name: str) -> dict | None:
+    """The sidecar of team model `name` (NAME.json beside NAME.pt in --models-dir), or None
+    for a built-in model."""
+    if name in MODELS:
+        return None
+    if not models_dir:
+        raise SystemExit(f"error: unknown model `{name}`; known: {', '.join(MODELS)} (team models need --models-dir)")
+    path = Path(models_dir) / f"{name}.json"
+    if not (Path(models_dir) / f"{name}.pt").exists() or not path.exists():
+        raise SystemExit(f"error: {models_dir} holds no team model `{name}` ({name}.pt and {name}.json)")
+    return json.loads(path.read_text())
+
+
+def team_input(sidecar: dict, batch: int, size: int, device: torch.device) -> torch.Tensor:
+    """A team model's input as its sidecar describes it (Gradless serves one input)."""
+    spec = sidecar["inputs"][0]
+    shape = [batch if d == "batch" else size if d == "size" else d for d in spec["shape"]]
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    if "high" in spec:
+        return torch.randint(0, spec["high"], shape, dtype=dtype, device=device)
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+def build_model(name: str, input_size: int, builtin: bool = False, models_dir: str | None = None) -> tuple[nn.Module, str]:
+    """The architecture `name` with random weights, on the CPU, and where it came from; a
+    team model is the same TorchScript file Gradless loads."""
+    if name not in MODELS:
+        path = Path(models_dir) / f"{name}.pt"
+        return torch.jit.load(str(path), map_location="cpu"), f"torch.jit.load({path})"
     if name == "tiny_mlp":
         return tiny_mlp(input_size), "bench/peer.py"
     if name == "transformer":
@@ -563,7 +591,11 @@ def measure(args: argparse.Namespace) -> dict:
             raise SystemExit("error: device: this machine has no CUDA device; use cpu or auto")
         device = torch.device("cuda", 0)
         torch.cuda.set_device(device)
-    size = args.input_size or INPUT_SIZES[args.model][0]
+    sidecar = team_sidecar(args.models_dir, args.model)
+    if sidecar is None:
+        size = args.input_size or INPUT_SIZES[args.model][0]
+    else:
+        size = args.input_size or sidecar.get("size", {}).get("default", 0)
     threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
     torch.set_num_threads(threads)
     cuda = device.type == "cuda"
@@ -575,12 +607,15 @@ def measure(args: argparse.Namespace) -> dict:
         other_held = torch.cuda.memory_allocated(device)
 
     torch.manual_seed(SEED)
-    model, model_source = build_model(args.model, size, args.builtin_models)
+    model, model_source = build_model(args.model, size, args.builtin_models, args.models_dir)
     model = model.to(device)
     model.train(not args.eval)
     parameters = sum(p.numel() for p in model.parameters())
     torch.manual_seed(SEED)
-    x = torch.randn(input_shape(args.model, args.batch, size), device=device)
+    if sidecar is None:
+        x = torch.randn(input_shape(args.model, args.batch, size), device=device)
+    else:
+        x = team_input(sidecar, args.batch, size, device)
 
     def allocated() -> int | None:
         return torch.cuda.memory_allocated(device) - other_held if cuda else None
@@ -736,7 +771,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="Measure one PyTorch inference setting the way `gradless measure` does.",
     )
-    p.add_argument("--model", choices=MODELS, default="tiny_mlp")
+    p.add_argument("--model", default="tiny_mlp",
+                   help=f"{', '.join(MODELS)}, or a team model of --models-dir")
+    p.add_argument("--models-dir", default=os.environ.get("GRADLESS_MODELS_DIR"),
+                   help="the directory of team models (NAME.pt + NAME.json), as `gradless --models-dir`")
     p.add_argument("--batch", type=int, default=32)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--eval", dest="eval", action="store_true", default=True, help="model.eval() (default)")
@@ -765,7 +803,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("warmup cannot be negative")
     if args.threads is not None and args.threads < 1:
         p.error("threads must be at least 1")
-    if args.input_size is not None:
+    if args.model not in MODELS:
+        sidecar = team_sidecar(args.models_dir, args.model)
+        size = sidecar.get("size")
+        if args.input_size is not None and size is None:
+            p.error(f"{args.model} has a fixed input shape: leave --input-size out")
+        if args.input_size is not None and not size.get("min", 1) <= args.input_size <= size["max"]:
+            p.error(f"input_size {args.input_size} is out of range for {args.model}: allowed {size.get('min', 1)}..={size['max']}")
+    elif args.input_size is not None:
         lo = 32 if args.model in IMAGE_MODELS else 1
         hi = INPUT_SIZES[args.model][1]
         if not lo <= args.input_size <= hi:

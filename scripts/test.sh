@@ -41,6 +41,10 @@ docs_port=$((port + 2)) # the pretend docs site of the embed test
 export GRADLESS_DOCS_PORT=$docs_port
 log="$CARGO_TARGET_DIR/gradless-e2e.log"
 scratch=$(mktemp -d)
+echo "==> Making the team models the server serves (engine/tests/fixtures, with the venv's PyTorch)"
+# Good ones and deliberately bad ones: the server must serve the first and name the others.
+"$GRADLESS_PYTHON" engine/tests/fixtures/make_team_models.py "$scratch/models" >/dev/null
+export GRADLESS_MODELS_DIR="$scratch/models"
 echo "==> Starting gradless on 127.0.0.1:$port (log: $log)"
 # A fresh database; the pretend docs site of the embed test may frame embeds; no rate limit
 # (the tests start runs faster than a person would).

@@ -25,7 +25,10 @@ pub fn eval_text(eval: bool, model: ModelId) -> String {
     .into_iter()
     .filter_map(|(present, text)| present.then_some(text))
     .collect();
-    let effects = if effects.is_empty() {
+    // A TorchScript file hides its layers: say what was measured when it was loaded.
+    let effects = if let Some(team) = model.team() {
+        team.training.describe().to_string()
+    } else if effects.is_empty() {
         "nothing changes in this model".to_string()
     } else {
         effects.join("; ")

@@ -17,6 +17,7 @@ pub mod models;
 pub mod pitfalls;
 pub mod spec;
 pub mod stats;
+pub mod team;
 pub mod torch_ext;
 pub mod worker;
 

@@ -154,7 +154,15 @@ pub fn peer_args(r: &Report) -> Vec<String> {
         args.push("--train".into());
     }
     if let Some(size) = s.input_size {
-        args.push(format!("--input-size={size}"));
+        // A fixed-shape team model has no size (0): peer.py takes the sidecar's shape.
+        if size > 0 {
+            args.push(format!("--input-size={size}"));
+        }
+    }
+    if let protocol::ModelId::Team(_) = s.model {
+        // The same TorchScript file, loaded with torch.jit.load: beside the script by
+        // default, or wherever --models-dir points.
+        args.push("--models-dir=.".into());
     }
     args
 }
@@ -226,6 +234,12 @@ pub fn python_script(id: &str, r: &Report) -> String {
     head.push_str(
         "# Flags given on the command line override the recorded settings (e.g. --device cpu).\n",
     );
+    if let protocol::ModelId::Team(name) = r.spec.model {
+        head.push_str(&format!(
+            "# {name} is a team model: put {name}.pt and {name}.json (from the server's models\n\
+             # directory) beside this file, or add --models-dir DIR. It is loaded with torch.jit.load.\n"
+        ));
+    }
     head.push_str(
         "# Below is Gradless's Python peer (bench/peer.py), unchanged: the same warm-up,\n",
     );
