@@ -1,6 +1,7 @@
 //! A recorded result in the formats people take away: the report as JSON, its samples (or
 //! an experiment's series) as CSV, and a standalone PyTorch script that measures the same
-//! run again on the reader's machine. The API (`/api/records/{id}/export.{json,csv,py}`)
+//! run again on the reader's machine, and the traced pass as a Chrome trace or its own CSV
+//! (see `trace_export`). The API (`/api/records/{id}/export/{json,csv,py,trace,trace-csv}`)
 //! and `gradless runs export` both call [`export`], so the files are the same either way.
 
 use protocol::{DeviceChoice, Record, RecordBody, Report};
@@ -14,6 +15,10 @@ pub enum Format {
     Json,
     Csv,
     Python,
+    /// The traced pass as a Chrome trace (trace-event JSON).
+    Trace,
+    /// The traced pass as CSV, one row per module.
+    TraceCsv,
 }
 
 impl std::str::FromStr for Format {
@@ -23,8 +28,10 @@ impl std::str::FromStr for Format {
             "json" => Ok(Format::Json),
             "csv" => Ok(Format::Csv),
             "py" | "python" => Ok(Format::Python),
+            "trace" => Ok(Format::Trace),
+            "trace-csv" | "trace.csv" => Ok(Format::TraceCsv),
             other => Err(format!(
-                "unknown export format `{other}`; use json, csv or py"
+                "unknown export format `{other}`; use json, csv, py, trace or trace-csv"
             )),
         }
     }
@@ -73,6 +80,27 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
                 }
             },
         }),
+        Format::Trace | Format::TraceCsv => {
+            let RecordBody::Run(r) = &record.body else {
+                return Err("a pitfall experiment has no traced pass; export one of its runs from the Lab".into());
+            };
+            if r.trace.is_empty() {
+                return Err("this run was recorded before Gradless traced forward passes; measure it again".into());
+            }
+            Ok(match format {
+                Format::Trace => Export {
+                    content_type: "application/json",
+                    filename: format!("{stem}.trace.json"),
+                    body: serde_json::to_string(&crate::trace_export::chrome_trace(r))
+                        .map_err(|e| e.to_string())?,
+                },
+                _ => Export {
+                    content_type: "text/csv; charset=utf-8",
+                    filename: format!("{stem}.trace.csv"),
+                    body: crate::trace_export::trace_csv(&r.trace),
+                },
+            })
+        }
         Format::Python => match &record.body {
             RecordBody::Run(r) => Ok(Export {
                 content_type: "text/x-python; charset=utf-8",
