@@ -19,6 +19,7 @@ pub mod peak;
 pub mod pitfalls;
 pub mod spec;
 pub mod stats;
+pub mod team;
 pub mod torch_ext;
 pub mod trace;
 pub mod worker;

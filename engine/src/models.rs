@@ -75,6 +75,7 @@ impl Model {
             ModelId::Resnet50 => (Box::new(ResNet::new(&root, true, [3, 4, 6, 3])), 0),
             ModelId::MobilenetV2 => (Box::new(MobileNetV2::new(&root)), 0),
             ModelId::Transformer => (Box::new(Transformer::new(&root)), 0),
+            ModelId::Team(name) => (crate::team::build(name, &vs), 0),
         };
         let mut model = Model {
             id,
@@ -114,6 +115,10 @@ impl Model {
             ModelId::TinyMlp => vec![b, s],
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => vec![b, 3, s, s],
             ModelId::Transformer => vec![b, s, D_MODEL],
+            ModelId::Team(_) => match self.id.team() {
+                Some(m) => return crate::team::input(&m.sidecar, batch, input_size, device),
+                None => panic!("{} is not served here", self.id),
+            },
         };
         Tensor::randn(shape, (Kind::Float, device))
     }

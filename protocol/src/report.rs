@@ -154,3 +154,18 @@ pub struct Report {
     #[serde(default)]
     pub memory_breakdown: Option<MemoryBreakdown>,
 }
+
+impl Report {
+    /// A caveat that must travel with the figures wherever they go (the Lab, permalinks,
+    /// /compare, every export): fp16/bf16 autocast on a CPU measures the CPU's (often
+    /// emulated) low-precision path, not what a GPU does.
+    pub fn caveat(&self) -> Option<String> {
+        (self.spec.autocast != Autocast::Off && self.env.device == DeviceKind::Cpu).then(|| {
+            format!(
+                "{} autocast ran on a CPU ({}): without native low-precision units it is emulated and usually slower than fp32; its latency says nothing about a GPU.",
+                self.spec.autocast.as_str(),
+                self.env.cpu_model
+            )
+        })
+    }
+}
