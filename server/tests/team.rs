@@ -187,7 +187,16 @@ fn cpu_peak_memory_equals_pytorchs_for_the_same_torchscript_file() {
         let peak = |r: &serde_json::Value| r["memory"]["peak_above_baseline_bytes"].as_u64().unwrap();
         let base = |r: &serde_json::Value| r["memory"]["baseline_bytes"].as_u64().unwrap();
         assert_eq!(peak(&ours), peak(&peer), "{model} {mode} {grad}: ours vs PyTorch's peak");
-        assert_eq!(base(&ours), base(&peer), "{model} {mode} {grad}: baselines");
+        // The baselines differ by design: ours is what the meter counts with the module
+        // loaded (everything libtorch allocated for it), the peer's the storages of its
+        // parameters, buffers and input. Ours cannot be below those.
+        assert!(base(&ours) >= base(&peer), "{model} {mode} {grad}: baselines");
+        println!(
+            "{model} {mode} {grad}: peak above baseline {} (both); baseline ours {} vs PyTorch's storages {}",
+            peak(&ours),
+            base(&ours),
+            base(&peer)
+        );
     }
 }
 
@@ -238,8 +247,9 @@ async fn the_api_serves_team_models_like_built_in_ones() {
         (r#"{"model": "picky", "input_size": 8}"#, "fixed input shape"),
     ] {
         let (status, resp) = api::send(app.clone(), api::post_run(body)).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         let e = api::error_of(&resp);
+        assert_eq!(e.field.as_deref(), Some(if body.contains("picky") { "input_size" } else { "model" }));
         assert!(e.message.contains(says), "{body}: {}", e.message);
     }
 }
