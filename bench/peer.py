@@ -830,38 +830,69 @@ def format_bytes(n: int | None) -> str:
     return f"{n} B" if unit == 0 else f"{value:.1f} {units[unit]}"
 
 
-def print_table(r: dict) -> None:
-    s, lat, mem, out = r["spec"], r["latency_ms"], r["memory"], r["output"]
-    label = " · ".join(
+def settings_label(s: dict) -> str:
+    return " · ".join(
         [("eval" if s["eval"] else "train"), s["grad"]]
         + ([s["autocast"]] if s["autocast"] != "off" else [])
         + [f"batch {s['batch']}"]
     )
+
+
+def cpu_autocast_caveat(r: dict) -> str | None:
+    """The caveat Gradless carries with such figures: CPU fp16/bf16 is often emulated."""
+    s = r["spec"]
+    if s["autocast"] != "off" and r["env"]["device"] == "cpu":
+        return (f"{s['autocast']} autocast ran on a CPU: without native low-precision units it is "
+                "emulated and usually slower than fp32; its latency says nothing about a GPU.")
+    return None
+
+
+# The measured rows of the table, each read the same way from this run's report and from
+# the recorded one (an exported script passes Gradless's report, which has these fields).
+MEASURED_ROWS = [
+    ("latency p50", lambda r: f"{r['latency_ms']['p50']:.3f} ms"),
+    ("latency mean", lambda r: f"{r['latency_ms']['mean']:.3f} ms ± {r['latency_ms']['stddev']:.3f}"),
+    ("latency p95/p99", lambda r: f"{r['latency_ms']['p95']:.3f} / {r['latency_ms']['p99']:.3f} ms"),
+    ("latency min/max", lambda r: f"{r['latency_ms']['min']:.3f} / {r['latency_ms']['max']:.3f} ms"),
+    ("throughput", lambda r: f"{r['throughput_per_s']:.1f} samples/s"),
+    ("memory source", lambda r: r["memory"]["source"]),
+    ("baseline", lambda r: format_bytes(r["memory"]["baseline_bytes"])),
+    ("peak above baseline", lambda r: format_bytes(r["memory"]["peak_above_baseline_bytes"])),
+    ("peak reserved", lambda r: format_bytes(r["memory"]["peak_reserved_bytes"])),
+    ("leaked", lambda r: format_bytes(r["memory"]["leaked_bytes"])),
+]
+
+
+def print_table(r: dict, recorded: dict | None = None) -> None:
+    """The report as a table; with `recorded` (an exported script's recorded run), the
+    recorded figures in a column beside this machine's."""
+    s, out = r["spec"], r["output"]
     rows = [
-        ("model", f"{s['model']} ({r['parameters']:,} parameters), input size {s['input_size']}"),
-        ("built by", r["env"]["model_source"]),
-        ("settings", label),
-        ("device", f"{r['env']['device']}: {r['env']['device_name']}, threads: {r['env']['threads']}"),
-        ("torch", r["env"]["torch_version"]),
-        ("latency p50", f"{lat['p50']:.3f} ms"),
-        ("latency mean", f"{lat['mean']:.3f} ms ± {lat['stddev']:.3f}"),
-        ("latency p95/p99", f"{lat['p95']:.3f} / {lat['p99']:.3f} ms"),
-        ("latency min/max", f"{lat['min']:.3f} / {lat['max']:.3f} ms"),
-        ("throughput", f"{r['throughput_per_s']:.1f} samples/s"),
-        ("memory source", mem["source"]),
-        ("baseline", format_bytes(mem["baseline_bytes"])),
-        ("peak above baseline", format_bytes(mem["peak_above_baseline_bytes"])),
-        ("peak reserved", format_bytes(mem["peak_reserved_bytes"])),
-        ("leaked", format_bytes(mem["leaked_bytes"])),
-        ("output", f"{out['torch_dtype']} {out['shape']}, requires_grad={out['requires_grad']}, "
-                   f"is_inference={out['is_inference']}"),
+        ("model", f"{s['model']} ({r['parameters']:,} parameters), input size {s['input_size']}", None),
+        ("built by", r["env"]["model_source"], None),
+        ("settings", settings_label(s), recorded and recorded["settings"]),
+        ("device", f"{r['env']['device']}: {r['env']['device_name']}, threads: {r['env']['threads']}",
+         recorded and recorded["device"]),
+        ("torch", r["env"]["torch_version"], recorded and recorded["torch"]),
     ]
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    rows += [(k, f(r), recorded and f(recorded)) for k, f in MEASURED_ROWS]
+    rows.append(("output", f"{out['torch_dtype']} {out['shape']}, requires_grad={out['requires_grad']}, "
+                           f"is_inference={out['is_inference']}", None))
+    if recorded:
+        rows.insert(0, ("", "this machine", f"recorded by Gradless (run {recorded['run_id']})"))
+        rows.insert(1, ("measured at", "now", recorded["measured_at"]))
+    width = max(len(k) for k, _, _ in rows)
+    col = max(len(v) for _, v, _ in rows)
+    for k, v, rec in rows:
+        print(f"{k:<{width}}  {v:<{col}}  {rec or ''}".rstrip())
+    for label, caveat in (("this machine", cpu_autocast_caveat(r)), ("recorded", recorded and recorded.get("caveat"))):
+        if caveat:
+            print(f"caveat ({label}): {caveat}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, recorded: dict | None = None) -> int:
+    """Measures and prints; `recorded` (from an exported script) is printed beside the
+    new figures, or added to the JSON as `recorded`."""
     args = parse_args(argv)
     if args.self_test:
         return self_test()
@@ -869,10 +900,12 @@ def main(argv: list[str] | None = None) -> int:
         return check_builtin()
     report = measure(args)
     if args.json:
+        if recorded:
+            report["recorded"] = recorded
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
     else:
-        print_table(report)
+        print_table(report, recorded)
     return 0
 
 

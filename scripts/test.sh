@@ -27,8 +27,13 @@ if grep -E '^[^a-z]*(tch|torch-sys|tokio|axum|leptos_axum) v' <<<"$tree"; then
 fi
 echo "ok: none of them among $(grep -c . <<<"$tree") dependency lines"
 
-echo "==> Building the server and the site"
-cargo build --release -p server
+echo "==> Building the site (the server binary is the one the Rust tests just built)"
+# `cargo test` builds the `gradless` binary for the integration tests (target/release/gradless,
+# with the test build's features): a separate `cargo build -p server` would compile the server
+# and everything above hyper a second time for nothing.
+[ -x "$CARGO_TARGET_DIR/release/gradless" ] || {
+  echo "error: cargo test did not leave $CARGO_TARGET_DIR/release/gradless" >&2; exit 1
+}
 scripts/build-site.sh
 
 port=${GRADLESS_TEST_PORT:-3137}

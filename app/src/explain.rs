@@ -141,16 +141,9 @@ pub fn relative_spread(r: &Report) -> Option<f64> {
     (median > 0.0).then(|| (q(0.75) - q(0.25)) / median)
 }
 
-/// A caveat that must travel with the figures: fp16/bf16 autocast on a CPU measures the
-/// CPU's (often emulated) low-precision path, not what a GPU does.
+/// The caveat that travels with a run's figures (see [`Report::caveat`]).
 pub fn caveat(r: &Report) -> Option<String> {
-    (r.spec.autocast != Autocast::Off && r.env.device == protocol::DeviceKind::Cpu).then(|| {
-        format!(
-            "{} autocast ran on a CPU ({}): without native low-precision units it is emulated and usually slower than fp32; its latency says nothing about a GPU.",
-            r.spec.autocast.as_str(),
-            r.env.cpu_model
-        )
-    })
+    r.caveat()
 }
 
 /// The reading line under the charts: the latest run, and what changed against the

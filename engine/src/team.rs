@@ -288,10 +288,14 @@ impl ModuleT for Scripted {
     }
 }
 
+/// The forward-pass trace sees a TorchScript module as one step (its interpreter runs the
+/// submodules; no probe reaches inside), so its trace is the whole model's output.
+impl crate::models::Net for Scripted {}
+
 /// Loads the team model `name` on `device`, its parameters added to `vs` (shared, not
 /// copied) so that they are counted like a built-in model's. Panics with the reason when
 /// the file is gone or no longer loads; callers run it under [`catch_torch`].
-pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn ModuleT> {
+pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn crate::models::Net> {
     let path = FILES
         .read()
         .unwrap_or_else(|e| e.into_inner())

@@ -17,6 +17,7 @@ mod record;
 mod report;
 mod spec;
 pub mod team;
+mod trace;
 pub use errors::*;
 pub use events::*;
 pub use format::*;
@@ -29,6 +30,7 @@ pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordSummary};
 pub use report::*;
 pub use spec::*;
+pub use trace::*;
 
 #[cfg(test)]
 mod tests {

@@ -53,7 +53,11 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
     if args.spec.json {
         print_json(&report)
     } else {
-        print_report(&report)
+        print_report(&report)?;
+        if args.trace {
+            print!("{}", crate::trace_export::trace_table(&report));
+        }
+        Ok(())
     }
 }
 
@@ -413,6 +417,7 @@ fn print_report(r: &Report) -> Result<()> {
             ""
         }
     )?;
+    write!(out, "{}", crate::trace_export::compute_lines(r))?;
     Ok(())
 }
 

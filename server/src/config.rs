@@ -61,12 +61,13 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write a recorded result as JSON, CSV (its samples) or a standalone PyTorch script.
+    /// Write a recorded result as JSON, CSV (its samples), a standalone PyTorch script, or
+    /// its traced forward pass as a Chrome trace (Perfetto, chrome://tracing) or CSV.
     Export {
         id: String,
         #[command(flatten)]
         db: DbArg,
-        /// json, csv or py.
+        /// json, csv, py, trace (Chrome trace-event JSON) or trace-csv.
         #[arg(long, default_value = "json")]
         format: String,
         /// The file to write (default: standard output).
@@ -213,6 +214,10 @@ pub struct MeasureArgs {
     pub grad: GradMode,
     #[arg(long, default_value = "off")]
     pub autocast: Autocast,
+    /// Also print the traced forward pass: memory, time and FLOPs at every module boundary
+    /// (with --json the trace is always in the report).
+    #[arg(long)]
+    pub trace: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -21,6 +21,7 @@ pub mod runs;
 pub mod state;
 pub mod store;
 pub mod team;
+pub mod trace_export;
 
 pub use router::router;
 

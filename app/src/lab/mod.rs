@@ -14,6 +14,7 @@ use crate::widgets::{EmbedSnippet, TokenField};
 
 pub mod controls;
 pub mod guide;
+pub mod inside;
 pub mod results;
 pub mod run;
 
