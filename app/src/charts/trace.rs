@@ -90,7 +90,11 @@ pub fn trace_chart(runs: &[(String, &Report)]) -> ChartOption {
             "step": false,
         }));
         let peak = protocol::trace_peak(&r.trace);
-        let end = r.trace.last().map(|p| p.allocated_above_baseline_bytes).unwrap_or(0);
+        let end = r
+            .trace
+            .last()
+            .map(|p| p.allocated_above_baseline_bytes)
+            .unwrap_or(0);
         sentences.push(format!(
             "{label}: {} at its highest, {} held after the last module",
             format_bytes(peak),
