@@ -75,14 +75,15 @@ class Config:
     input_size: int | None = None
 
     @staticmethod
-    def parse(text: str) -> "Config":
+    def parse(text: str, models_dir: str | None = None) -> "Config":
         parts = text.split(":")
         if not 4 <= len(parts) <= 6:
             raise ValueError(f"config `{text}`: expected model:batch:eval|train:grad[:autocast[:input_size]]")
         model, batch, mode, grad = parts[:4]
         autocast = parts[4] if len(parts) > 4 else "off"
         size = int(parts[5]) if len(parts) > 5 else None
-        if model not in MODELS:
+        team = models_dir is not None and (Path(models_dir) / f"{model}.pt").exists()
+        if model not in MODELS and not team:
             raise ValueError(f"config `{text}`: unknown model `{model}` (known: {', '.join(MODELS)})")
         if mode not in ("eval", "train"):
             raise ValueError(f"config `{text}`: mode must be eval or train, not `{mode}`")
@@ -114,6 +115,9 @@ class Config:
         size = self.input_size or args.input_size
         if size:
             flags += ["--input-size", str(size)]
+        if args.models_dir:
+            # Team models: both sides load the same TorchScript file.
+            flags += ["--models-dir", args.models_dir]
         return flags + ["--json"]
 
 
@@ -321,6 +325,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="write every raw result here (rewritten after each run)")
     p.add_argument("--markdown", default=None, metavar="OUT", help="also write the table here")
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="team models (NAME.pt + NAME.json) both sides load; configs may name them")
     p.add_argument("--render", default=None, metavar="RAW",
                    help="run nothing: print the table of a raw file written by --json")
     args = p.parse_args(argv)
@@ -328,7 +334,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds = QUICK_ROUNDS if args.quick else 5
     texts = args.config or (QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS)
     try:
-        args.configs = [Config.parse(t) for t in texts]
+        args.configs = [Config.parse(t, args.models_dir) for t in texts]
     except ValueError as e:
         p.error(str(e))
     if args.rounds < 1 or args.iters < 1 or args.threads < 1 or args.warmup < 0:

@@ -125,7 +125,9 @@ pub fn cuda(r: &CudaReadings) -> MemoryBreakdown {
     let outside_pool = r.driver_used.saturating_sub(r.reserved.max(r.allocated));
     match r.this_process {
         Some(ours) => {
-            let context = ours.saturating_sub(r.reserved.max(r.allocated)).min(outside_pool);
+            let context = ours
+                .saturating_sub(r.reserved.max(r.allocated))
+                .min(outside_pool);
             parts.push(part(
                 "CUDA context and libraries (cuBLAS, cuDNN kernels) of this process",
                 context,
@@ -208,6 +210,9 @@ mod tests {
         assert_eq!(b.total_bytes, 12 * gib);
         let bytes: Vec<u64> = b.parts.iter().map(|p| p.bytes).collect();
         assert_eq!(bytes, [gib / 2, gib / 2, 3 * gib, gib, 7 * gib]);
-        assert_eq!(parse_compute_apps("12, 300\n77, 5\n12, 100\n", 12), Some(400 << 20));
+        assert_eq!(
+            parse_compute_apps("12, 300\n77, 5\n12, 100\n", 12),
+            Some(400 << 20)
+        );
     }
 }

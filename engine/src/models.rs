@@ -540,9 +540,8 @@ impl MobileNetV2 {
             (6, 160, 3, 2),
             (6, 320, 1, 1),
         ];
-        let first = ConvBnRelu6(
-            ConvBn::new(&(p / "first"), 3, 32, 3, 2, 1, 1).named("features.0".into()),
-        );
+        let first =
+            ConvBnRelu6(ConvBn::new(&(p / "first"), 3, 32, 3, 2, 1, 1).named("features.0".into()));
         let mut blocks = Vec::new();
         let mut cin = 32;
         for (t, c, n, s) in SETTINGS {

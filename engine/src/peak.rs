@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use protocol::{Autocast, DevicePeak, DeviceKind, Roofline, TracePoint};
+use protocol::{Autocast, DeviceKind, DevicePeak, Roofline, TracePoint};
 use tch::{Device, Kind, Tensor};
 
 use crate::lab::synchronize;
@@ -57,16 +57,96 @@ pub struct Sheet {
 /// Peaks of common GPUs, from the named datasheets (dense throughput; the datasheets' tensor
 /// figures "with sparsity" halved). First match wins, so variants precede their family.
 pub const DATASHEET: &[Sheet] = &[
-    Sheet { matches: &["H200"], unless: &[], fp32_tflops: 67.0, tf32_tflops: 494.5, half_tflops: 989.5, bandwidth_gb_s: 4800.0, datasheet: "NVIDIA H200 Tensor Core GPU datasheet (SXM)" },
-    Sheet { matches: &["H100", "PCIe"], unless: &[], fp32_tflops: 51.0, tf32_tflops: 378.0, half_tflops: 756.0, bandwidth_gb_s: 2000.0, datasheet: "NVIDIA H100 Tensor Core GPU datasheet (PCIe)" },
-    Sheet { matches: &["H100", "NVL"], unless: &[], fp32_tflops: 60.0, tf32_tflops: 417.5, half_tflops: 835.0, bandwidth_gb_s: 3900.0, datasheet: "NVIDIA H100 Tensor Core GPU datasheet (NVL)" },
-    Sheet { matches: &["H100"], unless: &[], fp32_tflops: 67.0, tf32_tflops: 494.5, half_tflops: 989.5, bandwidth_gb_s: 3350.0, datasheet: "NVIDIA H100 Tensor Core GPU datasheet (SXM)" },
-    Sheet { matches: &["A100", "PCIe"], unless: &[], fp32_tflops: 19.5, tf32_tflops: 156.0, half_tflops: 312.0, bandwidth_gb_s: 1935.0, datasheet: "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)" },
-    Sheet { matches: &["A100"], unless: &[], fp32_tflops: 19.5, tf32_tflops: 156.0, half_tflops: 312.0, bandwidth_gb_s: 2039.0, datasheet: "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)" },
-    Sheet { matches: &["L4"], unless: &["L40"], fp32_tflops: 30.3, tf32_tflops: 60.0, half_tflops: 121.0, bandwidth_gb_s: 300.0, datasheet: "NVIDIA L4 Tensor Core GPU datasheet" },
-    Sheet { matches: &["T4"], unless: &[], fp32_tflops: 8.1, tf32_tflops: 8.1, half_tflops: 65.0, bandwidth_gb_s: 320.0, datasheet: "NVIDIA T4 Tensor Core GPU datasheet (no TF32: fp32 shown)" },
-    Sheet { matches: &["4090"], unless: &[], fp32_tflops: 82.6, tf32_tflops: 82.6, half_tflops: 165.2, bandwidth_gb_s: 1008.0, datasheet: "NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090)" },
-    Sheet { matches: &["3090"], unless: &[], fp32_tflops: 35.6, tf32_tflops: 35.6, half_tflops: 71.0, bandwidth_gb_s: 936.0, datasheet: "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)" },
+    Sheet {
+        matches: &["H200"],
+        unless: &[],
+        fp32_tflops: 67.0,
+        tf32_tflops: 494.5,
+        half_tflops: 989.5,
+        bandwidth_gb_s: 4800.0,
+        datasheet: "NVIDIA H200 Tensor Core GPU datasheet (SXM)",
+    },
+    Sheet {
+        matches: &["H100", "PCIe"],
+        unless: &[],
+        fp32_tflops: 51.0,
+        tf32_tflops: 378.0,
+        half_tflops: 756.0,
+        bandwidth_gb_s: 2000.0,
+        datasheet: "NVIDIA H100 Tensor Core GPU datasheet (PCIe)",
+    },
+    Sheet {
+        matches: &["H100", "NVL"],
+        unless: &[],
+        fp32_tflops: 60.0,
+        tf32_tflops: 417.5,
+        half_tflops: 835.0,
+        bandwidth_gb_s: 3900.0,
+        datasheet: "NVIDIA H100 Tensor Core GPU datasheet (NVL)",
+    },
+    Sheet {
+        matches: &["H100"],
+        unless: &[],
+        fp32_tflops: 67.0,
+        tf32_tflops: 494.5,
+        half_tflops: 989.5,
+        bandwidth_gb_s: 3350.0,
+        datasheet: "NVIDIA H100 Tensor Core GPU datasheet (SXM)",
+    },
+    Sheet {
+        matches: &["A100", "PCIe"],
+        unless: &[],
+        fp32_tflops: 19.5,
+        tf32_tflops: 156.0,
+        half_tflops: 312.0,
+        bandwidth_gb_s: 1935.0,
+        datasheet: "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)",
+    },
+    Sheet {
+        matches: &["A100"],
+        unless: &[],
+        fp32_tflops: 19.5,
+        tf32_tflops: 156.0,
+        half_tflops: 312.0,
+        bandwidth_gb_s: 2039.0,
+        datasheet: "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)",
+    },
+    Sheet {
+        matches: &["L4"],
+        unless: &["L40"],
+        fp32_tflops: 30.3,
+        tf32_tflops: 60.0,
+        half_tflops: 121.0,
+        bandwidth_gb_s: 300.0,
+        datasheet: "NVIDIA L4 Tensor Core GPU datasheet",
+    },
+    Sheet {
+        matches: &["T4"],
+        unless: &[],
+        fp32_tflops: 8.1,
+        tf32_tflops: 8.1,
+        half_tflops: 65.0,
+        bandwidth_gb_s: 320.0,
+        datasheet: "NVIDIA T4 Tensor Core GPU datasheet (no TF32: fp32 shown)",
+    },
+    Sheet {
+        matches: &["4090"],
+        unless: &[],
+        fp32_tflops: 82.6,
+        tf32_tflops: 82.6,
+        half_tflops: 165.2,
+        bandwidth_gb_s: 1008.0,
+        datasheet: "NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090)",
+    },
+    Sheet {
+        matches: &["3090"],
+        unless: &[],
+        fp32_tflops: 35.6,
+        tf32_tflops: 35.6,
+        half_tflops: 71.0,
+        bandwidth_gb_s: 936.0,
+        datasheet: "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)",
+    },
 ];
 
 /// The datasheet entry for a GPU name, if the table has it.

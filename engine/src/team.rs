@@ -22,10 +22,6 @@ use tch::{CModule, Device, IValue, Kind, Tensor};
 
 use crate::lab::catch_torch;
 
-/// Why the per-module forward-pass trace is absent for team models: it follows the
-/// built-in models' Rust modules, and a TorchScript module runs inside the interpreter.
-pub const TRACE_ABSENT_REASON: &str = "team models run inside the TorchScript interpreter, where the per-module trace cannot follow the forward pass";
-
 /// A file the models directory holds that is not served, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {

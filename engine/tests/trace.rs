@@ -9,7 +9,13 @@ mod common;
 use engine::{Worker, WorkerConfig};
 use protocol::{trace_peak, Autocast, DeviceKind, GradMode, ModelId, Report, RunSpec};
 
-fn on(device: DeviceKind, model: ModelId, batch: u32, grad: GradMode, size: Option<u32>) -> RunSpec {
+fn on(
+    device: DeviceKind,
+    model: ModelId,
+    batch: u32,
+    grad: GradMode,
+    size: Option<u32>,
+) -> RunSpec {
     RunSpec {
         model,
         device: common::choice(device),
@@ -166,7 +172,13 @@ fn resnet18_at_224_counts_torchvisions_published_operations() {
         RunSpec {
             iters: 1,
             warmup: 0,
-            ..on(DeviceKind::Cpu, ModelId::Resnet18, 1, GradMode::NoGrad, Some(224))
+            ..on(
+                DeviceKind::Cpu,
+                ModelId::Resnet18,
+                1,
+                GradMode::NoGrad,
+                Some(224),
+            )
         },
     );
     let gmacs = r.flops.unwrap() as f64 / 2.0 / 1e9;

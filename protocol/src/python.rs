@@ -141,6 +141,36 @@ mod tests {
         });
         assert!(t.contains("nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True)"));
 
+        // A team model: the same file, loaded with torch.jit.load, on its sidecar's input.
+        let sidecar: crate::team::Sidecar = serde_json::from_str(
+            r#"{"display_name": "Tagger", "inputs": [{"shape": ["batch", "size"], "dtype": "int64", "high": 30000}],
+                "size": {"meaning": "tokens", "default": 64, "max": 512}}"#,
+        )
+        .unwrap();
+        let effect = crate::team::TrainingEffect {
+            random_in_train: true,
+            train_differs_from_eval: true,
+        };
+        crate::team::register(vec![crate::team::TeamModel::new(
+            "snippet_tagger".into(),
+            sidecar,
+            1000,
+            effect,
+        )]);
+        let team = python_snippet(&RunSpec {
+            model: "snippet_tagger".parse().unwrap(),
+            batch: 3,
+            ..Default::default()
+        });
+        assert!(
+            team.contains("torch.jit.load(\"snippet_tagger.pt\", map_location=device)"),
+            "{team}"
+        );
+        assert!(
+            team.contains("torch.randint(0, 30000, (3, 64,), dtype=torch.int64"),
+            "{team}"
+        );
+
         let plain = python_snippet(&RunSpec::default());
         assert!(plain.contains("model.eval()"));
         assert!(!plain.contains("no_grad") && !plain.contains("autocast("));

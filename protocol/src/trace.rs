@@ -84,7 +84,10 @@ pub struct NamedTrace {
 pub fn trace_peak(trace: &[TracePoint]) -> u64 {
     trace
         .iter()
-        .map(|p| p.peak_above_baseline_bytes.max(p.allocated_above_baseline_bytes))
+        .map(|p| {
+            p.peak_above_baseline_bytes
+                .max(p.allocated_above_baseline_bytes)
+        })
         .max()
         .unwrap_or(0)
 }
@@ -134,7 +137,10 @@ mod tests {
     fn helpers_rank_difference_and_export() {
         let t = vec![point("a", 10, 12), point("b", 30, 40), point("c", 5, 31)];
         assert_eq!(trace_peak(&t), 40);
-        let top: Vec<_> = top_holders(&t, 2).iter().map(|p| p.module.clone()).collect();
+        let top: Vec<_> = top_holders(&t, 2)
+            .iter()
+            .map(|p| p.module.clone())
+            .collect();
         assert_eq!(top, ["b", "a"]);
         assert_eq!(added_bytes(&t), [10, 20, -25]);
     }

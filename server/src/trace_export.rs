@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use protocol::{format_bytes, added_bytes, Report, TracePoint};
+use protocol::{added_bytes, format_bytes, Report, TracePoint};
 
 /// The trace-event JSON of `r`'s traced pass. Spans (`"ph": "X"`) carry the module's shape,
 /// bytes and FLOPs; counters (`"ph": "C"`) the allocated bytes above the baseline.
@@ -158,7 +158,13 @@ pub fn compute_lines(r: &Report) -> String {
             b.total_label
         );
         for p in &b.parts {
-            let _ = writeln!(out, "  {:>10}  {}  [{}]", format_bytes(p.bytes), p.label, p.read_by);
+            let _ = writeln!(
+                out,
+                "  {:>10}  {}  [{}]",
+                format_bytes(p.bytes),
+                p.label,
+                p.read_by
+            );
         }
     }
     out

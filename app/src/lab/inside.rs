@@ -48,7 +48,11 @@ pub fn Inside(runs: Runs) -> impl IntoView {
         current_id,
         ..
     } = runs;
-    let shown = move || view_state.with(|v| v.report.clone()).filter(|r| !r.trace.is_empty());
+    let shown = move || {
+        view_state
+            .with(|v| v.report.clone())
+            .filter(|r| !r.trace.is_empty())
+    };
 
     #[cfg(feature = "hydrate")]
     Effect::new(move |_| {

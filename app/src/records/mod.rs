@@ -154,7 +154,8 @@ pub fn compare_ids(list: &str) -> (Vec<String>, Vec<String>) {
 mod tests {
     #[test]
     fn compare_ids_name_what_they_ignore() {
-        let (ids, ignored) = super::compare_ids("abcd1234abcd1234, resnet999,,/runs/ABCD1234ABCD1234,");
+        let (ids, ignored) =
+            super::compare_ids("abcd1234abcd1234, resnet999,,/runs/ABCD1234ABCD1234,");
         assert_eq!(ids.len(), 1);
         assert_eq!(ignored.len(), 2, "{ignored:?}");
         assert!(ignored[0].contains("resnet999"));

@@ -14,19 +14,19 @@
 use std::time::Instant;
 
 use protocol::{
-    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryBreakdown, MemoryReport,
-    OutputFacts, Report, RunFailure, RunSpec, Sample,
+    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryBreakdown, MemoryReport, OutputFacts,
+    Report, RunFailure, RunSpec, Sample,
 };
 use tch::Tensor;
 
 use super::{catch_torch, failure, held, synchronize, tch_device, torch_failure, Lab, RunControl};
 use crate::device::Meter;
 use crate::models::Model;
+use crate::peak::Precision;
 use crate::spec::CheckedSpec;
 use crate::stats::latency_stats;
-use crate::peak::Precision;
-use crate::trace::{traced_pass, Probe};
 use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
+use crate::trace::{traced_pass, Probe};
 
 impl Lab {
     /// Measures one run, emitting events as it goes. See the module docs for the method.
@@ -63,7 +63,9 @@ impl Lab {
             traffic.input,
             peak.as_ref(),
         );
-        report.flops = Some(c.flops).filter(|_| !report.trace.is_empty());
+        // No count (0) when the steps cannot be looked inside (a TorchScript team model is
+        // one opaque step): FLOPs and the roofline are then absent, not zero.
+        report.flops = Some(c.flops).filter(|&f| f > 0 && !report.trace.is_empty());
         report.achieved_tflops = report.flops.map(|_| c.achieved_tflops);
         report.percent_of_peak = c.percent_of_peak.filter(|_| report.flops.is_some());
         report.peak_source = peak.map(|p| p.source);
@@ -171,7 +173,8 @@ impl Lab {
 
         // One traced pass after the timed ones: never in the statistics above.
         let trace = traced_pass(model, &input, &spec, device, &meter, at_baseline)?;
-        let memory_breakdown = breakdown(&meter, device, resident_before, baseline, other, &samples)?;
+        let memory_breakdown =
+            breakdown(&meter, device, resident_before, baseline, other, &samples)?;
         let traffic = Traffic {
             weights: model.resident_bytes(),
             input: input.numel() as u64 * input.kind().elt_size_in_bytes() as u64,
@@ -247,7 +250,11 @@ fn breakdown(
         DeviceKind::Cpu => crate::breakdown::resident_bytes()
             .map(|after| crate::breakdown::cpu(resident_before, after, baseline, other)),
         DeviceKind::Cuda => meter.device_used().map(|driver_used| {
-            let peak = samples.iter().map(|s| s.peak_bytes).max().unwrap_or(baseline);
+            let peak = samples
+                .iter()
+                .map(|s| s.peak_bytes)
+                .max()
+                .unwrap_or(baseline);
             crate::breakdown::cuda(&crate::breakdown::CudaReadings {
                 driver_used,
                 this_process: crate::breakdown::nvidia_smi_process_used(),

@@ -264,7 +264,11 @@ impl Lab {
         precision: Precision,
         threads: u32,
     ) -> Option<protocol::DevicePeak> {
-        let threads = if device == DeviceKind::Cpu { threads } else { 0 };
+        let threads = if device == DeviceKind::Cpu {
+            threads
+        } else {
+            0
+        };
         if let Some(peak) = self.peaks.get(&(device, precision, threads)) {
             return peak.clone();
         }
@@ -278,7 +282,8 @@ impl Lab {
             }
             crate::peak::measure_peak(device, precision)
         });
-        self.peaks.insert((device, precision, threads), peak.clone());
+        self.peaks
+            .insert((device, precision, threads), peak.clone());
         peak
     }
 
