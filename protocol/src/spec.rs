@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::Advanced;
+
 /// The models a run can use. Weights are random: weights do not change memory or latency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -75,6 +77,14 @@ impl ModelId {
         matches!(
             self,
             ModelId::TinyMlp | ModelId::MobilenetV2 | ModelId::Transformer
+        )
+    }
+
+    /// Image models built of convolutions (the ones channels_last applies to).
+    pub fn is_conv(self) -> bool {
+        matches!(
+            self,
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
         )
     }
 
@@ -267,6 +277,10 @@ pub struct RunSpec {
     pub iters: u32,
     /// CPU threads for libtorch's intra-op pool; `None` keeps the server's setting.
     pub threads: Option<u32>,
+    /// The settings beyond the five switches (weights dtype, memory format, input source,
+    /// CUDA switches); left out of the JSON at their defaults.
+    #[serde(default, skip_serializing_if = "Advanced::is_default")]
+    pub advanced: Advanced,
 }
 
 impl Default for RunSpec {
@@ -282,6 +296,7 @@ impl Default for RunSpec {
             warmup: 3,
             iters: 20,
             threads: None,
+            advanced: Advanced::default(),
         }
     }
 }
@@ -388,6 +403,7 @@ impl RunSpec {
                 ),
             );
         }
+        self.advanced.check(self.model)?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
@@ -430,6 +446,7 @@ impl RunSpec {
         if self.autocast != Autocast::Off {
             parts.push(self.autocast.as_str().to_string());
         }
+        parts.extend(self.advanced.label_parts());
         parts.push(format!("batch {}", self.batch));
         parts.join(" · ")
     }
