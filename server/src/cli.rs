@@ -22,6 +22,7 @@ fn base_spec(args: &SpecArgs) -> RunSpec {
         warmup: args.warmup,
         iters: args.iters,
         threads: args.threads,
+        advanced: args.advanced.settings(),
         ..RunSpec::default()
     }
 }

@@ -12,6 +12,7 @@ use crate::embed::EmbedOptions;
 use crate::settings::{ignored_in_query, query_from_spec, resolve_device, spec_from_query};
 use crate::widgets::{EmbedSnippet, TokenField};
 
+pub mod advanced;
 pub mod controls;
 pub mod guide;
 pub mod results;
