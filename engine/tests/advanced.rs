@@ -153,3 +153,78 @@ fn cuda_math_switches_are_refused_on_a_cpu_with_their_reason(device) {
     }
 }
 }
+
+/// The CUDA math switches' invariants, asserted on a GPU by scripts/gpu-check.sh (which
+/// runs this binary's tests under the `cuda-tests` feature).
+#[cfg(feature = "cuda-tests")]
+mod cuda_math {
+    use engine::lab::{forward, tch_device};
+    use engine::torch_ext::{BackendFlags, BackendFlagsGuard};
+    use engine::Machine;
+    use protocol::{Advanced, DeviceKind, GradMode, ModelId, RunSpec};
+    use tch::{Kind, Tensor};
+
+    fn flags(tf32: bool, benchmark: bool) -> BackendFlags {
+        BackendFlags { tf32_matmul: tf32, tf32_cudnn: tf32, cudnn_benchmark: benchmark }
+    }
+
+    #[test]
+    fn tf32_changes_an_fp32_matmul_by_a_bounded_amount() {
+        let _one = crate::common::cuda_lock();
+        crate::common::require(DeviceKind::Cuda);
+        let cc = Machine::probe().compute_capability().unwrap_or(0);
+        assert!(cc >= 80, "TF32 needs compute capability 8.0; this GPU has {cc}");
+        let dev = tch_device(DeviceKind::Cuda);
+        tch::manual_seed(1);
+        let a = Tensor::randn([2048, 2048], (Kind::Float, dev));
+        let b = Tensor::randn([2048, 2048], (Kind::Float, dev));
+        let off = { let _g = BackendFlagsGuard::enter(flags(false, false)).unwrap(); a.matmul(&b) };
+        let on = { let _g = BackendFlagsGuard::enter(flags(true, false)).unwrap(); a.matmul(&b) };
+        let diff = (&on - &off).abs().max().double_value(&[]);
+        let scale = off.abs().max().double_value(&[]);
+        // TF32 keeps 10 mantissa bits: products change at about 1e-3 relative, sums of
+        // 2048 of them stay far below 1% of the largest output.
+        assert!(diff > 0.0, "TF32 on gave the identical result: no TF32 kernel ran");
+        assert!(diff < 0.01 * scale, "difference {diff} at scale {scale}");
+    }
+
+    #[test]
+    fn cudnn_benchmark_pays_at_the_first_pass_of_a_new_shape() {
+        let _one = crate::common::cuda_lock();
+        crate::common::require(DeviceKind::Cuda);
+        let w = engine::Worker::start(engine::WorkerConfig::default()).unwrap();
+        let bench = Advanced { cudnn_benchmark: true, ..Advanced::default() };
+        // Shapes this process has not seen: the autotuner runs on their first pass.
+        for batch in [77u32, 78] {
+            let spec = RunSpec {
+                model: ModelId::Resnet18,
+                device: protocol::DeviceChoice::Cuda,
+                batch,
+                grad: GradMode::NoGrad,
+                advanced: bench,
+                ..RunSpec::default()
+            };
+            let times = w
+                .call(move |lab| {
+                    let i = lab.model_index(ModelId::Resnet18, DeviceKind::Cuda, 224)?;
+                    let m = lab.model(i);
+                    let x = engine::lab::catch_torch(|| m.input(batch, 224, tch_device(DeviceKind::Cuda)))?;
+                    let mut t = vec![];
+                    for _ in 0..8 {
+                        engine::lab::synchronize(DeviceKind::Cuda)?;
+                        let start = std::time::Instant::now();
+                        drop(forward(m, &x, &spec, DeviceKind::Cuda)?);
+                        engine::lab::synchronize(DeviceKind::Cuda)?;
+                        t.push(start.elapsed().as_secs_f64());
+                    }
+                    Ok::<_, protocol::RunFailure>(t)
+                })
+                .unwrap()
+                .unwrap();
+            let mut steady = times[2..].to_vec();
+            steady.sort_by(f64::total_cmp);
+            let median = steady[steady.len() / 2];
+            assert!(times[0] > 1.5 * median, "batch {batch}: first {:.4} s vs steady {median:.4} s", times[0]);
+        }
+    }
+}
