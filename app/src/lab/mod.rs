@@ -60,6 +60,11 @@ impl LabCtx {
     pub fn update(&self, f: &dyn Fn(&mut RunSpec)) {
         let mut s = self.spec.get_untracked();
         f(&mut s);
+        // channels_last belongs to convolution models: another model drops it rather than
+        // leave a setting that would refuse every run.
+        if !s.model.is_conv() {
+            s.advanced.memory_format = protocol::MemoryFormat::Contiguous;
+        }
         self.set.run(s);
     }
 
