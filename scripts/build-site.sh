@@ -32,13 +32,17 @@ wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/$PROFILE/app.wasm"
 # wasm-bindgen and wasm-opt -Oz take most of a minute on 2 cores: skip both when the compiled
 # wasm (and the wasm-opt choice) is what the site was last built from.
 stamp="$STAGE/.built-from"
-want="$(sha256sum "$wasm" | cut -d' ' -f1) opt=${GRADLESS_NO_WASM_OPT:-on}"
+# Whether wasm-opt will run is part of the stamp: a site built before npm's binaryen was
+# installed must not be kept once it is (that wasm is several times larger).
+opt=off
+if [ -x node_modules/binaryen/bin/wasm-opt ] && [ -z "${GRADLESS_NO_WASM_OPT:-}" ]; then opt=on; fi
+want="$(sha256sum "$wasm" | cut -d' ' -f1) opt=$opt"
 if [ -f "$STAGE/gradless_bg.wasm" ] && [ -f "$STAGE/gradless.js" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "wasm unchanged: keeping $STAGE"
 else
   rm -f "$stamp"
   wasm-bindgen --target web --no-typescript --out-dir "$STAGE" --out-name gradless "$wasm"
-  if [ -x node_modules/binaryen/bin/wasm-opt ] && [ -z "${GRADLESS_NO_WASM_OPT:-}" ]; then
+  if [ "$opt" = on ]; then
     # npm's binaryen: Debian bookworm's (version 108) produces a wasm that fails to
     # instantiate ("WebAssembly.Table.set(): Argument 1 is invalid").
     node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \

@@ -26,7 +26,10 @@ pub fn eval_text(eval: bool, model: ModelId) -> String {
     .into_iter()
     .filter_map(|(present, text)| present.then_some(text))
     .collect();
-    let effects = if effects.is_empty() {
+    // A TorchScript file hides its layers: say what was measured when it was loaded.
+    let effects = if let Some(team) = model.team() {
+        team.training.describe().to_string()
+    } else if effects.is_empty() {
         "nothing changes in this model".to_string()
     } else {
         effects.join("; ")
@@ -147,16 +150,9 @@ pub fn latency_change(new: &Report, old: &Report) -> Option<String> {
     RatioCi::of(&new.latencies(), &old.latencies()).map(|ci| ci.latency_reading())
 }
 
-/// A caveat that must travel with the figures: fp16/bf16 autocast on a CPU measures the
-/// CPU's (often emulated) low-precision path, not what a GPU does.
+/// The caveat that travels with a run's figures (see [`Report::caveat`]).
 pub fn caveat(r: &Report) -> Option<String> {
-    (r.spec.autocast != Autocast::Off && r.env.device == protocol::DeviceKind::Cpu).then(|| {
-        format!(
-            "{} autocast ran on a CPU ({}): without native low-precision units it is emulated and usually slower than fp32; its latency says nothing about a GPU.",
-            r.spec.autocast.as_str(),
-            r.env.cpu_model
-        )
-    })
+    r.caveat()
 }
 
 /// The reading line under the charts: the latest run, and what changed against the

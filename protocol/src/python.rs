@@ -23,13 +23,11 @@ pub fn python_snippet(spec: &RunSpec) -> String {
             )
         }
         ModelId::Transformer => format!("torch.randn({}, {size}, 256, device=device)", spec.batch),
+        ModelId::Team(_) => team_inputs(spec),
     };
     let mut out = String::new();
     out.push_str("import torch\n");
-    if matches!(
-        spec.model,
-        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-    ) {
+    if spec.model.is_image() {
         out.push_str("import torchvision\n");
     } else {
         out.push_str("from torch import nn\n");
@@ -120,8 +118,44 @@ pub fn python_snippet(spec: &RunSpec) -> String {
             "{indent}x = x_host.to(device, non_blocking=True)  # each iteration\n"
         )),
     }
-    out.push_str(&format!("{indent}y = model(x)\n"));
+    let call = match spec.model.team() {
+        Some(m) if m.sidecar.inputs.len() > 1 => "model(*x)",
+        _ => "model(x)",
+    };
+    out.push_str(&format!("{indent}y = {call}\n"));
     out
+}
+
+/// A team model's inputs from its sidecar: one tensor, or a tuple of them in order.
+fn team_inputs(spec: &RunSpec) -> String {
+    let Some(m) = spec.model.team() else {
+        return format!("None  # {} is not served here", spec.model);
+    };
+    let shapes = m.sidecar.shapes(spec.batch, spec.resolved_input_size());
+    let tensors: Vec<String> = m
+        .sidecar
+        .inputs
+        .iter()
+        .zip(shapes)
+        .map(|(input, shape)| {
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let dtype = input.dtype.torch_name();
+            match input.high {
+                Some(high) => format!(
+                    "torch.randint(0, {high}, ({},), dtype=torch.{dtype}, device=device)",
+                    dims.join(", ")
+                ),
+                None => format!(
+                    "torch.randn({}, dtype=torch.{dtype}, device=device)",
+                    dims.join(", ")
+                ),
+            }
+        })
+        .collect();
+    match tensors.len() {
+        1 => tensors.into_iter().next().unwrap_or_default(),
+        _ => format!("({})", tensors.join(", ")),
+    }
 }
 
 #[cfg(test)]

@@ -13,9 +13,15 @@ use crate::config::{CompareArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs
 use crate::export::{export, Format};
 use crate::store::Store;
 
-fn base_spec(args: &SpecArgs) -> RunSpec {
-    RunSpec {
-        model: args.model,
+/// The model a command names: parsed once the models directory is loaded, so a team
+/// model's name is known.
+fn model(name: &str) -> Result<protocol::ModelId> {
+    name.parse().map_err(anyhow::Error::msg)
+}
+
+fn base_spec(args: &SpecArgs) -> Result<RunSpec> {
+    Ok(RunSpec {
+        model: model(&args.model)?,
         device: args.device,
         batch: args.batch,
         input_size: args.input_size,
@@ -24,7 +30,7 @@ fn base_spec(args: &SpecArgs) -> RunSpec {
         threads: args.threads,
         advanced: args.advanced.settings(),
         ..RunSpec::default()
-    }
+    })
 }
 
 /// Runs one spec, turning engine failures into readable errors.
@@ -42,13 +48,17 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
         eval: !args.train,
         grad: args.grad,
         autocast: args.autocast,
-        ..base_spec(&args.spec)
+        ..base_spec(&args.spec)?
     };
     let report = run(worker, spec)?;
     if args.spec.json {
         print_json(&report)
     } else {
-        print_report(&report)
+        print_report(&report)?;
+        if args.trace {
+            print!("{}", crate::trace_export::trace_table(&report));
+        }
+        Ok(())
     }
 }
 
@@ -80,7 +90,7 @@ pub fn classic_specs(base: &RunSpec, worker: &Worker) -> Vec<RunSpec> {
 
 /// `gradless compare`.
 pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
-    let base = base_spec(&args.spec);
+    let base = base_spec(&args.spec)?;
     worker
         .check(base.clone())
         .map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
@@ -183,7 +193,7 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     }
     let options = protocol::PitfallOptions {
         device: args.device,
-        model: args.model,
+        model: args.model.as_deref().map(model).transpose()?,
         batch: args.batch,
         budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
     };
@@ -437,6 +447,7 @@ fn print_report(r: &Report) -> Result<()> {
             ""
         }
     )?;
+    write!(out, "{}", crate::trace_export::compute_lines(r))?;
     Ok(())
 }
 

@@ -10,10 +10,15 @@ use protocol::{ModelId, ModelInfo};
 pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
     worker
         .call(|lab| {
-            ModelId::ALL
+            ModelId::served()
                 .into_iter()
                 .map(|id| {
-                    let parameters = lab.parameters(id).map_err(|f| f.message)?;
+                    let team = id.team().cloned();
+                    // A team model's count was taken when its file was loaded.
+                    let parameters = match &team {
+                        Some(m) => m.parameters,
+                        None => lab.parameters(id).map_err(|f| f.message)?,
+                    };
                     Ok(ModelInfo {
                         id,
                         name: id.display_name().to_string(),
@@ -22,6 +27,7 @@ pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
                         default_input_size: id.input().default,
                         has_dropout: id.has_dropout(),
                         has_batchnorm: id.has_batchnorm(),
+                        team,
                     })
                 })
                 .collect::<Result<Vec<_>, String>>()

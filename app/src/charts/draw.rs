@@ -252,4 +252,3 @@ pub fn download_png(id: &str, filename: &str) {
         a.click();
     }
 }
-

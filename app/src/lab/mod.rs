@@ -15,6 +15,7 @@ use crate::widgets::{EmbedSnippet, TokenField};
 pub mod advanced;
 pub mod controls;
 pub mod guide;
+pub mod inside;
 pub mod results;
 pub mod run;
 

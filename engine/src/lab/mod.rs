@@ -26,6 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::device::{Machine, Meter};
 use crate::models::Model;
+use crate::peak::Precision;
 use crate::torch_ext::{self, CpuMemoryCounter, ExtError};
 
 use admission::budgets;
@@ -40,7 +41,7 @@ pub use advanced::{
 pub use control::RunControl;
 pub(crate) use failure::panic_text;
 pub use failure::{catch_torch, failure, torch_failure};
-pub use measure::{forward, timed_forward};
+pub use measure::{forward, forward_probed, timed_forward};
 
 /// Settings of the lab that a run cannot change.
 #[derive(Clone, Debug)]
@@ -93,6 +94,8 @@ pub struct Lab {
     /// The control of the task under way (set by the worker): every measurement inside the
     /// task obeys its deadline, budget and cancel flag.
     task: Option<RunControl>,
+    /// Device peaks per (device, precision, threads): from the datasheet or measured once.
+    peaks: std::collections::HashMap<(DeviceKind, Precision, u32), Option<protocol::DevicePeak>>,
 }
 
 impl Lab {
@@ -121,6 +124,7 @@ impl Lab {
             cuda_budget,
             profiles: Profiles::default(),
             task: None,
+            peaks: Default::default(),
         })
     }
 
@@ -271,6 +275,32 @@ impl Lab {
                 })
             })
             .collect()
+    }
+
+    /// The device's peak for `precision`: a known GPU's datasheet, otherwise measured once
+    /// (with `threads` intra-op threads on the CPU) and cached. `None` if it cannot be had.
+    pub fn device_peak(
+        &mut self,
+        device: DeviceKind,
+        precision: Precision,
+        threads: u32,
+    ) -> Option<protocol::DevicePeak> {
+        let threads = if device == DeviceKind::Cpu { threads } else { 0 };
+        if let Some(peak) = self.peaks.get(&(device, precision, threads)) {
+            return peak.clone();
+        }
+        let sheet = match (device, &self.machine.cuda) {
+            (DeviceKind::Cuda, Some(cuda)) => crate::peak::datasheet_peak(&cuda.name, precision),
+            _ => None,
+        };
+        let peak = sheet.or_else(|| {
+            if device == DeviceKind::Cpu {
+                tch::set_num_threads(threads.max(1) as i32);
+            }
+            crate::peak::measure_peak(device, precision)
+        });
+        self.peaks.insert((device, precision, threads), peak.clone());
+        peak
     }
 
     /// Drops every cached model (used when a device runs out of memory).

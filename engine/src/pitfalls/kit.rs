@@ -49,7 +49,7 @@ impl Ctx<'_> {
                 DeviceChoice::Cpu
             },
             batch,
-            input_size: (is_image(model) && !self.cuda()).then_some(96),
+            input_size: (model.is_image() && !self.cuda()).then_some(96),
             eval,
             grad,
             autocast: Autocast::Off,
@@ -76,18 +76,16 @@ impl Ctx<'_> {
     }
 }
 
-fn is_image(model: ModelId) -> bool {
-    matches!(
-        model,
-        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-    )
-}
-
 /// "ResNet-18, batch 8, 96×96 images": what a card's figures were measured on.
 pub fn describe(model: ModelId, batch: impl std::fmt::Display, size: u32) -> String {
     let input = match model {
         ModelId::TinyMlp => format!("{size} features"),
         ModelId::Transformer => format!("{size} tokens"),
+        ModelId::Team(_) => match model.team() {
+            Some(m) if size > 0 => format!("input {}, size {size}", m.sidecar.describe_inputs()),
+            Some(m) => format!("input {}", m.sidecar.describe_inputs()),
+            None => format!("size {size}"),
+        },
         _ => format!("{size}×{size} images"),
     };
     format!("{}, batch {batch}, {input}", model.display_name())
@@ -501,6 +499,12 @@ pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
         ModelId::MobilenetV2 => 96 * (s / 2) * (s / 2),
         // The attention scores (4 heads × seq²) or the feed-forward hidden layer (seq × 1024).
         ModelId::Transformer => (4 * s * s).max(1024 * s),
+        // A script hides its layers: the input's elements per sample times 64 (the
+        // built-in convolutional stems' widening), so a sweep stays well below the limit.
+        ModelId::Team(_) => model.team().map_or(1 << 20, |m| {
+            let shape = &m.sidecar.shapes(1, size)[0];
+            64 * shape.iter().map(|d| *d as u64).product::<u64>()
+        }),
     }
 }
 
