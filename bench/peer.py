@@ -71,6 +71,10 @@ import torch.nn.functional as F  # noqa: E402
 MODELS = ("tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer")
 GRAD_MODES = ("enabled", "no_grad", "inference_mode")
 AUTOCASTS = ("off", "fp16", "bf16")
+WEIGHTS = ("fp32", "fp16", "bf16")
+MEMORY_FORMATS = ("contiguous", "channels_last")
+INPUT_SOURCES = ("device", "pageable", "pinned")
+WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SEED = 0
 
 # Input sizes: (default, max), as protocol::ModelId::input says; ResNets and MobileNet need
@@ -511,11 +515,21 @@ def autocast_context(autocast: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def forward(model: nn.Module, x: torch.Tensor, grad: str, autocast: str, device: torch.device) -> torch.Tensor:
-    """One forward pass: grad context outside, autocast inside, entered per iteration."""
+def place(x: torch.Tensor, source: str, device: torch.device) -> torch.Tensor:
+    """The input as the pass receives it: itself when it is already on the device, else a
+    fresh copy to the device (non_blocking from pinned memory), inside the timed pass."""
+    if source == "device":
+        return x
+    return x.to(device, non_blocking=source == "pinned", copy=True)
+
+
+def forward(model: nn.Module, x: torch.Tensor, grad: str, autocast: str, device: torch.device,
+            source: str = "device") -> torch.Tensor:
+    """One forward pass: grad context outside, autocast inside, entered per iteration; an
+    input in host memory is copied to the device first, inside both."""
     with grad_context(grad):
         with autocast_context(autocast, device):
-            return model(x)
+            return model(place(x, source, device))
 
 
 def synchronize(device: torch.device) -> None:
@@ -606,16 +620,33 @@ def measure(args: argparse.Namespace) -> dict:
         prime_cuda_libraries(device)
         other_held = torch.cuda.memory_allocated(device)
 
+    if cuda:
+        # The CUDA math switches, as Gradless sets them for a run: TF32 both on or both off.
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
+
     torch.manual_seed(SEED)
     model, model_source = build_model(args.model, size, args.builtin_models, args.models_dir)
     model = model.to(device)
+    if args.weights != "fp32":
+        model = model.to(WEIGHT_DTYPES[args.weights])  # model.half() / model.to(torch.bfloat16)
+    if args.memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
     model.train(not args.eval)
     parameters = sum(p.numel() for p in model.parameters())
     torch.manual_seed(SEED)
+    home = device if args.input_source == "device" else torch.device("cpu")
     if sidecar is None:
-        x = torch.randn(input_shape(args.model, args.batch, size), device=device)
+        x = torch.randn(input_shape(args.model, args.batch, size), device=home)
     else:
-        x = team_input(sidecar, args.batch, size, device)
+        x = team_input(sidecar, args.batch, size, home)
+    if args.weights != "fp32":
+        x = x.to(WEIGHT_DTYPES[args.weights])
+    if args.memory_format == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    if args.input_source == "pinned":
+        x = x.pin_memory()
 
     def allocated() -> int | None:
         return torch.cuda.memory_allocated(device) - other_held if cuda else None
@@ -626,7 +657,7 @@ def measure(args: argparse.Namespace) -> dict:
     def timed(i: int) -> tuple[dict, torch.Tensor]:
         """One forward pass, timed; memory is read after the clock stops."""
         t0 = time.perf_counter()
-        out = forward(model, x, args.grad, args.autocast, device)
+        out = forward(model, x, args.grad, args.autocast, device, args.input_source)
         synchronize(device)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         sample = {"iteration": i, "latency_ms": latency_ms, "allocated_bytes": allocated(), "reserved_bytes": reserved()}
@@ -695,6 +726,11 @@ def measure(args: argparse.Namespace) -> dict:
             "warmup": args.warmup,
             "iters": args.iters,
             "threads": args.threads,
+            "weights": args.weights,
+            "memory_format": args.memory_format,
+            "input_source": args.input_source,
+            "tf32": args.tf32,
+            "cudnn_benchmark": args.cudnn_benchmark,
         },
         "env": {**env_stamp(device, torch.get_num_threads()), "model_source": model_source},
         "parameters": parameters,
@@ -729,13 +765,13 @@ def profile_cpu_memory(model: nn.Module, x: torch.Tensor, args: argparse.Namespa
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    device = x.device
+    device = torch.device("cpu")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         out = None
         for i in range(args.iters):
             out = None
             with record_function(f"{ITERATION_MARK}{i}"):
-                out = forward(model, x, args.grad, args.autocast, device)
+                out = forward(model, x, args.grad, args.autocast, device, args.input_source)
         out = None
     deltas, marks = cpu_memory_trace(prof)
     peak, final = running_peak(deltas)
@@ -786,6 +822,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: half the CPUs)")
     p.add_argument("--input-size", type=int, default=None, help="model-specific sample size")
+    p.add_argument("--weights", choices=WEIGHTS, default="fp32",
+                   help="weights dtype: cast once with model.half() / .to(torch.bfloat16)")
+    p.add_argument("--memory-format", choices=MEMORY_FORMATS, default="contiguous")
+    p.add_argument("--input-source", choices=INPUT_SOURCES, default="device",
+                   help="where the input starts each iteration; a host input is copied inside the timing")
+    p.add_argument("--tf32", action="store_true", help="CUDA: TF32 on for matmuls and cuDNN")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="CUDA: torch.backends.cudnn.benchmark = True")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--builtin-models", action="store_true",
                    help="use this file's copies of torchvision's image models even if torchvision is there")
@@ -803,6 +846,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("warmup cannot be negative")
     if args.threads is not None and args.threads < 1:
         p.error("threads must be at least 1")
+    if args.memory_format == "channels_last" and args.model not in IMAGE_MODELS:
+        p.error(f"channels_last needs a convolution model; {args.model} has none")
+    if args.device == "cpu" and (args.tf32 or args.cudnn_benchmark or args.input_source == "pinned"):
+        p.error("tf32, cudnn-benchmark and a pinned input source are CUDA settings")
     if args.model not in MODELS:
         sidecar = team_sidecar(args.models_dir, args.model)
         size = sidecar.get("size")
@@ -834,6 +881,9 @@ def settings_label(s: dict) -> str:
     return " · ".join(
         [("eval" if s["eval"] else "train"), s["grad"]]
         + ([s["autocast"]] if s["autocast"] != "off" else [])
+        + ([f"{s['weights']} weights"] if s["weights"] != "fp32" else [])
+        + (["channels_last"] if s["memory_format"] != "contiguous" else [])
+        + ([f"input from {s['input_source']} memory"] if s["input_source"] != "device" else [])
         + [f"batch {s['batch']}"]
     )
 

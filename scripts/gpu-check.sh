@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: a test, not a recorder. On a CUDA machine it checks the host first, then
-# runs the engine's CUDA tests (the `cuda-tests` feature, one test thread), the thirteen
-# experiments on CUDA (each must answer a report whose verdict is `confirmed`), the server
+# runs the engine's CUDA tests (the `cuda-tests` feature, one test thread), every pitfall
+# experiment on CUDA (each must answer a report whose verdict is `confirmed`), the server
 # (recorded CUDA runs through the API, no leak, the worker's leak check clean; each run's
 # traced pass, FLOP/s and memory breakdown read and checked) and the side
 # by side against the PyTorch peer. It exits non-zero when any step fails and writes ONE

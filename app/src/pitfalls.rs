@@ -157,6 +157,7 @@ fn verdict_mark(verdict: Verdict) -> (&'static str, &'static str) {
         Verdict::Confirmed => ("mark confirmed", "confirmed"),
         Verdict::Refuted => ("mark refuted", "refuted here"),
         Verdict::NotApplicable => ("mark na", "not applicable here"),
+        Verdict::Inconclusive => ("mark inconclusive", "inconclusive here"),
     }
 }
 

@@ -62,6 +62,10 @@ pub struct Model {
     /// it at build time; the leak check and the run's baseline use it. Until then it is
     /// [`Model::resident_bytes`].
     pub held_bytes: u64,
+    /// The dtype and memory format of the weights (fp32, contiguous when built; see
+    /// [`crate::lab::convert_model`]).
+    pub weights: protocol::WeightsDtype,
+    pub format: protocol::MemoryFormat,
 }
 
 impl Model {
@@ -83,6 +87,8 @@ impl Model {
             net,
             input_width,
             held_bytes: 0,
+            weights: protocol::WeightsDtype::Fp32,
+            format: protocol::MemoryFormat::Contiguous,
         };
         model.held_bytes = model.resident_bytes();
         model

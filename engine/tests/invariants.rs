@@ -29,6 +29,7 @@ fn on(device: DeviceKind, model: ModelId, batch: u32, eval: bool, grad: GradMode
         warmup: 1,
         iters: 3,
         threads: Some(1),
+        advanced: Default::default(),
     }
 }
 

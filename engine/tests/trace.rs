@@ -33,6 +33,7 @@ fn on(
         warmup: 1,
         iters: 3,
         threads: Some(1),
+        advanced: Default::default(),
     }
 }
 

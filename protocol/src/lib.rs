@@ -7,6 +7,7 @@
 //! same mistake; checks that need the device (is there a GPU? can it do bf16?) live in
 //! the engine.
 
+mod advanced;
 mod errors;
 mod events;
 mod format;
@@ -16,8 +17,10 @@ mod python;
 mod record;
 mod report;
 mod spec;
+pub mod stats;
 pub mod team;
 mod trace;
+pub use advanced::*;
 pub use errors::*;
 pub use events::*;
 pub use format::*;

@@ -15,6 +15,10 @@ pub enum Verdict {
     Refuted,
     /// The effect cannot show on this device (for example a CUDA-only effect on a CPU).
     NotApplicable,
+    /// The measured interval straddles the rule's threshold: the noise is too large to
+    /// confirm or refute here; the reason says about how many more iterations would
+    /// likely decide it.
+    Inconclusive,
 }
 
 impl Verdict {
@@ -23,6 +27,7 @@ impl Verdict {
             Verdict::Confirmed => "confirmed",
             Verdict::Refuted => "refuted",
             Verdict::NotApplicable => "not_applicable",
+            Verdict::Inconclusive => "inconclusive",
         }
     }
 }

@@ -60,6 +60,11 @@ pub struct LatencyStats {
     pub min: f64,
     pub max: f64,
     pub stddev: f64,
+    /// Interquartile range (p75 − p25), torch.utils.benchmark's measure of noise; `None`
+    /// with fewer than 4 samples, and in reports recorded before it existed (then
+    /// [`Report::relative_iqr`] reads it from the samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iqr: Option<f64>,
 }
 
 /// Memory figures in bytes.

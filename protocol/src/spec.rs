@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::Advanced;
+
 /// The models a run can use: the built-in architectures (random weights: weights do not
 /// change memory or latency) and the team models of the server's models directory
 /// ([`crate::team`]). In JSON, URLs and on the command line a model is its name.
@@ -130,6 +132,11 @@ impl ModelId {
             self,
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
         )
+    }
+
+    /// The built-in convolution models (the ones channels_last applies to).
+    pub fn is_conv(self) -> bool {
+        self.is_image()
     }
 
     /// For a team model: measured at load (train-mode randomness), not read from layers.
@@ -369,6 +376,10 @@ pub struct RunSpec {
     pub iters: u32,
     /// CPU threads for libtorch's intra-op pool; `None` keeps the server's setting.
     pub threads: Option<u32>,
+    /// The settings beyond the five switches (weights dtype, memory format, input source,
+    /// CUDA switches); left out of the JSON at their defaults.
+    #[serde(default, skip_serializing_if = "Advanced::is_default")]
+    pub advanced: Advanced,
 }
 
 impl Default for RunSpec {
@@ -384,6 +395,7 @@ impl Default for RunSpec {
             warmup: 3,
             iters: 20,
             threads: None,
+            advanced: Advanced::default(),
         }
     }
 }
@@ -497,6 +509,7 @@ impl RunSpec {
                 ),
             );
         }
+        self.advanced.check(self.model)?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
@@ -539,6 +552,7 @@ impl RunSpec {
         if self.autocast != Autocast::Off {
             parts.push(self.autocast.as_str().to_string());
         }
+        parts.extend(self.advanced.label_parts());
         parts.push(format!("batch {}", self.batch));
         parts.join(" · ")
     }

@@ -188,7 +188,46 @@ pub struct SpecArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub advanced: AdvancedArgs,
+    #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// The advanced settings (the Lab's "Advanced" section), PyTorch's defaults unless given.
+#[derive(Debug, Clone, Args)]
+pub struct AdvancedArgs {
+    /// Weights dtype: fp32, fp16 (model.half()) or bf16 (model.to(torch.bfloat16)).
+    #[arg(long, default_value = "fp32")]
+    pub weights: protocol::WeightsDtype,
+    /// contiguous (NCHW) or channels_last (NHWC; convolution models only).
+    #[arg(long, default_value = "contiguous")]
+    pub memory_format: protocol::MemoryFormat,
+    /// Where the input starts each iteration: device, pageable or pinned (CUDA) host memory;
+    /// a host input is copied inside every timed pass.
+    #[arg(long, default_value = "device")]
+    pub input_source: protocol::InputSource,
+    /// CUDA: TF32 on for matmuls and cuDNN (off: both off).
+    #[arg(long)]
+    pub tf32: bool,
+    /// CUDA: torch.backends.cudnn.benchmark = True.
+    #[arg(long)]
+    pub cudnn_benchmark: bool,
+    /// CUDA: capture the pass as a CUDA graph and replay it.
+    #[arg(long)]
+    pub cuda_graph: bool,
+}
+
+impl AdvancedArgs {
+    pub fn settings(&self) -> protocol::Advanced {
+        protocol::Advanced {
+            weights: self.weights,
+            memory_format: self.memory_format,
+            input_source: self.input_source,
+            tf32: self.tf32,
+            cudnn_benchmark: self.cudnn_benchmark,
+            cuda_graph: self.cuda_graph,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

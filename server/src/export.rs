@@ -192,6 +192,22 @@ pub fn peer_args(r: &Report) -> Vec<String> {
         // default, or wherever --models-dir points.
         args.push("--models-dir=.".into());
     }
+    let a = &s.advanced;
+    if a.weights != protocol::WeightsDtype::Fp32 {
+        args.push(format!("--weights={}", a.weights.as_str()));
+    }
+    if a.memory_format != protocol::MemoryFormat::Contiguous {
+        args.push(format!("--memory-format={}", a.memory_format.as_str()));
+    }
+    if a.input_source != protocol::InputSource::Device {
+        args.push(format!("--input-source={}", a.input_source.as_str()));
+    }
+    if a.tf32 {
+        args.push("--tf32".into());
+    }
+    if a.cudnn_benchmark {
+        args.push("--cudnn-benchmark".into());
+    }
     args
 }
 

@@ -368,7 +368,8 @@ pub fn BatchControl(lab: LabCtx, batch_state: BatchState) -> impl IntoView {
     }
 }
 
-/// The warm-up and timed iteration counts.
+/// The warm-up and timed iteration counts, and the settings beyond the five switches
+/// ([`super::advanced`]).
 #[component]
 pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
     let LabCtx { spec, info, .. } = lab;
@@ -377,7 +378,7 @@ pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
     let (max_warmup, max_iters) = info.with_value(|i| (i.limits.max_warmup, i.limits.max_iters));
     view! {
         <details class="control" class:hidden=hidden("advanced")>
-            <summary>"Advanced: iterations"</summary>
+            <summary>"Advanced: iterations, precision, layout, input, CUDA switches"</summary>
             <NumberSetting
                 label="Warm-up iterations (not in the statistics) "
                 testid="warmup"
@@ -396,6 +397,7 @@ pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
                 on_set=Callback::new(move |n: u32| update(&|s| s.iters = n))
                 error=validity.iters
             />
+            <super::advanced::BeyondSwitches lab />
         </details>
     }
 }

@@ -97,6 +97,7 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
     type Row = (&'static str, Box<dyn Fn(&Report) -> String>);
     let f = first.clone();
     let g = first.clone();
+    let h = first.clone();
     let rows: Vec<Row> = vec![
         (
             "model",
@@ -123,6 +124,22 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
                     r.latency_ms.p50,
                     ratio(r.latency_ms.p50, f.latency_ms.p50)
                 )
+            }),
+        ),
+        (
+            "median latency against #1 (95% interval)",
+            Box::new(move |r: &Report| {
+                if r == &h {
+                    return "—".to_string();
+                }
+                crate::explain::latency_change(r, &h)
+                    .unwrap_or_else(|| "not comparable: no positive median".into())
+            }),
+        ),
+        (
+            "spread (IQR)",
+            Box::new(|r: &Report| {
+                crate::explain::spread(r).unwrap_or_else(|| "absent: under 4 iterations".into())
             }),
         ),
         (

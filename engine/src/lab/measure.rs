@@ -19,7 +19,10 @@ use protocol::{
 };
 use tch::Tensor;
 
-use super::{catch_torch, failure, held, synchronize, tch_device, torch_failure, Lab, RunControl};
+use super::{
+    backend_guard, catch_torch, failure, held, make_input, place_input, synchronize,
+    torch_failure, Lab, RunControl,
+};
 use crate::device::Meter;
 use crate::models::Model;
 use crate::peak::Precision;
@@ -85,15 +88,24 @@ impl Lab {
         tch::set_num_threads(threads as i32);
         control.check()?;
 
-        let index = self.model_index(spec.model, device, checked.input_size())?;
+        let index =
+            self.model_index_as(spec.model, device, checked.input_size(), &spec.advanced)?;
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);
         let resident_before = crate::breakdown::resident_bytes();
         let before_input = held(&meter, device)?;
         let model = &self.models[index];
-        let input =
-            catch_torch(|| model.input(spec.batch, checked.input_size(), tch_device(device)))?;
+        // Where the input starts each iteration (device, pageable or pinned host memory) and
+        // its dtype and format follow the advanced settings; a host-side input is copied to
+        // the device inside every timed pass (see `forward`).
+        let input = make_input(
+            model,
+            spec.batch,
+            checked.input_size(),
+            &spec.advanced,
+            device,
+        )?;
 
         synchronize(device)?;
         let at_baseline = meter.read().map_err(torch_failure)?.allocated;
@@ -330,7 +342,8 @@ pub fn timed_forward(
 }
 
 /// The forward pass inside the grad mode and autocast region the spec asks for, exactly as
-/// the Python snippet nests them.
+/// the Python snippet nests them, under the CUDA math switches it asks for, with the input
+/// first copied to the device when it starts in host memory.
 pub fn forward(
     model: &Model,
     input: &Tensor,
@@ -362,7 +375,9 @@ pub fn forward_probed(
             Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?)
         }
     };
-    catch_torch(|| model.net.forward_probed(input, !spec.eval, probe))
+    let _flags = backend_guard(&spec.advanced, device)?;
+    let placed = place_input(input, &spec.advanced, device)?;
+    catch_torch(|| model.net.forward_probed(&placed, !spec.eval, probe))
 }
 
 fn output_facts(t: &Tensor) -> OutputFacts {

@@ -16,6 +16,7 @@
 //! autocast state and the CPU memory counter are all thread-local.
 
 mod admission;
+mod advanced;
 mod control;
 mod failure;
 mod measure;
@@ -32,6 +33,10 @@ use admission::budgets;
 pub use admission::{
     known_profile, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
     CPU_BUDGET_FRACTION, PREDICTION_MARGIN, PROBE_BATCH,
+};
+pub use advanced::{
+    backend_guard, convert_model, is_channels_last, kind_of, make_input, parameter_bytes,
+    place_input, to_channels_last,
 };
 pub use control::RunControl;
 pub(crate) use failure::panic_text;
@@ -157,19 +162,34 @@ impl Lab {
         }
     }
 
-    /// The cached model for this run, built if needed. Returns its index in the cache.
+    /// The cached model for this run (fp32, contiguous), built if needed. Returns its
+    /// index in the cache.
     pub fn model_index(
         &mut self,
         id: ModelId,
         device: DeviceKind,
         input_size: u32,
     ) -> Result<usize, RunFailure> {
+        self.model_index_as(id, device, input_size, &protocol::Advanced::default())
+    }
+
+    /// The cached model with the weights' dtype and memory format `adv` asks for, built
+    /// (and converted once) if needed.
+    pub fn model_index_as(
+        &mut self,
+        id: ModelId,
+        device: DeviceKind,
+        input_size: u32,
+        adv: &protocol::Advanced,
+    ) -> Result<usize, RunFailure> {
         let tdev = tch_device(device);
-        if let Some(i) = self
-            .models
-            .iter()
-            .position(|m| m.id == id && m.vs.device() == tdev && m.fits(input_size))
-        {
+        if let Some(i) = self.models.iter().position(|m| {
+            m.id == id
+                && m.vs.device() == tdev
+                && m.fits(input_size)
+                && m.weights == adv.weights
+                && m.format == adv.memory_format
+        }) {
             // Most recently used goes last; eviction takes from the front.
             let m = self.models.remove(i);
             self.models.push(m);
@@ -182,6 +202,7 @@ impl Lab {
         let meter = self.meter(device);
         let before = held(&meter, device)?;
         let mut model = catch_torch(|| Model::build(id, tdev, input_size))?;
+        convert_model(&mut model, adv.weights, adv.memory_format)?;
         model.held_bytes = held(&meter, device)?.saturating_sub(before);
         self.models.push(model);
         Ok(self.models.len() - 1)

@@ -154,7 +154,7 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
     source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
     pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # RuntimeError: Inference tensors cannot be saved for backward",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
-    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by a rank test over the timed iterations (z ≥ 3). Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
+    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
     experiment: inference_vs_nograd,
 };
 
@@ -172,7 +172,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     ] {
         let mut ng_spec = ctx.spec(model, batch, true, GradMode::NoGrad);
         // Per-op overhead shows with many short iterations; the larger model gets enough
-        // for the rank test to be able to tell a difference from noise. The two modes
+        // for the interval to be able to tell a difference from noise. The two modes
         // alternate, run by run, so that drift on a busy machine does not read as a
         // difference between them.
         let rounds = 2;
@@ -222,9 +222,15 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             shift.slow_p50 / shift.fast_p50,
             "ratio",
         ));
+        let (lo, hi) = shift.bounds();
         figures.push(fig(
-            &format!("{name} latency rank test z (inference_mode slower)"),
-            shift.z,
+            &format!("{name} latency ratio, 95% interval low"),
+            lo,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{name} latency ratio, 95% interval high"),
+            hi,
             "ratio",
         ));
         figures.push(fig(
