@@ -201,6 +201,9 @@ fn server_info() -> ServerInfo {
         let from_page =
             page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
         if let Some(info) = from_page {
+            // The team models this server serves, so their names parse and display here
+            // as they do on the server (see protocol::team).
+            protocol::team::register(info.models.iter().filter_map(|m| m.team.clone()).collect());
             return info;
         }
     }

@@ -1,7 +1,7 @@
 //! The JSON API: what the server offers (`GET /api/info`), starting a run
 //! (`POST /api/runs`), following it (`GET /api/runs/{id}/events`, Server-Sent Events),
 //! reading its report (`GET /api/runs/{id}`, also after a restart), the recorded results
-//! (`GET /api/records`, `/api/records/{id}`, `/api/records/{id}/export/{json|csv|py}`),
+//! (`GET /api/records`, `/api/records/{id}`, `/api/records/{id}/export/{json|csv|py|trace|trace-csv}`),
 //! the pitfall experiments and the worker's health. Every error is JSON with a stable
 //! code; none leaks internals.
 
@@ -263,7 +263,7 @@ pub async fn get_record(
     find_record(&state, &id).await.map(Json)
 }
 
-/// `GET /api/records/{id}/export/{json|csv|py}`: a file to download.
+/// `GET /api/records/{id}/export/{json|csv|py|trace|trace-csv}`: a file to download.
 pub async fn export_record(
     State(state): State<AppState>,
     Path((id, format)): Path<(String, String)>,

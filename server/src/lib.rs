@@ -20,6 +20,8 @@ pub mod router;
 pub mod runs;
 pub mod state;
 pub mod store;
+pub mod team;
+pub mod trace_export;
 
 pub use router::router;
 
@@ -122,6 +124,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let run_timeout = Duration::from_secs(args.run_timeout_s);
+    team::load(&args.engine)?;
     let config = worker_config(&args.engine, args.queue_capacity, Some(run_timeout));
     let embed_csp = config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
     let db_path = args.db.path();

@@ -37,6 +37,7 @@ pub fn model_infos_cached(worker: &Worker, cache: &CountCache) -> Result<Vec<Mod
     Ok(infos(&counts))
 }
 
+/// The built-in models' counts (a team model's count was taken when its file was loaded).
 fn count_parameters(worker: &Worker) -> Result<BTreeMap<String, u64>> {
     worker
         .call(|lab| {
@@ -52,17 +53,26 @@ fn count_parameters(worker: &Worker) -> Result<BTreeMap<String, u64>> {
         .map_err(|e| anyhow::anyhow!("could not build the models: {e}"))
 }
 
+/// Every served model (built-in, then the team's) with its count.
 fn infos(counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
-    ModelId::ALL
+    ModelId::served()
         .into_iter()
-        .map(|id| ModelInfo {
-            id,
-            name: id.display_name().to_string(),
-            parameters: counts[id.as_str()],
-            input_meaning: id.input().meaning.to_string(),
-            default_input_size: id.input().default,
-            has_dropout: id.has_dropout(),
-            has_batchnorm: id.has_batchnorm(),
+        .map(|id| {
+            let team = id.team().cloned();
+            let parameters = match &team {
+                Some(m) => m.parameters,
+                None => counts[id.as_str()],
+            };
+            ModelInfo {
+                id,
+                name: id.display_name().to_string(),
+                parameters,
+                input_meaning: id.input().meaning.to_string(),
+                default_input_size: id.input().default,
+                has_dropout: id.has_dropout(),
+                has_batchnorm: id.has_batchnorm(),
+                team,
+            }
         })
         .collect()
 }

@@ -86,6 +86,7 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
         threads: Some(1),
         max_batch: 64,
         memory_limit_mib: None,
+        models_dir: None,
     };
     let worker = server::start_worker(server::worker_config(
         &engine,

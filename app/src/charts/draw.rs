@@ -296,4 +296,3 @@ pub fn download_png(id: &str, filename: &str) {
         a.click();
     }
 }
-
