@@ -280,6 +280,7 @@ async fn a_thousand_viewers_of_one_run() {
         threads: Some(1),
         max_batch: 64,
         memory_limit_mib: None,
+        models_dir: None,
     };
     let worker = server::start_worker(server::worker_config(
         &engine,
