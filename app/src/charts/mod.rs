@@ -1,4 +1,5 @@
-//! The lab's charts as ECharts options (built with charming), from measured samples only.
+//! The lab's charts as ECharts options (built with charming's components), from measured
+//! samples only.
 //! The builders are pure so they are tested natively; drawing happens in the browser
 //! (`render`, hydrate builds only).
 //!
@@ -13,11 +14,12 @@ use charming::element::{
     MarkLine, MarkLineData, MarkLineVariant, Symbol, TextStyle, Tooltip, Trigger,
 };
 use charming::series::{Bar, Line};
-use charming::Chart;
+use option::Chart;
 use protocol::{format_bytes, ChartKind, PitfallReport, Report, Sample};
 use serde::Serialize;
 
 mod compare;
+mod option;
 #[cfg(feature = "hydrate")]
 mod draw;
 mod runs;
