@@ -38,9 +38,11 @@ opt=off
 if [ -x node_modules/binaryen/bin/wasm-opt ] && [ -z "${GRADLESS_NO_WASM_OPT:-}" ]; then opt=on; fi
 # Leptos's async hydration path, which the app never takes (it hydrates synchronously with
 # hydrate_body): 12% of the code, 95 KB of the brotli wasm. scripts/wasm-snip.mjs says why.
-# Only the futures' bodies (`...::hydrate_async::{{closure}}`): drop glue is left alone,
-# since the linker may share one drop function between a future and a type in use.
-SNIP=('^(?!core::ptr::drop_in_place).*::hydrate_async::\{\{closure\}\}')
+# The futures' bodies (`...::hydrate_async::{{closure}}`), then their drop glue, which the
+# futures' vtables keep: only where the snip can show that nothing else uses it, since the
+# compiler may merge one drop function for a future and a type in use (it does: a few
+# are kept for that reason).
+SNIP=('^(?!core::ptr::drop_in_place).*::hydrate_async::\{\{closure\}\}' --drops '^core::ptr::drop_in_place<.*hydrate_async')
 want="$(sha256sum "$wasm" scripts/wasm-snip.mjs | cut -d' ' -f1 | tr '\n' ' ')opt=$opt snip=${SNIP[*]}"
 if [ -f "$STAGE/gradless_bg.wasm" ] && [ -f "$STAGE/gradless.js" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "wasm unchanged: keeping $STAGE"

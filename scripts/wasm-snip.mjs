@@ -18,13 +18,25 @@
 // reached only through the function table; were it ever called, the page would fail
 // loudly (the browser tests hydrate every page), never silently misbehave.
 //
+// `--drops REGEX` also replaces the drop glue of those futures (`drop_in_place<...>`),
+// which the futures' vtables keep in the table, under stricter conditions, since the
+// compiler may merge identical drop functions and give the merged one a single name: a
+// matching function is replaced only if no code that stays calls it or takes its table
+// index as a constant, and every place its table index appears in the data is the drop
+// slot of a vtable whose method (`Future::poll`, three words on) is a replaced body. A
+// drop function shared with a type in use fails one of these and keeps its body.
+//
 // Needs the wasm's name section (wasm-bindgen keeps it; wasm-opt run afterwards drops it).
 // Prints how many functions and code bytes it replaced.
 import fs from 'node:fs';
 
-const [input, output, ...patterns] = process.argv.slice(2);
-if (!input || !output || patterns.length === 0) {
-  console.error('usage: wasm-snip.mjs IN.wasm OUT.wasm REGEX...');
+const args = process.argv.slice(2);
+let dropPattern = null;
+const at = args.indexOf('--drops');
+if (at >= 0) [, dropPattern] = args.splice(at, 2);
+const [input, output, ...patterns] = args;
+if (!input || !output || patterns.length === 0 || (at >= 0 && !dropPattern)) {
+  console.error('usage: wasm-snip.mjs IN.wasm OUT.wasm REGEX... [--drops REGEX]');
   process.exit(2);
 }
 const regexes = patterns.map((p) => new RegExp(p));
@@ -120,7 +132,7 @@ const bodies = [];
     p = start + size;
   }
 }
-function directCallees(body) {
+function directCallees(body, consts = []) {
   const out = [];
   let [groups, p] = leb(body.start);
   for (let g = 0; g < groups; g++) { [, p] = leb(p); p++; }
@@ -136,7 +148,8 @@ function directCallees(body) {
     else if (op === 0x11 || op === 0x13) { u(); u(); }
     else if (op === 0x1c) { const n = u(); p += n; }
     else if (op >= 0x28 && op <= 0x3e) { const align = u(); if (align & 0x40) u(); u(); }
-    else if (op === 0x41 || op === 0x42) u();
+    else if (op === 0x41) consts.push(u());
+    else if (op === 0x42) u();
     else if (op === 0x43) p += 4;
     else if (op === 0x44) p += 8;
     else if (op === 0xfc) {
@@ -178,6 +191,106 @@ for (let changed = true; changed; ) {
   }
 }
 
+// The futures' drop glue (`--drops`), to a fixpoint with the conditions above.
+let drops = 0;
+if (dropPattern) {
+  const dropRe = new RegExp(dropPattern);
+  const exported = new Set();
+  for (const s of sections.filter((s) => s.id === 7)) {
+    let [count, p] = leb(s.start);
+    for (let i = 0; i < count; i++) {
+      let len, index;
+      [len, p] = leb(p); p += len;
+      const kind = bytes[p++];
+      [index, p] = leb(p);
+      if (kind === 0) exported.add(index);
+    }
+  }
+  // The table: one active segment of function indices (what wasm-ld writes); anything
+  // else and no drop glue is replaced.
+  const tableOf = new Map(); // function -> its table indices
+  const inTable = new Map(); // table index -> function
+  const elem = sections.find((s) => s.id === 9);
+  let tableKnown = false;
+  if (elem) {
+    let [count, p] = leb(elem.start);
+    if (count === 1 && bytes[p] === 0 && bytes[p + 1] === 0x41) {
+      let offset;
+      [offset, p] = leb(p + 2);
+      if (bytes[p++] === 0x0b) {
+        let n;
+        [n, p] = leb(p);
+        for (let i = 0; i < n; i++) {
+          let f;
+          [f, p] = leb(p);
+          inTable.set(offset + i, f);
+          if (!tableOf.has(f)) tableOf.set(f, []);
+          tableOf.get(f).push(offset + i);
+        }
+        tableKnown = true;
+      }
+    }
+  }
+  // Every 32-bit word of the data, at every byte offset (conservative: a drop index that
+  // turns up unaligned, as part of something else, only keeps that drop's body).
+  const data = sections.filter((s) => s.id === 11);
+  const occurrences = new Map(); // table index -> [the word three words on, or -1]
+  if (tableKnown) {
+    const wanted = new Set();
+    for (const b of bodies) {
+      if (dropRe.test(names.get(b.index) ?? '') && !exported.has(b.index)) {
+        for (const t of tableOf.get(b.index) ?? []) wanted.add(t);
+      }
+    }
+    for (const s of data) {
+      let [count, p] = leb(s.start);
+      for (let i = 0; i < count; i++) {
+        const flags = bytes[p++];
+        if (flags === 2) [, p] = leb(p);
+        if (flags !== 1) { while (bytes[p] !== 0x0b) p++; p++; }
+        let n;
+        [n, p] = leb(p);
+        for (let q = p; q + 4 <= p + n; q++) {
+          const word = bytes.readUInt32LE(q);
+          if (!wanted.has(word)) continue;
+          if (!occurrences.has(word)) occurrences.set(word, []);
+          occurrences.get(word).push(q + 16 <= p + n ? bytes.readUInt32LE(q + 12) : -1);
+        }
+        p += n;
+      }
+    }
+  }
+  const constsOf = new Map(bodies.map((b) => { const c = []; directCallees(b, c); return [b.index, c]; }));
+  const dropSnip = new Set(
+    tableKnown
+      ? bodies.filter((b) => dropRe.test(names.get(b.index) ?? '') && !exported.has(b.index) && !snip.has(b.index)).map((b) => b.index)
+      : [],
+  );
+  const vtableOnly = (f) =>
+    (tableOf.get(f) ?? []).every((t) =>
+      (occurrences.get(t) ?? []).every((poll) => inTable.has(poll) && snip.has(inTable.get(poll))),
+    );
+  for (const f of [...dropSnip]) if (!vtableOnly(f)) dropSnip.delete(f);
+  for (let changed = true; changed; ) {
+    changed = false;
+    const gone = (f) => snip.has(f) || dropSnip.has(f);
+    const takenIndices = new Set();
+    for (const b of bodies) {
+      if (gone(b.index)) continue;
+      for (const c of constsOf.get(b.index)) takenIndices.add(c);
+    }
+    for (const b of bodies) {
+      if (gone(b.index)) continue;
+      for (const callee of calls.get(b.index)) if (dropSnip.delete(callee)) changed = true;
+    }
+    for (const f of [...dropSnip]) {
+      if ((tableOf.get(f) ?? []).some((t) => takenIndices.has(t))) { dropSnip.delete(f); changed = true; }
+    }
+  }
+  for (const f of dropSnip) snip.add(f);
+  drops = dropSnip.size;
+}
+
 const trap = Buffer.from([3, 0x00, 0x00, 0x0b]); // body size 3: no locals, unreachable, end
 let saved = 0;
 const parts = bodies.map((b) => {
@@ -195,6 +308,6 @@ const out = Buffer.concat([
 ]);
 fs.writeFileSync(output, out);
 console.log(
-  `wasm-snip: ${snip.size} functions replaced by a trap (${saved} code bytes); ` +
-    `${matched - snip.size} more matched but are called directly by code that stays`,
+  `wasm-snip: ${snip.size} functions replaced by a trap (${saved} code bytes; ${drops} of them drop glue); ` +
+    `${matched - (snip.size - drops)} more matched but are called directly by code that stays`,
 );
