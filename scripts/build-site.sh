@@ -52,8 +52,9 @@ else
   node scripts/wasm-snip.mjs "$STAGE/gradless_bg.wasm" "$STAGE/gradless_bg.wasm" "${SNIP[@]}"
   if [ "$opt" = on ]; then
     # npm's binaryen: Debian bookworm's (version 108) produces a wasm that fails to
-    # instantiate ("WebAssembly.Table.set(): Argument 1 is invalid").
-    node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
+    # instantiate ("WebAssembly.Table.set(): Argument 1 is invalid"). -Os rather than -Oz:
+    # 2% more raw bytes, but 0.5% fewer once brotli-compressed, which is what is sent.
+    node_modules/binaryen/bin/wasm-opt -Os --enable-bulk-memory --enable-nontrapping-float-to-int \
       --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
       "$STAGE/gradless_bg.wasm" -o "$STAGE/gradless_bg.wasm"
   fi

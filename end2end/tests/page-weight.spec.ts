@@ -6,13 +6,14 @@
 import { expect, test, Page } from "@playwright/test";
 
 /**
- * The budget for a cold Lab visit, every response together. The goal is 0.6 MB: the build
- * measured 565 KB when the wasm snip landed, then 621 KB once the forward-pass view, the
- * Advanced settings and team models were in the app (brotli wasm 392 -> 441 KB). Until the
- * wasm sheds those bytes again the budget holds the line at 650,000 B, so nothing grows
- * unnoticed; the printed table shows where the bytes are when it fails.
+ * The budget for a cold Lab visit, every response together: the issue's 0.6 MB. The build
+ * measured 565 KB when the wasm snip landed, 621 KB once the forward-pass view, the
+ * Advanced settings and team models were in, and under the budget again once the charts
+ * stopped serializing through `charming::Chart` and the async path's drop glue was snipped
+ * too (README, "Page weight and start-up"). The printed table shows where the bytes are
+ * when it fails.
  */
-const BUDGET_BYTES = 650_000;
+const BUDGET_BYTES = 600_000;
 
 interface Transfer {
   url: string;
