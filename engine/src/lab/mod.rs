@@ -183,7 +183,13 @@ impl Lab {
         adv: &protocol::Advanced,
     ) -> Result<usize, RunFailure> {
         let tdev = tch_device(device);
-        if let Some(i) = self.models.iter().position(|m| {
+        if matches!(id, ModelId::Team(_)) {
+            // A TorchScript module's graph executor specialises its plan on the passes it has
+            // run (a grad-mode pass leaves autodiff subgraphs that an inference_mode pass then
+            // trips on): each run gets the file loaded afresh, as a new Python process would
+            // (`torch.jit.load`), so no run depends on the ones before it.
+            self.models.retain(|m| !(m.id == id && m.vs.device() == tdev));
+        } else if let Some(i) = self.models.iter().position(|m| {
             m.id == id
                 && m.vs.device() == tdev
                 && m.fits(input_size)
