@@ -21,9 +21,9 @@ use crate::input::Input;
 use crate::trace::{attention_flops, conv_flops, linear_flops, Probe};
 
 /// A network whose forward pass reports to a probe at its module boundaries. The default
-/// marks nothing: a network that cannot be looked inside (a TorchScript model, see
-/// `crate::team::TRACE_ABSENT_REASON`) has no trace, and so no FLOP count, rather than a
-/// single point that would read as zero FLOPs.
+/// marks nothing: a network that cannot be looked inside (a team's TorchScript module, see
+/// `crate::team`) has no trace, and so no FLOP count, rather than a single point that would
+/// read as zero FLOPs.
 pub trait Net: ModuleT {
     fn forward_probed(&self, input: &Tensor, train: bool, _probe: &mut Probe<'_>) -> Tensor {
         self.forward_t(input, train)
