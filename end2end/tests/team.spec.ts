@@ -41,6 +41,8 @@ test("a team model is picked in the Lab and run", async ({ page }) => {
   await lab.waitDone();
   await expect(lab.testid("summary")).toContainText("back at baseline");
   expect((await lab.chartData("latency-chart")).length).toBe(6);
+  // No per-module trace inside a TorchScript module: absent, with the reason.
+  await expect(lab.testid("inside-absent")).toContainText("runs inside the interpreter");
 
   // The permalink of the settings brings the team model back.
   await lab.open("model=traced_resnet18&device=cpu");

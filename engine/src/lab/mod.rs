@@ -183,13 +183,7 @@ impl Lab {
         adv: &protocol::Advanced,
     ) -> Result<usize, RunFailure> {
         let tdev = tch_device(device);
-        if matches!(id, ModelId::Team(_)) {
-            // A TorchScript module's graph executor specialises its plan on the passes it has
-            // run (a grad-mode pass leaves autodiff subgraphs that an inference_mode pass then
-            // trips on): each run gets the file loaded afresh, as a new Python process would
-            // (`torch.jit.load`), so no run depends on the ones before it.
-            self.models.retain(|m| !(m.id == id && m.vs.device() == tdev));
-        } else if let Some(i) = self.models.iter().position(|m| {
+        if let Some(i) = self.models.iter().position(|m| {
             m.id == id
                 && m.vs.device() == tdev
                 && m.fits(input_size)
@@ -198,8 +192,16 @@ impl Lab {
         }) {
             // Most recently used goes last; eviction takes from the front.
             let m = self.models.remove(i);
-            self.models.push(m);
-            return Ok(self.models.len() - 1);
+            if !matches!(id, ModelId::Team(_)) {
+                self.models.push(m);
+                return Ok(self.models.len() - 1);
+            }
+            // A TorchScript module's graph executor specialises its plan on the passes it
+            // has run (after grad-mode passes an inference_mode pass trips on the autodiff
+            // subgraphs left behind): a team model is loaded afresh each time, as a new
+            // Python process would (`torch.jit.load`), so no run depends on the ones before
+            // it. The old copy goes first, so the two never share the budget.
+            drop(m);
         }
         while self.models.len() >= self.config.model_cache.max(1) {
             self.models.remove(0);

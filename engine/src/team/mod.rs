@@ -306,7 +306,7 @@ impl ModuleT for Scripted {
     }
 }
 
-/// The forward-pass trace sees a TorchScript module as one step (its interpreter runs the
+/// The forward-pass trace cannot follow a TorchScript module (its interpreter runs the
 /// submodules; no probe reaches inside), so it marks nothing: the trace and the FLOP count
 /// are absent. Every input the sidecar lists is passed.
 impl crate::models::Net for Scripted {
