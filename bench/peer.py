@@ -669,10 +669,17 @@ def measure(args: argparse.Namespace) -> dict:
     def reserved() -> int | None:
         return torch.cuda.memory_reserved(device) if cuda else None
 
+    graph = static_out = None
+
     def timed(i: int) -> tuple[dict, torch.Tensor]:
-        """One forward pass, timed; memory is read after the clock stops."""
+        """One forward pass (or the captured graph's replay), timed; memory is read after
+        the clock stops."""
         t0 = time.perf_counter()
-        out = forward(model, x, args.grad, args.autocast, device, args.input_source)
+        if graph is not None:
+            graph.replay()  # static_out holds the result
+            out = static_out
+        else:
+            out = forward(model, x, args.grad, args.autocast, device, args.input_source)
         synchronize(device)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         sample = {"iteration": i, "latency_ms": latency_ms, "allocated_bytes": allocated(), "reserved_bytes": reserved()}
@@ -690,6 +697,18 @@ def measure(args: argparse.Namespace) -> dict:
         sample, out = timed(i)
         del out
         warmup.append(sample)
+
+    if args.cuda_graph:
+        # As Gradless does: one pass on a side stream (lazy initialisation outside the
+        # capture), then one captured pass; every timed iteration replays it.
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            forward(model, x, args.grad, args.autocast, device, args.input_source)
+        torch.cuda.current_stream(device).wait_stream(side)
+        with torch.cuda.graph(graph):
+            static_out = forward(model, x, args.grad, args.autocast, device, args.input_source)
 
     # Peaks count from here: the statistics describe the steady state only.
     if cuda:
@@ -713,7 +732,7 @@ def measure(args: argparse.Namespace) -> dict:
     if cuda:
         peak_allocated = torch.cuda.max_memory_allocated(device) - other_held
         peak_reserved = torch.cuda.max_memory_reserved(device)
-        out = None
+        out = graph = static_out = None  # the graph's pool goes back to the allocator
         synchronize(device)
         after_release = torch.cuda.memory_allocated(device) - other_held
         free, total = torch.cuda.mem_get_info(device)
@@ -746,6 +765,7 @@ def measure(args: argparse.Namespace) -> dict:
             "input_source": args.input_source,
             "tf32": args.tf32,
             "cudnn_benchmark": args.cudnn_benchmark,
+            "cuda_graph": args.cuda_graph,
         },
         "env": {**env_stamp(device, torch.get_num_threads()), "model_source": model_source},
         "parameters": parameters,
@@ -844,6 +864,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="where the input starts each iteration; a host input is copied inside the timing")
     p.add_argument("--tf32", action="store_true", help="CUDA: TF32 on for matmuls and cuDNN")
     p.add_argument("--cudnn-benchmark", action="store_true", help="CUDA: torch.backends.cudnn.benchmark = True")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="CUDA: capture one pass after the warm-up and replay it in every timed iteration")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--builtin-models", action="store_true",
                    help="use this file's copies of torchvision's image models even if torchvision is there")
@@ -865,6 +887,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"channels_last needs a convolution model; {args.model} has none")
     if args.device == "cpu" and (args.tf32 or args.cudnn_benchmark or args.input_source == "pinned"):
         p.error("tf32, cudnn-benchmark and a pinned input source are CUDA settings")
+    if args.cuda_graph and args.device == "cpu":
+        p.error("cuda-graph is a CUDA setting: a CPU executes ops directly")
+    if args.cuda_graph and args.grad == "enabled":
+        p.error("cuda-graph captures an inference pass: use --grad no_grad or inference_mode")
+    if args.cuda_graph and args.input_source != "device":
+        p.error("cuda-graph replays fixed device buffers: the input must start on the device")
     if args.model not in MODELS:
         sidecar = team_sidecar(args.models_dir, args.model)
         size = sidecar.get("size")
@@ -899,6 +927,7 @@ def settings_label(s: dict) -> str:
         + ([f"{s['weights']} weights"] if s["weights"] != "fp32" else [])
         + (["channels_last"] if s["memory_format"] != "contiguous" else [])
         + ([f"input from {s['input_source']} memory"] if s["input_source"] != "device" else [])
+        + (["CUDA graph"] if s.get("cuda_graph") else [])
         + [f"batch {s['batch']}"]
     )
 

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/gradless_ext.cpp");
+    println!("cargo:rerun-if-changed=csrc/gradless_cuda_graph.cpp");
+    println!("cargo:rerun-if-changed=csrc/guarded.h");
+    println!("cargo:rerun-if-env-changed=CUDA_HOME");
     let lib = PathBuf::from(
         std::env::var("DEP_TCH_LIBTORCH_LIB")
             .expect("torch-sys did not report where libtorch is (DEP_TCH_LIBTORCH_LIB)"),
@@ -15,7 +18,33 @@ fn main() {
         .to_path_buf();
     let include = root.join("include");
 
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    // CUDA graphs need CUDA's runtime headers besides libtorch's (see
+    // csrc/gradless_cuda_graph.cpp); without them the functions say why graphs are absent.
+    let cuda_headers = cuda_runtime_headers(&root);
+    match (&cuda_headers, lib.join("libtorch_cuda.so").exists()) {
+        (Some(dir), true) => {
+            build.include(dir).define("GRADLESS_CUDA_GRAPHS", None);
+            // Symbols of libtorch_cuda (CUDAGraph) and libc10_cuda (streams) are used
+            // directly: the final binaries must link both.
+            println!("cargo:rustc-link-lib=dylib=torch_cuda");
+            println!("cargo:rustc-link-lib=dylib=c10_cuda");
+        }
+        (None, true) => {
+            build.define(
+                "GRADLESS_NO_CUDA_GRAPHS_REASON",
+                Some("\"this server was built without CUDA's runtime headers (cuda_runtime_api.h and crt/), so CUDA graph capture was not compiled in; scripts/setup.sh installs them (nvidia-cuda-crt), or set CUDA_HOME, and rebuild\""),
+            );
+        }
+        (_, false) => {
+            build.define(
+                "GRADLESS_NO_CUDA_GRAPHS_REASON",
+                Some("\"this libtorch was built without CUDA\""),
+            );
+        }
+    }
+
+    build
         .cpp(true)
         .pic(true)
         .warnings(false)
@@ -28,6 +57,7 @@ fn main() {
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .opt_level(2)
         .file("csrc/gradless_ext.cpp")
+        .file("csrc/gradless_cuda_graph.cpp")
         .compile("gradless_ext");
 
     link_args(&lib);
@@ -37,6 +67,37 @@ fn main() {
         "cargo:rustc-env=GRADLESS_LIBTORCH_VERSION={}",
         libtorch_version(&root)
     );
+}
+
+/// The directory holding CUDA's runtime headers (`cuda_runtime_api.h` and the `crt/` ones
+/// it includes): `$CUDA_HOME/include`, a toolkit in /usr/local/cuda, or the NVIDIA packages
+/// PyPI's torch installs beside itself (`site-packages/nvidia/cu13/include`, completed
+/// with `nvidia-cuda-crt` by scripts/setup.sh).
+fn cuda_runtime_headers(torch_root: &std::path::Path) -> Option<PathBuf> {
+    let mut candidates = vec![];
+    if let Ok(home) = std::env::var("CUDA_HOME") {
+        candidates.push(PathBuf::from(home).join("include"));
+    }
+    candidates.push(PathBuf::from("/usr/local/cuda/include"));
+    if let Some(site) = torch_root.parent() {
+        if let Ok(entries) = std::fs::read_dir(site.join("nvidia")) {
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("include"))
+                .collect();
+            found.sort();
+            candidates.extend(found);
+        }
+    }
+    for dir in candidates.iter().filter(|d| d.is_dir()) {
+        // Headers installed later (scripts/setup.sh adds crt/) change the directory.
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    // cuda_runtime.h needs the crt/ headers beside it, which PyPI ships apart
+    // (nvidia-cuda-crt).
+    candidates.into_iter().find(|dir| {
+        dir.join("cuda_runtime_api.h").exists() && dir.join("crt/host_config.h").exists()
+    })
 }
 
 /// The libtorch version as its installation states it: a PyPI wheel's `version.py` or an

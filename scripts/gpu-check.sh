@@ -284,7 +284,9 @@ else:
 out = {"runs": []}
 for spec in ({"model": "resnet50", "batch": 32, "grad": "no_grad"},
              {"model": "resnet50", "batch": 32, "grad": "no_grad", "autocast": "fp16"},
-             {"model": "tiny_mlp", "batch": 256, "grad": "enabled", "eval": False}):
+             {"model": "tiny_mlp", "batch": 256, "grad": "enabled", "eval": False},
+             # CUDA graph replay: captured after the warm-up, replayed in every timed pass.
+             {"model": "resnet18", "batch": 1, "grad": "inference_mode", "advanced": {"cuda_graph": True}}):
     spec = {**spec, "device": device, "warmup": 3, "iters": 10}
     status, created = call("/api/runs", spec)
     run = {"spec": spec, "submit_status": status}

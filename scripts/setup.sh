@@ -55,6 +55,25 @@ else
   "$GRADLESS_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==0.26.0"
 fi
 
+# --- CUDA's C runtime headers, for CUDA graph capture -----------------------------------------
+# torch's wheel brings the CUDA runtime package (nvidia/cu13/include, cuda_runtime_api.h) but
+# not the crt/ headers cuda_runtime.h includes; engine/build.rs compiles the CUDA graph
+# functions only when both are there. A 134 KB wheel, of the runtime's own minor version.
+if [ -z "${LIBTORCH:-}" ]; then
+  for site in "$GRADLESS_VENV"/lib/python3*/site-packages; do
+    inc="$site/nvidia/cu13/include"
+    [ -f "$inc/cuda_runtime_api.h" ] || continue
+    if [ -f "$inc/crt/host_config.h" ]; then
+      echo "CUDA crt headers: present"
+    else
+      runtime="$(ls -d "$site"/nvidia_cuda_runtime-*.dist-info 2>/dev/null | head -1 | sed 's/.*nvidia_cuda_runtime-\([0-9]*\.[0-9]*\).*/\1/')"
+      step "Installing CUDA's crt headers (nvidia-cuda-crt ~= ${runtime:-13.0}.0) for CUDA graph capture"
+      "$GRADLESS_VENV/bin/pip" install -q --no-deps "nvidia-cuda-crt~=${runtime:-13.0}.0" \
+        || echo "warning: nvidia-cuda-crt could not be installed: this build will say CUDA graphs are unavailable"
+    fi
+  done
+fi
+
 # --- the wasm32 target ----------------------------------------------------------------------
 # rustup's target is the normal path. Where rustup cannot fetch it, Debian's rustc-web with
 # its std sources builds std for wasm itself (-Zbuild-std); scripts/build-site.sh reads the

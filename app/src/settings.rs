@@ -380,6 +380,7 @@ mod tests {
             name: kind.as_str().into(),
             total_memory_bytes: None,
             autocast: vec![],
+            no_cuda_graphs: None,
         }
     }
 

@@ -7,7 +7,7 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
   await page.evaluate(() => localStorage.removeItem("gradless-tour"));
   await page.reload();
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await expect(page.getByTestId("tour-progress")).toContainText("0 of 18");
+  await expect(page.getByTestId("tour-progress")).toContainText("0 of 19");
   const card = page.getByTestId("card-nograd-not-eval");
   await expect(card).toContainText("Falls in");
   await page.getByTestId("run-nograd-not-eval").click();
@@ -20,10 +20,10 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
   });
   expect(bars).toEqual([3, 3]);
   // The tour remembers the card across a reload.
-  await expect(page.getByTestId("tour-progress")).toContainText("1 of 18");
+  await expect(page.getByTestId("tour-progress")).toContainText("1 of 19");
   await page.reload();
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await expect(page.getByTestId("tour-progress")).toContainText("1 of 18");
+  await expect(page.getByTestId("tour-progress")).toContainText("1 of 19");
 });
 
 test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ page }) => {

@@ -19,6 +19,8 @@
 
 #include <dlfcn.h>
 
+#include "guarded.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -31,30 +33,8 @@
 
 namespace {
 
-char* dup_message(const char* text) {
-  size_t n = std::strlen(text);
-  char* out = static_cast<char*>(std::malloc(n + 1));
-  if (out != nullptr) {
-    std::memcpy(out, text, n + 1);
-  }
-  return out;
-}
-
-// Runs `body`, turning any exception into an error string. c10::Error's what() carries the
-// whole C++ backtrace; people need only the message.
-template <typename F>
-char* guarded(F&& body) {
-  try {
-    body();
-    return nullptr;
-  } catch (const c10::Error& e) {
-    return dup_message(e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return dup_message(e.what());
-  } catch (...) {
-    return dup_message("unknown C++ exception in gradless_ext");
-  }
-}
+using gradless::dup_message;
+using gradless::guarded;
 
 // Receives every allocation and free that libtorch reports on the threads that carry it in
 // their thread-local debug info (the mechanism behind the profiler's profile_memory).

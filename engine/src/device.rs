@@ -118,6 +118,7 @@ impl Machine {
                 name: c.name.clone(),
                 total_memory_bytes: c.total_memory_bytes,
                 autocast: self.autocast_support(DeviceKind::Cuda),
+                no_cuda_graphs: crate::torch_ext::cuda_graphs_built().err(),
             });
         }
         out.push(DeviceInfo {
@@ -125,6 +126,7 @@ impl Machine {
             name: self.cpu_model.clone(),
             total_memory_bytes: total_ram(),
             autocast: self.autocast_support(DeviceKind::Cpu),
+            no_cuda_graphs: None,
         });
         out
     }

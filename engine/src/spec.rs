@@ -82,10 +82,12 @@ pub fn check_spec(
         return Err(e);
     }
     if spec.advanced.cuda_graph {
-        return Err(SpecError {
-            field: "advanced.cuda_graph".into(),
-            message: "CUDA graph capture is not built into this server yet: its pitfall card (cuda-graphs) says why; run eager".into(),
-        });
+        if let Some(message) = crate::lab::graph::refusal(&spec) {
+            return Err(SpecError {
+                field: "advanced.cuda_graph".into(),
+                message,
+            });
+        }
     }
     if let Some(s) = machine
         .autocast_support(device)

@@ -230,4 +230,62 @@ mod cuda_math {
             assert!(times[0] > 1.5 * median, "batch {batch}: first {:.4} s vs steady {median:.4} s", times[0]);
         }
     }
+
+    /// Replaying a captured pass gives eager's output; a run with graph replay is measured
+    /// like any other (every sample, memory back to the baseline) and allocates no more at
+    /// its peak than eager, the graph's buffers living in its own pool; with grad enabled it
+    /// is refused with the reason.
+    #[test]
+    fn cuda_graph_replay_matches_eager_and_its_run_is_measured() {
+        let _one = crate::common::cuda_lock();
+        crate::common::require(DeviceKind::Cuda);
+        engine::torch_ext::cuda_graphs_built().expect("this build captures CUDA graphs");
+        let w = engine::Worker::start(engine::WorkerConfig::default()).unwrap();
+        let graph = Advanced { cuda_graph: true, ..Advanced::default() };
+        let spec = RunSpec {
+            model: ModelId::Resnet18,
+            device: protocol::DeviceChoice::Cuda,
+            batch: 4,
+            grad: GradMode::InferenceMode,
+            warmup: 2,
+            iters: 10,
+            advanced: graph,
+            ..RunSpec::default()
+        };
+        let s = spec.clone();
+        let (diff, scale) = w
+            .call(move |lab| {
+                let i = lab.model_index(ModelId::Resnet18, DeviceKind::Cuda, 224)?;
+                let m = lab.model(i);
+                let x = engine::lab::catch_torch(|| m.input(4, 224, tch_device(DeviceKind::Cuda)))?;
+                let eager = forward(m, &x, &RunSpec { advanced: Advanced::default(), ..s.clone() }, DeviceKind::Cuda)?;
+                let captured = engine::lab::graph::capture(m, &x, &s, DeviceKind::Cuda)?;
+                let replayed = captured.replay()?;
+                engine::lab::synchronize(DeviceKind::Cuda)?;
+                let diff = (&replayed - &eager).abs().max().double_value(&[]);
+                let scale = eager.abs().max().double_value(&[]);
+                Ok::<_, protocol::RunFailure>((diff, scale))
+            })
+            .unwrap()
+            .unwrap();
+        assert!(diff <= 1e-3 * scale, "replay differs from eager by {diff} at scale {scale}");
+
+        let replay = w.measure(spec.clone(), |_| {}).expect("graph run");
+        let eager = w
+            .measure(RunSpec { advanced: Advanced::default(), ..spec.clone() }, |_| {})
+            .expect("eager run");
+        assert_eq!(replay.samples.len(), 10);
+        assert_eq!(replay.memory.leaked_bytes, 0, "the graph's pool was released");
+        assert!(
+            replay.memory.peak_above_baseline_bytes <= eager.memory.peak_above_baseline_bytes,
+            "replay peak {} above eager's {}",
+            replay.memory.peak_above_baseline_bytes,
+            eager.memory.peak_above_baseline_bytes
+        );
+        let refused = w
+            .check(RunSpec { grad: GradMode::Enabled, ..spec })
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("no_grad"), "{refused}");
+    }
 }

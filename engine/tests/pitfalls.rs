@@ -314,7 +314,7 @@ fn unknown_cards_are_refused_by_name(_device: DeviceChoice) {
         .unwrap_err();
     assert_eq!(err.kind, FailureKind::Invalid);
     assert!(err.message.contains("unknown pitfall `nope`"));
-    assert_eq!(pitfalls::catalogue().len(), 18);
+    assert_eq!(pitfalls::catalogue().len(), 19);
 }
 
 fn a_cancelled_experiment_stops(device: DeviceChoice) {
@@ -365,7 +365,7 @@ fn input_copy(device: DeviceChoice) {
 }
 
 fn cuda_only_cards(device: DeviceChoice) {
-    for id in ["tf32", "cudnn-benchmark"] {
+    for id in ["tf32", "cudnn-benchmark", "cuda-graphs"] {
         let r = run(device, id, defaults());
         let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
         assert_eq!(r.verdict, want, "{id}: {}", r.reason);

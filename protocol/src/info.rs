@@ -28,6 +28,10 @@ pub struct DeviceInfo {
     pub total_memory_bytes: Option<u64>,
     /// Autocast settings this device runs, each with a note (empty when fine).
     pub autocast: Vec<AutocastSupport>,
+    /// Why this CUDA device cannot capture CUDA graphs in this build; absent when it can
+    /// (and on a CPU, where graphs mean nothing: see [`crate::cpu_reason`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_cuda_graphs: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

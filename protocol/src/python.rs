@@ -104,7 +104,33 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         ));
     }
     out.push('\n');
+    let pass = forward_pass(spec);
+    if !adv.cuda_graph {
+        out.push_str(&pass);
+        return out;
+    }
+    // The pass, warmed up on a side stream and captured once; each iteration replays it.
+    let indented: String = pass.lines().map(|l| format!("    {l}\n")).collect();
+    out.push_str("g = torch.cuda.CUDAGraph()  # capture one pass, replay it every iteration\n");
+    out.push_str("side = torch.cuda.Stream()\nside.wait_stream(torch.cuda.current_stream())\n");
+    out.push_str("with torch.cuda.stream(side):  # warm-up off the default stream: lazy init outside the capture\n");
+    out.push_str(&indented);
+    out.push_str("torch.cuda.current_stream().wait_stream(side)\n");
+    out.push_str("with torch.cuda.graph(g):  # y lives in the graph's private memory pool\n");
+    out.push_str(&indented);
+    out.push_str("g.replay()  # each iteration: relaunches the captured kernels; y holds the result\n");
+    out
+}
 
+/// One forward pass inside the grad mode and autocast region of `spec`, from column 0.
+fn forward_pass(spec: &RunSpec) -> String {
+    let adv = &spec.advanced;
+    // Several inputs are a tuple, copied one by one and passed as `model(*x)`.
+    let many = spec
+        .model
+        .team()
+        .is_some_and(|m| m.sidecar.inputs.len() > 1);
+    let mut out = String::new();
     let mut indent = String::new();
     match spec.grad {
         GradMode::Enabled => out.push_str(
@@ -320,5 +346,26 @@ mod tests {
         ] {
             assert!(adv.contains(line), "{line} missing from:\n{adv}");
         }
+
+        // A CUDA graph: the same pass warmed up on a side stream, captured, replayed.
+        let graph = python_snippet(&RunSpec {
+            model: ModelId::Resnet18,
+            device: DeviceChoice::Cuda,
+            grad: GradMode::InferenceMode,
+            advanced: crate::Advanced { cuda_graph: true, ..Default::default() },
+            ..Default::default()
+        });
+        println!("{graph}");
+        for line in [
+            "g = torch.cuda.CUDAGraph()",
+            "with torch.cuda.stream(side):",
+            "    with torch.inference_mode():",
+            "with torch.cuda.graph(g):",
+            "        y = model(x)",
+            "g.replay()",
+        ] {
+            assert!(graph.contains(line), "{line} missing from:\n{graph}");
+        }
+        assert_eq!(graph.matches("y = model(x)").count(), 2, "{graph}");
     }
 }

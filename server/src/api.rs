@@ -15,7 +15,6 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
@@ -305,11 +304,15 @@ pub async fn health(State(state): State<AppState>) -> Json<WorkerHealth> {
 /// then live ones, as SSE messages whose data is the event's JSON. The stream ends after
 /// `done` or `failed`. With the run's secret, this viewer is the submitter's: its leaving
 /// cancels the run while it waits (see [`crate::runs::ViewerGuard`]).
+///
+/// The messages are written as bytes the run shares among its viewers (see
+/// [`RunState::frames_from`]) rather than through axum's `Sse`, which would copy and
+/// re-scan every event's JSON for every viewer.
 pub async fn run_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let run = state.runs.get(&id).ok_or(ApiError::NotFound(id))?;
     let permit = state
         .streams
@@ -317,9 +320,22 @@ pub async fn run_events(
         .try_acquire_owned()
         .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
     let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
-    Ok(Sse::new(event_stream(run, owner, permit))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        // Proxies (nginx) must pass each message on as it comes, not buffer the stream.
+        (
+            header::HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        ),
+    ];
+    Ok((headers, axum::body::Body::from_stream(event_stream(run, owner, permit))).into_response())
 }
+
+/// Silence longer than this gets an SSE comment, so proxies and browsers keep the stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// A viewer catching up writes at most about this much at once.
+const CATCH_UP_BYTES: usize = 256 * 1024;
 
 struct Follow {
     run: Arc<RunState>,
@@ -334,7 +350,7 @@ fn event_stream(
     run: Arc<RunState>,
     owner: bool,
     slot: tokio::sync::OwnedSemaphorePermit,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+) -> impl Stream<Item = Result<Bytes, Infallible>> {
     let follow = Follow {
         changes: run.subscribe(),
         _viewer: run.view(owner),
@@ -348,16 +364,18 @@ fn event_stream(
             if f.finished {
                 return None;
             }
-            if let Some((json, terminal)) = f.run.get_json(f.next) {
-                f.next += 1;
+            // Unnamed SSE messages, so a browser's `onmessage` sees them all; the JSON
+            // carries its own `type`.
+            if let Some((messages, next, terminal)) = f.run.frames_from(f.next, CATCH_UP_BYTES) {
+                f.next = next;
                 f.finished = terminal;
-                // Unnamed SSE messages, so a browser's `onmessage` sees them all; the JSON
-                // carries its own `type`.
-                return Some((Ok(SseEvent::default().data(&*json)), f));
+                return Some((Ok(messages), f));
             }
             // Nothing new: wait for the worker (the sender lives as long as the run state).
-            if f.changes.changed().await.is_err() {
-                return None;
+            match tokio::time::timeout(KEEP_ALIVE, f.changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return None,
+                Err(_) => return Some((Ok(Bytes::from_static(b":\n\n")), f)),
             }
         }
     })

@@ -208,6 +208,9 @@ pub fn peer_args(r: &Report) -> Vec<String> {
     if a.cudnn_benchmark {
         args.push("--cudnn-benchmark".into());
     }
+    if a.cuda_graph {
+        args.push("--cuda-graph".into());
+    }
     args
 }
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use axum::body::Bytes;
 use engine::RunTicket;
 use protocol::{Event, Report};
 use tokio::sync::watch;
@@ -18,11 +19,12 @@ pub struct RunState {
     /// Each event with when it arrived from the worker (the load test measures delivery
     /// delay from it).
     events: Mutex<Vec<(Event, Instant)>>,
-    /// Each event as the JSON an event stream sends, made once by the first viewer that
-    /// needs it and shared by the others: a thousand viewers of a run would otherwise
-    /// serialise (and clone) every event, the final report with all its samples included,
-    /// a thousand times.
-    json: Mutex<Vec<Option<Arc<str>>>>,
+    /// Each event as the SSE message an event stream sends, with whether it ends the
+    /// stream: made once by the first viewer that needs it and shared by the others (a
+    /// reference-counted buffer). A thousand viewers of a run would otherwise serialise
+    /// and copy every event, the final report with all its samples included, a thousand
+    /// times.
+    frames: Mutex<Vec<Option<(Bytes, bool)>>>,
     /// Number of events so far; viewers wait on changes.
     count: watch::Sender<usize>,
     ticket: Mutex<Option<RunTicket>>,
@@ -35,7 +37,7 @@ impl RunState {
     fn new() -> Arc<RunState> {
         Arc::new(RunState {
             events: Mutex::new(Vec::new()),
-            json: Mutex::new(Vec::new()),
+            frames: Mutex::new(Vec::new()),
             count: watch::channel(0).0,
             ticket: Mutex::new(None),
             viewers: AtomicUsize::new(0),
@@ -63,41 +65,72 @@ impl RunState {
             .map(|(e, _)| e.clone())
     }
 
-    /// The event at `index` as JSON, and whether it ends the stream (see
-    /// [`RunState::json`]).
-    pub fn get_json(&self, index: usize) -> Option<(Arc<str>, bool)> {
-        if let Some(Some(json)) = self
-            .json
+    /// The event at `index` as an SSE message (`data: JSON\n\n`), and whether it ends the
+    /// stream (see [`RunState::frames`]).
+    pub fn frame(&self, index: usize) -> Option<(Bytes, bool)> {
+        if let Some(Some(cached)) = self
+            .frames
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(index)
         {
-            let terminal = self.is_terminal_at(index);
-            return Some((json.clone(), terminal));
+            return Some(cached.clone());
         }
         let (json, terminal) = {
             let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
             let (event, _) = events.get(index)?;
-            let json: Arc<str> = serde_json::to_string(event)
-                .unwrap_or_else(|_| "{}".into())
-                .into();
-            (json, event.is_terminal())
+            (
+                serde_json::to_string(event).unwrap_or_else(|_| "{}".into()),
+                event.is_terminal(),
+            )
         };
-        let mut cache = self.json.lock().unwrap_or_else(|e| e.into_inner());
+        // Compact JSON has no raw newline (serde escapes them inside strings), so one
+        // `data:` line carries the whole event.
+        let mut message = Vec::with_capacity(json.len() + 8);
+        message.extend_from_slice(b"data: ");
+        message.extend_from_slice(json.as_bytes());
+        message.extend_from_slice(b"\n\n");
+        let mut cache = self.frames.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() <= index {
             cache.resize(index + 1, None);
         }
         // Two viewers may have made it at once: keep the first, the texts are equal.
-        let kept = cache[index].get_or_insert(json).clone();
-        Some((kept, terminal))
+        Some(cache[index].get_or_insert((message.into(), terminal)).clone())
     }
 
-    fn is_terminal_at(&self, index: usize) -> bool {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(index)
-            .is_some_and(|(e, _)| e.is_terminal())
+    /// The event at `index` as JSON (the `data` of its SSE message).
+    pub fn json(&self, index: usize) -> Option<String> {
+        let (message, _) = self.frame(index)?;
+        let json = &message[b"data: ".len()..message.len() - 2];
+        Some(String::from_utf8_lossy(json).into_owned())
+    }
+
+    /// Every event from `next` on that has happened, as SSE messages in one buffer (at
+    /// most about `max_bytes`, at least one message): the index after the last one, and
+    /// whether it ends the stream. A viewer behind by many events (a thousand viewers
+    /// take turns on two cores) catches up with one write instead of one per event; a
+    /// viewer that is not behind gets the shared message itself, uncopied.
+    pub fn frames_from(&self, next: usize, max_bytes: usize) -> Option<(Bytes, usize, bool)> {
+        let (first, terminal) = self.frame(next)?;
+        if terminal {
+            return Some((first, next + 1, true));
+        }
+        let Some(second) = self.frame(next + 1) else {
+            return Some((first, next + 1, false));
+        };
+        let mut batch = Vec::with_capacity(first.len() + second.0.len());
+        batch.extend_from_slice(&first);
+        let (mut index, mut pending, mut terminal) = (next + 1, Some(second), false);
+        while let Some((message, ends)) = pending {
+            batch.extend_from_slice(&message);
+            index += 1;
+            terminal = ends;
+            if ends || batch.len() >= max_bytes {
+                break;
+            }
+            pending = self.frame(index);
+        }
+        Some((batch.into(), index, terminal))
     }
 
     /// When the event at `index` arrived from the worker.

@@ -79,9 +79,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_viewers_and_a_full_queue_on_loopback() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+/// A server's state with a one-thread CPU worker whose queue holds `queue` runs.
+fn state(queue: usize, services: server::state::Services) -> server::state::AppState {
     let engine = EngineArgs {
         threads: Some(1),
         max_batch: 64,
@@ -90,26 +89,38 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
     };
     let worker = server::start_worker(server::worker_config(
         &engine,
-        QUEUE,
+        queue,
         Some(Duration::from_secs(60)),
     ))
     .unwrap();
-    let state = server::build_state(
+    server::build_state(
         worker,
         std::path::Path::new("target/site"),
         "127.0.0.1:0".parse().unwrap(),
-        server::state::Services::ephemeral().unwrap(),
+        services,
     )
-    .unwrap();
-    let runs = state.runs.clone();
+    .unwrap()
+}
+
+/// Serves `state` on a loopback port (for the rest of the test) and returns the address.
+fn serve(state: server::state::AppState, limits: server::conn::ConnLimits) -> std::net::SocketAddr {
     let listener = server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::conn::serve(
         listener,
         server::router(state),
-        server::conn::ConnLimits::default(),
+        limits,
         std::future::pending(),
     ));
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_viewers_and_a_full_queue_on_loopback() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let state = state(QUEUE, server::state::Services::ephemeral().unwrap());
+    let runs = state.runs.clone();
+    let addr = serve(state, server::conn::ConnLimits::default());
 
     let started = Instant::now();
     let outcome = tokio::time::timeout(DEADLINE, async move {
@@ -256,19 +267,27 @@ async fn view_raw(addr: std::net::SocketAddr, id: String) -> Result<Vec<(String,
     if status != 200 {
         return Err(status);
     }
-    let (mut text, mut out) = (String::new(), Vec::new());
+    // Bytes, searched once each: the thousand clients share the two cores with the server,
+    // so the client's own parsing must not be what the delay measures.
+    let (mut buf, mut searched, mut out) = (Vec::<u8>::new(), 0, Vec::new());
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.expect("stream").into_data() else {
             continue;
         };
         let now = Instant::now();
-        text.push_str(&String::from_utf8_lossy(&data));
-        while let Some(end) = text.find("\n\n") {
-            let message: String = text.drain(..end + 2).collect();
-            for json in message.lines().filter_map(|l| l.strip_prefix("data: ")) {
-                out.push((json.to_string(), now));
+        buf.extend_from_slice(&data);
+        let mut start = 0;
+        while let Some(at) = buf[searched..].windows(2).position(|w| w == b"\n\n") {
+            let end = searched + at + 2;
+            for line in buf[start..end].split(|b| *b == b'\n') {
+                if let Some(json) = line.strip_prefix(b"data: ") {
+                    out.push((String::from_utf8_lossy(json).into_owned(), now));
+                }
             }
+            (start, searched) = (end, end);
         }
+        buf.drain(..start);
+        searched = buf.len().saturating_sub(1);
     }
     Ok(out)
 }
@@ -276,48 +295,28 @@ async fn view_raw(addr: std::net::SocketAddr, id: String) -> Result<Vec<(String,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_viewers_of_one_run() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let engine = EngineArgs {
-        threads: Some(1),
-        max_batch: 64,
-        memory_limit_mib: None,
-        models_dir: None,
-    };
-    let worker = server::start_worker(server::worker_config(
-        &engine,
-        4,
-        Some(Duration::from_secs(60)),
-    ))
-    .unwrap();
     let services = server::state::Services {
         max_streams: VIEWERS,
         ..server::state::Services::ephemeral().unwrap()
     };
-    let state = server::build_state(
-        worker,
-        std::path::Path::new("target/site"),
-        "127.0.0.1:0".parse().unwrap(),
-        services,
-    )
-    .unwrap();
+    let state = state(4, services);
     let (runs, worker) = (state.runs.clone(), state.worker.clone());
-    let listener = server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(server::conn::serve(
-        listener,
-        server::router(state),
+    let addr = serve(
+        state,
         server::conn::ConnLimits {
             // Room for every viewer and the requests beside them: only the stream limit
             // may refuse a viewer here.
             max_connections: VIEWERS + OVER_LIMIT + 64,
             ..server::conn::ConnLimits::default()
         },
-        std::future::pending(),
-    ));
+    );
 
     // The device thread is held until every viewer is connected, so the run's events are
     // all delivered live to a thousand open streams.
     let (release, hold) = std::sync::mpsc::channel::<()>();
-    let holding = tokio::task::spawn_blocking(move || worker.call(move |_| drop(hold.recv())));
+    let holding = tokio::task::spawn_blocking(move || worker.call(move |_| {
+        let _ = hold.recv();
+    }));
     let outcome = tokio::time::timeout(DEADLINE, async move {
         let spec = format!(
             r#"{{"model": "tiny_mlp", "batch": 64, "warmup": 2, "iters": {VIEWERS_ITERS}}}"#
@@ -392,8 +391,8 @@ async fn a_thousand_viewers_of_one_run() {
             stream.len()
         );
         for (index, (json, received)) in stream.iter().enumerate() {
-            let (sent, _) = run.get_json(index).expect("event recorded");
-            assert_eq!(json.as_str(), &*sent, "viewer {i}: event {index} differs");
+            let sent = run.json(index).expect("event recorded");
+            assert_eq!(json, &sent, "viewer {i}: event {index} differs");
             let pushed = run.pushed_at(index).expect("pushed");
             if pushed >= all_connected {
                 delays.push(received.saturating_duration_since(pushed).as_secs_f64() * 1000.0);
@@ -430,7 +429,8 @@ async fn a_thousand_viewers_of_one_run() {
     }
     assert_eq!(held, VIEWERS, "viewers held at once");
     // A hang guard, not a benchmark (timings are reported, not asserted): a stalled stream
-    // shows as tens of seconds. (Measured: p99 ~1.2 s with the test's own thousand
-    // clients on the same two cores; the issue's goal is 100 ms.)
+    // shows as tens of seconds. (Measured with the test's own thousand clients on the
+    // same two cores: p99 ~0.4 s when each event was a write of its own per viewer,
+    // 84–160 ms at load 8 once a viewer behind catches up in one write.)
     assert!(p99 < 10_000.0, "p99 event delay {p99:.1} ms");
 }

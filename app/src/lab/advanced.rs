@@ -5,19 +5,27 @@
 
 use leptos::prelude::*;
 use protocol::{
-    cpu_reason, Advanced, DeviceKind, InputSource, MemoryFormat, RunSpec, WeightsDtype,
+    cpu_reason, Advanced, DeviceKind, GradMode, InputSource, MemoryFormat, RunSpec, WeightsDtype,
 };
 
 use super::{resolved_device, LabCtx};
 
-/// Why `name` cannot be chosen for `spec` on this server; empty when it can.
-pub fn unavailable(device: DeviceKind, spec: &RunSpec, name: &str) -> String {
+/// Why `name` cannot be chosen for `spec` on this server; empty when it can. `no_graphs`:
+/// why the device cannot capture CUDA graphs in this build (from `/api/info`).
+pub fn unavailable(device: DeviceKind, spec: &RunSpec, name: &str, no_graphs: Option<&str>) -> String {
     match name {
+        "cuda_graph" if device == DeviceKind::Cpu => format!("not on a CPU: {}", cpu_reason(name)),
+        "cuda_graph" if no_graphs.is_some() => no_graphs.unwrap_or_default().to_string(),
+        "cuda_graph" if spec.grad == GradMode::Enabled => {
+            "needs no_grad or inference_mode: the graph captures an inference pass".into()
+        }
+        "cuda_graph" if spec.advanced.input_source != InputSource::Device => {
+            "the input must already be on the device: a graph replays fixed device buffers".into()
+        }
         "channels_last" if !spec.model.is_conv() => format!(
             "channels_last is a layout for convolutions' 4-D tensors; {} has none",
             spec.model.display_name()
         ),
-        "cuda_graph" => "not built into this server yet (see the cuda-graphs card)".into(),
         "tf32" | "cudnn_benchmark" | "input_source" if device == DeviceKind::Cpu => {
             format!("not on a CPU: {}", cpu_reason(name))
         }
@@ -57,7 +65,15 @@ fn radio<T: Copy + PartialEq + Send + Sync + 'static>(
 pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
     let LabCtx { spec, info, .. } = lab;
     let device = move || info.with_value(|i| resolved_device(i, spec.get().device));
-    let why = move |name: &'static str| Signal::derive(move || unavailable(device(), &spec.get(), name));
+    let no_graphs = move || {
+        info.with_value(|i| {
+            let d = resolved_device(i, spec.get().device);
+            i.devices.iter().find(|x| x.kind == d).and_then(|x| x.no_cuda_graphs.clone())
+        })
+    };
+    let why = move |name: &'static str| {
+        Signal::derive(move || unavailable(device(), &spec.get(), name, no_graphs().as_deref()))
+    };
     let none = Signal::derive(String::new);
     let weights = WeightsDtype::ALL.map(|w| {
         radio(lab, "weights", w, w.as_str(), none, |a| a.weights, |a, v| a.weights = v)
@@ -122,11 +138,24 @@ mod tests {
     fn settings_a_device_cannot_run_say_why() {
         let mlp = RunSpec::default();
         let resnet = RunSpec { model: ModelId::Resnet18, ..RunSpec::default() };
-        assert!(unavailable(DeviceKind::Cpu, &mlp, "channels_last").contains("convolutions"));
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "channels_last").is_empty());
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "input_source").contains("page-locked"));
-        assert!(unavailable(DeviceKind::Cuda, &resnet, "input_source").is_empty());
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "tf32").contains("TF32"));
-        assert!(unavailable(DeviceKind::Cuda, &resnet, "tf32").is_empty());
+        assert!(unavailable(DeviceKind::Cpu, &mlp, "channels_last", None).contains("convolutions"));
+        assert!(unavailable(DeviceKind::Cpu, &resnet, "channels_last", None).is_empty());
+        assert!(unavailable(DeviceKind::Cpu, &resnet, "input_source", None).contains("page-locked"));
+        assert!(unavailable(DeviceKind::Cuda, &resnet, "input_source", None).is_empty());
+        assert!(unavailable(DeviceKind::Cpu, &resnet, "tf32", None).contains("TF32"));
+        assert!(unavailable(DeviceKind::Cuda, &resnet, "tf32", None).is_empty());
+        // CUDA graphs: not on a CPU; not where the build cannot capture; only for an
+        // inference pass on an input already on the device.
+        assert!(unavailable(DeviceKind::Cpu, &resnet, "cuda_graph", None).contains("CPU"));
+        let why = "this libtorch was built without CUDA";
+        assert_eq!(unavailable(DeviceKind::Cuda, &resnet, "cuda_graph", Some(why)), why);
+        assert!(unavailable(DeviceKind::Cuda, &resnet, "cuda_graph", None).contains("no_grad"));
+        let inference = RunSpec { grad: GradMode::InferenceMode, ..resnet.clone() };
+        assert!(unavailable(DeviceKind::Cuda, &inference, "cuda_graph", None).is_empty());
+        let copied = RunSpec {
+            advanced: Advanced { input_source: InputSource::Pinned, ..Advanced::default() },
+            ..inference
+        };
+        assert!(unavailable(DeviceKind::Cuda, &copied, "cuda_graph", None).contains("device"));
     }
 }

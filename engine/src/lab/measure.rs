@@ -143,6 +143,13 @@ impl Lab {
             warmup.push(sample);
         }
 
+        // With CUDA graph replay the timed passes relaunch one pass captured here, after
+        // the warm-up (see `super::graph`).
+        let captured = match spec.advanced.cuda_graph {
+            true => Some(super::graph::capture(model, &input, &spec, device)?),
+            false => None,
+        };
+
         // Peaks count from here: the statistics describe the steady state only. Each
         // iteration resets the counters and reports its own peak; the run's peak is the
         // highest of them.
@@ -154,8 +161,11 @@ impl Lab {
             // The previous output (and its graph) must be gone before the next forward pass,
             // or the peak would count two iterations at once.
             drop(last.take());
-            let (sample, out, reserved) =
-                timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            let pass = || match &captured {
+                Some(graph) => graph.replay(),
+                None => forward(model, &input, &spec, device),
+            };
+            let (sample, out, reserved) = timed_pass(pass, &spec, device, &meter, i, limit)?;
             peak_reserved = peak_reserved.max(reserved);
             let sample = Sample {
                 allocated_bytes: own(sample.allocated_bytes),
@@ -184,6 +194,8 @@ impl Lab {
                 requires_grad: false,
             });
         drop(last);
+        // The graph's private pool goes back to the allocator before the checks below.
+        drop(captured);
 
         // One traced pass after the timed ones: never in the statistics above.
         let trace = traced_pass(model, &input, &spec, device, &meter, at_baseline)?;
@@ -312,9 +324,21 @@ pub fn timed_forward(
     iteration: u32,
     limit: Option<u64>,
 ) -> Result<(Sample, Tensor, Option<u64>), RunFailure> {
+    timed_pass(|| forward(model, input, spec, device), spec, device, meter, iteration, limit)
+}
+
+/// [`timed_forward`] for any pass (an eager forward, a CUDA graph's replay).
+fn timed_pass(
+    pass: impl FnOnce() -> Result<Tensor, RunFailure>,
+    spec: &RunSpec,
+    device: DeviceKind,
+    meter: &Meter<'_>,
+    iteration: u32,
+    limit: Option<u64>,
+) -> Result<(Sample, Tensor, Option<u64>), RunFailure> {
     meter.reset_peak().map_err(torch_failure)?;
     let start = Instant::now();
-    let out = forward(model, input, spec, device)?;
+    let out = pass()?;
     synchronize(device)?;
     let latency_ms = start.elapsed().as_secs_f64() * 1000.0;
     let reading = meter.read().map_err(torch_failure)?;

@@ -9,6 +9,7 @@
 //!   the run guard of [`Lab::guard`]).
 //! - `admission`: memory budgets ([`Budget`]), profiles and the up-front refusal of runs
 //!   predicted not to fit ([`Lab::admit`], [`refusal`]).
+//! - `graph`: CUDA graph capture and replay for runs that ask for it.
 //! - `failure`: the one classification of libtorch errors ([`catch_torch`],
 //!   [`torch_failure`], [`failure`]).
 //!
@@ -19,6 +20,7 @@ mod admission;
 mod advanced;
 mod control;
 mod failure;
+pub mod graph;
 mod measure;
 
 use protocol::{DeviceKind, ModelId, RunFailure};

@@ -10,8 +10,9 @@
 //! - the experiments, by lesson: [`modes`] (eval, grad modes, autocast), [`memory`] (what
 //!   autograd keeps alive), [`allocator`] (budgets and the CUDA caching allocator),
 //!   [`timing`] (warm-up and asynchronous execution), [`table`] (the classic rows side by
-//!   side), [`precision`] (cast weights against autocast, TF32) and [`layout`]
-//!   (channels_last, the input's copy to the device, cudnn.benchmark).
+//!   side), [`precision`] (cast weights against autocast, TF32), [`layout`]
+//!   (channels_last, the input's copy to the device, cudnn.benchmark) and [`graphs`]
+//!   (CUDA graph replay).
 //!
 //! Everything runs on the device thread, on the [`Lab`] (see [`crate::Worker::call`]),
 //! under the [`RunControl`] the worker gives the task.
@@ -21,6 +22,7 @@
 //! cards run small (96² images) to answer in seconds.
 
 pub mod allocator;
+pub mod graphs;
 pub mod kit;
 pub mod layout;
 pub mod memory;
@@ -55,7 +57,7 @@ pub struct Card {
 }
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 18] = [
+pub static CARDS: [&Card; 19] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -74,6 +76,7 @@ pub static CARDS: [&Card; 18] = [
     &layout::INPUT_COPY,
     &precision::TF32,
     &layout::CUDNN_BENCHMARK,
+    &graphs::CUDA_GRAPHS,
 ];
 
 /// Every card, in tour order.

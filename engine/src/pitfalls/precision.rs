@@ -26,7 +26,7 @@ pub const HALF_WEIGHTS: Card = Card {
     experiment: half_weights,
 };
 
-fn max_rel_diff(out: &Tensor, reference: &Tensor) -> Result<(f64, f64), RunFailure> {
+pub(super) fn max_rel_diff(out: &Tensor, reference: &Tensor) -> Result<(f64, f64), RunFailure> {
     catch_torch(|| {
         let diff = (out.to_kind(Kind::Float) - reference.to_kind(Kind::Float))
             .abs()

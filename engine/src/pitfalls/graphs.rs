@@ -1,0 +1,101 @@
+//! The launch lesson: a captured CUDA graph replays a forward pass's kernels without the
+//! CPU launching each one, which pays where launches dominate (small batches), and keeps
+//! its own memory pool reserved while it lives.
+
+use protocol::{cpu_reason, Advanced, ChartKind, GradMode, ModelId, Report, RunFailure, RunSpec};
+
+use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
+use super::precision::max_rel_diff;
+use super::Card;
+use crate::lab::{forward, graph, synchronize, Lab};
+
+pub const CUDA_GRAPHS: Card = Card {
+    id: "cuda-graphs",
+    title: "CUDA graphs: replay the launches, reserve the memory",
+    claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's cost of launching every kernel: at batch 1, where launches dominate, replay is faster than eager with the same output; the graph keeps the memory of its capture reserved for as long as it lives.",
+    why: "Eager PyTorch launches each kernel from Python/C++ one after the other; a small batch's kernels finish faster than the CPU can launch the next, so the GPU waits. A graph is launched as one unit. Its tensors live in a private pool at fixed addresses, so inputs must be copied into the captured buffer and the outputs are overwritten by the next replay.",
+    source: "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
+    pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # the GPU waits for each launch",
+    fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
+    threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
+    experiment: cuda_graphs,
+};
+
+fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    if !ctx.cuda() {
+        return Ok(Outcome::new(
+            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("cuda_graph"))),
+            String::new(),
+            ChartKind::Bar,
+        ));
+    }
+    if let Err(why) = crate::torch_ext::cuda_graphs_built() {
+        return Ok(Outcome::new(
+            Decision::not_applicable(format!("This server cannot capture CUDA graphs: {why}.")),
+            String::new(),
+            ChartKind::Bar,
+        ));
+    }
+    let model_id = ctx.model(ModelId::Resnet18);
+    let mut figures = vec![];
+    let (mut labels, mut p50s) = (vec![], vec![]);
+    let mut at_one: Option<(Shift, f64, f64)> = None;
+    let mut texts = vec![];
+    for batch in [1u32, 32] {
+        let setup = Setup::with_batch(ctx, model_id, batch, GradMode::InferenceMode);
+        let eager_spec = RunSpec { iters: 20, warmup: 3, ..setup.spec.clone() };
+        let graph_spec = RunSpec {
+            advanced: Advanced { cuda_graph: true, ..Advanced::default() },
+            ..eager_spec.clone()
+        };
+        // The same input through both: the replay must reproduce eager's output.
+        let i = setup.cached(lab, ctx)?;
+        let model = lab.model(i);
+        let x = setup.input(model, ctx)?;
+        let eager_out = forward(model, &x, &eager_spec, ctx.device)?;
+        let captured = graph::capture(model, &x, &graph_spec, ctx.device)?;
+        let replayed = captured.replay()?;
+        synchronize(ctx.device)?;
+        let (diff, scale) = max_rel_diff(&replayed, &eager_out)?;
+        drop((replayed, captured, eager_out, x));
+
+        let eager = measure(lab, ctx, eager_spec)?;
+        let replay = measure(lab, ctx, graph_spec)?;
+        let shift = Shift::of(&eager.latencies(), &replay.latencies());
+        let reserved = |r: &Report| r.memory.peak_reserved_bytes.map_or(0.0, mib);
+        figures.extend([
+            fig(&format!("batch {batch}: p50 eager"), eager.latency_ms.p50, "ms"),
+            fig(&format!("batch {batch}: p50 replay"), replay.latency_ms.p50, "ms"),
+            fig(&format!("batch {batch}: eager / replay, 95% interval low"), shift.bounds().0, "ratio"),
+            fig(&format!("batch {batch}: eager / replay, 95% interval high"), shift.bounds().1, "ratio"),
+            fig(&format!("batch {batch}: reserved, eager"), reserved(&eager), "MiB"),
+            fig(&format!("batch {batch}: reserved, replay"), reserved(&replay), "MiB"),
+            fig(&format!("batch {batch}: replay vs eager output, max difference"), diff, ""),
+        ]);
+        labels.extend([format!("eager, batch {batch}"), format!("replay, batch {batch}")]);
+        p50s.extend([eager.latency_ms.p50, replay.latency_ms.p50]);
+        texts.push(format!(
+            "Batch {batch}: eager / replay {}; output difference {diff:.2e} at scale {scale:.2e}; reserved {:.1} MiB eager, {:.1} MiB replay.",
+            shift.describe(),
+            reserved(&eager),
+            reserved(&replay)
+        ));
+        if batch == 1 {
+            at_one = Some((shift, diff, scale));
+        }
+    }
+    let text = texts.join(" ");
+    let (shift, diff, scale) = at_one.expect("batch 1 measured");
+    let decision = if diff > 1e-3 * scale {
+        Decision::rule(false, "", format!("The replay did not reproduce eager's output. {text}"))
+    } else {
+        Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
+    };
+    Ok(Outcome::new(
+        decision,
+        format!("{}, inference_mode, batches 1 and 32, 20 timed iterations each", model_id.display_name()),
+        ChartKind::Bar,
+    )
+    .figures(figures)
+    .series(vec![series("p50 latency (ms)", "ms", labels, p50s)]))
+}
