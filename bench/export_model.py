@@ -6,6 +6,16 @@ Run it with the venv's Python (the one with torch and torchvision):
     python bench/export_model.py resnet18 --out models/
     python bench/export_model.py my_nets.py:Detector --name detector \\
         --input batch,3,size,size --size "image side in pixels:256:64:1024" --out models/
+    python bench/export_model.py my_nets.py:Tagger --name tagger \\
+        --input ids=batch,size:int64:high=30000 --input mask=batch,size:int64:fill=1 \\
+        --size "sequence length in tokens:128:1:512" --out models/
+
+Each --input is one positional argument of forward, in order:
+`[NAME=]SHAPE[:DTYPE][:high=N|:fill=V]`, where SHAPE is comma-separated with "batch" once
+and "size" for the adjustable dimension, DTYPE one of float32 (the default), float64,
+float16, bfloat16, int64, int32, bool, `high=N` draws integer values from 0..N (token ids:
+N is the vocabulary size) and `fill=V` puts V in every element (a mask of ones). The
+sidecar's fields are described in the README ("Your team's models").
 
 SOURCE is a torchvision model name (built with random weights unless --weights is given)
 or `path/to/file.py:NAME`, where NAME is an nn.Module class or a function returning a
@@ -35,13 +45,15 @@ def parse_args(argv):
     p.add_argument("--description", help="one or two sentences about the model")
     p.add_argument("--link", help="where the model is documented")
     p.add_argument(
-        "--input",
-        help='comma-separated shape with "batch" once and "size" for the adjustable '
-        "dimension; default for torchvision: batch,3,size,size",
+        "--input", action="append", metavar="[NAME=]SHAPE[:DTYPE][:high=N|:fill=V]",
+        help='one positional input of forward; repeat it for several, in order. SHAPE is '
+        'comma-separated with "batch" once and "size" for the adjustable dimension; '
+        "default for torchvision: batch,3,size,size",
     )
-    p.add_argument("--dtype", default="float32",
-                   choices=["float32", "float64", "float16", "bfloat16", "int64", "int32"])
-    p.add_argument("--high", type=int, help="integer inputs: values are drawn from 0..high")
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="the dtype of an --input that names none (default float32)")
+    p.add_argument("--high", type=int,
+                   help="integer inputs that give neither high nor fill: values are drawn from 0..high")
     p.add_argument(
         "--size",
         help='"meaning:default:min:max" of the adjustable dimension; default for '
@@ -51,6 +63,46 @@ def parse_args(argv):
                    help="default: trace for torchvision, script for Python files")
     p.add_argument("--weights", help="torchvision weights name (default: random weights)")
     return p.parse_args(argv)
+
+
+DTYPES = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"]
+
+
+def parse_input(text, dtype, high):
+    """One --input: `[NAME=]SHAPE[:DTYPE][:high=N|:fill=V]` as a sidecar input."""
+    name, eq, rest = text.partition("=")
+    if not eq or "," in name or name in ("batch", "size"):
+        name, rest = None, text
+    parts = rest.split(":")
+    spec = {}
+    if name:
+        spec["name"] = name
+    spec["shape"] = parse_shape(parts[0])
+    spec["dtype"] = dtype or "float32"
+    for part in parts[1:]:
+        key, _, value = part.partition("=")
+        if key in DTYPES and not value:
+            spec["dtype"] = key
+        elif key == "high" and value:
+            spec["high"] = int(value)
+        elif key == "fill" and value:
+            spec["fill"] = float(value) if "." in value else int(value)
+        else:
+            sys.exit(f"error: --input {text}: `{part}` is not a dtype ({', '.join(DTYPES)}), high=N or fill=V")
+    if high is not None and "high" not in spec and "fill" not in spec and spec["dtype"].startswith("int"):
+        spec["high"] = high
+    return spec
+
+
+def example_tensor(spec, batch, size):
+    """The tensor Gradless makes for this sidecar input (engine/src/team/mod.rs, `input`)."""
+    dims = [batch if d == "batch" else (size["default"] if d == "size" else d) for d in spec["shape"]]
+    dtype = getattr(torch, spec["dtype"])
+    if "high" in spec:
+        return torch.randint(0, spec["high"], dims, dtype=dtype)
+    if "fill" in spec:
+        return torch.full(dims, spec["fill"], dtype=dtype)
+    return torch.randn(dims, dtype=dtype)
 
 
 def build(source, weights):
@@ -88,13 +140,13 @@ def main(argv):
     name = args.name or os.path.splitext(os.path.basename(args.source.partition(":")[0]))[0]
     if args.source.partition(":")[2] and not args.name:
         name = args.source.partition(":")[2].lower()
-    shape_text = args.input or ("batch,3,size,size" if from_torchvision else None)
-    if shape_text is None:
+    input_texts = args.input or (["batch,3,size,size"] if from_torchvision else None)
+    if input_texts is None:
         sys.exit("error: --input is needed for a Python file (e.g. --input batch,512)")
-    shape = parse_shape(shape_text)
+    inputs = [parse_input(t, args.dtype, args.high) for t in input_texts]
     size = None
     size_text = args.size or ("image side in pixels (3×N×N):224:32:1024" if from_torchvision else None)
-    if "size" in shape:
+    if any("size" in i["shape"] for i in inputs):
         if size_text is None:
             sys.exit('error: the shape uses "size": give --size "meaning:default:min:max"')
         meaning, default, lo, hi = size_text.rsplit(":", 3)
@@ -102,10 +154,8 @@ def main(argv):
 
     sidecar = {
         "display_name": args.display_name or name,
-        "inputs": [{"shape": shape, "dtype": args.dtype}],
+        "inputs": inputs,
     }
-    if args.high is not None:
-        sidecar["inputs"][0]["high"] = args.high
     if size is not None:
         sidecar["size"] = size
     if args.description:
@@ -114,11 +164,7 @@ def main(argv):
         sidecar["link"] = args.link
 
     def example(batch):
-        dims = [batch if d == "batch" else (size["default"] if d == "size" else d) for d in shape]
-        dtype = getattr(torch, args.dtype)
-        if args.high is not None:
-            return torch.randint(0, args.high, dims, dtype=dtype)
-        return torch.randn(dims, dtype=dtype)
+        return tuple(example_tensor(i, batch, size) for i in inputs)
 
     method = args.method or ("trace" if from_torchvision else "script")
     model.eval()
@@ -130,7 +176,7 @@ def main(argv):
     scripted.save(pt)
     loaded = torch.jit.load(pt)
     with torch.no_grad():
-        loaded(example(2))
+        loaded(*example(2))
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump(sidecar, f, indent=2, ensure_ascii=False)
         f.write("\n")

@@ -11,7 +11,10 @@ The method mirrors engine/src/lab.rs step by step:
      model.train() or model.eval().
      Without torchvision, the image models come from this file's line-for-line copies of
      torchvision's architectures (checked with --check-builtin).
-  2. torch.manual_seed(0); the input is torch.randn(shape) on the device.
+  2. torch.manual_seed(0); the input is torch.randn(shape) on the device (a team model's
+     inputs as its sidecar describes each: randn, randint(0, high) for ids, or full(fill)
+     for a mask; several inputs are a tuple passed as model(*x), and each setting applies
+     to each of them as Gradless applies it).
   0. On CUDA, before anything else: the first matmuls Gradless's worker makes at start-up
      (a matmul and an addmm with a bias, in fp32, fp16 and bf16), so that cuBLAS's and
      cuBLASLt's workspaces, which they keep for the life of the process, exist before the
@@ -351,14 +354,22 @@ def team_sidecar(models_dir: str | None, name: str) -> dict | None:
     return json.loads(path.read_text())
 
 
-def team_input(sidecar: dict, batch: int, size: int, device: torch.device) -> torch.Tensor:
-    """A team model's input as its sidecar describes it (Gradless serves one input)."""
-    spec = sidecar["inputs"][0]
-    shape = [batch if d == "batch" else size if d == "size" else d for d in spec["shape"]]
-    dtype = getattr(torch, spec.get("dtype", "float32"))
-    if "high" in spec:
-        return torch.randint(0, spec["high"], shape, dtype=dtype, device=device)
-    return torch.randn(shape, dtype=dtype, device=device)
+def team_input(sidecar: dict, batch: int, size: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """A team model's inputs, in the forward's order, as its sidecar describes each (the
+    same tensors as engine/src/team/mod.rs's `input`): random normal, integers in 0..high
+    (token ids), or `fill` in every element (an attention mask)."""
+    xs = []
+    for spec in sidecar["inputs"]:
+        shape = [batch if d == "batch" else size if d == "size" else d for d in spec["shape"]]
+        dtype = getattr(torch, spec.get("dtype", "float32"))
+        if "high" in spec:
+            xs.append(torch.randint(0, spec["high"], shape, dtype=dtype, device=device))
+        elif "fill" in spec:
+            fill = spec["fill"] if dtype.is_floating_point else int(spec["fill"])
+            xs.append(torch.full(shape, fill, dtype=dtype, device=device))
+        else:
+            xs.append(torch.randn(shape, dtype=dtype, device=device))
+    return tuple(xs)
 
 
 def build_model(name: str, input_size: int, builtin: bool = False, models_dir: str | None = None) -> tuple[nn.Module, str]:
@@ -389,7 +400,7 @@ def check_builtin() -> int:
 
     def peak(model: nn.Module, x: torch.Tensor, grad: str) -> int:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
-            out = forward(model, x, grad, "off", x.device)
+            out = forward(model, (x,), grad, "off", x.device)
             del out
         return running_peak(cpu_memory_trace(prof)[0])[0]
 
@@ -515,21 +526,23 @@ def autocast_context(autocast: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def place(x: torch.Tensor, source: str, device: torch.device) -> torch.Tensor:
-    """The input as the pass receives it: itself when it is already on the device, else a
-    fresh copy to the device (non_blocking from pinned memory), inside the timed pass."""
+def place(xs: tuple[torch.Tensor, ...], source: str, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The inputs as the pass receives them: themselves when they are already on the
+    device, else a fresh copy of each to the device (non_blocking from pinned memory),
+    inside the timed pass."""
     if source == "device":
-        return x
-    return x.to(device, non_blocking=source == "pinned", copy=True)
+        return xs
+    return tuple(x.to(device, non_blocking=source == "pinned", copy=True) for x in xs)
 
 
-def forward(model: nn.Module, x: torch.Tensor, grad: str, autocast: str, device: torch.device,
+def forward(model: nn.Module, xs: tuple[torch.Tensor, ...], grad: str, autocast: str, device: torch.device,
             source: str = "device") -> torch.Tensor:
-    """One forward pass: grad context outside, autocast inside, entered per iteration; an
-    input in host memory is copied to the device first, inside both."""
+    """One forward pass on the inputs `xs` (one tensor for a built-in model): grad context
+    outside, autocast inside, entered per iteration; inputs in host memory are copied to
+    the device first, inside both."""
     with grad_context(grad):
         with autocast_context(autocast, device):
-            return model(place(x, source, device))
+            return model(*place(xs, source, device))
 
 
 def synchronize(device: torch.device) -> None:
@@ -638,15 +651,17 @@ def measure(args: argparse.Namespace) -> dict:
     torch.manual_seed(SEED)
     home = device if args.input_source == "device" else torch.device("cpu")
     if sidecar is None:
-        x = torch.randn(input_shape(args.model, args.batch, size), device=home)
+        x = (torch.randn(input_shape(args.model, args.batch, size), device=home),)
     else:
         x = team_input(sidecar, args.batch, size, home)
     if args.weights != "fp32":
-        x = x.to(WEIGHT_DTYPES[args.weights])
+        # As model.half() treats buffers: only floating-point inputs are cast (ids and masks
+        # keep their dtype).
+        x = tuple(t.to(WEIGHT_DTYPES[args.weights]) if t.is_floating_point() else t for t in x)
     if args.memory_format == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in x)
     if args.input_source == "pinned":
-        x = x.pin_memory()
+        x = tuple(t.pin_memory() for t in x)
 
     def allocated() -> int | None:
         return torch.cuda.memory_allocated(device) - other_held if cuda else None
@@ -675,7 +690,7 @@ def measure(args: argparse.Namespace) -> dict:
         baseline = torch.cuda.memory_allocated(device) - other_held
         torch.cuda.reset_peak_memory_stats(device)
     else:
-        baseline = storage_bytes(list(model.parameters()) + list(model.buffers()) + [x])
+        baseline = storage_bytes(list(model.parameters()) + list(model.buffers()) + list(x))
 
     warmup = []
     for i in range(args.warmup):
@@ -776,7 +791,7 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
-def profile_cpu_memory(model: nn.Module, x: torch.Tensor, args: argparse.Namespace) -> tuple[int, int, list[int]]:
+def profile_cpu_memory(model: nn.Module, x: tuple[torch.Tensor, ...], args: argparse.Namespace) -> tuple[int, int, list[int]]:
     """Runs the timed loop again under the memory profiler (see the module docs).
 
     Returns (peak above the loop start, bytes above it after the last output is dropped,

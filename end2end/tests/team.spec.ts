@@ -11,11 +11,13 @@ test("a team model is picked in the Lab and run", async ({ page }) => {
   await expect(group.locator("option")).toHaveText([
     "Drop + Batch (test) — 11.5K params",
     "picky — 68 params",
+    "Token ids + mask (test) — 64.5K params",
     "ResNet-18 (traced, test) — 11.7M params",
   ]);
   // The refused files (not TorchScript, a mismatched sidecar) are not offered.
   await expect(page.locator("#model option[value=broken]")).toHaveCount(0);
   await expect(page.locator("#model option[value=mismatched]")).toHaveCount(0);
+  await expect(page.locator("#model option[value=mismatched_ids]")).toHaveCount(0);
 
   await lab.testid("model").selectOption("drop_batch");
   await expect(page).toHaveURL(/model=drop_batch/);
@@ -28,6 +30,19 @@ test("a team model is picked in the Lab and run", async ({ page }) => {
   await expect(lab.testid("summary")).toContainText("back at baseline");
   await expect(lab.testid("reading")).toContainText("eval · no_grad · batch 8");
   expect((await lab.chartData("latency-chart")).length).toBe(11);
+
+  // A model with two inputs (token ids and a mask of ones): the description lists both,
+  // and it runs like the others.
+  await lab.open("model=token_mask&device=cpu&grad=no_grad&batch=4&warmup=1&iters=5");
+  await expect(lab.testid("model-explain")).toContainText(
+    "2 inputs, passed in order: ids [batch, size] int64 in 0..1000 + mask [batch, size] int64 all 1; size = sequence length in tokens (default 16)",
+  );
+  await lab.run();
+  await lab.waitDone();
+  await expect(lab.testid("summary")).toContainText("back at baseline");
+  expect((await lab.chartData("latency-chart")).length).toBe(6);
+  // No per-module trace inside a TorchScript module: absent, with the reason.
+  await expect(lab.testid("inside-absent")).toContainText("runs inside the interpreter");
 
   // The permalink of the settings brings the team model back.
   await lab.open("model=traced_resnet18&device=cpu");

@@ -7,12 +7,14 @@
 //! - [`lab`]: the device thread's state and the measurement of one run.
 //! - [`worker`]: the thread that owns the device, and its bounded queue.
 //! - [`pitfalls`]: one live experiment per pitfall card, each with a measured verdict.
+//! - [`input`]: the forward pass's inputs (several for some team models).
 //! - [`models`], [`device`], [`spec`], [`stats`]: the model zoo, the hardware, spec
 //!   checking and latency statistics.
 
 pub mod breakdown;
 pub mod device;
 pub mod error;
+pub mod input;
 pub mod lab;
 pub mod models;
 pub mod peak;

@@ -17,15 +17,22 @@ use protocol::ModelId;
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
+use crate::input::Input;
 use crate::trace::{attention_flops, conv_flops, linear_flops, Probe};
 
 /// A network whose forward pass reports to a probe at its module boundaries. The default
-/// marks nothing: a network that cannot be looked inside (a TorchScript model, see
-/// `crate::team::TRACE_ABSENT_REASON`) has no trace, and so no FLOP count, rather than a
-/// single point that would read as zero FLOPs.
+/// marks nothing: a network that cannot be looked inside (a team's TorchScript module, see
+/// `crate::team`) has no trace, and so no FLOP count, rather than a single point that would
+/// read as zero FLOPs.
 pub trait Net: ModuleT {
     fn forward_probed(&self, input: &Tensor, train: bool, _probe: &mut Probe<'_>) -> Tensor {
         self.forward_t(input, train)
+    }
+
+    /// The forward pass on all of the run's inputs. The built-in models take one; a team
+    /// model's module takes every input its sidecar lists.
+    fn forward_inputs(&self, inputs: &Input, train: bool, probe: &mut Probe<'_>) -> Tensor {
+        self.forward_probed(inputs.first(), train, probe)
     }
 }
 
@@ -113,8 +120,9 @@ impl Model {
             .sum()
     }
 
-    /// A random input batch for this model on `device`.
-    pub fn input(&self, batch: u32, input_size: u32, device: Device) -> Tensor {
+    /// A random input batch for this model on `device` (a team model's: every input its
+    /// sidecar lists).
+    pub fn input(&self, batch: u32, input_size: u32, device: Device) -> Input {
         let b = batch as i64;
         let s = input_size as i64;
         let shape: Vec<i64> = match self.id {
@@ -126,7 +134,7 @@ impl Model {
                 None => panic!("{} is not served here", self.id),
             },
         };
-        Tensor::randn(shape, (Kind::Float, device))
+        Input::one(Tensor::randn(shape, (Kind::Float, device)))
     }
 
     /// Whether a cached model can serve a run with this input size.
@@ -631,7 +639,7 @@ mod tests {
             };
             let model = Model::build(id, Device::Cpu, size);
             let x = model.input(2, size, Device::Cpu);
-            let y = tch::no_grad(|| model.net.forward_t(&x, false));
+            let y = tch::no_grad(|| model.net.forward_t(x.first(), false));
             assert_eq!(y.size()[0], 2, "{id}");
         }
     }

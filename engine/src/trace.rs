@@ -148,7 +148,7 @@ pub fn attention_flops(q: &Tensor, k: &Tensor) -> u64 {
 /// baseline.
 pub fn traced_pass(
     model: &Model,
-    input: &Tensor,
+    input: &crate::input::Input,
     spec: &RunSpec,
     device: DeviceKind,
     meter: &Meter<'_>,

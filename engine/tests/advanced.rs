@@ -83,8 +83,8 @@ fn channels_last_gives_the_input_and_conv_weights_nhwc_strides_and_the_same_outp
     // if no other test drew from the global RNG between their seed and their build.
     let mut model = built(ModelId::Resnet18, device, WeightsDtype::Fp32, MemoryFormat::Contiguous);
     let plain = make_input(&model, 2, 64, &Advanced::default(), device).unwrap();
-    assert!(!is_channels_last(&plain));
-    let x = make_input(&model, 2, 64, &adv, device).unwrap();
+    assert!(!is_channels_last(plain.first()));
+    let x = make_input(&model, 2, 64, &adv, device).unwrap().first().shallow_clone();
     assert!(is_channels_last(&x) && !x.is_contiguous(), "input strides {:?}", x.stride());
     // The same values in the default layout, through the NCHW weights.
     let x_nchw = x.contiguous();
@@ -131,7 +131,7 @@ fn pinned_memory_is_pinned_on_cuda_and_refused_with_its_reason_on_a_cpu(device) 
         }
         DeviceKind::Cuda => {
             let m = built(ModelId::Resnet18, device, WeightsDtype::Fp32, MemoryFormat::Contiguous);
-            let x = make_input(&m, 2, 64, &adv, device).unwrap();
+            let x = make_input(&m, 2, 64, &adv, device).unwrap().first().shallow_clone();
             assert!(x.is_pinned(tch_device(device)), "the host input is page-locked");
             assert_eq!(x.device(), tch::Device::Cpu);
             let r = measure(&worker(), spec(device, ModelId::Resnet18, adv));

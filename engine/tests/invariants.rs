@@ -169,7 +169,7 @@ fn dropout_differs_between_calls_in_train_mode_only(device) {
             input_size: Some(64),
             ..on(device, ModelId::TinyMlp, 8, eval, GradMode::NoGrad)
         };
-        forward(model, &x, &s, device).unwrap()
+        forward(model, &x.shallow_clone().into(), &s, device).unwrap()
     };
     assert!(
         !run(false).allclose(&run(false), 1e-6, 1e-6, false),
@@ -196,7 +196,7 @@ fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats(de
             eval,
             ..on(device, ModelId::Resnet18, 4, eval, GradMode::NoGrad)
         };
-        forward(model, x, &s, device)
+        forward(model, &x.shallow_clone().into(), &s, device)
             .unwrap()
             .get(0)
     };

@@ -1,8 +1,10 @@
 //! Team models (TorchScript files of a models directory): the tests make their own with the
 //! venv's PyTorch (`fixtures/make_team_models.py`: a scripted module with Dropout and
-//! BatchNorm, a traced torchvision ResNet-18, a module that raises above batch 4, a file
-//! that is not TorchScript, a mismatched sidecar, a sidecar without its module) and check
-//! the same physical invariants as the built-in models, and the messages for the bad ones.
+//! BatchNorm, a traced torchvision ResNet-18, a module that raises above batch 4, a
+//! two-input module (token ids and an attention mask, with Dropout), a file that is not
+//! TorchScript, mismatched sidecars (a wrong rank; float ids; one input of two), a sidecar
+//! without its module) and check the same physical invariants as the built-in models, and
+//! the messages for the bad ones.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -73,7 +75,9 @@ fn worker() -> Worker {
 }
 
 fn measure(w: &Worker, s: RunSpec) -> Report {
-    w.measure(s, |_| {}).expect("run succeeds")
+    let label = format!("{} {}", s.model, s.label());
+    w.measure(s, |_| {})
+        .unwrap_or_else(|e| panic!("{label}: the run fails: {e}"))
 }
 
 #[test]
@@ -81,7 +85,7 @@ fn good_files_are_served_and_each_bad_one_is_named_with_its_reason() {
     let (_, loaded) = loaded();
     let mut served: Vec<&str> = loaded.models.iter().map(|m| m.name.as_str()).collect();
     served.sort();
-    assert_eq!(served, ["drop_batch", "picky", "traced_resnet18"]);
+    assert_eq!(served, ["drop_batch", "picky", "token_mask", "traced_resnet18"]);
     let reason = |file: &str| {
         loaded
             .problems
@@ -108,7 +112,19 @@ fn good_files_are_served_and_each_bad_one_is_named_with_its_reason() {
         "{}",
         reason("orphan.json")
     );
-    assert_eq!(loaded.problems.len(), 3, "{:?}", loaded.problems);
+    // Two inputs: the one at fault is named, with what the sidecar gave and why the module
+    // refused it; a count that cannot fit is said from the forward's own declaration.
+    let ids = reason("mismatched_ids.pt");
+    assert!(
+        ids.starts_with("its sidecar mismatched_ids.json does not fit the module: input 0 (`ids`), given as ids [batch, size] float32, fails in the module: RuntimeError: Expected tensor for argument #1 'indices'"),
+        "{ids}"
+    );
+    let count = reason("mismatched_count.pt");
+    assert!(
+        count.contains("lists 1 input ([batch, size] int64 in 0..1000) but the module's forward takes 2: forward(Tensor ids, Tensor mask)"),
+        "{count}"
+    );
+    assert_eq!(loaded.problems.len(), 5, "{:?}", loaded.problems);
 
     // Served like built-in models: listed, parsed, displayed by the sidecar's name.
     assert!(ModelId::served().contains(&id("drop_batch")));
@@ -135,8 +151,8 @@ fn what_train_mode_changes_is_measured_at_load() {
 fn dropout_differs_in_train_mode_only() {
     let m = Model::build(id("drop_batch"), Device::Cpu, 0);
     let x = m.input(8, 0, Device::Cpu);
-    assert_eq!(x.size(), [8, 32]);
-    let pass = |train| tch::no_grad(|| m.net.forward_t(&x, train));
+    assert_eq!(x.first().size(), [8, 32]);
+    let pass = |train| tch::no_grad(|| m.net.forward_t(x.first(), train));
     let (e1, e2) = (pass(false), pass(false));
     assert!(e1.equal(&e2), "eval is deterministic");
     let (t1, t2) = (pass(true), pass(true));
@@ -146,9 +162,42 @@ fn dropout_differs_in_train_mode_only() {
 }
 
 #[test]
+fn a_two_input_model_gets_each_input_as_its_sidecar_says() {
+    let (_, loaded) = loaded();
+    let m = loaded.models.iter().find(|m| m.name == "token_mask").unwrap();
+    assert!(m.training.random_in_train, "its Dropout was seen at load");
+    assert_eq!(
+        m.input_meaning,
+        "sequence length in tokens (inputs ids [batch, size] int64 in 0..1000 + mask [batch, size] int64 all 1)"
+    );
+    let model = Model::build(id("token_mask"), Device::Cpu, 24);
+    let x = model.input(3, 24, Device::Cpu);
+    let (ids, mask) = (&x.tensors()[0], &x.tensors()[1]);
+    assert_eq!((ids.size(), ids.kind()), (vec![3, 24], tch::Kind::Int64));
+    assert_eq!((mask.size(), mask.kind()), (vec![3, 24], tch::Kind::Int64));
+    assert!(ids.min().int64_value(&[]) >= 0 && ids.max().int64_value(&[]) < 1000);
+    assert_eq!(mask.sum(tch::Kind::Int64).int64_value(&[]), 3 * 24, "a mask of ones");
+    // The embedding (1000 × 64), the head (64 × 8 + 8), as the file holds them.
+    assert_eq!(model.parameters(), 1000 * 64 + 64 * 8 + 8);
+    let pass = |train| {
+        tch::no_grad(|| {
+            model
+                .net
+                .forward_inputs(&x, train, &mut engine::trace::Probe::off())
+        })
+    };
+    let (e1, e2) = (pass(false), pass(false));
+    assert_eq!(e1.size(), [3, 8]);
+    assert!(e1.equal(&e2), "eval is deterministic");
+    assert!(!pass(true).equal(&pass(true)), "train mode draws new Dropout masks");
+}
+
+#[test]
 fn grad_peak_exceeds_no_grad_peak_and_memory_returns_to_baseline() {
     let w = worker();
-    for model in ["drop_batch", "traced_resnet18"] {
+    // In this order on purpose: after grad-mode passes, a TorchScript module's executor
+    // holds autodiff plans an inference_mode pass trips on; each run loads the file afresh.
+    for model in ["drop_batch", "traced_resnet18", "token_mask"] {
         let grad = measure(&w, spec(model, 8, true, GradMode::Enabled));
         let no_grad = measure(&w, spec(model, 8, true, GradMode::NoGrad));
         let inference = measure(&w, spec(model, 8, true, GradMode::InferenceMode));
@@ -202,6 +251,59 @@ fn grad_peak_exceeds_no_grad_peak_and_memory_returns_to_baseline() {
         },
     );
     assert!(large.memory.peak_above_baseline_bytes > small.memory.peak_above_baseline_bytes);
+
+    // Two inputs: the size reaches both (a longer sequence needs more memory), and every
+    // setting that moves or casts the input applies to each and leaves nothing behind.
+    let tokens = |size, grad| RunSpec {
+        input_size: Some(size),
+        ..spec("token_mask", 4, true, grad)
+    };
+    let short = measure(&w, tokens(16, GradMode::Enabled));
+    let long = measure(&w, tokens(64, GradMode::Enabled));
+    assert!(long.memory.peak_above_baseline_bytes > short.memory.peak_above_baseline_bytes);
+    // Both inputs are in the baseline: ids and mask, 4 × size int64 each.
+    assert_eq!(
+        long.memory.baseline_bytes - short.memory.baseline_bytes,
+        2 * 4 * (64 - 16) * 8
+    );
+    assert_eq!(long.memory.leaked_bytes, 0);
+    let mut advanced = vec![];
+    for source in [protocol::InputSource::Pageable, protocol::InputSource::Device] {
+        for weights in [protocol::WeightsDtype::Fp32, protocol::WeightsDtype::Bf16] {
+            let r = measure(
+                &w,
+                RunSpec {
+                    advanced: protocol::Advanced {
+                        input_source: source,
+                        weights,
+                        ..Default::default()
+                    },
+                    ..tokens(64, GradMode::NoGrad)
+                },
+            );
+            assert_eq!(r.memory.leaked_bytes, 0, "{}", r.spec.label());
+            advanced.push((source, weights, r));
+        }
+    }
+    let peak = |s, w| {
+        advanced
+            .iter()
+            .find(|(a, b, _)| *a == s && *b == w)
+            .map(|(_, _, r)| r.memory.peak_above_baseline_bytes)
+            .unwrap()
+    };
+    use protocol::{InputSource::*, WeightsDtype::*};
+    // A pass from pageable memory copies both inputs inside the pass: 2 × 4 × 64 × 8 bytes
+    // more at its peak (the copies are alive while the module runs).
+    assert!(
+        peak(Pageable, Fp32) >= peak(Device, Fp32) + 2 * 4 * 64 * 8,
+        "pageable {} vs device {}",
+        peak(Pageable, Fp32),
+        peak(Device, Fp32)
+    );
+    // bf16 weights: the ids and the mask stay int64 (an embedding takes no bf16 indices),
+    // and the activations halve.
+    assert!(peak(Device, Bf16) < peak(Device, Fp32));
 }
 
 #[test]

@@ -46,6 +46,13 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         "model.train()  # Dropout on, BatchNorm uses (and updates) batch statistics\n"
     });
     let adv = &spec.advanced;
+    // A team model may take several inputs (a tuple `x`, called as `model(*x)`), and only
+    // floating-point ones are cast with the weights: token ids and masks keep their dtype.
+    let team = spec.model.team();
+    let many = team.is_some_and(|m| m.sidecar.inputs.len() > 1);
+    let floating = team.map_or(true, |m| {
+        m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point())
+    });
     let on_host = adv.input_source != InputSource::Device;
     let x = if on_host { "x_host" } else { "x" };
     let input = if on_host {
@@ -71,16 +78,30 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         out.push_str("torch.backends.cudnn.benchmark = True  # autotune each conv per input shape\n");
     }
     out.push_str(&format!("{x} = {input}\n"));
-    match adv.weights {
-        WeightsDtype::Fp32 => {}
-        WeightsDtype::Fp16 => out.push_str(&format!("{x} = {x}.half()\n")),
-        WeightsDtype::Bf16 => out.push_str(&format!("{x} = {x}.to(torch.bfloat16)\n")),
+    let cast = match adv.weights {
+        WeightsDtype::Fp32 => None,
+        WeightsDtype::Fp16 => Some("half()"),
+        WeightsDtype::Bf16 => Some("to(torch.bfloat16)"),
+    };
+    match cast {
+        Some(cast) if many && floating => out.push_str(&format!(
+            "{x} = tuple(t.{cast} if t.is_floating_point() else t for t in {x})\n"
+        )),
+        Some(cast) if floating => out.push_str(&format!("{x} = {x}.{cast}\n")),
+        _ => {}
     }
     if channels_last {
         out.push_str(&format!("{x} = {x}.to(memory_format=torch.channels_last)\n"));
     }
     if adv.input_source == InputSource::Pinned {
-        out.push_str("x_host = x_host.pin_memory()  # page-locked: the GPU copies it by DMA, asynchronously\n");
+        let pin = if many {
+            "tuple(t.pin_memory() for t in x_host)"
+        } else {
+            "x_host.pin_memory()"
+        };
+        out.push_str(&format!(
+            "x_host = {pin}  # page-locked: the GPU copies it by DMA, asynchronously\n"
+        ));
     }
     out.push('\n');
     let pass = forward_pass(spec);
@@ -104,6 +125,11 @@ pub fn python_snippet(spec: &RunSpec) -> String {
 /// One forward pass inside the grad mode and autocast region of `spec`, from column 0.
 fn forward_pass(spec: &RunSpec) -> String {
     let adv = &spec.advanced;
+    // Several inputs are a tuple, copied one by one and passed as `model(*x)`.
+    let many = spec
+        .model
+        .team()
+        .is_some_and(|m| m.sidecar.inputs.len() > 1);
     let mut out = String::new();
     let mut indent = String::new();
     match spec.grad {
@@ -130,53 +156,66 @@ fn forward_pass(spec: &RunSpec) -> String {
         ));
         indent.push_str("    ");
     }
-    match adv.input_source {
-        InputSource::Device => {}
-        InputSource::Pageable => out.push_str(&format!(
-            "{indent}x = x_host.to(device)  # each iteration: a copy from pageable memory\n"
+    let copy = match adv.input_source {
+        InputSource::Device => None,
+        InputSource::Pageable => Some((
+            "to(device)",
+            "  # each iteration: a copy from pageable memory",
         )),
-        InputSource::Pinned => out.push_str(&format!(
-            "{indent}x = x_host.to(device, non_blocking=True)  # each iteration\n"
-        )),
-    }
-    let call = match spec.model.team() {
-        Some(m) if m.sidecar.inputs.len() > 1 => "model(*x)",
-        _ => "model(x)",
+        InputSource::Pinned => Some(("to(device, non_blocking=True)", "  # each iteration")),
     };
+    match copy {
+        Some((to, note)) if many => out.push_str(&format!(
+            "{indent}x = tuple(t.{to} for t in x_host){note}\n"
+        )),
+        Some((to, note)) => out.push_str(&format!("{indent}x = x_host.{to}{note}\n")),
+        None => {}
+    }
+    let call = if many { "model(*x)" } else { "model(x)" };
     out.push_str(&format!("{indent}y = {call}\n"));
     out
 }
 
-/// A team model's inputs from its sidecar: one tensor, or a tuple of them in order.
+/// A team model's inputs from its sidecar: one tensor, or a tuple of them in order (each
+/// line named by its sidecar name), with the sidecar's values: `randn`, `randint(0, high)`
+/// or `full(fill)`.
 fn team_inputs(spec: &RunSpec) -> String {
     let Some(m) = spec.model.team() else {
         return format!("None  # {} is not served here", spec.model);
     };
     let shapes = m.sidecar.shapes(spec.batch, spec.resolved_input_size());
-    let tensors: Vec<String> = m
+    let tensors: Vec<(String, Option<&String>)> = m
         .sidecar
         .inputs
         .iter()
         .zip(shapes)
         .map(|(input, shape)| {
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let dims = dims.join(", ");
             let dtype = input.dtype.torch_name();
-            match input.high {
-                Some(high) => format!(
-                    "torch.randint(0, {high}, ({},), dtype=torch.{dtype}, device=device)",
-                    dims.join(", ")
+            let tensor = match (input.high, input.fill) {
+                (Some(high), _) => format!(
+                    "torch.randint(0, {high}, ({dims},), dtype=torch.{dtype}, device=device)"
                 ),
-                None => format!(
-                    "torch.randn({}, dtype=torch.{dtype}, device=device)",
-                    dims.join(", ")
+                (None, Some(fill)) => format!(
+                    "torch.full(({dims},), {}, dtype=torch.{dtype}, device=device)",
+                    crate::team::fill_text(input.dtype, fill)
                 ),
-            }
+                (None, None) => format!("torch.randn({dims}, dtype=torch.{dtype}, device=device)"),
+            };
+            (tensor, input.name.as_ref())
         })
         .collect();
-    match tensors.len() {
-        1 => tensors.into_iter().next().unwrap_or_default(),
-        _ => format!("({})", tensors.join(", ")),
+    if tensors.len() == 1 {
+        return tensors.into_iter().next().map(|t| t.0).unwrap_or_default();
     }
+    let mut out = String::from("(\n");
+    for (tensor, name) in tensors {
+        let note = name.map(|n| format!("  # {n}")).unwrap_or_default();
+        out.push_str(&format!("    {tensor},{note}\n"));
+    }
+    out.push(')');
+    out
 }
 
 #[cfg(test)]
@@ -220,12 +259,49 @@ mod tests {
             random_in_train: true,
             train_differs_from_eval: true,
         };
-        crate::team::register(vec![crate::team::TeamModel::new(
-            "snippet_tagger".into(),
-            sidecar,
-            1000,
-            effect,
-        )]);
+        // Two inputs: ids and a mask of ones, passed as `model(*x)`; only floating-point
+        // inputs follow the weights' dtype.
+        let two: crate::team::Sidecar = serde_json::from_str(
+            r#"{"display_name": "Tagger with mask", "inputs": [
+                  {"name": "ids", "shape": ["batch", "size"], "dtype": "int64", "high": 1000},
+                  {"name": "mask", "shape": ["batch", "size"], "dtype": "float32", "fill": 1}],
+                "size": {"meaning": "tokens", "default": 16, "max": 512}}"#,
+        )
+        .unwrap();
+        two.validate().unwrap();
+        crate::team::register(vec![
+            crate::team::TeamModel::new("snippet_tagger".into(), sidecar, 1000, effect),
+            crate::team::TeamModel::new("snippet_masked".into(), two, 1000, effect),
+        ]);
+        let masked = python_snippet(&RunSpec {
+            model: "snippet_masked".parse().unwrap(),
+            batch: 3,
+            advanced: crate::Advanced {
+                weights: WeightsDtype::Bf16,
+                input_source: InputSource::Pageable,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        for line in [
+            "    torch.randint(0, 1000, (3, 16,), dtype=torch.int64),  # ids\n",
+            "    torch.full((3, 16,), 1.0, dtype=torch.float32),  # mask\n",
+            "x_host = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in x_host)\n",
+            "x = tuple(t.to(device) for t in x_host)",
+            "y = model(*x)\n",
+        ] {
+            assert!(masked.contains(line), "{line} missing from:\n{masked}");
+        }
+        // A single integer input is not cast with the weights.
+        let ids_bf16 = python_snippet(&RunSpec {
+            model: "snippet_tagger".parse().unwrap(),
+            advanced: crate::Advanced {
+                weights: WeightsDtype::Bf16,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        assert!(!ids_bf16.contains("x = x.to(torch.bfloat16)"), "{ids_bf16}");
         let team = python_snippet(&RunSpec {
             model: "snippet_tagger".parse().unwrap(),
             batch: 3,

@@ -40,10 +40,18 @@ pub struct Sidecar {
     pub size: Option<SizeSpec>,
 }
 
-/// One positional input of the forward pass.
+/// One positional input of the forward pass. Its values: random normal for a floating-point
+/// input, uniform in `0..high` for an integer one (token ids, class indices), or `fill` in
+/// every element (an attention mask of ones); memory and latency depend on the shape and
+/// dtype, but the values must be ones the module accepts (an id beyond the vocabulary
+/// raises in the embedding).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputSpec {
+    /// What the forward pass calls it (`input_ids`, `attention_mask`): shown in the
+    /// model's description, the snippet and the messages. Optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Dimensions: numbers, `"batch"` (exactly once) and `"size"`.
     pub shape: Vec<Dim>,
     #[serde(default)]
@@ -51,6 +59,114 @@ pub struct InputSpec {
     /// For integer inputs (token ids, class indices): values are drawn from `0..high`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high: Option<i64>,
+    /// Every element is this value (`1` for a mask that attends everywhere). Required for
+    /// a `bool` input (0 or 1); an integer input takes `high` or `fill`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fill: Option<f64>,
+}
+
+/// The longest input name a sidecar may give.
+pub const MAX_INPUT_NAME_LEN: usize = 32;
+
+impl InputSpec {
+    /// "input 1 (`attention_mask`)": how messages name it (`index` counts from 0, as
+    /// Python's positional arguments after `self` do).
+    pub fn label(&self, index: usize) -> String {
+        match &self.name {
+            Some(n) => format!("input {index} (`{n}`)"),
+            None => format!("input {index}"),
+        }
+    }
+
+    /// "[batch, size] int64 in 0..30000": the shape with its placeholders, the dtype and
+    /// the values.
+    pub fn describe(&self) -> String {
+        let dims: Vec<String> = self
+            .shape
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => n.to_string(),
+                Dim::Named(DimName::Batch) => "batch".into(),
+                Dim::Named(DimName::Size) => "size".into(),
+            })
+            .collect();
+        let name = self.name.as_ref().map(|n| format!("{n} ")).unwrap_or_default();
+        let values = match (self.high, self.fill) {
+            (Some(h), _) => format!(" in 0..{h}"),
+            (None, Some(f)) => format!(" all {}", fill_text(self.dtype, f)),
+            (None, None) => String::new(),
+        };
+        format!("{name}[{}] {}{values}", dims.join(", "), self.dtype.torch_name())
+    }
+
+    fn check(&self, i: usize) -> Result<(), String> {
+        let me = self.label(i);
+        if let Some(n) = &self.name {
+            let ok = !n.is_empty()
+                && n.len() <= MAX_INPUT_NAME_LEN
+                && !n.starts_with(|c: char| c.is_ascii_digit())
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(format!(
+                    "input {i}: `name` must be an identifier (letters, digits and `_`, at most {MAX_INPUT_NAME_LEN} characters), not {n:?}"
+                ));
+            }
+        }
+        let batches = self
+            .shape
+            .iter()
+            .filter(|d| **d == Dim::Named(DimName::Batch))
+            .count();
+        if batches != 1 {
+            return Err(format!(
+                "{me}: its shape must name \"batch\" exactly once (it names it {batches} times)"
+            ));
+        }
+        if self.shape.contains(&Dim::Fixed(0)) {
+            return Err(format!("{me}: a dimension of 0"));
+        }
+        let dtype = self.dtype.torch_name();
+        if let Some(f) = self.fill {
+            if !f.is_finite() {
+                return Err(format!("{me}: `fill` must be a finite number"));
+            }
+            if self.high.is_some() {
+                return Err(format!(
+                    "{me}: `high` (random values) and `fill` (one value) exclude each other"
+                ));
+            }
+            if self.dtype == Dtype::Bool && f != 0.0 && f != 1.0 {
+                return Err(format!("{me}: a bool input's `fill` is 0 or 1"));
+            }
+            if self.dtype.is_integer() && f.fract() != 0.0 {
+                return Err(format!("{me}: an {dtype} input's `fill` must be a whole number"));
+            }
+        }
+        match (self.dtype, self.high, self.fill) {
+            (Dtype::Bool, _, None) => Err(format!(
+                "{me}: a bool input needs `fill` (0 or 1: a mask that keeps or drops everything)"
+            )),
+            (Dtype::Bool, Some(_), _) => Err(format!("{me}: `high` is for integer inputs")),
+            (d, None, None) if d.is_integer() => Err(format!(
+                "{me}: an integer input needs `high` (values drawn from 0..high, e.g. the vocabulary size) or `fill` (one value in every element)"
+            )),
+            (d, Some(_), _) if !d.is_integer() => Err(format!(
+                "{me}: `high` is for integer inputs, and this one is {dtype}"
+            )),
+            (_, Some(h), _) if h < 1 => Err(format!("{me}: `high` must be at least 1")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `1`, `1.5` or `True`: a fill value as Python writes it for `dtype`.
+pub fn fill_text(dtype: Dtype, fill: f64) -> String {
+    match dtype {
+        Dtype::Bool if fill != 0.0 => "True".into(),
+        Dtype::Bool => "False".into(),
+        d if d.is_integer() => format!("{}", fill as i64),
+        _ => format!("{fill:?}"),
+    }
 }
 
 /// One dimension of an input's shape.
@@ -79,6 +195,8 @@ pub enum Dtype {
     Bfloat16,
     Int64,
     Int32,
+    /// A mask (`key_padding_mask`); its values come from `fill`.
+    Bool,
 }
 
 impl Dtype {
@@ -91,11 +209,21 @@ impl Dtype {
             Dtype::Bfloat16 => "bfloat16",
             Dtype::Int64 => "int64",
             Dtype::Int32 => "int32",
+            Dtype::Bool => "bool",
         }
     }
 
     pub fn is_integer(self) -> bool {
         matches!(self, Dtype::Int64 | Dtype::Int32)
+    }
+
+    /// Whether `model.half()` and the weights-dtype setting cast it (PyTorch casts only
+    /// floating-point tensors: ids and masks keep their dtype).
+    pub fn is_floating_point(self) -> bool {
+        matches!(
+            self,
+            Dtype::Float32 | Dtype::Float64 | Dtype::Float16 | Dtype::Bfloat16
+        )
     }
 }
 
@@ -126,36 +254,12 @@ impl Sidecar {
         }
         let mut uses_size = false;
         for (i, input) in self.inputs.iter().enumerate() {
-            let batches = input
-                .shape
-                .iter()
-                .filter(|d| **d == Dim::Named(DimName::Batch))
-                .count();
-            if batches != 1 {
-                return Err(format!(
-                    "input {i}: its shape must name \"batch\" exactly once (it names it {batches} times)"
-                ));
-            }
-            if input.shape.contains(&Dim::Fixed(0)) {
-                return Err(format!("input {i}: a dimension of 0"));
-            }
+            input.check(i)?;
             uses_size |= input.shape.contains(&Dim::Named(DimName::Size));
-            match (input.dtype.is_integer(), input.high) {
-                (true, None) => {
-                    return Err(format!(
-                        "input {i}: an integer input needs `high` (values are drawn from 0..high)"
-                    ))
+            if let Some(n) = &input.name {
+                if let Some(j) = self.inputs[..i].iter().position(|o| o.name.as_ref() == Some(n)) {
+                    return Err(format!("inputs {j} and {i} are both named `{n}`"));
                 }
-                (true, Some(h)) if h < 1 => {
-                    return Err(format!("input {i}: `high` must be at least 1"))
-                }
-                (false, Some(_)) => {
-                    return Err(format!(
-                        "input {i}: `high` is for integer inputs, and this one is {}",
-                        input.dtype.torch_name()
-                    ))
-                }
-                _ => {}
             }
         }
         match (&self.size, uses_size) {
@@ -192,22 +296,13 @@ impl Sidecar {
             .collect()
     }
 
-    /// "[batch, 3, size, size] float32": the inputs in words.
+    /// "[batch, 3, size, size] float32", or for several inputs
+    /// "ids [batch, size] int64 in 0..30000 + mask [batch, size] int64 all 1": the inputs in
+    /// words, in order.
     pub fn describe_inputs(&self) -> String {
         self.inputs
             .iter()
-            .map(|input| {
-                let dims: Vec<String> = input
-                    .shape
-                    .iter()
-                    .map(|d| match d {
-                        Dim::Fixed(n) => n.to_string(),
-                        Dim::Named(DimName::Batch) => "batch".into(),
-                        Dim::Named(DimName::Size) => "size".into(),
-                    })
-                    .collect();
-                format!("[{}] {}", dims.join(", "), input.dtype.torch_name())
-            })
+            .map(InputSpec::describe)
             .collect::<Vec<_>>()
             .join(" + ")
     }
@@ -392,6 +487,56 @@ mod tests {
             let e = sidecar(json).unwrap_err();
             assert!(e.contains(says), "{json}: {e}");
         }
+    }
+
+    #[test]
+    fn several_inputs_each_have_their_shape_dtype_and_values() {
+        let two = sidecar(
+            r#"{"display_name": "Tagger", "inputs": [
+                  {"name": "ids", "shape": ["batch", "size"], "dtype": "int64", "high": 30000},
+                  {"name": "mask", "shape": ["batch", "size"], "dtype": "int64", "fill": 1},
+                  {"shape": ["batch", "size"], "dtype": "bool", "fill": 0}],
+                "size": {"meaning": "tokens", "default": 128, "max": 512}}"#,
+        )
+        .unwrap();
+        assert_eq!(two.shapes(4, 16), vec![vec![4, 16]; 3]);
+        assert_eq!(
+            two.describe_inputs(),
+            "ids [batch, size] int64 in 0..30000 + mask [batch, size] int64 all 1 + [batch, size] bool all False"
+        );
+        let m = TeamModel::new("tagger".into(), two, 1, TrainingEffect {
+            random_in_train: false,
+            train_differs_from_eval: false,
+        });
+        assert!(m.input_meaning.starts_with("tokens (inputs ids [batch, size]"), "{}", m.input_meaning);
+        let input = |fields: &str| {
+            format!(
+                r#"{{"display_name": "x", "inputs": [{{"shape": ["batch", 4], "dtype": "float32"}}, {{"shape": ["batch", 4], {fields}}}]}}"#
+            )
+        };
+        for (fields, says) in [
+            (r#""dtype": "int64""#, "input 1: an integer input needs `high`"),
+            (r#""dtype": "int64", "high": 5, "fill": 1"#, "exclude each other"),
+            (r#""dtype": "int64", "fill": 0.5"#, "whole number"),
+            (r#""dtype": "bool""#, "a bool input needs `fill`"),
+            (r#""dtype": "bool", "fill": 2"#, "0 or 1"),
+            (r#""dtype": "float32", "high": 3"#, "`high` is for integer inputs"),
+            (r#""name": "1st""#, "identifier"),
+            (r#""name": "x-y""#, "identifier"),
+        ] {
+            let e = sidecar(&input(fields)).unwrap_err();
+            assert!(e.contains(says), "{fields}: {e}");
+        }
+        let e = sidecar(
+            r#"{"display_name": "x", "inputs": [{"name": "a", "shape": ["batch"]}, {"name": "a", "shape": ["batch"]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("inputs 0 and 1 are both named `a`"), "{e}");
+        let e = sidecar(
+            r#"{"display_name": "x", "inputs": [{"shape": ["batch"]}, {"name": "m", "shape": [2, 3]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("input 1 (`m`):"), "{e}");
     }
 
     #[test]

@@ -130,7 +130,7 @@ fn the_cli_lists_team_models_and_names_each_refused_file() {
     let o = gradless(&["models", "--default-threads", "1"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let (out, err) = (text(&o.stdout), text(&o.stderr));
-    for name in ["drop_batch", "traced_resnet18", "picky", "resnet18"] {
+    for name in ["drop_batch", "traced_resnet18", "picky", "token_mask", "resnet18"] {
         assert!(out.contains(name), "{name} missing from:\n{out}");
     }
     assert!(out.contains("11,689,512"), "{out}");
@@ -141,6 +141,8 @@ fn the_cli_lists_team_models_and_names_each_refused_file() {
     for (file, why) in [
         ("broken.pt", "does not load as TorchScript"),
         ("mismatched.pt", "does not fit the module"),
+        ("mismatched_ids.pt", "input 0 (`ids`), given as ids [batch, size] float32"),
+        ("mismatched_count.pt", "the module's forward takes 2"),
         ("orphan.json", "without its module"),
     ] {
         assert!(err.contains(file) && err.contains(why), "{file}: {err}");
@@ -200,6 +202,9 @@ fn cpu_peak_memory_equals_pytorchs_for_the_same_torchscript_file() {
         ("drop_batch", "16", "--train", "enabled", None),
         ("traced_resnet18", "2", "--eval", "no_grad", Some("64")),
         ("traced_resnet18", "2", "--eval", "enabled", Some("64")),
+        // Two inputs (int64 ids in 0..1000, an int64 mask of ones): both made alike.
+        ("token_mask", "8", "--eval", "no_grad", Some("32")),
+        ("token_mask", "8", "--train", "enabled", Some("32")),
     ] {
         let mut args = vec![
             "--model",
@@ -277,7 +282,7 @@ async fn the_api_serves_team_models_like_built_in_ones() {
     let info: ServerInfo = serde_json::from_slice(&body).unwrap();
     let team: Vec<_> = info.models.iter().filter(|m| m.team.is_some()).collect();
     let names: Vec<&str> = team.iter().map(|m| m.id.as_str()).collect();
-    assert_eq!(names, ["drop_batch", "picky", "traced_resnet18"]);
+    assert_eq!(names, ["drop_batch", "picky", "token_mask", "traced_resnet18"]);
     let drop_batch = team[0];
     assert_eq!(drop_batch.name, "Drop + Batch (test)");
     assert!(drop_batch.has_dropout);

@@ -115,11 +115,17 @@ pub fn ModelControl(lab: LabCtx) -> impl IntoView {
                     match m.team() {
                         Some(t) => {
                             let about = t.sidecar.description.clone().map(|d| format!("{d} ")).unwrap_or_default();
-                            let size = m.input();
-                            let default = if size.max > 0 { format!(" (default {})", size.default) } else { String::new() };
+                            // Every input the forward takes, then what the size setting moves.
+                            let inputs = match t.sidecar.inputs.len() {
+                                1 => format!("Input: {}", t.sidecar.describe_inputs()),
+                                n => format!("{n} inputs, passed in order: {}", t.sidecar.describe_inputs()),
+                            };
+                            let size = t.sidecar.size.as_ref()
+                                .map(|s| format!("; size = {} (default {})", s.meaning, s.default))
+                                .unwrap_or_else(|| "; a fixed shape".into());
                             format!(
-                                "{about}A team model: {} loaded with TorchScript. Input: {}{default}. Train/eval: {}.",
-                                t.file, size.meaning, t.training.describe()
+                                "{about}A team model: {} loaded with TorchScript. {inputs}{size}. Train/eval: {}.",
+                                t.file, t.training.describe()
                             )
                         }
                         None => format!("Input: {} (default {}).", m.input().meaning, m.input().default),

@@ -2,7 +2,8 @@
 //! page's runs of the same model overlaid), the five modules that hold the most, what the
 //! device's memory holds, how much of the device the run used, and its place under the
 //! roofline. Everything comes from the report; nothing here measures or estimates except
-//! what the report names as an estimate.
+//! what the report names as an estimate. A team model's report has no trace (TorchScript
+//! hides its modules): the section then says so.
 
 use leptos::prelude::*;
 use protocol::{format_bytes, top_holders, Report};
@@ -69,7 +70,26 @@ pub fn Inside(runs: Runs) -> impl IntoView {
     });
 
     move || {
-        let r = shown()?;
+        let Some(r) = shown() else {
+            // A team model's TorchScript module marks nothing: say so rather than leave a
+            // silent gap where the section stands for the built-in models.
+            let team = view_state.with(|v| {
+                v.report
+                    .as_ref()
+                    .is_some_and(|r| matches!(r.spec.model, protocol::ModelId::Team(_)))
+            });
+            return team.then(|| {
+                view! {
+                    <section class="inside" data-testid="inside" aria-label="Inside the forward pass">
+                        <h2>"Inside the forward pass"</h2>
+                        <p class="explain" data-testid="inside-absent">
+                            "Absent for a team model: its TorchScript module runs inside the interpreter, where the per-module trace cannot follow the forward pass. So there is no memory-through-the-pass chart, and the FLOP count, FLOP/s and roofline are absent, not zero. The latency and memory figures above are measured as for any model."
+                        </p>
+                    </section>
+                }
+                .into_any()
+            });
+        };
         let top: Vec<_> = top_holders(&r.trace, 5)
             .into_iter()
             .map(|p| {
@@ -140,7 +160,8 @@ pub fn Inside(runs: Runs) -> impl IntoView {
                 </div>
                 {compute}
             </section>
-        })
+        }
+        .into_any())
     }
 }
 

@@ -9,6 +9,7 @@ use protocol::{Advanced, DeviceKind, InputSource, MemoryFormat, RunFailure, Weig
 use tch::{Device, Kind, Tensor};
 
 use super::{catch_torch, tch_device, torch_failure};
+use crate::input::Input;
 use crate::models::Model;
 use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
 
@@ -67,16 +68,17 @@ pub fn convert_model(
     Ok(())
 }
 
-/// The run's input: random, in the weights' dtype and the memory format asked for, and
+/// The run's inputs: random (a team model's as its sidecar says), the floating-point ones
+/// in the weights' dtype (ids and masks keep theirs), in the memory format asked for, and
 /// where each iteration starts: on the device, or in host memory — pageable (an ordinary
-/// CPU tensor) or pinned (page-locked, CUDA only).
+/// CPU tensor) or pinned (page-locked, CUDA only). Several inputs are treated alike.
 pub fn make_input(
     model: &Model,
     batch: u32,
     size: u32,
     adv: &Advanced,
     device: DeviceKind,
-) -> Result<Tensor, RunFailure> {
+) -> Result<Input, RunFailure> {
     let home = match adv.input_source {
         InputSource::Device => tch_device(device),
         InputSource::Pageable | InputSource::Pinned => Device::Cpu,
@@ -85,37 +87,41 @@ pub fn make_input(
         let x = model.input(batch, size, home);
         let x = match adv.weights {
             WeightsDtype::Fp32 => x,
-            w => x.to_kind(kind_of(w)),
+            w => x.cast_floats(kind_of(w)),
         };
         match adv.memory_format {
-            MemoryFormat::ChannelsLast if x.dim() == 4 => to_channels_last(&x),
-            _ => x,
+            MemoryFormat::ChannelsLast => x.map(|t| {
+                if t.dim() == 4 {
+                    to_channels_last(t)
+                } else {
+                    t.shallow_clone()
+                }
+            }),
+            MemoryFormat::Contiguous => x,
         }
     })?;
     if adv.input_source == InputSource::Pinned {
-        return catch_torch(|| x.pin_memory(tch_device(device)));
+        return catch_torch(|| x.map(|t| t.pin_memory(tch_device(device))));
     }
     Ok(x)
 }
 
-/// The input as the pass receives it: itself when it already is on the device; otherwise a
-/// fresh copy to the device (`x_host.to(device, non_blocking=pinned)`), which the timed
-/// pass includes. On a CPU a pageable source is copied all the same: the memcpy a batch
-/// costs to move into place.
-pub fn place_input(
-    input: &Tensor,
-    adv: &Advanced,
-    device: DeviceKind,
-) -> Result<Tensor, RunFailure> {
+/// The inputs as the pass receives them: themselves when they already are on the device;
+/// otherwise a fresh copy of each to the device (`x_host.to(device, non_blocking=pinned)`),
+/// which the timed pass includes. On a CPU a pageable source is copied all the same: the
+/// memcpy a batch costs to move into place.
+pub fn place_input(input: &Input, adv: &Advanced, device: DeviceKind) -> Result<Input, RunFailure> {
     match adv.input_source {
         InputSource::Device => Ok(input.shallow_clone()),
         source => catch_torch(|| {
-            input.to_device_(
-                tch_device(device),
-                input.kind(),
-                source == InputSource::Pinned,
-                true,
-            )
+            input.map(|t| {
+                t.to_device_(
+                    tch_device(device),
+                    t.kind(),
+                    source == InputSource::Pinned,
+                    true,
+                )
+            })
         }),
     }
 }

@@ -17,6 +17,7 @@ use protocol::{DeviceKind, FailureKind, RunFailure, RunSpec};
 use tch::Tensor;
 
 use super::{failure, forward};
+use crate::input::Input;
 use crate::models::Model;
 use crate::torch_ext::{cuda_graphs_built, CudaGraph};
 
@@ -42,7 +43,7 @@ pub fn refusal(spec: &RunSpec) -> Option<String> {
 /// Warms up and captures one forward pass of `model` on `input` under `spec`'s settings.
 pub fn capture(
     model: &Model,
-    input: &Tensor,
+    input: &Input,
     spec: &RunSpec,
     device: DeviceKind,
 ) -> Result<Captured, RunFailure> {

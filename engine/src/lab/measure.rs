@@ -19,6 +19,8 @@ use protocol::{
 };
 use tch::Tensor;
 
+use crate::input::Input;
+
 use super::{
     backend_guard, catch_torch, failure, held, make_input, place_input, synchronize,
     torch_failure, Lab, RunControl,
@@ -201,7 +203,7 @@ impl Lab {
             breakdown(&meter, device, resident_before, baseline, other, &samples)?;
         let traffic = Traffic {
             weights: model.resident_bytes(),
-            input: input.numel() as u64 * input.kind().elt_size_in_bytes() as u64,
+            input: input.bytes(),
         };
 
         synchronize(device)?;
@@ -315,7 +317,7 @@ fn explain(f: RunFailure, spec: &RunSpec, device: DeviceKind, budget: Option<u64
 /// the sample, the output, and the peak reserved bytes during the pass (CUDA only).
 pub fn timed_forward(
     model: &Model,
-    input: &Tensor,
+    input: &Input,
     spec: &RunSpec,
     device: DeviceKind,
     meter: &Meter<'_>,
@@ -370,7 +372,7 @@ fn timed_pass(
 /// first copied to the device when it starts in host memory.
 pub fn forward(
     model: &Model,
-    input: &Tensor,
+    input: &Input,
     spec: &RunSpec,
     device: DeviceKind,
 ) -> Result<Tensor, RunFailure> {
@@ -380,7 +382,7 @@ pub fn forward(
 /// [`forward`] with a probe the model marks at its module boundaries (the traced pass).
 pub fn forward_probed(
     model: &Model,
-    input: &Tensor,
+    input: &Input,
     spec: &RunSpec,
     device: DeviceKind,
     probe: &mut Probe<'_>,
@@ -401,7 +403,7 @@ pub fn forward_probed(
     };
     let _flags = backend_guard(&spec.advanced, device)?;
     let placed = place_input(input, &spec.advanced, device)?;
-    catch_torch(|| model.net.forward_probed(&placed, !spec.eval, probe))
+    catch_torch(|| model.net.forward_inputs(&placed, !spec.eval, probe))
 }
 
 fn output_facts(t: &Tensor) -> OutputFacts {

@@ -194,8 +194,16 @@ impl Lab {
         }) {
             // Most recently used goes last; eviction takes from the front.
             let m = self.models.remove(i);
-            self.models.push(m);
-            return Ok(self.models.len() - 1);
+            if !matches!(id, ModelId::Team(_)) {
+                self.models.push(m);
+                return Ok(self.models.len() - 1);
+            }
+            // A TorchScript module's graph executor specialises its plan on the passes it
+            // has run (after grad-mode passes an inference_mode pass trips on the autodiff
+            // subgraphs left behind): a team model is loaded afresh each time, as a new
+            // Python process would (`torch.jit.load`), so no run depends on the ones before
+            // it. The old copy goes first, so the two never share the budget.
+            drop(m);
         }
         while self.models.len() >= self.config.model_cache.max(1) {
             self.models.remove(0);

@@ -13,12 +13,12 @@ use protocol::{
     ModelId, NamedTrace, PitfallOptions, Report, RunFailure, RunSpec, Series, Table, Verdict,
 };
 use protocol::stats::{RatioCi, Side};
-use tch::Tensor;
 
 use crate::lab::{
     catch_torch, failure, forward, synchronize, tch_device, timed_forward, torch_failure, Lab,
     RunControl,
 };
+use crate::input::Input;
 use crate::models::Model;
 use crate::spec::check_spec;
 
@@ -131,7 +131,7 @@ impl Setup {
         catch_torch(|| Model::build(self.model, tch_device(ctx.device), self.size))
     }
 
-    pub fn input(&self, model: &Model, ctx: &Ctx) -> Result<Tensor, RunFailure> {
+    pub fn input(&self, model: &Model, ctx: &Ctx) -> Result<Input, RunFailure> {
         catch_torch(|| model.input(self.batch, self.size, tch_device(ctx.device)))
     }
 
@@ -173,7 +173,7 @@ pub fn pass_memory(
     lab: &Lab,
     ctx: &Ctx,
     model: &Model,
-    input: &Tensor,
+    input: &Input,
     spec: &RunSpec,
 ) -> Result<PassMemory, RunFailure> {
     ctx.check()?;
@@ -204,7 +204,7 @@ pub fn trace_pass(
     lab: &Lab,
     ctx: &Ctx,
     model: &Model,
-    input: &Tensor,
+    input: &Input,
     spec: &RunSpec,
 ) -> Result<Vec<protocol::TracePoint>, RunFailure> {
     ctx.check()?;

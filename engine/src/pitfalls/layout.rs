@@ -42,7 +42,7 @@ fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let x_nchw = make_input(lab.model(i_nchw), setup.batch, setup.size, &Advanced::default(), ctx.device)?;
     let reference = forward(lab.model(i_nchw), &x_nchw, &setup.spec, ctx.device)?;
     let i_nhwc = lab.model_index_as(setup.model, ctx.device, setup.size, &nhwc)?;
-    let x_nhwc = catch_torch(|| crate::lab::to_channels_last(&x_nchw))?;
+    let x_nhwc = catch_torch(|| x_nchw.map(crate::lab::to_channels_last))?;
     let spec_nhwc = RunSpec { advanced: nhwc, ..setup.spec.clone() };
     let out = forward(lab.model(i_nhwc), &x_nhwc, &spec_nhwc, ctx.device)?;
     let (diff, scale) = catch_torch(|| {
@@ -51,7 +51,7 @@ fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     drop((out, reference));
     let weights: Vec<_> = lab.model(i_nhwc).vs.variables().into_values().filter(|t| t.dim() == 4).collect();
     let weights_nhwc = weights.iter().filter(|t| is_channels_last(t)).count();
-    let input_nhwc = is_channels_last(&x_nhwc);
+    let input_nhwc = is_channels_last(x_nhwc.first());
     let rounds = if ctx.cuda() { 20 } else { 10 };
     let (m_nchw, m_nhwc) = (lab.model(i_nchw), lab.model(i_nhwc));
     let times = time_passes(ctx, rounds, 2, |variant, _| {

@@ -11,6 +11,7 @@ use super::kit::{
 };
 use super::Card;
 use crate::lab::{catch_torch, failure, forward, tch_device, torch_failure, Lab};
+use crate::input::Input;
 use crate::models::Model;
 use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
 
@@ -54,7 +55,9 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         grad: GradMode::NoGrad,
         ..RunSpec::default()
     };
-    let run = |x: &Tensor, eval: bool| forward(&model, x, &spec(eval), ctx.device);
+    let run = |x: &Tensor, eval: bool| {
+        forward(&model, &Input::one(x.shallow_clone()), &spec(eval), ctx.device)
+    };
 
     let dropout_train = max_abs_diff(&run(&x, false)?, &run(&x, false)?);
     let dropout_eval = max_abs_diff(&run(&x, true)?, &run(&x, true)?);

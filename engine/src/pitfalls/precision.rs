@@ -72,7 +72,7 @@ fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let autocast_bytes = parameter_bytes(lab.model(i32_));
     let ic = lab.model_index_as(model_id, ctx.device, size, &cast)?;
     let cast_bytes = parameter_bytes(lab.model(ic));
-    let x_low = catch_torch(|| x.to_kind(crate::lab::kind_of(weights)))?;
+    let x_low = catch_torch(|| x.cast_floats(crate::lab::kind_of(weights)))?;
     let cast_spec = RunSpec {
         advanced: cast,
         ..base.clone()

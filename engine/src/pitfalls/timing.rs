@@ -12,6 +12,7 @@ use super::kit::{
 };
 use super::Card;
 use crate::lab::{catch_torch, forward, tch_device, Lab};
+use crate::input::Input;
 use crate::models::Model;
 
 pub const WARM_UP: Card = Card {
@@ -264,7 +265,7 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     let batches = (0..20)
         .map(|_| setup.input(model, ctx))
-        .collect::<Result<Vec<Tensor>, RunFailure>>()?;
+        .collect::<Result<Vec<Input>, RunFailure>>()?;
     let device = tch_device(ctx.device);
     let spec: &RunSpec = &setup.spec;
     let run_loop = |per_batch_item: bool| -> Result<f64, RunFailure> {

@@ -11,6 +11,13 @@
 //! `set_eval`), grad modes and autocast are thread state around the call. What train mode
 //! changes is measured here at load ([`protocol::team::TrainingEffect`]), since a script
 //! hides its layers.
+//!
+//! A module may take several inputs (token ids and an attention mask): the sidecar lists
+//! them in the forward pass's order, [`input`] makes each, and the pass receives them all as
+//! positional arguments. How the forward's own declaration is read and a mismatch named is
+//! in `signature`.
+
+mod signature;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +27,9 @@ use protocol::team::{self, Sidecar, TeamModel, TrainingEffect};
 use tch::nn::{self, ModuleT};
 use tch::{CModule, Device, IValue, Kind, Tensor};
 
+use crate::input::Input;
 use crate::lab::catch_torch;
+pub use signature::script_error;
 
 /// A file the models directory holds that is not served, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,12 +127,6 @@ fn load_one(path: &Path, name: &str, weight_limit: Option<u64>) -> Result<TeamMo
     sidecar
         .validate()
         .map_err(|e| format!("its sidecar {name}.json: {e}"))?;
-    if sidecar.inputs.len() != 1 {
-        return Err(format!(
-            "its sidecar {name}.json lists {} inputs: models with more than one input are not supported yet",
-            sidecar.inputs.len()
-        ));
-    }
     let module = CModule::load_on_device(path, Device::Cpu).map_err(|e| {
         format!(
             "does not load as TorchScript: {}",
@@ -151,10 +154,17 @@ fn load_one(path: &Path, name: &str, weight_limit: Option<u64>) -> Result<TeamMo
         }
     }
     drop(params);
+    // The forward's declaration first: a count that cannot fit is said before anything
+    // runs, and the argument names let a failing pass be traced to the input at fault.
+    let declaration = signature::Declaration::read(&module);
+    if let Some(d) = &declaration {
+        d.check_count(&sidecar)
+            .map_err(|e| format!("its sidecar {name}.json does not fit the module: {e}"))?;
+    }
     let training = probe(module, &sidecar).map_err(|e| {
         format!(
-            "its sidecar {name}.json does not fit the module (inputs {}): {e}",
-            sidecar.describe_inputs()
+            "its sidecar {name}.json does not fit the module: {}",
+            signature::mismatch(&sidecar, declaration.as_ref(), &e)
         )
     })?;
     Ok(TeamModel::new(
@@ -173,8 +183,9 @@ fn probe(mut module: CModule, sidecar: &Sidecar) -> Result<TrainingEffect, Strin
     let size = sidecar.size.as_ref().map_or(0, |s| s.default);
     let x = catch_torch(|| input(sidecar, 2, size, Device::Cpu)).map_err(|f| f.message)?;
     let run = |module: &CModule| -> Result<Tensor, String> {
-        let out = tch::no_grad(|| module.forward_is(&[IValue::Tensor(x.shallow_clone())]))
-            .map_err(|e| format!("forward raised: {}", script_error(&e.to_string())))?;
+        // The whole interpreter text: `signature::mismatch` reads its traceback.
+        let out = tch::no_grad(|| module.forward_is(&ivalues(x.tensors())))
+            .map_err(|e| e.to_string())?;
         first_tensor(out).ok_or_else(|| "forward returned no tensor".to_string())
     };
     module.f_set_eval().map_err(|e| e.to_string())?;
@@ -212,41 +223,44 @@ fn first_tensor(out: IValue) -> Option<Tensor> {
     }
 }
 
-/// A random input batch for a team model, as its sidecar describes it.
-pub fn input(sidecar: &Sidecar, batch: u32, size: u32, device: Device) -> Tensor {
-    let spec = &sidecar.inputs[0];
-    let shape = &sidecar.shapes(batch, size)[0];
-    let kind = match spec.dtype {
-        team::Dtype::Float32 => Kind::Float,
-        team::Dtype::Float64 => Kind::Double,
-        team::Dtype::Float16 => Kind::Half,
-        team::Dtype::Bfloat16 => Kind::BFloat16,
-        team::Dtype::Int64 => Kind::Int64,
-        team::Dtype::Int32 => Kind::Int,
-    };
-    match spec.high {
-        Some(high) => Tensor::randint(high, shape.as_slice(), (kind, device)),
-        None => Tensor::randn(shape.as_slice(), (kind, device)),
-    }
+/// A team model's inputs at `batch` and `size`, as its sidecar describes each: random
+/// normal (floating point), uniform in `0..high` (ids), or `fill` everywhere (a mask).
+/// `bench/peer.py` makes the same tensors, so both sides hold the same bytes.
+pub fn input(sidecar: &Sidecar, batch: u32, size: u32, device: Device) -> Input {
+    let tensors = sidecar
+        .inputs
+        .iter()
+        .zip(sidecar.shapes(batch, size))
+        .map(|(spec, shape)| {
+            let kind = match spec.dtype {
+                team::Dtype::Float32 => Kind::Float,
+                team::Dtype::Float64 => Kind::Double,
+                team::Dtype::Float16 => Kind::Half,
+                team::Dtype::Bfloat16 => Kind::BFloat16,
+                team::Dtype::Int64 => Kind::Int64,
+                team::Dtype::Int32 => Kind::Int,
+                team::Dtype::Bool => Kind::Bool,
+            };
+            match (spec.high, spec.fill) {
+                (Some(high), _) => Tensor::randint(high, shape.as_slice(), (kind, device)),
+                // The sidecar's check keeps integer and bool fills whole.
+                (None, Some(fill)) if !spec.dtype.is_floating_point() => {
+                    Tensor::full(shape.as_slice(), fill as i64, (kind, device))
+                }
+                (None, Some(fill)) => Tensor::full(shape.as_slice(), fill, (kind, device)),
+                (None, None) => Tensor::randn(shape.as_slice(), (kind, device)),
+            }
+        })
+        .collect();
+    Input::many(tensors)
 }
 
-/// The useful line of a TorchScript error: the interpreter puts its traceback first and
-/// the exception (`RuntimeError: ...`, or the module's own `raise`) last.
-pub fn script_error(text: &str) -> String {
-    let text = text.trim_start_matches("Torch(\"").trim_end_matches("\")");
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let exception = lines.iter().rev().find(|l| {
-        let head = l.split(':').next().unwrap_or("");
-        (head.ends_with("Error") || head.ends_with("Exception")) && !head.contains(' ')
-    });
-    match exception {
-        Some(l) => l.to_string(),
-        None => crate::first_line(text),
-    }
+/// The inputs as the interpreter's positional arguments (sharing their storage).
+fn ivalues(tensors: &[Tensor]) -> Vec<IValue> {
+    tensors
+        .iter()
+        .map(|t| IValue::Tensor(t.shallow_clone()))
+        .collect()
 }
 
 /// A loaded TorchScript module as the lab runs it. The interpreter keeps `training` on the
@@ -256,8 +270,10 @@ struct Scripted {
     module: Mutex<(CModule, Option<bool>)>,
 }
 
-impl ModuleT for Scripted {
-    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+impl Scripted {
+    /// One forward pass on `inputs` in the mode asked for. Panics with the interpreter's
+    /// reason (callers run it under [`catch_torch`]).
+    fn run(&self, inputs: &[Tensor], train: bool) -> Tensor {
         let mut guard = self.module.lock().unwrap_or_else(|e| e.into_inner());
         let (module, mode) = &mut *guard;
         if *mode != Some(train) {
@@ -271,7 +287,7 @@ impl ModuleT for Scripted {
             }
             *mode = Some(train);
         }
-        match module.forward_is(&[IValue::Tensor(xs.shallow_clone())]) {
+        match module.forward_is(&ivalues(inputs)) {
             Ok(out) => match first_tensor(out) {
                 Some(t) => t,
                 None => panic!("the module's forward returned no tensor"),
@@ -284,9 +300,25 @@ impl ModuleT for Scripted {
     }
 }
 
-/// The forward-pass trace sees a TorchScript module as one step (its interpreter runs the
-/// submodules; no probe reaches inside), so its trace is the whole model's output.
-impl crate::models::Net for Scripted {}
+impl ModuleT for Scripted {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.run(std::slice::from_ref(xs), train)
+    }
+}
+
+/// The forward-pass trace cannot follow a TorchScript module (its interpreter runs the
+/// submodules; no probe reaches inside), so it marks nothing: the trace and the FLOP count
+/// are absent. Every input the sidecar lists is passed.
+impl crate::models::Net for Scripted {
+    fn forward_inputs(
+        &self,
+        inputs: &Input,
+        train: bool,
+        _probe: &mut crate::trace::Probe<'_>,
+    ) -> Tensor {
+        self.run(inputs.tensors(), train)
+    }
+}
 
 /// Loads the team model `name` on `device`, its parameters added to `vs` (shared, not
 /// copied) so that they are counted like a built-in model's. Panics with the reason when
@@ -320,16 +352,4 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn crate::models::Net> {
     Box::new(Scripted {
         module: Mutex::new((module, None)),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_exception_line_is_kept_from_an_interpreter_error() {
-        let text = "The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript, serialized code (most recent call last):\n  File \"code/__torch__.py\", line 8, in forward\n    _0 = torch.conv2d(x, w)\nRuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [2, 3]\n";
-        assert!(script_error(text).starts_with("RuntimeError: Expected 3D"));
-        assert_eq!(script_error("plain message\nmore"), "plain message");
-    }
 }
