@@ -212,6 +212,7 @@ fn server_info() -> ServerInfo {
         limits: Default::default(),
         pitfalls: vec![],
         auth_required: false,
+        workers: vec![],
     })
 }
 
