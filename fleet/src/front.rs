@@ -351,7 +351,7 @@ impl Front {
         loop {
             let consumer = async {
                 let stream = self.bus.js.get_stream(bus::EVENTS_STREAM).await?;
-                let consumer: pull::Consumer = stream
+                let consumer: async_nats::jetstream::consumer::PullConsumer = stream
                     .get_or_create_consumer(
                         "recorder",
                         pull::Config {

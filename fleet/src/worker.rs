@@ -39,28 +39,34 @@ pub async fn run(
     engine: Arc<engine::Worker>,
     card: WorkerCard,
     options: WorkerOptions,
-    shutdown: impl std::future::Future<Output = ()>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let options = Arc::new(options);
     bus.ensure_patiently(options.heartbeat_ttl).await;
     let live = Arc::new(Mutex::new(Live::default()));
     let beat = tokio::spawn(heartbeat(bus.clone(), engine.clone(), card, live.clone(), options.clone()));
-    let jobs = jobs(bus.clone(), engine, live, options.clone());
-    tokio::pin!(jobs);
-    tokio::pin!(shutdown);
-    let result = tokio::select! {
-        r = &mut jobs => r,
-        _ = &mut shutdown => {
-            tracing::info!("shutting down: finishing the current job");
-            Ok(())
-        }
-    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing the current job, taking no more");
+        stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let result = jobs(bus.clone(), engine, live, options.clone(), stop).await;
     beat.abort();
     // Leave the list at once rather than a TTL later.
     if let Ok(kv) = bus.workers().await {
         let _ = kv.delete(&options.name).await;
     }
     result
+}
+
+/// How long JetStream waits for the worker's word on a job before handing it out again:
+/// short, because a worker restarted after a crash gets nothing else (one job in flight)
+/// until its dead predecessor's job comes back to it; a live worker says "in progress"
+/// every third of it.
+fn ack_wait(heartbeat_ttl: Duration) -> Duration {
+    (heartbeat_ttl * 2).max(Duration::from_secs(4))
 }
 
 fn durable(name: &str) -> String {
@@ -110,11 +116,16 @@ async fn jobs(
     engine: Arc<engine::Worker>,
     live: Arc<Mutex<Live>>,
     options: Arc<WorkerOptions>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<()> {
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     let consumer = loop {
+        if stopped() {
+            return Ok(());
+        }
         let created = async {
             let stream = bus.js.get_stream(bus::RUNS_STREAM).await?;
-            let consumer: pull::Consumer = stream
+            let consumer: async_nats::jetstream::consumer::PullConsumer = stream
                 .get_or_create_consumer(
                     &durable(&options.name),
                     pull::Config {
@@ -122,7 +133,7 @@ async fn jobs(
                         filter_subject: bus::job_subject(&options.name),
                         ack_policy: AckPolicy::Explicit,
                         max_ack_pending: 1,
-                        ack_wait: Duration::from_secs(30),
+                        ack_wait: ack_wait(options.heartbeat_ttl),
                         ..Default::default()
                     },
                 )
@@ -138,7 +149,7 @@ async fn jobs(
         }
     };
     tracing::info!(worker = %options.name, "taking jobs from {}", bus::job_subject(&options.name));
-    loop {
+    while !stopped() {
         let batch = consumer
             .fetch()
             .max_messages(1)
@@ -183,6 +194,7 @@ async fn jobs(
             }
         }
     }
+    Ok(())
 }
 
 /// Publishes `event` for the job, retrying while NATS is away (events must arrive in
@@ -251,7 +263,7 @@ async fn handle(
             let engine = engine.clone();
             let id = pitfall.clone();
             let work = tokio::task::spawn_blocking(move || engine.run_experiment(&id, p));
-            let result = with_progress(message, work).await;
+            let result = with_progress(message, options, work).await;
             let body = match result {
                 Ok(Ok(mut report)) => {
                     report.record_id = Some(job.id.clone());
@@ -272,9 +284,13 @@ fn cpu_only(name: &str) -> String {
 
 /// Awaits `work`, telling JetStream every few seconds that the job is in progress (so it is
 /// not handed out again while it still runs).
-async fn with_progress<T>(message: &async_nats::jetstream::Message, work: impl std::future::Future<Output = T>) -> T {
+async fn with_progress<T>(
+    message: &async_nats::jetstream::Message,
+    options: &WorkerOptions,
+    work: impl std::future::Future<Output = T>,
+) -> T {
     tokio::pin!(work);
-    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    let mut tick = tokio::time::interval(ack_wait(options.heartbeat_ttl) / 3);
     tick.tick().await;
     loop {
         tokio::select! {
@@ -322,7 +338,7 @@ async fn run_job(
         // The engine dropped the sink without a last event: it stopped.
         emit(bus, job, failed(FailureKind::Internal, "the device worker stopped".into())).await
     };
-    with_progress(message, relay).await
+    with_progress(message, options, relay).await
 }
 
 /// The card for this worker, from what its engine found.
