@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, kv, stream};
+
 use protocol::{
     DeviceInfo, Event, Limits, ModelInfo, PitfallOptions, PitfallReport, RunSpec,
 };
@@ -237,11 +238,20 @@ impl Bus {
             .await
             .context("creating the events stream")?;
         if self.js.get_key_value(WORKERS_BUCKET).await.is_err() {
+            // The bucket's stream, as a key-value bucket is laid out (one message per key,
+            // expiring after the TTL), created directly: the client's `create_key_value`
+            // first reads the account's limits in a form nats-server 2.9 does not answer.
             self.js
-                .create_key_value(kv::Config {
-                    bucket: WORKERS_BUCKET.into(),
-                    history: 1,
+                .get_or_create_stream(stream::Config {
+                    name: format!("KV_{WORKERS_BUCKET}"),
+                    subjects: vec![format!("$KV.{WORKERS_BUCKET}.>")],
+                    max_messages_per_subject: 1,
                     max_age: heartbeat_ttl,
+                    duplicate_window: heartbeat_ttl.min(Duration::from_secs(120)),
+                    discard: stream::DiscardPolicy::New,
+                    allow_rollup: true,
+                    deny_delete: true,
+                    allow_direct: true,
                     ..Default::default()
                 })
                 .await
