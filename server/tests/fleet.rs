@@ -234,12 +234,18 @@ async fn metric(addr: SocketAddr, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn rows_with_id(database: &str, id: &str) -> i64 {
-    let mut client = postgres::Client::connect(database, postgres::NoTls).unwrap();
-    client
-        .query_one("SELECT COUNT(*) FROM records WHERE id = $1", &[&id])
-        .unwrap()
-        .get(0)
+/// Rows of `id` in the fronts' database (the blocking client, off the test's async threads).
+async fn rows_with_id(database: &str, id: &str) -> i64 {
+    let (database, id) = (database.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&database, postgres::NoTls).unwrap();
+        client
+            .query_one("SELECT COUNT(*) FROM records WHERE id = $1", &[&id])
+            .unwrap()
+            .get::<_, i64>(0)
+    })
+    .await
+    .unwrap()
 }
 
 fn services(env: &Env, command: &str) {
@@ -304,7 +310,7 @@ async fn two_fronts_three_workers_and_their_faults() {
         let other = if front == a { b } else { a };
         let (status, _) = get_text(other, &format!("/api/records/{}", created.id)).await.unwrap();
         assert_eq!(status, 200);
-        assert_eq!(rows_with_id(&fleet.env.database, &created.id), 1);
+        assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
     }
 
     // 2. A viewer on front A follows a run submitted on front B, from its first event.
@@ -312,7 +318,7 @@ async fn two_fronts_three_workers_and_their_faults() {
     let (_, events) = follow(a, &created.id, |_| {}).await;
     assert!(matches!(events.first(), Some((_, Event::Queued { .. }))), "{events:?}");
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
-    assert_eq!(rows_with_id(&fleet.env.database, &created.id), 1);
+    assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
 
     // 3. A worker killed mid-run: its run fails within the heartbeat, nothing is recorded.
     let created = submit(a, "w3", LONG).await;
@@ -350,7 +356,7 @@ async fn two_fronts_three_workers_and_their_faults() {
     assert!(noticed < Duration::from_secs_f64(HEARTBEAT_S * 3.0 + 2.0), "noticed after {noticed:?}");
     println!("worker killed mid-run: failure seen by the viewer after {:.2} s (heartbeat {HEARTBEAT_S} s)", noticed.as_secs_f64());
     assert!(live_workers(a).await.iter().all(|w| w != "w3"), "w3 left the list");
-    assert_eq!(rows_with_id(&fleet.env.database, &created.id), 0, "a failed run is not recorded");
+    assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 0, "a failed run is not recorded");
     // Back again: its unacknowledged job comes back to it, and is skipped (already ended).
     fleet.start_worker("w3");
     wait_for("w3 back", Duration::from_secs(60), async || live_workers(a).await.len() == 3).await;
@@ -368,7 +374,7 @@ async fn two_fronts_three_workers_and_their_faults() {
     })
     .await;
     wait_for("front B back", Duration::from_secs(60), async || live_workers(b).await.len() == 3).await;
-    assert_eq!(rows_with_id(&fleet.env.database, &created.id), 1);
+    assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
     let (status, _) = get_text(b, &format!("/api/records/{}", created.id)).await.unwrap();
     assert_eq!(status, 200, "the restarted front reads it too");
 
