@@ -23,7 +23,9 @@ Usage:
     python bench/compare.py --json raw.json --markdown table.md
     python bench/compare.py --render raw.json     # the table of an earlier (or cut) run
 
-A config is model:batch:eval|train:enabled|no_grad|inference_mode[:off|fp16|bf16[:input_size]].
+A config is model:batch:eval|train:enabled|no_grad|inference_mode[:off|fp16|bf16[:input_size[:extras]]],
+where extras are the advanced settings both sides take, comma-separated: weights=fp16|bf16,
+memory_format=channels_last, input_source=pageable (input_size may be left empty).
 """
 
 from __future__ import annotations
@@ -54,7 +56,16 @@ DEFAULT_CONFIGS = [
     "tiny_mlp:64:eval:no_grad",
     "tiny_mlp:64:train:enabled",
     "transformer:8:eval:inference_mode",
+    # The CPU-meaningful advanced settings (issue 14): cast weights, NHWC, a host-side input.
+    "resnet18:8:eval:no_grad:off::weights=bf16",
+    "resnet18:8:eval:no_grad:off::memory_format=channels_last",
+    "resnet18:8:eval:no_grad:off::input_source=pageable",
 ]
+EXTRAS = {
+    "weights": ("fp32", "fp16", "bf16"),
+    "memory_format": ("contiguous", "channels_last"),
+    "input_source": ("device", "pageable"),
+}
 QUICK_CONFIGS = [
     "resnet18:8:eval:no_grad",
     "resnet18:8:train:enabled",
@@ -73,16 +84,24 @@ class Config:
     grad: str
     autocast: str = "off"
     input_size: int | None = None
+    extras: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
-    def parse(text: str) -> "Config":
+    def parse(text: str, models_dir: str | None = None) -> "Config":
         parts = text.split(":")
-        if not 4 <= len(parts) <= 6:
-            raise ValueError(f"config `{text}`: expected model:batch:eval|train:grad[:autocast[:input_size]]")
+        if not 4 <= len(parts) <= 7:
+            raise ValueError(f"config `{text}`: expected model:batch:eval|train:grad[:autocast[:input_size[:extras]]]")
         model, batch, mode, grad = parts[:4]
         autocast = parts[4] if len(parts) > 4 else "off"
-        size = int(parts[5]) if len(parts) > 5 else None
-        if model not in MODELS:
+        size = int(parts[5]) if len(parts) > 5 and parts[5] else None
+        extras = []
+        for item in (parts[6].split(",") if len(parts) > 6 and parts[6] else []):
+            key, _, value = item.partition("=")
+            if value not in EXTRAS.get(key, ()):
+                raise ValueError(f"config `{text}`: unknown extra `{item}` (known: {EXTRAS})")
+            extras.append((key, value))
+        team = models_dir is not None and (Path(models_dir) / f"{model}.pt").exists()
+        if model not in MODELS and not team:
             raise ValueError(f"config `{text}`: unknown model `{model}` (known: {', '.join(MODELS)})")
         if mode not in ("eval", "train"):
             raise ValueError(f"config `{text}`: mode must be eval or train, not `{mode}`")
@@ -90,11 +109,12 @@ class Config:
             raise ValueError(f"config `{text}`: grad must be one of {', '.join(GRAD_MODES)}")
         if autocast not in AUTOCASTS:
             raise ValueError(f"config `{text}`: autocast must be one of {', '.join(AUTOCASTS)}")
-        return Config(model, int(batch), mode == "eval", grad, autocast, size)
+        return Config(model, int(batch), mode == "eval", grad, autocast, size, tuple(extras))
 
     def label(self) -> str:
         """e.g. `resnet50 b8 eval+no_grad+fp16`."""
         parts = ["eval" if self.eval else "train", self.grad] + ([self.autocast] if self.autocast != "off" else [])
+        parts += [value if key != "weights" else f"{value}-weights" for key, value in self.extras]
         size = f" s{self.input_size}" if self.input_size else ""
         return f"{self.model} b{self.batch}{size} {'+'.join(parts)}"
 
@@ -114,6 +134,11 @@ class Config:
         size = self.input_size or args.input_size
         if size:
             flags += ["--input-size", str(size)]
+        if args.models_dir:
+            # Team models: both sides load the same TorchScript file.
+            flags += ["--models-dir", args.models_dir]
+        for key, value in self.extras:
+            flags += ["--" + key.replace("_", "-"), value]
         return flags + ["--json"]
 
 
@@ -321,6 +346,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="write every raw result here (rewritten after each run)")
     p.add_argument("--markdown", default=None, metavar="OUT", help="also write the table here")
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="team models (NAME.pt + NAME.json) both sides load; configs may name them")
     p.add_argument("--render", default=None, metavar="RAW",
                    help="run nothing: print the table of a raw file written by --json")
     args = p.parse_args(argv)
@@ -328,7 +355,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds = QUICK_ROUNDS if args.quick else 5
     texts = args.config or (QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS)
     try:
-        args.configs = [Config.parse(t) for t in texts]
+        args.configs = [Config.parse(t, args.models_dir) for t in texts]
     except ValueError as e:
         p.error(str(e))
     if args.rounds < 1 or args.iters < 1 or args.threads < 1 or args.warmup < 0:

@@ -55,6 +55,7 @@ import datetime as _dt
 import json
 import math
 import os
+from pathlib import Path
 import platform
 import sys
 import time
@@ -70,6 +71,10 @@ import torch.nn.functional as F  # noqa: E402
 MODELS = ("tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer")
 GRAD_MODES = ("enabled", "no_grad", "inference_mode")
 AUTOCASTS = ("off", "fp16", "bf16")
+WEIGHTS = ("fp32", "fp16", "bf16")
+MEMORY_FORMATS = ("contiguous", "channels_last")
+INPUT_SOURCES = ("device", "pageable", "pinned")
+WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SEED = 0
 
 # Input sizes: (default, max), as protocol::ModelId::input says; ResNets and MobileNet need
@@ -333,8 +338,35 @@ BUILTIN_IMAGE_MODELS = {
 }
 
 
-def build_model(name: str, input_size: int, builtin: bool = False) -> tuple[nn.Module, str]:
-    """The architecture `name` with random weights, on the CPU, and where it came from."""
+def team_sidecar(models_dir: str | None, name: str) -> dict | None:
+    """The sidecar of team model `name` (NAME.json beside NAME.pt in --models-dir), or None
+    for a built-in model."""
+    if name in MODELS:
+        return None
+    if not models_dir:
+        raise SystemExit(f"error: unknown model `{name}`; known: {', '.join(MODELS)} (team models need --models-dir)")
+    path = Path(models_dir) / f"{name}.json"
+    if not (Path(models_dir) / f"{name}.pt").exists() or not path.exists():
+        raise SystemExit(f"error: {models_dir} holds no team model `{name}` ({name}.pt and {name}.json)")
+    return json.loads(path.read_text())
+
+
+def team_input(sidecar: dict, batch: int, size: int, device: torch.device) -> torch.Tensor:
+    """A team model's input as its sidecar describes it (Gradless serves one input)."""
+    spec = sidecar["inputs"][0]
+    shape = [batch if d == "batch" else size if d == "size" else d for d in spec["shape"]]
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    if "high" in spec:
+        return torch.randint(0, spec["high"], shape, dtype=dtype, device=device)
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+def build_model(name: str, input_size: int, builtin: bool = False, models_dir: str | None = None) -> tuple[nn.Module, str]:
+    """The architecture `name` with random weights, on the CPU, and where it came from; a
+    team model is the same TorchScript file Gradless loads."""
+    if name not in MODELS:
+        path = Path(models_dir) / f"{name}.pt"
+        return torch.jit.load(str(path), map_location="cpu"), f"torch.jit.load({path})"
     if name == "tiny_mlp":
         return tiny_mlp(input_size), "bench/peer.py"
     if name == "transformer":
@@ -483,11 +515,21 @@ def autocast_context(autocast: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def forward(model: nn.Module, x: torch.Tensor, grad: str, autocast: str, device: torch.device) -> torch.Tensor:
-    """One forward pass: grad context outside, autocast inside, entered per iteration."""
+def place(x: torch.Tensor, source: str, device: torch.device) -> torch.Tensor:
+    """The input as the pass receives it: itself when it is already on the device, else a
+    fresh copy to the device (non_blocking from pinned memory), inside the timed pass."""
+    if source == "device":
+        return x
+    return x.to(device, non_blocking=source == "pinned", copy=True)
+
+
+def forward(model: nn.Module, x: torch.Tensor, grad: str, autocast: str, device: torch.device,
+            source: str = "device") -> torch.Tensor:
+    """One forward pass: grad context outside, autocast inside, entered per iteration; an
+    input in host memory is copied to the device first, inside both."""
     with grad_context(grad):
         with autocast_context(autocast, device):
-            return model(x)
+            return model(place(x, source, device))
 
 
 def synchronize(device: torch.device) -> None:
@@ -563,7 +605,11 @@ def measure(args: argparse.Namespace) -> dict:
             raise SystemExit("error: device: this machine has no CUDA device; use cpu or auto")
         device = torch.device("cuda", 0)
         torch.cuda.set_device(device)
-    size = args.input_size or INPUT_SIZES[args.model][0]
+    sidecar = team_sidecar(args.models_dir, args.model)
+    if sidecar is None:
+        size = args.input_size or INPUT_SIZES[args.model][0]
+    else:
+        size = args.input_size or sidecar.get("size", {}).get("default", 0)
     threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
     torch.set_num_threads(threads)
     cuda = device.type == "cuda"
@@ -574,13 +620,33 @@ def measure(args: argparse.Namespace) -> dict:
         prime_cuda_libraries(device)
         other_held = torch.cuda.memory_allocated(device)
 
+    if cuda:
+        # The CUDA math switches, as Gradless sets them for a run: TF32 both on or both off.
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
+
     torch.manual_seed(SEED)
-    model, model_source = build_model(args.model, size, args.builtin_models)
+    model, model_source = build_model(args.model, size, args.builtin_models, args.models_dir)
     model = model.to(device)
+    if args.weights != "fp32":
+        model = model.to(WEIGHT_DTYPES[args.weights])  # model.half() / model.to(torch.bfloat16)
+    if args.memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
     model.train(not args.eval)
     parameters = sum(p.numel() for p in model.parameters())
     torch.manual_seed(SEED)
-    x = torch.randn(input_shape(args.model, args.batch, size), device=device)
+    home = device if args.input_source == "device" else torch.device("cpu")
+    if sidecar is None:
+        x = torch.randn(input_shape(args.model, args.batch, size), device=home)
+    else:
+        x = team_input(sidecar, args.batch, size, home)
+    if args.weights != "fp32":
+        x = x.to(WEIGHT_DTYPES[args.weights])
+    if args.memory_format == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    if args.input_source == "pinned":
+        x = x.pin_memory()
 
     def allocated() -> int | None:
         return torch.cuda.memory_allocated(device) - other_held if cuda else None
@@ -591,7 +657,7 @@ def measure(args: argparse.Namespace) -> dict:
     def timed(i: int) -> tuple[dict, torch.Tensor]:
         """One forward pass, timed; memory is read after the clock stops."""
         t0 = time.perf_counter()
-        out = forward(model, x, args.grad, args.autocast, device)
+        out = forward(model, x, args.grad, args.autocast, device, args.input_source)
         synchronize(device)
         latency_ms = (time.perf_counter() - t0) * 1000.0
         sample = {"iteration": i, "latency_ms": latency_ms, "allocated_bytes": allocated(), "reserved_bytes": reserved()}
@@ -660,6 +726,11 @@ def measure(args: argparse.Namespace) -> dict:
             "warmup": args.warmup,
             "iters": args.iters,
             "threads": args.threads,
+            "weights": args.weights,
+            "memory_format": args.memory_format,
+            "input_source": args.input_source,
+            "tf32": args.tf32,
+            "cudnn_benchmark": args.cudnn_benchmark,
         },
         "env": {**env_stamp(device, torch.get_num_threads()), "model_source": model_source},
         "parameters": parameters,
@@ -694,13 +765,13 @@ def profile_cpu_memory(model: nn.Module, x: torch.Tensor, args: argparse.Namespa
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    device = x.device
+    device = torch.device("cpu")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         out = None
         for i in range(args.iters):
             out = None
             with record_function(f"{ITERATION_MARK}{i}"):
-                out = forward(model, x, args.grad, args.autocast, device)
+                out = forward(model, x, args.grad, args.autocast, device, args.input_source)
         out = None
     deltas, marks = cpu_memory_trace(prof)
     peak, final = running_peak(deltas)
@@ -736,7 +807,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="Measure one PyTorch inference setting the way `gradless measure` does.",
     )
-    p.add_argument("--model", choices=MODELS, default="tiny_mlp")
+    p.add_argument("--model", default="tiny_mlp",
+                   help=f"{', '.join(MODELS)}, or a team model of --models-dir")
+    p.add_argument("--models-dir", default=os.environ.get("GRADLESS_MODELS_DIR"),
+                   help="the directory of team models (NAME.pt + NAME.json), as `gradless --models-dir`")
     p.add_argument("--batch", type=int, default=32)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--eval", dest="eval", action="store_true", default=True, help="model.eval() (default)")
@@ -748,6 +822,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: half the CPUs)")
     p.add_argument("--input-size", type=int, default=None, help="model-specific sample size")
+    p.add_argument("--weights", choices=WEIGHTS, default="fp32",
+                   help="weights dtype: cast once with model.half() / .to(torch.bfloat16)")
+    p.add_argument("--memory-format", choices=MEMORY_FORMATS, default="contiguous")
+    p.add_argument("--input-source", choices=INPUT_SOURCES, default="device",
+                   help="where the input starts each iteration; a host input is copied inside the timing")
+    p.add_argument("--tf32", action="store_true", help="CUDA: TF32 on for matmuls and cuDNN")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="CUDA: torch.backends.cudnn.benchmark = True")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--builtin-models", action="store_true",
                    help="use this file's copies of torchvision's image models even if torchvision is there")
@@ -765,7 +846,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("warmup cannot be negative")
     if args.threads is not None and args.threads < 1:
         p.error("threads must be at least 1")
-    if args.input_size is not None:
+    if args.memory_format == "channels_last" and args.model not in IMAGE_MODELS:
+        p.error(f"channels_last needs a convolution model; {args.model} has none")
+    if args.device == "cpu" and (args.tf32 or args.cudnn_benchmark or args.input_source == "pinned"):
+        p.error("tf32, cudnn-benchmark and a pinned input source are CUDA settings")
+    if args.model not in MODELS:
+        sidecar = team_sidecar(args.models_dir, args.model)
+        size = sidecar.get("size")
+        if args.input_size is not None and size is None:
+            p.error(f"{args.model} has a fixed input shape: leave --input-size out")
+        if args.input_size is not None and not size.get("min", 1) <= args.input_size <= size["max"]:
+            p.error(f"input_size {args.input_size} is out of range for {args.model}: allowed {size.get('min', 1)}..={size['max']}")
+    elif args.input_size is not None:
         lo = 32 if args.model in IMAGE_MODELS else 1
         hi = INPUT_SIZES[args.model][1]
         if not lo <= args.input_size <= hi:
@@ -785,38 +877,72 @@ def format_bytes(n: int | None) -> str:
     return f"{n} B" if unit == 0 else f"{value:.1f} {units[unit]}"
 
 
-def print_table(r: dict) -> None:
-    s, lat, mem, out = r["spec"], r["latency_ms"], r["memory"], r["output"]
-    label = " · ".join(
+def settings_label(s: dict) -> str:
+    return " · ".join(
         [("eval" if s["eval"] else "train"), s["grad"]]
         + ([s["autocast"]] if s["autocast"] != "off" else [])
+        + ([f"{s['weights']} weights"] if s["weights"] != "fp32" else [])
+        + (["channels_last"] if s["memory_format"] != "contiguous" else [])
+        + ([f"input from {s['input_source']} memory"] if s["input_source"] != "device" else [])
         + [f"batch {s['batch']}"]
     )
+
+
+def cpu_autocast_caveat(r: dict) -> str | None:
+    """The caveat Gradless carries with such figures: CPU fp16/bf16 is often emulated."""
+    s = r["spec"]
+    if s["autocast"] != "off" and r["env"]["device"] == "cpu":
+        return (f"{s['autocast']} autocast ran on a CPU: without native low-precision units it is "
+                "emulated and usually slower than fp32; its latency says nothing about a GPU.")
+    return None
+
+
+# The measured rows of the table, each read the same way from this run's report and from
+# the recorded one (an exported script passes Gradless's report, which has these fields).
+MEASURED_ROWS = [
+    ("latency p50", lambda r: f"{r['latency_ms']['p50']:.3f} ms"),
+    ("latency mean", lambda r: f"{r['latency_ms']['mean']:.3f} ms ± {r['latency_ms']['stddev']:.3f}"),
+    ("latency p95/p99", lambda r: f"{r['latency_ms']['p95']:.3f} / {r['latency_ms']['p99']:.3f} ms"),
+    ("latency min/max", lambda r: f"{r['latency_ms']['min']:.3f} / {r['latency_ms']['max']:.3f} ms"),
+    ("throughput", lambda r: f"{r['throughput_per_s']:.1f} samples/s"),
+    ("memory source", lambda r: r["memory"]["source"]),
+    ("baseline", lambda r: format_bytes(r["memory"]["baseline_bytes"])),
+    ("peak above baseline", lambda r: format_bytes(r["memory"]["peak_above_baseline_bytes"])),
+    ("peak reserved", lambda r: format_bytes(r["memory"]["peak_reserved_bytes"])),
+    ("leaked", lambda r: format_bytes(r["memory"]["leaked_bytes"])),
+]
+
+
+def print_table(r: dict, recorded: dict | None = None) -> None:
+    """The report as a table; with `recorded` (an exported script's recorded run), the
+    recorded figures in a column beside this machine's."""
+    s, out = r["spec"], r["output"]
     rows = [
-        ("model", f"{s['model']} ({r['parameters']:,} parameters), input size {s['input_size']}"),
-        ("built by", r["env"]["model_source"]),
-        ("settings", label),
-        ("device", f"{r['env']['device']}: {r['env']['device_name']}, threads: {r['env']['threads']}"),
-        ("torch", r["env"]["torch_version"]),
-        ("latency p50", f"{lat['p50']:.3f} ms"),
-        ("latency mean", f"{lat['mean']:.3f} ms ± {lat['stddev']:.3f}"),
-        ("latency p95/p99", f"{lat['p95']:.3f} / {lat['p99']:.3f} ms"),
-        ("latency min/max", f"{lat['min']:.3f} / {lat['max']:.3f} ms"),
-        ("throughput", f"{r['throughput_per_s']:.1f} samples/s"),
-        ("memory source", mem["source"]),
-        ("baseline", format_bytes(mem["baseline_bytes"])),
-        ("peak above baseline", format_bytes(mem["peak_above_baseline_bytes"])),
-        ("peak reserved", format_bytes(mem["peak_reserved_bytes"])),
-        ("leaked", format_bytes(mem["leaked_bytes"])),
-        ("output", f"{out['torch_dtype']} {out['shape']}, requires_grad={out['requires_grad']}, "
-                   f"is_inference={out['is_inference']}"),
+        ("model", f"{s['model']} ({r['parameters']:,} parameters), input size {s['input_size']}", None),
+        ("built by", r["env"]["model_source"], None),
+        ("settings", settings_label(s), recorded and recorded["settings"]),
+        ("device", f"{r['env']['device']}: {r['env']['device_name']}, threads: {r['env']['threads']}",
+         recorded and recorded["device"]),
+        ("torch", r["env"]["torch_version"], recorded and recorded["torch"]),
     ]
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    rows += [(k, f(r), recorded and f(recorded)) for k, f in MEASURED_ROWS]
+    rows.append(("output", f"{out['torch_dtype']} {out['shape']}, requires_grad={out['requires_grad']}, "
+                           f"is_inference={out['is_inference']}", None))
+    if recorded:
+        rows.insert(0, ("", "this machine", f"recorded by Gradless (run {recorded['run_id']})"))
+        rows.insert(1, ("measured at", "now", recorded["measured_at"]))
+    width = max(len(k) for k, _, _ in rows)
+    col = max(len(v) for _, v, _ in rows)
+    for k, v, rec in rows:
+        print(f"{k:<{width}}  {v:<{col}}  {rec or ''}".rstrip())
+    for label, caveat in (("this machine", cpu_autocast_caveat(r)), ("recorded", recorded and recorded.get("caveat"))):
+        if caveat:
+            print(f"caveat ({label}): {caveat}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, recorded: dict | None = None) -> int:
+    """Measures and prints; `recorded` (from an exported script) is printed beside the
+    new figures, or added to the JSON as `recorded`."""
     args = parse_args(argv)
     if args.self_test:
         return self_test()
@@ -824,10 +950,12 @@ def main(argv: list[str] | None = None) -> int:
         return check_builtin()
     report = measure(args)
     if args.json:
+        if recorded:
+            report["recorded"] = recorded
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
     else:
-        print_table(report)
+        print_table(report, recorded)
     return 0
 
 

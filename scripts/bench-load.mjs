@@ -2,7 +2,7 @@
 // How fast Gradless loads and starts, as medians of several runs (never asserted: timings
 // depend on the machine; the page weight is asserted by end2end/tests/page-weight.spec.ts).
 //
-//   node scripts/bench-load.mjs [--url http://127.0.0.1:3000] [--runs 5] [--warm-start] [--json]
+//   node scripts/bench-load.mjs [--url http://127.0.0.1:3000] [--runs 5] [--warm-start [--warm-start-port 8700]] [--json]
 //
 // Against a running server (GRADLESS_URL or --url), with Playwright and Chromium as the
 // browser tests use them (scripts/setup.sh --browser):
@@ -13,7 +13,8 @@
 //   first sample  click Run (tiny model, its weights already cached) to the first latency
 //               point in the chart
 // With --warm-start, also `scripts/run.sh` with nothing to rebuild: from the command to the
-// server answering /healthz (a server on a spare port, stopped after each run).
+// server answering /healthz (a server on a spare port, --warm-start-port and the next two,
+// stopped after each run).
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -114,7 +115,8 @@ for (let i = 0; i < runs; i++) {
 await browser.close();
 
 if (flag('--warm-start')) {
-  for (let i = 0; i < Math.min(runs, 3); i++) results.warmStart.push({ s: await warmStart(8700 + i) });
+  const port = Number(option('--warm-start-port', '8700'));
+  for (let i = 0; i < Math.min(runs, 3); i++) results.warmStart.push({ s: await warmStart(port + i) });
 }
 
 /** `scripts/run.sh` until the server answers, in seconds; the server is stopped after. */

@@ -32,13 +32,23 @@ wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/$PROFILE/app.wasm"
 # wasm-bindgen and wasm-opt -Oz take most of a minute on 2 cores: skip both when the compiled
 # wasm (and the wasm-opt choice) is what the site was last built from.
 stamp="$STAGE/.built-from"
-want="$(sha256sum "$wasm" | cut -d' ' -f1) opt=${GRADLESS_NO_WASM_OPT:-on}"
+# Whether wasm-opt will run is part of the stamp: a site built before npm's binaryen was
+# installed must not be kept once it is (that wasm is several times larger).
+opt=off
+if [ -x node_modules/binaryen/bin/wasm-opt ] && [ -z "${GRADLESS_NO_WASM_OPT:-}" ]; then opt=on; fi
+# Leptos's async hydration path, which the app never takes (it hydrates synchronously with
+# hydrate_body): 12% of the code, 95 KB of the brotli wasm. scripts/wasm-snip.mjs says why.
+# Only the futures' bodies (`...::hydrate_async::{{closure}}`): drop glue is left alone,
+# since the linker may share one drop function between a future and a type in use.
+SNIP=('^(?!core::ptr::drop_in_place).*::hydrate_async::\{\{closure\}\}')
+want="$(sha256sum "$wasm" scripts/wasm-snip.mjs | cut -d' ' -f1 | tr '\n' ' ')opt=$opt snip=${SNIP[*]}"
 if [ -f "$STAGE/gradless_bg.wasm" ] && [ -f "$STAGE/gradless.js" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "wasm unchanged: keeping $STAGE"
 else
   rm -f "$stamp"
   wasm-bindgen --target web --no-typescript --out-dir "$STAGE" --out-name gradless "$wasm"
-  if [ -x node_modules/binaryen/bin/wasm-opt ] && [ -z "${GRADLESS_NO_WASM_OPT:-}" ]; then
+  node scripts/wasm-snip.mjs "$STAGE/gradless_bg.wasm" "$STAGE/gradless_bg.wasm" "${SNIP[@]}"
+  if [ "$opt" = on ]; then
     # npm's binaryen: Debian bookworm's (version 108) produces a wasm that fails to
     # instantiate ("WebAssembly.Table.set(): Argument 1 is invalid").
     node_modules/binaryen/bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \

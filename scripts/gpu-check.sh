@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check: a test, not a recorder. On a CUDA machine it checks the host first, then
-# runs the engine's CUDA tests (the `cuda-tests` feature, one test thread), the thirteen
-# experiments on CUDA (each must answer a report whose verdict is `confirmed`), the server
-# (recorded CUDA runs through the API, no leak, the worker's leak check clean) and the side
+# runs the engine's CUDA tests (the `cuda-tests` feature, one test thread), every pitfall
+# experiment on CUDA (each must answer a report whose verdict is `confirmed`), the server
+# (recorded CUDA runs through the API, no leak, the worker's leak check clean; each run's
+# traced pass, FLOP/s and memory breakdown read and checked) and the side
 # by side against the PyTorch peer. It exits non-zero when any step fails and writes ONE
 # summary, OUT_DIR/summary.json: {"pass": bool, "dry_run": bool, "seconds": n, "steps":
 # [{"name", "status": "pass"|"fail"|"skipped", "seconds", "detail", "figures": {...}}]},
@@ -308,6 +309,23 @@ for spec in ({"model": "resnet50", "batch": 32, "grad": "no_grad"},
     leaked = mem.get("leaked_bytes")
     if leaked:
         problems.append(f"run {rid} leaked {leaked} B")
+    # The traced pass: a trace at every module boundary whose peak is the peak of the run
+    # (within 2%), the FLOP/s figures, and the CUDA memory breakdown with its parts.
+    trace = report.get("trace") or []
+    tpeak = max([max(p.get("peak_above_baseline_bytes", 0), p.get("allocated_above_baseline_bytes", 0)) for p in trace] or [0])
+    rpeak = mem.get("peak_above_baseline_bytes") or 0
+    breakdown = report.get("memory_breakdown") or {}
+    run.update(trace_points=len(trace), trace_peak_bytes=tpeak, flops=report.get("flops"),
+               achieved_tflops=report.get("achieved_tflops"), percent_of_peak=report.get("percent_of_peak"),
+               peak_source=report.get("peak_source"),
+               memory_breakdown={p.get("label"): p.get("bytes") for p in breakdown.get("parts", [])},
+               driver_used_bytes=breakdown.get("total_bytes"))
+    if not trace:
+        problems.append(f"run {rid}: no traced pass")
+    elif abs(tpeak - rpeak) > 0.02 * max(tpeak, rpeak):
+        problems.append(f"run {rid}: trace peak {tpeak} B vs run peak {rpeak} B (more than 2% apart)")
+    if not breakdown.get("parts"):
+        problems.append(f"run {rid}: no memory breakdown")
 code, health = call("/api/health")
 out["health"] = health
 if code != 200 or not isinstance(health, dict):

@@ -14,7 +14,7 @@ echo "==> Rust tests (the first build compiles libtorch's C++ wrapper: several m
 # The snippet test runs every model's Python snippet with the venv's PyTorch.
 export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cargo test --release --workspace
-for f in gradless-load.json gradless-soak.json gradless-hostile.json; do
+for f in gradless-load.json gradless-viewers.json gradless-soak.json gradless-hostile.json; do
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
 done
 
@@ -40,14 +40,23 @@ if grep -E '^[^a-z]*(tch|torch-sys|tokio|axum|leptos_axum) v' <<<"$tree"; then
 fi
 echo "ok: none of them among $(grep -c . <<<"$tree") dependency lines"
 
-echo "==> Building the server and the site"
-cargo build --release -p server
+echo "==> Building the site (the server binary is the one the Rust tests just built)"
+# `cargo test` builds the `gradless` binary for the integration tests (target/release/gradless,
+# with the test build's features): a separate `cargo build -p server` would compile the server
+# and everything above hyper a second time for nothing.
+[ -x "$CARGO_TARGET_DIR/release/gradless" ] || {
+  echo "error: cargo test did not leave $CARGO_TARGET_DIR/release/gradless" >&2; exit 1
+}
 scripts/build-site.sh
 
 docs_port=$((port + 2)) # the pretend docs site of the embed test
 export GRADLESS_DOCS_PORT=$docs_port
 log="$CARGO_TARGET_DIR/gradless-e2e.log"
 scratch=$(mktemp -d)
+echo "==> Making the team models the server serves (engine/tests/fixtures, with the venv's PyTorch)"
+# Good ones and deliberately bad ones: the server must serve the first and name the others.
+"$GRADLESS_PYTHON" engine/tests/fixtures/make_team_models.py "$scratch/models" >/dev/null
+export GRADLESS_MODELS_DIR="$scratch/models"
 echo "==> Starting gradless on 127.0.0.1:$port (log: $log)"
 # A fresh database; the pretend docs site of the embed test may frame embeds; no rate limit
 # (the tests start runs faster than a person would).
@@ -72,6 +81,7 @@ export GRADLESS_PYTHON="$GRADLESS_VENV/bin/python"
 cd end2end
 GRADLESS_URL="http://127.0.0.1:$port" npx playwright test
 
-echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads)"
-(cd .. && timeout 300 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5) \
+echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads, 3 warm starts)"
+# The warm starts run scripts/run.sh on the three ports after the docs site's.
+(cd .. && timeout 400 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5 --warm-start --warm-start-port $((port + 3))) \
   || echo "load benchmark: could not run (not a test)"

@@ -2,6 +2,7 @@
 //! of a result against the previous run. The facts follow the PyTorch documentation
 //! (nn.Module.eval, torch.no_grad, torch.inference_mode, torch.autocast).
 
+use protocol::stats::{RatioCi, Side};
 use protocol::{format_bytes, Autocast, GradMode, ModelId, Report};
 
 /// What `model.eval()` / `model.train()` changes for this model.
@@ -25,7 +26,10 @@ pub fn eval_text(eval: bool, model: ModelId) -> String {
     .into_iter()
     .filter_map(|(present, text)| present.then_some(text))
     .collect();
-    let effects = if effects.is_empty() {
+    // A TorchScript file hides its layers: say what was measured when it was loaded.
+    let effects = if let Some(team) = model.team() {
+        team.training.describe().to_string()
+    } else if effects.is_empty() {
         "nothing changes in this model".to_string()
     } else {
         effects.join("; ")
@@ -121,33 +125,34 @@ pub fn incomparable(a: &Report, b: &Report) -> Vec<&'static str> {
     out
 }
 
-/// The run-to-run spread of a run's timed latencies: interquartile range over the median
-/// (torch.utils.benchmark's measure of noise). `None` with fewer than 4 samples.
-pub fn relative_spread(r: &Report) -> Option<f64> {
-    let mut v: Vec<f64> = r.samples.iter().map(|s| s.latency_ms).collect();
-    if v.len() < 4 {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        let x = p * (v.len() - 1) as f64;
-        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
-        v[lo] + (v[hi] - v[lo]) * (x - lo as f64)
-    };
-    let median = q(0.5);
-    (median > 0.0).then(|| (q(0.75) - q(0.25)) / median)
+/// The noise warning of a run's latencies (IQR over median above 10%: noisy; above 25%:
+/// very noisy, rerun), as torch.utils.benchmark warns; `None` when quiet.
+pub fn noise(r: &Report) -> Option<String> {
+    r.noise_warning()
 }
 
-/// A caveat that must travel with the figures: fp16/bf16 autocast on a CPU measures the
-/// CPU's (often emulated) low-precision path, not what a GPU does.
-pub fn caveat(r: &Report) -> Option<String> {
-    (r.spec.autocast != Autocast::Off && r.env.device == protocol::DeviceKind::Cpu).then(|| {
-        format!(
-            "{} autocast ran on a CPU ({}): without native low-precision units it is emulated and usually slower than fp32; its latency says nothing about a GPU.",
-            r.spec.autocast.as_str(),
-            r.env.cpu_model
-        )
+/// The interquartile range as people read it: "0.120 ms (4% of the median)", with the
+/// noise warning when there is one; `None` with fewer than 4 timed iterations.
+pub fn spread(r: &Report) -> Option<String> {
+    let rel = r.relative_iqr()?;
+    let iqr = rel * r.latency_ms.p50;
+    let base = format!("{iqr:.3} ms ({:.0}% of the median)", rel * 100.0);
+    Some(match noise(r) {
+        Some(w) => format!("{base} — {w}"),
+        None => base,
     })
+}
+
+/// The latency of `new` against `old` from their per-iteration samples: "1.31× faster
+/// (1.22–1.40)", or no difference we can tell apart from noise (with how many more
+/// iterations would likely decide it).
+pub fn latency_change(new: &Report, old: &Report) -> Option<String> {
+    RatioCi::of(&new.latencies(), &old.latencies()).map(|ci| ci.latency_reading())
+}
+
+/// The caveat that travels with a run's figures (see [`Report::caveat`]).
+pub fn caveat(r: &Report) -> Option<String> {
+    r.caveat()
 }
 
 /// The reading line under the charts: the latest run, and what changed against the
@@ -183,27 +188,17 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
             differs.join(" and "),
         );
     }
-    let noise = relative_spread(latest)
-        .into_iter()
-        .chain(relative_spread(prev))
-        .fold(0.0_f64, f64::max);
     let mem = change(peak as f64, prev.memory.peak_above_baseline_bytes as f64);
-    let lat = change(p50, prev.latency_ms.p50).map(|l| {
-        if l.abs() <= noise * 100.0 {
-            format!(
-                "p50 latency within the noise (the runs' own spread is ±{:.0}%)",
-                noise * 100.0
-            )
-        } else {
-            describe_change("p50 latency", l)
-        }
-    });
+    let lat = latency_change(latest, prev).map(|l| format!("median latency {l}"));
     let parts: Vec<String> = [mem.map(|m| describe_change("peak memory", m)), lat]
         .into_iter()
         .flatten()
         .collect();
+    let warning = noise(latest)
+        .map(|w| format!(" This run is {w}."))
+        .unwrap_or_default();
     format!(
-        "{} against the previous run ({}): {} ({figures}).{caveat}",
+        "{} against the previous run ({}): {} ({figures}).{warning}{caveat}",
         run_name(latest),
         prev.spec.label(),
         parts.join(", "),
@@ -251,20 +246,21 @@ pub fn chart_readings(latest: &Report, previous: &Report) -> (String, String) {
             format_bytes(old)
         ),
     };
-    let noise = relative_spread(latest)
-        .into_iter()
-        .chain(relative_spread(previous))
-        .fold(0.0_f64, f64::max);
-    let lat = change(latest.latency_ms.p50, previous.latency_ms.p50);
-    let latency = match (lat, factor(latest.latency_ms.p50, previous.latency_ms.p50)) {
-        (Some(l), _) if l.abs() <= noise * 100.0 => {
-            format!(
-                "p50 within the noise of the previous run (±{:.0}%)",
-                noise * 100.0
-            )
-        }
-        (_, Some(f)) => format!("p50 {f} the previous run"),
-        _ => "p50 against the previous run: not comparable".to_string(),
+    let ci = RatioCi::of(&latest.latencies(), &previous.latencies());
+    let latency = match ci.map(|c| (c, c.side(1.0))) {
+        Some((c, Side::Above)) => format!(
+            "p50 {:.2}× higher than the previous run ({})",
+            c.ratio,
+            c.range()
+        ),
+        Some((c, Side::Below)) => format!(
+            "p50 {:.2}× lower than the previous run ({:.2}–{:.2})",
+            1.0 / c.ratio,
+            1.0 / c.hi,
+            1.0 / c.lo
+        ),
+        Some(_) => "p50 within the noise of the previous run".to_string(),
+        None => "p50 against the previous run: not comparable".to_string(),
     };
     (memory, latency)
 }
@@ -347,17 +343,30 @@ mod tests {
 
     #[test]
     fn a_latency_change_inside_the_runs_spread_is_called_noise() {
-        let noisy = [10.0, 8.0, 12.0, 9.0, 11.0, 13.0, 7.0, 10.0];
+        let noisy = [10.0, 7.0, 13.0, 9.0, 11.0, 14.0, 6.0, 10.0];
         let a = report("resnet18", 4, 100 << 20, &noisy);
         let b_lat: Vec<f64> = noisy.iter().map(|x| x * 1.1).collect();
         let b = report("resnet18", 4, 25 << 20, &b_lat);
         let text = reading(&b, Some(&a));
-        assert!(text.contains("within the noise"), "{text}");
+        assert!(
+            text.contains("no difference we can tell apart from noise"),
+            "{text}"
+        );
+        assert!(text.contains("more iterations"), "{text}");
         assert!(text.contains("peak memory 75% lower"), "{text}");
-        // A change far beyond the spread is reported as a change.
+        // The spread is 30% of the median: the run is flagged.
+        assert!(text.contains("very noisy, rerun"), "{text}");
+        // A change far beyond the spread is reported as a factor with its interval.
         let c_lat: Vec<f64> = noisy.iter().map(|x| x * 3.0).collect();
         let c = report("resnet18", 4, 25 << 20, &c_lat);
-        assert!(reading(&c, Some(&a)).contains("p50 latency 200% higher"));
+        let text = reading(&c, Some(&a));
+        assert!(text.contains("median latency 3.00× slower ("), "{text}");
+        let text = reading(&a, Some(&c));
+        assert!(text.contains("median latency 3.00× faster ("), "{text}");
+        let (_, latency) = chart_readings(&c, &a);
+        assert!(latency.starts_with("p50 3.00× higher"), "{latency}");
+        assert!(spread(&a).unwrap().contains("very noisy"));
+        assert!(spread(&report("resnet18", 4, 1, &[1.0; 4])).unwrap().starts_with("0.000 ms (0%"));
     }
 
     #[test]

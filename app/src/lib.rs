@@ -40,9 +40,9 @@ const INFO_ELEMENT: &str = "gradless-info";
 /// - the wasm, fetched from the first bytes of `<head>` (`preload`) and compiled while it
 ///   downloads (wasm-bindgen's init uses `WebAssembly.instantiateStreaming`, which needs
 ///   the server's `application/wasm`), and its js glue (`modulepreload`);
-/// - ECharts with `defer`: downloaded in parallel, never blocking the parse or the first
-///   paint, and run before the module script (deferred and module scripts run in document
-///   order), so `window.echarts` exists when the app hydrates and draws its first chart;
+/// - ECharts `async`: downloaded in parallel and run whenever it arrives, so neither the
+///   parse, the first paint nor hydration waits for it; a chart the app draws before it has
+///   run waits for the window's `load` event (`charts::render`);
 /// - the module script that instantiates the wasm and hydrates.
 ///
 /// With `asset-manifest.json` in the site root (written by scripts/build-site.sh) the files
@@ -60,7 +60,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <link rel="stylesheet" href=a.css />
                 <link rel="preload" href=a.wasm r#as="fetch" r#type="application/wasm" crossorigin="" />
                 <link rel="modulepreload" href=a.js />
-                <script src=a.echarts defer></script>
+                <script src=a.echarts async></script>
                 <script type="module" nonce=nonce inner_html=boot></script>
             }
             .into_any()
@@ -202,6 +202,9 @@ fn server_info() -> ServerInfo {
         let from_page =
             page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
         if let Some(info) = from_page {
+            // The team models this server serves, so their names parse and display here
+            // as they do on the server (see protocol::team).
+            protocol::team::register(info.models.iter().filter_map(|m| m.team.clone()).collect());
             return info;
         }
     }

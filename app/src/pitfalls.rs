@@ -157,6 +157,7 @@ fn verdict_mark(verdict: Verdict) -> (&'static str, &'static str) {
         Verdict::Confirmed => ("mark confirmed", "confirmed"),
         Verdict::Refuted => ("mark refuted", "refuted here"),
         Verdict::NotApplicable => ("mark na", "not applicable here"),
+        Verdict::Inconclusive => ("mark inconclusive", "inconclusive here"),
     }
 }
 
@@ -187,6 +188,9 @@ fn PitfallCard(
                 if let CardState::Done(report) = s {
                     if let Some(chart) = crate::charts::pitfall_chart(report) {
                         crate::charts::render(chart_id.clone(), chart);
+                    }
+                    if let Some(chart) = crate::charts::named_traces_chart(&report.traces) {
+                        crate::charts::render(format!("{chart_id}-trace"), chart);
                     }
                 }
             })
@@ -305,7 +309,13 @@ fn PitfallCard(
             </button>
             <crate::fleet::FleetPitfall id=card.id.clone() />
             {verdict_view}
-            <div id=chart_id class="chart" class:hidden=move || !has_chart()></div>
+            <div id=chart_id.clone() class="chart" class:hidden=move || !has_chart()></div>
+            <div
+                id=format!("{chart_id}-trace")
+                class="chart tall"
+                data-testid=format!("trace-{}", card.id)
+                class:hidden=move || !state.with(|s| matches!(s, CardState::Done(r) if !r.traces.is_empty()))
+            ></div>
             <details class="rule">
                 <summary>"How the verdict is decided"</summary>
                 <p>{card.threshold.clone()}</p>

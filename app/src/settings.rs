@@ -3,7 +3,8 @@
 //! Pure functions, shared by the server render and the browser.
 
 use protocol::{
-    Autocast, DeviceChoice, DeviceInfo, DeviceKind, GradMode, Limits, ModelId, RunSpec,
+    Advanced, Autocast, DeviceChoice, DeviceInfo, DeviceKind, GradMode, InputSource, Limits,
+    MemoryFormat, ModelId, RunSpec, WeightsDtype,
 };
 
 /// The Lab's default settings on a device of `kind`: the ones that show the core lesson
@@ -93,7 +94,52 @@ pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<Stri
             .filter(|i| *i > 0)
             .unwrap_or(d.iters),
         threads: get("threads").and_then(|v| v.parse().ok()),
+        advanced: advanced_from_query(&get),
     }
+}
+
+/// The advanced settings from their URL keys (`weights`, `memory_format`, `input_source`,
+/// `tf32`, `cudnn_benchmark`, `cuda_graph`); each missing or unreadable one keeps PyTorch's
+/// default.
+fn advanced_from_query(get: &impl Fn(&str) -> Option<String>) -> Advanced {
+    let flag = |key: &str| get(key).is_some_and(|v| v == "1" || v == "true");
+    Advanced {
+        weights: get("weights").and_then(|v| v.parse().ok()).unwrap_or_default(),
+        memory_format: get("memory_format")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default(),
+        input_source: get("input_source")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default(),
+        tf32: flag("tf32"),
+        cudnn_benchmark: flag("cudnn_benchmark"),
+        cuda_graph: flag("cuda_graph"),
+    }
+}
+
+/// The URL keys of the advanced settings that differ from their defaults.
+fn advanced_query(a: &Advanced) -> String {
+    let d = Advanced::default();
+    let mut q = String::new();
+    if a.weights != d.weights {
+        q.push_str(&format!("&weights={}", a.weights.as_str()));
+    }
+    if a.memory_format != d.memory_format {
+        q.push_str(&format!("&memory_format={}", a.memory_format.as_str()));
+    }
+    if a.input_source != d.input_source {
+        q.push_str(&format!("&input_source={}", a.input_source.as_str()));
+    }
+    for (on, key) in [
+        (a.tf32, "tf32"),
+        (a.cudnn_benchmark, "cudnn_benchmark"),
+        (a.cuda_graph, "cuda_graph"),
+    ] {
+        if on {
+            q.push_str(&format!("&{key}=1"));
+        }
+    }
+    q
 }
 
 /// The query string (without `?`) that restores `spec`.
@@ -119,6 +165,7 @@ pub fn query_from_spec(spec: &RunSpec) -> String {
     if let Some(t) = spec.threads {
         q.push_str(&format!("&threads={t}"));
     }
+    q.push_str(&advanced_query(&spec.advanced));
     q
 }
 
@@ -155,6 +202,12 @@ pub fn ignored_in_query(
     check("warmup", warmup != Some(false), d.warmup.to_string());
     let iters = get("iters").map(|v| v.parse::<u32>().is_ok_and(|i| i > 0));
     check("iters", iters != Some(false), d.iters.to_string());
+    let weights = get("weights").map(|v| v.parse::<WeightsDtype>().is_ok());
+    check("weights", weights != Some(false), "fp32".into());
+    let format = get("memory_format").map(|v| v.parse::<MemoryFormat>().is_ok());
+    check("memory_format", format != Some(false), "contiguous".into());
+    let source = get("input_source").map(|v| v.parse::<InputSource>().is_ok());
+    check("input_source", source != Some(false), "device".into());
     out
 }
 
@@ -225,6 +278,14 @@ mod tests {
             warmup: 1,
             iters: 9,
             threads: Some(2),
+            advanced: Advanced {
+                weights: WeightsDtype::Bf16,
+                memory_format: MemoryFormat::ChannelsLast,
+                input_source: InputSource::Pageable,
+                tf32: true,
+                cudnn_benchmark: true,
+                cuda_graph: false,
+            },
         };
         let q = query_from_spec(&spec);
         let pairs: Vec<(String, String)> = q

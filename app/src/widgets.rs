@@ -63,6 +63,7 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
             </caption>
             <tbody>
                 <tr><th>"latency p50 / p95 / p99"</th><td data-testid="p50">{format!("{:.3} / {:.3} / {:.3} ms", l.p50, l.p95, l.p99)}</td></tr>
+                <tr class=if r.noise_warning().is_some() { "noisy" } else { "" }><th>"spread (interquartile range)"</th><td data-testid="iqr">{crate::explain::spread(r).unwrap_or_else(|| "absent: fewer than 4 timed iterations".into())}</td></tr>
                 <tr><th>"mean ± stddev (min – max)"</th><td>{format!("{:.3} ± {:.3} ms ({:.3} – {:.3})", l.mean, l.stddev, l.min, l.max)}</td></tr>
                 <tr><th>"throughput"</th><td>{format!("{:.1} samples/s", r.throughput_per_s)}</td></tr>
                 <tr><th>"peak above baseline"</th><td data-testid="peak">{format_bytes(m.peak_above_baseline_bytes)}</td></tr>
@@ -220,6 +221,7 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
         Verdict::Refuted => ("verdict refuted", "Refuted here"),
         Verdict::NotApplicable => ("verdict na", "Not applicable here"),
+        Verdict::Inconclusive => ("verdict inconclusive", "Inconclusive here"),
     };
     let figures = r
         .figures

@@ -6,12 +6,13 @@
 import { expect, test, Page } from "@playwright/test";
 
 /**
- * The budget for a cold Lab visit, every response together. The goal is 0.6 MB; with the
- * guided start and the accessible charts the app's wasm grew by about 50 KB brotli, so the
- * test guards 0.7 MB against regressions until the wasm sheds that again (the printed
- * table shows where the bytes are).
+ * The budget for a cold Lab visit, every response together. The goal is 0.6 MB: the build
+ * measured 565 KB when the wasm snip landed, then 621 KB once the forward-pass view, the
+ * Advanced settings and team models were in the app (brotli wasm 392 -> 441 KB). Until the
+ * wasm sheds those bytes again the budget holds the line at 650,000 B, so nothing grows
+ * unnoticed; the printed table shows where the bytes are when it fails.
  */
-const BUDGET_BYTES = 700_000;
+const BUDGET_BYTES = 650_000;
 
 interface Transfer {
   url: string;

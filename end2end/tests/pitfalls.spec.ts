@@ -7,7 +7,7 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
   await page.evaluate(() => localStorage.removeItem("gradless-tour"));
   await page.reload();
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await expect(page.getByTestId("tour-progress")).toContainText("0 of 13");
+  await expect(page.getByTestId("tour-progress")).toContainText("0 of 18");
   const card = page.getByTestId("card-nograd-not-eval");
   await expect(card).toContainText("Falls in");
   await page.getByTestId("run-nograd-not-eval").click();
@@ -20,10 +20,10 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
   });
   expect(bars).toEqual([3, 3]);
   // The tour remembers the card across a reload.
-  await expect(page.getByTestId("tour-progress")).toContainText("1 of 13");
+  await expect(page.getByTestId("tour-progress")).toContainText("1 of 18");
   await page.reload();
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await expect(page.getByTestId("tour-progress")).toContainText("1 of 13");
+  await expect(page.getByTestId("tour-progress")).toContainText("1 of 18");
 });
 
 test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ page }) => {
@@ -32,4 +32,14 @@ test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ 
   await page.getByTestId("run-empty-cache").click();
   await expect(page.getByTestId("verdict-empty-cache")).toContainText("Not applicable", { timeout: 60_000 });
   await expect(page.getByTestId("verdict-empty-cache")).toContainText("CUDA");
+});
+
+test("a card beyond the five switches runs on the CPU: cast weights against autocast", async ({ page }) => {
+  await page.goto("/pitfalls#half-weights");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.getByTestId("run-half-weights").click();
+  await expect(page.getByTestId("verdict-half-weights")).toContainText("Confirmed", { timeout: 120_000 });
+  const card = page.getByTestId("card-half-weights");
+  await expect(card.locator("table.figures")).toContainText("bf16 weights parameters");
+  await expect(card).toContainText("autocast / cast-weights latency");
 });

@@ -141,3 +141,28 @@ test("keyboard: focus stays on Run while it runs, with a visible ring", async ({
   const ring = await lab.testid("run").evaluate((b) => getComputedStyle(b).outlineStyle);
   expect(ring).not.toBe("none");
 });
+
+test("the Advanced section's settings live in the URL and the snippet; a CPU says why pinned is off", async ({ page }) => {
+  const lab = new LabPage(page);
+  await lab.open("model=resnet18&device=cpu&weights=bf16&memory_format=channels_last&input_source=pageable");
+  await page.locator("details.control summary").click();
+  await expect(lab.testid("weights-bf16")).toBeChecked();
+  await expect(lab.testid("memory_format-channels_last")).toBeChecked();
+  await expect(lab.testid("input_source-pageable")).toBeChecked();
+  const snippet = lab.testid("snippet");
+  await expect(snippet).toContainText("model = model.to(torch.bfloat16)");
+  await expect(snippet).toContainText("model = model.to(memory_format=torch.channels_last)");
+  await expect(snippet).toContainText("x = x_host.to(device)");
+  // On a CPU, pinned memory and the CUDA switches are disabled, with the reason.
+  await expect(lab.testid("input_source-pinned")).toBeDisabled();
+  await expect(lab.testid("input_source-reason")).toContainText("page-locked");
+  await expect(lab.testid("tf32")).toBeDisabled();
+  await expect(lab.testid("tf32-reason")).toContainText("TF32");
+  await lab.testid("weights-fp32").check();
+  await expect(page).not.toHaveURL(/weights=/);
+  // channels_last means nothing for a model without convolutions: it is dropped and disabled.
+  await lab.testid("model").selectOption("tiny_mlp");
+  await expect(page).not.toHaveURL(/memory_format=/);
+  await expect(lab.testid("memory_format-channels_last")).toBeDisabled();
+  await expect(lab.testid("memory_format-reason")).toContainText("convolutions");
+});

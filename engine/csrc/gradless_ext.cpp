@@ -317,6 +317,28 @@ char* gl_cuda_reset_peak(int32_t device) {
   });
 }
 
+// The process-wide CUDA math switches a run may change: TF32 for cuBLAS matmuls
+// (torch.backends.cuda.matmul.allow_tf32), TF32 for cuDNN convolutions
+// (torch.backends.cudnn.allow_tf32) and cudnn.benchmark. Plain flags in the global
+// context: reading and setting them needs no GPU.
+char* gl_backend_flags_get(int32_t* tf32_cublas, int32_t* tf32_cudnn, int32_t* benchmark) {
+  return guarded([&] {
+    auto& ctx = at::globalContext();
+    *tf32_cublas = ctx.allowTF32CuBLAS() ? 1 : 0;
+    *tf32_cudnn = ctx.allowTF32CuDNN() ? 1 : 0;
+    *benchmark = ctx.benchmarkCuDNN() ? 1 : 0;
+  });
+}
+
+char* gl_backend_flags_set(int32_t tf32_cublas, int32_t tf32_cudnn, int32_t benchmark) {
+  return guarded([&] {
+    auto& ctx = at::globalContext();
+    ctx.setAllowTF32CuBLAS(tf32_cublas != 0);
+    ctx.setAllowTF32CuDNN(tf32_cudnn != 0);
+    ctx.setBenchmarkCuDNN(benchmark != 0);
+  });
+}
+
 char* gl_cuda_empty_cache() {
   return guarded([&] { c10::getDeviceAllocator(c10::DeviceType::CUDA)->emptyCache(); });
 }

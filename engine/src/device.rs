@@ -55,6 +55,14 @@ impl Machine {
         }
     }
 
+    /// The GPU's compute capability as major·10 + minor (80 for Ampere); `None` without
+    /// CUDA or where it could not be read.
+    pub fn compute_capability(&self) -> Option<u32> {
+        self.cuda
+            .as_ref()
+            .and_then(|c| c.compute_capability)
+    }
+
     pub fn has_cuda(&self) -> bool {
         self.cuda.is_some()
     }

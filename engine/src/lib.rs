@@ -10,14 +10,18 @@
 //! - [`models`], [`device`], [`spec`], [`stats`]: the model zoo, the hardware, spec
 //!   checking and latency statistics.
 
+pub mod breakdown;
 pub mod device;
 pub mod error;
 pub mod lab;
 pub mod models;
+pub mod peak;
 pub mod pitfalls;
 pub mod spec;
 pub mod stats;
+pub mod team;
 pub mod torch_ext;
+pub mod trace;
 pub mod worker;
 
 pub use device::{Machine, LIBTORCH_VERSION};

@@ -78,6 +78,15 @@ pub fn check_spec(
             .resolve(machine.has_cuda())
             .unwrap_or(DeviceKind::Cpu),
     };
+    if let Some(e) = spec.advanced.unsupported_on(device) {
+        return Err(e);
+    }
+    if spec.advanced.cuda_graph {
+        return Err(SpecError {
+            field: "advanced.cuda_graph".into(),
+            message: "CUDA graph capture is not built into this server yet: its pitfall card (cuda-graphs) says why; run eager".into(),
+        });
+    }
     if let Some(s) = machine
         .autocast_support(device)
         .into_iter()

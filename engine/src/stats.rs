@@ -36,6 +36,7 @@ pub fn latency_stats(latencies_ms: &[f64]) -> Option<LatencyStats> {
         min: sorted[0],
         max: sorted[sorted.len() - 1],
         stddev,
+        iqr: protocol::stats::iqr(&sorted),
     })
 }
 

@@ -42,6 +42,13 @@ mod ffi {
         ) -> *mut c_char;
         pub fn gl_cuda_reset_peak(device: i32) -> *mut c_char;
         pub fn gl_cuda_empty_cache() -> *mut c_char;
+        pub fn gl_backend_flags_get(
+            tf32_cublas: *mut i32,
+            tf32_cudnn: *mut i32,
+            benchmark: *mut i32,
+        ) -> *mut c_char;
+        pub fn gl_backend_flags_set(tf32_cublas: i32, tf32_cudnn: i32, benchmark: i32)
+            -> *mut c_char;
         pub fn gl_cuda_mem_info(
             device: i32,
             free_bytes: *mut i64,
@@ -156,6 +163,65 @@ impl Drop for AutocastGuard {
             check(unsafe { ffi::gl_autocast_exit(self.device, self.prev_enabled, self.prev_dtype) })
         {
             tracing::error!("leaving autocast failed: {e}");
+        }
+    }
+}
+
+/// The process-wide CUDA math switches: TF32 in cuBLAS matmuls and in cuDNN
+/// convolutions, and `cudnn.benchmark`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendFlags {
+    pub tf32_matmul: bool,
+    pub tf32_cudnn: bool,
+    pub cudnn_benchmark: bool,
+}
+
+impl BackendFlags {
+    pub fn read() -> Result<BackendFlags> {
+        let (mut a, mut b, mut c) = (0, 0, 0);
+        // SAFETY: plain out-parameters.
+        check(unsafe { ffi::gl_backend_flags_get(&mut a, &mut b, &mut c) })?;
+        Ok(BackendFlags {
+            tf32_matmul: a != 0,
+            tf32_cudnn: b != 0,
+            cudnn_benchmark: c != 0,
+        })
+    }
+
+    fn write(self) -> Result<()> {
+        // SAFETY: plain values.
+        check(unsafe {
+            ffi::gl_backend_flags_set(
+                self.tf32_matmul.into(),
+                self.tf32_cudnn.into(),
+                self.cudnn_benchmark.into(),
+            )
+        })
+    }
+}
+
+/// Sets the [`BackendFlags`] for as long as the guard lives, then restores the previous
+/// ones (they are process-wide; the device thread is the only one running models).
+pub struct BackendFlagsGuard {
+    prev: BackendFlags,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl BackendFlagsGuard {
+    pub fn enter(flags: BackendFlags) -> Result<Self> {
+        let prev = BackendFlags::read()?;
+        flags.write()?;
+        Ok(BackendFlagsGuard {
+            prev,
+            _thread_bound: PhantomData,
+        })
+    }
+}
+
+impl Drop for BackendFlagsGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.prev.write() {
+            tracing::error!("restoring the CUDA math switches failed: {e}");
         }
     }
 }
@@ -500,6 +566,21 @@ mod tests {
             assert_eq!(guard_stop(&err), Some(GuardStop::Deadline), "{err}");
         }
         assert!(Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).is_ok());
+    }
+
+    #[test]
+    fn backend_flags_are_set_and_restored() {
+        let before = BackendFlags::read().unwrap();
+        let flipped = BackendFlags {
+            tf32_matmul: !before.tf32_matmul,
+            tf32_cudnn: !before.tf32_cudnn,
+            cudnn_benchmark: !before.cudnn_benchmark,
+        };
+        {
+            let _g = BackendFlagsGuard::enter(flipped).unwrap();
+            assert_eq!(BackendFlags::read().unwrap(), flipped);
+        }
+        assert_eq!(BackendFlags::read().unwrap(), before);
     }
 
     #[test]

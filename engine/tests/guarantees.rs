@@ -26,6 +26,7 @@ fn spec(device: DeviceKind, model: ModelId, batch: u32, size: Option<u32>) -> Ru
         warmup: 1,
         iters: 2,
         threads: Some(1),
+        advanced: Default::default(),
     }
 }
 

@@ -22,17 +22,14 @@ fn on(device: DeviceKind, model: ModelId, batch: u32, eval: bool, grad: GradMode
         device: common::choice(device),
         batch,
         // Small images keep ResNet runs to a fraction of a second on two cores.
-        input_size: matches!(
-            model,
-            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-        )
-        .then_some(64),
+        input_size: model.is_image().then_some(64),
         eval,
         grad,
         autocast: Autocast::Off,
         warmup: 1,
         iters: 3,
         threads: Some(1),
+        advanced: Default::default(),
     }
 }
 

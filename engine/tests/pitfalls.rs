@@ -237,7 +237,7 @@ fn warm_up(device: DeviceChoice) {
     let attempts: Vec<String> = (0..3)
         .map(|_| run(device, "warm-up", with_model(ModelId::Resnet18)))
         .map(|r| {
-            let slower = figure(&r, "first iteration") > figure(&r, "median of iterations 6-10");
+            let slower = figure(&r, "first iteration") > figure(&r, "median of iterations 6-15");
             format!(
                 "{}{}",
                 if slower { "slower: " } else { "not slower: " },
@@ -314,7 +314,7 @@ fn unknown_cards_are_refused_by_name(_device: DeviceChoice) {
         .unwrap_err();
     assert_eq!(err.kind, FailureKind::Invalid);
     assert!(err.message.contains("unknown pitfall `nope`"));
-    assert_eq!(pitfalls::catalogue().len(), 13);
+    assert_eq!(pitfalls::catalogue().len(), 18);
 }
 
 fn a_cancelled_experiment_stops(device: DeviceChoice) {
@@ -331,6 +331,48 @@ fn a_cancelled_experiment_stops(device: DeviceChoice) {
         .unwrap()
         .unwrap_err();
     assert_eq!(err.kind, FailureKind::Cancelled, "{}", err.message);
+}
+
+fn half_weights(device: DeviceChoice) {
+    let r = run(device, "half-weights", with_model(ModelId::Resnet18));
+    let low = if device == DeviceChoice::Cpu { "bf16" } else { "fp16" };
+    // The invariant: exactly half the parameter bytes; autocast keeps fp32's.
+    let fp32 = figure(&r, "fp32 parameters");
+    assert_eq!(2.0 * figure(&r, &format!("{low} weights parameters")), fp32);
+    assert_eq!(figure(&r, &format!("{low} autocast parameters (fp32 kept)")), fp32);
+    assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
+}
+
+fn channels_last(device: DeviceChoice) {
+    let r = run(device, "channels-last", with_model(ModelId::Resnet18));
+    assert_eq!(figure(&r, "input has NHWC strides"), 1.0);
+    assert_eq!(figure(&r, "conv weights with NHWC strides"), figure(&r, "conv weights"));
+    assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
+    // A model without convolutions: nothing to lay out.
+    let mlp = run(device, "channels-last", with_model(ModelId::TinyMlp));
+    assert_eq!(mlp.verdict, Verdict::NotApplicable, "{}", mlp.reason);
+}
+
+fn input_copy(device: DeviceChoice) {
+    let r = run(device, "input-copy", with_model(ModelId::Resnet18));
+    // Each copy adds exactly the input's bytes to the pass's peak.
+    assert_eq!(
+        figure(&r, "peak above baseline, copied from pageable"),
+        figure(&r, "peak above baseline, input on the device") + figure(&r, "input bytes")
+    );
+    let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
+    assert_eq!(r.verdict, want, "{}", r.reason);
+}
+
+fn cuda_only_cards(device: DeviceChoice) {
+    for id in ["tf32", "cudnn-benchmark"] {
+        let r = run(device, id, defaults());
+        let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
+        assert_eq!(r.verdict, want, "{id}: {}", r.reason);
+        if device == DeviceChoice::Cpu {
+            assert!(r.reason.contains("Not on a CPU"), "{}", r.reason);
+        }
+    }
 }
 
 /// One test per body, per device: `cpu::NAME` always, `cuda::NAME` under `cuda-tests`.
@@ -363,4 +405,8 @@ per_device!(
     seed_table,
     unknown_cards_are_refused_by_name,
     a_cancelled_experiment_stops,
+    half_weights,
+    channels_last,
+    input_copy,
+    cuda_only_cards,
 );

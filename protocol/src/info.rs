@@ -14,6 +14,10 @@ pub struct ModelInfo {
     pub default_input_size: u32,
     pub has_dropout: bool,
     pub has_batchnorm: bool,
+    /// For a team model: its sidecar and what was measured when it was loaded (the browser
+    /// registers these, see [`crate::team`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<crate::team::TeamModel>,
 }
 
 /// A device the server can run on, and what it can do.

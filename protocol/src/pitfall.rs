@@ -15,6 +15,10 @@ pub enum Verdict {
     Refuted,
     /// The effect cannot show on this device (for example a CUDA-only effect on a CPU).
     NotApplicable,
+    /// The measured interval straddles the rule's threshold: the noise is too large to
+    /// confirm or refute here; the reason says about how many more iterations would
+    /// likely decide it.
+    Inconclusive,
 }
 
 impl Verdict {
@@ -23,6 +27,7 @@ impl Verdict {
             Verdict::Confirmed => "confirmed",
             Verdict::Refuted => "refuted",
             Verdict::NotApplicable => "not_applicable",
+            Verdict::Inconclusive => "inconclusive",
         }
     }
 }
@@ -92,6 +97,9 @@ pub struct PitfallReport {
     /// A table for the cards that read best as one (the seed table).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<Table>,
+    /// The traced forward pass of each row, for the cards about memory: drawn overlaid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<crate::NamedTrace>,
     pub env: EnvStamp,
     /// The permanent id the server recorded this result under (its permalink is
     /// `/runs/{record_id}`); absent when nothing was recorded (the CLI).

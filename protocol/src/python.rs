@@ -1,7 +1,9 @@
 //! The PyTorch code that corresponds to a [`RunSpec`], so a reader takes the lesson back to
 //! their own code. The page, the CLI and the exports all show this one rendering.
 
-use crate::{Autocast, DeviceChoice, GradMode, ModelId, RunSpec};
+use crate::{
+    Autocast, DeviceChoice, GradMode, InputSource, MemoryFormat, ModelId, RunSpec, WeightsDtype,
+};
 
 /// The Python snippet for `spec`: model mode, grad context and autocast, as a reader would
 /// write them.
@@ -21,13 +23,11 @@ pub fn python_snippet(spec: &RunSpec) -> String {
             )
         }
         ModelId::Transformer => format!("torch.randn({}, {size}, 256, device=device)", spec.batch),
+        ModelId::Team(_) => team_inputs(spec),
     };
     let mut out = String::new();
     out.push_str("import torch\n");
-    if matches!(
-        spec.model,
-        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-    ) {
+    if spec.model.is_image() {
         out.push_str("import torchvision\n");
     } else {
         out.push_str("from torch import nn\n");
@@ -45,7 +45,44 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     } else {
         "model.train()  # Dropout on, BatchNorm uses (and updates) batch statistics\n"
     });
-    out.push_str(&format!("x = {input}\n\n"));
+    let adv = &spec.advanced;
+    let on_host = adv.input_source != InputSource::Device;
+    let x = if on_host { "x_host" } else { "x" };
+    let input = if on_host {
+        input.replace(", device=device", "")
+    } else {
+        input
+    };
+    match adv.weights {
+        WeightsDtype::Fp32 => {}
+        WeightsDtype::Fp16 => out.push_str("model = model.half()  # weights stored in fp16, cast once (autocast would cast them every call)\n"),
+        WeightsDtype::Bf16 => out.push_str("model = model.to(torch.bfloat16)  # weights stored in bf16, cast once\n"),
+    }
+    let channels_last = adv.memory_format == MemoryFormat::ChannelsLast;
+    if channels_last {
+        out.push_str("model = model.to(memory_format=torch.channels_last)  # NHWC conv weights\n");
+    }
+    if spec.device == DeviceChoice::Cuda || adv.tf32 {
+        let on = if adv.tf32 { "True" } else { "False" };
+        out.push_str(&format!("torch.backends.cuda.matmul.allow_tf32 = {on}  # PyTorch's default: False\n"));
+        out.push_str(&format!("torch.backends.cudnn.allow_tf32 = {on}  # PyTorch's default: True\n"));
+    }
+    if adv.cudnn_benchmark {
+        out.push_str("torch.backends.cudnn.benchmark = True  # autotune each conv per input shape\n");
+    }
+    out.push_str(&format!("{x} = {input}\n"));
+    match adv.weights {
+        WeightsDtype::Fp32 => {}
+        WeightsDtype::Fp16 => out.push_str(&format!("{x} = {x}.half()\n")),
+        WeightsDtype::Bf16 => out.push_str(&format!("{x} = {x}.to(torch.bfloat16)\n")),
+    }
+    if channels_last {
+        out.push_str(&format!("{x} = {x}.to(memory_format=torch.channels_last)\n"));
+    }
+    if adv.input_source == InputSource::Pinned {
+        out.push_str("x_host = x_host.pin_memory()  # page-locked: the GPU copies it by DMA, asynchronously\n");
+    }
+    out.push('\n');
 
     let mut indent = String::new();
     match spec.grad {
@@ -72,8 +109,53 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         ));
         indent.push_str("    ");
     }
-    out.push_str(&format!("{indent}y = model(x)\n"));
+    match adv.input_source {
+        InputSource::Device => {}
+        InputSource::Pageable => out.push_str(&format!(
+            "{indent}x = x_host.to(device)  # each iteration: a copy from pageable memory\n"
+        )),
+        InputSource::Pinned => out.push_str(&format!(
+            "{indent}x = x_host.to(device, non_blocking=True)  # each iteration\n"
+        )),
+    }
+    let call = match spec.model.team() {
+        Some(m) if m.sidecar.inputs.len() > 1 => "model(*x)",
+        _ => "model(x)",
+    };
+    out.push_str(&format!("{indent}y = {call}\n"));
     out
+}
+
+/// A team model's inputs from its sidecar: one tensor, or a tuple of them in order.
+fn team_inputs(spec: &RunSpec) -> String {
+    let Some(m) = spec.model.team() else {
+        return format!("None  # {} is not served here", spec.model);
+    };
+    let shapes = m.sidecar.shapes(spec.batch, spec.resolved_input_size());
+    let tensors: Vec<String> = m
+        .sidecar
+        .inputs
+        .iter()
+        .zip(shapes)
+        .map(|(input, shape)| {
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let dtype = input.dtype.torch_name();
+            match input.high {
+                Some(high) => format!(
+                    "torch.randint(0, {high}, ({},), dtype=torch.{dtype}, device=device)",
+                    dims.join(", ")
+                ),
+                None => format!(
+                    "torch.randn({}, dtype=torch.{dtype}, device=device)",
+                    dims.join(", ")
+                ),
+            }
+        })
+        .collect();
+    match tensors.len() {
+        1 => tensors.into_iter().next().unwrap_or_default(),
+        _ => format!("({})", tensors.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -107,8 +189,65 @@ mod tests {
         });
         assert!(t.contains("nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True)"));
 
+        // A team model: the same file, loaded with torch.jit.load, on its sidecar's input.
+        let sidecar: crate::team::Sidecar = serde_json::from_str(
+            r#"{"display_name": "Tagger", "inputs": [{"shape": ["batch", "size"], "dtype": "int64", "high": 30000}],
+                "size": {"meaning": "tokens", "default": 64, "max": 512}}"#,
+        )
+        .unwrap();
+        let effect = crate::team::TrainingEffect {
+            random_in_train: true,
+            train_differs_from_eval: true,
+        };
+        crate::team::register(vec![crate::team::TeamModel::new(
+            "snippet_tagger".into(),
+            sidecar,
+            1000,
+            effect,
+        )]);
+        let team = python_snippet(&RunSpec {
+            model: "snippet_tagger".parse().unwrap(),
+            batch: 3,
+            ..Default::default()
+        });
+        assert!(
+            team.contains("torch.jit.load(\"snippet_tagger.pt\", map_location=device)"),
+            "{team}"
+        );
+        assert!(
+            team.contains("torch.randint(0, 30000, (3, 64,), dtype=torch.int64"),
+            "{team}"
+        );
+
         let plain = python_snippet(&RunSpec::default());
         assert!(plain.contains("model.eval()"));
         assert!(!plain.contains("no_grad") && !plain.contains("autocast("));
+        assert!(!plain.contains("allow_tf32") && !plain.contains("x_host"));
+
+        let adv = python_snippet(&RunSpec {
+            model: ModelId::Resnet18,
+            device: DeviceChoice::Cuda,
+            advanced: crate::Advanced {
+                weights: WeightsDtype::Fp16,
+                memory_format: MemoryFormat::ChannelsLast,
+                input_source: InputSource::Pinned,
+                tf32: true,
+                cudnn_benchmark: true,
+                cuda_graph: false,
+            },
+            ..Default::default()
+        });
+        for line in [
+            "model = model.half()",
+            "model = model.to(memory_format=torch.channels_last)",
+            "torch.backends.cuda.matmul.allow_tf32 = True",
+            "torch.backends.cudnn.benchmark = True",
+            "x_host = torch.randn(32, 3, 224, 224)\n",
+            "x_host = x_host.half()",
+            "x_host = x_host.pin_memory()",
+            "x = x_host.to(device, non_blocking=True)",
+        ] {
+            assert!(adv.contains(line), "{line} missing from:\n{adv}");
+        }
     }
 }

@@ -60,6 +60,11 @@ pub struct LatencyStats {
     pub min: f64,
     pub max: f64,
     pub stddev: f64,
+    /// Interquartile range (p75 − p25), torch.utils.benchmark's measure of noise; `None`
+    /// with fewer than 4 samples, and in reports recorded before it existed (then
+    /// [`Report::relative_iqr`] reads it from the samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iqr: Option<f64>,
 }
 
 /// Memory figures in bytes.
@@ -129,4 +134,43 @@ pub struct Report {
     pub output: OutputFacts,
     pub warmup: Vec<Sample>,
     pub samples: Vec<Sample>,
+    /// One extra traced forward pass after the timed iterations (never in the statistics):
+    /// the state at every module boundary, in execution order. Empty in reports recorded
+    /// before tracing existed.
+    #[serde(default)]
+    pub trace: Vec<TracePoint>,
+    /// FLOPs of one forward pass at the run's batch (the sum over the trace), a multiply-add
+    /// counting as 2.
+    #[serde(default)]
+    pub flops: Option<u64>,
+    /// `flops / p50 latency`, in TFLOP/s.
+    #[serde(default)]
+    pub achieved_tflops: Option<f64>,
+    /// `achieved_tflops` as a percentage of the device's peak for the run's dtype.
+    #[serde(default)]
+    pub percent_of_peak: Option<f64>,
+    /// Where the peak comes from (a named datasheet, or a matmul measured at worker start).
+    #[serde(default)]
+    pub peak_source: Option<String>,
+    /// The device's peak and the run's estimated arithmetic intensity.
+    #[serde(default)]
+    pub roofline: Option<Roofline>,
+    /// What the device's memory holds, part by part, each measured.
+    #[serde(default)]
+    pub memory_breakdown: Option<MemoryBreakdown>,
+}
+
+impl Report {
+    /// A caveat that must travel with the figures wherever they go (the Lab, permalinks,
+    /// /compare, every export): fp16/bf16 autocast on a CPU measures the CPU's (often
+    /// emulated) low-precision path, not what a GPU does.
+    pub fn caveat(&self) -> Option<String> {
+        (self.spec.autocast != Autocast::Off && self.env.device == DeviceKind::Cpu).then(|| {
+            format!(
+                "{} autocast ran on a CPU ({}): without native low-precision units it is emulated and usually slower than fp32; its latency says nothing about a GPU.",
+                self.spec.autocast.as_str(),
+                self.env.cpu_model
+            )
+        })
+    }
 }

@@ -4,9 +4,12 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The models a run can use. Weights are random: weights do not change memory or latency.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+use crate::Advanced;
+
+/// The models a run can use: the built-in architectures (random weights: weights do not
+/// change memory or latency) and the team models of the server's models directory
+/// ([`crate::team`]). In JSON, URLs and on the command line a model is its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ModelId {
     /// A three-layer MLP with BatchNorm and Dropout: the fast CPU default.
     TinyMlp,
@@ -18,9 +21,13 @@ pub enum ModelId {
     MobilenetV2,
     /// A small transformer encoder with Dropout and LayerNorm.
     Transformer,
+    /// A TorchScript module from the operator's models directory, by name (its file's
+    /// stem). What it is lives in the registry of [`crate::team`].
+    Team(&'static str),
 }
 
 impl ModelId {
+    /// The built-in models (team models: [`ModelId::served`]).
     pub const ALL: [ModelId; 5] = [
         ModelId::TinyMlp,
         ModelId::Resnet18,
@@ -37,6 +44,23 @@ impl ModelId {
             ModelId::Resnet50 => "resnet50",
             ModelId::MobilenetV2 => "mobilenet_v2",
             ModelId::Transformer => "transformer",
+            ModelId::Team(name) => name,
+        }
+    }
+
+    /// Every model this process serves: the built-in ones, then the team's.
+    pub fn served() -> Vec<ModelId> {
+        let team = crate::team::served()
+            .into_iter()
+            .map(|m| ModelId::Team(&m.name));
+        ModelId::ALL.into_iter().chain(team).collect()
+    }
+
+    /// The team model behind this id, when it is one and it is served here.
+    pub fn team(self) -> Option<&'static crate::team::TeamModel> {
+        match self {
+            ModelId::Team(name) => crate::team::lookup(name),
+            _ => None,
         }
     }
 
@@ -47,6 +71,10 @@ impl ModelId {
             ModelId::Resnet50 => "ResNet-50",
             ModelId::MobilenetV2 => "MobileNet-V2",
             ModelId::Transformer => "Transformer encoder (Dropout + LayerNorm)",
+            ModelId::Team(name) => self
+                .team()
+                .map(|m| m.sidecar.display_name.as_str())
+                .unwrap_or(name),
         }
     }
 
@@ -68,23 +96,74 @@ impl ModelId {
                 default: 128,
                 max: 4096,
             },
+            // A fixed-shape (or no longer served) team model has no adjustable size: 0.
+            ModelId::Team(_) => match self.team() {
+                Some(m) => InputShape {
+                    meaning: m.input_meaning.as_str(),
+                    default: m.sidecar.size.as_ref().map_or(0, |s| s.default),
+                    max: m.sidecar.size.as_ref().map_or(0, |s| s.max),
+                },
+                None => InputShape {
+                    meaning: "a team model this server does not serve",
+                    default: 0,
+                    max: 0,
+                },
+            },
         }
     }
 
-    pub fn has_dropout(self) -> bool {
+    /// The smallest `input_size` this model accepts.
+    pub fn min_input_size(self) -> u32 {
+        match self {
+            ModelId::Team(_) => self
+                .team()
+                .and_then(|m| m.sidecar.size.as_ref())
+                .map_or(0, |s| s.min),
+            m if m.is_image() => 32,
+            _ => 1,
+        }
+    }
+
+    /// Whether the input is an image batch `[batch, 3, size, size]` (the torchvision
+    /// models): the one list of image models, used by the checks, the snippets and the
+    /// experiments that pick smaller images on a CPU.
+    pub fn is_image(self) -> bool {
         matches!(
             self,
-            ModelId::TinyMlp | ModelId::MobilenetV2 | ModelId::Transformer
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
         )
     }
 
-    pub fn has_batchnorm(self) -> bool {
-        !matches!(self, ModelId::Transformer)
+    /// The built-in convolution models (the ones channels_last applies to).
+    pub fn is_conv(self) -> bool {
+        self.is_image()
     }
 
-    /// The PyTorch expression that builds the same architecture, for snippets and peers.
-    pub fn python_constructor(self) -> &'static str {
+    /// For a team model: measured at load (train-mode randomness), not read from layers.
+    pub fn has_dropout(self) -> bool {
         match self {
+            ModelId::Team(_) => self.team().is_some_and(|m| m.training.random_in_train),
+            _ => matches!(
+                self,
+                ModelId::TinyMlp | ModelId::MobilenetV2 | ModelId::Transformer
+            ),
+        }
+    }
+
+    /// For a team model: measured at load (a deterministic train/eval difference).
+    pub fn has_batchnorm(self) -> bool {
+        match self {
+            ModelId::Team(_) => self
+                .team()
+                .is_some_and(|m| !m.training.random_in_train && m.training.train_differs_from_eval),
+            _ => !matches!(self, ModelId::Transformer),
+        }
+    }
+
+    /// The PyTorch expression that builds the same architecture, for snippets and peers
+    /// (a team model is loaded from its file with `torch.jit.load`).
+    pub fn python_constructor(self) -> String {
+        let builtin = match self {
             // The same layers as the engine's tiny MLP (engine/src/models.rs), so the snippet
             // runs as copied.
             ModelId::TinyMlp => "nn.Sequential(\n    nn.Linear(features, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Dropout(0.5),\n    nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Dropout(0.5),\n    nn.Linear(512, 10),\n)",
@@ -94,7 +173,11 @@ impl ModelId {
             // PyTorch's own layer, configured like the engine's encoder (which writes the same
             // layer out op by op, as bench/peer.py's EncoderLayer does).
             ModelId::Transformer => "nn.TransformerEncoder(\n    nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True),\n    num_layers=4,\n    enable_nested_tensor=False,\n)",
-        }
+            ModelId::Team(name) => {
+                return format!("torch.jit.load(\"{name}.pt\", map_location=device)")
+            }
+        };
+        builtin.to_string()
     }
 }
 
@@ -104,16 +187,42 @@ impl fmt::Display for ModelId {
     }
 }
 
+impl ModelId {
+    /// "unknown model `x`; known models: ..." (the served ones, team models included).
+    pub fn unknown_message(name: &str) -> String {
+        let known: Vec<_> = ModelId::served().iter().map(|m| m.as_str()).collect();
+        format!("unknown model `{name}`; known models: {}", known.join(", "))
+    }
+}
+
+/// Only served models parse: the command line and URLs name what can run.
 impl std::str::FromStr for ModelId {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ModelId::ALL
+        ModelId::served()
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                let known: Vec<_> = ModelId::ALL.iter().map(|m| m.as_str()).collect();
-                format!("unknown model `{s}`; known models: {}", known.join(", "))
-            })
+            .ok_or_else(|| ModelId::unknown_message(s))
+    }
+}
+
+impl Serialize for ModelId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A name that is not served still reads when it could be a team model's (a record of a
+/// model the operator has since removed); [`RunSpec::check`] refuses to run it.
+impl<'de> Deserialize<'de> for ModelId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        if let Some(m) = ModelId::ALL.into_iter().find(|m| m.as_str() == name) {
+            return Ok(m);
+        }
+        crate::team::intern(&name)
+            .map(ModelId::Team)
+            .ok_or_else(|| serde::de::Error::custom(ModelId::unknown_message(&name)))
     }
 }
 
@@ -267,6 +376,10 @@ pub struct RunSpec {
     pub iters: u32,
     /// CPU threads for libtorch's intra-op pool; `None` keeps the server's setting.
     pub threads: Option<u32>,
+    /// The settings beyond the five switches (weights dtype, memory format, input source,
+    /// CUDA switches); left out of the JSON at their defaults.
+    #[serde(default, skip_serializing_if = "Advanced::is_default")]
+    pub advanced: Advanced,
 }
 
 impl Default for RunSpec {
@@ -282,6 +395,7 @@ impl Default for RunSpec {
             warmup: 3,
             iters: 20,
             threads: None,
+            advanced: Advanced::default(),
         }
     }
 }
@@ -347,17 +461,24 @@ impl RunSpec {
                 ),
             );
         }
+        if let ModelId::Team(name) = self.model {
+            if self.model.team().is_none() {
+                return err("model", ModelId::unknown_message(name));
+            }
+        }
         if let Some(size) = self.input_size {
             let shape = self.model.input();
-            let min = if matches!(
-                self.model,
-                ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-            ) {
-                32
-            } else {
-                1
-            };
-            if size < min || size > shape.max {
+            let min = self.model.min_input_size();
+            if shape.max == 0 && size != 0 {
+                return err(
+                    "input_size",
+                    format!(
+                        "{} has a fixed input shape: leave input_size out",
+                        self.model
+                    ),
+                );
+            }
+            if shape.max > 0 && (size < min || size > shape.max) {
                 return err(
                     "input_size",
                     format!(
@@ -388,6 +509,7 @@ impl RunSpec {
                 ),
             );
         }
+        self.advanced.check(self.model)?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
@@ -430,6 +552,7 @@ impl RunSpec {
         if self.autocast != Autocast::Off {
             parts.push(self.autocast.as_str().to_string());
         }
+        parts.extend(self.advanced.label_parts());
         parts.push(format!("batch {}", self.batch));
         parts.join(" · ")
     }

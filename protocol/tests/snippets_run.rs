@@ -41,6 +41,24 @@ fn every_model_snippet_runs_with_pytorch() {
             snippets.push((name, python_snippet(&spec)));
         }
     }
+    // The CPU-meaningful advanced settings, on a convolution model.
+    for (name, advanced) in [
+        ("fp16-weights", protocol::Advanced { weights: protocol::WeightsDtype::Fp16, ..Default::default() }),
+        ("bf16-weights", protocol::Advanced { weights: protocol::WeightsDtype::Bf16, ..Default::default() }),
+        ("channels-last", protocol::Advanced { memory_format: protocol::MemoryFormat::ChannelsLast, ..Default::default() }),
+        ("pageable", protocol::Advanced { input_source: protocol::InputSource::Pageable, ..Default::default() }),
+    ] {
+        let spec = RunSpec {
+            model: ModelId::Resnet18,
+            grad: GradMode::NoGrad,
+            device: protocol::DeviceChoice::Cpu,
+            batch: 2,
+            input_size: Some(64),
+            advanced,
+            ..Default::default()
+        };
+        snippets.push((format!("resnet18-{name}"), python_snippet(&spec)));
+    }
     let mut child = std::process::Command::new(&python)
         .arg("-c")
         .arg(RUNNER)

@@ -1,7 +1,7 @@
 //! The JSON API: what the server offers (`GET /api/info`), starting a run
 //! (`POST /api/runs`), following it (`GET /api/runs/{id}/events`, Server-Sent Events),
 //! reading its report (`GET /api/runs/{id}`, also after a restart), the recorded results
-//! (`GET /api/records`, `/api/records/{id}`, `/api/records/{id}/export/{json|csv|py}`),
+//! (`GET /api/records`, `/api/records/{id}`, `/api/records/{id}/export/{json|csv|py|trace|trace-csv}`),
 //! the pitfall experiments and the worker's health. Every error is JSON with a stable
 //! code; none leaks internals.
 
@@ -265,7 +265,7 @@ pub async fn get_record(
     find_record(&state, &id).await.map(Json)
 }
 
-/// `GET /api/records/{id}/export/{json|csv|py}`: a file to download.
+/// `GET /api/records/{id}/export/{json|csv|py|trace|trace-csv}`: a file to download.
 pub async fn export_record(
     State(state): State<AppState>,
     Path((id, format)): Path<(String, String)>,
@@ -373,13 +373,12 @@ pub(crate) fn event_stream(
             if f.finished {
                 return None;
             }
-            if let Some(event) = f.run.get(f.next) {
+            if let Some((json, terminal)) = f.run.get_json(f.next) {
                 f.next += 1;
-                f.finished = event.is_terminal();
+                f.finished = terminal;
                 // Unnamed SSE messages, so a browser's `onmessage` sees them all; the JSON
                 // carries its own `type`.
-                let data = serde_json::to_string(&event).unwrap_or_else(|_| "{}".into());
-                return Some((Ok(SseEvent::default().data(data)), f));
+                return Some((Ok(SseEvent::default().data(&*json)), f));
             }
             // Nothing new: wait for the worker (the sender lives as long as the run state).
             if f.changes.changed().await.is_err() {

@@ -13,17 +13,24 @@ use crate::config::{CompareArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs
 use crate::export::{export, Format};
 use crate::store::Store;
 
-fn base_spec(args: &SpecArgs) -> RunSpec {
-    RunSpec {
-        model: args.model,
+/// The model a command names: parsed once the models directory is loaded, so a team
+/// model's name is known.
+fn model(name: &str) -> Result<protocol::ModelId> {
+    name.parse().map_err(anyhow::Error::msg)
+}
+
+fn base_spec(args: &SpecArgs) -> Result<RunSpec> {
+    Ok(RunSpec {
+        model: model(&args.model)?,
         device: args.device,
         batch: args.batch,
         input_size: args.input_size,
         warmup: args.warmup,
         iters: args.iters,
         threads: args.threads,
+        advanced: args.advanced.settings(),
         ..RunSpec::default()
-    }
+    })
 }
 
 /// Runs one spec, turning engine failures into readable errors.
@@ -41,13 +48,17 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
         eval: !args.train,
         grad: args.grad,
         autocast: args.autocast,
-        ..base_spec(&args.spec)
+        ..base_spec(&args.spec)?
     };
     let report = run(worker, spec)?;
     if args.spec.json {
         print_json(&report)
     } else {
-        print_report(&report)
+        print_report(&report)?;
+        if args.trace {
+            print!("{}", crate::trace_export::trace_table(&report));
+        }
+        Ok(())
     }
 }
 
@@ -60,6 +71,11 @@ pub struct CompareRow {
     pub error: Option<String>,
     /// p50 latency relative to the first row (1.0 = same).
     pub latency_vs_first: Option<f64>,
+    /// The 95% bootstrap interval of that ratio (medians of the per-iteration samples).
+    pub latency_interval_vs_first: Option<[f64; 2]>,
+    /// The ratio read against its noise: "1.31× faster (1.22–1.40)" or "no difference we
+    /// can tell apart from noise ...".
+    pub latency_reading: Option<String>,
     /// Peak above baseline relative to the first row.
     pub memory_vs_first: Option<f64>,
 }
@@ -74,7 +90,7 @@ pub fn classic_specs(base: &RunSpec, worker: &Worker) -> Vec<RunSpec> {
 
 /// `gradless compare`.
 pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
-    let base = base_spec(&args.spec);
+    let base = base_spec(&args.spec)?;
     worker
         .check(base.clone())
         .map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
@@ -93,6 +109,8 @@ pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
             report,
             error,
             latency_vs_first: None,
+            latency_interval_vs_first: None,
+            latency_reading: None,
             memory_vs_first: None,
         });
     }
@@ -100,7 +118,17 @@ pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
         .first()
         .and_then(|r| r.report.as_ref())
         .map(|r| (r.latency_ms.p50, r.memory.peak_above_baseline_bytes as f64));
+    let first_latencies = rows
+        .first()
+        .and_then(|r| r.report.as_ref())
+        .map(|r| r.latencies());
     for row in &mut rows {
+        if let (Some(l0), Some(r)) = (first_latencies.as_ref(), row.report.as_ref()) {
+            if let Some(ci) = protocol::stats::RatioCi::of(&r.latencies(), l0) {
+                row.latency_interval_vs_first = Some([ci.lo, ci.hi]);
+                row.latency_reading = Some(ci.latency_reading());
+            }
+        }
         if let (Some((lat0, mem0)), Some(r)) = (first, row.report.as_ref()) {
             row.latency_vs_first = (lat0 > 0.0).then(|| r.latency_ms.p50 / lat0);
             row.memory_vs_first =
@@ -165,7 +193,7 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     }
     let options = protocol::PitfallOptions {
         device: args.device,
-        model: args.model,
+        model: args.model.as_deref().map(model).transpose()?,
         batch: args.batch,
         budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
     };
@@ -357,6 +385,18 @@ fn print_report(r: &Report) -> Result<()> {
         r.samples.len()
     )?;
     writeln!(out, "latency (ms)  p50 {:.3}  p95 {:.3}  p99 {:.3}  mean {:.3}  min {:.3}  max {:.3}  stddev {:.3}", l.p50, l.p95, l.p99, l.mean, l.min, l.max, l.stddev)?;
+    if let Some(rel) = r.relative_iqr() {
+        let warning = r
+            .noise_warning()
+            .map(|w| format!("  WARNING: {w}"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "spread        IQR {:.3} ms ({:.0}% of the median){warning}",
+            rel * l.p50,
+            rel * 100.0
+        )?;
+    }
     writeln!(out, "throughput    {:.1} samples/s", r.throughput_per_s)?;
     writeln!(out, "memory        {}", m.source.describe())?;
     writeln!(
@@ -407,6 +447,7 @@ fn print_report(r: &Report) -> Result<()> {
             ""
         }
     )?;
+    write!(out, "{}", crate::trace_export::compute_lines(r))?;
     Ok(())
 }
 
@@ -425,18 +466,21 @@ fn print_compare(rows: &[CompareRow]) -> Result<()> {
     }
     writeln!(
         out,
-        "{:<34} {:>10} {:>10} {:>9} {:>14} {:>14} {:>9}  output",
-        "settings", "p50 ms", "p95 ms", "vs first", "peak above", "peak alloc", "vs first"
+        "{:<34} {:>10} {:>10} {:>9} {:>13} {:>14} {:>14} {:>9}  output",
+        "settings", "p50 ms", "p95 ms", "vs first", "95% interval", "peak above", "peak alloc", "vs first"
     )?;
     for row in rows {
         match &row.report {
             Some(r) => writeln!(
                 out,
-                "{:<34} {:>10.3} {:>10.3} {:>9} {:>14} {:>14} {:>9}  {}{}",
+                "{:<34} {:>10.3} {:>10.3} {:>9} {:>13} {:>14} {:>14} {:>9}  {}{}",
                 row.label,
                 r.latency_ms.p50,
                 r.latency_ms.p95,
                 ratio(row.latency_vs_first),
+                row.latency_interval_vs_first
+                    .map(|[lo, hi]| format!("{lo:.2}-{hi:.2}"))
+                    .unwrap_or_else(|| "-".into()),
                 format_bytes(r.memory.peak_above_baseline_bytes),
                 format_bytes(r.memory.peak_allocated_bytes),
                 ratio(row.memory_vs_first),
@@ -457,6 +501,17 @@ fn print_compare(rows: &[CompareRow]) -> Result<()> {
     }
     if rows.iter().all(|r| r.report.is_none()) {
         bail!("every row failed");
+    }
+    writeln!(out, "\nlatency against the first row (ratio of medians, 95% bootstrap interval):")?;
+    for row in rows.iter().skip(1) {
+        if let Some(reading) = &row.latency_reading {
+            writeln!(out, "  {:<34} {reading}", row.label)?;
+        }
+    }
+    for row in rows {
+        if let Some(w) = row.report.as_ref().and_then(|r| r.noise_warning()) {
+            writeln!(out, "WARNING {}: {w}", row.label)?;
+        }
     }
     Ok(())
 }

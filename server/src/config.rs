@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use protocol::{Autocast, DeviceChoice, GradMode, ModelId, RecordKind};
+use protocol::{Autocast, DeviceChoice, GradMode, RecordKind};
 
 /// Gradless: see what PyTorch's inference settings really do, measured live with libtorch.
 #[derive(Debug, Parser)]
@@ -63,12 +63,13 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write a recorded result as JSON, CSV (its samples) or a standalone PyTorch script.
+    /// Write a recorded result as JSON, CSV (its samples), a standalone PyTorch script, or
+    /// its traced forward pass as a Chrome trace (Perfetto, chrome://tracing) or CSV.
     Export {
         id: String,
         #[command(flatten)]
         db: DbArg,
-        /// json, csv or py.
+        /// json, csv, py, trace (Chrome trace-event JSON) or trace-csv.
         #[arg(long, default_value = "json")]
         format: String,
         /// The file to write (default: standard output).
@@ -104,6 +105,11 @@ pub struct EngineArgs {
     /// Treat a run that allocates more than this many MiB as out of memory (a device budget).
     #[arg(long, env = "GRADLESS_MEMORY_LIMIT_MIB")]
     pub memory_limit_mib: Option<u64>,
+    /// The team's own models: every NAME.pt (TorchScript) with its NAME.json sidecar in this
+    /// directory is served beside the built-in models (`bench/export_model.py` writes them).
+    /// A file that does not load or does not match its sidecar is reported and skipped.
+    #[arg(long, env = "GRADLESS_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -147,7 +153,7 @@ pub struct ServeArgs {
     #[arg(long, env = "GRADLESS_HEADER_TIMEOUT_S", default_value_t = 10)]
     pub header_timeout_s: u64,
     /// Connections open at once; more are answered 503 with Retry-After.
-    #[arg(long, env = "GRADLESS_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "GRADLESS_MAX_CONNECTIONS", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Event streams (run viewers) open at once; more are answered 503 with Retry-After.
     #[arg(long, env = "GRADLESS_MAX_STREAMS", default_value_t = crate::state::DEFAULT_MAX_STREAMS)]
@@ -212,8 +218,9 @@ pub struct WorkerArgs {
 /// One configuration to measure.
 #[derive(Debug, Clone, Args)]
 pub struct SpecArgs {
+    /// A built-in model or a team model of --models-dir (`gradless models` lists them).
     #[arg(long, default_value = "tiny_mlp")]
-    pub model: ModelId,
+    pub model: String,
     #[arg(long, default_value_t = 32)]
     pub batch: u32,
     /// Model-specific input size (features, image side, sequence length); default per model.
@@ -232,7 +239,46 @@ pub struct SpecArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub advanced: AdvancedArgs,
+    #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// The advanced settings (the Lab's "Advanced" section), PyTorch's defaults unless given.
+#[derive(Debug, Clone, Args)]
+pub struct AdvancedArgs {
+    /// Weights dtype: fp32, fp16 (model.half()) or bf16 (model.to(torch.bfloat16)).
+    #[arg(long, default_value = "fp32")]
+    pub weights: protocol::WeightsDtype,
+    /// contiguous (NCHW) or channels_last (NHWC; convolution models only).
+    #[arg(long, default_value = "contiguous")]
+    pub memory_format: protocol::MemoryFormat,
+    /// Where the input starts each iteration: device, pageable or pinned (CUDA) host memory;
+    /// a host input is copied inside every timed pass.
+    #[arg(long, default_value = "device")]
+    pub input_source: protocol::InputSource,
+    /// CUDA: TF32 on for matmuls and cuDNN (off: both off).
+    #[arg(long)]
+    pub tf32: bool,
+    /// CUDA: torch.backends.cudnn.benchmark = True.
+    #[arg(long)]
+    pub cudnn_benchmark: bool,
+    /// CUDA: capture the pass as a CUDA graph and replay it.
+    #[arg(long)]
+    pub cuda_graph: bool,
+}
+
+impl AdvancedArgs {
+    pub fn settings(&self) -> protocol::Advanced {
+        protocol::Advanced {
+            weights: self.weights,
+            memory_format: self.memory_format,
+            input_source: self.input_source,
+            tf32: self.tf32,
+            cudnn_benchmark: self.cudnn_benchmark,
+            cuda_graph: self.cuda_graph,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -258,6 +304,10 @@ pub struct MeasureArgs {
     pub grad: GradMode,
     #[arg(long, default_value = "off")]
     pub autocast: Autocast,
+    /// Also print the traced forward pass: memory, time and FLOPs at every module boundary
+    /// (with --json the trace is always in the report).
+    #[arg(long)]
+    pub trace: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -272,9 +322,9 @@ pub struct PitfallArgs {
     pub id: String,
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
-    /// The model to use instead of the card's default.
+    /// The model to use instead of the card's default (a team model of --models-dir too).
     #[arg(long)]
-    pub model: Option<ModelId>,
+    pub model: Option<String>,
     /// The batch to use instead of the card's default.
     #[arg(long)]
     pub batch: Option<u32>,

@@ -46,11 +46,15 @@ pub struct ConnLimits {
     pub drain_timeout: Duration,
 }
 
+/// Connections open at once, by default: room for the default event streams
+/// ([`crate::state::DEFAULT_MAX_STREAMS`]) and as many page loads and API calls beside them.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 impl Default for ConnLimits {
     fn default() -> Self {
         ConnLimits {
             header_timeout: Duration::from_secs(10),
-            max_connections: 1024,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             drain_timeout: Duration::from_secs(310),
         }
     }
@@ -141,6 +145,18 @@ pub async fn serve(
     {
         tracing::warn!("responses still under way after the drain time: closing them");
     }
+}
+
+/// The process's limit on open files (the soft `RLIMIT_NOFILE`), read from
+/// `/proc/self/limits`; `None` where that file does not exist or says "unlimited".
+pub fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The answer to a connection over the limit: it is not read, only told to come back.

@@ -1,6 +1,7 @@
 //! A recorded result in the formats people take away: the report as JSON, its samples (or
 //! an experiment's series) as CSV, and a standalone PyTorch script that measures the same
-//! run again on the reader's machine. The API (`/api/records/{id}/export.{json,csv,py}`)
+//! run again on the reader's machine, and the traced pass as a Chrome trace or its own CSV
+//! (see `trace_export`). The API (`/api/records/{id}/export/{json,csv,py,trace,trace-csv}`)
 //! and `gradless runs export` both call [`export`], so the files are the same either way.
 
 use protocol::{DeviceChoice, Record, RecordBody, Report};
@@ -14,6 +15,10 @@ pub enum Format {
     Json,
     Csv,
     Python,
+    /// The traced pass as a Chrome trace (trace-event JSON).
+    Trace,
+    /// The traced pass as CSV, one row per module.
+    TraceCsv,
 }
 
 impl std::str::FromStr for Format {
@@ -23,8 +28,10 @@ impl std::str::FromStr for Format {
             "json" => Ok(Format::Json),
             "csv" => Ok(Format::Csv),
             "py" | "python" => Ok(Format::Python),
+            "trace" => Ok(Format::Trace),
+            "trace-csv" | "trace.csv" => Ok(Format::TraceCsv),
             other => Err(format!(
-                "unknown export format `{other}`; use json, csv or py"
+                "unknown export format `{other}`; use json, csv, py, trace or trace-csv"
             )),
         }
     }
@@ -42,11 +49,20 @@ pub struct Export {
 pub fn export(record: &Record, format: Format) -> Result<Export, String> {
     let stem = format!("gradless-{}-{}", record.kind().as_str(), record.id);
     match format {
-        Format::Json => Ok(Export {
-            content_type: "application/json",
-            filename: format!("{stem}.json"),
-            body: serde_json::to_string_pretty(record).map_err(|e| e.to_string())?,
-        }),
+        Format::Json => {
+            let mut value = serde_json::to_value(record).map_err(|e| e.to_string())?;
+            // The caveat travels with the figures (it is derived, so not stored in the record).
+            if let (Some(caveat), Some(object)) =
+                (record.run().and_then(Report::caveat), value.as_object_mut())
+            {
+                object.insert("caveat".into(), caveat.into());
+            }
+            Ok(Export {
+                content_type: "application/json",
+                filename: format!("{stem}.json"),
+                body: serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?,
+            })
+        }
         Format::Csv => Ok(Export {
             content_type: "text/csv; charset=utf-8",
             filename: format!("{stem}.csv"),
@@ -64,6 +80,27 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
                 }
             },
         }),
+        Format::Trace | Format::TraceCsv => {
+            let RecordBody::Run(r) = &record.body else {
+                return Err("a pitfall experiment has no traced pass; export one of its runs from the Lab".into());
+            };
+            if r.trace.is_empty() {
+                return Err("this run was recorded before Gradless traced forward passes; measure it again".into());
+            }
+            Ok(match format {
+                Format::Trace => Export {
+                    content_type: "application/json",
+                    filename: format!("{stem}.trace.json"),
+                    body: serde_json::to_string(&crate::trace_export::chrome_trace(r))
+                        .map_err(|e| e.to_string())?,
+                },
+                _ => Export {
+                    content_type: "text/csv; charset=utf-8",
+                    filename: format!("{stem}.trace.csv"),
+                    body: crate::trace_export::trace_csv(&r.trace),
+                },
+            })
+        }
         Format::Python => match &record.body {
             RecordBody::Run(r) => Ok(Export {
                 content_type: "text/x-python; charset=utf-8",
@@ -77,18 +114,22 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
     }
 }
 
-/// Every sample of a run, warm-up first: one row per forward pass.
+/// Every sample of a run, warm-up first: one row per forward pass. Iterations are numbered
+/// from 1 within their phase, as the charts label them (w1, w2, … then 1, 2, …). A run with a
+/// caveat (fp16/bf16 on a CPU) carries it in every row, so no copy of the figures loses it.
 pub fn samples_csv(r: &Report) -> String {
+    let caveat = r.caveat().unwrap_or_default();
     let mut rows = vec![];
     for (phase, samples) in [("warmup", &r.warmup), ("timed", &r.samples)] {
         for s in samples {
             rows.push([
                 phase.to_string(),
-                s.iteration.to_string(),
+                (s.iteration + 1).to_string(),
                 s.latency_ms.to_string(),
                 s.allocated_bytes.to_string(),
                 s.peak_bytes.to_string(),
                 s.reserved_bytes.map(|b| b.to_string()).unwrap_or_default(),
+                caveat.clone(),
             ]);
         }
     }
@@ -100,6 +141,7 @@ pub fn samples_csv(r: &Report) -> String {
             "allocated_bytes",
             "peak_bytes",
             "reserved_bytes",
+            "caveat",
         ],
         rows,
     )
@@ -140,7 +182,31 @@ pub fn peer_args(r: &Report) -> Vec<String> {
         args.push("--train".into());
     }
     if let Some(size) = s.input_size {
-        args.push(format!("--input-size={size}"));
+        // A fixed-shape team model has no size (0): peer.py takes the sidecar's shape.
+        if size > 0 {
+            args.push(format!("--input-size={size}"));
+        }
+    }
+    if let protocol::ModelId::Team(_) = s.model {
+        // The same TorchScript file, loaded with torch.jit.load: beside the script by
+        // default, or wherever --models-dir points.
+        args.push("--models-dir=.".into());
+    }
+    let a = &s.advanced;
+    if a.weights != protocol::WeightsDtype::Fp32 {
+        args.push(format!("--weights={}", a.weights.as_str()));
+    }
+    if a.memory_format != protocol::MemoryFormat::Contiguous {
+        args.push(format!("--memory-format={}", a.memory_format.as_str()));
+    }
+    if a.input_source != protocol::InputSource::Device {
+        args.push(format!("--input-source={}", a.input_source.as_str()));
+    }
+    if a.tf32 {
+        args.push("--tf32".into());
+    }
+    if a.cudnn_benchmark {
+        args.push("--cudnn-benchmark".into());
     }
     args
 }
@@ -149,16 +215,33 @@ fn py_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
+/// What the exported script prints beside its own figures: the recorded run's, under the
+/// field names bench/peer.py's report uses (its table reads both the same way).
+fn recorded_figures(id: &str, r: &Report) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": id,
+        "measured_at": r.env.measured_at,
+        "settings": r.spec.label(),
+        "device": format!("{}: {}, threads: {}", r.env.device.as_str(), r.env.device_name, r.env.threads),
+        "torch": format!("libtorch {} (Gradless {})", r.env.libtorch_version, r.env.gradless_version),
+        "latency_ms": r.latency_ms,
+        "throughput_per_s": r.throughput_per_s,
+        "memory": r.memory,
+        "caveat": r.caveat(),
+    })
+}
+
 /// bench/peer.py with the recorded run's settings as its default arguments, and the
 /// recorded figures printed beside the new ones.
 pub fn python_script(id: &str, r: &Report) -> String {
     let l = &r.latency_ms;
     let m = &r.memory;
     let recorded = format!(
-        "latency p50 {:.3} ms, p95 {:.3} ms, p99 {:.3} ms; peak above baseline {} ({} bytes, {})",
+        "latency p50 {:.3} ms, p95 {:.3} ms, p99 {:.3} ms; baseline {}; peak above baseline {} ({} bytes, {})",
         l.p50,
         l.p95,
         l.p99,
+        protocol::format_bytes(m.baseline_bytes),
         protocol::format_bytes(m.peak_above_baseline_bytes),
         m.peak_above_baseline_bytes,
         m.source.describe()
@@ -182,15 +265,25 @@ pub fn python_script(id: &str, r: &Report) -> String {
         "# Recorded by Gradless {} on {where_}:\n#   {recorded}\n",
         r.env.gradless_version
     ));
+    if let Some(caveat) = r.caveat() {
+        head.push_str(&format!("# Caveat: {caveat}\n"));
+    }
     head.push_str(
         "#\n# Run:  python3 this_file.py          (needs torch; torchvision is optional)\n",
     );
     head.push_str(
-        "#       python3 this_file.py --json   (the report as JSON, with Gradless's field names)\n",
+        "#       python3 this_file.py --json   (the report as JSON, with Gradless's field names;\n\
+         #                                      the recorded figures under `recorded`)\n",
     );
     head.push_str(
         "# Flags given on the command line override the recorded settings (e.g. --device cpu).\n",
     );
+    if let protocol::ModelId::Team(name) = r.spec.model {
+        head.push_str(&format!(
+            "# {name} is a team model: put {name}.pt and {name}.json (from the server's models\n\
+             # directory) beside this file, or add --models-dir DIR. It is loaded with torch.jit.load.\n"
+        ));
+    }
     head.push_str(
         "# Below is Gradless's Python peer (bench/peer.py), unchanged: the same warm-up,\n",
     );
@@ -204,7 +297,6 @@ pub fn python_script(id: &str, r: &Report) -> String {
     let main_call = "if __name__ == \"__main__\":\n    sys.exit(main())\n";
     let body = body.strip_suffix(main_call).unwrap_or(body);
     let mut tail = String::from("\n# ---- the recorded run ----------------------------------------------------------------------\n\n");
-    tail.push_str(&format!("GRADLESS_RUN_ID = {}\n", py_str(id)));
     tail.push_str(&format!(
         "RECORDED_ARGS = [{}]\n",
         args.iter()
@@ -212,14 +304,13 @@ pub fn python_script(id: &str, r: &Report) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    // JSON text parsed at run time: Python literals differ from JSON's (null, true).
     tail.push_str(&format!(
-        "RECORDED = {}\n",
-        py_str(&format!("{recorded}; on {where_}"))
+        "RECORDED = json.loads({})\n",
+        py_str(&recorded_figures(id, r).to_string())
     ));
     tail.push_str(
-        "\n\nif __name__ == \"__main__\":\n    _argv = sys.argv[1:]\n    _code = main(RECORDED_ARGS + _argv)\n    \
-         if \"--json\" not in _argv:\n        print(f\"\\nGradless recorded (run {GRADLESS_RUN_ID}): {RECORDED}\")\n    \
-         sys.exit(_code)\n",
+        "\n\nif __name__ == \"__main__\":\n    sys.exit(main(RECORDED_ARGS + sys.argv[1:], recorded=RECORDED))\n",
     );
     format!("{head}{body}{tail}")
 }

@@ -22,6 +22,8 @@ pub mod router;
 pub mod runs;
 pub mod state;
 pub mod store;
+pub mod team;
+pub mod trace_export;
 pub mod worker_cmd;
 
 pub use router::router;
@@ -73,7 +75,10 @@ pub fn build_state(
     addr: std::net::SocketAddr,
     services: Services,
 ) -> Result<AppState> {
-    let models = models::model_infos(&worker)?;
+    let models = match &services.model_counts {
+        Some(cache) => models::model_infos_cached(&worker, cache)?,
+        None => models::model_infos(&worker)?,
+    };
     let info = ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         libtorch_version: engine::LIBTORCH_VERSION.to_string(),
@@ -127,6 +132,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let run_timeout = Duration::from_secs(args.run_timeout_s);
+    team::load(&args.engine)?;
     let config = worker_config(&args.engine, args.queue_capacity, Some(run_timeout));
     let embed_csp = config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
     let db_path = args.db.path();
@@ -137,6 +143,17 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     );
     if guard.token_required() {
         tracing::info!("starting runs needs the access token; reading and embeds stay open");
+    }
+    if let Some(files) = conn::open_files_limit() {
+        // Every connection is a descriptor; past the limit `accept` fails (EMFILE) and
+        // browsers wait, where the configured limit would have answered them.
+        let wanted = args.max_connections as u64 + 64;
+        if files < wanted {
+            tracing::warn!(
+                "this process may open {files} files, fewer than --max-connections {} needs (about {wanted}): raise it with `ulimit -n {wanted}` or lower --max-connections",
+                args.max_connections
+            );
+        }
     }
     let listener =
         listen(args.addr).with_context(|| format!("could not listen on {}", args.addr))?;
@@ -160,6 +177,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 origins,
                 embed_csp,
                 max_streams,
+                model_counts: models::CountCache::for_this_executable(),
             },
         )
     })

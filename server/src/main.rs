@@ -28,7 +28,10 @@ fn run() -> anyhow::Result<()> {
         .init();
 
     // The CLI commands run one thing at a time: a queue of one is enough, and no time limit.
-    let worker = |engine| server::start_worker(server::worker_config(engine, 1, None));
+    let worker = |engine| -> anyhow::Result<engine::Worker> {
+        server::team::load(engine)?;
+        server::start_worker(server::worker_config(engine, 1, None))
+    };
     match cli.command {
         None => tokio::runtime::Runtime::new()?.block_on(server::serve(cli.serve)),
         Some(Command::Serve(args)) => tokio::runtime::Runtime::new()?.block_on(server::serve(args)),

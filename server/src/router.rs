@@ -228,12 +228,7 @@ fn page_needs(request: &Request) -> (Vec<String>, bool, bool) {
                 .unwrap_or_default();
             let ids = query
                 .get("runs")
-                .map(|r| {
-                    r.split(',')
-                        .filter_map(app::records::record_id_from)
-                        .take(app::records::MAX_COMPARED)
-                        .collect()
-                })
+                .map(|r| app::records::compare_ids(r).0)
                 .unwrap_or_default();
             (ids, false, false)
         }

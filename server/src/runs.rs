@@ -18,6 +18,11 @@ pub struct RunState {
     /// Each event with when it arrived from the worker (the load test measures delivery
     /// delay from it).
     events: Mutex<Vec<(Event, Instant)>>,
+    /// Each event as the JSON an event stream sends, made once by the first viewer that
+    /// needs it and shared by the others: a thousand viewers of a run would otherwise
+    /// serialise (and clone) every event, the final report with all its samples included,
+    /// a thousand times.
+    json: Mutex<Vec<Option<Arc<str>>>>,
     /// Number of events so far; viewers wait on changes.
     count: watch::Sender<usize>,
     ticket: Mutex<Option<RunTicket>>,
@@ -30,6 +35,7 @@ impl RunState {
     fn new() -> Arc<RunState> {
         Arc::new(RunState {
             events: Mutex::new(Vec::new()),
+            json: Mutex::new(Vec::new()),
             count: watch::channel(0).0,
             ticket: Mutex::new(None),
             viewers: AtomicUsize::new(0),
@@ -57,6 +63,43 @@ impl RunState {
             .map(|(e, _)| e.clone())
     }
 
+    /// The event at `index` as JSON, and whether it ends the stream (see
+    /// [`RunState::json`]).
+    pub fn get_json(&self, index: usize) -> Option<(Arc<str>, bool)> {
+        if let Some(Some(json)) = self
+            .json
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(index)
+        {
+            let terminal = self.is_terminal_at(index);
+            return Some((json.clone(), terminal));
+        }
+        let (json, terminal) = {
+            let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            let (event, _) = events.get(index)?;
+            let json: Arc<str> = serde_json::to_string(event)
+                .unwrap_or_else(|_| "{}".into())
+                .into();
+            (json, event.is_terminal())
+        };
+        let mut cache = self.json.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() <= index {
+            cache.resize(index + 1, None);
+        }
+        // Two viewers may have made it at once: keep the first, the texts are equal.
+        let kept = cache[index].get_or_insert(json).clone();
+        Some((kept, terminal))
+    }
+
+    fn is_terminal_at(&self, index: usize) -> bool {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(index)
+            .is_some_and(|(e, _)| e.is_terminal())
+    }
+
     /// When the event at `index` arrived from the worker.
     pub fn pushed_at(&self, index: usize) -> Option<Instant> {
         self.events
@@ -64,6 +107,11 @@ impl RunState {
             .unwrap_or_else(|e| e.into_inner())
             .get(index)
             .map(|(_, t)| *t)
+    }
+
+    /// Event streams following this run now.
+    pub fn viewers(&self) -> usize {
+        self.viewers.load(Ordering::SeqCst)
     }
 
     pub fn subscribe(&self) -> watch::Receiver<usize> {

@@ -31,8 +31,9 @@ pub struct AppState {
     pub guard: Arc<Guard>,
     /// Which hosts this server answers to and which pages may drive it.
     pub origins: Arc<Origins>,
-    /// What this server offers: computed once at start (the models need building to
-    /// count), or on a fleet front from the live workers' announcements.
+    /// What this server offers: computed once at start (the models need building to count, or
+    /// this executable's earlier counts: `crate::models::CountCache`), or on a fleet front
+    /// from the live workers' announcements.
     pub info: Arc<InfoCell>,
     pub leptos: LeptosOptions,
     /// Bounds the pitfall experiments waiting for the device (each holds a permit).
@@ -60,6 +61,9 @@ pub struct Services {
     pub embed_csp: String,
     /// Event streams that may be open at once.
     pub max_streams: usize,
+    /// Where this executable keeps the parameter counts it measured (`None`: count at
+    /// every start).
+    pub model_counts: Option<crate::models::CountCache>,
 }
 
 impl Services {
@@ -72,12 +76,16 @@ impl Services {
             origins: Origins::local(),
             embed_csp: "frame-ancestors 'self'".into(),
             max_streams: DEFAULT_MAX_STREAMS,
+            model_counts: None,
         })
     }
 }
 
-/// Event streams open at once, by default.
-pub const DEFAULT_MAX_STREAMS: usize = 512;
+/// Event streams open at once, by default: server/tests/load.rs holds a thousand viewers
+/// of one run on a 2-core machine, every one admitted and served to the end (each stream
+/// costs a task, a socket and hyper's buffers: tens of KB). Delivery then lags: p99 1.2 s
+/// for a tiny model's burst of 104 events, clients on the same cores.
+pub const DEFAULT_MAX_STREAMS: usize = 2048;
 
 /// The [`ServerInfo`] pages and `/api/info` show now.
 pub struct InfoCell(std::sync::RwLock<Arc<ServerInfo>>);

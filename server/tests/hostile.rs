@@ -189,6 +189,7 @@ async fn a_hostile_neighbour_cannot_take_the_server_down() {
         threads: Some(1),
         max_batch: 64,
         memory_limit_mib: Some(BUDGET_MIB),
+        models_dir: None,
     };
     let worker = server::start_worker(server::worker_config(
         &engine,

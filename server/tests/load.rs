@@ -3,7 +3,12 @@
 //! with 503 (never hang), every viewer must see its run to the end, and the delay from the
 //! worker emitting an event to a viewer reading it off the socket is reported (p50/p99).
 //!
-//! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-load.json`.
+//! A second test holds a thousand viewers of one run on one server (as many as the stream
+//! limit it configures, all admitted; the next ones refused with 503) and reports the
+//! delivery delay and the number held.
+//!
+//! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-load.json` and
+//! `gradless-viewers.json`. The two tests take turns (they share the machine's two cores).
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +70,9 @@ async fn view(addr: std::net::SocketAddr, id: String) -> (Instant, Vec<(usize, I
     (connected, out)
 }
 
+/// The tests in this file take turns: each measures delays, which the other would inflate.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
@@ -73,10 +81,12 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_viewers_and_a_full_queue_on_loopback() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let engine = EngineArgs {
         threads: Some(1),
         max_batch: 64,
         memory_limit_mib: None,
+        models_dir: None,
     };
     let worker = server::start_worker(server::worker_config(
         &engine,
@@ -228,4 +238,199 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
     // dropped SYN costs: with std's listen backlog of 128 this burst overflowed the accept
     // queue and p99 went to ~900 ms (see server::listen).
     assert!(p99 < 500.0, "p99 event delay {p99:.1} ms");
+}
+
+/// Viewers of one run, all connected before it starts.
+const VIEWERS: usize = 1000;
+/// Viewers beyond the stream limit: each must be refused with 503.
+const OVER_LIMIT: usize = 8;
+const VIEWERS_ITERS: usize = 100;
+
+/// Reads an SSE stream to its end; returns each message's `data` with its arrival time.
+async fn view_raw(addr: std::net::SocketAddr, id: String) -> Result<Vec<(String, Instant)>, u16> {
+    let req = Request::get(format!("/api/runs/{id}/events"))
+        .header("host", "localhost")
+        .body(Body::empty())
+        .unwrap();
+    let (status, mut body) = request(addr, req).await;
+    if status != 200 {
+        return Err(status);
+    }
+    let (mut text, mut out) = (String::new(), Vec::new());
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.expect("stream").into_data() else {
+            continue;
+        };
+        let now = Instant::now();
+        text.push_str(&String::from_utf8_lossy(&data));
+        while let Some(end) = text.find("\n\n") {
+            let message: String = text.drain(..end + 2).collect();
+            for json in message.lines().filter_map(|l| l.strip_prefix("data: ")) {
+                out.push((json.to_string(), now));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_viewers_of_one_run() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let engine = EngineArgs {
+        threads: Some(1),
+        max_batch: 64,
+        memory_limit_mib: None,
+        models_dir: None,
+    };
+    let worker = server::start_worker(server::worker_config(
+        &engine,
+        4,
+        Some(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    let services = server::state::Services {
+        max_streams: VIEWERS,
+        ..server::state::Services::ephemeral().unwrap()
+    };
+    let state = server::build_state(
+        worker,
+        std::path::Path::new("target/site"),
+        "127.0.0.1:0".parse().unwrap(),
+        services,
+    )
+    .unwrap();
+    let (runs, worker) = (state.runs.clone(), state.worker.clone().expect("a single-process server has its worker"));
+    let listener = server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::conn::serve(
+        listener,
+        server::router(state),
+        server::conn::ConnLimits {
+            // Room for every viewer and the requests beside them: only the stream limit
+            // may refuse a viewer here.
+            max_connections: VIEWERS + OVER_LIMIT + 64,
+            ..server::conn::ConnLimits::default()
+        },
+        std::future::pending(),
+    ));
+
+    // The device thread is held until every viewer is connected, so the run's events are
+    // all delivered live to a thousand open streams.
+    let (release, hold) = std::sync::mpsc::channel::<()>();
+    let holding = tokio::task::spawn_blocking(move || worker.call(move |_| drop(hold.recv())));
+    let outcome = tokio::time::timeout(DEADLINE, async move {
+        let spec = format!(
+            r#"{{"model": "tiny_mlp", "batch": 64, "warmup": 2, "iters": {VIEWERS_ITERS}}}"#
+        );
+        let req = Request::post("/api/runs")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Body::from(spec))
+            .unwrap();
+        let (status, body) = request(addr, req).await;
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(status, 202, "{}", String::from_utf8_lossy(&bytes));
+        let id = serde_json::from_slice::<RunCreated>(&bytes).unwrap().id;
+        let run = runs.get(&id).expect("run known");
+
+        let connecting = Instant::now();
+        let viewers: Vec<_> = (0..VIEWERS)
+            .map(|_| tokio::spawn(view_raw(addr, id.clone())))
+            .collect();
+        // Every viewer has its stream once it has read the `queued` event: wait for the
+        // server to count them all.
+        while run.viewers() < VIEWERS {
+            assert!(
+                connecting.elapsed() < Duration::from_secs(60),
+                "only {} viewers connected",
+                run.viewers()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let connect_s = connecting.elapsed().as_secs_f64();
+        let all_connected = Instant::now();
+        assert!(
+            !run.has_started(),
+            "the run started before its viewers were connected"
+        );
+        // At the limit, the next viewers are refused, in words, and the held ones stay.
+        for _ in 0..OVER_LIMIT {
+            assert_eq!(
+                view_raw(addr, id.clone()).await.err(),
+                Some(503),
+                "a viewer over the stream limit"
+            );
+        }
+        let held_at_start = run.viewers();
+        release.send(()).unwrap();
+        let mut seen = vec![];
+        for v in viewers {
+            seen.push(
+                v.await
+                    .expect("viewer task")
+                    .expect("every viewer below the limit is admitted"),
+            );
+        }
+        (id, run, connect_s, all_connected, held_at_start, seen)
+    })
+    .await;
+    let (id, run, connect_s, all_connected, held, seen) =
+        outcome.expect("the viewers test went past its deadline: something hung");
+    holding.await.unwrap().unwrap();
+
+    // Every viewer saw the whole run, byte for byte the events the server recorded; the
+    // delay counts the events pushed after all viewers were connected (the run's own, from
+    // `started` on): live, not replayed.
+    let mut delays = vec![];
+    let total = seen[0].len();
+    assert!(total >= VIEWERS_ITERS + 3, "{id}: only {total} events");
+    for (i, stream) in seen.iter().enumerate() {
+        assert_eq!(
+            stream.len(),
+            total,
+            "viewer {i} saw {} events of {total}",
+            stream.len()
+        );
+        for (index, (json, received)) in stream.iter().enumerate() {
+            let (sent, _) = run.get_json(index).expect("event recorded");
+            assert_eq!(json.as_str(), &*sent, "viewer {i}: event {index} differs");
+            let pushed = run.pushed_at(index).expect("pushed");
+            if pushed >= all_connected {
+                delays.push(received.saturating_duration_since(pushed).as_secs_f64() * 1000.0);
+            }
+        }
+        assert!(
+            stream.last().unwrap().0.contains(r#""type":"done""#),
+            "viewer {i} did not see the run finish"
+        );
+    }
+    // started, the warm-up and timed samples, done: each delivered live to every viewer.
+    assert!(
+        delays.len() >= VIEWERS * (VIEWERS_ITERS + 2),
+        "only {} live deliveries",
+        delays.len()
+    );
+    delays.sort_by(f64::total_cmp);
+    let (p50, p99, max) = (
+        percentile(&delays, 0.5),
+        percentile(&delays, 0.99),
+        *delays.last().unwrap(),
+    );
+    let report = serde_json::json!({
+        "viewers_held": held, "stream_limit": VIEWERS, "refused_over_limit": OVER_LIMIT,
+        "connect_all_s": connect_s, "events_per_viewer": total, "live_events_delivered": delays.len(),
+        "event_delay_ms": {"p50": p50, "p99": p99, "max": max},
+    });
+    println!("viewers: {report}");
+    if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
+        let _ = std::fs::write(
+            std::path::Path::new(&dir).join("gradless-viewers.json"),
+            report.to_string(),
+        );
+    }
+    assert_eq!(held, VIEWERS, "viewers held at once");
+    // A hang guard, not a benchmark (timings are reported, not asserted): a stalled stream
+    // shows as tens of seconds. (Measured: p99 ~1.2 s with the test's own thousand
+    // clients on the same two cores; the issue's goal is 100 ms.)
+    assert!(p99 < 10_000.0, "p99 event delay {p99:.1} ms");
 }

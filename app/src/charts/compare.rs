@@ -170,4 +170,3 @@ pub fn pitfall_chart(report: &PitfallReport) -> Option<ChartOption> {
     }
     Some(accessible(chart, format!("{}.", said.join("; "))))
 }
-

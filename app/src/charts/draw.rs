@@ -39,6 +39,47 @@ thread_local! {
     static SCHEDULED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether the resize and colour-scheme listeners are installed.
     static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether a flush waits for the window's `load` event (ECharts not run yet).
+    static WAITING_FOR_LOAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// ECharts is loaded `async` (see the page shell in `lib.rs`), so the app may hydrate and
+/// want to draw before it has run. Until the window's `load` event (which waits for every
+/// async script, loaded or failed) the charts stay pending and are drawn then; after it, a
+/// missing ECharts is an error the chart says in words. Returns whether drawing must wait.
+fn wait_for_echarts() -> bool {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let Some(window) = web_sys::window() else {
+        return false;
+    };
+    let loaded = js_sys::Reflect::get(&window, &"echarts".into()).is_ok_and(|e| !e.is_undefined());
+    let complete = window
+        .document()
+        .is_none_or(|d| d.ready_state() == "complete");
+    if loaded || complete {
+        return false;
+    }
+    if !WAITING_FOR_LOAD.with(|w| w.replace(true)) {
+        let on_load = Closure::once_into_js(|| {
+            WAITING_FOR_LOAD.with(|w| w.set(false));
+            flush();
+        });
+        let once = web_sys::AddEventListenerOptions::new();
+        once.set_once(true);
+        if window
+            .add_event_listener_with_callback_and_add_event_listener_options(
+                "load",
+                on_load.unchecked_ref(),
+                &once,
+            )
+            .is_err()
+        {
+            WAITING_FOR_LOAD.with(|w| w.set(false));
+            return false;
+        }
+    }
+    true
 }
 
 /// Keeps drawn charts in step with the window: a canvas keeps the width it was drawn at,
@@ -95,6 +136,9 @@ fn watch_window() {
 
 fn flush() {
     SCHEDULED.with(|s| s.set(false));
+    if wait_for_echarts() {
+        return;
+    }
     watch_window();
     // Take the work out first: nothing stays borrowed while JavaScript runs.
     let pending: Vec<(String, ChartOption)> = PENDING.with(|p| p.borrow_mut().drain().collect());
@@ -252,4 +296,3 @@ pub fn download_png(id: &str, filename: &str) {
         a.click();
     }
 }
-

@@ -23,11 +23,13 @@ mod draw;
 mod runs;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 pub use compare::*;
 #[cfg(feature = "hydrate")]
 pub use draw::{download_png, render};
 pub use runs::*;
+pub use trace::*;
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -310,4 +310,3 @@ pub(super) fn memory_description(
     }
     s
 }
-

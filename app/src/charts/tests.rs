@@ -58,6 +58,7 @@ fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
         series,
         notes: vec![],
         table: None,
+        traces: vec![],
         env: protocol::EnvStamp {
             device: protocol::DeviceKind::Cpu,
             device_name: "cpu".into(),

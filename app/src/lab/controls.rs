@@ -83,23 +83,51 @@ pub fn ModelControl(lab: LabCtx) -> impl IntoView {
                     }
                 }
             >
-                {models
-                    .into_iter()
-                    .map(|m| {
-                        let id = m.id;
-                        view! {
-                            <option value=id.as_str() selected=move || spec.get().model == id>
-                                {format!("{} — {:.1}M params", m.name, m.parameters as f64 / 1e6)}
-                            </option>
-                        }
-                    })
-                    .collect_view()}
+                {
+                    let (team, builtin): (Vec<_>, Vec<_>) =
+                        models.into_iter().partition(|m| m.team.is_some());
+                    let options = move |list: Vec<protocol::ModelInfo>| {
+                        list.into_iter()
+                            .map(|m| {
+                                let id = m.id;
+                                view! {
+                                    <option value=id.as_str() selected=move || spec.get().model == id>
+                                        {format!("{} — {} params", m.name, param_count(m.parameters))}
+                                    </option>
+                                }
+                            })
+                            .collect_view()
+                    };
+                    let has_team = !team.is_empty();
+                    view! {
+                        <optgroup label="Built-in models">{options(builtin)}</optgroup>
+                        {has_team.then(|| view! {
+                            <optgroup label="This team's models" data-testid="team-models">
+                                {options(team)}
+                            </optgroup>
+                        })}
+                    }
+                }
             </select>
-            <p class="explain">
+            <p class="explain" data-testid="model-explain">
                 {move || {
                     let m = spec.get().model;
-                    format!("Input: {} (default {}).", m.input().meaning, m.input().default)
+                    match m.team() {
+                        Some(t) => {
+                            let about = t.sidecar.description.clone().map(|d| format!("{d} ")).unwrap_or_default();
+                            let size = m.input();
+                            let default = if size.max > 0 { format!(" (default {})", size.default) } else { String::new() };
+                            format!(
+                                "{about}A team model: {} loaded with TorchScript. Input: {}{default}. Train/eval: {}.",
+                                t.file, size.meaning, t.training.describe()
+                            )
+                        }
+                        None => format!("Input: {} (default {}).", m.input().meaning, m.input().default),
+                    }
                 }}
+                {move || spec.get().model.team().and_then(|t| t.sidecar.link.clone()).map(|href| view! {
+                    " " <a href=href.clone() rel="noopener">"About this model"</a>
+                })}
             </p>
         </div>
     }
@@ -340,7 +368,8 @@ pub fn BatchControl(lab: LabCtx, batch_state: BatchState) -> impl IntoView {
     }
 }
 
-/// The warm-up and timed iteration counts.
+/// The warm-up and timed iteration counts, and the settings beyond the five switches
+/// ([`super::advanced`]).
 #[component]
 pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
     let LabCtx { spec, info, .. } = lab;
@@ -349,7 +378,7 @@ pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
     let (max_warmup, max_iters) = info.with_value(|i| (i.limits.max_warmup, i.limits.max_iters));
     view! {
         <details class="control" class:hidden=hidden("advanced")>
-            <summary>"Advanced: iterations"</summary>
+            <summary>"Advanced: iterations, precision, layout, input, CUDA switches"</summary>
             <NumberSetting
                 label="Warm-up iterations (not in the statistics) "
                 testid="warmup"
@@ -368,6 +397,7 @@ pub fn AdvancedControl(lab: LabCtx, validity: Validity) -> impl IntoView {
                 on_set=Callback::new(move |n: u32| update(&|s| s.iters = n))
                 error=validity.iters
             />
+            <super::advanced::BeyondSwitches lab />
         </details>
     }
 }
@@ -419,5 +449,15 @@ pub fn NumberSetting(
             />
         </label>
         <p id=error_id class="error" role="alert" data-testid=format!("{testid}-error")>{move || error.get()}</p>
+    }
+}
+
+/// "11.7M", "11.5K", "68": parameter counts from a few dozen (a team's small module) to
+/// tens of millions.
+fn param_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1}K", n as f64 / 1e3),
+        n => n.to_string(),
     }
 }

@@ -12,8 +12,10 @@ use crate::embed::EmbedOptions;
 use crate::settings::{ignored_in_query, query_from_spec, resolve_device, spec_from_query};
 use crate::widgets::{EmbedSnippet, TokenField};
 
+pub mod advanced;
 pub mod controls;
 pub mod guide;
+pub mod inside;
 pub mod results;
 pub mod run;
 
@@ -59,6 +61,11 @@ impl LabCtx {
     pub fn update(&self, f: &dyn Fn(&mut RunSpec)) {
         let mut s = self.spec.get_untracked();
         f(&mut s);
+        // channels_last belongs to convolution models: another model drops it rather than
+        // leave a setting that would refuse every run.
+        if !s.model.is_conv() {
+            s.advanced.memory_format = protocol::MemoryFormat::Contiguous;
+        }
         self.set.run(s);
     }
 

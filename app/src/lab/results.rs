@@ -57,6 +57,7 @@ pub fn Results(
             </div>
             <Shown lab runs />
             <Summary view_state />
+            <super::inside::Inside runs />
             {move || {
                 let done = view_state.with(|v| v.phase == Phase::Done);
                 current_id.get().filter(|_| done && !embed).map(|id| view! { <RecordActions id run=true charts=vec![("latency-chart", "latency"), ("memory-chart", "memory")] /> })

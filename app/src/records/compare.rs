@@ -4,19 +4,21 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 use protocol::{format_bytes, Report};
 
-use super::{load, record_id_from, Loaded, MAX_COMPARED, RECORDS_ELEMENT};
+use super::{compare_ids, load, Loaded, RECORDS_ELEMENT};
 
 /// `/compare?runs=a,b,...`: recorded runs side by side, each column linked to its permalink.
 #[component]
 pub fn ComparePage() -> impl IntoView {
-    let ids: Vec<String> = use_query_map()
-        .with_untracked(|q| q.get("runs"))
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(record_id_from)
-        .take(MAX_COMPARED)
-        .collect();
+    let (ids, ignored) = compare_ids(
+        &use_query_map()
+            .with_untracked(|q| q.get("runs"))
+            .unwrap_or_default(),
+    );
     let none = ids.is_empty();
+    let ignored = ignored
+        .into_iter()
+        .map(|m| view! { <p class="error" role="alert" data-testid="compare-ignored">{m}</p> })
+        .collect_view();
     let (state, json) = load(ids);
     let runs = Memo::new(move |_| {
         state.with(|s| {
@@ -40,6 +42,14 @@ pub fn ComparePage() -> impl IntoView {
                 "compare-chart",
                 crate::charts::comparison_chart("Recorded runs side by side", &reports),
             );
+            // The traced passes overlaid (runs of the first run's model; older records
+            // have none).
+            let labelled: Vec<(String, &Report)> = reports
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("#{} {}", i + 1, r.spec.label()), r))
+                .collect();
+            crate::charts::render("compare-trace-chart", crate::charts::trace_chart(&labelled));
         }
     });
     let problems = move || {
@@ -65,10 +75,12 @@ pub fn ComparePage() -> impl IntoView {
             <section class="panel">
                 <h1>"Recorded runs side by side"</h1>
                 {none.then(|| view! { <p class="explain">"Add runs with ?runs=ID,ID (from their permalinks), or use “Compare with another run” on a run's page."</p> })}
+                {ignored}
                 {problems}
                 {move || runs.with(|r| (!r.is_empty()).then(|| compare_table(r)))}
             </section>
             <section class="panel"><div id="compare-chart" class="chart" data-testid="compare-chart"></div></section>
+            <section class="panel"><div id="compare-trace-chart" class="chart tall" data-testid="compare-trace-chart"></div></section>
         </div>
     }
 }
@@ -85,6 +97,7 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
     type Row = (&'static str, Box<dyn Fn(&Report) -> String>);
     let f = first.clone();
     let g = first.clone();
+    let h = first.clone();
     let rows: Vec<Row> = vec![
         (
             "model",
@@ -111,6 +124,22 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
                     r.latency_ms.p50,
                     ratio(r.latency_ms.p50, f.latency_ms.p50)
                 )
+            }),
+        ),
+        (
+            "median latency against #1 (95% interval)",
+            Box::new(move |r: &Report| {
+                if r == &h {
+                    return "—".to_string();
+                }
+                crate::explain::latency_change(r, &h)
+                    .unwrap_or_else(|| "not comparable: no positive median".into())
+            }),
+        ),
+        (
+            "spread (IQR)",
+            Box::new(|r: &Report| {
+                crate::explain::spread(r).unwrap_or_else(|| "absent: under 4 iterations".into())
             }),
         ),
         (
@@ -153,6 +182,14 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
             Box::new(|r: &Report| r.memory.source.short().to_string()),
         ),
     ];
+    // The fp16/bf16-on-a-CPU caveat travels with the figures: a row only where a run has one.
+    let mut rows = rows;
+    if runs.iter().any(|(_, r)| r.caveat().is_some()) {
+        rows.push((
+            "caveat",
+            Box::new(|r: &Report| r.caveat().unwrap_or_else(|| "none".into())),
+        ));
+    }
     let head = runs
         .iter()
         .enumerate()
@@ -166,7 +203,7 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
                 .enumerate()
                 .map(|(i, (_, r))| view! { <td data-label=format!("#{}", i + 1)>{cell(r)}</td> })
                 .collect_view();
-            view! { <tr><th>{name}</th>{cells}</tr> }
+            view! { <tr class=if name == "caveat" { "caveat" } else { "" }><th>{name}</th>{cells}</tr> }
         })
         .collect_view();
     view! {

@@ -129,8 +129,46 @@ pub fn record_id_from(text: &str) -> Option<String> {
     protocol::is_record_id(&last).then_some(last)
 }
 
+/// The runs a `/compare?runs=...` list names, and a sentence for each entry it ignores
+/// (not a record id, or past the first [`MAX_COMPARED`]), so nothing is dropped silently.
+pub fn compare_ids(list: &str) -> (Vec<String>, Vec<String>) {
+    let (mut ids, mut ignored) = (Vec::new(), Vec::new());
+    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match record_id_from(entry) {
+            None => ignored.push(format!(
+                "Ignored “{entry}”: not a run id (a run's id is the last part of its permalink, /runs/ID)."
+            )),
+            Some(id) if ids.contains(&id) => {
+                ignored.push(format!("Ignored a second “{id}”: it is already compared."))
+            }
+            Some(_) if ids.len() == MAX_COMPARED => ignored.push(format!(
+                "Ignored “{entry}”: at most {MAX_COMPARED} runs are compared at once."
+            )),
+            Some(id) => ids.push(id),
+        }
+    }
+    (ids, ignored)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn compare_ids_name_what_they_ignore() {
+        let (ids, ignored) =
+            super::compare_ids("abcd1234abcd1234, resnet999,,/runs/ABCD1234ABCD1234,");
+        assert_eq!(ids.len(), 1);
+        assert_eq!(ignored.len(), 2, "{ignored:?}");
+        assert!(ignored[0].contains("resnet999"));
+        assert!(ignored[1].contains("already compared"));
+        let many = (0..super::MAX_COMPARED + 2)
+            .map(|i| format!("{i:016x}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (ids, ignored) = super::compare_ids(&many);
+        assert_eq!(ids.len(), super::MAX_COMPARED);
+        assert_eq!(ignored.len(), 2);
+    }
+
     use super::*;
 
     #[test]

@@ -239,26 +239,39 @@ impl Lab {
             spec.iters = 2;
             Ok(checked.with_spec(spec))
         };
-        let one = self.measure(&at(1)?, control, &mut |_| {})?;
+        // A team model in train mode may refuse one sample (a script's BatchNorm checks for
+        // two, as PyTorch's does): probe it at 2 and extrapolate the line back to 1.
+        let first = if checked.spec().model.team().is_some() && !checked.spec().eval {
+            2
+        } else {
+            1
+        };
+        let one = self.measure(&at(first)?, control, &mut |_| {})?;
         let four = self.measure(&at(PROBE_BATCH)?, control, &mut |_| {})?;
-        let steps = (PROBE_BATCH - 1) as u64;
+        let steps = (PROBE_BATCH - first) as u64;
         let input = |r: &Report| r.memory.baseline_bytes;
         let index =
             self.model_index(checked.spec().model, checked.device(), checked.input_size())?;
         let weights = self.models[index].held_bytes;
         let fastest = |r: &Report| Duration::from_secs_f64(r.latency_ms.min / 1000.0);
         let (t1, t4) = (fastest(&one), fastest(&four));
+        let above_per_sample = four
+            .memory
+            .peak_above_baseline_bytes
+            .saturating_sub(one.memory.peak_above_baseline_bytes)
+            / steps;
+        let pass_per_sample = t4.saturating_sub(t1) / steps as u32;
+        let back = (first - 1) as u64;
         let profile = Profile {
-            above_at_1: one.memory.peak_above_baseline_bytes,
-            above_per_sample: four
+            above_at_1: one
                 .memory
                 .peak_above_baseline_bytes
-                .saturating_sub(one.memory.peak_above_baseline_bytes)
-                / steps,
+                .saturating_sub(above_per_sample * back),
+            above_per_sample,
             input_per_sample: input(&four).saturating_sub(input(&one)) / steps,
             weights,
-            pass_at_1: t1,
-            pass_per_sample: t4.saturating_sub(t1) / steps as u32,
+            pass_at_1: t1.saturating_sub(pass_per_sample * back as u32),
+            pass_per_sample,
         };
         tracing::debug!(?profile, spec = %checked.spec().label(), "profiled");
         Ok(profile)

@@ -14,17 +14,22 @@
 use std::time::Instant;
 
 use protocol::{
-    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryReport, OutputFacts, Report,
-    RunFailure, RunSpec, Sample,
+    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryBreakdown, MemoryReport, OutputFacts,
+    Report, RunFailure, RunSpec, Sample,
 };
 use tch::Tensor;
 
-use super::{catch_torch, failure, held, synchronize, tch_device, torch_failure, Lab, RunControl};
+use super::{
+    backend_guard, catch_torch, failure, held, make_input, place_input, synchronize,
+    torch_failure, Lab, RunControl,
+};
 use crate::device::Meter;
 use crate::models::Model;
+use crate::peak::Precision;
 use crate::spec::CheckedSpec;
 use crate::stats::latency_stats;
 use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
+use crate::trace::{traced_pass, Probe};
 
 impl Lab {
     /// Measures one run, emitting events as it goes. See the module docs for the method.
@@ -47,10 +52,28 @@ impl Lab {
             budget_bytes: budget,
             ..control
         };
-        let _guard = self.guard(device, &control)?;
+        let guard = self.guard(device, &control)?;
         let spec = checked.spec().clone();
         let result = self.measure_guarded(checked, &control, emit);
-        result.map_err(|f| explain(f, &spec, device, budget))
+        drop(guard);
+        let (mut report, traffic) = result.map_err(|f| explain(f, &spec, device, budget))?;
+        // After the run and outside its guard: a measured peak allocates large matrices.
+        let peak = self.device_peak(device, Precision::of(spec.autocast), report.env.threads);
+        let c = crate::peak::compute(
+            &report.trace,
+            report.latency_ms.p50,
+            traffic.weights,
+            traffic.input,
+            peak.as_ref(),
+        );
+        // No count (0) when the steps cannot be looked inside (a TorchScript team model is
+        // one opaque step): FLOPs and the roofline are then absent, not zero.
+        report.flops = Some(c.flops).filter(|&f| f > 0 && !report.trace.is_empty());
+        report.achieved_tflops = report.flops.map(|_| c.achieved_tflops);
+        report.percent_of_peak = c.percent_of_peak.filter(|_| report.flops.is_some());
+        report.peak_source = peak.map(|p| p.source);
+        report.roofline = c.roofline.filter(|_| report.flops.is_some());
+        Ok(report)
     }
 
     fn measure_guarded(
@@ -58,21 +81,31 @@ impl Lab {
         checked: &CheckedSpec,
         control: &RunControl,
         emit: &mut dyn FnMut(Event),
-    ) -> Result<Report, RunFailure> {
+    ) -> Result<(Report, Traffic), RunFailure> {
         let spec = checked.spec().clone();
         let device = checked.device();
         let threads = spec.threads.unwrap_or(self.config.threads);
         tch::set_num_threads(threads as i32);
         control.check()?;
 
-        let index = self.model_index(spec.model, device, checked.input_size())?;
+        let index =
+            self.model_index_as(spec.model, device, checked.input_size(), &spec.advanced)?;
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);
+        let resident_before = crate::breakdown::resident_bytes();
         let before_input = held(&meter, device)?;
         let model = &self.models[index];
-        let input =
-            catch_torch(|| model.input(spec.batch, checked.input_size(), tch_device(device)))?;
+        // Where the input starts each iteration (device, pageable or pinned host memory) and
+        // its dtype and format follow the advanced settings; a host-side input is copied to
+        // the device inside every timed pass (see `forward`).
+        let input = make_input(
+            model,
+            spec.batch,
+            checked.input_size(),
+            &spec.advanced,
+            device,
+        )?;
 
         synchronize(device)?;
         let at_baseline = meter.read().map_err(torch_failure)?.allocated;
@@ -149,6 +182,16 @@ impl Lab {
                 requires_grad: false,
             });
         drop(last);
+
+        // One traced pass after the timed ones: never in the statistics above.
+        let trace = traced_pass(model, &input, &spec, device, &meter, at_baseline)?;
+        let memory_breakdown =
+            breakdown(&meter, device, resident_before, baseline, other, &samples)?;
+        let traffic = Traffic {
+            weights: model.resident_bytes(),
+            input: input.numel() as u64 * input.kind().elt_size_in_bytes() as u64,
+        };
+
         synchronize(device)?;
         let after_release = own(meter.read().map_err(torch_failure)?.allocated);
         if after_release > baseline {
@@ -166,7 +209,7 @@ impl Lab {
         } else {
             0.0
         };
-        Ok(Report {
+        let report = Report {
             env: self.machine.stamp(device, threads),
             spec,
             latency_ms,
@@ -185,8 +228,55 @@ impl Lab {
             output,
             warmup,
             samples,
-        })
+            trace,
+            flops: None,
+            achieved_tflops: None,
+            percent_of_peak: None,
+            peak_source: None,
+            roofline: None,
+            memory_breakdown,
+        };
+        Ok((report, traffic))
     }
+}
+
+/// Bytes a forward pass reads besides its activations (for the roofline's estimate).
+struct Traffic {
+    weights: u64,
+    input: u64,
+}
+
+/// The device's memory, part by part, right after the traced pass (weights and input
+/// still alive). See `crate::breakdown`.
+fn breakdown(
+    meter: &Meter<'_>,
+    device: DeviceKind,
+    resident_before: Option<u64>,
+    baseline: u64,
+    other: u64,
+    samples: &[Sample],
+) -> Result<Option<MemoryBreakdown>, RunFailure> {
+    synchronize(device)?;
+    let reading = meter.read().map_err(torch_failure)?;
+    Ok(match device {
+        DeviceKind::Cpu => crate::breakdown::resident_bytes()
+            .map(|after| crate::breakdown::cpu(resident_before, after, baseline, other)),
+        DeviceKind::Cuda => meter.device_used().map(|driver_used| {
+            let peak = samples
+                .iter()
+                .map(|s| s.peak_bytes)
+                .max()
+                .unwrap_or(baseline);
+            crate::breakdown::cuda(&crate::breakdown::CudaReadings {
+                driver_used,
+                this_process: crate::breakdown::nvidia_smi_process_used(),
+                reserved: reading.reserved.unwrap_or(reading.allocated),
+                allocated: reading.allocated,
+                run_tensors: baseline,
+                peak_activations: peak.saturating_sub(baseline),
+            })
+        }),
+    })
 }
 
 /// Adds the run's setting to a failure that stopped it at the budget.
@@ -252,12 +342,24 @@ pub fn timed_forward(
 }
 
 /// The forward pass inside the grad mode and autocast region the spec asks for, exactly as
-/// the Python snippet nests them.
+/// the Python snippet nests them, under the CUDA math switches it asks for, with the input
+/// first copied to the device when it starts in host memory.
 pub fn forward(
     model: &Model,
     input: &Tensor,
     spec: &RunSpec,
     device: DeviceKind,
+) -> Result<Tensor, RunFailure> {
+    forward_probed(model, input, spec, device, &mut Probe::off())
+}
+
+/// [`forward`] with a probe the model marks at its module boundaries (the traced pass).
+pub fn forward_probed(
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+    device: DeviceKind,
+    probe: &mut Probe<'_>,
 ) -> Result<Tensor, RunFailure> {
     let _inference = match spec.grad {
         GradMode::InferenceMode => Some(InferenceModeGuard::enter().map_err(torch_failure)?),
@@ -273,7 +375,9 @@ pub fn forward(
             Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?)
         }
     };
-    catch_torch(|| model.net.forward_t(input, !spec.eval))
+    let _flags = backend_guard(&spec.advanced, device)?;
+    let placed = place_input(input, &spec.advanced, device)?;
+    catch_torch(|| model.net.forward_probed(&placed, !spec.eval, probe))
 }
 
 fn output_facts(t: &Tensor) -> OutputFacts {

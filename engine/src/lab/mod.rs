@@ -16,6 +16,7 @@
 //! autocast state and the CPU memory counter are all thread-local.
 
 mod admission;
+mod advanced;
 mod control;
 mod failure;
 mod measure;
@@ -25,6 +26,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::device::{Machine, Meter};
 use crate::models::Model;
+use crate::peak::Precision;
 use crate::torch_ext::{self, CpuMemoryCounter, ExtError};
 
 use admission::budgets;
@@ -32,10 +34,14 @@ pub use admission::{
     known_profile, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
     CPU_BUDGET_FRACTION, PREDICTION_MARGIN, PROBE_BATCH,
 };
+pub use advanced::{
+    backend_guard, convert_model, is_channels_last, kind_of, make_input, parameter_bytes,
+    place_input, to_channels_last,
+};
 pub use control::RunControl;
 pub(crate) use failure::panic_text;
 pub use failure::{catch_torch, failure, torch_failure};
-pub use measure::{forward, timed_forward};
+pub use measure::{forward, forward_probed, timed_forward};
 
 /// Settings of the lab that a run cannot change.
 #[derive(Clone, Debug)]
@@ -88,6 +94,8 @@ pub struct Lab {
     /// The control of the task under way (set by the worker): every measurement inside the
     /// task obeys its deadline, budget and cancel flag.
     task: Option<RunControl>,
+    /// Device peaks per (device, precision, threads): from the datasheet or measured once.
+    peaks: std::collections::HashMap<(DeviceKind, Precision, u32), Option<protocol::DevicePeak>>,
 }
 
 impl Lab {
@@ -116,6 +124,7 @@ impl Lab {
             cuda_budget,
             profiles: Profiles::default(),
             task: None,
+            peaks: Default::default(),
         })
     }
 
@@ -153,19 +162,34 @@ impl Lab {
         }
     }
 
-    /// The cached model for this run, built if needed. Returns its index in the cache.
+    /// The cached model for this run (fp32, contiguous), built if needed. Returns its
+    /// index in the cache.
     pub fn model_index(
         &mut self,
         id: ModelId,
         device: DeviceKind,
         input_size: u32,
     ) -> Result<usize, RunFailure> {
+        self.model_index_as(id, device, input_size, &protocol::Advanced::default())
+    }
+
+    /// The cached model with the weights' dtype and memory format `adv` asks for, built
+    /// (and converted once) if needed.
+    pub fn model_index_as(
+        &mut self,
+        id: ModelId,
+        device: DeviceKind,
+        input_size: u32,
+        adv: &protocol::Advanced,
+    ) -> Result<usize, RunFailure> {
         let tdev = tch_device(device);
-        if let Some(i) = self
-            .models
-            .iter()
-            .position(|m| m.id == id && m.vs.device() == tdev && m.fits(input_size))
-        {
+        if let Some(i) = self.models.iter().position(|m| {
+            m.id == id
+                && m.vs.device() == tdev
+                && m.fits(input_size)
+                && m.weights == adv.weights
+                && m.format == adv.memory_format
+        }) {
             // Most recently used goes last; eviction takes from the front.
             let m = self.models.remove(i);
             self.models.push(m);
@@ -178,6 +202,7 @@ impl Lab {
         let meter = self.meter(device);
         let before = held(&meter, device)?;
         let mut model = catch_torch(|| Model::build(id, tdev, input_size))?;
+        convert_model(&mut model, adv.weights, adv.memory_format)?;
         model.held_bytes = held(&meter, device)?.saturating_sub(before);
         self.models.push(model);
         Ok(self.models.len() - 1)
@@ -250,6 +275,37 @@ impl Lab {
                 })
             })
             .collect()
+    }
+
+    /// The device's peak for `precision`: a known GPU's datasheet, otherwise measured once
+    /// (with `threads` intra-op threads on the CPU) and cached. `None` if it cannot be had.
+    pub fn device_peak(
+        &mut self,
+        device: DeviceKind,
+        precision: Precision,
+        threads: u32,
+    ) -> Option<protocol::DevicePeak> {
+        let threads = if device == DeviceKind::Cpu {
+            threads
+        } else {
+            0
+        };
+        if let Some(peak) = self.peaks.get(&(device, precision, threads)) {
+            return peak.clone();
+        }
+        let sheet = match (device, &self.machine.cuda) {
+            (DeviceKind::Cuda, Some(cuda)) => crate::peak::datasheet_peak(&cuda.name, precision),
+            _ => None,
+        };
+        let peak = sheet.or_else(|| {
+            if device == DeviceKind::Cpu {
+                tch::set_num_threads(threads.max(1) as i32);
+            }
+            crate::peak::measure_peak(device, precision)
+        });
+        self.peaks
+            .insert((device, precision, threads), peak.clone());
+        peak
     }
 
     /// Drops every cached model (used when a device runs out of memory).

@@ -2,7 +2,7 @@
 //! nothing else: the context it runs in ([`Ctx`], [`Setup`]), the one way to measure a run
 //! ([`measure`]), the one way to time passes ([`time_passes`]), the one per-pass memory
 //! measurement ([`pass_memory`], the run's own method from [`crate::lab`]), the one
-//! noise-aware comparison of timings ([`Shift`]) and the one verdict builder ([`Decision`]).
+//! noise-aware comparison of timings ([`Shift`], a bootstrap interval) and the one verdict builder ([`Decision`]).
 //! Failures from libtorch go through [`crate::lab::catch_torch`] / [`torch_failure`], so an
 //! out-of-memory is classified the same way in an experiment as in a run.
 
@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use protocol::{
     Autocast, ChartKind, DeviceChoice, DeviceKind, Event, FailureKind, Figure, GradMode, Limits,
-    ModelId, PitfallOptions, Report, RunFailure, RunSpec, Series, Table, Verdict,
+    ModelId, NamedTrace, PitfallOptions, Report, RunFailure, RunSpec, Series, Table, Verdict,
 };
+use protocol::stats::{RatioCi, Side};
 use tch::Tensor;
 
 use crate::lab::{
@@ -48,13 +49,14 @@ impl Ctx<'_> {
                 DeviceChoice::Cpu
             },
             batch,
-            input_size: (is_image(model) && !self.cuda()).then_some(96),
+            input_size: (model.is_image() && !self.cuda()).then_some(96),
             eval,
             grad,
             autocast: Autocast::Off,
             warmup: if self.cuda() { 3 } else { 1 },
             iters: if self.cuda() { 10 } else { 3 },
             threads: None,
+            advanced: Default::default(),
         }
     }
 
@@ -74,18 +76,16 @@ impl Ctx<'_> {
     }
 }
 
-fn is_image(model: ModelId) -> bool {
-    matches!(
-        model,
-        ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-    )
-}
-
 /// "ResNet-18, batch 8, 96×96 images": what a card's figures were measured on.
 pub fn describe(model: ModelId, batch: impl std::fmt::Display, size: u32) -> String {
     let input = match model {
         ModelId::TinyMlp => format!("{size} features"),
         ModelId::Transformer => format!("{size} tokens"),
+        ModelId::Team(_) => match model.team() {
+            Some(m) if size > 0 => format!("input {}, size {size}", m.sidecar.describe_inputs()),
+            Some(m) => format!("input {}", m.sidecar.describe_inputs()),
+            None => format!("size {size}"),
+        },
         _ => format!("{size}×{size} images"),
     };
     format!("{}, batch {batch}, {input}", model.display_name())
@@ -190,6 +190,30 @@ pub fn pass_memory(
     })
 }
 
+/// A measured run's traced pass, labelled as its row.
+pub fn named(label: &str, report: &Report) -> NamedTrace {
+    NamedTrace {
+        label: label.into(),
+        trace: report.trace.clone(),
+    }
+}
+
+/// One traced forward pass of `model` on `input` (see `crate::trace`), above the memory
+/// allocated before it: for experiments that measure passes, not runs.
+pub fn trace_pass(
+    lab: &Lab,
+    ctx: &Ctx,
+    model: &Model,
+    input: &Tensor,
+    spec: &RunSpec,
+) -> Result<Vec<protocol::TracePoint>, RunFailure> {
+    ctx.check()?;
+    let meter = lab.meter(ctx.device);
+    synchronize(ctx.device)?;
+    let offset = meter.read().map_err(torch_failure)?.allocated;
+    crate::trace::traced_pass(model, input, spec, ctx.device, &meter, offset)
+}
+
 /// The stopwatch a timed pass runs under; see [`time_passes`].
 pub struct Clock {
     start: Instant,
@@ -246,86 +270,75 @@ pub fn time_passes<T>(
     Ok(times)
 }
 
-/// How far one set of timings sits above another, beyond their noise: the Mann–Whitney
-/// rank statistic as a z-score (positive: `slow` tends to be larger). It assumes nothing
-/// about the distribution and no single outlier can move it by more than one rank.
+/// How one set of timings compares with another, beyond their noise: the ratio of their
+/// medians (`slow` over `fast`) with its 95% bootstrap interval ([`RatioCi`], the one the
+/// Lab, `/compare` and the CLI read). No single outlier can move a median far, and an
+/// interval that straddles a rule's threshold makes the verdict `inconclusive`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Shift {
-    pub z: f64,
     pub slow_p50: f64,
     pub fast_p50: f64,
-    /// The largest |z| these sample sizes allow (no overlap at all): below [`NOISE_Z`], no
-    /// difference could count as beyond noise.
-    pub max_z: f64,
+    /// `None` when a side is empty or its median is not positive.
+    pub ci: Option<RatioCi>,
 }
-
-/// |z| at or above this is "beyond noise": one-sided p ≈ 0.0013 for samples with no real
-/// difference.
-pub const NOISE_Z: f64 = 3.0;
 
 impl Shift {
     pub fn of(slow: &[f64], fast: &[f64]) -> Shift {
-        let (n1, n2) = (slow.len() as f64, fast.len() as f64);
         Shift {
-            z: rank_z(slow, fast),
             slow_p50: p(slow, 50.0),
             fast_p50: p(fast, 50.0),
-            max_z: (n1 * n2 / 2.0)
-                / (n1 * n2 * (n1 + n2 + 1.0) / 12.0)
-                    .sqrt()
-                    .max(f64::MIN_POSITIVE),
+            ci: RatioCi::of(slow, fast),
         }
     }
 
-    /// `slow` is slower than `fast` beyond noise.
-    pub fn slower(&self) -> bool {
-        self.z >= NOISE_Z
+    /// Where the ratio's interval sits against `threshold` (untrusted: straddles).
+    pub fn side(&self, threshold: f64) -> Side {
+        self.ci.map_or(Side::Straddles, |c| c.side(threshold))
     }
 
-    /// A person's reading of the difference, e.g. "1.23× (beyond noise, z = 4.1)".
+    /// `slow` is slower than `fast` beyond noise (the interval lies above 1).
+    pub fn slower(&self) -> bool {
+        self.side(1.0) == Side::Above
+    }
+
+    /// The interval's bounds (0, 0 when there is none), for figures.
+    pub fn bounds(&self) -> (f64, f64) {
+        self.ci.map_or((0.0, 0.0), |c| (c.lo, c.hi))
+    }
+
+    /// A person's reading of the difference, e.g. "1.23× (95% interval 1.10–1.35, beyond
+    /// noise)".
     pub fn describe(&self) -> String {
         let ratio = self.slow_p50 / self.fast_p50;
-        let noise = if self.max_z < NOISE_Z {
-            "too few samples to tell it from noise"
-        } else if self.z.abs() >= NOISE_Z {
-            "beyond noise"
-        } else {
-            "within noise"
+        let Some(ci) = self.ci else {
+            return format!("{ratio:.2}× (no interval: a side has no positive median)");
         };
-        format!("{ratio:.2}× ({noise}, z = {:.1})", self.z)
+        let noise = if !ci.trusted() {
+            "too few samples to tell it from noise"
+        } else if ci.side(1.0) == Side::Straddles {
+            "within noise"
+        } else {
+            "beyond noise"
+        };
+        format!("{ratio:.2}× (95% interval {}, {noise})", ci.range())
     }
-}
 
-/// The Mann–Whitney U statistic of `a` against `b`, as a z-score under the null hypothesis
-/// (ties get their average rank; no tie correction, which only makes it more conservative).
-/// 0 when either side is empty.
-pub fn rank_z(a: &[f64], b: &[f64]) -> f64 {
-    let (n1, n2) = (a.len() as f64, b.len() as f64);
-    if a.is_empty() || b.is_empty() {
-        return 0.0;
-    }
-    let mut all: Vec<(f64, bool)> = a
-        .iter()
-        .map(|&x| (x, true))
-        .chain(b.iter().map(|&x| (x, false)))
-        .collect();
-    all.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let mut rank_sum_a = 0.0;
-    let mut i = 0;
-    while i < all.len() {
-        let mut j = i;
-        while j + 1 < all.len() && all[j + 1].0 == all[i].0 {
-            j += 1;
+    /// What more measuring would do about the straddled `thresholds` (the nearest
+    /// decision counts), for an inconclusive reason.
+    pub fn more(&self, thresholds: &[f64]) -> String {
+        let n = thresholds
+            .iter()
+            .filter_map(|&t| self.ci.and_then(|c| c.more_iterations(t)))
+            .min();
+        match n {
+            Some(n) => format!("about {n} more iterations of each would likely decide it"),
+            None if self.ci.is_some_and(|c| !c.trusted()) => format!(
+                "at least {} iterations of each are needed to decide it",
+                protocol::stats::MIN_SAMPLES
+            ),
+            None => "the ratio sits so close to the threshold that more iterations would likely not decide it".into(),
         }
-        // Ranks i+1 ..= j+1 share their mean.
-        let rank = (i + j) as f64 / 2.0 + 1.0;
-        rank_sum_a += rank * all[i..=j].iter().filter(|x| x.1).count() as f64;
-        i = j + 1;
     }
-    let u = rank_sum_a - n1 * (n1 + 1.0) / 2.0;
-    let mean = n1 * n2 / 2.0;
-    let sd = (n1 * n2 * (n1 + n2 + 1.0) / 12.0).sqrt();
-    (u - mean) / sd
 }
 
 /// The `q`-th percentile of unsorted samples (numpy's default interpolation); 0 if empty.
@@ -362,6 +375,40 @@ impl Decision {
         }
     }
 
+    /// A latency rule on the ratio `slow / fast` of a [`Shift`]: confirmed when its whole
+    /// 95% interval lies above `confirm_above`, refuted when it lies below `refute_below`
+    /// (which may sit a little higher: "any cost is under 5%" refutes a claimed cost), and
+    /// inconclusive otherwise, the reason saying how many more iterations would likely
+    /// decide it.
+    pub fn latency(
+        shift: &Shift,
+        confirm_above: f64,
+        refute_below: f64,
+        if_holds: impl Into<String>,
+        if_not: impl Into<String>,
+    ) -> Decision {
+        if shift.side(confirm_above) == Side::Above {
+            return Decision::rule(true, if_holds, "");
+        }
+        if shift.side(refute_below) == Side::Below {
+            return Decision::rule(false, "", if_not);
+        }
+        let (lo, hi) = shift.bounds();
+        Decision::inconclusive(format!(
+            "{:.2}× ({lo:.2}–{hi:.2} at 95%): the interval is neither above {confirm_above} nor below {refute_below}, so the noise is too large to tell; {}.",
+            shift.slow_p50 / shift.fast_p50,
+            shift.more(&[confirm_above, refute_below])
+        ))
+    }
+
+    /// The figures cannot decide the claim here; `why` says why and what would.
+    pub fn inconclusive(why: impl Into<String>) -> Decision {
+        Decision {
+            verdict: Verdict::Inconclusive,
+            reason: why.into(),
+        }
+    }
+
     /// The effect cannot show here; `why` says why and what would show it.
     pub fn not_applicable(why: impl Into<String>) -> Decision {
         Decision {
@@ -382,6 +429,8 @@ pub struct Outcome {
     pub series: Vec<Series>,
     pub notes: Vec<String>,
     pub table: Option<Table>,
+    /// Each row's traced forward pass, for the cards about memory.
+    pub traces: Vec<NamedTrace>,
 }
 
 impl Outcome {
@@ -394,7 +443,13 @@ impl Outcome {
             series: vec![],
             notes: vec![],
             table: None,
+            traces: vec![],
         }
+    }
+
+    pub fn traces(mut self, traces: Vec<NamedTrace>) -> Self {
+        self.traces = traces;
+        self
     }
 
     pub fn figures(mut self, figures: Vec<Figure>) -> Self {
@@ -476,6 +531,12 @@ pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
         ModelId::MobilenetV2 => 96 * (s / 2) * (s / 2),
         // The attention scores (4 heads × seq²) or the feed-forward hidden layer (seq × 1024).
         ModelId::Transformer => (4 * s * s).max(1024 * s),
+        // A script hides its layers: the input's elements per sample times 64 (the
+        // built-in convolutional stems' widening), so a sweep stays well below the limit.
+        ModelId::Team(_) => model.team().map_or(1 << 20, |m| {
+            let shape = &m.sidecar.shapes(1, size)[0];
+            64 * shape.iter().map(|d| *d as u64).product::<u64>()
+        }),
     }
 }
 
@@ -496,22 +557,33 @@ mod tests {
     }
 
     #[test]
-    fn rank_z_separates_shifted_samples_and_not_equal_ones() {
+    fn shifts_read_intervals_and_latency_rules_can_be_inconclusive() {
         let fast: Vec<f64> = (0..20).map(|i| 10.0 + (i % 5) as f64 * 0.1).collect();
-        let slow: Vec<f64> = fast.iter().map(|x| x + 1.0).collect();
-        assert!(Shift::of(&slow, &fast).slower());
-        assert!(rank_z(&fast, &slow) <= -NOISE_Z, "antisymmetric");
-        // The same distribution, interleaved: no shift.
-        assert!(rank_z(&fast, &fast).abs() < 1e-12);
+        let slow: Vec<f64> = fast.iter().map(|x| x * 2.0).collect();
+        let shift = Shift::of(&slow, &fast);
+        assert!(shift.slower() && shift.describe().contains("beyond noise"));
+        let d = Decision::latency(&shift, 1.5, 1.5, "yes", "no");
+        assert_eq!((d.verdict, d.reason.as_str()), (Verdict::Confirmed, "yes"));
+        let d = Decision::latency(&shift, 3.0, 3.0, "yes", "no");
+        assert_eq!((d.verdict, d.reason.as_str()), (Verdict::Refuted, "no"));
+        // The same distribution: the interval straddles 1.
+        let same = Shift::of(&fast, &fast);
+        assert!(!same.slower() && same.describe().contains("within noise"));
+        let d = Decision::latency(&same, 1.0, 1.0, "yes", "no");
+        assert_eq!(d.verdict, Verdict::Inconclusive);
+        // ... unless the claim's cost must exceed a margin the interval is wholly below.
+        let d = Decision::latency(&same, 1.0, 1.05, "yes", "no");
+        assert_eq!(d.verdict, Verdict::Refuted);
         // One huge outlier among otherwise equal samples cannot make a shift.
         let mut outlier = fast.clone();
         outlier[3] = 1e6;
         assert!(!Shift::of(&outlier, &fast).slower());
-        assert_eq!(rank_z(&[], &fast), 0.0);
         // Three samples each can never be told apart from noise, however far apart.
         let few = Shift::of(&[10.0, 11.0, 12.0], &[1.0, 1.1, 1.2]);
-        assert!(few.max_z < NOISE_Z && !few.slower());
-        assert!(few.describe().contains("too few samples"));
+        assert!(!few.slower() && few.describe().contains("too few samples"));
+        let d = Decision::latency(&few, 1.0, 1.0, "yes", "no");
+        assert!(d.verdict == Verdict::Inconclusive && d.reason.contains("iterations of each"));
+        assert!(Shift::of(&[], &fast).ci.is_none());
     }
 
     #[test]

@@ -4,8 +4,10 @@
 use protocol::{ChartKind, GradMode, ModelId, RunFailure, RunSpec};
 
 use super::kit::{
-    describe, fig, measure, mib, pass_memory, series, Ctx, Decision, Outcome, Setup, MIB,
+    describe, fig, measure, mib, named, pass_memory, series, trace_pass, Ctx, Decision, Outcome,
+    Setup, MIB,
 };
+use protocol::NamedTrace;
 use super::Card;
 use crate::lab::{catch_torch, forward, synchronize, torch_failure, Lab};
 
@@ -42,6 +44,7 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("{figures} (no meaningful difference here)."),
     );
     let labels = || vec!["eval + grad".to_string(), "eval + no_grad".into()];
+    let traces = vec![named("eval + grad", &grad), named("eval + no_grad", &nograd)];
     Ok(Outcome::new(
         decision,
         format!(
@@ -71,7 +74,8 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             labels(),
             vec![grad.latency_ms.p50, nograd.latency_ms.p50],
         ),
-    ]))
+    ])
+    .traces(traces))
 }
 
 pub const OUTPUT_LIFETIME: Card = Card {
@@ -207,6 +211,10 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let full = pass_memory(lab, ctx, &model, &x, &spec(GradMode::Enabled))?;
     let nograd = pass_memory(lab, ctx, &model, &x, &spec(GradMode::NoGrad))?;
+    let mut traces = vec![
+        trace_pass(lab, ctx, &model, &x, &spec(GradMode::Enabled))?,
+        trace_pass(lab, ctx, &model, &x, &spec(GradMode::NoGrad))?,
+    ];
     // The last stage and the classifier stay trainable: a common fine-tuning setup.
     let trainable = |name: &str| {
         name.starts_with("layer4") || name.starts_with("fc") || name.starts_with("classifier")
@@ -218,8 +226,10 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         }
     }
     let partial = pass_memory(lab, ctx, &model, &x, &spec(GradMode::Enabled))?;
+    traces.insert(1, trace_pass(lab, ctx, &model, &x, &spec(GradMode::Enabled))?);
     model.vs.freeze();
     let frozen = pass_memory(lab, ctx, &model, &x, &spec(GradMode::Enabled))?;
+    traces.insert(2, trace_pass(lab, ctx, &model, &x, &spec(GradMode::Enabled))?);
     let all = [full, partial, frozen, nograd];
     let labels = vec![
         "all trainable".to_string(),
@@ -227,6 +237,7 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         "all frozen".into(),
         "no_grad".into(),
     ];
+    let labels_for_traces = labels.clone();
     Ok(Outcome::new(
         freeze_rule(
             full.retained,
@@ -270,7 +281,14 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             labels,
             all.iter().map(|m| mib(m.peak_above)).collect(),
         ),
-    ]))
+    ])
+    .traces(
+        labels_for_traces
+            .into_iter()
+            .zip(traces)
+            .map(|(label, trace)| NamedTrace { label, trace })
+            .collect(),
+    ))
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 //! - the experiments, by lesson: [`modes`] (eval, grad modes, autocast), [`memory`] (what
 //!   autograd keeps alive), [`allocator`] (budgets and the CUDA caching allocator),
 //!   [`timing`] (warm-up and asynchronous execution), [`table`] (the classic rows side by
-//!   side).
+//!   side), [`precision`] (cast weights against autocast, TF32) and [`layout`]
+//!   (channels_last, the input's copy to the device, cudnn.benchmark).
 //!
 //! Everything runs on the device thread, on the [`Lab`] (see [`crate::Worker::call`]),
 //! under the [`RunControl`] the worker gives the task.
@@ -21,8 +22,10 @@
 
 pub mod allocator;
 pub mod kit;
+pub mod layout;
 pub mod memory;
 pub mod modes;
+pub mod precision;
 pub mod table;
 pub mod timing;
 
@@ -52,7 +55,7 @@ pub struct Card {
 }
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 13] = [
+pub static CARDS: [&Card; 18] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -66,6 +69,11 @@ pub static CARDS: [&Card; 13] = [
     &timing::ITEM_SYNC,
     &memory::FREEZE_VS_NOGRAD,
     &table::SEED_TABLE,
+    &precision::HALF_WEIGHTS,
+    &layout::CHANNELS_LAST,
+    &layout::INPUT_COPY,
+    &precision::TF32,
+    &layout::CUDNN_BENCHMARK,
 ];
 
 /// Every card, in tour order.
@@ -159,6 +167,7 @@ impl Card {
             series: outcome.series,
             notes: outcome.notes,
             table: outcome.table,
+            traces: outcome.traces,
             env: lab.machine().stamp(device, threads),
             record_id: None,
         })

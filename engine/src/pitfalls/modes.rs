@@ -6,7 +6,9 @@ use protocol::{
 };
 use tch::{Kind, Tensor};
 
-use super::kit::{describe, fig, measure, mib, series, Ctx, Decision, Outcome, Shift};
+use super::kit::{
+    describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Shift,
+};
 use super::Card;
 use crate::lab::{catch_torch, failure, forward, tch_device, torch_failure, Lab};
 use crate::models::Model;
@@ -152,7 +154,7 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
     source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
     pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # RuntimeError: Inference tensors cannot be saved for backward",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
-    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by a rank test over the timed iterations (z ≥ 3). Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
+    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
     experiment: inference_vs_nograd,
 };
 
@@ -162,6 +164,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     let mut setups = vec![];
     let mut notes = vec![];
     let (mut p50_ng, mut p50_im) = (vec![], vec![]);
+    let mut traces = vec![];
     let mut memory_equal = true;
     for (model, batch) in [
         (ModelId::TinyMlp, 1),
@@ -169,7 +172,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     ] {
         let mut ng_spec = ctx.spec(model, batch, true, GradMode::NoGrad);
         // Per-op overhead shows with many short iterations; the larger model gets enough
-        // for the rank test to be able to tell a difference from noise. The two modes
+        // for the interval to be able to tell a difference from noise. The two modes
         // alternate, run by run, so that drift on a busy machine does not read as a
         // difference between them.
         let rounds = 2;
@@ -193,6 +196,11 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
                 .max()
                 .unwrap_or(0) as f64
         };
+        if model != ModelId::TinyMlp {
+            let name = model.as_str();
+            traces.push(named(&format!("{name} no_grad"), &ng[0]));
+            traces.push(named(&format!("{name} inference_mode"), &im[0]));
+        }
         let (a, b) = (peak(&ng), peak(&im));
         memory_equal &= (a - b).abs() <= 0.05 * a.max(b);
         let latencies = |rs: &[Report]| {
@@ -214,9 +222,15 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             shift.slow_p50 / shift.fast_p50,
             "ratio",
         ));
+        let (lo, hi) = shift.bounds();
         figures.push(fig(
-            &format!("{name} latency rank test z (inference_mode slower)"),
-            shift.z,
+            &format!("{name} latency ratio, 95% interval low"),
+            lo,
+            "ratio",
+        ));
+        figures.push(fig(
+            &format!("{name} latency ratio, 95% interval high"),
+            hi,
             "ratio",
         ));
         figures.push(fig(
@@ -289,7 +303,8 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng),
             series("inference_mode p50 (ms)", "ms", labels, p50_im),
         ])
-        .notes(notes))
+        .notes(notes)
+        .traces(traces))
 }
 
 pub const AUTOCAST: Card = Card {

@@ -2,7 +2,7 @@
 
 use protocol::{Autocast, ChartKind, FailureKind, GradMode, ModelId, RunFailure, RunSpec, Table};
 
-use super::kit::{describe, fig, measure, mib, series, Ctx, Decision, Outcome};
+use super::kit::{describe, fig, measure, mib, named, series, Ctx, Decision, Outcome};
 use super::Card;
 use crate::lab::{failure, Lab};
 
@@ -65,6 +65,11 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         reports.push(measure(lab, ctx, spec.clone())?);
     }
     let labels: Vec<String> = rows.iter().map(row_label).collect();
+    let traces: Vec<_> = labels
+        .iter()
+        .zip(&reports)
+        .map(|(label, r)| named(label, r))
+        .collect();
     let find = |eval: bool, grad: GradMode| {
         rows.iter()
             .position(|s| s.eval == eval && s.grad == grad && s.autocast == Autocast::Off)
@@ -160,7 +165,8 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             reports.iter().map(|r| r.latency_ms.p50).collect(),
         ),
     ])
-    .notes(notes))
+    .notes(notes)
+    .traces(traces))
 }
 
 #[cfg(test)]

@@ -22,9 +22,32 @@ pub const WARM_UP: Card = Card {
     source: "https://pytorch.org/tutorials/recipes/recipes/benchmark.html",
     pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
     fix: "for _ in range(3): model(x)  # warm up, then time many runs",
-    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–10 (run-to-run noise is well under 50%). The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
+    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
     experiment: warm_up,
 };
+
+/// How much slower than steady the first pass must be (see the threshold).
+const FIRST_OVER_STEADY: f64 = 1.5;
+
+/// The warm-up rule: `first` is the first pass, `steady` the passes after the fifth. One
+/// first pass has no spread of its own, so it is given the steady passes' (p10 and p90
+/// over their median): the ratio's interval is what it would read had the first pass been
+/// as noisy as they are.
+pub fn warm_up_rule(first: f64, steady: &[f64]) -> Decision {
+    let median = p(steady, 50.0);
+    let ratio = first / median;
+    let (lo, hi) = (ratio * median / p(steady, 90.0), ratio * median / p(steady, 10.0));
+    let figures = format!(
+        "First iteration {first:.3} ms, median of the steady iterations {median:.3} ms: {ratio:.2}× ({lo:.2}–{hi:.2} with the steady passes' own spread, p10–p90)."
+    );
+    if lo > FIRST_OVER_STEADY {
+        Decision::rule(true, figures, "")
+    } else if hi < FIRST_OVER_STEADY {
+        Decision::rule(false, "", figures)
+    } else {
+        Decision::inconclusive(format!("{figures} The interval contains {FIRST_OVER_STEADY}: the steady passes vary too much to tell. More iterations would not help (there is one first pass); rerun when the machine is quieter."))
+    }
+}
 
 fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     // What a new process pays: a freshly built model and an input shape this process has not
@@ -36,18 +59,14 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let setup = Setup::with_batch(ctx, setup.model, batch, GradMode::NoGrad);
     let model = setup.fresh(lab, ctx)?;
     let x = setup.input(&model, ctx)?;
-    let times = time_passes(ctx, 10, 1, |_, _| {
+    let times = time_passes(ctx, 15, 1, |_, _| {
         forward(&model, &x, &setup.spec, ctx.device)
     })?
     .remove(0);
     let median = p(&times[5..], 50.0);
     let ratio = times[0] / median;
-    let figures = format!(
-        "First iteration {:.3} ms, median of iterations 6–10 {median:.3} ms: {ratio:.2}×.",
-        times[0]
-    );
     Ok(Outcome::new(
-        Decision::rule(ratio > 1.5, figures.clone(), figures),
+        warm_up_rule(times[0], &times[5..]),
         format!(
             "{} (a shape new to this process), built fresh for this experiment",
             setup.describe()
@@ -56,7 +75,7 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     )
     .figures(vec![
         fig("first iteration", times[0], "ms"),
-        fig("median of iterations 6-10", median, "ms"),
+        fig("median of iterations 6-15", median, "ms"),
         fig("first / steady", ratio, "ratio"),
     ])
     .series(vec![series(
@@ -75,7 +94,7 @@ pub const SYNC_TIMING: Card = Card {
     source: "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
-    threshold: "CUDA: confirmed when the naive p50 is below half the synchronised p50 and the synchronised passes are slower beyond noise (rank test, z ≥ 3, 20 alternating passes each). Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). On an H200, ResNet-18 at 224² gets there at a few hundred images per pass (several ms of GPU work against under a ms of launches), where a naive timer reads a fifth or less. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
+    threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). On an H200, ResNet-18 at 224² gets there at a few hundred images per pass (several ms of GPU work against under a ms of launches), where a naive timer reads a fifth or less. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
     experiment: sync_timing,
 };
 
@@ -102,8 +121,10 @@ pub fn sync_timing_rule(
         return Decision::not_applicable(format!("Launch-bound: a synchronised pass took {s:.3} ms, less than {GPU_BOUND}× a batch-1 pass ({floor:.3} ms), at the largest batch tried. Nothing queued for a naive timer to miss."));
     }
     let shift = Shift::of(synced, naive);
-    Decision::rule(
-        ratio < 0.5 && shift.slower(),
+    Decision::latency(
+        &shift,
+        2.0,
+        2.0,
         format!("The naive timer read {n:.3} ms, the synchronised one {s:.3} ms (synchronised / naive {}): it measured only the launches.", shift.describe()),
         format!("The naive timer read {n:.3} ms against {s:.3} ms synchronised (synchronised / naive {}): close, on this GPU and model.", shift.describe()),
     )
@@ -149,12 +170,10 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig("naive p50", n, "ms"),
         fig("synchronised p50", s, "ms"),
         fig("naive / synchronised", n / s, "ratio"),
-        fig(
-            "rank test z (synchronised slower)",
-            Shift::of(synced, naive).z,
-            "ratio",
-        ),
     ];
+    let (lo, hi) = Shift::of(synced, naive).bounds();
+    figures.push(fig("synchronised / naive, 95% interval low", lo, "ratio"));
+    figures.push(fig("synchronised / naive, 95% interval high", hi, "ratio"));
     if let Some(f) = floor {
         figures.push(fig("synchronised p50 at batch 1", f, "ms"));
     }
@@ -189,7 +208,7 @@ pub const ITEM_SYNC: Card = Card {
     source: "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
-    threshold: "CUDA: confirmed when the loop with .item() per batch is slower than the accumulating loop beyond noise (rank test over 15 alternating loops of 20 batches each, z ≥ 3). Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). On an H200 the tiny MLP gets there at a few thousand samples per batch. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
+    threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). On an H200 the tiny MLP gets there at a few thousand samples per batch. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
     experiment: item_sync,
 };
 
@@ -213,8 +232,10 @@ pub fn item_sync_rule(
     if synced_ms < OVERLAP * launch_ms {
         return Decision::not_applicable(format!("Launch-bound: a synchronised batch took {synced_ms:.3} ms against {launch_ms:.3} ms of launches, at the largest batch tried; the GPU has too little work to overlap."));
     }
-    Decision::rule(
-        shift.slower(),
+    Decision::latency(
+        &shift,
+        1.0,
+        1.05,
         format!("The loop with .item() per batch took {i:.3} ms, accumulating on the device {a:.3} ms: {}.", shift.describe()),
         format!("No cost beyond noise here: {i:.3} vs {a:.3} ms, {}.", shift.describe()),
     )
@@ -282,7 +303,8 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig("loop with .item() per batch", shift.slow_p50, "ms"),
         fig("loop accumulating on device", shift.fast_p50, "ms"),
         fig("ratio", shift.slow_p50 / shift.fast_p50, "ratio"),
-        fig("rank test z (.item() loop slower)", shift.z, "ratio"),
+        fig("ratio, 95% interval low", shift.bounds().0, "ratio"),
+        fig("ratio, 95% interval high", shift.bounds().1, "ratio"),
         fig("one batch: launches alone (naive p50)", launch, "ms"),
         fig("one batch: synchronised p50", synced, "ms"),
     ])
@@ -307,6 +329,18 @@ mod tests {
     }
 
     #[test]
+    fn warm_up_is_decided_only_outside_the_steady_passes_spread() {
+        let steady = around(10.0);
+        assert_eq!(warm_up_rule(30.0, &steady).verdict, Verdict::Confirmed);
+        assert_eq!(warm_up_rule(10.5, &steady).verdict, Verdict::Refuted);
+        // A busy machine: steady passes spread ±40%; a 1.5× first pass cannot be told.
+        let busy: Vec<f64> = (0..10).map(|i| 10.0 * (0.6 + i as f64 * 0.09)).collect();
+        let d = warm_up_rule(15.0, &busy);
+        assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
+        assert!(d.reason.contains("quieter"));
+    }
+
+    #[test]
     fn sync_timing_is_not_applicable_on_a_synchronous_cpu_and_decided_on_cuda() {
         use DeviceKind::*;
         // CPU: the timers agree → not applicable; they disagree → refuted, never confirmed.
@@ -328,6 +362,11 @@ mod tests {
             sync_timing_rule(Cuda, Some(0.5), &around(7.9), &around(8.0)).verdict,
             Verdict::Refuted
         );
+        // CUDA, a ratio near 2 within wide noise → inconclusive, with what would decide it.
+        let wide = |x: f64| -> Vec<f64> { (0..20).map(|i| x * (0.6 + (i % 7) as f64 * 0.15)).collect() };
+        let d = sync_timing_rule(Cuda, Some(0.5), &wide(4.0), &wide(8.4));
+        assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
+        assert!(d.reason.contains("more iterations"), "{}", d.reason);
         // CUDA, launch-bound → not applicable, whatever the timers say.
         assert_eq!(
             sync_timing_rule(Cuda, Some(0.5), &around(0.4), &around(1.0)).verdict,
@@ -353,7 +392,8 @@ mod tests {
             item_sync_rule(Cuda, 0.1, 0.4, &fast, &fast).verdict,
             Verdict::Refuted
         );
-        // A difference within the noise (interleaved samples) does not confirm.
+        // A difference within the noise (interleaved samples) does not confirm: it is
+        // refuted where the interval rules out a 5% cost, inconclusive where it cannot.
         let jitter: Vec<f64> = (0..20)
             .map(|i| 10.0 + if i % 2 == 0 { 0.5 } else { -0.4 })
             .collect();
@@ -362,7 +402,7 @@ mod tests {
             .collect();
         assert_eq!(
             item_sync_rule(Cuda, 0.1, 0.4, &jitter, &jitter2).verdict,
-            Verdict::Refuted
+            Verdict::Inconclusive
         );
         // CUDA, launch-bound → not applicable.
         assert_eq!(

@@ -111,6 +111,11 @@ impl Worker {
                 .resolve(self.machine.has_cuda())
                 .unwrap_or(DeviceKind::Cpu),
         };
+        if let Some(protocol::ModelId::Team(name)) = options.model {
+            if options.model.and_then(|m| m.team()).is_none() {
+                return Err(invalid("model", protocol::ModelId::unknown_message(name)));
+            }
+        }
         if let Some(batch) = options.batch {
             if batch == 0 {
                 return Err(invalid("batch", "batch must be at least 1".into()));

@@ -26,6 +26,7 @@ pub fn engine_args() -> EngineArgs {
         threads: Some(1),
         max_batch: 256,
         memory_limit_mib: None,
+        models_dir: None,
     }
 }
 

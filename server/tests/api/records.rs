@@ -67,9 +67,11 @@ async fn finished_runs_are_recorded_and_exported() {
     );
     assert_eq!(
         script.matches("sys.exit(main(").count(),
-        0,
-        "the peer's own main call is replaced"
+        1,
+        "the peer's own main call is replaced by the one with the recorded run"
     );
+    assert!(script.contains("sys.exit(main(RECORDED_ARGS + sys.argv[1:], recorded=RECORDED))"));
+    assert!(script.contains(&format!("\\\"run_id\\\":\\\"{}\\\"", created.id)));
 
     // Reading the page needs no hydration: the figures are in the HTML.
     let (status, _, body) = send(app(), get(&format!("/runs/{}", created.id))).await;

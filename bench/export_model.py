@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Write a team model for Gradless: NAME.pt (TorchScript) and NAME.json (its sidecar).
+
+Run it with the venv's Python (the one with torch and torchvision):
+
+    python bench/export_model.py resnet18 --out models/
+    python bench/export_model.py my_nets.py:Detector --name detector \\
+        --input batch,3,size,size --size "image side in pixels:256:64:1024" --out models/
+
+SOURCE is a torchvision model name (built with random weights unless --weights is given)
+or `path/to/file.py:NAME`, where NAME is an nn.Module class or a function returning a
+module, called with no arguments. torchvision models are traced in eval mode by default
+(what most teams ship); Python files are scripted (`torch.jit.script`) by default, which
+keeps Dropout's and BatchNorm's train/eval switch. Change it with --method.
+
+The file is loaded back with torch.jit.load and run once on the sidecar's input before
+anything is written, so a pair this writes is a pair Gradless serves.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import torch
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("source", help="torchvision model name, or path/to/file.py:NAME")
+    p.add_argument("--out", required=True, help="the models directory to write into")
+    p.add_argument("--name", help="the model's name (file stem); default: from SOURCE")
+    p.add_argument("--display-name", help="shown in the Lab; default: the name")
+    p.add_argument("--description", help="one or two sentences about the model")
+    p.add_argument("--link", help="where the model is documented")
+    p.add_argument(
+        "--input",
+        help='comma-separated shape with "batch" once and "size" for the adjustable '
+        "dimension; default for torchvision: batch,3,size,size",
+    )
+    p.add_argument("--dtype", default="float32",
+                   choices=["float32", "float64", "float16", "bfloat16", "int64", "int32"])
+    p.add_argument("--high", type=int, help="integer inputs: values are drawn from 0..high")
+    p.add_argument(
+        "--size",
+        help='"meaning:default:min:max" of the adjustable dimension; default for '
+        'torchvision: "image side in pixels (3×N×N):224:32:1024"',
+    )
+    p.add_argument("--method", choices=["trace", "script"],
+                   help="default: trace for torchvision, script for Python files")
+    p.add_argument("--weights", help="torchvision weights name (default: random weights)")
+    return p.parse_args(argv)
+
+
+def build(source, weights):
+    """The module and whether it came from torchvision."""
+    if source.endswith(".py") or ".py:" in source:
+        path, _, attr = source.partition(":")
+        spec = importlib.util.spec_from_file_location("team_model_source", path)
+        if spec is None or spec.loader is None:
+            sys.exit(f"error: cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not attr:
+            sys.exit(f"error: name the class or function in {path}, as {path}:NAME")
+        if not hasattr(module, attr):
+            sys.exit(f"error: {path} defines no `{attr}`")
+        return getattr(module, attr)(), False
+    import torchvision
+
+    if not hasattr(torchvision.models, source):
+        sys.exit(f"error: torchvision.models has no `{source}`")
+    return getattr(torchvision.models, source)(weights=weights), True
+
+
+def parse_shape(text):
+    dims = []
+    for d in text.split(","):
+        d = d.strip()
+        dims.append(d if d in ("batch", "size") else int(d))
+    return dims
+
+
+def main(argv):
+    args = parse_args(argv)
+    model, from_torchvision = build(args.source, args.weights)
+    name = args.name or os.path.splitext(os.path.basename(args.source.partition(":")[0]))[0]
+    if args.source.partition(":")[2] and not args.name:
+        name = args.source.partition(":")[2].lower()
+    shape_text = args.input or ("batch,3,size,size" if from_torchvision else None)
+    if shape_text is None:
+        sys.exit("error: --input is needed for a Python file (e.g. --input batch,512)")
+    shape = parse_shape(shape_text)
+    size = None
+    size_text = args.size or ("image side in pixels (3×N×N):224:32:1024" if from_torchvision else None)
+    if "size" in shape:
+        if size_text is None:
+            sys.exit('error: the shape uses "size": give --size "meaning:default:min:max"')
+        meaning, default, lo, hi = size_text.rsplit(":", 3)
+        size = {"meaning": meaning, "default": int(default), "min": int(lo), "max": int(hi)}
+
+    sidecar = {
+        "display_name": args.display_name or name,
+        "inputs": [{"shape": shape, "dtype": args.dtype}],
+    }
+    if args.high is not None:
+        sidecar["inputs"][0]["high"] = args.high
+    if size is not None:
+        sidecar["size"] = size
+    if args.description:
+        sidecar["description"] = args.description
+    if args.link:
+        sidecar["link"] = args.link
+
+    def example(batch):
+        dims = [batch if d == "batch" else (size["default"] if d == "size" else d) for d in shape]
+        dtype = getattr(torch, args.dtype)
+        if args.high is not None:
+            return torch.randint(0, args.high, dims, dtype=dtype)
+        return torch.randn(dims, dtype=dtype)
+
+    method = args.method or ("trace" if from_torchvision else "script")
+    model.eval()
+    with torch.no_grad():
+        scripted = torch.jit.trace(model, example(2)) if method == "trace" else torch.jit.script(model)
+
+    os.makedirs(args.out, exist_ok=True)
+    pt = os.path.join(args.out, f"{name}.pt")
+    scripted.save(pt)
+    loaded = torch.jit.load(pt)
+    with torch.no_grad():
+        loaded(example(2))
+    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
+        json.dump(sidecar, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    params = sum(p.numel() for p in loaded.parameters())
+    print(f"wrote {pt} and {name}.json ({method}, {params:,} parameters)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,150 @@
+//! What the advanced settings ([`protocol::Advanced`]) do to a run: the weights' dtype and
+//! memory format applied to a model once, when it is built (as `model.half()` /
+//! `model.to(memory_format=torch.channels_last)` do); the input made in the same dtype and
+//! format and kept where the spec says each iteration starts (on the device, or in
+//! pageable or pinned host memory); the per-iteration copy to the device, inside the timed
+//! pass; and the CUDA math switches (TF32, `cudnn.benchmark`) around the pass.
+
+use protocol::{Advanced, DeviceKind, InputSource, MemoryFormat, RunFailure, WeightsDtype};
+use tch::{Device, Kind, Tensor};
+
+use super::{catch_torch, tch_device, torch_failure};
+use crate::models::Model;
+use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
+
+/// The tensor kind weights of this dtype are stored in.
+pub fn kind_of(weights: WeightsDtype) -> Kind {
+    match weights {
+        WeightsDtype::Fp32 => Kind::Float,
+        WeightsDtype::Fp16 => Kind::Half,
+        WeightsDtype::Bf16 => Kind::BFloat16,
+    }
+}
+
+/// The same values with NHWC strides (what `.contiguous(memory_format=torch.channels_last)`
+/// makes): permuted to NHWC, made contiguous, permuted back to NCHW sizes.
+pub fn to_channels_last(t: &Tensor) -> Tensor {
+    t.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2])
+}
+
+/// Whether a 4-D tensor's strides are NHWC: channels innermost (stride 1), then width,
+/// height and batch. Dimensions of size 1 may carry any stride, as in PyTorch.
+pub fn is_channels_last(t: &Tensor) -> bool {
+    let (size, stride) = (t.size(), t.stride());
+    if size.len() != 4 {
+        return false;
+    }
+    let (c, h, w) = (size[1], size[2], size[3]);
+    let want = [h * w * c, 1, w * c, c];
+    (0..4).all(|i| size[i] == 1 || stride[i] == want[i])
+}
+
+/// Casts the model's floating-point weights and buffers to `weights` and, for
+/// channels_last, gives every 4-D weight (the convolutions') NHWC strides. In place: the
+/// old storage is freed, as in PyTorch.
+pub fn convert_model(
+    model: &mut Model,
+    weights: WeightsDtype,
+    format: MemoryFormat,
+) -> Result<(), RunFailure> {
+    catch_torch(|| {
+        match weights {
+            WeightsDtype::Fp32 => {}
+            WeightsDtype::Fp16 => model.vs.half(),
+            WeightsDtype::Bf16 => model.vs.bfloat16(),
+        }
+        if format == MemoryFormat::ChannelsLast {
+            for (_, mut t) in model.vs.variables() {
+                if t.dim() == 4 {
+                    let nhwc = tch::no_grad(|| to_channels_last(&t));
+                    t.set_data(&nhwc);
+                }
+            }
+        }
+    })?;
+    model.weights = weights;
+    model.format = format;
+    Ok(())
+}
+
+/// The run's input: random, in the weights' dtype and the memory format asked for, and
+/// where each iteration starts: on the device, or in host memory — pageable (an ordinary
+/// CPU tensor) or pinned (page-locked, CUDA only).
+pub fn make_input(
+    model: &Model,
+    batch: u32,
+    size: u32,
+    adv: &Advanced,
+    device: DeviceKind,
+) -> Result<Tensor, RunFailure> {
+    let home = match adv.input_source {
+        InputSource::Device => tch_device(device),
+        InputSource::Pageable | InputSource::Pinned => Device::Cpu,
+    };
+    let x = catch_torch(|| {
+        let x = model.input(batch, size, home);
+        let x = match adv.weights {
+            WeightsDtype::Fp32 => x,
+            w => x.to_kind(kind_of(w)),
+        };
+        match adv.memory_format {
+            MemoryFormat::ChannelsLast if x.dim() == 4 => to_channels_last(&x),
+            _ => x,
+        }
+    })?;
+    if adv.input_source == InputSource::Pinned {
+        return catch_torch(|| x.pin_memory(tch_device(device)));
+    }
+    Ok(x)
+}
+
+/// The input as the pass receives it: itself when it already is on the device; otherwise a
+/// fresh copy to the device (`x_host.to(device, non_blocking=pinned)`), which the timed
+/// pass includes. On a CPU a pageable source is copied all the same: the memcpy a batch
+/// costs to move into place.
+pub fn place_input(
+    input: &Tensor,
+    adv: &Advanced,
+    device: DeviceKind,
+) -> Result<Tensor, RunFailure> {
+    match adv.input_source {
+        InputSource::Device => Ok(input.shallow_clone()),
+        source => catch_torch(|| {
+            input.to_device_(
+                tch_device(device),
+                input.kind(),
+                source == InputSource::Pinned,
+                true,
+            )
+        }),
+    }
+}
+
+/// On CUDA, the math switches for this run (TF32 in matmuls and cuDNN: both on or both
+/// off; `cudnn.benchmark`), restored when the guard drops. `None` on a CPU, where they do
+/// not exist (the spec check refuses them there).
+pub fn backend_guard(
+    adv: &Advanced,
+    device: DeviceKind,
+) -> Result<Option<BackendFlagsGuard>, RunFailure> {
+    if device != DeviceKind::Cuda {
+        return Ok(None);
+    }
+    BackendFlagsGuard::enter(BackendFlags {
+        tf32_matmul: adv.tf32,
+        tf32_cudnn: adv.tf32,
+        cudnn_benchmark: adv.cudnn_benchmark,
+    })
+    .map(Some)
+    .map_err(torch_failure)
+}
+
+/// Bytes of the model's trainable parameters, as stored (`p.numel() * p.element_size()`).
+pub fn parameter_bytes(model: &Model) -> u64 {
+    model
+        .vs
+        .trainable_variables()
+        .iter()
+        .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
+        .sum()
+}

@@ -1,0 +1,201 @@
+//! Layout and transfer lessons: channels_last changes strides, not values; the copy of
+//! the input to the device belongs in the timing; and `cudnn.benchmark` pays for its
+//! autotuning on the first pass at every new shape.
+
+use protocol::{
+    cpu_reason, Advanced, ChartKind, GradMode, InputSource, MemoryFormat, ModelId, RunFailure,
+    RunSpec,
+};
+
+use super::kit::{fig, measure, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
+use super::timing::warm_up_rule;
+use super::Card;
+use crate::lab::{catch_torch, forward, is_channels_last, make_input, Lab};
+
+pub const CHANNELS_LAST: Card = Card {
+    id: "channels-last",
+    title: "channels_last changes the strides, not the values",
+    claim: "model.to(memory_format=torch.channels_last) and the same for the input store convolution tensors as NHWC: the result is the same; whether it is faster depends on the device, the dtype and the shapes, so measure it.",
+    why: "Convolution kernels (oneDNN on CPUs, cuDNN on GPUs) read NHWC natively; with NCHW they may convert. Tensor cores favour NHWC in fp16; some shapes and `.half()` paths are slower (pytorch 50036, 34977).",
+    source: "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
+    pitfall: "model = model.to(memory_format=torch.channels_last)\ny = model(x)  # x still NCHW: converted inside, every call",
+    fix: "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)\ny = model(x)",
+    threshold: "confirmed when the input and every 4-D convolution weight have NHWC strides and the output differs from the NCHW model's by at most 1e-3 of its largest magnitude (float rounding: the kernels sum in another order). The latency ratio (NCHW / NHWC, 10 alternating passes each on a CPU, 20 on a GPU) is reported with its 95% bootstrap interval as faster, slower or no difference, and does not decide: it is the device's answer, not the lesson's. Regime: a convolution model (ResNet-18 by default)",
+    experiment: channels_last,
+};
+
+fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    if !setup.model.is_conv() {
+        return Ok(Outcome::new(
+            Decision::not_applicable(format!("{} has no convolutions: channels_last does not apply.", setup.model.display_name())),
+            setup.describe(),
+            ChartKind::Bar,
+        ));
+    }
+    let nhwc = Advanced {
+        memory_format: MemoryFormat::ChannelsLast,
+        ..Advanced::default()
+    };
+    let i_nchw = lab.model_index(setup.model, ctx.device, setup.size)?;
+    tch::manual_seed(1);
+    let x_nchw = make_input(lab.model(i_nchw), setup.batch, setup.size, &Advanced::default(), ctx.device)?;
+    let reference = forward(lab.model(i_nchw), &x_nchw, &setup.spec, ctx.device)?;
+    let i_nhwc = lab.model_index_as(setup.model, ctx.device, setup.size, &nhwc)?;
+    let x_nhwc = catch_torch(|| crate::lab::to_channels_last(&x_nchw))?;
+    let spec_nhwc = RunSpec { advanced: nhwc, ..setup.spec.clone() };
+    let out = forward(lab.model(i_nhwc), &x_nhwc, &spec_nhwc, ctx.device)?;
+    let (diff, scale) = catch_torch(|| {
+        ((&out - &reference).abs().max().double_value(&[]), reference.abs().max().double_value(&[]))
+    })?;
+    drop((out, reference));
+    let weights: Vec<_> = lab.model(i_nhwc).vs.variables().into_values().filter(|t| t.dim() == 4).collect();
+    let weights_nhwc = weights.iter().filter(|t| is_channels_last(t)).count();
+    let input_nhwc = is_channels_last(&x_nhwc);
+    let rounds = if ctx.cuda() { 20 } else { 10 };
+    let (m_nchw, m_nhwc) = (lab.model(i_nchw), lab.model(i_nhwc));
+    let times = time_passes(ctx, rounds, 2, |variant, _| {
+        if variant == 0 {
+            forward(m_nchw, &x_nchw, &setup.spec, ctx.device)
+        } else {
+            forward(m_nhwc, &x_nhwc, &spec_nhwc, ctx.device)
+        }
+    })?;
+    let shift = Shift::of(&times[0], &times[1]);
+    let reading = protocol::stats::RatioCi::of(&times[1], &times[0])
+        .map(|c| c.latency_reading())
+        .unwrap_or_default();
+    let holds = input_nhwc && weights_nhwc == weights.len() && diff <= 1e-3 * scale.max(1e-12);
+    let text = format!(
+        "Input NHWC: {input_nhwc}; {weights_nhwc} of {} convolution weights NHWC; largest output difference {diff:.3e} at an output scale of {scale:.3e}. channels_last against NCHW: {reading}.",
+        weights.len()
+    );
+    Ok(Outcome::new(Decision::rule(holds, text.clone(), text), format!("{}, {rounds} passes each, alternating", setup.describe()), ChartKind::Bar)
+        .figures(vec![
+            fig("input has NHWC strides", f64::from(u8::from(input_nhwc)), "bool"),
+            fig("conv weights with NHWC strides", weights_nhwc as f64, "count"),
+            fig("conv weights", weights.len() as f64, "count"),
+            fig("largest output difference", diff, "abs"),
+            fig("p50 NCHW", p(&times[0], 50.0), "ms"),
+            fig("p50 channels_last", p(&times[1], 50.0), "ms"),
+            fig("NCHW / channels_last, 95% interval low", shift.bounds().0, "ratio"),
+            fig("NCHW / channels_last, 95% interval high", shift.bounds().1, "ratio"),
+        ])
+        .series(vec![series("p50 (ms)", "ms", vec!["NCHW".into(), "channels_last".into()], vec![p(&times[0], 50.0), p(&times[1], 50.0)])]))
+}
+
+pub const INPUT_COPY: Card = Card {
+    id: "input-copy",
+    title: "Time the copy to the device, not only the model",
+    claim: "When each batch starts in host memory, every iteration pays for copying it to the device: timing only model(x) leaves that out. From pinned (page-locked) memory the copy can be asynchronous (non_blocking=True) and is faster than from pageable memory.",
+    why: "A copy from pageable memory goes through a staging buffer and blocks; pinned memory can be read by the GPU's DMA engine directly. Either way the bytes must cross the bus before the first kernel can read them.",
+    source: "https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",
+    pitfall: "x = batch.to(\"cuda\")  # outside the timer\nt0 = time.time(); y = model(x); torch.cuda.synchronize()",
+    fix: "batch = batch.pin_memory()\nt0 = time.time(); x = batch.to(\"cuda\", non_blocking=True); y = model(x); torch.cuda.synchronize()",
+    threshold: "On every device each copy must add exactly the input's bytes to the pass's peak above the baseline (refuted otherwise). CUDA: confirmed when the 95% bootstrap interval of the p50 ratio (input copied from pageable memory / input on the device, 20 timed iterations each) lies wholly above 1, refuted when it lies wholly below 1.05, inconclusive otherwise; pinned memory is reported beside it. On a CPU not applicable: there is no host-to-device copy (the pageable case is a memcpy, measured and reported) and no pinned memory",
+    experiment: input_copy,
+};
+
+fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    let with = |source| RunSpec {
+        iters: 20,
+        warmup: 2,
+        advanced: Advanced { input_source: source, ..Advanced::default() },
+        ..setup.spec.clone()
+    };
+    let on_device = measure(lab, ctx, with(InputSource::Device))?;
+    let pageable = measure(lab, ctx, with(InputSource::Pageable))?;
+    let pinned = if ctx.cuda() { Some(measure(lab, ctx, with(InputSource::Pinned))?) } else { None };
+    let element = 4u64; // fp32
+    let input_bytes = setup.batch as u64 * 3 * setup.size as u64 * setup.size as u64 * element;
+    let base = on_device.memory.peak_above_baseline_bytes;
+    let adds_input = |r: &protocol::Report| r.memory.peak_above_baseline_bytes == base + input_bytes;
+    let exact = adds_input(&pageable) && pinned.as_ref().is_none_or(adds_input);
+    let shift = Shift::of(&pageable.latencies(), &on_device.latencies());
+    let mut figures = vec![
+        fig("input bytes", input_bytes as f64, "bytes"),
+        fig("peak above baseline, input on the device", base as f64, "bytes"),
+        fig("peak above baseline, copied from pageable", pageable.memory.peak_above_baseline_bytes as f64, "bytes"),
+        fig("p50 input on the device", on_device.latency_ms.p50, "ms"),
+        fig("p50 copied from pageable", pageable.latency_ms.p50, "ms"),
+        fig("pageable / on device, 95% interval low", shift.bounds().0, "ratio"),
+        fig("pageable / on device, 95% interval high", shift.bounds().1, "ratio"),
+    ];
+    let mut labels = vec!["on the device".to_string(), "from pageable".to_string()];
+    let mut p50s = vec![on_device.latency_ms.p50, pageable.latency_ms.p50];
+    if let Some(r) = &pinned {
+        figures.push(fig("p50 copied from pinned", r.latency_ms.p50, "ms"));
+        labels.push("from pinned".into());
+        p50s.push(r.latency_ms.p50);
+    }
+    let text = format!(
+        "Each copy added {} B to the pass's peak (the input is {input_bytes} B); pageable / on-device latency {}.",
+        pageable.memory.peak_above_baseline_bytes.saturating_sub(base),
+        shift.describe()
+    );
+    let decision = if !exact {
+        Decision::rule(false, "", text)
+    } else if !ctx.cuda() {
+        Decision::not_applicable(format!("{text} On a CPU there is no host-to-device copy to leave out of a timer: the model reads the input where it is, and the pageable case is a memcpy. Pinned memory: {}.", cpu_reason("input_source")))
+    } else {
+        Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
+    };
+    Ok(Outcome::new(decision, format!("{}, 20 timed iterations per source", setup.describe()), ChartKind::Bar)
+        .figures(figures)
+        .series(vec![series("p50 per iteration, copy included (ms)", "ms", labels, p50s)]))
+}
+
+pub const CUDNN_BENCHMARK: Card = Card {
+    id: "cudnn-benchmark",
+    title: "cudnn.benchmark: slow first passes, at every new shape",
+    claim: "With torch.backends.cudnn.benchmark = True the first pass at each new input shape tries every convolution algorithm and is slow; later passes at that shape are faster. Varying shapes pay it again and again.",
+    why: "cuDNN's autotuner times the candidate algorithms for each convolution configuration the first time it sees it and caches the winner per shape.",
+    source: "https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark",
+    pitfall: "torch.backends.cudnn.benchmark = True\nfor x in batches_of_varying_size: model(x)",
+    fix: "torch.backends.cudnn.benchmark = True  # only with fixed shapes (pad or bucket them)",
+    threshold: "CUDA: with benchmark on, ResNet-18 runs 10 passes at a batch this process has not seen, then 10 at another new batch (a shape change midway). Confirmed when, at both shapes, the first pass is above 1.5× the steady passes' median even at their own spread (the warm-up rule); refuted when it is below 1.5× at their spread at both; inconclusive otherwise. Not applicable on a CPU (no cuDNN)",
+    experiment: cudnn_benchmark,
+};
+
+fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    if !ctx.cuda() {
+        return Ok(Outcome::new(
+            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("cudnn_benchmark"))),
+            String::new(),
+            ChartKind::Line,
+        ));
+    }
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let offset = 100 + 2 * (CALLS.fetch_add(1, Ordering::Relaxed) % 50);
+    let bench = Advanced { cudnn_benchmark: true, ..Advanced::default() };
+    let mut all = vec![];
+    let mut decisions = vec![];
+    let mut texts = vec![];
+    let model_id = ctx.model(ModelId::Resnet18);
+    for batch in [offset, offset + 1] {
+        let setup = Setup::with_batch(ctx, model_id, batch, GradMode::NoGrad);
+        let spec = RunSpec { advanced: bench, ..setup.spec.clone() };
+        let i = setup.cached(lab, ctx)?;
+        let model = lab.model(i);
+        let x = setup.input(model, ctx)?;
+        let times = time_passes(ctx, 10, 1, |_, _| forward(model, &x, &spec, ctx.device))?.remove(0);
+        let d = warm_up_rule(times[0], &times[2..]);
+        texts.push(format!("batch {batch}: {}", d.reason));
+        decisions.push(d.verdict);
+        all.extend(times);
+    }
+    use protocol::Verdict::*;
+    let text = texts.join(" ");
+    let decision = if decisions.iter().all(|v| *v == Confirmed) {
+        Decision::rule(true, text, "")
+    } else if decisions.iter().all(|v| *v == Refuted) {
+        Decision::rule(false, "", text)
+    } else {
+        Decision::inconclusive(text)
+    };
+    Ok(Outcome::new(decision, format!("{}, batches {offset} then {}, benchmark on", model_id.display_name(), offset + 1), ChartKind::Line)
+        .figures(vec![fig("first pass, first shape", all[0], "ms"), fig("first pass, second shape", all[10], "ms"), fig("steady p50", p(&all[2..10], 50.0), "ms")])
+        .series(vec![series("latency per pass (ms)", "ms", numbered(all.len()), all)]))
+}

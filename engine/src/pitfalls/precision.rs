@@ -1,0 +1,218 @@
+//! Precision lessons beyond autocast: casting the weights once (`model.half()` /
+//! `.to(torch.bfloat16)`) against autocast, which keeps fp32 weights and casts them inside
+//! every call; and TF32, the CUDA math mode that silently lowers fp32 matmuls and
+//! convolutions.
+
+use protocol::{
+    cpu_reason, Advanced, Autocast, ChartKind, GradMode, ModelId, RunFailure, RunSpec,
+    WeightsDtype,
+};
+use tch::{Kind, Tensor};
+
+use super::kit::{fig, measure, mib, p, series, time_passes, Ctx, Decision, Outcome, Shift};
+use super::Card;
+use crate::lab::{catch_torch, forward, parameter_bytes, tch_device, torch_failure, Lab};
+use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
+
+pub const HALF_WEIGHTS: Card = Card {
+    id: "half-weights",
+    title: "Cast the weights once, or autocast them every call",
+    claim: "model.half() / model.to(torch.bfloat16) stores the weights in 16 bits: half the parameter bytes of fp32. Autocast keeps the fp32 weights and casts them inside every call (its cast cache is active only with grad enabled, not under no_grad or inference_mode), so it saves no weight memory.",
+    why: "Autocast casts an eligible op's inputs, weights included, when the op runs; the cast copies are cached only while grad is enabled and the region is open. Casting the model once changes the stored parameters themselves; the input must then be cast too.",
+    source: "https://pytorch.org/docs/stable/amp.html",
+    pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # fp32 weights cast again on every call",
+    fix: "model = model.half()  # once; x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
+    threshold: "confirmed when the cast model's parameters take exactly half the bytes of the fp32 model's, the fp32 weights used under autocast are still float32 after the call, and both low-precision outputs (autocast, cast weights) differ from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. Peaks and latencies under grad, no_grad and inference_mode are reported (latency as a ratio with its 95% bootstrap interval), not judged: they depend on whether the device has 16-bit units. Regime: any; byte counts are exact. The low precision is fp16 on a GPU, bf16 on a CPU (where fp16 has no arithmetic units)",
+    experiment: half_weights,
+};
+
+fn max_rel_diff(out: &Tensor, reference: &Tensor) -> Result<(f64, f64), RunFailure> {
+    catch_torch(|| {
+        let diff = (out.to_kind(Kind::Float) - reference.to_kind(Kind::Float))
+            .abs()
+            .max()
+            .double_value(&[]);
+        let scale = reference.abs().max().double_value(&[]);
+        (diff, scale)
+    })
+}
+
+fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let model_id = ctx.model(ModelId::Resnet18);
+    let b = ctx.batch(4, 32);
+    let (autocast, weights) = if ctx.cuda() {
+        (Autocast::Fp16, WeightsDtype::Fp16)
+    } else {
+        (Autocast::Bf16, WeightsDtype::Bf16)
+    };
+    let low = weights.as_str();
+    let base = ctx.spec(model_id, b, true, GradMode::NoGrad);
+    let size = base.resolved_input_size();
+    let cast = Advanced {
+        weights,
+        ..Advanced::default()
+    };
+    // Parameter bytes and outputs on one fixed input.
+    let i32_ = lab.model_index(model_id, ctx.device, size)?;
+    let fp32_bytes = parameter_bytes(lab.model(i32_));
+    tch::manual_seed(1);
+    let x = catch_torch(|| lab.model(i32_).input(b, size, tch_device(ctx.device)))?;
+    let reference = forward(lab.model(i32_), &x, &base, ctx.device)?;
+    let with_autocast = RunSpec {
+        autocast,
+        ..base.clone()
+    };
+    let out_autocast = forward(lab.model(i32_), &x, &with_autocast, ctx.device)?;
+    let still_fp32 = lab
+        .model(i32_)
+        .vs
+        .trainable_variables()
+        .iter()
+        .all(|t| t.kind() == Kind::Float);
+    let autocast_bytes = parameter_bytes(lab.model(i32_));
+    let ic = lab.model_index_as(model_id, ctx.device, size, &cast)?;
+    let cast_bytes = parameter_bytes(lab.model(ic));
+    let x_low = catch_torch(|| x.to_kind(crate::lab::kind_of(weights)))?;
+    let cast_spec = RunSpec {
+        advanced: cast,
+        ..base.clone()
+    };
+    let out_cast = forward(lab.model(ic), &x_low, &cast_spec, ctx.device)?;
+    let (d_auto, scale) = max_rel_diff(&out_autocast, &reference)?;
+    let (d_cast, _) = max_rel_diff(&out_cast, &reference)?;
+    drop((reference, out_autocast, out_cast, x, x_low));
+
+    let holds = 2 * cast_bytes == fp32_bytes
+        && still_fp32
+        && autocast_bytes == fp32_bytes
+        && [d_auto, d_cast].iter().all(|d| *d > 0.0 && *d < 0.1 * scale);
+    let text = format!(
+        "Parameters: fp32 {} B, under {low} autocast {} B (still float32: {still_fp32}), {low} weights {} B ({:.3}× fp32). Largest output difference from fp32: autocast {d_auto:.3e}, {low} weights {d_cast:.3e}, against an output scale of {scale:.3e}.",
+        fp32_bytes,
+        autocast_bytes,
+        cast_bytes,
+        cast_bytes as f64 / fp32_bytes.max(1) as f64
+    );
+    let mut figures = vec![
+        fig("fp32 parameters", fp32_bytes as f64, "bytes"),
+        fig(&format!("{low} autocast parameters (fp32 kept)"), autocast_bytes as f64, "bytes"),
+        fig(&format!("{low} weights parameters"), cast_bytes as f64, "bytes"),
+        fig(&format!("{low} autocast: largest output difference"), d_auto, "abs"),
+        fig(&format!("{low} weights: largest output difference"), d_cast, "abs"),
+    ];
+    let rows = [
+        ("fp32".to_string(), base.clone()),
+        (format!("{low} autocast"), with_autocast),
+        (format!("{low} weights"), cast_spec),
+    ];
+    let mut out_series = vec![];
+    let mut notes = vec![];
+    for grad in GradMode::ALL {
+        let mut peaks = vec![];
+        let mut lat = vec![];
+        for (name, spec) in &rows {
+            let r = measure(lab, ctx, RunSpec { grad, ..spec.clone() })?;
+            figures.push(fig(&format!("{name}, {}: peak above baseline", grad.as_str()), r.memory.peak_above_baseline_bytes as f64, "bytes"));
+            figures.push(fig(&format!("{name}, {}: p50", grad.as_str()), r.latency_ms.p50, "ms"));
+            peaks.push(mib(r.memory.peak_above_baseline_bytes));
+            lat.push(r.latencies());
+        }
+        let shift = Shift::of(&lat[1], &lat[2]);
+        notes.push(format!(
+            "{}: autocast / cast-weights latency {} ({} iterations each).",
+            grad.as_str(),
+            shift.describe(),
+            lat[2].len()
+        ));
+        out_series.push(series(
+            &format!("peak above baseline, {} (MiB)", grad.as_str()),
+            "MiB",
+            rows.iter().map(|(n, _)| n.clone()).collect(),
+            peaks,
+        ));
+    }
+    Ok(Outcome::new(
+        Decision::rule(holds, text.clone(), text),
+        super::kit::describe(model_id, b, size),
+        ChartKind::Bar,
+    )
+    .figures(figures)
+    .series(out_series)
+    .notes(notes))
+}
+
+pub const TF32: Card = Card {
+    id: "tf32",
+    title: "TF32: fp32 matmuls that are not quite fp32",
+    claim: "On GPUs from Ampere on, TF32 runs fp32 matmuls and convolutions on tensor cores with a 10-bit mantissa: faster, with a small, bounded change in the result. PyTorch leaves it off for matmuls and on for cuDNN convolutions.",
+    why: "torch.backends.cuda.matmul.allow_tf32 (default False) and torch.backends.cudnn.allow_tf32 (default True) choose tensor-core TF32 kernels for fp32 inputs; the inputs' mantissas are rounded to 10 bits, the accumulation stays fp32.",
+    source: "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+    pitfall: "torch.backends.cudnn.allow_tf32  # True by default: convs are already TF32",
+    fix: "torch.set_float32_matmul_precision(\"high\")  # or allow_tf32 = False for strict fp32",
+    threshold: "CUDA with compute capability 8.0 or newer: a 4096×4096 fp32 matmul with TF32 off and on (20 alternating passes each). Confirmed when the outputs differ by a non-zero amount below 1% of the output's largest magnitude and the 95% bootstrap interval of the p50 ratio (off / on) lies wholly above 1; refuted when the outputs are identical (no TF32 kernel ran) or the interval lies wholly below 1.05; inconclusive otherwise. Not applicable on a CPU (no TF32 mode) or an older GPU",
+    experiment: tf32,
+};
+
+fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    if !ctx.cuda() {
+        return Ok(Outcome::new(
+            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("tf32"))),
+            String::new(),
+            ChartKind::Bar,
+        ));
+    }
+    if let Some(cc) = lab.machine().compute_capability().filter(|cc| *cc < 80) {
+        return Ok(Outcome::new(
+            Decision::not_applicable(format!("TF32 needs compute capability 8.0 (Ampere) or newer; this GPU has {}.{}.", cc / 10, cc % 10)),
+            String::new(),
+            ChartKind::Bar,
+        ));
+    }
+    let device = tch_device(ctx.device);
+    tch::manual_seed(1);
+    let (a, b) = catch_torch(|| {
+        (
+            Tensor::randn([4096, 4096], (Kind::Float, device)),
+            Tensor::randn([4096, 4096], (Kind::Float, device)),
+        )
+    })?;
+    let flags = |on: bool| BackendFlags {
+        tf32_matmul: on,
+        tf32_cudnn: on,
+        cudnn_benchmark: false,
+    };
+    let matmul = |on: bool| -> Result<Tensor, RunFailure> {
+        let _g = BackendFlagsGuard::enter(flags(on)).map_err(torch_failure)?;
+        catch_torch(|| a.matmul(&b))
+    };
+    let (off, on) = (matmul(false)?, matmul(true)?);
+    let (diff, scale) = max_rel_diff(&on, &off)?;
+    drop((off, on));
+    let times = time_passes(ctx, 20, 2, |variant, _| matmul(variant == 1))?;
+    let shift = Shift::of(&times[0], &times[1]);
+    let text = format!(
+        "TF32 changed the output by at most {diff:.3e} (output scale {scale:.3e}, {:.2e} relative); fp32 / TF32 latency {}.",
+        diff / scale.max(f64::MIN_POSITIVE),
+        shift.describe()
+    );
+    let decision = if diff == 0.0 || diff >= 0.01 * scale {
+        Decision::rule(false, "", text)
+    } else {
+        Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
+    };
+    Ok(Outcome::new(decision, "a 4096×4096 fp32 matmul, 20 passes each", ChartKind::Bar)
+        .figures(vec![
+            fig("largest output difference", diff, "abs"),
+            fig("output scale", scale, "abs"),
+            fig("p50 TF32 off", p(&times[0], 50.0), "ms"),
+            fig("p50 TF32 on", p(&times[1], 50.0), "ms"),
+            fig("off / on, 95% interval low", shift.bounds().0, "ratio"),
+            fig("off / on, 95% interval high", shift.bounds().1, "ratio"),
+        ])
+        .series(vec![series(
+            "p50 (ms)",
+            "ms",
+            vec!["fp32 (TF32 off)".into(), "TF32 on".into()],
+            vec![p(&times[0], 50.0), p(&times[1], 50.0)],
+        )]))
+}

@@ -1,0 +1,335 @@
+//! Team models in the engine: reading the operator's models directory (every `NAME.pt`
+//! TorchScript file with its `NAME.json` sidecar), checking and probing each module once at
+//! start-up ([`load_dir`]), and building a loaded module for a run ([`build`]).
+//!
+//! A bad file never stops the others: each problem is reported with its file and reason,
+//! and the good models are served. Only files in the directory the operator named are ever
+//! loaded (a TorchScript file is code; nothing is uploaded).
+//!
+//! The forward pass goes through the TorchScript interpreter, so the lab's settings apply
+//! as they do in Python: train/eval is the module's `training` flag (`set_train` /
+//! `set_eval`), grad modes and autocast are thread state around the call. What train mode
+//! changes is measured here at load ([`protocol::team::TrainingEffect`]), since a script
+//! hides its layers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+
+use protocol::team::{self, Sidecar, TeamModel, TrainingEffect};
+use tch::nn::{self, ModuleT};
+use tch::{CModule, Device, IValue, Kind, Tensor};
+
+use crate::lab::catch_torch;
+
+/// A file the models directory holds that is not served, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.file, self.reason)
+    }
+}
+
+/// What [`load_dir`] found: the models it serves and the files it refused.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub models: Vec<TeamModel>,
+    pub problems: Vec<Problem>,
+}
+
+static FILES: RwLock<Option<Files>> = RwLock::new(None);
+
+/// [`scan_dir`], then registers the good models (in [`protocol::team`] and here, with their
+/// paths): from then on they are served.
+pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
+    let (loaded, files) = scan(dir, weight_limit)?;
+    team::register(loaded.models.clone());
+    *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);
+    Ok(loaded)
+}
+
+/// Reads `dir` and checks and probes every `NAME.pt` on the CPU, registering nothing.
+/// `Err` only when the directory itself cannot be read. `weight_limit`: the memory budget
+/// (`--memory-limit-mib`); a model whose weights alone exceed it is refused.
+pub fn scan_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
+    scan(dir, weight_limit).map(|(loaded, _)| loaded)
+}
+
+type Files = HashMap<String, PathBuf>;
+
+fn scan(dir: &Path, weight_limit: Option<u64>) -> Result<(Loaded, Files), String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read the models directory {}: {e}", dir.display()))?;
+    let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    names.sort();
+    let mut loaded = Loaded::default();
+    let mut files = HashMap::new();
+    for path in &names {
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = path.extension().and_then(|e| e.to_str());
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match ext {
+            Some("pt") => match load_one(path, &stem, weight_limit) {
+                Ok(model) => {
+                    files.insert(model.name.clone(), path.clone());
+                    loaded.models.push(model);
+                }
+                Err(reason) => loaded.problems.push(Problem { file, reason }),
+            },
+            Some("json") if !path.with_extension("pt").exists() => loaded.problems.push(Problem {
+                file,
+                reason: format!("a sidecar without its module: there is no {stem}.pt beside it"),
+            }),
+            _ => {}
+        }
+    }
+    Ok((loaded, files))
+}
+
+/// Checks one `NAME.pt` with its sidecar, loads it and probes it.
+fn load_one(path: &Path, name: &str, weight_limit: Option<u64>) -> Result<TeamModel, String> {
+    if !team::valid_name(name) {
+        return Err(format!(
+            "`{name}` cannot name a model: use letters, digits, `_` and `-` (at most {} characters)",
+            team::MAX_NAME_LEN
+        ));
+    }
+    if protocol::ModelId::ALL.iter().any(|m| m.as_str() == name) {
+        return Err(format!(
+            "`{name}` is the name of a built-in model: rename the file"
+        ));
+    }
+    let sidecar_path = path.with_extension("json");
+    let text = std::fs::read_to_string(&sidecar_path)
+        .map_err(|e| format!("its sidecar {name}.json cannot be read ({e}): every model needs one saying what its input is"))?;
+    let sidecar: Sidecar = serde_json::from_str(&text)
+        .map_err(|e| format!("its sidecar {name}.json does not parse: {e}"))?;
+    sidecar
+        .validate()
+        .map_err(|e| format!("its sidecar {name}.json: {e}"))?;
+    if sidecar.inputs.len() != 1 {
+        return Err(format!(
+            "its sidecar {name}.json lists {} inputs: models with more than one input are not supported yet",
+            sidecar.inputs.len()
+        ));
+    }
+    let module = CModule::load_on_device(path, Device::Cpu).map_err(|e| {
+        format!(
+            "does not load as TorchScript: {}",
+            script_error(&e.to_string())
+        )
+    })?;
+    let params = module.named_parameters().map_err(|e| {
+        format!(
+            "its parameters cannot be read: {}",
+            script_error(&e.to_string())
+        )
+    })?;
+    let parameters: u64 = params.iter().map(|(_, t)| t.numel() as u64).sum();
+    let weight_bytes: u64 = params
+        .iter()
+        .map(|(_, t)| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
+        .sum();
+    if let Some(limit) = weight_limit {
+        if weight_bytes > limit {
+            return Err(format!(
+                "its parameters alone take {}, above this server's memory limit of {} (--memory-limit-mib)",
+                protocol::format_bytes(weight_bytes),
+                protocol::format_bytes(limit)
+            ));
+        }
+    }
+    drop(params);
+    let training = probe(module, &sidecar).map_err(|e| {
+        format!(
+            "its sidecar {name}.json does not fit the module (inputs {}): {e}",
+            sidecar.describe_inputs()
+        )
+    })?;
+    Ok(TeamModel::new(
+        name.to_string(),
+        sidecar,
+        parameters,
+        training,
+    ))
+}
+
+/// Runs the module at batch 2 (BatchNorm needs two samples in train mode) at the sidecar's
+/// default size: once in eval mode (it must run and return a tensor), twice in train mode.
+/// The probe's copy is dropped afterwards: train-mode passes move BatchNorm's running
+/// statistics, and runs load the file afresh.
+fn probe(mut module: CModule, sidecar: &Sidecar) -> Result<TrainingEffect, String> {
+    let size = sidecar.size.as_ref().map_or(0, |s| s.default);
+    let x = catch_torch(|| input(sidecar, 2, size, Device::Cpu)).map_err(|f| f.message)?;
+    let run = |module: &CModule| -> Result<Tensor, String> {
+        let out = tch::no_grad(|| module.forward_is(&[IValue::Tensor(x.shallow_clone())]))
+            .map_err(|e| format!("forward raised: {}", script_error(&e.to_string())))?;
+        first_tensor(out).ok_or_else(|| "forward returned no tensor".to_string())
+    };
+    module.f_set_eval().map_err(|e| e.to_string())?;
+    let eval = run(&module)?;
+    module.f_set_train().map_err(|e| e.to_string())?;
+    let train_a = run(&module)?;
+    let train_b = run(&module)?;
+    let differ = |a: &Tensor, b: &Tensor| -> Result<bool, String> {
+        catch_torch(|| {
+            if a.size() != b.size() {
+                return true;
+            }
+            let d = (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+                .abs()
+                .max()
+                .double_value(&[]);
+            // float32 rounding of an identical computation stays far below this.
+            d > 1e-6
+        })
+        .map_err(|f| f.message)
+    };
+    Ok(TrainingEffect {
+        random_in_train: differ(&train_a, &train_b)?,
+        train_differs_from_eval: differ(&train_a, &eval)?,
+    })
+}
+
+/// The first tensor of a forward pass's output (a tensor, or a tuple or list of them).
+fn first_tensor(out: IValue) -> Option<Tensor> {
+    match out {
+        IValue::Tensor(t) => Some(t),
+        IValue::TensorList(v) => v.into_iter().next(),
+        IValue::Tuple(v) | IValue::GenericList(v) => v.into_iter().find_map(first_tensor),
+        _ => None,
+    }
+}
+
+/// A random input batch for a team model, as its sidecar describes it.
+pub fn input(sidecar: &Sidecar, batch: u32, size: u32, device: Device) -> Tensor {
+    let spec = &sidecar.inputs[0];
+    let shape = &sidecar.shapes(batch, size)[0];
+    let kind = match spec.dtype {
+        team::Dtype::Float32 => Kind::Float,
+        team::Dtype::Float64 => Kind::Double,
+        team::Dtype::Float16 => Kind::Half,
+        team::Dtype::Bfloat16 => Kind::BFloat16,
+        team::Dtype::Int64 => Kind::Int64,
+        team::Dtype::Int32 => Kind::Int,
+    };
+    match spec.high {
+        Some(high) => Tensor::randint(high, shape.as_slice(), (kind, device)),
+        None => Tensor::randn(shape.as_slice(), (kind, device)),
+    }
+}
+
+/// The useful line of a TorchScript error: the interpreter puts its traceback first and
+/// the exception (`RuntimeError: ...`, or the module's own `raise`) last.
+pub fn script_error(text: &str) -> String {
+    let text = text.trim_start_matches("Torch(\"").trim_end_matches("\")");
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let exception = lines.iter().rev().find(|l| {
+        let head = l.split(':').next().unwrap_or("");
+        (head.ends_with("Error") || head.ends_with("Exception")) && !head.contains(' ')
+    });
+    match exception {
+        Some(l) => l.to_string(),
+        None => crate::first_line(text),
+    }
+}
+
+/// A loaded TorchScript module as the lab runs it. The interpreter keeps `training` on the
+/// module, so the mode a run asks for is set before the pass when it differs.
+#[derive(Debug)]
+struct Scripted {
+    module: Mutex<(CModule, Option<bool>)>,
+}
+
+impl ModuleT for Scripted {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        let mut guard = self.module.lock().unwrap_or_else(|e| e.into_inner());
+        let (module, mode) = &mut *guard;
+        if *mode != Some(train) {
+            let set = if train {
+                module.f_set_train()
+            } else {
+                module.f_set_eval()
+            };
+            if let Err(e) = set {
+                panic!("{}", script_error(&e.to_string()));
+            }
+            *mode = Some(train);
+        }
+        match module.forward_is(&[IValue::Tensor(xs.shallow_clone())]) {
+            Ok(out) => match first_tensor(out) {
+                Some(t) => t,
+                None => panic!("the module's forward returned no tensor"),
+            },
+            Err(e) => panic!(
+                "the module's forward raised: {}",
+                script_error(&e.to_string())
+            ),
+        }
+    }
+}
+
+/// The forward-pass trace sees a TorchScript module as one step (its interpreter runs the
+/// submodules; no probe reaches inside), so its trace is the whole model's output.
+impl crate::models::Net for Scripted {}
+
+/// Loads the team model `name` on `device`, its parameters added to `vs` (shared, not
+/// copied) so that they are counted like a built-in model's. Panics with the reason when
+/// the file is gone or no longer loads; callers run it under [`catch_torch`].
+pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn crate::models::Net> {
+    let path = FILES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|f| f.get(name).cloned());
+    let Some(path) = path else {
+        panic!("`{name}` is not a team model this process loaded");
+    };
+    let module = match CModule::load_on_device(&path, vs.device()) {
+        Ok(m) => m,
+        Err(e) => panic!(
+            "{} no longer loads: {}",
+            path.display(),
+            script_error(&e.to_string())
+        ),
+    };
+    let params = match module.named_parameters() {
+        Ok(p) => p,
+        Err(e) => panic!("{}", script_error(&e.to_string())),
+    };
+    let root = vs.root();
+    for (pname, tensor) in params {
+        let trainable = tensor.requires_grad();
+        let _ = root.add(&pname.replace('.', "_"), tensor, trainable);
+    }
+    Box::new(Scripted {
+        module: Mutex::new((module, None)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exception_line_is_kept_from_an_interpreter_error() {
+        let text = "The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript, serialized code (most recent call last):\n  File \"code/__torch__.py\", line 8, in forward\n    _0 = torch.conv2d(x, w)\nRuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [2, 3]\n";
+        assert!(script_error(text).starts_with("RuntimeError: Expected 3D"));
+        assert_eq!(script_error("plain message\nmore"), "plain message");
+    }
+}

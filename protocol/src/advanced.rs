@@ -1,0 +1,220 @@
+//! The settings beyond the five switches (the Lab's "Advanced" section): the weights'
+//! dtype, the input's memory format, where the input comes from each iteration, and the
+//! CUDA-only switches (TF32, `cudnn.benchmark`, CUDA graphs). They travel in a spec as one
+//! `advanced` object that is left out of the JSON while every field is at its default, so
+//! specs and records from before these settings read (and serialise) exactly as they did.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{DeviceKind, ModelId, SpecError};
+
+/// The dtype the weights are stored in: fp32 (PyTorch's default), or cast once with
+/// `model.half()` / `model.to(torch.bfloat16)` (the input is cast the same way). Unlike
+/// autocast, which keeps fp32 weights and casts them inside every call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightsDtype {
+    #[default]
+    Fp32,
+    Fp16,
+    Bf16,
+}
+
+/// The memory format of the input and the convolution weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryFormat {
+    /// NCHW, PyTorch's default (`torch.contiguous_format`).
+    #[default]
+    Contiguous,
+    /// NHWC strides (`torch.channels_last`): the model and the input converted with
+    /// `.to(memory_format=torch.channels_last)`. Convolution models only.
+    ChannelsLast,
+}
+
+/// Where the input is at the start of each timed iteration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputSource {
+    /// Already where the model runs: no copy is timed.
+    #[default]
+    Device,
+    /// Copied each iteration, inside the timing, from ordinary (pageable) host memory.
+    Pageable,
+    /// Copied each iteration from pinned (page-locked) host memory with
+    /// `non_blocking=True`. CUDA only: pinned memory is allocated through the CUDA driver so
+    /// the GPU's DMA engine can read it directly; a CPU run has no copy for it to speed up.
+    Pinned,
+}
+
+/// The advanced settings of a run. Every default is PyTorch's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Advanced {
+    pub weights: WeightsDtype,
+    pub memory_format: MemoryFormat,
+    pub input_source: InputSource,
+    /// CUDA: `torch.backends.cuda.matmul.allow_tf32` and `torch.backends.cudnn.allow_tf32`
+    /// both on (PyTorch's defaults: off for matmuls, on for cuDNN convolutions); off here
+    /// means both off, so fp32 is fp32.
+    pub tf32: bool,
+    /// CUDA: `torch.backends.cudnn.benchmark = True` (pick each convolution's fastest
+    /// algorithm per input shape, on first sight of that shape).
+    pub cudnn_benchmark: bool,
+    /// CUDA: capture the forward pass once as a CUDA graph and replay it each iteration.
+    pub cuda_graph: bool,
+}
+
+impl Advanced {
+    pub fn is_default(&self) -> bool {
+        *self == Advanced::default()
+    }
+
+    /// The CUDA-only switches that are on, by name.
+    pub fn cuda_only(&self) -> Vec<&'static str> {
+        [
+            (self.tf32, "tf32"),
+            (self.cudnn_benchmark, "cudnn_benchmark"),
+            (self.cuda_graph, "cuda_graph"),
+            (self.input_source == InputSource::Pinned, "input_source"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+
+    /// Short words for a run's label ("fp16 weights · channels_last"); empty at defaults.
+    pub fn label_parts(&self) -> Vec<String> {
+        let mut parts = vec![];
+        match self.weights {
+            WeightsDtype::Fp32 => {}
+            w => parts.push(format!("{} weights", w.as_str())),
+        }
+        if self.memory_format == MemoryFormat::ChannelsLast {
+            parts.push("channels_last".into());
+        }
+        match self.input_source {
+            InputSource::Device => {}
+            s => parts.push(format!("input from {} memory", s.as_str())),
+        }
+        for (on, name) in [
+            (self.tf32, "tf32"),
+            (self.cudnn_benchmark, "cudnn.benchmark"),
+            (self.cuda_graph, "CUDA graph"),
+        ] {
+            if on {
+                parts.push(name.into());
+            }
+        }
+        parts
+    }
+
+    /// The checks that need no device: channels_last needs a convolution model.
+    pub fn check(&self, model: ModelId) -> Result<(), SpecError> {
+        if self.memory_format == MemoryFormat::ChannelsLast && !model.is_conv() {
+            return Err(SpecError {
+                field: "advanced.memory_format".into(),
+                message: format!(
+                    "channels_last is a layout for 4-D image tensors and convolutions; {} has none (use resnet18, resnet50 or mobilenet_v2)",
+                    model
+                ),
+            });
+        }
+        if self.cuda_graph && self.input_source != InputSource::Device {
+            return Err(SpecError {
+                field: "advanced.cuda_graph".into(),
+                message: "a CUDA graph replays fixed device buffers; with it the input must already be on the device".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Why a setting cannot run on `device`, by field; `None` when it can.
+    pub fn unsupported_on(&self, device: DeviceKind) -> Option<SpecError> {
+        if device == DeviceKind::Cuda {
+            return None;
+        }
+        let name = self.cuda_only().into_iter().next()?;
+        Some(SpecError {
+            field: format!("advanced.{name}"),
+            message: format!("{name} cannot run on the CPU: {}", cpu_reason(name)),
+        })
+    }
+}
+
+/// Why a CUDA-only setting means nothing on a CPU.
+pub fn cpu_reason(name: &str) -> &'static str {
+    match name {
+        "tf32" => "TF32 is a tensor-core math mode of NVIDIA GPUs from Ampere on; CPU fp32 matmuls and convolutions have no such mode",
+        "cudnn_benchmark" => "it selects among cuDNN's convolution algorithms, and cuDNN runs on NVIDIA GPUs only",
+        "cuda_graph" => "a CUDA graph records GPU kernel launches to replay them without the CPU's launch overhead; a CPU executes ops directly",
+        "input_source" => "pinned (page-locked) host memory is allocated through the CUDA driver so a GPU can copy from it by DMA, asynchronously; a CPU run reads the input where it is, with no device copy to speed up (libtorch cannot pin memory without CUDA)",
+        _ => "it is a CUDA setting",
+    }
+}
+
+macro_rules! words {
+    ($t:ty, $what:literal, [$($v:ident => $s:literal),*]) => {
+        impl $t {
+            pub const ALL: [$t; words!(@count $($v)*)] = [$(<$t>::$v),*];
+            pub fn as_str(self) -> &'static str {
+                match self { $(<$t>::$v => $s),* }
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                <$t>::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
+                    let known: Vec<_> = <$t>::ALL.iter().map(|v| v.as_str()).collect();
+                    format!(concat!("unknown ", $what, " `{}`; expected one of: {}"), s, known.join(", "))
+                })
+            }
+        }
+    };
+    (@count) => { 0 };
+    (@count $x:ident $($rest:ident)*) => { 1 + words!(@count $($rest)*) };
+}
+words!(WeightsDtype, "weights dtype", [Fp32 => "fp32", Fp16 => "fp16", Bf16 => "bf16"]);
+words!(MemoryFormat, "memory format", [Contiguous => "contiguous", ChannelsLast => "channels_last"]);
+words!(InputSource, "input source", [Device => "device", Pageable => "pageable", Pinned => "pinned"]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RunSpec;
+
+    #[test]
+    fn default_advanced_settings_stay_out_of_the_json() {
+        let json = serde_json::to_string(&RunSpec::default()).unwrap();
+        assert!(!json.contains("advanced"), "{json}");
+        let spec: RunSpec =
+            serde_json::from_str(r#"{"advanced": {"weights": "fp16", "memory_format": "channels_last"}}"#)
+                .unwrap();
+        assert_eq!(spec.advanced.weights, WeightsDtype::Fp16);
+        let back: RunSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(back, spec);
+        assert!(serde_json::from_str::<RunSpec>(r#"{"advanced": {"wieghts": "fp16"}}"#).is_err());
+    }
+
+    #[test]
+    fn words_round_trip_and_checks_name_the_field() {
+        for w in WeightsDtype::ALL {
+            assert_eq!(w.as_str().parse::<WeightsDtype>(), Ok(w));
+        }
+        assert!("nhwc".parse::<MemoryFormat>().unwrap_err().contains("channels_last"));
+        let cl = Advanced {
+            memory_format: MemoryFormat::ChannelsLast,
+            ..Advanced::default()
+        };
+        assert_eq!(cl.check(ModelId::TinyMlp).unwrap_err().field, "advanced.memory_format");
+        assert!(cl.check(ModelId::Resnet18).is_ok());
+        let pinned = Advanced {
+            input_source: InputSource::Pinned,
+            ..Advanced::default()
+        };
+        let e = pinned.unsupported_on(DeviceKind::Cpu).unwrap();
+        assert!(e.field == "advanced.input_source" && e.message.contains("page-locked"));
+        assert!(pinned.unsupported_on(DeviceKind::Cuda).is_none());
+        assert!(Advanced::default().unsupported_on(DeviceKind::Cpu).is_none());
+    }
+}

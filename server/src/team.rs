@@ -1,0 +1,38 @@
+//! The server's and the CLI's side of team models: loading `--models-dir` before the worker
+//! starts (the engine checks and probes each file, see `engine::team`) and telling the
+//! operator which files were refused and why. A refused file never stops the start: the
+//! other models are served.
+
+use anyhow::Result;
+
+use crate::config::EngineArgs;
+
+/// Loads the models directory, if one is given, and logs what it serves and refuses.
+/// Errors only when the directory itself cannot be read: that is a typo in the command,
+/// better said at once than served as an empty list.
+pub fn load(engine: &EngineArgs) -> Result<()> {
+    let Some(dir) = &engine.models_dir else {
+        return Ok(());
+    };
+    let limit = engine.memory_limit_mib.map(|m| m * 1024 * 1024);
+    let loaded = engine::team::load_dir(dir, limit).map_err(anyhow::Error::msg)?;
+    for p in &loaded.problems {
+        tracing::warn!("team model {} is not served: {}", p.file, p.reason);
+    }
+    for m in &loaded.models {
+        tracing::info!(
+            model = %m.name,
+            parameters = m.parameters,
+            "team model served: {} ({})",
+            m.sidecar.display_name,
+            m.training.describe()
+        );
+    }
+    tracing::info!(
+        dir = %dir.display(),
+        served = loaded.models.len(),
+        refused = loaded.problems.len(),
+        "models directory read"
+    );
+    Ok(())
+}

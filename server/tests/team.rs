@@ -1,0 +1,328 @@
+//! Team models through the binary and the API: `--models-dir` on `models` and `measure`
+//! (with the refused files named on stderr), a failing forward as a failed run with its
+//! reason, the API's info, runs and errors, the exported script, and CPU peak memory equal
+//! to Python PyTorch's (bench/peer.py) for the same TorchScript file and settings.
+//! The models are made during the test by the venv's PyTorch
+//! (engine/tests/fixtures/make_team_models.py).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use axum::http::StatusCode;
+use protocol::{Event, Report, RunCreated, ServerInfo};
+
+/// The few router helpers this file needs (the API tests' own live in tests/api/).
+mod api {
+    use axum::body::Body;
+    use axum::http::{header, Request, StatusCode};
+    use axum::Router;
+    use http_body_util::BodyExt;
+    use protocol::Event;
+    use tower::ServiceExt;
+
+    pub fn engine_args() -> server::config::EngineArgs {
+        server::config::EngineArgs {
+            threads: Some(1),
+            max_batch: 256,
+            memory_limit_mib: None,
+            models_dir: None,
+        }
+    }
+
+    pub async fn send(app: Router, req: Request<Body>) -> (StatusCode, Vec<u8>) {
+        let res = app.oneshot(req).await.unwrap();
+        let status = res.status();
+        (
+            status,
+            res.into_body().collect().await.unwrap().to_bytes().to_vec(),
+        )
+    }
+
+    pub fn get(uri: &str) -> Request<Body> {
+        Request::get(uri).body(Body::empty()).unwrap()
+    }
+
+    pub fn post_run(body: &str) -> Request<Body> {
+        Request::post("/api/runs")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    pub fn error_of(body: &[u8]) -> protocol::ApiError {
+        serde_json::from_slice::<protocol::ApiErrorBody>(body)
+            .unwrap()
+            .error
+    }
+
+    /// A run's events, read to the terminal one.
+    pub async fn follow(app: Router, url: &str) -> Vec<Event> {
+        let mut body = app.oneshot(get(url)).await.unwrap().into_body();
+        let (mut text, mut events) = (String::new(), vec![]);
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                text.push_str(&String::from_utf8_lossy(&data));
+            }
+            while let Some(end) = text.find("\n\n") {
+                let message: String = text.drain(..end + 2).collect();
+                events.extend(
+                    message
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data: "))
+                        .map(|j| serde_json::from_str::<Event>(j).unwrap()),
+                );
+            }
+            if events.last().is_some_and(Event::is_terminal) {
+                break;
+            }
+        }
+        events
+    }
+}
+
+fn python() -> String {
+    std::env::var("GRADLESS_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/gradless/venv/bin/python")
+    })
+}
+
+fn repo(path: &str) -> String {
+    format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The models directory, made once per test binary.
+fn models_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("gradless-team-server-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(python())
+            .arg(repo("engine/tests/fixtures/make_team_models.py"))
+            .arg(&dir)
+            .output()
+            .expect("the venv's Python runs (set GRADLESS_PYTHON)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+fn gradless(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gradless"))
+        .args(args)
+        .arg("--models-dir")
+        .arg(models_dir())
+        .output()
+        .expect("run gradless")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn the_cli_lists_team_models_and_names_each_refused_file() {
+    let o = gradless(&["models", "--default-threads", "1"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    for name in ["drop_batch", "traced_resnet18", "picky", "resnet18"] {
+        assert!(out.contains(name), "{name} missing from:\n{out}");
+    }
+    assert!(out.contains("11,689,512"), "{out}");
+    assert!(
+        !out.contains("broken") && !out.contains("mismatched"),
+        "{out}"
+    );
+    for (file, why) in [
+        ("broken.pt", "does not load as TorchScript"),
+        ("mismatched.pt", "does not fit the module"),
+        ("orphan.json", "without its module"),
+    ] {
+        assert!(err.contains(file) && err.contains(why), "{file}: {err}");
+    }
+}
+
+#[test]
+fn measure_runs_a_team_model_and_a_raising_forward_fails_with_its_reason() {
+    let o = gradless(&[
+        "measure",
+        "--model",
+        "drop_batch",
+        "--batch",
+        "4",
+        "--warmup",
+        "1",
+        "--iters",
+        "3",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--grad",
+        "no_grad",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r: Report = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    assert_eq!(r.spec.model.as_str(), "drop_batch");
+    assert_eq!(r.output.shape, [4, 10]);
+    assert_eq!(r.memory.leaked_bytes, 0);
+
+    let o = gradless(&[
+        "measure", "--model", "picky", "--batch", "8", "--device", "cpu",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("Picky takes at most 4 samples"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = gradless(&["measure", "--model", "broken", "--device", "cpu"]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("unknown model `broken`") && err.contains("drop_batch"),
+        "{err}"
+    );
+}
+
+/// Peak memory above the baseline on the CPU: ours and PyTorch's for the same file.
+#[test]
+fn cpu_peak_memory_equals_pytorchs_for_the_same_torchscript_file() {
+    let dir = models_dir().to_str().unwrap().to_string();
+    for (model, batch, mode, grad, size) in [
+        ("drop_batch", "16", "--eval", "no_grad", None),
+        ("drop_batch", "16", "--train", "enabled", None),
+        ("traced_resnet18", "2", "--eval", "no_grad", Some("64")),
+        ("traced_resnet18", "2", "--eval", "enabled", Some("64")),
+    ] {
+        let mut args = vec![
+            "--model",
+            model,
+            "--batch",
+            batch,
+            mode,
+            "--grad",
+            grad,
+            "--device",
+            "cpu",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--threads",
+            "1",
+            "--json",
+        ];
+        if let Some(s) = size {
+            args.extend(["--input-size", s]);
+        }
+        let ours = gradless(&[&["measure"], args.as_slice()].concat());
+        assert!(ours.status.success(), "{}", text(&ours.stderr));
+        let ours: serde_json::Value = serde_json::from_slice(&ours.stdout).unwrap();
+        let peer = Command::new(python())
+            .arg(repo("bench/peer.py"))
+            .args(&args)
+            .args(["--models-dir", &dir])
+            .output()
+            .unwrap();
+        assert!(peer.status.success(), "{}", text(&peer.stderr));
+        let peer: serde_json::Value = serde_json::from_slice(&peer.stdout).unwrap();
+        let peak =
+            |r: &serde_json::Value| r["memory"]["peak_above_baseline_bytes"].as_u64().unwrap();
+        let base = |r: &serde_json::Value| r["memory"]["baseline_bytes"].as_u64().unwrap();
+        assert_eq!(
+            peak(&ours),
+            peak(&peer),
+            "{model} {mode} {grad}: ours vs PyTorch's peak"
+        );
+        // The baselines differ by design: ours is what the meter counts with the module
+        // loaded (everything libtorch allocated for it), the peer's the storages of its
+        // parameters, buffers and input. Ours cannot be below those.
+        assert!(
+            base(&ours) >= base(&peer),
+            "{model} {mode} {grad}: baselines"
+        );
+        println!(
+            "{model} {mode} {grad}: peak above baseline {} (both); baseline ours {} vs PyTorch's storages {}",
+            peak(&ours),
+            base(&ours),
+            base(&peer)
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_api_serves_team_models_like_built_in_ones() {
+    let mut engine = api::engine_args();
+    engine.models_dir = Some(models_dir().clone());
+    server::team::load(&engine).unwrap();
+    let worker = server::start_worker(server::worker_config(&engine, 4, None)).unwrap();
+    let state = server::build_state(
+        worker,
+        std::path::Path::new("target/site"),
+        "127.0.0.1:0".parse().unwrap(),
+        server::state::Services::ephemeral().unwrap(),
+    )
+    .unwrap();
+    let app = server::router(state);
+
+    let (status, body) = api::send(app.clone(), api::get("/api/info")).await;
+    assert_eq!(status, StatusCode::OK);
+    let info: ServerInfo = serde_json::from_slice(&body).unwrap();
+    let team: Vec<_> = info.models.iter().filter(|m| m.team.is_some()).collect();
+    let names: Vec<&str> = team.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(names, ["drop_batch", "picky", "traced_resnet18"]);
+    let drop_batch = team[0];
+    assert_eq!(drop_batch.name, "Drop + Batch (test)");
+    assert!(drop_batch.has_dropout);
+    assert_eq!(
+        drop_batch.parameters,
+        32 * 256 + 256 + 2 * 256 + 256 * 10 + 10
+    );
+
+    let (status, body) = api::send(
+        app.clone(),
+        api::post_run(r#"{"model": "drop_batch", "batch": 4, "device": "cpu", "warmup": 1, "iters": 2, "eval": false}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", text(&body));
+    let created: RunCreated = serde_json::from_slice(&body).unwrap();
+    let events = api::follow(app.clone(), &created.events_url).await;
+    let report = match events.last() {
+        Some(Event::Done { report }) => report.as_ref().clone(),
+        other => panic!("expected a report, got {other:?}"),
+    };
+    assert_eq!(report.spec.model.as_str(), "drop_batch");
+    let script = server::export::python_script("abc", &report);
+    assert!(
+        script.contains("--models-dir=.") && script.contains("drop_batch.pt"),
+        "{script}"
+    );
+
+    for (body, says) in [
+        (r#"{"model": "broken"}"#, "unknown model `broken`"),
+        (
+            r#"{"model": "picky", "input_size": 8}"#,
+            "fixed input shape",
+        ),
+    ] {
+        let (status, resp) = api::send(app.clone(), api::post_run(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        let e = api::error_of(&resp);
+        assert_eq!(
+            e.field.as_deref(),
+            Some(if body.contains("picky") {
+                "input_size"
+            } else {
+                "model"
+            })
+        );
+        assert!(e.message.contains(says), "{body}: {}", e.message);
+    }
+}
