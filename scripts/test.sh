@@ -24,11 +24,22 @@ echo "==> Fleet tests (nats-server and PostgreSQL on loopback; 2 fronts and 3 CP
 services=$(mktemp -d)
 trap 'scripts/services.sh stop "$services" || true; rm -rf "$services"' EXIT
 eval "$(scripts/services.sh start "$services" $((port + 3)) $((port + 4)))"
-GRADLESS_FLEET_PORT=$((port + 5)) cargo test --release -p server --test fleet -- --ignored --nocapture || { echo "error: fleet tests failed (logs: $CARGO_TARGET_DIR/fleet-logs)" >&2; exit 1; }
+# `--workspace`, as above: `-p server` unifies features differently and would compile the
+# server a second time.
+GRADLESS_FLEET_PORT=$((port + 5)) cargo test --release --workspace --test fleet -- --ignored --nocapture || { echo "error: fleet tests failed (logs: $CARGO_TARGET_DIR/fleet-logs)" >&2; exit 1; }
 scripts/services.sh stop "$services"
 rm -rf "$services"
 trap - EXIT
 [ -f "$CARGO_TARGET_DIR/gradless-fleet-load.json" ] && echo "figures (gradless-fleet-load.json): $(cat "$CARGO_TARGET_DIR/gradless-fleet-load.json")"
+# The two emit-to-viewer p99s side by side: one process, and the fleet over NATS.
+python3 - "$CARGO_TARGET_DIR" <<'PY' || true
+import json, sys
+d = sys.argv[1]
+one = json.load(open(f"{d}/gradless-load.json"))
+fleet = json.load(open(f"{d}/gradless-fleet-load.json"))
+print(f"emit-to-viewer p99: single process {one['event_delay_ms']['p99']:.1f} ms ({one['viewers']} viewers); "
+      f"fleet {fleet['emit_to_viewer_ms']['p99']:.1f} ms ({fleet['viewers']} viewers, {fleet['fronts']} fronts, {fleet['workers']} workers)")
+PY
 
 echo "==> The browser build pulls in no tch, tokio or axum"
 # Two steps, so that a failing `cargo tree` fails the check instead of passing it.

@@ -317,7 +317,7 @@ async fn a_thousand_viewers_of_one_run() {
     // The device thread is held until every viewer is connected, so the run's events are
     // all delivered live to a thousand open streams.
     let (release, hold) = std::sync::mpsc::channel::<()>();
-    let holding = tokio::task::spawn_blocking(move || worker.call(move |_| drop(hold.recv())));
+    let holding = tokio::task::spawn_blocking(move || worker.call(move |_| { let _ = hold.recv(); }));
     let outcome = tokio::time::timeout(DEADLINE, async move {
         let spec = format!(
             r#"{{"model": "tiny_mlp", "batch": 64, "warmup": 2, "iters": {VIEWERS_ITERS}}}"#
