@@ -5,6 +5,8 @@
 #
 #   scripts/setup.sh            what running the app needs
 #   scripts/setup.sh --browser  plus Chromium and Playwright for the browser tests
+#   scripts/setup.sh --fleet    plus nats-server (JetStream) and PostgreSQL, for the fleet tests
+#                               (flags combine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -12,7 +14,14 @@ source scripts/env.sh
 WASM_BINDGEN_VERSION=0.2.130   # must equal the `wasm-bindgen` pin in Cargo.toml
 TORCH_VERSION=2.11.0           # tch 0.24 links exactly this libtorch
 BROWSER=0
-[ "${1:-}" = "--browser" ] && BROWSER=1
+FLEET=0
+for flag in "$@"; do
+  case "$flag" in
+    --browser) BROWSER=1 ;;
+    --fleet) FLEET=1 ;;
+    *) echo "setup.sh: unknown flag $flag (use --browser, --fleet)" >&2; exit 2 ;;
+  esac
+done
 
 # Each step says how long setup has been going, so a slow first run explains itself.
 step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
@@ -117,6 +126,17 @@ if [ "$BROWSER" = 1 ]; then
   else
     step "Installing Playwright's test runner (it drives Debian's Chromium; no browser download) and axe-core"
     (cd end2end && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+# --- fleet services ---------------------------------------------------------------------------
+# Debian 12's nats-server (2.9, JetStream built in) and PostgreSQL 15. Only their binaries are
+# used: the tests start their own instances in a scratch folder (scripts/services.sh); the
+# packages' system services are not needed and are left as the packages set them.
+if [ "$FLEET" = 1 ]; then
+  if command -v nats-server >/dev/null && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    echo "fleet services: $(nats-server --version), PostgreSQL $(ls /usr/lib/postgresql | sort -V | tail -1)"
+  else
+    apt_install nats-server postgresql
   fi
 fi
 echo "setup: done in ${SECONDS}s"

@@ -6,8 +6,9 @@
 # database. The last line is Playwright's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --browser
+scripts/setup.sh --browser --fleet
 source scripts/env.sh
+port=${GRADLESS_TEST_PORT:-3137}
 
 echo "==> Rust tests (the first build compiles libtorch's C++ wrapper: several minutes)"
 # The snippet test runs every model's Python snippet with the venv's PyTorch.
@@ -16,6 +17,29 @@ cargo test --release --workspace
 for f in gradless-load.json gradless-viewers.json gradless-soak.json gradless-hostile.json; do
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
 done
+
+echo "==> Fleet tests (nats-server and PostgreSQL on loopback; 2 fronts and 3 CPU workers as processes)"
+# Ports after the browser tests' (port, port + 2): NATS, PostgreSQL, then the fronts and
+# the workers' metrics (port + 5 ...).
+services=$(mktemp -d)
+trap 'scripts/services.sh stop "$services" || true; rm -rf "$services"' EXIT
+eval "$(scripts/services.sh start "$services" $((port + 3)) $((port + 4)))"
+# `--workspace`, as above: `-p server` unifies features differently and would compile the
+# server a second time.
+GRADLESS_FLEET_PORT=$((port + 5)) cargo test --release --workspace --test fleet -- --ignored --nocapture || { echo "error: fleet tests failed (logs: $CARGO_TARGET_DIR/fleet-logs)" >&2; exit 1; }
+scripts/services.sh stop "$services"
+rm -rf "$services"
+trap - EXIT
+[ -f "$CARGO_TARGET_DIR/gradless-fleet-load.json" ] && echo "figures (gradless-fleet-load.json): $(cat "$CARGO_TARGET_DIR/gradless-fleet-load.json")"
+# The two emit-to-viewer p99s side by side: one process, and the fleet over NATS.
+python3 - "$CARGO_TARGET_DIR" <<'PY' || true
+import json, sys
+d = sys.argv[1]
+one = json.load(open(f"{d}/gradless-load.json"))
+fleet = json.load(open(f"{d}/gradless-fleet-load.json"))
+print(f"emit-to-viewer p99: single process {one['event_delay_ms']['p99']:.1f} ms ({one['viewers']} viewers); "
+      f"fleet {fleet['emit_to_viewer_ms']['p99']:.1f} ms ({fleet['viewers']} viewers, {fleet['fronts']} fronts, {fleet['workers']} workers)")
+PY
 
 echo "==> The browser build pulls in no tch, tokio or axum"
 # Two steps, so that a failing `cargo tree` fails the check instead of passing it.
@@ -36,7 +60,6 @@ echo "==> Building the site (the server binary is the one the Rust tests just bu
 }
 scripts/build-site.sh
 
-port=${GRADLESS_TEST_PORT:-3137}
 docs_port=$((port + 2)) # the pretend docs site of the embed test
 export GRADLESS_DOCS_PORT=$docs_port
 log="$CARGO_TARGET_DIR/gradless-e2e.log"

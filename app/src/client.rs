@@ -97,7 +97,16 @@ async fn fetch_json<T: serde::de::DeserializeOwned>(
 /// viewer this page opens is the owner's: closing it cancels the run while it waits
 /// (a stranger following the same run without the secret never does).
 pub async fn start_run(spec: &RunSpec) -> Result<RunCreated, String> {
-    let mut created: RunCreated = post_json("/api/runs", spec).await?;
+    start_run_on(spec, None).await
+}
+
+/// [`start_run`] on a fleet worker by name (`None`: the front chooses).
+pub async fn start_run_on(spec: &RunSpec, worker: Option<&str>) -> Result<RunCreated, String> {
+    let url = match worker {
+        Some(w) => format!("/api/runs?worker={}", String::from(js_sys::encode_uri_component(w))),
+        None => "/api/runs".to_string(),
+    };
+    let mut created: RunCreated = post_json(&url, spec).await?;
     if let Some(secret) = &created.cancel_token {
         let joiner = if created.events_url.contains('?') {
             '&'

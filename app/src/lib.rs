@@ -14,6 +14,7 @@ pub mod charts;
 mod client;
 pub mod embed;
 pub mod explain;
+pub mod fleet;
 pub mod lab;
 pub mod pitfalls;
 pub mod records;
@@ -215,6 +216,7 @@ fn server_info() -> ServerInfo {
         limits: Default::default(),
         pitfalls: vec![],
         auth_required: false,
+        workers: vec![],
     })
 }
 

@@ -307,6 +307,7 @@ fn PitfallCard(
             >
                 "Run the experiment"
             </button>
+            <crate::fleet::FleetPitfall id=card.id.clone() />
             {verdict_view}
             <div id=chart_id.clone() class="chart" class:hidden=move || !has_chart()></div>
             <div

@@ -23,6 +23,8 @@ pub enum FailureKind {
     /// It ran, but its record could not be saved (disk full, read-only database): the
     /// message says why. The figures were measured but are not kept.
     Storage,
+    /// The fleet worker running it went away (its heartbeat stopped) before it finished.
+    WorkerGone,
 }
 
 /// A run's failure, readable by a person.

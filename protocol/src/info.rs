@@ -55,6 +55,22 @@ pub struct ServerInfo {
     /// Starting runs needs an access token (`Authorization: Bearer ...`); reading does not.
     #[serde(default)]
     pub auth_required: bool,
+    /// On a fleet front, the live workers (their devices are in `devices` too); empty on a
+    /// single-process server.
+    #[serde(default)]
+    pub workers: Vec<WorkerSummary>,
+}
+
+/// One live worker of a fleet, as the page lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSummary {
+    pub name: String,
+    pub host: String,
+    /// "H200 · gpu-host-3": its device and its name.
+    pub label: String,
+    pub devices: Vec<DeviceInfo>,
+    /// Jobs waiting for it.
+    pub queued: u64,
 }
 
 /// `GET /api/health`: the device worker's own bookkeeping. After every task the worker

@@ -81,7 +81,7 @@ pub fn parse_object<T: DeserializeOwned>(
 
 /// `GET /api/info`
 pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
-    Json((*state.info).clone())
+    Json((*state.info.current()).clone())
 }
 
 /// The client's socket address, when the server was started with connect info (tests
@@ -108,19 +108,21 @@ pub async fn create_run(
 ) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
     state.guard.authorize(&headers)?;
     let spec = parse_spec(&body)?;
-    state
-        .worker
+    let worker = state.worker()?;
+    worker
         .check(spec.clone())
         .map_err(ApiError::InvalidSpec)?;
     state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
     let sink_run = run.clone();
+    let mut meter = fleet::metrics::RunMeter::default();
     let recorder = state.recorder.clone();
     let record_id = id.clone();
     // Called on the device thread, which must not block: the record is saved by the
     // recorder's thread, which then sends the final event (`failed` with `storage` if the
     // record could not be saved: a result that is gone on reload is not `done`).
     let sink = move |event: Event| {
+        meter.observe(&event);
         let Event::Done { report } = event else {
             sink_run.push(event);
             return;
@@ -147,7 +149,7 @@ pub async fn create_run(
             )));
         }
     };
-    match state.worker.submit(spec, Box::new(sink)) {
+    match worker.submit(spec, Box::new(sink)) {
         Ok(ticket) => run.set_ticket(ticket),
         Err(e) => {
             state.runs.remove(&id);
@@ -296,8 +298,29 @@ pub async fn export_record(
 }
 
 /// `GET /api/health`: the worker's tasks, queue and leak checks.
-pub async fn health(State(state): State<AppState>) -> Json<WorkerHealth> {
-    Json(state.worker.health())
+pub async fn health(State(state): State<AppState>) -> Result<Json<WorkerHealth>, ApiError> {
+    Ok(Json(state.worker()?.health()))
+}
+
+/// `GET /metrics`: Prometheus metrics (see [`fleet::metrics`]). On a single-process server
+/// the queue depth and device memory are read from the worker at each scrape.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let m = fleet::metrics::global();
+    if let Some(worker) = &state.worker {
+        let health = worker.health();
+        m.set_queue_depths([("local".to_string(), health.queued as u64)]);
+        m.set_device_memory(
+            health
+                .last_checks
+                .iter()
+                .map(|c| (c.device.as_str().to_string(), c.held_bytes)),
+        );
+    }
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))],
+        m.render(),
+    )
+        .into_response()
 }
 
 /// `GET /api/runs/{id}/events[?cancel_token=...]`: every event of the run from the first,
@@ -344,9 +367,10 @@ struct Follow {
     finished: bool,
     _viewer: ViewerGuard,
     _slot: tokio::sync::OwnedSemaphorePermit,
+    _counted: fleet::metrics::ViewerCount,
 }
 
-fn event_stream(
+pub(crate) fn event_stream(
     run: Arc<RunState>,
     owner: bool,
     slot: tokio::sync::OwnedSemaphorePermit,
@@ -355,6 +379,7 @@ fn event_stream(
         changes: run.subscribe(),
         _viewer: run.view(owner),
         _slot: slot,
+        _counted: fleet::metrics::global().viewer(),
         run,
         next: 0,
         finished: false,
@@ -383,7 +408,7 @@ fn event_stream(
 
 /// `GET /api/pitfalls`: the cards, in guided-tour order.
 pub async fn pitfalls(State(state): State<AppState>) -> Json<Vec<protocol::PitfallInfo>> {
-    Json(state.info.pitfalls.clone())
+    Json(state.info.current().pitfalls.clone())
 }
 
 /// `POST /api/pitfalls/{id}`: runs the experiment (body: optional PitfallOptions) and
@@ -405,13 +430,13 @@ pub async fn run_pitfall(
         parse_object(&body, "PitfallOptions", r#"{"device": "cpu"}"#)?
     };
     state.guard.charge(&headers, peer.as_ref())?;
-    let capacity = state.worker.queue_capacity();
+    let capacity = state.worker()?.queue_capacity();
     let _permit = state
         .experiments
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::QueueFull { capacity })?;
-    let worker = state.worker.clone();
+    let worker = state.worker()?.clone();
     // The engine's one checked path for experiments: the same batch ceiling, queue bound,
     // deadline, memory budget and panic barrier as runs.
     let result = tokio::task::spawn_blocking(move || worker.run_experiment(&id, options))

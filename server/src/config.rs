@@ -28,6 +28,8 @@ pub enum Command {
     Compare(CompareArgs),
     /// List the models with their parameter counts.
     Models(ModelsArgs),
+    /// Serve one device to a fleet: take runs from NATS JetStream, stream their events back.
+    Worker(WorkerArgs),
     /// Run a pitfall experiment (`gradless pitfall list` lists them).
     Pitfall(PitfallArgs),
     /// The recorded runs and experiments: list, show, export.
@@ -160,6 +162,55 @@ pub struct ServeArgs {
     /// (e.g. `https://docs.example.com`), or `*` for any. Default: this server only.
     #[arg(long, env = "GRADLESS_EMBED_ORIGINS", default_value = "")]
     pub embed_origins: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+}
+
+/// A fleet front (`gradless serve --nats URL --database postgres://...`): no device of its
+/// own; runs go to the workers announced in NATS, records to PostgreSQL.
+#[derive(Debug, Clone, Args)]
+pub struct FleetArgs {
+    /// NATS server of the fleet (e.g. `nats://user:pass@nats.internal:4222`, `tls://...`).
+    /// Makes this server a front: without it, the server measures on its own device.
+    #[arg(long, env = "GRADLESS_NATS")]
+    pub nats: Option<String>,
+    /// A NATS credentials file (JWT + nkey), instead of credentials in the URL.
+    #[arg(long, env = "GRADLESS_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    /// The fleet's record database, `postgres://user:pass@host/db` (fronts only).
+    #[arg(long, env = "GRADLESS_DATABASE", hide_env_values = true)]
+    pub database: Option<String>,
+    /// Seconds a worker's announcement lives without a heartbeat: a worker silent this long
+    /// has gone away (fronts and workers must agree).
+    #[arg(long, env = "GRADLESS_HEARTBEAT_S", default_value_t = 5.0)]
+    pub heartbeat_s: f64,
+}
+
+/// `gradless worker`: one device of a fleet.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// The NATS server of the fleet.
+    #[arg(long, env = "GRADLESS_NATS")]
+    pub nats: String,
+    #[arg(long, env = "GRADLESS_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    /// This worker's name, unique in the fleet (letters, digits, `-`, `_`), e.g. `gpu-host-3`.
+    #[arg(long, env = "GRADLESS_WORKER_NAME")]
+    pub name: String,
+    /// `cuda:N` (the N-th GPU, one worker process per GPU), `cpu` (the CPU only, even on
+    /// a GPU host) or `auto` (what libtorch finds).
+    #[arg(long, env = "GRADLESS_DEVICE", default_value = "auto")]
+    pub device: String,
+    /// Seconds a run may take, and a queued run may wait, before it fails.
+    #[arg(long, env = "GRADLESS_RUN_TIMEOUT_S", default_value_t = 300)]
+    pub run_timeout_s: u64,
+    #[arg(long, env = "GRADLESS_HEARTBEAT_S", default_value_t = 5.0)]
+    pub heartbeat_s: f64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. `0.0.0.0:9464`).
+    #[arg(long, env = "GRADLESS_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

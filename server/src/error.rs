@@ -60,6 +60,13 @@ pub enum ApiError {
     /// A `Host` that is not one of this server's names (DNS rebinding, a misrouted proxy).
     #[error("this server does not answer to the host `{0}` (see --public-url)")]
     MisdirectedHost(String),
+    /// A fleet front cannot reach a service it needs (the message names it: NATS or
+    /// PostgreSQL); it reconnects by itself.
+    #[error("{0}")]
+    ServiceDown(String),
+    /// A fleet front has no live worker for the run (none announced, or not the named one).
+    #[error("{0}")]
+    NoWorker(String),
     /// Too many event streams are open at once.
     #[error("too many event streams are open on this server ({0}); try again shortly")]
     TooManyStreams(usize),
@@ -105,6 +112,8 @@ impl ApiError {
             ApiError::ForeignOrigin(_) => (StatusCode::FORBIDDEN, "foreign_origin"),
             ApiError::MisdirectedHost(_) => (StatusCode::MISDIRECTED_REQUEST, "unknown_host"),
             ApiError::TooManyStreams(_) => (StatusCode::SERVICE_UNAVAILABLE, "too_many_streams"),
+            ApiError::ServiceDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "service_down"),
+            ApiError::NoWorker(_) => (StatusCode::SERVICE_UNAVAILABLE, "no_worker"),
         }
     }
 }
@@ -134,7 +143,7 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
         match &self {
-            ApiError::QueueFull { .. } => {
+            ApiError::QueueFull { .. } | ApiError::ServiceDown(_) | ApiError::NoWorker(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             ApiError::TooManyStreams(_) => {

@@ -12,9 +12,11 @@ pub mod config;
 pub mod conn;
 pub mod error;
 pub mod export;
+pub mod front;
 pub mod guard;
 pub mod models;
 pub mod origin;
+pub mod pg_store;
 pub mod recorder;
 pub mod router;
 pub mod runs;
@@ -22,6 +24,7 @@ pub mod state;
 pub mod store;
 pub mod team;
 pub mod trace_export;
+pub mod worker_cmd;
 
 pub use router::router;
 
@@ -35,7 +38,7 @@ use protocol::{Limits, ServerInfo};
 
 use crate::config::{EngineArgs, ServeArgs};
 use crate::guard::Guard;
-use crate::state::{AppState, Services};
+use crate::state::{AppState, InfoCell, Services};
 use crate::store::Store;
 
 /// The worker configuration these settings describe.
@@ -84,6 +87,7 @@ pub fn build_state(
         limits: worker.limits().clone(),
         pitfalls: engine::pitfalls::catalogue(),
         auth_required: services.guard.token_required(),
+        workers: Vec::new(),
     };
     let experiments = Arc::new(tokio::sync::Semaphore::new(worker_queue_capacity(&worker)));
     let leptos = LeptosOptions::builder()
@@ -92,15 +96,16 @@ pub fn build_state(
         .site_pkg_dir("pkg")
         .site_addr(addr)
         .build();
-    let store = Arc::new(services.store);
+    let store = services.store;
     Ok(AppState {
-        worker: Arc::new(worker),
+        worker: Some(Arc::new(worker)),
+        fleet: None,
         runs: Arc::new(runs::Runs::new(1000)),
         recorder: Arc::new(recorder::Recorder::start(store.clone())),
         store,
         guard: Arc::new(services.guard),
         origins: Arc::new(services.origins),
-        info: Arc::new(info),
+        info: Arc::new(InfoCell::new(info)),
         leptos,
         experiments,
         streams: Arc::new(tokio::sync::Semaphore::new(services.max_streams.max(1))),
@@ -117,6 +122,9 @@ fn worker_queue_capacity(worker: &Worker) -> usize {
 /// `gradless serve`: serves until Ctrl-C or SIGTERM, then lets the current run finish
 /// (a second signal exits at once).
 pub async fn serve(args: ServeArgs) -> Result<()> {
+    if args.fleet.nats.is_some() {
+        return front::serve(args).await;
+    }
     if !args.site_root.join("pkg").exists() {
         tracing::warn!(
             "no built site at {} (pkg/ missing): the page will render but not hydrate; run scripts/build-site.sh",
@@ -164,7 +172,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             &site_root,
             bound,
             Services {
-                store,
+                store: Arc::new(store),
                 guard,
                 origins,
                 embed_csp,
@@ -175,10 +183,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     })
     .await
     .context("starting the worker panicked")??;
-    for d in &state.info.devices {
+    for d in &state.info.current().devices {
         tracing::info!(device = d.kind.as_str(), name = %d.name, "device available");
     }
-    let worker = state.worker.clone();
+    let worker = state.worker()?.clone();
     let recorder = state.recorder.clone();
     tracing::info!("Gradless is serving at http://{bound}");
     let limits = conn::ConnLimits {
@@ -229,7 +237,7 @@ pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpList
     socket.listen(LISTEN_BACKLOG)
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

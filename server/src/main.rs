@@ -17,7 +17,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let serving = matches!(cli.command, None | Some(Command::Serve(_)));
+    let serving = matches!(cli.command, None | Some(Command::Serve(_)) | Some(Command::Worker(_)));
     let default_filter = if serving { "info" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -35,6 +35,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         None => tokio::runtime::Runtime::new()?.block_on(server::serve(cli.serve)),
         Some(Command::Serve(args)) => tokio::runtime::Runtime::new()?.block_on(server::serve(args)),
+        Some(Command::Worker(args)) => server::worker_cmd::worker(args),
         Some(Command::Measure(args)) => server::cli::measure(&worker(&args.spec.engine)?, &args),
         Some(Command::Compare(args)) => server::cli::compare(&worker(&args.spec.engine)?, &args),
         Some(Command::Models(args)) => server::cli::models(&worker(&args.engine)?, args.json),

@@ -12,26 +12,26 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::store::Store;
+use crate::store::RecordStore;
 
-type Job = Box<dyn FnOnce(&Store) + Send>;
+type Job = Box<dyn FnOnce(&dyn RecordStore) + Send>;
 
 pub struct Recorder {
-    store: Arc<Store>,
+    store: Arc<dyn RecordStore>,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Recorder {
     /// Starts the writer thread for `store`.
-    pub fn start(store: Arc<Store>) -> Recorder {
+    pub fn start(store: Arc<dyn RecordStore>) -> Recorder {
         let (tx, rx) = mpsc::channel::<Job>();
         let writer = store.clone();
         let thread = std::thread::Builder::new()
             .name("gradless-recorder".into())
             .spawn(move || {
                 for job in rx {
-                    job(&writer);
+                    job(&*writer);
                 }
             })
             .expect("spawning the recorder thread");
@@ -42,13 +42,13 @@ impl Recorder {
         }
     }
 
-    pub fn store(&self) -> &Arc<Store> {
+    pub fn store(&self) -> &Arc<dyn RecordStore> {
         &self.store
     }
 
     /// Runs `job` on the writer thread; never blocks. If the recorder is closed, `job`
     /// is handed back so the caller can report that nothing was saved.
-    pub fn submit(&self, job: impl FnOnce(&Store) + Send + 'static) -> Result<(), Job> {
+    pub fn submit(&self, job: impl FnOnce(&dyn RecordStore) + Send + 'static) -> Result<(), Job> {
         let job: Job = Box::new(job);
         match self.jobs.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(tx) => tx.send(job).map_err(|e| e.0),

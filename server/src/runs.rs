@@ -311,6 +311,19 @@ impl Runs {
         (id, state)
     }
 
+    /// The run `id` (created elsewhere: a fleet run submitted on another front), registered
+    /// here if it was not yet; `true` when this call registered it.
+    pub fn adopt(&self, id: &str) -> (Arc<RunState>, bool) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(run) = inner.by_id.get(id) {
+            return (run.clone(), false);
+        }
+        let state = RunState::new();
+        inner.by_id.insert(id.to_string(), state.clone());
+        inner.order.push_back(id.to_string());
+        (state, true)
+    }
+
     pub fn get(&self, id: &str) -> Option<Arc<RunState>> {
         self.inner
             .lock()

@@ -12,6 +12,43 @@ use anyhow::{Context, Result};
 use protocol::{Record, RecordKind, RecordSummary};
 use rusqlite::{params, Connection, OptionalExtension};
 
+/// What the server needs of a record store: one SQLite file ([`Store`], the single-process
+/// default) or PostgreSQL ([`crate::pg_store::PgStore`], for a fleet's fronts). Both keep
+/// the same records, and a second save of an id keeps the first (so several fronts may
+/// each try to record a run, and one row results). Calls block: callers use
+/// `spawn_blocking` or the recorder's thread.
+pub trait RecordStore: Send + Sync {
+    fn save(&self, record: &Record) -> Result<()>;
+    fn get(&self, id: &str) -> Result<Option<Record>>;
+    /// The newest records first, at most `limit`, optionally of one kind.
+    fn list(&self, kind: Option<RecordKind>, limit: usize) -> Result<Vec<RecordSummary>>;
+    fn count(&self) -> Result<u64>;
+    /// Whether the store answers now (a fleet front refuses new runs while it does not).
+    fn ping(&self) -> Result<()> {
+        self.count().map(|_| ())
+    }
+    /// Finishes and closes; later calls answer with an error.
+    fn close(&self);
+}
+
+impl RecordStore for Store {
+    fn save(&self, record: &Record) -> Result<()> {
+        Store::save(self, record)
+    }
+    fn get(&self, id: &str) -> Result<Option<Record>> {
+        Store::get(self, id)
+    }
+    fn list(&self, kind: Option<RecordKind>, limit: usize) -> Result<Vec<RecordSummary>> {
+        Store::list(self, kind, limit)
+    }
+    fn count(&self) -> Result<u64> {
+        Store::count(self)
+    }
+    fn close(&self) {
+        Store::close(self)
+    }
+}
+
 /// The schema version this build writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i32 = 1;
 

@@ -300,7 +300,8 @@ async fn a_thousand_viewers_of_one_run() {
         ..server::state::Services::ephemeral().unwrap()
     };
     let state = state(4, services);
-    let (runs, worker) = (state.runs.clone(), state.worker.clone());
+    let runs = state.runs.clone();
+    let worker = state.worker.clone().expect("a single-process server has its worker");
     let addr = serve(
         state,
         server::conn::ConnLimits {

@@ -341,6 +341,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                         "Compare all modes"
                     </button>
                     <RunProgress view_state />
+                    <crate::fleet::FleetRun spec=Signal::derive(move || spec.get()) />
                     <p id="run-blocked" class="error" data-testid="run-blocked">
                         {move || validity.problem().map(|p| format!("Fix this to run: {p}"))}
                     </p>

@@ -1,0 +1,368 @@
+//! What fronts and workers say to each other over NATS JetStream, and where:
+//!
+//! | what | where | kept |
+//! |---|---|---|
+//! | a job (a run or a pitfall experiment) for one worker | stream `GRADLESS_RUNS`, subject `gradless.runs.<worker>` | work queue: until that worker acknowledges it |
+//! | a job's events | stream `GRADLESS_EVENTS`, subjects `gradless.events.<job>.ev` and, for the last one, `gradless.events.<job>.end` | a day (late viewers replay them) |
+//! | the live workers | key-value bucket `gradless-workers`, key `<worker>` | one heartbeat TTL after the last put |
+//!
+//! Every message body is JSON. Job and final-event publishes carry a `Nats-Msg-Id`, so a
+//! retried publish (or two fronts declaring the same worker gone) is stored once.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result};
+use async_nats::jetstream::{self, kv, stream};
+
+use protocol::{
+    DeviceInfo, Event, Limits, ModelInfo, PitfallOptions, PitfallReport, RunSpec,
+};
+use serde::{Deserialize, Serialize};
+
+pub const RUNS_STREAM: &str = "GRADLESS_RUNS";
+pub const EVENTS_STREAM: &str = "GRADLESS_EVENTS";
+pub const WORKERS_BUCKET: &str = "gradless-workers";
+/// How long a job's events stay replayable.
+pub const EVENTS_KEPT: Duration = Duration::from_secs(24 * 3600);
+
+pub fn job_subject(worker: &str) -> String {
+    format!("gradless.runs.{worker}")
+}
+
+pub fn event_subject(job: &str, last: bool) -> String {
+    format!("gradless.events.{job}.{}", if last { "end" } else { "ev" })
+}
+
+pub fn all_events(job: &str) -> String {
+    format!("gradless.events.{job}.>")
+}
+
+/// The subject every job's last event goes to (the fronts' recorder reads it).
+pub const ALL_ENDS: &str = "gradless.events.*.end";
+
+/// A worker's name: what it is called in subjects, keys and the page. Letters, digits,
+/// `-` and `_`, at most 64 (a subject token cannot hold `.`, `*`, `>` or spaces).
+pub fn check_worker_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "worker name `{}` must be 1 to 64 letters, digits, `-` or `_`",
+            name.chars().take(80).collect::<String>()
+        ))
+    }
+}
+
+/// Milliseconds since the Unix epoch (all roles stamp with it; on one host, or hosts with
+/// synchronised clocks, stamps compare).
+pub fn now_ms() -> u64 {
+    now_us() / 1000
+}
+
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// What a worker is asked to do.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Task {
+    Run { spec: RunSpec },
+    Pitfall { pitfall: String, options: PitfallOptions },
+}
+
+/// A job in the runs stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Job {
+    /// The run id (its permalink) or the experiment's record id.
+    pub id: String,
+    pub worker: String,
+    /// When the front queued it ([`now_ms`]); a job older than the run timeout when its
+    /// worker reaches it fails as expired instead of running.
+    pub submitted_ms: u64,
+    pub task: Task,
+}
+
+/// One message of a job's event stream.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Message {
+    /// The worker the job is for (so any front can watch over it).
+    pub worker: String,
+    /// When the worker (or front) emitted it, [`now_us`]: the load test measures delivery
+    /// delay from it.
+    pub emitted_us: u64,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum Body {
+    /// A run's event, exactly as the single-process server streams it (experiments stream
+    /// `queued` and, on failure, `failed`).
+    Event { event: Event },
+    /// An experiment's report (its last message).
+    Pitfall { report: Box<PitfallReport> },
+}
+
+impl Message {
+    pub fn is_last(&self) -> bool {
+        match &self.body {
+            Body::Event { event } => event.is_terminal(),
+            Body::Pitfall { .. } => true,
+        }
+    }
+}
+
+/// What a worker announces in the bucket, refreshed every heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerCard {
+    pub name: String,
+    pub host: String,
+    /// The devices this worker measures on (with `--device cpu`, the CPU only).
+    pub devices: Vec<DeviceInfo>,
+    pub models: Vec<ModelInfo>,
+    pub limits: Limits,
+    pub version: String,
+    pub libtorch_version: String,
+    /// The GPU driver and CUDA runtime, when the worker has a GPU.
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    /// When this worker process started ([`now_ms`]): a different value under the same name
+    /// is a restarted worker, which no longer runs what the old one had started.
+    pub started_ms: u64,
+    /// The last heartbeat ([`now_ms`]).
+    pub heartbeat_ms: u64,
+    /// How long after `heartbeat_ms` the entry is stale.
+    pub heartbeat_ttl_ms: u64,
+    /// Jobs waiting for it (in the stream, not yet taken).
+    pub queued: u64,
+    /// The job it is running, if any.
+    pub running: Option<String>,
+    /// Memory the device holds after its last task, per device kind.
+    pub memory_in_use: Vec<(String, u64)>,
+}
+
+impl WorkerCard {
+    /// "H200 · gpu-host-3": the device the page names, and where it is.
+    pub fn label(&self) -> String {
+        let device = self
+            .devices
+            .iter()
+            .find(|d| d.kind == protocol::DeviceKind::Cuda)
+            .or(self.devices.first())
+            .map(|d| d.name.clone())
+            .unwrap_or_else(|| "no device".into());
+        format!("{device} · {}", self.name)
+    }
+
+    pub fn is_current(&self, now_ms: u64) -> bool {
+        now_ms <= self.heartbeat_ms + self.heartbeat_ttl_ms
+    }
+}
+
+/// A NATS connection with the streams and bucket in place.
+#[derive(Clone)]
+pub struct Bus {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub url: String,
+}
+
+impl Bus {
+    /// Connects to `url` (credentials in the URL, or `creds` a NATS credentials file; TLS
+    /// when the URL says `tls://` or the server requires it) and goes on reconnecting by
+    /// itself: the first connection too is retried in the background, so a process starts
+    /// while NATS is still down and catches up when it is back.
+    pub async fn connect(url: &str, name: &str, creds: Option<&std::path::Path>) -> Result<Bus> {
+        let mut options = async_nats::ConnectOptions::new()
+            .name(name)
+            .retry_on_initial_connect()
+            // Back within a second or two of NATS returning, not after exponential waits.
+            .reconnect_delay_callback(|attempt| {
+                Duration::from_millis((250 * attempt as u64).min(2000))
+            })
+            .connection_timeout(Duration::from_secs(3));
+        if let Some(path) = creds {
+            options = options
+                .credentials_file(path)
+                .await
+                .with_context(|| format!("reading the NATS credentials {}", path.display()))?;
+        }
+        let client = options
+            .connect(url)
+            .await
+            .with_context(|| format!("connecting to NATS at {url}"))?;
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(Duration::from_secs(3));
+        Ok(Bus {
+            client,
+            js,
+            url: url.to_string(),
+        })
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Creates the streams and the bucket if missing (every role calls it at start; the
+    /// first one creates, the others find them).
+    pub async fn ensure(&self, heartbeat_ttl: Duration) -> Result<()> {
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: RUNS_STREAM.into(),
+                subjects: vec!["gradless.runs.*".into()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .context("creating the runs stream")?;
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: EVENTS_STREAM.into(),
+                subjects: vec!["gradless.events.>".into()],
+                max_age: EVENTS_KEPT,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .context("creating the events stream")?;
+        if self.js.get_key_value(WORKERS_BUCKET).await.is_err() {
+            // The bucket's stream, as a key-value bucket is laid out (one message per key,
+            // expiring after the TTL), created directly: the client's `create_key_value`
+            // first reads the account's limits in a form nats-server 2.9 does not answer.
+            self.js
+                .get_or_create_stream(stream::Config {
+                    name: format!("KV_{WORKERS_BUCKET}"),
+                    subjects: vec![format!("$KV.{WORKERS_BUCKET}.>")],
+                    max_messages_per_subject: 1,
+                    max_age: heartbeat_ttl,
+                    duplicate_window: heartbeat_ttl.min(Duration::from_secs(120)),
+                    discard: stream::DiscardPolicy::New,
+                    allow_rollup: true,
+                    deny_delete: true,
+                    allow_direct: true,
+                    ..Default::default()
+                })
+                .await
+                .context("creating the workers bucket")?;
+        }
+        Ok(())
+    }
+
+    /// Waits until [`Bus::ensure`] succeeds, saying why every few seconds.
+    pub async fn ensure_patiently(&self, heartbeat_ttl: Duration) {
+        let mut said = std::time::Instant::now() - Duration::from_secs(10);
+        loop {
+            match self.ensure(heartbeat_ttl).await {
+                Ok(()) => return,
+                Err(e) => {
+                    if said.elapsed() > Duration::from_secs(5) {
+                        tracing::warn!("NATS at {} not ready yet: {e:#}", self.url);
+                        said = std::time::Instant::now();
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+
+    pub async fn workers(&self) -> Result<kv::Store> {
+        self.js
+            .get_key_value(WORKERS_BUCKET)
+            .await
+            .context("opening the workers bucket")
+    }
+
+    /// Publishes one event message and waits for JetStream to store it. `dedup`: a
+    /// message id, for messages that more than one process may send.
+    pub async fn publish_event(&self, job: &str, message: &Message, dedup: Option<&str>) -> Result<()> {
+        let payload = serde_json::to_vec(message)?;
+        let mut publish = jetstream::context::Publish::build().payload(payload.into());
+        if let Some(id) = dedup {
+            publish = publish.message_id(id);
+        }
+        self.js
+            .send_publish(event_subject(job, message.is_last()), publish)
+            .await
+            .context("publishing an event")?
+            .await
+            .context("storing an event")?;
+        Ok(())
+    }
+
+    /// Whether the job's last event is already in the stream.
+    pub async fn has_ended(&self, job: &str) -> Result<bool> {
+        let stream = self.js.get_stream_no_info(EVENTS_STREAM).await?;
+        match stream
+            .get_last_raw_message_by_subject(&event_subject(job, true))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.kind()
+                    == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether any event of the job is in the stream (it was submitted through some front).
+    pub async fn job_exists(&self, job: &str) -> Result<bool> {
+        let stream = self.js.get_stream_no_info(EVENTS_STREAM).await?;
+        for last in [false, true] {
+            match stream
+                .get_last_raw_message_by_subject(&event_subject(job, last))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(e)
+                    if e.kind()
+                        == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_names_fit_in_a_subject_token() {
+        assert!(check_worker_name("gpu-host-3").is_ok());
+        assert!(check_worker_name("a_1").is_ok());
+        for bad in ["", "a.b", "a b", "a*", "a>", &"x".repeat(65)] {
+            assert!(check_worker_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_and_know_their_last() {
+        let m = Message {
+            worker: "w".into(),
+            emitted_us: 5,
+            body: Body::Event { event: Event::Queued { position: 2 } },
+        };
+        let text = serde_json::to_string(&m).unwrap();
+        let back: Message = serde_json::from_str(&text).unwrap();
+        assert!(!back.is_last());
+        assert!(matches!(back.body, Body::Event { event: Event::Queued { position: 2 } }));
+        assert_eq!(event_subject("abc", false), "gradless.events.abc.ev");
+        assert_eq!(event_subject("abc", true), "gradless.events.abc.end");
+    }
+}

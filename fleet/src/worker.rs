@@ -1,0 +1,378 @@
+//! `gradless worker`: one device's worker in a fleet. It owns the device through the same
+//! [`engine::Worker`] as the single-process server (same measurement, queue, deadline,
+//! memory budget and leak check), announces itself in the workers bucket every third of
+//! its heartbeat TTL, and takes jobs from its subject of the runs stream one at a time:
+//! a job is acknowledged only once its last event is stored, so a worker killed mid-run
+//! leaves the job to be redelivered — and skipped, since a front has by then published its
+//! failure (see [`crate::front`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use async_nats::jetstream::consumer::{pull, AckPolicy};
+use async_nats::jetstream::AckKind;
+use futures::StreamExt;
+use protocol::{DeviceChoice, DeviceKind, Event, FailureKind, RunFailure};
+
+use crate::bus::{self, Body, Bus, Job, Message, Task, WorkerCard};
+use crate::metrics::{self, RunMeter};
+
+pub struct WorkerOptions {
+    pub name: String,
+    pub heartbeat_ttl: Duration,
+    /// A job still waiting this long after it was queued fails as expired.
+    pub run_timeout: Duration,
+    /// `--device cpu`: measure on the CPU only, even on a host with a GPU.
+    pub cpu_only: bool,
+}
+
+/// What the heartbeat says besides the static card.
+#[derive(Default)]
+struct Live {
+    running: Option<String>,
+}
+
+/// Runs the worker until `shutdown` resolves; then finishes the current job and returns.
+pub async fn run(
+    bus: Bus,
+    engine: Arc<engine::Worker>,
+    card: WorkerCard,
+    options: WorkerOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let options = Arc::new(options);
+    bus.ensure_patiently(options.heartbeat_ttl).await;
+    let live = Arc::new(Mutex::new(Live::default()));
+    let beat = tokio::spawn(heartbeat(bus.clone(), engine.clone(), card, live.clone(), options.clone()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: finishing the current job, taking no more");
+        stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let result = jobs(bus.clone(), engine, live, options.clone(), stop).await;
+    beat.abort();
+    // Leave the list at once rather than a TTL later.
+    if let Ok(kv) = bus.workers().await {
+        let _ = kv.delete(&options.name).await;
+    }
+    result
+}
+
+/// How long JetStream waits for the worker's word on a job before handing it out again:
+/// short, because a worker restarted after a crash gets nothing else (one job in flight)
+/// until its dead predecessor's job comes back to it; a live worker says "in progress"
+/// every third of it.
+fn ack_wait(heartbeat_ttl: Duration) -> Duration {
+    (heartbeat_ttl * 2).max(Duration::from_secs(4))
+}
+
+fn durable(name: &str) -> String {
+    format!("worker-{name}")
+}
+
+async fn heartbeat(
+    bus: Bus,
+    engine: Arc<engine::Worker>,
+    mut card: WorkerCard,
+    live: Arc<Mutex<Live>>,
+    options: Arc<WorkerOptions>,
+) {
+    let period = (options.heartbeat_ttl / 3).max(Duration::from_millis(200));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let health = engine.health();
+        card.memory_in_use = health
+            .last_checks
+            .iter()
+            .map(|c| (c.device.as_str().to_string(), c.held_bytes))
+            .collect();
+        card.running = live.lock().unwrap_or_else(|e| e.into_inner()).running.clone();
+        if let Ok(stream) = bus.js.get_stream_no_info(bus::RUNS_STREAM).await {
+            if let Ok(info) = stream.consumer_info(durable(&card.name)).await {
+                card.queued = info.num_pending;
+            }
+        }
+        let m = metrics::global();
+        m.set_queue_depths([(card.name.clone(), card.queued)]);
+        m.set_device_memory(card.memory_in_use.clone());
+        card.heartbeat_ms = bus::now_ms();
+        let put = async {
+            let kv = bus.workers().await?;
+            kv.put(&card.name, serde_json::to_vec(&card)?.into()).await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = put.await {
+            tracing::warn!("heartbeat not stored (NATS at {}): {e:#}", bus.url);
+        }
+    }
+}
+
+async fn jobs(
+    bus: Bus,
+    engine: Arc<engine::Worker>,
+    live: Arc<Mutex<Live>>,
+    options: Arc<WorkerOptions>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<()> {
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    let consumer = loop {
+        if stopped() {
+            return Ok(());
+        }
+        let created = async {
+            let stream = bus.js.get_stream(bus::RUNS_STREAM).await?;
+            let consumer: async_nats::jetstream::consumer::PullConsumer = stream
+                .get_or_create_consumer(
+                    &durable(&options.name),
+                    pull::Config {
+                        durable_name: Some(durable(&options.name)),
+                        filter_subject: bus::job_subject(&options.name),
+                        ack_policy: AckPolicy::Explicit,
+                        max_ack_pending: 1,
+                        ack_wait: ack_wait(options.heartbeat_ttl),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            anyhow::Ok(consumer)
+        };
+        match created.await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::warn!("waiting for the runs stream: {e:#}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    tracing::info!(worker = %options.name, "taking jobs from {}", bus::job_subject(&options.name));
+    while !stopped() {
+        let batch = consumer
+            .fetch()
+            .max_messages(1)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!("fetching a job: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        while let Some(message) = batch.next().await {
+            let message = match message {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!("fetching a job: {e}");
+                    break;
+                }
+            };
+            let job: Job = match serde_json::from_slice(&message.payload) {
+                Ok(j) => j,
+                Err(e) => {
+                    tracing::error!("a job this build cannot read, dropped: {e}");
+                    let _ = message.ack_with(AckKind::Term).await;
+                    continue;
+                }
+            };
+            live.lock().unwrap_or_else(|e| e.into_inner()).running = Some(job.id.clone());
+            let outcome = handle(&bus, &engine, &job, &options, &message).await;
+            live.lock().unwrap_or_else(|e| e.into_inner()).running = None;
+            if let Err(e) = outcome {
+                // Not acknowledged: it comes back after the ack wait and is tried again
+                // (or skipped, if its end made it to the stream after all).
+                tracing::error!(job = %job.id, "job not finished: {e:#}");
+                continue;
+            }
+            if let Err(e) = message.double_ack().await {
+                tracing::warn!(job = %job.id, "acknowledging the job: {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Publishes `event` for the job, retrying while NATS is away (events must arrive in
+/// order, so the next one waits).
+async fn emit(bus: &Bus, job: &Job, body: Body) -> Result<()> {
+    let message = Message {
+        worker: job.worker.clone(),
+        emitted_us: bus::now_us(),
+        body,
+    };
+    let dedup = message.is_last().then(|| format!("{}-end", job.id));
+    let mut tries = 0;
+    loop {
+        match bus.publish_event(&job.id, &message, dedup.as_deref()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 120 => {
+                tries += 1;
+                tracing::warn!(job = %job.id, "publishing an event failed, retrying: {e:#}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn failed(kind: FailureKind, message: String) -> Body {
+    Body::Event {
+        event: Event::Failed {
+            failure: RunFailure { kind, message },
+        },
+    }
+}
+
+async fn handle(
+    bus: &Bus,
+    engine: &Arc<engine::Worker>,
+    job: &Job,
+    options: &WorkerOptions,
+    message: &async_nats::jetstream::Message,
+) -> Result<()> {
+    if bus.has_ended(&job.id).await.context("reading the job's events")? {
+        tracing::info!(job = %job.id, "already ended (a front declared it failed): skipped");
+        return Ok(());
+    }
+    let waited_ms = bus::now_ms().saturating_sub(job.submitted_ms);
+    if waited_ms > options.run_timeout.as_millis() as u64 {
+        metrics::global().count_failure("timeout");
+        let text = format!(
+            "it waited {:.0} s for worker {}, longer than the run time limit ({} s): expired without running",
+            waited_ms as f64 / 1000.0,
+            options.name,
+            options.run_timeout.as_secs()
+        );
+        return emit(bus, job, failed(FailureKind::Timeout, text)).await;
+    }
+    match &job.task {
+        Task::Run { spec } => run_job(bus, engine, job, spec.clone(), options, message).await,
+        Task::Pitfall { pitfall, options: p } => {
+            let mut p = p.clone();
+            if options.cpu_only {
+                if p.device == DeviceChoice::Cuda {
+                    return emit(bus, job, failed(FailureKind::Invalid, cpu_only(&options.name))).await;
+                }
+                p.device = DeviceChoice::Cpu;
+            }
+            let engine = engine.clone();
+            let id = pitfall.clone();
+            let work = tokio::task::spawn_blocking(move || engine.run_experiment(&id, p));
+            let result = with_progress(message, options, work).await;
+            let body = match result {
+                Ok(Ok(mut report)) => {
+                    report.record_id = Some(job.id.clone());
+                    Body::Pitfall { report: Box::new(report) }
+                }
+                Ok(Err(engine::ExperimentError::Failed(f))) => Body::Event { event: Event::Failed { failure: f } },
+                Ok(Err(engine::ExperimentError::Rejected(e))) => failed(FailureKind::Invalid, e.to_string()),
+                Err(_) => failed(FailureKind::Internal, "the experiment's thread panicked".into()),
+            };
+            emit(bus, job, body).await
+        }
+    }
+}
+
+fn cpu_only(name: &str) -> String {
+    format!("worker {name} measures on the CPU only (started with --device cpu)")
+}
+
+/// Awaits `work`, telling JetStream every few seconds that the job is in progress (so it is
+/// not handed out again while it still runs).
+async fn with_progress<T>(
+    message: &async_nats::jetstream::Message,
+    options: &WorkerOptions,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval(ack_wait(options.heartbeat_ttl) / 3);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            r = &mut work => return r,
+            _ = tick.tick() => { let _ = message.ack_with(AckKind::Progress).await; }
+        }
+    }
+}
+
+async fn run_job(
+    bus: &Bus,
+    engine: &Arc<engine::Worker>,
+    job: &Job,
+    mut spec: protocol::RunSpec,
+    options: &WorkerOptions,
+    message: &async_nats::jetstream::Message,
+) -> Result<()> {
+    if options.cpu_only {
+        if spec.device == DeviceChoice::Cuda {
+            return emit(bus, job, failed(FailureKind::Invalid, cpu_only(&options.name))).await;
+        }
+        spec.device = DeviceChoice::Cpu;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    // The engine's sink runs on the device thread: it only hands the event over.
+    let submitted = engine.submit(spec, Box::new(move |e| drop(tx.send(e))));
+    if let Err(e) = submitted {
+        return emit(bus, job, failed(FailureKind::Invalid, e.to_string())).await;
+    }
+    let mut meter = RunMeter::default();
+    let relay = async {
+        while let Some(event) = rx.recv().await {
+            // The fleet's queue position was said by the front; the engine's own queue
+            // holds this one job only.
+            if matches!(event, Event::Queued { .. }) {
+                continue;
+            }
+            meter.observe(&event);
+            let last = event.is_terminal();
+            emit(bus, job, Body::Event { event }).await?;
+            if last {
+                return Ok(());
+            }
+        }
+        // The engine dropped the sink without a last event: it stopped.
+        emit(bus, job, failed(FailureKind::Internal, "the device worker stopped".into())).await
+    };
+    with_progress(message, options, relay).await
+}
+
+/// The card for this worker, from what its engine found.
+pub fn card(name: &str, engine: &engine::Worker, models: Vec<protocol::ModelInfo>, cpu_only: bool) -> WorkerCard {
+    let devices: Vec<_> = engine
+        .devices()
+        .into_iter()
+        .filter(|d| !cpu_only || d.kind == DeviceKind::Cpu)
+        .collect();
+    let machine = engine.machine();
+    WorkerCard {
+        name: name.to_string(),
+        host: hostname(),
+        devices,
+        models,
+        limits: engine.limits().clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        libtorch_version: engine::LIBTORCH_VERSION.to_string(),
+        driver_version: machine.cuda.as_ref().and_then(|c| c.driver_version.clone()),
+        cuda_version: machine.cuda.as_ref().and_then(|c| c.cuda_version.clone()),
+        started_ms: bus::now_ms(),
+        heartbeat_ms: 0,
+        heartbeat_ttl_ms: 0,
+        queued: 0,
+        running: None,
+        memory_in_use: Vec::new(),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown host".into())
+}

@@ -1,0 +1,416 @@
+//! A fleet front: `gradless serve --nats URL --database postgres://...`. The same page,
+//! API and event streams as the single-process server, without a device: runs and
+//! experiments go to the workers announced in NATS ([`fleet::front`]), their events come
+//! back from JetStream into the same [`crate::runs::RunState`]s the SSE handler reads, and
+//! records go to PostgreSQL ([`crate::pg_store`]). The handlers here replace the
+//! single-process ones only where a device was involved; the router picks them when the
+//! state has a fleet.
+//!
+//! Faults: NATS or PostgreSQL unreachable → `POST /api/runs` (and experiments) answer 503
+//! with `Retry-After` and a message naming the service; both clients reconnect by
+//! themselves. A run's record is written by whichever front sees its end first (its relay,
+//! or the fleet-wide recorder consumer when nobody watches); the store keeps one row per id.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::IntoResponse;
+use axum::Json;
+use fleet::bus::{Body, Bus, Message, Task, WorkerCard};
+use fleet::front::{Front, SubmitError};
+use leptos::config::LeptosOptions;
+use protocol::{
+    DeviceInfo, Event, FailureKind, Record, RecordBody, RunCreated, RunFailure, ServerInfo,
+    SpecError, WorkerSummary,
+};
+
+use crate::api::{parse_object, parse_spec, ClientAddr};
+use crate::config::ServeArgs;
+use crate::error::ApiError;
+use crate::guard::Guard;
+use crate::pg_store::PgStore;
+use crate::runs::RunState;
+use crate::state::{AppState, InfoCell};
+use crate::store::RecordStore;
+
+/// Serves as a front until Ctrl-C or SIGTERM.
+pub async fn serve(args: ServeArgs) -> Result<()> {
+    let nats = args.fleet.nats.clone().context("a front needs --nats")?;
+    let database = args.fleet.database.clone().context(
+        "a fleet front keeps its records in PostgreSQL: add --database postgres://user:pass@host/db",
+    )?;
+    let heartbeat = Duration::from_secs_f64(args.fleet.heartbeat_s.max(0.5));
+    let run_timeout = Duration::from_secs(args.run_timeout_s);
+    let embed_csp = crate::config::frame_ancestors(&args.embed_origins).map_err(anyhow::Error::msg)?;
+    let guard = Guard::new(args.token.clone(), args.rate_limit, args.trust_forwarded_for);
+    let listener = crate::listen(args.addr).with_context(|| format!("could not listen on {}", args.addr))?;
+    let bound = listener.local_addr()?;
+    let origins = crate::origin::Origins::new(bound, args.public_url.as_deref(), &args.allowed_origins)
+        .map_err(anyhow::Error::msg)?;
+
+    // PostgreSQL first: the schema must be in place before anything is recorded. Waited
+    // for, so fronts and the database may start in any order.
+    let store = loop {
+        let url = database.clone();
+        match tokio::task::spawn_blocking(move || PgStore::open(&url)).await? {
+            Ok(s) => break s,
+            Err(e) => {
+                tracing::warn!("waiting for PostgreSQL: {e:#}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    tracing::info!(database = %store.describe(), "run database open (PostgreSQL)");
+    let store: Arc<dyn RecordStore> = Arc::new(store);
+    let bus = Bus::connect(&nats, "gradless-front", args.fleet.nats_creds.as_deref()).await?;
+    bus.ensure_patiently(heartbeat).await;
+    let front = Front::start(bus, heartbeat, run_timeout).await;
+
+    let info = fleet_info(&[], guard.token_required(), None);
+    let leptos = LeptosOptions::builder()
+        .output_name("gradless")
+        .site_root(args.site_root.to_string_lossy().to_string())
+        .site_pkg_dir("pkg")
+        .site_addr(bound)
+        .build();
+    let max_streams = args.max_streams.max(1);
+    let state = AppState {
+        worker: None,
+        fleet: Some(front.clone()),
+        runs: Arc::new(crate::runs::Runs::new(1000)),
+        recorder: Arc::new(crate::recorder::Recorder::start(store.clone())),
+        store: store.clone(),
+        guard: Arc::new(guard),
+        origins: Arc::new(origins),
+        info: Arc::new(InfoCell::new(info)),
+        leptos,
+        experiments: Arc::new(tokio::sync::Semaphore::new(args.queue_capacity.max(1))),
+        streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+        max_streams,
+        embed_csp: embed_csp.into(),
+    };
+    tokio::spawn(keep_info(state.clone()));
+    tokio::spawn(front.clone().record_ends(move |job, message| {
+        let store = store.clone();
+        async move { record_end(store, job, message).await }
+    }));
+    tracing::info!(nats = %nats, "Gradless front is serving at http://{bound}");
+    let limits = crate::conn::ConnLimits {
+        header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
+        max_connections: args.max_connections,
+        drain_timeout: Duration::from_secs(5),
+    };
+    let recorder = state.recorder.clone();
+    crate::conn::serve(listener, crate::router(state), limits, async {
+        crate::shutdown_signal().await;
+        tracing::info!("shutting down: runs go on on their workers; their events stay in the stream");
+    })
+    .await;
+    tokio::task::spawn_blocking(move || recorder.close()).await.ok();
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+/// What the page shows, from the live workers: every worker's devices, the models and
+/// limits the workers announce (the first one's: a fleet runs one build), the cards.
+fn fleet_info(cards: &[WorkerCard], auth_required: bool, previous: Option<&ServerInfo>) -> ServerInfo {
+    let mut devices: Vec<DeviceInfo> = Vec::new();
+    for d in cards.iter().flat_map(|c| c.devices.iter()) {
+        if !devices.iter().any(|x| x.kind == d.kind) {
+            devices.push(d.clone());
+        }
+    }
+    let first = cards.first();
+    ServerInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        libtorch_version: first
+            .map(|c| c.libtorch_version.clone())
+            .or_else(|| previous.map(|p| p.libtorch_version.clone()))
+            .unwrap_or_default(),
+        devices,
+        // Kept from the last worker seen when none is live: the pages still describe the
+        // models (runs are refused until a worker returns).
+        models: first
+            .map(|c| c.models.clone())
+            .or_else(|| previous.map(|p| p.models.clone()))
+            .unwrap_or_default(),
+        limits: first
+            .map(|c| c.limits.clone())
+            .or_else(|| previous.map(|p| p.limits.clone()))
+            .unwrap_or_default(),
+        pitfalls: engine::pitfalls::catalogue(),
+        auth_required,
+        workers: cards
+            .iter()
+            .map(|c| WorkerSummary {
+                name: c.name.clone(),
+                host: c.host.clone(),
+                label: c.label(),
+                devices: c.devices.clone(),
+                queued: c.queued,
+            })
+            .collect(),
+    }
+}
+
+/// Refreshes the page's [`ServerInfo`] from the live workers.
+async fn keep_info(state: AppState) {
+    let Some(front) = state.fleet.clone() else { return };
+    let mut tick = tokio::time::interval((front.heartbeat_ttl / 3).max(Duration::from_millis(200)));
+    loop {
+        tick.tick().await;
+        let previous = state.info.current();
+        let next = fleet_info(&front.workers(), state.guard.token_required(), Some(&previous));
+        if next != *previous {
+            state.info.set(next);
+        }
+    }
+}
+
+/// Saves a job's record from its last message (runs' `done`, experiments' reports).
+async fn record_end(store: Arc<dyn RecordStore>, job: String, message: Message) -> Result<()> {
+    let body = match message.body {
+        Body::Event { event: Event::Done { report } } => RecordBody::Run(report),
+        Body::Pitfall { report } => RecordBody::Pitfall(report),
+        Body::Event { .. } => return Ok(()),
+    };
+    let record = Record { id: job, body };
+    tokio::task::spawn_blocking(move || store.save(&record)).await?
+}
+
+fn fleet(state: &AppState) -> Result<&Arc<Front>, ApiError> {
+    state.fleet.as_ref().ok_or(ApiError::Unavailable)
+}
+
+/// 503 naming the service that is down, if one is.
+async fn services_up(state: &AppState, front: &Front) -> Result<(), ApiError> {
+    if !front.bus.is_connected() {
+        return Err(ApiError::ServiceDown(format!(
+            "NATS ({}) is unreachable: runs cannot be handed to workers until it is back; the front reconnects by itself",
+            crate::pg_store::redact(&front.bus.url)
+        )));
+    }
+    let store = state.store.clone();
+    let ping = tokio::task::spawn_blocking(move || store.ping()).await;
+    if !matches!(ping, Ok(Ok(()))) {
+        return Err(ApiError::ServiceDown(
+            "PostgreSQL (the run database) is unreachable: a run now could not be recorded; the front reconnects by itself".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn submit_error(e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::NatsDown(url) => ApiError::ServiceDown(format!(
+            "NATS ({}) is unreachable: runs cannot be handed to workers until it is back; the front reconnects by itself",
+            crate::pg_store::redact(&url)
+        )),
+        SubmitError::Publish { .. } => ApiError::ServiceDown(e.to_string()),
+        SubmitError::Spec(s) => ApiError::InvalidSpec(s),
+        SubmitError::NoWorker(m) => ApiError::NoWorker(m),
+    }
+}
+
+/// Starts relaying job `id`'s events into `run` (once per run per front). Saves the
+/// record before `done` goes out, as the single-process server does.
+fn attach(state: &AppState, front: &Arc<Front>, id: &str, run: Arc<RunState>) {
+    let mut messages = front.relay(id);
+    let store = state.store.clone();
+    let id = id.to_string();
+    tokio::spawn(async move {
+        while let Some(message) = messages.recv().await {
+            match message.body {
+                Body::Event { event: Event::Done { report } } => {
+                    let record = Record { id: id.clone(), body: RecordBody::Run(report.clone()) };
+                    let store = store.clone();
+                    let saved = tokio::task::spawn_blocking(move || store.save(&record)).await;
+                    run.push(match saved {
+                        Ok(Ok(())) => Event::Done { report },
+                        Ok(Err(e)) => not_recorded(&format!("{e:#}")),
+                        Err(_) => not_recorded("the recording task failed"),
+                    });
+                }
+                Body::Event { event } => run.push(event),
+                Body::Pitfall { .. } => {}
+            }
+        }
+        if !run.is_finished() {
+            run.push(Event::Failed {
+                failure: RunFailure {
+                    kind: FailureKind::Internal,
+                    message: "this front stopped receiving the run's events".into(),
+                },
+            });
+        }
+    });
+}
+
+fn not_recorded(why: &str) -> Event {
+    Event::Failed {
+        failure: RunFailure {
+            kind: FailureKind::Storage,
+            message: format!("the run finished but could not be recorded, so its figures are not kept: {why}"),
+        },
+    }
+}
+
+/// `POST /api/runs[?worker=NAME]`: hands the run to the named worker, or to the live one
+/// with the device it asks for and the shortest queue.
+pub async fn create_run(
+    State(state): State<AppState>,
+    ClientAddr(peer): ClientAddr,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
+    state.guard.authorize(&headers)?;
+    let spec = parse_spec(&body)?;
+    let front = fleet(&state)?.clone();
+    services_up(&state, &front).await?;
+    let card = front
+        .choose(query.get("worker").map(String::as_str), spec.device)
+        .map_err(submit_error)?;
+    front.check(&card, &spec).map_err(submit_error)?;
+    state.guard.charge(&headers, peer.as_ref())?;
+    let (id, run) = state.runs.create();
+    attach(&state, &front, &id, run.clone());
+    if let Err(e) = front.submit(&card, &id, Task::Run { spec }).await {
+        state.runs.remove(&id);
+        return Err(submit_error(e));
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunCreated {
+            events_url: format!("/api/runs/{id}/events"),
+            cancel_token: Some(run.secret().to_string()),
+            id,
+        }),
+    ))
+}
+
+/// `GET /api/runs/{id}/events`: as on a single server; a run submitted on another front
+/// is followed from the stream, from its first event.
+pub async fn run_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<impl IntoResponse, ApiError> {
+    let run = match state.runs.get(&id) {
+        Some(run) => run,
+        None => {
+            let front = fleet(&state)?.clone();
+            if !protocol::is_record_id(&id) {
+                return Err(ApiError::NotFound(id));
+            }
+            let exists = front.bus.job_exists(&id).await.map_err(|e| {
+                ApiError::ServiceDown(format!("NATS is unreachable, so this run's events cannot be read: {e:#}"))
+            })?;
+            if !exists {
+                return Err(ApiError::NotFound(id));
+            }
+            let (run, fresh) = state.runs.adopt(&id);
+            if fresh {
+                attach(&state, &front, &id, run.clone());
+            }
+            run
+        }
+    };
+    let permit = state
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
+    let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
+    Ok(Sse::new(crate::api::event_stream(run, owner, permit))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
+}
+
+/// `GET /api/runs/{id}/emitted`: when each event of the run was emitted by its worker
+/// (microseconds since the Unix epoch), as relayed by this front: what the fleet load test
+/// measures delivery delays against.
+pub async fn run_emitted(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Vec<u64>>, ApiError> {
+    fleet(&state)?.emitted(&id).map(Json).ok_or(ApiError::NotFound(id))
+}
+
+/// `POST /api/pitfalls/{id}[?worker=NAME]`: the experiment on a worker; answers its report.
+pub async fn run_pitfall(
+    State(state): State<AppState>,
+    ClientAddr(peer): ClientAddr,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<protocol::PitfallReport>, ApiError> {
+    state.guard.authorize(&headers)?;
+    if !engine::pitfalls::exists(&id) {
+        return Err(ApiError::UnknownPitfall(id.chars().take(100).collect()));
+    }
+    let options: protocol::PitfallOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        Default::default()
+    } else {
+        parse_object(&body, "PitfallOptions", r#"{"device": "cpu"}"#)?
+    };
+    let front = fleet(&state)?.clone();
+    services_up(&state, &front).await?;
+    let card = front
+        .choose(query.get("worker").map(String::as_str), options.device)
+        .map_err(submit_error)?;
+    state.guard.charge(&headers, peer.as_ref())?;
+    let _permit = state
+        .experiments
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::QueueFull { capacity: state.experiments.available_permits() })?;
+    let job = state.runs.fresh_id();
+    let task = Task::Pitfall { pitfall: id, options };
+    // Followed from before the job exists, so its end cannot be missed.
+    let last = {
+        let front = front.clone();
+        let job = job.clone();
+        tokio::spawn(async move { front.last_message(&job).await })
+    };
+    front.submit(&card, &job, task).await.map_err(submit_error)?;
+    let wait = front.run_timeout + front.heartbeat_ttl * 3;
+    let message = tokio::time::timeout(wait, last)
+        .await
+        .map_err(|_| ApiError::NoReport("the experiment did not end within the run time limit".into()))?
+        .map_err(|_| ApiError::Unavailable)?
+        .map_err(|e| ApiError::NoReport(format!("{e:#}")))?;
+    match message.body {
+        Body::Pitfall { mut report } => {
+            let record = Record { id: job.clone(), body: RecordBody::Pitfall(report.clone()) };
+            let store = state.store.clone();
+            match tokio::task::spawn_blocking(move || store.save(&record)).await {
+                Ok(Ok(())) => report.record_id = Some(job),
+                _ => report.record_id = None,
+            }
+            Ok(Json(*report))
+        }
+        Body::Event { event: Event::Failed { failure } } => Err(match failure.kind {
+            FailureKind::Invalid => ApiError::InvalidSpec(SpecError { field: "device".into(), message: failure.message }),
+            _ => ApiError::NoReport(failure.message),
+        }),
+        Body::Event { .. } => Err(ApiError::NoReport("the experiment ended without a report".into())),
+    }
+}
+
+/// `GET /api/health` on a front: the live workers as they announce themselves.
+pub async fn health(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let front = fleet(&state)?;
+    Ok(Json(serde_json::json!({
+        "nats_connected": front.bus.is_connected(),
+        "workers": front.workers(),
+    })))
+}
+
+/// `GET /api/workers`: the live workers (an empty list on a single-process server).
+pub async fn workers(State(state): State<AppState>) -> Json<Vec<WorkerCard>> {
+    Json(state.fleet.as_ref().map(|f| f.workers()).unwrap_or_default())
+}

@@ -1,0 +1,468 @@
+//! The fleet, as processes: 2 fronts (`gradless serve --nats --database`) and 3 CPU workers
+//! (`gradless worker`), on the NATS and PostgreSQL that `scripts/test.sh` starts on loopback
+//! (scripts/services.sh). Ignored by a plain `cargo test`: it needs those services, named by
+//! `GRADLESS_TEST_NATS`, `GRADLESS_TEST_DATABASE`, `GRADLESS_TEST_SERVICES` and
+//! `GRADLESS_TEST_NATS_PORT`; `scripts/test.sh` runs it with `--ignored`.
+//!
+//! In order: runs submitted to either front complete on the worker they name; a viewer on
+//! front A follows a run submitted on front B; each record is written exactly once; a worker
+//! killed mid-run fails its run with "worker NAME went away during the run" within its
+//! heartbeat, and records nothing; a front killed mid-run loses no record; NATS stopped gives
+//! 503 naming it, and runs go again once it is back; then ~200 viewers across both fronts
+//! follow 3 runs and the emit-to-viewer delay is reported (`gradless-fleet-load.json`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use http_body_util::BodyExt;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use protocol::{Event, RunCreated};
+
+const HEARTBEAT_S: f64 = 2.0;
+const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
+
+struct Env {
+    nats: String,
+    database: String,
+    services: String,
+    nats_port: String,
+    base_port: u16,
+}
+
+fn env() -> Env {
+    let var = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} is not set: run the fleet test through scripts/test.sh, which starts NATS and PostgreSQL")
+        })
+    };
+    Env {
+        nats: var("GRADLESS_TEST_NATS"),
+        database: var("GRADLESS_TEST_DATABASE"),
+        services: var("GRADLESS_TEST_SERVICES"),
+        nats_port: var("GRADLESS_TEST_NATS_PORT"),
+        base_port: std::env::var("GRADLESS_FLEET_PORT")
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(3305),
+    }
+}
+
+fn log_dir() -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(
+        std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
+    )
+    .join("fleet-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+struct Fleet {
+    env: Env,
+    fronts: Vec<(SocketAddr, Option<Child>)>,
+    workers: HashMap<&'static str, (Child, SocketAddr)>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, child) in self.fronts.iter_mut() {
+            if let Some(c) = child {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        for (child, _) in self.workers.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn(args: &[String], log: &str) -> Child {
+    let file = std::fs::File::create(log_dir().join(log)).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_gradless"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .expect("starting gradless")
+}
+
+impl Fleet {
+    fn start_worker(&mut self, name: &'static str) {
+        let index = WORKERS.iter().position(|w| *w == name).unwrap() as u16;
+        let metrics: SocketAddr = format!("127.0.0.1:{}", self.env.base_port + 2 + index)
+            .parse()
+            .unwrap();
+        let args = [
+            "worker", "--nats", &self.env.nats, "--name", name, "--device", "cpu",
+            "--heartbeat-s", &HEARTBEAT_S.to_string(), "--default-threads", "1",
+            "--metrics-addr", &metrics.to_string(), "--run-timeout-s", "120",
+        ]
+        .map(String::from);
+        let child = spawn(&args, &format!("{name}.log"));
+        self.workers.insert(name, (child, metrics));
+    }
+
+    fn start_front(&mut self, i: usize) {
+        let addr = self.fronts[i].0;
+        let args = [
+            "serve", "--addr", &addr.to_string(), "--nats", &self.env.nats,
+            "--database", &self.env.database, "--heartbeat-s", &HEARTBEAT_S.to_string(),
+            "--rate-limit", "0", "--run-timeout-s", "120", "--site-root", "target/site",
+        ]
+        .map(String::from);
+        self.fronts[i].1 = Some(spawn(&args, &format!("front{i}.log")));
+    }
+
+    fn kill_front(&mut self, i: usize) {
+        if let Some(mut c) = self.fronts[i].1.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn front(&self, i: usize) -> SocketAddr {
+        self.fronts[i].0
+    }
+}
+
+async fn request(addr: SocketAddr, req: Request<Body>) -> Option<(u16, HashMap<String, String>, hyper::body::Incoming)> {
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream.set_nodelay(true).ok();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(conn);
+    let res = sender.send_request(req).await.ok()?;
+    let headers = res
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    Some((res.status().as_u16(), headers, res.into_body()))
+}
+
+async fn get_text(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let req = Request::get(path).header("host", addr.to_string()).body(Body::empty()).unwrap();
+    let (status, _, body) = request(addr, req).await?;
+    let bytes = body.collect().await.ok()?.to_bytes();
+    Some((status, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+async fn post(addr: SocketAddr, path: &str, json: &str) -> (u16, HashMap<String, String>, String) {
+    let req = Request::post(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Body::from(json.to_string()))
+        .unwrap();
+    let (status, headers, body) = request(addr, req).await.expect("front reachable");
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (status, headers, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn submit(addr: SocketAddr, worker: &str, spec: &str) -> RunCreated {
+    let (status, _, body) = post(addr, &format!("/api/runs?worker={worker}"), spec).await;
+    assert_eq!(status, 202, "POST /api/runs?worker={worker} on {addr}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn unix_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+}
+
+/// Follows a run's events to the end: each event with when it was read (Unix µs), and
+/// when the viewer connected.
+async fn follow(addr: SocketAddr, id: &str, mut on_event: impl FnMut(&Event)) -> (u64, Vec<(u64, Event)>) {
+    let connected = unix_us();
+    let req = Request::get(format!("/api/runs/{id}/events"))
+        .header("host", addr.to_string())
+        .body(Body::empty())
+        .unwrap();
+    let (status, _, mut body) = request(addr, req).await.expect("front reachable");
+    assert_eq!(status, 200, "events of {id} on {addr}");
+    let (mut text, mut out) = (String::new(), Vec::new());
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        let Ok(data) = frame.into_data() else { continue };
+        let now = unix_us();
+        text.push_str(&String::from_utf8_lossy(&data));
+        while let Some(end) = text.find("\n\n") {
+            let message: String = text.drain(..end + 2).collect();
+            for json in message.lines().filter_map(|l| l.strip_prefix("data: ")) {
+                let event: Event = serde_json::from_str(json).expect("event JSON");
+                on_event(&event);
+                out.push((now, event));
+            }
+        }
+        if out.last().is_some_and(|(_, e)| e.is_terminal()) {
+            break;
+        }
+    }
+    (connected, out)
+}
+
+async fn live_workers(addr: SocketAddr) -> Vec<String> {
+    match get_text(addr, "/api/workers").await {
+        Some((200, body)) => serde_json::from_str::<Vec<serde_json::Value>>(&body)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+/// A counter of a worker's metrics.
+async fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (_, text) = get_text(addr, "/metrics").await.expect("worker metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Rows of `id` in the fronts' database (the blocking client, off the test's async threads).
+async fn rows_with_id(database: &str, id: &str) -> i64 {
+    let (database, id) = (database.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&database, postgres::NoTls).unwrap();
+        client
+            .query_one("SELECT COUNT(*) FROM records WHERE id = $1", &[&id])
+            .unwrap()
+            .get::<_, i64>(0)
+    })
+    .await
+    .unwrap()
+}
+
+fn services(env: &Env, command: &str) {
+    let mut args = vec![command.to_string(), env.services.clone()];
+    if command == "nats" {
+        args.push(env.nats_port.clone());
+    }
+    let status = Command::new("scripts/services.sh")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .args(&args)
+        .status()
+        .unwrap();
+    assert!(status.success(), "scripts/services.sh {args:?}");
+}
+
+const QUICK: &str = r#"{"model": "tiny_mlp", "batch": 4, "iters": 5, "warmup": 1, "device": "cpu"}"#;
+/// Long enough to be killed mid-way: a few seconds on one CPU thread.
+const LONG: &str = r#"{"model": "resnet18", "batch": 2, "iters": 200, "warmup": 1, "device": "cpu"}"#;
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs NATS and PostgreSQL: scripts/test.sh runs it"]
+async fn two_fronts_three_workers_and_their_faults() {
+    let env = env();
+    let base = env.base_port;
+    let mut fleet = Fleet {
+        fronts: vec![
+            (format!("127.0.0.1:{base}").parse().unwrap(), None),
+            (format!("127.0.0.1:{}", base + 1).parse().unwrap(), None),
+        ],
+        workers: HashMap::new(),
+        env,
+    };
+    for w in WORKERS {
+        fleet.start_worker(w);
+    }
+    fleet.start_front(0);
+    fleet.start_front(1);
+    let (a, b) = (fleet.front(0), fleet.front(1));
+    for front in [a, b] {
+        wait_for("3 live workers on each front", Duration::from_secs(120), async || {
+            live_workers(front).await.len() == 3
+        })
+        .await;
+    }
+
+    // 1. Runs submitted to either front complete on the worker they name.
+    for (i, w) in WORKERS.iter().enumerate() {
+        let front = if i % 2 == 0 { a } else { b };
+        let metrics = fleet.workers[w].1;
+        let before = metric(metrics, "gradless_runs_finished_total").await;
+        let created = submit(front, w, QUICK).await;
+        let (_, events) = follow(front, &created.id, |_| {}).await;
+        assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{w}: {events:?}");
+        assert_eq!(metric(metrics, "gradless_runs_finished_total").await, before + 1.0, "ran on {w}");
+        // Recorded, readable on the other front, exactly once.
+        let other = if front == a { b } else { a };
+        let (status, _) = get_text(other, &format!("/api/records/{}", created.id)).await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
+    }
+
+    // 2. A viewer on front A follows a run submitted on front B, from its first event.
+    let created = submit(b, "w2", QUICK).await;
+    let (_, events) = follow(a, &created.id, |_| {}).await;
+    assert!(matches!(events.first(), Some((_, Event::Queued { .. }))), "{events:?}");
+    assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+    assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
+
+    // 3. A worker killed mid-run: its run fails within the heartbeat, nothing is recorded.
+    let created = submit(a, "w3", LONG).await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut tx = Some(tx);
+    let viewer = tokio::spawn({
+        let id = created.id.clone();
+        async move {
+            follow(a, &id, move |e| {
+                if matches!(e, Event::Sample { .. }) {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            })
+            .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(60), rx).await.expect("the long run started").unwrap();
+    let (mut w3, _) = fleet.workers.remove("w3").unwrap();
+    w3.kill().unwrap();
+    let killed = Instant::now();
+    w3.wait().unwrap();
+    let (_, events) = viewer.await.unwrap();
+    let noticed = killed.elapsed();
+    match events.last() {
+        Some((_, Event::Failed { failure })) => {
+            assert_eq!(failure.message, "worker w3 went away during the run");
+            assert_eq!(failure.kind, protocol::FailureKind::WorkerGone);
+        }
+        other => panic!("expected the worker-gone failure, got {other:?}"),
+    }
+    // Stated bound: the heartbeat TTL, plus one refresh of the list (a third of it), plus
+    // slack for a loaded CI machine.
+    assert!(noticed < Duration::from_secs_f64(HEARTBEAT_S * 3.0 + 2.0), "noticed after {noticed:?}");
+    println!("worker killed mid-run: failure seen by the viewer after {:.2} s (heartbeat {HEARTBEAT_S} s)", noticed.as_secs_f64());
+    assert!(live_workers(a).await.iter().all(|w| w != "w3"), "w3 left the list");
+    assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 0, "a failed run is not recorded");
+    // Back again: its unacknowledged job comes back to it, and is skipped (already ended).
+    fleet.start_worker("w3");
+    wait_for("w3 back", Duration::from_secs(60), async || live_workers(a).await.len() == 3).await;
+    let created = submit(a, "w3", QUICK).await;
+    let (_, events) = follow(a, &created.id, |_| {}).await;
+    assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+
+    // 4. A front killed mid-run loses no record.
+    let long = r#"{"model": "resnet18", "batch": 2, "iters": 40, "warmup": 1, "device": "cpu"}"#;
+    let created = submit(b, "w1", long).await;
+    fleet.kill_front(1);
+    fleet.start_front(1);
+    wait_for("the record of the run whose front was killed", Duration::from_secs(90), async || {
+        matches!(get_text(a, &format!("/api/records/{}", created.id)).await, Some((200, _)))
+    })
+    .await;
+    wait_for("front B back", Duration::from_secs(60), async || live_workers(b).await.len() == 3).await;
+    assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
+    let (status, _) = get_text(b, &format!("/api/records/{}", created.id)).await.unwrap();
+    assert_eq!(status, 200, "the restarted front reads it too");
+
+    // 5. NATS stopped: 503 naming it, with Retry-After; runs go again once it is back.
+    services(&fleet.env, "stop-nats");
+    wait_for("a 503 naming NATS", Duration::from_secs(20), async || {
+        let (status, headers, body) = post(a, "/api/runs?worker=w1", QUICK).await;
+        status == 503 && headers.contains_key("retry-after") && body.contains("NATS")
+    })
+    .await;
+    let (status, _) = get_text(a, "/").await.unwrap();
+    assert_eq!(status, 200, "pages keep working without NATS");
+    services(&fleet.env, "nats");
+    let mut recovered = None;
+    wait_for("runs accepted again after NATS returned", Duration::from_secs(60), async || {
+        for front in [a, b] {
+            if live_workers(front).await.len() < 3 {
+                return false;
+            }
+        }
+        let (status, _, body) = post(a, "/api/runs?worker=w2", QUICK).await;
+        if status == 202 {
+            recovered = Some(serde_json::from_str::<RunCreated>(&body).unwrap());
+        }
+        status == 202
+    })
+    .await;
+    let created = recovered.unwrap();
+    let (_, events) = follow(b, &created.id, |_| {}).await;
+    assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+
+    // 6. Load: ~200 viewers across both fronts follow 3 runs, one per worker.
+    load(a, b).await;
+}
+
+const VIEWERS: usize = 198;
+
+async fn load(a: SocketAddr, b: SocketAddr) {
+    // A blocker first on each worker, so the measured runs wait while their viewers connect
+    // and every event they emit is live for every viewer.
+    let blocker = r#"{"model": "resnet18", "batch": 2, "iters": 25, "warmup": 0, "device": "cpu"}"#;
+    let measured = r#"{"model": "tiny_mlp", "batch": 8, "iters": 60, "warmup": 2, "device": "cpu"}"#;
+    let mut runs = Vec::new();
+    for (i, w) in WORKERS.iter().enumerate() {
+        let front = if i % 2 == 0 { a } else { b };
+        submit(front, w, blocker).await;
+        runs.push(submit(front, w, measured).await.id);
+    }
+    let started = Instant::now();
+    let mut viewers = Vec::new();
+    for v in 0..VIEWERS {
+        let front = if v % 2 == 0 { a } else { b };
+        let id = runs[v % runs.len()].clone();
+        viewers.push(tokio::spawn(async move {
+            let (connected, events) = follow(front, &id, |_| {}).await;
+            (front, id, connected, events)
+        }));
+    }
+    let mut delays_ms = Vec::new();
+    let mut emitted: HashMap<(SocketAddr, String), Vec<u64>> = HashMap::new();
+    for v in viewers {
+        let (front, id, connected, events) =
+            tokio::time::timeout(Duration::from_secs(180), v).await.expect("viewer finished").unwrap();
+        assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "viewer of {id}");
+        if !emitted.contains_key(&(front, id.clone())) {
+            let (status, body) = get_text(front, &format!("/api/runs/{id}/emitted")).await.unwrap();
+            assert_eq!(status, 200);
+            emitted.insert((front, id.clone()), serde_json::from_str(&body).unwrap());
+        }
+        let stamps = &emitted[&(front, id)];
+        assert_eq!(stamps.len(), events.len(), "one stamp per event");
+        for ((read, _), sent) in events.iter().zip(stamps) {
+            // Live events only: a replayed one was emitted before this viewer connected.
+            if *sent >= connected {
+                delays_ms.push(read.saturating_sub(*sent) as f64 / 1000.0);
+            }
+        }
+    }
+    assert!(delays_ms.len() > VIEWERS * 20, "most events were seen live ({})", delays_ms.len());
+    delays_ms.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    let (p50, p99) = (percentile(&delays_ms, 0.5), percentile(&delays_ms, 0.99));
+    let figures = serde_json::json!({
+        "viewers": VIEWERS, "fronts": 2, "workers": 3, "runs": runs.len(),
+        "live_events_measured": delays_ms.len(),
+        "emit_to_viewer_ms": {"p50": p50, "p99": p99, "max": delays_ms.last()},
+        "wall_s": started.elapsed().as_secs_f64(),
+    });
+    println!("fleet load figures: {figures}");
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let _ = std::fs::write(format!("{target}/gradless-fleet-load.json"), figures.to_string());
+}
