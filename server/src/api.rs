@@ -343,6 +343,16 @@ pub async fn run_events(
         .try_acquire_owned()
         .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
     let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
+    Ok(event_response(run, owner, permit))
+}
+
+/// The SSE response following `run` (see [`run_events`]), for this server's handler and a
+/// fleet front's.
+pub(crate) fn event_response(
+    run: Arc<RunState>,
+    owner: bool,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Response {
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
@@ -352,7 +362,7 @@ pub async fn run_events(
             HeaderValue::from_static("no"),
         ),
     ];
-    Ok((headers, axum::body::Body::from_stream(event_stream(run, owner, permit))).into_response())
+    (headers, axum::body::Body::from_stream(event_stream(run, owner, permit))).into_response()
 }
 
 /// Silence longer than this gets an SSE comment, so proxies and browsers keep the stream.
@@ -370,7 +380,7 @@ struct Follow {
     _counted: fleet::metrics::ViewerCount,
 }
 
-pub(crate) fn event_stream(
+fn event_stream(
     run: Arc<RunState>,
     owner: bool,
     slot: tokio::sync::OwnedSemaphorePermit,

@@ -19,7 +19,6 @@ use anyhow::{Context, Result};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{KeepAlive, Sse};
 use axum::response::IntoResponse;
 use axum::Json;
 use fleet::bus::{Body, Bus, Message, Task, WorkerCard};
@@ -328,8 +327,7 @@ pub async fn run_events(
         .try_acquire_owned()
         .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
     let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
-    Ok(Sse::new(crate::api::event_stream(run, owner, permit))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
+    Ok(crate::api::event_response(run, owner, permit))
 }
 
 /// `GET /api/runs/{id}/emitted`: when each event of the run was emitted by its worker
