@@ -5,11 +5,13 @@
 #   scripts/services.sh start DIR NATS_PORT PG_PORT   both; prints the URLs as shell exports
 #   scripts/services.sh nats DIR NATS_PORT            (re)starts nats-server alone, same store
 #   scripts/services.sh stop-nats DIR                 stops nats-server
+#   scripts/services.sh pg DIR PG_PORT                restarts the PostgreSQL cluster it made
+#   scripts/services.sh stop-pg DIR                   stops PostgreSQL
 #   scripts/services.sh stop DIR                      stops both
 #
 # PostgreSQL refuses to run as root: as root, the cluster belongs to Debian's `postgres` user.
 set -euo pipefail
-cmd=${1:?usage: services.sh start|nats|stop-nats|stop DIR ...}
+cmd=${1:?usage: services.sh start|nats|stop-nats|pg|stop-pg|stop DIR ...}
 dir=${2:?the scratch folder}
 
 pg_bin() {
@@ -55,6 +57,12 @@ start_pg() {
   as_pg "$bin/createdb" -h 127.0.0.1 -p "$port" -U gradless gradless
 }
 
+restart_pg() {
+  local port=$1
+  as_pg "$(pg_bin)/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 30 \
+    -o "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
+}
+
 stop_pg() {
   [ -d "$dir/pg/data" ] || return 0
   as_pg "$(pg_bin)/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true
@@ -66,10 +74,12 @@ case "$cmd" in
     start_pg "${4:?PostgreSQL port}"
     echo "export GRADLESS_TEST_NATS=nats://127.0.0.1:$3"
     echo "export GRADLESS_TEST_DATABASE=postgres://gradless@127.0.0.1:$4/gradless"
-    echo "export GRADLESS_TEST_SERVICES=$dir GRADLESS_TEST_NATS_PORT=$3"
+    echo "export GRADLESS_TEST_SERVICES=$dir GRADLESS_TEST_NATS_PORT=$3 GRADLESS_TEST_PG_PORT=$4"
     ;;
   nats) start_nats "${3:?NATS port}" ;;
   stop-nats) stop_nats ;;
+  pg) restart_pg "${3:?PostgreSQL port}" ;;
+  stop-pg) stop_pg ;;
   stop) stop_nats; stop_pg ;;
   *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

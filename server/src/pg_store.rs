@@ -69,7 +69,12 @@ impl PgStore {
             .with_context(|| format!("connecting to PostgreSQL at {}", redact(&self.url)))
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+    /// Runs `f` on the connection, opening one if there is none. When the connection turns
+    /// out broken (PostgreSQL restarted since it was opened), `f` runs once more on a fresh
+    /// one, so the first request after the database returns does not fail for the old
+    /// connection's sake. Every statement here may run twice: reads, and writes made
+    /// idempotent by `ON CONFLICT (id) DO NOTHING`.
+    fn with<T>(&self, f: impl Fn(&mut Client) -> Result<T>) -> Result<T> {
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
             anyhow::bail!("the run database is closed (the server is shutting down)");
         }
@@ -80,8 +85,13 @@ impl PgStore {
         let client = guard.as_mut().expect("connected above");
         let result = f(client);
         if result.is_err() && client.is_closed() {
-            // The connection broke: the next call opens a new one.
             *guard = None;
+            let mut fresh = self.connect()?;
+            let retried = f(&mut fresh);
+            if !fresh.is_closed() {
+                *guard = Some(fresh);
+            }
+            return retried;
         }
         result
     }

@@ -8,7 +8,8 @@
 //! front A follows a run submitted on front B; each record is written exactly once; a worker
 //! killed mid-run fails its run with "worker NAME went away during the run" within its
 //! heartbeat, and records nothing; a front killed mid-run loses no record; NATS stopped gives
-//! 503 naming it, and runs go again once it is back; then ~200 viewers across both fronts
+//! 503 naming it, and runs go again once it is back; PostgreSQL stopped likewise (the run
+//! after its return recorded once); then ~200 viewers across both fronts
 //! follow 3 runs and the emit-to-viewer delay is reported (`gradless-fleet-load.json`).
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ struct Env {
     database: String,
     services: String,
     nats_port: String,
+    pg_port: String,
     base_port: u16,
 }
 
@@ -44,6 +46,7 @@ fn env() -> Env {
         database: var("GRADLESS_TEST_DATABASE"),
         services: var("GRADLESS_TEST_SERVICES"),
         nats_port: var("GRADLESS_TEST_NATS_PORT"),
+        pg_port: var("GRADLESS_TEST_PG_PORT"),
         base_port: std::env::var("GRADLESS_FLEET_PORT")
             .ok()
             .and_then(|p| p.parse().ok())
@@ -253,6 +256,9 @@ fn services(env: &Env, command: &str) {
     if command == "nats" {
         args.push(env.nats_port.clone());
     }
+    if command == "pg" {
+        args.push(env.pg_port.clone());
+    }
     let status = Command::new("scripts/services.sh")
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .args(&args)
@@ -406,7 +412,34 @@ async fn two_fronts_three_workers_and_their_faults() {
     let (_, events) = follow(b, &created.id, |_| {}).await;
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
 
-    // 6. Load: ~200 viewers across both fronts follow 3 runs, one per worker.
+    // 6. PostgreSQL stopped: 503 naming it (a run now could not be recorded), with
+    // Retry-After; recorded runs go again once it is back.
+    services(&fleet.env, "stop-pg");
+    wait_for("a 503 naming PostgreSQL", Duration::from_secs(20), async || {
+        let (status, headers, body) = post(a, "/api/runs?worker=w1", QUICK).await;
+        status == 503 && headers.contains_key("retry-after") && body.contains("PostgreSQL")
+    })
+    .await;
+    services(&fleet.env, "pg");
+    let mut recovered = None;
+    wait_for("runs accepted again after PostgreSQL returned", Duration::from_secs(60), async || {
+        let (status, _, body) = post(a, "/api/runs?worker=w1", QUICK).await;
+        if status == 202 {
+            recovered = Some(serde_json::from_str::<RunCreated>(&body).unwrap());
+        }
+        status == 202
+    })
+    .await;
+    let created = recovered.unwrap();
+    let (_, events) = follow(a, &created.id, |_| {}).await;
+    assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+    let database = fleet.env.database.clone();
+    wait_for("the run after PostgreSQL's return recorded once", Duration::from_secs(20), async || {
+        rows_with_id(&database, &created.id).await == 1
+    })
+    .await;
+
+    // 7. Load: ~200 viewers across both fronts follow 3 runs, one per worker.
     load(a, b).await;
 }
 
