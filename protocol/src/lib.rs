@@ -19,6 +19,8 @@ mod report;
 mod spec;
 pub mod stats;
 pub mod team;
+#[doc(hidden)]
+pub mod testing;
 mod trace;
 pub use advanced::*;
 pub use errors::*;

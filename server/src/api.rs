@@ -430,15 +430,7 @@ pub async fn run_pitfall(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<protocol::PitfallReport>, ApiError> {
-    state.guard.authorize(&headers)?;
-    if !engine::pitfalls::exists(&id) {
-        return Err(ApiError::UnknownPitfall(id.chars().take(100).collect()));
-    }
-    let options: protocol::PitfallOptions = if body.iter().all(u8::is_ascii_whitespace) {
-        Default::default()
-    } else {
-        parse_object(&body, "PitfallOptions", r#"{"device": "cpu"}"#)?
-    };
+    let options = pitfall_request(&state, &headers, &id, &body)?;
     state.guard.charge(&headers, peer.as_ref())?;
     let capacity = state.worker()?.queue_capacity();
     let _permit = state
@@ -452,17 +444,52 @@ pub async fn run_pitfall(
     let result = tokio::task::spawn_blocking(move || worker.run_experiment(&id, options))
         .await
         .map_err(|_| ApiError::Unavailable)?;
-    let mut report = result.map_err(|e| match e {
+    let report = result.map_err(|e| match e {
         engine::ExperimentError::Rejected(e) => ApiError::from(e),
-        engine::ExperimentError::Failed(f) => match f.kind {
-            protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
-                field: "device".into(),
-                message: f.message,
-            }),
-            _ => ApiError::NoReport(f.message),
-        },
+        engine::ExperimentError::Failed(f) => experiment_failed(f),
     })?;
     let record_id = state.runs.fresh_id();
+    Ok(Json(record_pitfall(&state, record_id, report).await))
+}
+
+/// What a pitfall request must pass before anything runs, on a single server and on a
+/// front alike: the caller may run experiments, the card exists, and the body is the
+/// card's options (none: the defaults).
+pub(crate) fn pitfall_request(
+    state: &AppState,
+    headers: &HeaderMap,
+    id: &str,
+    body: &[u8],
+) -> Result<protocol::PitfallOptions, ApiError> {
+    state.guard.authorize(headers)?;
+    if !engine::pitfalls::exists(id) {
+        return Err(ApiError::UnknownPitfall(id.chars().take(100).collect()));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Default::default());
+    }
+    parse_object(body, "PitfallOptions", r#"{"device": "cpu"}"#)
+}
+
+/// An experiment that failed, as the API answers it: a device it cannot use is the
+/// request's fault (400 naming `device`), anything else a report that could not be made.
+pub(crate) fn experiment_failed(f: protocol::RunFailure) -> ApiError {
+    match f.kind {
+        protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
+            field: "device".into(),
+            message: f.message,
+        }),
+        _ => ApiError::NoReport(f.message),
+    }
+}
+
+/// Keeps an experiment's report as record `record_id` and answers it with that id, or
+/// without one when it could not be kept (the report itself is still the answer).
+pub(crate) async fn record_pitfall(
+    state: &AppState,
+    record_id: String,
+    mut report: protocol::PitfallReport,
+) -> protocol::PitfallReport {
     report.record_id = Some(record_id.clone());
     let record = Record {
         id: record_id,
@@ -477,7 +504,7 @@ pub async fn run_pitfall(
         }
         Err(_) => report.record_id = None,
     }
-    Ok(Json(report))
+    report
 }
 
 #[cfg(test)]

@@ -26,10 +26,10 @@ use fleet::front::{Front, SubmitError};
 use leptos::config::LeptosOptions;
 use protocol::{
     DeviceInfo, Event, FailureKind, Record, RecordBody, RunCreated, RunFailure, ServerInfo,
-    SpecError, WorkerSummary,
+    WorkerSummary,
 };
 
-use crate::api::{parse_object, parse_spec, ClientAddr};
+use crate::api::{parse_spec, ClientAddr};
 use crate::config::ServeArgs;
 use crate::error::ApiError;
 use crate::guard::Guard;
@@ -346,15 +346,7 @@ pub async fn run_pitfall(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<protocol::PitfallReport>, ApiError> {
-    state.guard.authorize(&headers)?;
-    if !engine::pitfalls::exists(&id) {
-        return Err(ApiError::UnknownPitfall(id.chars().take(100).collect()));
-    }
-    let options: protocol::PitfallOptions = if body.iter().all(u8::is_ascii_whitespace) {
-        Default::default()
-    } else {
-        parse_object(&body, "PitfallOptions", r#"{"device": "cpu"}"#)?
-    };
+    let options = crate::api::pitfall_request(&state, &headers, &id, &body)?;
     let front = fleet(&state)?.clone();
     services_up(&state, &front).await?;
     let card = front
@@ -382,19 +374,8 @@ pub async fn run_pitfall(
         .map_err(|_| ApiError::Unavailable)?
         .map_err(|e| ApiError::NoReport(format!("{e:#}")))?;
     match message.body {
-        Body::Pitfall { mut report } => {
-            let record = Record { id: job.clone(), body: RecordBody::Pitfall(report.clone()) };
-            let store = state.store.clone();
-            match tokio::task::spawn_blocking(move || store.save(&record)).await {
-                Ok(Ok(())) => report.record_id = Some(job),
-                _ => report.record_id = None,
-            }
-            Ok(Json(*report))
-        }
-        Body::Event { event: Event::Failed { failure } } => Err(match failure.kind {
-            FailureKind::Invalid => ApiError::InvalidSpec(SpecError { field: "device".into(), message: failure.message }),
-            _ => ApiError::NoReport(failure.message),
-        }),
+        Body::Pitfall { report } => Ok(Json(crate::api::record_pitfall(&state, job, *report).await)),
+        Body::Event { event: Event::Failed { failure } } => Err(crate::api::experiment_failed(failure)),
         Body::Event { .. } => Err(ApiError::NoReport("the experiment ended without a report".into())),
     }
 }

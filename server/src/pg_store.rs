@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 use protocol::{Record, RecordKind, RecordSummary};
 
-use crate::store::RecordStore;
+use crate::store::{read_record, read_summary, RecordStore, Row};
 
 /// The migrations, in order; the n-th brings the schema to version n. Never edit one that
 /// has shipped: add the next.
@@ -129,14 +129,12 @@ fn migrate(c: &mut Client) -> Result<()> {
 
 impl RecordStore for PgStore {
     fn save(&self, record: &Record) -> Result<()> {
-        let summary = record.summary();
-        let body = serde_json::to_string(&record.body)?;
-        let summary_json = serde_json::to_string(&summary)?;
+        let row = Row::of(record)?;
         self.with(|c| {
             c.execute(
                 "INSERT INTO records (id, kind, label, device_name, measured_at, summary, body)
                  VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
-                &[&record.id, &summary.kind.as_str(), &summary.label, &summary.device_name, &summary.measured_at, &summary_json, &body],
+                &[&record.id, &row.kind, &row.label, &row.device_name, &row.measured_at, &row.summary, &row.body],
             )
             .context("saving the run")?;
             Ok(())
@@ -148,15 +146,7 @@ impl RecordStore for PgStore {
             Ok(c.query_opt("SELECT body FROM records WHERE id = $1", &[&id])?
                 .map(|r| r.get(0)))
         })?;
-        body.map(|b| {
-            let body = serde_json::from_str(&b)
-                .with_context(|| format!("record {id} cannot be read by this build"))?;
-            Ok(Record {
-                id: id.to_string(),
-                body,
-            })
-        })
-        .transpose()
+        read_record(id, body)
     }
 
     fn list(&self, kind: Option<RecordKind>, limit: usize) -> Result<Vec<RecordSummary>> {
@@ -167,11 +157,7 @@ impl RecordStore for PgStore {
                 &[&kind, &(limit as i64)],
             )?)
         })?;
-        // A row this build cannot read is skipped, not fatal: the rest still list.
-        Ok(rows
-            .iter()
-            .filter_map(|r| serde_json::from_str::<RecordSummary>(r.get::<_, &str>(0)).ok())
-            .collect())
+        Ok(rows.iter().filter_map(|r| read_summary(r.get::<_, &str>(0))).collect())
     }
 
     fn count(&self) -> Result<u64> {

@@ -49,6 +49,45 @@ impl RecordStore for Store {
     }
 }
 
+/// A record as both stores write it: the columns they filter and order on, the summary
+/// the listing answers, and the whole body, both as JSON.
+pub(crate) struct Row {
+    pub kind: &'static str,
+    pub label: String,
+    pub device_name: String,
+    pub measured_at: String,
+    pub summary: String,
+    pub body: String,
+}
+
+impl Row {
+    pub(crate) fn of(record: &Record) -> Result<Row> {
+        let summary = record.summary();
+        Ok(Row {
+            kind: summary.kind.as_str(),
+            summary: serde_json::to_string(&summary)?,
+            body: serde_json::to_string(&record.body)?,
+            label: summary.label,
+            device_name: summary.device_name,
+            measured_at: summary.measured_at,
+        })
+    }
+}
+
+/// Record `id` read back from its stored body, or why this build cannot read it.
+pub(crate) fn read_record(id: &str, body: Option<String>) -> Result<Option<Record>> {
+    body.map(|b| {
+        let body = serde_json::from_str(&b).with_context(|| format!("record {id} cannot be read by this build"))?;
+        Ok(Record { id: id.to_string(), body })
+    })
+    .transpose()
+}
+
+/// A listed summary, or nothing when this build cannot read it: the rest still list.
+pub(crate) fn read_summary(json: &str) -> Option<RecordSummary> {
+    serde_json::from_str(json).ok()
+}
+
 /// The schema version this build writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i32 = 1;
 
@@ -123,14 +162,12 @@ impl Store {
 
     /// Records a result. Saving the same id twice keeps the first.
     pub fn save(&self, record: &Record) -> Result<()> {
-        let summary = record.summary();
-        let body = serde_json::to_string(&record.body)?;
-        let summary_json = serde_json::to_string(&summary)?;
+        let row = Row::of(record)?;
         self.with(|c| {
             c.execute(
                 "INSERT OR IGNORE INTO records (id, kind, label, device_name, measured_at, summary, body)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![record.id, summary.kind.as_str(), summary.label, summary.device_name, summary.measured_at, summary_json, body],
+                params![record.id, row.kind, row.label, row.device_name, row.measured_at, row.summary, row.body],
             )
             .context("saving the run")?;
             Ok(())
@@ -144,15 +181,7 @@ impl Store {
                     .optional()?,
             )
         })?;
-        body.map(|b| {
-            let body = serde_json::from_str(&b)
-                .with_context(|| format!("record {id} cannot be read by this build"))?;
-            Ok(Record {
-                id: id.to_string(),
-                body,
-            })
-        })
-        .transpose()
+        read_record(id, body)
     }
 
     /// The newest records first, at most `limit`, optionally of one kind.
@@ -164,10 +193,7 @@ impl Store {
             let rows = stmt.query_map(params![kind.map(|k| k.as_str()), limit as i64], |r| r.get::<_, String>(0))?;
             let mut out = Vec::new();
             for row in rows {
-                // A row this build cannot read is skipped, not fatal: the rest still list.
-                if let Ok(s) = serde_json::from_str::<RecordSummary>(&row?) {
-                    out.push(s);
-                }
+                out.extend(read_summary(&row?));
             }
             Ok(out)
         })

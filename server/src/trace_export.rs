@@ -175,27 +175,8 @@ mod tests {
     use super::*;
 
     fn report() -> Report {
-        let point = |m: &str, held: u64| {
-            serde_json::json!({"module": m, "output_shape": [2, 8], "output_bytes": 64,
-                "allocated_above_baseline_bytes": held, "peak_above_baseline_bytes": held + 10,
-                "time_ms": 0.25, "flops": 512})
-        };
-        serde_json::from_value(serde_json::json!({
-            "spec": {"model": "resnet18", "device": "cpu", "batch": 2, "input_size": 64, "eval": true,
-                     "grad": "enabled", "autocast": "off", "warmup": 1, "iters": 2, "threads": 1},
-            "env": {"device": "cpu", "device_name": "cpu", "device_total_memory_bytes": null, "driver_version": null,
-                    "cuda_version": null, "cudnn_version": null, "libtorch_version": "2.11.0", "cpu_model": "test cpu",
-                    "threads": 1, "measured_at": "2026-11-30T00:00:00Z", "gradless_version": "0"},
-            "latency_ms": {"mean": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0, "min": 1.0, "max": 1.0, "stddev": 0.0},
-            "throughput_per_s": 1.0,
-            "memory": {"source": "cpu_tensor_memory", "baseline_bytes": 1, "peak_allocated_bytes": 2,
-                       "peak_above_baseline_bytes": 1, "peak_reserved_bytes": null, "after_release_bytes": 1,
-                       "leaked_bytes": 0, "device_used_bytes": null},
-            "output": {"dtype": "Float", "shape": [2, 10], "is_inference": false, "requires_grad": true},
-            "warmup": [], "samples": [],
-            "trace": [point("conv1", 100), point("layer1.0,add", 300)], "flops": 1024
-        }))
-        .unwrap()
+        let point = |m: &str, held: u64| protocol::testing::point(m, 2, held, held + 10, 0.25, 512);
+        protocol::testing::report("enabled", 2, vec![point("conv1", 100), point("layer1.0,add", 300)])
     }
 
     #[test]

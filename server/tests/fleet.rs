@@ -7,7 +7,8 @@
 //! In order: runs submitted to either front complete on the worker they name; a viewer on
 //! front A follows a run submitted on front B; each record is written exactly once; a worker
 //! killed mid-run fails its run with "worker NAME went away during the run" within its
-//! heartbeat, and records nothing; a front killed mid-run loses no record; NATS stopped gives
+//! heartbeat, and records nothing, while the runs queued behind it stay queued and start when
+//! it returns, or expire after the submitting front's `--run-timeout-s`; a front killed mid-run loses no record; NATS stopped gives
 //! 503 naming it, and runs go again once it is back; PostgreSQL stopped likewise (the run
 //! after its return recorded once); then ~200 viewers across both fronts
 //! follow 3 runs and the emit-to-viewer delay is reported (`gradless-fleet-load.json`).
@@ -112,11 +113,17 @@ impl Fleet {
     }
 
     fn start_front(&mut self, i: usize) {
+        self.start_front_with(i, 120);
+    }
+
+    /// Front `i` with its own run time limit (`--run-timeout-s`): how long a run it submitted
+    /// may wait for its worker before the front declares it expired.
+    fn start_front_with(&mut self, i: usize, run_timeout_s: u32) {
         let addr = self.fronts[i].0;
         let args = [
             "serve", "--addr", &addr.to_string(), "--nats", &self.env.nats,
             "--database", &self.env.database, "--heartbeat-s", &HEARTBEAT_S.to_string(),
-            "--rate-limit", "0", "--run-timeout-s", "120", "--site-root", "target/site",
+            "--rate-limit", "0", "--run-timeout-s", &run_timeout_s.to_string(), "--site-root", "target/site",
         ]
         .map(String::from);
         self.fronts[i].1 = Some(spawn(&args, &format!("front{i}.log")));
@@ -267,6 +274,10 @@ fn services(env: &Env, command: &str) {
     assert!(status.success(), "scripts/services.sh {args:?}");
 }
 
+/// Front B's run time limit while w3 is away (step 3): long enough for the runs ahead of
+/// the expiring one to be submitted, short enough to wait for in a test.
+const SHORT_TIMEOUT_S: u32 = 6;
+
 const QUICK: &str = r#"{"model": "tiny_mlp", "batch": 4, "iters": 5, "warmup": 1, "device": "cpu"}"#;
 /// Long enough to be killed mid-way: a few seconds on one CPU thread.
 const LONG: &str = r#"{"model": "resnet18", "batch": 2, "iters": 200, "warmup": 1, "device": "cpu"}"#;
@@ -326,7 +337,15 @@ async fn two_fronts_three_workers_and_their_faults() {
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
     assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
 
-    // 3. A worker killed mid-run: its run fails within the heartbeat, nothing is recorded.
+    // 3. A worker killed mid-run: its run fails within the heartbeat, nothing is recorded;
+    // the runs queued behind it stay queued. Front B is restarted with a short run time
+    // limit first, so that one of them (submitted there) expires while w3 is away.
+    fleet.kill_front(1);
+    fleet.start_front_with(1, SHORT_TIMEOUT_S);
+    wait_for("front B back (short run time limit)", Duration::from_secs(60), async || {
+        live_workers(b).await.len() == 3
+    })
+    .await;
     let created = submit(a, "w3", LONG).await;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let mut tx = Some(tx);
@@ -344,6 +363,10 @@ async fn two_fronts_three_workers_and_their_faults() {
         }
     });
     tokio::time::timeout(Duration::from_secs(60), rx).await.expect("the long run started").unwrap();
+    // Queued behind it: one through front A (limit 120 s), one through front B (limit 6 s).
+    let waits = submit(a, "w3", QUICK).await;
+    let expires = submit(b, "w3", QUICK).await;
+    let expires_submitted = Instant::now();
     let (mut w3, _) = fleet.workers.remove("w3").unwrap();
     w3.kill().unwrap();
     let killed = Instant::now();
@@ -363,9 +386,60 @@ async fn two_fronts_three_workers_and_their_faults() {
     println!("worker killed mid-run: failure seen by the viewer after {:.2} s (heartbeat {HEARTBEAT_S} s)", noticed.as_secs_f64());
     assert!(live_workers(a).await.iter().all(|w| w != "w3"), "w3 left the list");
     assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 0, "a failed run is not recorded");
-    // Back again: its unacknowledged job comes back to it, and is skipped (already ended).
+    // With w3 away, the run submitted on front B expires after that front's limit, with a
+    // failure saying so; it never ran.
+    let (_, events) = tokio::time::timeout(Duration::from_secs(60), follow(b, &expires.id, |_| {}))
+        .await
+        .expect("the queued run on front B expired");
+    let expired_after = expires_submitted.elapsed();
+    match events.last() {
+        Some((_, Event::Failed { failure })) => {
+            assert_eq!(failure.kind, protocol::FailureKind::Timeout, "{failure:?}");
+            assert!(
+                failure.message.contains("for worker w3") && failure.message.contains("expired without running"),
+                "{}",
+                failure.message
+            );
+        }
+        other => panic!("expected the expiry, got {other:?}"),
+    }
+    assert!(!events.iter().any(|(_, e)| matches!(e, Event::Started { .. })), "it never started: {events:?}");
+    assert!(expired_after >= Duration::from_secs(SHORT_TIMEOUT_S as u64), "expired after {expired_after:?}");
+    println!("a run queued for a dead worker expired after {:.1} s (limit {SHORT_TIMEOUT_S} s)", expired_after.as_secs_f64());
+    // The one submitted on front A is still queued: no end, no start, while w3 is away.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watching = {
+        let seen = seen.clone();
+        follow(a, &waits.id, move |e| seen.lock().unwrap().push(e.clone()))
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_secs_f64(HEARTBEAT_S * 2.0), watching).await.is_err(),
+        "the run queued on front A ended while its worker was away: {:?}",
+        seen.lock().unwrap()
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(matches!(seen.first(), Some(Event::Queued { .. })), "{seen:?}");
+    assert!(!seen.iter().any(|e| matches!(e, Event::Started { .. }) || e.is_terminal()), "{seen:?}");
+    // Back again: its unacknowledged job comes back to it and is skipped (already ended),
+    // the waiting run starts and finishes, and the expired one is skipped, not run.
     fleet.start_worker("w3");
     wait_for("w3 back", Duration::from_secs(60), async || live_workers(a).await.len() == 3).await;
+    let (_, events) = tokio::time::timeout(Duration::from_secs(90), follow(a, &waits.id, |_| {}))
+        .await
+        .expect("the waiting run finished once w3 returned");
+    assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+    let database = fleet.env.database.clone();
+    wait_for("the waiting run recorded once", Duration::from_secs(20), async || {
+        rows_with_id(&database, &waits.id).await == 1
+    })
+    .await;
+    assert_eq!(rows_with_id(&fleet.env.database, &expires.id).await, 0, "an expired run is not recorded");
+    let w3_metrics = fleet.workers["w3"].1;
+    assert_eq!(
+        metric(w3_metrics, "gradless_runs_finished_total").await,
+        1.0,
+        "the returned w3 ran the waiting run only (not the killed one, not the expired one)"
+    );
     let created = submit(a, "w3", QUICK).await;
     let (_, events) = follow(a, &created.id, |_| {}).await;
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");

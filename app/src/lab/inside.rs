@@ -170,26 +170,10 @@ mod tests {
     use super::*;
 
     fn report(grad: &str, batch: u32, points: usize) -> Report {
-        let trace: Vec<serde_json::Value> = (0..points)
-            .map(|i| serde_json::json!({"module": format!("m{i}"), "output_shape": [batch, 4], "output_bytes": 16,
-                "allocated_above_baseline_bytes": (i as u64 + 1) * 100, "peak_above_baseline_bytes": (i as u64 + 1) * 100,
-                "time_ms": 0.1, "flops": 8}))
+        let trace = (0..points)
+            .map(|i| protocol::testing::point(&format!("m{i}"), batch as i64, (i as u64 + 1) * 100, (i as u64 + 1) * 100, 0.1, 8))
             .collect();
-        serde_json::from_value(serde_json::json!({
-            "spec": {"model": "resnet18", "device": "cpu", "batch": batch, "input_size": 64, "eval": true,
-                     "grad": grad, "autocast": "off", "warmup": 1, "iters": 2, "threads": 1},
-            "env": {"device": "cpu", "device_name": "cpu", "device_total_memory_bytes": null, "driver_version": null,
-                    "cuda_version": null, "cudnn_version": null, "libtorch_version": "2.11.0", "cpu_model": "test cpu",
-                    "threads": 1, "measured_at": "2026-11-30T00:00:00Z", "gradless_version": "0"},
-            "latency_ms": {"mean": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0, "min": 1.0, "max": 1.0, "stddev": 0.0},
-            "throughput_per_s": 1.0,
-            "memory": {"source": "cpu_tensor_memory", "baseline_bytes": 1, "peak_allocated_bytes": 2,
-                       "peak_above_baseline_bytes": 1, "peak_reserved_bytes": null, "after_release_bytes": 1,
-                       "leaked_bytes": 0, "device_used_bytes": null},
-            "output": {"dtype": "Float", "shape": [batch, 10], "is_inference": false, "requires_grad": false},
-            "warmup": [], "samples": [], "trace": trace, "flops": points as u64 * 8
-        }))
-        .unwrap()
+        protocol::testing::report(grad, batch, trace)
     }
 
     #[test]

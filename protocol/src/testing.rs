@@ -1,0 +1,44 @@
+//! Reports for the tests of the crates that draw, compare or export them: well-formed,
+//! with the spec and forward-pass trace a test chooses, and measured by nothing (every
+//! figure outside the trace is a placeholder). Nothing outside tests calls it.
+
+use crate::{Report, TracePoint};
+
+/// A trace point of module `module` with output `[batch, 4]` (float32), holding `held`
+/// bytes above the baseline after it returned and reaching `peak` while it ran.
+pub fn point(module: &str, batch: i64, held: u64, peak: u64, time_ms: f64, flops: u64) -> TracePoint {
+    TracePoint {
+        module: module.to_string(),
+        output_shape: vec![batch, 4],
+        output_bytes: batch as u64 * 16,
+        allocated_above_baseline_bytes: held,
+        peak_above_baseline_bytes: peak,
+        time_ms,
+        flops,
+    }
+}
+
+/// A CPU resnet18 report at `batch` with grad mode `grad` (its wire name: `"enabled"`,
+/// `"no_grad"`, `"inference_mode"`) and the given trace; its FLOPs are the trace's sum.
+pub fn report(grad: &str, batch: u32, trace: Vec<TracePoint>) -> Report {
+    let flops: u64 = trace.iter().map(|p| p.flops).sum();
+    let mut report: Report = serde_json::from_value(serde_json::json!({
+        "spec": {"model": "resnet18", "device": "cpu", "batch": batch, "input_size": 64, "eval": true,
+                 "grad": grad, "autocast": "off", "warmup": 1, "iters": 2, "threads": 1},
+        "env": {"device": "cpu", "device_name": "cpu", "device_total_memory_bytes": null, "driver_version": null,
+                "cuda_version": null, "cudnn_version": null, "libtorch_version": "2.11.0", "cpu_model": "test cpu",
+                "threads": 1, "measured_at": "2026-11-30T00:00:00Z", "gradless_version": "0"},
+        "latency_ms": {"mean": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0, "min": 1.0, "max": 1.0, "stddev": 0.0},
+        "throughput_per_s": 1.0,
+        "memory": {"source": "cpu_tensor_memory", "baseline_bytes": 1, "peak_allocated_bytes": 2,
+                   "peak_above_baseline_bytes": 1, "peak_reserved_bytes": null, "after_release_bytes": 1,
+                   "leaked_bytes": 0, "device_used_bytes": null},
+        "output": {"dtype": "Float", "shape": [batch, 10], "is_inference": grad == "inference_mode",
+                   "requires_grad": grad == "enabled"},
+        "warmup": [], "samples": []
+    }))
+    .expect("the test report is a valid Report");
+    report.trace = trace;
+    report.flops = Some(flops);
+    report
+}
