@@ -133,10 +133,11 @@ fi
 # used: the tests start their own instances in a scratch folder (scripts/services.sh); the
 # packages' system services are not needed and are left as the packages set them.
 if [ "$FLEET" = 1 ]; then
-  if command -v nats-server >/dev/null && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  # openssl: the hardened-NATS test makes its own CA and server certificate.
+  if command -v nats-server >/dev/null && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && command -v openssl >/dev/null; then
     echo "fleet services: $(nats-server --version), PostgreSQL $(ls /usr/lib/postgresql | sort -V | tail -1)"
   else
-    apt_install nats-server postgresql
+    apt_install nats-server postgresql openssl
   fi
 fi
 echo "setup: done in ${SECONDS}s"

@@ -26,7 +26,7 @@ trap 'scripts/services.sh stop "$services" || true; rm -rf "$services"' EXIT
 eval "$(scripts/services.sh start "$services" $((port + 3)) $((port + 4)))"
 # `--workspace`, as above: `-p server` unifies features differently and would compile the
 # server a second time.
-GRADLESS_FLEET_PORT=$((port + 5)) cargo test --release --workspace --test fleet -- --ignored --nocapture || { echo "error: fleet tests failed (logs: $CARGO_TARGET_DIR/fleet-logs)" >&2; exit 1; }
+GRADLESS_FLEET_PORT=$((port + 5)) cargo test --release --workspace --test fleet -- --ignored --nocapture --test-threads=1 || { echo "error: fleet tests failed (logs: $CARGO_TARGET_DIR/fleet-logs)" >&2; exit 1; }
 scripts/services.sh stop "$services"
 rm -rf "$services"
 trap - EXIT

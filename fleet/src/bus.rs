@@ -96,6 +96,10 @@ pub struct Job {
 pub struct Message {
     /// The worker the job is for (so any front can watch over it).
     pub worker: String,
+    /// The worker process that emitted it ([`WorkerCard::started_ms`]); none from a front.
+    /// A front watching the job tells from it whether that process is still listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_started_ms: Option<u64>,
     /// When the worker (or front) emitted it, [`now_us`]: the load test measures delivery
     /// delay from it.
     pub emitted_us: u64,
@@ -169,20 +173,58 @@ impl WorkerCard {
     }
 }
 
+/// How a process proves itself to NATS and checks NATS in turn, beyond the URL (which may
+/// carry a user and password).
+#[derive(Clone, Debug, Default)]
+pub struct NatsAuth {
+    /// A NATS credentials file (JWT + nkey).
+    pub creds: Option<std::path::PathBuf>,
+    /// PEM certificates of the CA that signed the server's (an internal CA): TLS is then
+    /// required, and the server's certificate must chain to them.
+    pub ca: Option<std::path::PathBuf>,
+}
+
+/// The user and password (`nats://user:pass@host`), or the token (`nats://token@host`), of a
+/// NATS URL, percent-decoded.
+pub fn url_credentials(url: &str) -> Result<Option<(String, Option<String>)>> {
+    let addr: async_nats::ServerAddr = url.parse().with_context(|| format!("not a NATS URL: {}", redact(url, true)))?;
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    Ok(addr.username().map(|user| (decode(user), addr.password().map(decode))))
+}
+
+/// `url` without its password (`scheme://user:***@host`), for messages and logs. A user
+/// without a password is a secret too where `bare_user_is_secret` (a NATS token,
+/// `nats://TOKEN@host`), a plain user name otherwise (PostgreSQL).
+pub fn redact(url: &str, bare_user_is_secret: bool) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let shown = match url[scheme + 3..at].split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None if bare_user_is_secret => "***".to_string(),
+                None => return url.to_string(),
+            };
+            format!("{}{shown}{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
 /// A NATS connection with the streams and bucket in place.
 #[derive(Clone)]
 pub struct Bus {
     pub client: async_nats::Client,
     pub js: jetstream::Context,
+    /// The server's URL without its password or token ([`redact`]): what messages name.
     pub url: String,
 }
 
 impl Bus {
-    /// Connects to `url` (credentials in the URL, or `creds` a NATS credentials file; TLS
-    /// when the URL says `tls://` or the server requires it) and goes on reconnecting by
+    /// Connects to `url` (credentials in the URL, or in `auth`'s credentials file; TLS
+    /// when the URL says `tls://` or the server requires it, the server's certificate
+    /// checked against the system's roots or `auth`'s CA) and goes on reconnecting by
     /// itself: the first connection too is retried in the background, so a process starts
     /// while NATS is still down and catches up when it is back.
-    pub async fn connect(url: &str, name: &str, creds: Option<&std::path::Path>) -> Result<Bus> {
+    pub async fn connect(url: &str, name: &str, auth: &NatsAuth) -> Result<Bus> {
         let mut options = async_nats::ConnectOptions::new()
             .name(name)
             .retry_on_initial_connect()
@@ -191,22 +233,36 @@ impl Bus {
                 Duration::from_millis((250 * attempt as u64).min(2000))
             })
             .connection_timeout(Duration::from_secs(3));
-        if let Some(path) = creds {
+        // async-nats does not send a URL's user and password (or token) itself: taken from
+        // the URL here, so `nats://user:pass@host` authenticates as the README says.
+        if let Some((user, pass)) = url_credentials(url)? {
+            options = match pass {
+                Some(pass) => options.user_and_password(user, pass),
+                None => options.token(user),
+            };
+        }
+        if let Some(path) = &auth.creds {
             options = options
                 .credentials_file(path)
                 .await
                 .with_context(|| format!("reading the NATS credentials {}", path.display()))?;
         }
+        if let Some(path) = &auth.ca {
+            // Read here so that a wrong path is this message at start, not a TLS failure
+            // retried forever in the background.
+            std::fs::metadata(path).with_context(|| format!("reading the NATS CA certificates {}", path.display()))?;
+            options = options.add_root_certificates(path.clone()).require_tls(true);
+        }
         let client = options
             .connect(url)
             .await
-            .with_context(|| format!("connecting to NATS at {url}"))?;
+            .with_context(|| format!("connecting to NATS at {}", redact(url, true)))?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(Duration::from_secs(3));
         Ok(Bus {
             client,
             js,
-            url: url.to_string(),
+            url: redact(url, true),
         })
     }
 
@@ -355,6 +411,7 @@ mod tests {
     fn messages_round_trip_and_know_their_last() {
         let m = Message {
             worker: "w".into(),
+            process_started_ms: None,
             emitted_us: 5,
             body: Body::Event { event: Event::Queued { position: 2 } },
         };
@@ -364,5 +421,18 @@ mod tests {
         assert!(matches!(back.body, Body::Event { event: Event::Queued { position: 2 } }));
         assert_eq!(event_subject("abc", false), "gradless.events.abc.ev");
         assert_eq!(event_subject("abc", true), "gradless.events.abc.end");
+    }
+
+    #[test]
+    fn a_urls_credentials_are_read_decoded_and_never_shown() {
+        let creds = |u: &str| url_credentials(u).unwrap();
+        assert_eq!(creds("nats://127.0.0.1:4222"), None);
+        assert_eq!(creds("tls://front:s%40cret@nats.internal:4222"), Some(("front".into(), Some("s@cret".into()))));
+        assert_eq!(creds("nats://T0KEN@nats.internal"), Some(("T0KEN".into(), None)));
+        assert!(url_credentials("not a url").is_err());
+        assert_eq!(redact("tls://front:s%40cret@nats.internal:4222", true), "tls://front:***@nats.internal:4222");
+        assert_eq!(redact("nats://T0KEN@nats.internal", true), "nats://***@nats.internal");
+        assert_eq!(redact("postgres://g@db/gradless", false), "postgres://g@db/gradless");
+        assert_eq!(redact("nats://127.0.0.1:4222", true), "nats://127.0.0.1:4222");
     }
 }

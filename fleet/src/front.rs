@@ -4,14 +4,17 @@
 //! stream (from the first, so a late viewer on any front replays them) while watching over
 //! the job, and records every job's last event through a durable consumer all fronts share.
 //!
-//! Watching over a job: once it has started on a worker, that worker vanishing from the
-//! list (or coming back as a new process) fails the job with "worker NAME went away during
-//! the run"; a job that never started fails as expired after the run timeout. Either
+//! Watching over a job: a worker's messages name its process (its start time). Once one
+//! has arrived, that process vanishing from the list (a list read begun after the message
+//! was read lacks the worker, which is listed before it takes any job) or a newer process
+//! under the same name fails the job with "worker NAME went away during the run"; a stale
+//! list still showing an older process does not. A job no worker has spoken for fails as
+//! expired after the run timeout. Either
 //! failure is published to the job's stream with the job's end message id, so however many
 //! fronts notice, the stream holds one last event.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
@@ -25,12 +28,19 @@ use crate::metrics;
 
 pub struct Front {
     pub bus: Bus,
-    workers: RwLock<Vec<WorkerCard>>,
+    workers: RwLock<Listing>,
     /// When each relayed message was emitted, per job (the newest jobs only): the load
     /// test measures emit-to-viewer delays from it.
     stamps: std::sync::Mutex<Stamps>,
     pub heartbeat_ttl: Duration,
     pub run_timeout: Duration,
+}
+
+/// The live workers as last read from the bucket, and when that read began.
+#[derive(Default)]
+struct Listing {
+    cards: Vec<WorkerCard>,
+    read_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -57,7 +67,7 @@ impl Front {
     pub async fn start(bus: Bus, heartbeat_ttl: Duration, run_timeout: Duration) -> Arc<Front> {
         let front = Arc::new(Front {
             bus,
-            workers: RwLock::new(Vec::new()),
+            workers: RwLock::new(Listing::default()),
             stamps: Default::default(),
             heartbeat_ttl,
             run_timeout,
@@ -68,13 +78,14 @@ impl Front {
             let mut said = false;
             loop {
                 let Some(front) = watcher.upgrade() else { return };
+                let read_at = Instant::now();
                 match front.read_workers().await {
                     Ok(cards) => {
                         said = false;
                         let m = metrics::global();
                         m.set_workers_live(cards.len() as u64);
                         m.set_queue_depths(cards.iter().map(|c| (c.name.clone(), c.queued)));
-                        *front.workers.write().unwrap_or_else(|e| e.into_inner()) = cards;
+                        *front.workers.write().unwrap_or_else(|e| e.into_inner()) = Listing { cards, read_at: Some(read_at) };
                     }
                     Err(e) if !said => {
                         said = true;
@@ -110,16 +121,17 @@ impl Front {
 
     /// The live workers, by name.
     pub fn workers(&self) -> Vec<WorkerCard> {
-        self.workers.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.workers.read().unwrap_or_else(|e| e.into_inner()).cards.clone()
     }
 
     pub fn worker(&self, name: &str) -> Option<WorkerCard> {
-        self.workers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|c| c.name == name)
-            .cloned()
+        self.worker_listed(name).0
+    }
+
+    /// Worker `name`'s card if listed, and when the list's read began.
+    fn worker_listed(&self, name: &str) -> (Option<WorkerCard>, Option<Instant>) {
+        let listing = self.workers.read().unwrap_or_else(|e| e.into_inner());
+        (listing.cards.iter().find(|c| c.name == name).cloned(), listing.read_at)
     }
 
     /// The worker for a job asking for `device`: the named one (which must be live and
@@ -170,6 +182,7 @@ impl Front {
         let position = self.queue_depth(&worker.name).await.unwrap_or(worker.queued) as u32;
         let queued = Message {
             worker: worker.name.clone(),
+            process_started_ms: None,
             emitted_us: bus::now_us(),
             body: Body::Event { event: Event::Queued { position } },
         };
@@ -224,8 +237,9 @@ impl Front {
         let mut worker: Option<String> = None;
         let mut first_us: Option<u64> = None;
         let mut started = false;
-        // The worker process (its start time) seen running this job.
-        let mut ran_on: Option<u64> = None;
+        // The worker process (its start time) that emits this job's events, and when this
+        // front first read one of them.
+        let mut ran_on: Option<(u64, Instant)> = None;
         let mut declared = false;
         let mut tick = tokio::time::interval((self.heartbeat_ttl / 3).max(Duration::from_millis(200)));
         'follow: loop {
@@ -271,6 +285,11 @@ impl Front {
                         if matches!(message.body, Body::Event { event: Event::Started { .. } }) {
                             started = true;
                         }
+                        if let Some(process) = message.process_started_ms {
+                            if ran_on.is_none_or(|(p, _)| p != process) {
+                                ran_on = Some((process, Instant::now()));
+                            }
+                        }
                         self.stamp(id, message.emitted_us);
                         let last = message.is_last();
                         if tx.send(message).await.is_err() || last {
@@ -280,34 +299,42 @@ impl Front {
                     _ = tick.tick() => {
                         let Some(name) = worker.as_deref() else { continue };
                         if declared { continue }
-                        let card = self.worker(name);
-                        if ran_on.is_none() {
-                            if let Some(c) = card.as_ref().filter(|c| started || c.running.as_deref() == Some(id)) {
-                                ran_on = Some(c.started_ms);
-                            } else if started {
-                                // Started, but its worker is already gone from the list.
-                                ran_on = Some(0);
+                        let (card, listed_at) = self.worker_listed(name);
+                        let failure = match ran_on {
+                            // Its process is gone when a newer one holds the name, or when a
+                            // list read that began after this front saw it at work lacks it
+                            // (a worker is listed before it takes a job, and unlisted a TTL
+                            // after its last heartbeat).
+                            Some((process, seen)) => {
+                                let gone = match &card {
+                                    Some(c) => c.started_ms > process,
+                                    None => listed_at.is_some_and(|t| t > seen),
+                                };
+                                gone.then(|| {
+                                    metrics::global().count_failure("worker_gone");
+                                    (FailureKind::WorkerGone, format!("worker {name} went away during the run"))
+                                })
                             }
-                        }
-                        let failure = match (ran_on, &card) {
-                            (Some(s), Some(c)) if c.started_ms == s => None,
-                            (Some(_), _) => {
-                                metrics::global().count_failure("worker_gone");
-                                Some((FailureKind::WorkerGone, format!("worker {name} went away during the run")))
-                            }
-                            (None, _) => {
+                            None => {
                                 let waited = bus::now_us().saturating_sub(first_us.unwrap_or(u64::MAX)) / 1000;
                                 (waited > self.run_timeout.as_millis() as u64).then(|| {
                                     metrics::global().count_failure("timeout");
-                                    (FailureKind::Timeout, format!(
-                                        "it waited {} s for worker {name}, longer than the run time limit ({} s): expired without running",
-                                        waited / 1000, self.run_timeout.as_secs()))
+                                    let text = if started {
+                                        // A worker from before messages named their process.
+                                        format!("worker {name} sent no end within the run time limit ({} s)", self.run_timeout.as_secs())
+                                    } else {
+                                        format!(
+                                            "it waited {} s for worker {name}, longer than the run time limit ({} s): expired without running",
+                                            waited / 1000, self.run_timeout.as_secs())
+                                    };
+                                    (FailureKind::Timeout, text)
                                 })
                             }
                         };
                         if let Some((kind, text)) = failure {
                             let message = Message {
                                 worker: name.to_string(),
+                                process_started_ms: None,
                                 emitted_us: bus::now_us(),
                                 body: Body::Event { event: Event::Failed { failure: RunFailure { kind, message: text } } },
                             };

@@ -25,6 +25,9 @@ pub struct WorkerOptions {
     pub run_timeout: Duration,
     /// `--device cpu`: measure on the CPU only, even on a host with a GPU.
     pub cpu_only: bool,
+    /// This process's start ([`WorkerCard::started_ms`]), set by [`run`] from the card:
+    /// every message it emits names it, so a front knows which process runs a job.
+    pub started_ms: u64,
 }
 
 /// What the heartbeat says besides the static card.
@@ -41,10 +44,14 @@ pub async fn run(
     options: WorkerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let options = Arc::new(options);
+    let options = Arc::new(WorkerOptions { started_ms: card.started_ms, ..options });
     bus.ensure_patiently(options.heartbeat_ttl).await;
     let live = Arc::new(Mutex::new(Live::default()));
-    let beat = tokio::spawn(heartbeat(bus.clone(), engine.clone(), card, live.clone(), options.clone()));
+    // Listed before taking a job: a front that sees this process start a job and then
+    // reads the list finds it there unless it has gone.
+    let (listed, first_put) = tokio::sync::oneshot::channel();
+    let beat = tokio::spawn(heartbeat(bus.clone(), engine.clone(), card, live.clone(), options.clone(), listed));
+    let _ = first_put.await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopping = stop.clone();
     tokio::spawn(async move {
@@ -79,7 +86,9 @@ async fn heartbeat(
     mut card: WorkerCard,
     live: Arc<Mutex<Live>>,
     options: Arc<WorkerOptions>,
+    listed: tokio::sync::oneshot::Sender<()>,
 ) {
+    let mut listed = Some(listed);
     let period = (options.heartbeat_ttl / 3).max(Duration::from_millis(200));
     let mut tick = tokio::time::interval(period);
     loop {
@@ -105,8 +114,13 @@ async fn heartbeat(
             kv.put(&card.name, serde_json::to_vec(&card)?.into()).await?;
             anyhow::Ok(())
         };
-        if let Err(e) = put.await {
-            tracing::warn!("heartbeat not stored (NATS at {}): {e:#}", bus.url);
+        match put.await {
+            Ok(()) => {
+                if let Some(tx) = listed.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Err(e) => tracing::warn!("heartbeat not stored (NATS at {}): {e:#}", bus.url),
         }
     }
 }
@@ -199,9 +213,10 @@ async fn jobs(
 
 /// Publishes `event` for the job, retrying while NATS is away (events must arrive in
 /// order, so the next one waits).
-async fn emit(bus: &Bus, job: &Job, body: Body) -> Result<()> {
+async fn emit(bus: &Bus, job: &Job, options: &WorkerOptions, body: Body) -> Result<()> {
     let message = Message {
         worker: job.worker.clone(),
+        process_started_ms: Some(options.started_ms),
         emitted_us: bus::now_us(),
         body,
     };
@@ -248,7 +263,7 @@ async fn handle(
             options.name,
             options.run_timeout.as_secs()
         );
-        return emit(bus, job, failed(FailureKind::Timeout, text)).await;
+        return emit(bus, job, options, failed(FailureKind::Timeout, text)).await;
     }
     match &job.task {
         Task::Run { spec } => run_job(bus, engine, job, spec.clone(), options, message).await,
@@ -256,7 +271,7 @@ async fn handle(
             let mut p = p.clone();
             if options.cpu_only {
                 if p.device == DeviceChoice::Cuda {
-                    return emit(bus, job, failed(FailureKind::Invalid, cpu_only(&options.name))).await;
+                    return emit(bus, job, options, failed(FailureKind::Invalid, cpu_only(&options.name))).await;
                 }
                 p.device = DeviceChoice::Cpu;
             }
@@ -273,7 +288,7 @@ async fn handle(
                 Ok(Err(engine::ExperimentError::Rejected(e))) => failed(FailureKind::Invalid, e.to_string()),
                 Err(_) => failed(FailureKind::Internal, "the experiment's thread panicked".into()),
             };
-            emit(bus, job, body).await
+            emit(bus, job, options, body).await
         }
     }
 }
@@ -310,7 +325,7 @@ async fn run_job(
 ) -> Result<()> {
     if options.cpu_only {
         if spec.device == DeviceChoice::Cuda {
-            return emit(bus, job, failed(FailureKind::Invalid, cpu_only(&options.name))).await;
+            return emit(bus, job, options, failed(FailureKind::Invalid, cpu_only(&options.name))).await;
         }
         spec.device = DeviceChoice::Cpu;
     }
@@ -318,7 +333,7 @@ async fn run_job(
     // The engine's sink runs on the device thread: it only hands the event over.
     let submitted = engine.submit(spec, Box::new(move |e| drop(tx.send(e))));
     if let Err(e) = submitted {
-        return emit(bus, job, failed(FailureKind::Invalid, e.to_string())).await;
+        return emit(bus, job, options, failed(FailureKind::Invalid, e.to_string())).await;
     }
     let mut meter = RunMeter::default();
     let relay = async {
@@ -330,13 +345,13 @@ async fn run_job(
             }
             meter.observe(&event);
             let last = event.is_terminal();
-            emit(bus, job, Body::Event { event }).await?;
+            emit(bus, job, options, Body::Event { event }).await?;
             if last {
                 return Ok(());
             }
         }
         // The engine dropped the sink without a last event: it stopped.
-        emit(bus, job, failed(FailureKind::Internal, "the device worker stopped".into())).await
+        emit(bus, job, options, failed(FailureKind::Internal, "the device worker stopped".into())).await
     };
     with_progress(message, options, relay).await
 }

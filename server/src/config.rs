@@ -168,6 +168,28 @@ pub struct ServeArgs {
     pub fleet: FleetArgs,
 }
 
+/// How fronts and workers authenticate to NATS beyond the URL's user and password, and
+/// check its certificate.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NatsAuthArgs {
+    /// A NATS credentials file (JWT + nkey), instead of credentials in the URL.
+    #[arg(long, env = "GRADLESS_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    /// PEM file of the CA that signed the NATS server's certificate (an internal CA; the
+    /// system's roots are used without it). Requires TLS.
+    #[arg(long, env = "GRADLESS_NATS_CA")]
+    pub nats_ca: Option<PathBuf>,
+}
+
+impl NatsAuthArgs {
+    pub fn auth(&self) -> fleet::bus::NatsAuth {
+        fleet::bus::NatsAuth {
+            creds: self.nats_creds.clone(),
+            ca: self.nats_ca.clone(),
+        }
+    }
+}
+
 /// A fleet front (`gradless serve --nats URL --database postgres://...`): no device of its
 /// own; runs go to the workers announced in NATS, records to PostgreSQL.
 #[derive(Debug, Clone, Args)]
@@ -176,9 +198,8 @@ pub struct FleetArgs {
     /// Makes this server a front: without it, the server measures on its own device.
     #[arg(long, env = "GRADLESS_NATS")]
     pub nats: Option<String>,
-    /// A NATS credentials file (JWT + nkey), instead of credentials in the URL.
-    #[arg(long, env = "GRADLESS_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
     /// The fleet's record database, `postgres://user:pass@host/db` (fronts only).
     #[arg(long, env = "GRADLESS_DATABASE", hide_env_values = true)]
     pub database: Option<String>,
@@ -194,8 +215,8 @@ pub struct WorkerArgs {
     /// The NATS server of the fleet.
     #[arg(long, env = "GRADLESS_NATS")]
     pub nats: String,
-    #[arg(long, env = "GRADLESS_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_auth: NatsAuthArgs,
     /// This worker's name, unique in the fleet (letters, digits, `-`, `_`), e.g. `gpu-host-3`.
     #[arg(long, env = "GRADLESS_WORKER_NAME")]
     pub name: String,

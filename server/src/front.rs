@@ -53,22 +53,40 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let origins = crate::origin::Origins::new(bound, args.public_url.as_deref(), &args.allowed_origins)
         .map_err(anyhow::Error::msg)?;
 
-    // PostgreSQL first: the schema must be in place before anything is recorded. Waited
-    // for, so fronts and the database may start in any order.
-    let store = loop {
-        let url = database.clone();
-        match tokio::task::spawn_blocking(move || PgStore::open(&url)).await? {
-            Ok(s) => break s,
-            Err(e) => {
-                tracing::warn!("waiting for PostgreSQL: {e:#}");
+    // PostgreSQL is not waited for either: the store migrates the schema on its first
+    // connection, before anything is recorded, and until then the front serves its pages
+    // and answers runs with 503 naming PostgreSQL. Fronts and services start in any order.
+    let store = Arc::new(PgStore::open(&database)?);
+    tokio::spawn({
+        let store = store.clone();
+        async move {
+            let mut said = std::time::Instant::now() - Duration::from_secs(10);
+            loop {
+                let s = store.clone();
+                match tokio::task::spawn_blocking(move || s.ready()).await {
+                    Ok(Ok(())) => {
+                        tracing::info!(database = %store.describe(), "run database open (PostgreSQL)");
+                        return;
+                    }
+                    Ok(Err(e)) if said.elapsed() > Duration::from_secs(5) => {
+                        tracing::warn!("waiting for PostgreSQL: {e:#}");
+                        said = std::time::Instant::now();
+                    }
+                    _ => {}
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-    };
-    tracing::info!(database = %store.describe(), "run database open (PostgreSQL)");
-    let store: Arc<dyn RecordStore> = Arc::new(store);
-    let bus = Bus::connect(&nats, "gradless-front", args.fleet.nats_creds.as_deref()).await?;
-    bus.ensure_patiently(heartbeat).await;
+    });
+    let store: Arc<dyn RecordStore> = store;
+    let bus = Bus::connect(&nats, "gradless-front", &args.fleet.nats_auth.auth()).await?;
+    // Not waited for: a front started while NATS is away (or refuses it: credentials, TLS)
+    // serves its pages and recorded runs, and answers runs with 503 naming NATS, as one
+    // that loses NATS later does; its worker list and recorder retry until the streams exist.
+    tokio::spawn({
+        let bus = bus.clone();
+        async move { bus.ensure_patiently(heartbeat).await }
+    });
     let front = Front::start(bus, heartbeat, run_timeout).await;
 
     let info = fleet_info(&[], guard.token_required(), None);
@@ -99,7 +117,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         let store = store.clone();
         async move { record_end(store, job, message).await }
     }));
-    tracing::info!(nats = %nats, "Gradless front is serving at http://{bound}");
+    tracing::info!(nats = %front.bus.url, "Gradless front is serving at http://{bound}");
     let limits = crate::conn::ConnLimits {
         header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
         max_connections: args.max_connections,

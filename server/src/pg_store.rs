@@ -39,18 +39,30 @@ pub struct PgStore {
     url: String,
     client: Mutex<Option<Client>>,
     closed: std::sync::atomic::AtomicBool,
+    /// Whether this process has brought the schema up to date (on its first connection).
+    migrated: std::sync::atomic::AtomicBool,
 }
 
 impl PgStore {
-    /// Connects and brings the schema up to date.
+    /// A store for `url`, without connecting: a malformed URL is an error now, an
+    /// unreachable database only when a call needs it. The first connection brings the
+    /// schema up to date before anything else runs on it, so a front may start before its
+    /// database and serve pages meanwhile.
     pub fn open(url: &str) -> Result<PgStore> {
-        let store = PgStore {
+        let _: postgres::Config = url
+            .parse()
+            .with_context(|| format!("not a PostgreSQL URL: {}", redact(url)))?;
+        Ok(PgStore {
             url: url.to_string(),
             client: Mutex::new(None),
             closed: Default::default(),
-        };
-        store.with(migrate)?;
-        Ok(store)
+            migrated: Default::default(),
+        })
+    }
+
+    /// Connects (and migrates) now, or says why it cannot.
+    pub fn ready(&self) -> Result<()> {
+        self.with(|_| Ok(()))
     }
 
     /// The URL without its password, for messages.
@@ -64,9 +76,14 @@ impl PgStore {
             .parse()
             .with_context(|| format!("not a PostgreSQL URL: {}", redact(&self.url)))?;
         config.connect_timeout(Duration::from_secs(3));
-        config
+        let mut client = config
             .connect(NoTls)
-            .with_context(|| format!("connecting to PostgreSQL at {}", redact(&self.url)))
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact(&self.url)))?;
+        if !self.migrated.load(std::sync::atomic::Ordering::Acquire) {
+            migrate(&mut client)?;
+            self.migrated.store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(client)
     }
 
     /// Runs `f` on the connection, opening one if there is none. When the connection turns
@@ -178,16 +195,7 @@ impl RecordStore for PgStore {
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    fleet::bus::redact(url, false)
 }
 
 #[cfg(test)]

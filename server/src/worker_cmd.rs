@@ -58,7 +58,7 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
         let bus = fleet::bus::Bus::connect(
             &args.nats,
             &format!("gradless-worker-{}", args.name),
-            args.nats_creds.as_deref(),
+            &args.nats_auth.auth(),
         )
         .await?;
         let options = fleet::worker::WorkerOptions {
@@ -66,6 +66,7 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
             heartbeat_ttl: heartbeat,
             run_timeout,
             cpu_only,
+            started_ms: 0, // fleet::worker::run sets it from the card
         };
         fleet::worker::run(bus, Arc::new(engine), card, options, crate::shutdown_signal()).await
     })

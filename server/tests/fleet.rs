@@ -12,6 +12,11 @@
 //! 503 naming it, and runs go again once it is back; PostgreSQL stopped likewise (the run
 //! after its return recorded once); then ~200 viewers across both fronts
 //! follow 3 runs and the emit-to-viewer delay is reported (`gradless-fleet-load.json`).
+//!
+//! A second test runs a front and a worker on a nats-server started with the README's
+//! hardened configuration (`deploy/nats-gradless.conf`: TLS, a user per role). The two share
+//! the machine's cores and ports: `scripts/test.sh` runs them one after the other
+//! (`--test-threads=1`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -572,4 +577,153 @@ async fn load(a: SocketAddr, b: SocketAddr) {
     println!("fleet load figures: {figures}");
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let _ = std::fs::write(format!("{target}/gradless-fleet-load.json"), figures.to_string());
+}
+
+/// Kills its processes when dropped (a failed assertion must not leave them running).
+struct Processes(Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn run_ok(program: &str, args: &[&str], dir: &std::path::Path) {
+    let out = Command::new(program).args(args).current_dir(dir).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, in `dir`: `ca.pem`, `server.pem`,
+/// `server-key.pem`.
+fn make_certificates(dir: &std::path::Path) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1", "-subj", "/CN=gradless test CA"]);
+    run_ok("openssl", &ca, dir);
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    csr.extend(["-keyout", "server-key.pem", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+    run_ok("openssl", &csr, dir);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n").unwrap();
+    run_ok(
+        "openssl",
+        &["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+          "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf"],
+        dir,
+    );
+}
+
+/// The README's hardened nats-server configuration, `deploy/nats-gradless.conf` itself with
+/// its address, store and certificate paths moved into `dir`: TLS with the CA above and one
+/// user per role. A front and a worker with their own users run a recorded run end to end; a
+/// front holding the worker's user cannot queue a run; a front that does not trust the CA
+/// does not connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs NATS and PostgreSQL: scripts/test.sh runs it"]
+async fn the_hardened_nats_config_lets_each_role_do_its_part_and_no_more() {
+    let env = env();
+    let dir = log_dir().join("hardened-nats");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("store")).unwrap();
+    make_certificates(&dir);
+    let port = env.base_port + 10;
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut config = std::fs::read_to_string(repo.join("deploy/nats-gradless.conf")).unwrap();
+    let d = dir.display();
+    for (from, to) in [
+        ("listen: 0.0.0.0:4222".to_string(), format!("listen: 127.0.0.1:{port}")),
+        ("store_dir: /var/lib/nats".into(), format!("store_dir: \"{d}/store\"")),
+        ("cert_file: /etc/nats/server.pem".into(), format!("cert_file: \"{d}/server.pem\"")),
+        ("key_file: /etc/nats/server-key.pem".into(), format!("key_file: \"{d}/server-key.pem\"")),
+    ] {
+        assert!(config.contains(&from), "deploy/nats-gradless.conf no longer has `{from}`");
+        config = config.replace(&from, &to);
+    }
+    std::fs::write(dir.join("nats.conf"), config).unwrap();
+    let (front_pass, worker_pass) = ("front-secret", "worker-secret");
+    let nats = Command::new("nats-server")
+        .args(["-c", "nats.conf", "-l", "nats.log"])
+        .current_dir(&dir)
+        .env("FRONT_PASS", front_pass)
+        .env("WORKER_PASS", worker_pass)
+        .spawn()
+        .expect("starting nats-server");
+    let mut procs = Processes(vec![nats]);
+    wait_for("the hardened nats-server", Duration::from_secs(20), async || {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
+    let ca = dir.join("ca.pem").display().to_string();
+    let url = |user: &str, pass: &str| format!("tls://{user}:{pass}@127.0.0.1:{port}");
+    let front_args = |addr: SocketAddr, nats: String, ca: Option<&str>| {
+        let mut a: Vec<String> = [
+            "serve", "--addr", &addr.to_string(), "--nats", &nats, "--database", &env.database,
+            "--heartbeat-s", &HEARTBEAT_S.to_string(), "--rate-limit", "0", "--site-root", "target/site",
+        ]
+        .map(String::from)
+        .to_vec();
+        if let Some(ca) = ca {
+            a.extend(["--nats-ca".to_string(), ca.to_string()]);
+        }
+        a
+    };
+    let metrics: SocketAddr = format!("127.0.0.1:{}", port + 1).parse().unwrap();
+    let worker_args = [
+        "worker", "--nats", &url("worker", worker_pass), "--nats-ca", &ca, "--name", "hw1", "--device", "cpu",
+        "--heartbeat-s", &HEARTBEAT_S.to_string(), "--default-threads", "1", "--metrics-addr", &metrics.to_string(),
+    ]
+    .map(String::from);
+    procs.0.push(spawn(&worker_args, "hardened-worker.log"));
+    let front: SocketAddr = format!("127.0.0.1:{}", port + 2).parse().unwrap();
+    procs.0.push(spawn(&front_args(front, url("front", front_pass), Some(&ca)), "hardened-front.log"));
+
+    // Each role with its own user: a run goes through and is recorded.
+    wait_for("worker hw1 listed by the front", Duration::from_secs(90), async || {
+        live_workers(front).await == ["hw1"]
+    })
+    .await;
+    let created = submit(front, "hw1", QUICK).await;
+    let (_, events) = follow(front, &created.id, |_| {}).await;
+    assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+    let database = env.database.clone();
+    wait_for("the run recorded once", Duration::from_secs(20), async || {
+        rows_with_id(&database, &created.id).await == 1
+    })
+    .await;
+    assert_eq!(metric(metrics, "gradless_runs_finished_total").await, 1.0);
+
+    // The worker's user may not queue runs: a front holding it is refused by NATS.
+    let posing: SocketAddr = format!("127.0.0.1:{}", port + 3).parse().unwrap();
+    procs.0.push(spawn(&front_args(posing, url("worker", worker_pass), Some(&ca)), "hardened-posing-front.log"));
+    wait_for("the posing front lists hw1", Duration::from_secs(60), async || {
+        live_workers(posing).await == ["hw1"]
+    })
+    .await;
+    let (status, _, body) = post(posing, "/api/runs?worker=hw1", QUICK).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("handing the run to worker hw1 failed"), "{body}");
+    tokio::time::sleep(Duration::from_secs_f64(HEARTBEAT_S)).await;
+    assert_eq!(metric(metrics, "gradless_runs_finished_total").await, 1.0, "nothing more ran on hw1");
+
+    // A front that does not trust the fleet's CA does not connect: 503 naming NATS.
+    let untrusting: SocketAddr = format!("127.0.0.1:{}", port + 4).parse().unwrap();
+    procs.0.push(spawn(&front_args(untrusting, url("front", front_pass), None), "hardened-untrusting-front.log"));
+    wait_for("the untrusting front serving", Duration::from_secs(60), async || {
+        matches!(get_text(untrusting, "/healthz").await, Some((200, _)))
+    })
+    .await;
+    let (status, _, body) = post(untrusting, "/api/runs?worker=hw1", QUICK).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("NATS"), "{body}");
+    assert!(!body.contains(front_pass), "{body}");
+    drop(procs);
+    // No process wrote a password to its log.
+    for log in ["hardened-worker.log", "hardened-front.log", "hardened-posing-front.log", "hardened-untrusting-front.log"] {
+        let text = std::fs::read_to_string(log_dir().join(log)).unwrap();
+        assert!(!text.contains(front_pass) && !text.contains(worker_pass), "{log} shows a password");
+    }
 }
