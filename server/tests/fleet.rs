@@ -9,8 +9,9 @@
 //! killed mid-run fails its run with "worker NAME went away during the run" within its
 //! heartbeat, and records nothing, while the runs queued behind it stay queued and start when
 //! it returns, or expire after the submitting front's `--run-timeout-s`; a front killed mid-run loses no record; NATS stopped gives
-//! 503 naming it, and runs go again once it is back; PostgreSQL stopped likewise (the run
-//! after its return recorded once); then ~200 viewers across both fronts
+//! 503 naming it, and runs go again once it is back; PostgreSQL stopped likewise (a front
+//! started meanwhile serves pages and gives the same 503; the run after its return
+//! recorded once); then ~200 viewers across both fronts
 //! follow 3 runs and the emit-to-viewer delay is reported (`gradless-fleet-load.json`).
 //!
 //! A second test runs a front and a worker on a nats-server started with the README's
@@ -499,6 +500,18 @@ async fn two_fronts_three_workers_and_their_faults() {
         status == 503 && headers.contains_key("retry-after") && body.contains("PostgreSQL")
     })
     .await;
+    // A front started while PostgreSQL is away serves its pages and gives the same 503.
+    fleet.kill_front(1);
+    fleet.start_front(1);
+    wait_for("front B serving pages without PostgreSQL", Duration::from_secs(60), async || {
+        matches!(get_text(b, "/").await, Some((200, _)))
+    })
+    .await;
+    wait_for("front B's 503 naming PostgreSQL (once it has reached NATS)", Duration::from_secs(20), async || {
+        let (status, _, body) = post(b, "/api/runs?worker=w1", QUICK).await;
+        status == 503 && body.contains("PostgreSQL")
+    })
+    .await;
     services(&fleet.env, "pg");
     let mut recovered = None;
     wait_for("runs accepted again after PostgreSQL returned", Duration::from_secs(60), async || {
@@ -512,6 +525,11 @@ async fn two_fronts_three_workers_and_their_faults() {
     let created = recovered.unwrap();
     let (_, events) = follow(a, &created.id, |_| {}).await;
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
+    // The front started without it migrates and records once PostgreSQL is back.
+    wait_for("front B takes runs after PostgreSQL returned", Duration::from_secs(60), async || {
+        live_workers(b).await.len() == 3 && post(b, "/api/runs?worker=w2", QUICK).await.0 == 202
+    })
+    .await;
     let database = fleet.env.database.clone();
     wait_for("the run after PostgreSQL's return recorded once", Duration::from_secs(20), async || {
         rows_with_id(&database, &created.id).await == 1
