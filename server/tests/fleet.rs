@@ -19,6 +19,8 @@
 //! the machine's cores and ports: `scripts/test.sh` runs them one after the other
 //! (`--test-threads=1`).
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -205,13 +207,9 @@ async fn follow(addr: SocketAddr, id: &str, mut on_event: impl FnMut(&Event)) ->
         let Ok(data) = frame.into_data() else { continue };
         let now = unix_us();
         text.push_str(&String::from_utf8_lossy(&data));
-        while let Some(end) = text.find("\n\n") {
-            let message: String = text.drain(..end + 2).collect();
-            for json in message.lines().filter_map(|l| l.strip_prefix("data: ")) {
-                let event: Event = serde_json::from_str(json).expect("event JSON");
-                on_event(&event);
-                out.push((now, event));
-            }
+        for event in common::drain_events(&mut text) {
+            on_event(&event);
+            out.push((now, event));
         }
         if out.last().is_some_and(|(_, e)| e.is_terminal()) {
             break;

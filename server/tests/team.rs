@@ -5,6 +5,8 @@
 //! The models are made during the test by the venv's PyTorch
 //! (engine/tests/fixtures/make_team_models.py).
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -64,15 +66,7 @@ mod api {
             if let Ok(data) = frame.unwrap().into_data() {
                 text.push_str(&String::from_utf8_lossy(&data));
             }
-            while let Some(end) = text.find("\n\n") {
-                let message: String = text.drain(..end + 2).collect();
-                events.extend(
-                    message
-                        .lines()
-                        .filter_map(|l| l.strip_prefix("data: "))
-                        .map(|j| serde_json::from_str::<Event>(j).unwrap()),
-                );
-            }
+            events.extend(crate::common::drain_events(&mut text));
             if events.last().is_some_and(Event::is_terminal) {
                 break;
             }

@@ -4,6 +4,8 @@
 //! binary, one module per concern; the helpers here are shared.
 
 mod access;
+#[path = "../common/mod.rs"]
+mod common;
 mod connections;
 mod pages;
 mod pitfalls;
@@ -108,15 +110,7 @@ pub async fn read_events(res: axum::response::Response, limit: usize) -> Vec<Eve
         if let Ok(data) = frame.unwrap().into_data() {
             text.push_str(&String::from_utf8_lossy(&data));
         }
-        while let Some(end) = text.find("\n\n") {
-            let message: String = text.drain(..end + 2).collect();
-            events.extend(
-                message
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data: "))
-                    .map(|j| serde_json::from_str::<Event>(j).unwrap()),
-            );
-        }
+        events.extend(common::drain_events(&mut text));
         if events.last().is_some_and(Event::is_terminal) || events.len() >= limit {
             break;
         }
