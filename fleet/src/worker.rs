@@ -25,8 +25,8 @@ pub struct WorkerOptions {
     pub run_timeout: Duration,
     /// `--device cpu`: measure on the CPU only, even on a host with a GPU.
     pub cpu_only: bool,
-    /// This process's start ([`WorkerCard::started_ms`]), set by [`run`] from the card:
-    /// every message it emits names it, so a front knows which process runs a job.
+    /// This process's start, as its card says ([`WorkerCard::started_ms`]): every message
+    /// it emits names it, so a front knows which process runs a job.
     pub started_ms: u64,
 }
 
@@ -44,7 +44,7 @@ pub async fn run(
     options: WorkerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let options = Arc::new(WorkerOptions { started_ms: card.started_ms, ..options });
+    let options = Arc::new(options);
     bus.ensure_patiently(options.heartbeat_ttl).await;
     let live = Arc::new(Mutex::new(Live::default()));
     // Listed before taking a job: a front that sees this process start a job and then

@@ -1,8 +1,9 @@
 //! The record store of a fleet's fronts: PostgreSQL, the same records as the SQLite file
 //! ([`crate::store::Store`]) behind the same trait. Several fronts share one database:
 //! `INSERT ... ON CONFLICT (id) DO NOTHING` keeps one row per id however many fronts see
-//! a run's end, and the schema migrations run at start-up under an advisory lock, so
-//! fronts starting together migrate once.
+//! a run's end, and the schema migrations run on a process's first connection under an
+//! advisory lock, so fronts starting together migrate once (and a front may start before
+//! its database).
 //!
 //! The blocking `postgres` client, like rusqlite: callers already keep store calls off the
 //! async threads. A broken connection is dropped and re-opened on the next call, so the

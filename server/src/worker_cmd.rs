@@ -66,7 +66,7 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
             heartbeat_ttl: heartbeat,
             run_timeout,
             cpu_only,
-            started_ms: 0, // fleet::worker::run sets it from the card
+            started_ms: card.started_ms,
         };
         fleet::worker::run(bus, Arc::new(engine), card, options, crate::shutdown_signal()).await
     })
