@@ -1,5 +1,5 @@
 //! What the traced pass costs: for every built-in model at its default settings (3 warm-up
-//! + 20 timed iterations, eval, grad enabled and no_grad), the wall time of a whole run
+//! and 20 timed iterations, eval, grad enabled and no_grad), the wall time of a whole run
 //! (which includes the traced pass) against the wall time of the traced pass alone, and a
 //! traced pass against an untraced one (the probe's own cost).
 //!

@@ -226,7 +226,8 @@ pub fn measure_peak(device: DeviceKind, precision: Precision) -> Option<DevicePe
     })
     .ok()?;
     let (seconds, copy_seconds) = measured;
-    if !(seconds > 0.0) {
+    // NaN included.
+    if seconds.is_nan() || seconds <= 0.0 {
         return None;
     }
     let flops = 2.0 * (n as f64).powi(3);

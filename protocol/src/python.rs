@@ -50,7 +50,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     // floating-point ones are cast with the weights: token ids and masks keep their dtype.
     let team = spec.model.team();
     let many = team.is_some_and(|m| m.sidecar.inputs.len() > 1);
-    let floating = team.map_or(true, |m| {
+    let floating = team.is_none_or(|m| {
         m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point())
     });
     let on_host = adv.input_source != InputSource::Device;

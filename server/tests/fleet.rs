@@ -567,12 +567,14 @@ async fn load(a: SocketAddr, b: SocketAddr) {
         let (front, id, connected, events) =
             tokio::time::timeout(Duration::from_secs(180), v).await.expect("viewer finished").unwrap();
         assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "viewer of {id}");
-        if !emitted.contains_key(&(front, id.clone())) {
-            let (status, body) = get_text(front, &format!("/api/runs/{id}/emitted")).await.unwrap();
-            assert_eq!(status, 200);
-            emitted.insert((front, id.clone()), serde_json::from_str(&body).unwrap());
-        }
-        let stamps = &emitted[&(front, id)];
+        let stamps = match emitted.entry((front, id.clone())) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let (status, body) = get_text(front, &format!("/api/runs/{id}/emitted")).await.unwrap();
+                assert_eq!(status, 200);
+                e.insert(serde_json::from_str(&body).unwrap())
+            }
+        };
         assert_eq!(stamps.len(), events.len(), "one stamp per event");
         for ((read, _), sent) in events.iter().zip(stamps) {
             // Live events only: a replayed one was emitted before this viewer connected.

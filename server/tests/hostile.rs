@@ -12,6 +12,8 @@
 //!
 //! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-hostile.json`.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,20 +45,7 @@ fn rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.next() as usize % items.len()]
-    }
-}
+use common::Lcg;
 
 /// One generated request and what kind it is (for the tally).
 fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
@@ -79,18 +68,18 @@ fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
         "nope",
         "..%2F..%2Fetc",
     ];
-    let (kind, uri, body) = match rng.next() % 10 {
+    let (kind, uri, body) = match rng.next_u64() % 10 {
         0..=3 => {
             let mut fields = vec![format!("\"model\": {}", rng.pick(models))];
-            if rng.next() % 4 != 0 {
+            if !rng.next_u64().is_multiple_of(4) {
                 fields.push(format!("\"batch\": {}", rng.pick(&batches)));
             }
-            fields.push(format!("\"iters\": {}", rng.next() % 3 + 1));
-            fields.push(format!("\"warmup\": {}", rng.next() % 2));
-            if rng.next() % 3 == 0 {
+            fields.push(format!("\"iters\": {}", rng.next_u64() % 3 + 1));
+            fields.push(format!("\"warmup\": {}", rng.next_u64() % 2));
+            if rng.next_u64().is_multiple_of(3) {
                 fields.push("\"grad\": \"enabled\", \"eval\": false".into());
             }
-            if rng.next() % 8 == 0 {
+            if rng.next_u64().is_multiple_of(8) {
                 fields.push(format!("\"threads\": {}", rng.pick(&["1", "256", "0"])));
             }
             (
@@ -106,7 +95,7 @@ fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
             } else {
                 rng.pick(&["0", "-3", "\"8\""])
             };
-            let body = match rng.next() % 3 {
+            let body = match rng.next_u64() % 3 {
                 0 => String::new(),
                 1 => r#"{"device": "cpu"}"#.into(),
                 _ => format!(r#"{{"device": "cpu", "batch": {batch}}}"#),
@@ -129,7 +118,7 @@ fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
         ),
     };
     let mut req = Request::post(uri);
-    req = match (kind, rng.next() % 4) {
+    req = match (kind, rng.next_u64() % 4) {
         ("foreign", 0) => req.header(header::ORIGIN, "http://evil.example"),
         ("foreign", 1) => req.header(header::HOST, "evil.example:3000"),
         ("foreign", 2) => req.header(header::CONTENT_TYPE, "text/plain"),

@@ -10,6 +10,8 @@
 //! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-load.json` and
 //! `gradless-viewers.json`. The two tests take turns (they share the machine's two cores).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -56,12 +58,8 @@ async fn view(addr: std::net::SocketAddr, id: String) -> (Instant, Vec<(usize, I
         };
         let now = Instant::now();
         text.push_str(&String::from_utf8_lossy(&data));
-        while let Some(end) = text.find("\n\n") {
-            let message: String = text.drain(..end + 2).collect();
-            for json in message.lines().filter_map(|l| l.strip_prefix("data: ")) {
-                let event: Event = serde_json::from_str(json).expect("event JSON");
-                out.push((out.len(), now, event));
-            }
+        for event in common::drain_events(&mut text) {
+            out.push((out.len(), now, event));
         }
         if out.last().is_some_and(|(_, _, e)| e.is_terminal()) {
             break;
@@ -71,7 +69,7 @@ async fn view(addr: std::net::SocketAddr, id: String) -> (Instant, Vec<(usize, I
 }
 
 /// The tests in this file take turns: each measures delays, which the other would inflate.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
@@ -117,7 +115,7 @@ fn serve(state: server::state::AppState, limits: server::conn::ConnLimits) -> st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_viewers_and_a_full_queue_on_loopback() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let state = state(QUEUE, server::state::Services::ephemeral().unwrap());
     let runs = state.runs.clone();
     let addr = serve(state, server::conn::ConnLimits::default());
@@ -294,7 +292,7 @@ async fn view_raw(addr: std::net::SocketAddr, id: String) -> Result<Vec<(String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_viewers_of_one_run() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let services = server::state::Services {
         max_streams: VIEWERS,
         ..server::state::Services::ephemeral().unwrap()

@@ -157,7 +157,7 @@ pub fn pitfall_chart(report: &PitfallReport) -> Option<ChartOption> {
                     .name(s.name.clone())
                     .y_axis_index(axis)
                     .symbol(symbols[i % symbols.len()].clone())
-                    .line_style(LineStyle::new().type_(dashes[i % dashes.len()].clone()))
+                    .line_style(LineStyle::new().type_(dashes[i % dashes.len()]))
                     .data(data),
             ),
             ChartKind::Bar => chart.series(

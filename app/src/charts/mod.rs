@@ -191,8 +191,6 @@ fn previous_line(name: &str, data: Vec<DataPoint>) -> Line {
         .data(data)
 }
 
-/// Per-iteration latency, the warm-up shaded and left out of the p50/p95 lines.
-
 /// A figure for a sentence: three significant digits at most.
 fn short_number(v: f64) -> String {
     if v.abs() >= 100.0 {

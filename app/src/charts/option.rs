@@ -12,9 +12,11 @@ use charming::element::Tooltip;
 use charming::series::{Bar, Line};
 use serde::{Serialize, Serializer};
 
-/// The series the charts draw.
+/// The series the charts draw. Not boxed although a line is much larger than a bar: a
+/// chart holds a handful, built once and serialized at once.
 #[derive(Serialize)]
 #[serde(untagged)]
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Series {
     Line(Line),
     Bar(Bar),

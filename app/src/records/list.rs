@@ -7,10 +7,13 @@ use protocol::{format_bytes, RecordSummary};
 use super::RecordIndex;
 use super::{INDEX_ELEMENT, INDEX_LIMIT, MAX_COMPARED};
 
+/// A listing of recorded results, or why it could not be read.
+type Listed = Result<Vec<RecordSummary>, String>;
+
 /// The newest recorded results (`Err` with a message when they cannot be read), and the
 /// JSON to embed for hydration; like [`load`], fetched from the API after client-side
 /// navigation.
-fn load_index() -> (RwSignal<Option<Result<Vec<RecordSummary>, String>>>, String) {
+fn load_index() -> (RwSignal<Option<Listed>>, String) {
     #[cfg(feature = "ssr")]
     {
         let listed = match use_context::<RecordIndex>() {

@@ -29,9 +29,11 @@ pub const MAX_COMPARED: usize = 8;
 /// How the server finds a recorded result while rendering (provided in context by it).
 #[cfg(feature = "ssr")]
 #[derive(Clone)]
-pub struct RecordLookup(
-    pub std::sync::Arc<dyn Fn(&str) -> Result<Option<Record>, String> + Send + Sync>,
-);
+pub struct RecordLookup(pub std::sync::Arc<LookupFn>);
+
+/// Record `id`, `None` when there is none, `Err` with a message when it cannot be read.
+#[cfg(feature = "ssr")]
+pub type LookupFn = dyn Fn(&str) -> Result<Option<Record>, String> + Send + Sync;
 
 /// How the server lists the newest recorded results while rendering `/runs`.
 #[cfg(feature = "ssr")]

@@ -118,18 +118,4 @@ pub async fn read_events(res: axum::response::Response, limit: usize) -> Vec<Eve
     events
 }
 
-/// A small deterministic generator, so a failure names a reproducible case.
-pub struct Lcg(pub u64);
-
-impl Lcg {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.next() as usize % items.len()]
-    }
-}
+pub use common::Lcg;

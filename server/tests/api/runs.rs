@@ -198,7 +198,7 @@ async fn thousands_of_generated_bodies_get_json_answers_and_the_server_keeps_ser
     let mut rng = Lcg(42);
     let mut answered = std::collections::BTreeMap::new();
     for case in 0..3000 {
-        let body = match rng.next() % 8 {
+        let body = match rng.next_u64() % 8 {
             0 => {
                 // Raw noise, cut JSON, nesting.
                 let noise = [
@@ -213,12 +213,12 @@ async fn thousands_of_generated_bodies_get_json_answers_and_the_server_keeps_ser
                     "\\",
                     " ",
                 ];
-                (0..rng.next() % 12)
+                (0..rng.next_u64() % 12)
                     .map(|_| rng.pick(&noise))
                     .collect::<String>()
             }
             _ => {
-                let fields: Vec<String> = (0..rng.next() % 5)
+                let fields: Vec<String> = (0..rng.next_u64() % 5)
                     .map(|_| format!("\"{}\": {}", rng.pick(&keys), rng.pick(&values)))
                     .collect();
                 format!("{{{}}}", fields.join(", "))

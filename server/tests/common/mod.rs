@@ -1,4 +1,7 @@
-//! What several test crates of the server share: reading the event stream the API sends.
+//! What several test crates of the server share: reading the event stream the API sends,
+//! and a small deterministic generator for generated requests.
+// Each test crate uses the part it needs.
+#![allow(dead_code)]
 
 use protocol::Event;
 
@@ -16,4 +19,18 @@ pub fn drain_events(text: &mut String) -> Vec<Event> {
         );
     }
     events
+}
+
+/// A small deterministic generator, so a failure names a reproducible case.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.next_u64() as usize % items.len()]
+    }
 }
