@@ -364,7 +364,9 @@ s.serve_forever()
 server_check() {
   local pid port rc
   if [ $DRY -eq 1 ]; then
-    coproc STUB { "$JSONPY" -c "$STUB_SERVER"; }
+    # exec: the coprocess's pid is then the stub's own, so the kill below stops it (not
+    # only a subshell, leaving the stub serving forever).
+    coproc STUB { exec "$JSONPY" -c "$STUB_SERVER"; }
     pid=$STUB_PID
     read -r port <&"${STUB[0]}"
   else

@@ -20,16 +20,16 @@ done
 
 echo "==> Fleet tests (nats-server and PostgreSQL on loopback; 2 fronts and 3 CPU workers as processes)"
 # Ports after the browser tests' (port, port + 2): NATS, PostgreSQL, then the fronts and
-# the workers' metrics (port + 5 ...).
+# the workers' metrics (port + 5 ...). The services stay up for the browser tests' fleet
+# test, and stop when this script ends.
 services=$(mktemp -d)
-trap 'scripts/services.sh stop "$services" || true; rm -rf "$services"' EXIT
+root=$PWD # the trap runs wherever the script has gone (the browser tests run in end2end/)
+stop_services() { "$root/scripts/services.sh" stop "$services" || true; rm -rf "$services"; }
+trap stop_services EXIT
 eval "$(scripts/services.sh start "$services" $((port + 3)) $((port + 4)))"
 # `--workspace`, as above: `-p server` unifies features differently and would compile the
 # server a second time.
 GRADLESS_FLEET_PORT=$((port + 5)) cargo test --release --workspace --test fleet -- --ignored --nocapture --test-threads=1 || { echo "error: fleet tests failed (logs: $CARGO_TARGET_DIR/fleet-logs)" >&2; exit 1; }
-scripts/services.sh stop "$services"
-rm -rf "$services"
-trap - EXIT
 [ -f "$CARGO_TARGET_DIR/gradless-fleet-load.json" ] && echo "figures (gradless-fleet-load.json): $(cat "$CARGO_TARGET_DIR/gradless-fleet-load.json")"
 # The two emit-to-viewer p99s side by side: one process, and the fleet over NATS.
 python3 - "$CARGO_TARGET_DIR" <<'PY' || true
@@ -74,7 +74,7 @@ echo "==> Starting gradless on 127.0.0.1:$port (log: $log)"
 GRADLESS_THREADS=1 GRADLESS_DB="$scratch/runs.sqlite3" GRADLESS_EMBED_ORIGINS="http://127.0.0.1:$docs_port" GRADLESS_RATE_LIMIT=0 \
   "$CARGO_TARGET_DIR/release/gradless" serve --addr "127.0.0.1:$port" --site-root target/site >"$log" 2>&1 &
 server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; rm -rf "$scratch"' EXIT
+trap 'kill $server_pid 2>/dev/null || true; rm -rf "$scratch"; stop_services' EXIT
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
   kill -0 $server_pid 2>/dev/null || { cat "$log"; echo "error: the server did not start" >&2; exit 1; }

@@ -9,7 +9,7 @@ use protocol::{format_bytes, PitfallReport, Report, Verdict};
 /// The line that says where and when a result was measured.
 pub fn provenance(env: &protocol::EnvStamp) -> String {
     let mut parts = vec![
-        format!("{} ({})", env.device_name, env.device.as_str()),
+        env.device_label(),
         format!("libtorch {}", env.libtorch_version),
     ];
     if let Some(c) = &env.cuda_version {

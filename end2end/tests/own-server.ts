@@ -30,13 +30,28 @@ export async function startServer(port: number, args: string[]): Promise<OwnServ
 
 /** SIGTERM, as a service manager stops it, and wait for the clean exit. */
 export async function stopServer(server: OwnServer) {
-  if (server.child.exitCode !== null) return;
-  const exited = new Promise((r) => server.child.once("exit", r));
-  server.child.kill("SIGTERM");
-  await exited;
+  await stopChild(server.child);
 }
 
 /** A port for a test's own server, away from the shared one. */
 export function freePort(offset: number): number {
   return 8000 + offset * 100 + Math.floor(Math.random() * 100);
+}
+
+/** A fleet worker (`gradless worker`) on NATS `nats`, measuring on the CPU. */
+export function startWorker(name: string, nats: string): ChildProcess {
+  const child = spawn(BIN!, ["worker", "--nats", nats, "--name", name, "--device", "cpu", "--heartbeat-s", "2",
+    "--default-threads", "1"], {
+    env: { ...process.env, RUST_LOG: "info" },
+    stdio: ["ignore", "ignore", "ignore"],
+  });
+  return child;
+}
+
+/** SIGTERM a child and wait for it to exit. */
+export async function stopChild(child: ChildProcess) {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((r) => child.once("exit", r));
+  child.kill("SIGTERM");
+  await exited;
 }

@@ -155,6 +155,7 @@ impl Machine {
             threads,
             measured_at: rfc3339_now(),
             gradless_version: env!("CARGO_PKG_VERSION").to_string(),
+            worker: None,
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct WorkerOptions {
     pub run_timeout: Duration,
     /// `--device cpu`: measure on the CPU only, even on a host with a GPU.
     pub cpu_only: bool,
+    /// How its results name it (`NAME on HOST`, [`measurer`]): the stamp's `worker`.
+    pub measurer: String,
     /// This process's start, as its card says ([`WorkerCard::started_ms`]): every message
     /// it emits names it, so a front knows which process runs a job.
     pub started_ms: u64,
@@ -282,6 +284,7 @@ async fn handle(
             let body = match result {
                 Ok(Ok(mut report)) => {
                     report.record_id = Some(job.id.clone());
+                    report.env.worker = Some(options.measurer.clone());
                     Body::Pitfall { report: Box::new(report) }
                 }
                 Ok(Err(engine::ExperimentError::Failed(f))) => Body::Event { event: Event::Failed { failure: f } },
@@ -345,6 +348,13 @@ async fn run_job(
             }
             meter.observe(&event);
             let last = event.is_terminal();
+            let event = match event {
+                Event::Done { mut report } => {
+                    report.env.worker = Some(options.measurer.clone());
+                    Event::Done { report }
+                }
+                other => other,
+            };
             emit(bus, job, options, Body::Event { event }).await?;
             if last {
                 return Ok(());
@@ -354,6 +364,11 @@ async fn run_job(
         emit(bus, job, options, failed(FailureKind::Internal, "the device worker stopped".into())).await
     };
     with_progress(message, options, relay).await
+}
+
+/// How a worker's results name it: its fleet name and the host it runs on.
+pub fn measurer(card: &WorkerCard) -> String {
+    format!("{} on {}", card.name, card.host)
 }
 
 /// The card for this worker, from what its engine found.

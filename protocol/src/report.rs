@@ -119,6 +119,23 @@ pub struct EnvStamp {
     /// RFC 3339, UTC.
     pub measured_at: String,
     pub gradless_version: String,
+    /// The fleet worker that measured it (`NAME on HOST`); absent from a single server's
+    /// results, where the server is the only measurer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+}
+
+impl EnvStamp {
+    /// The device as a page names it: `NVIDIA H200 (cuda)`, with the fleet worker when
+    /// there is one (`… · worker gpu-host-3 on node7`), so two hosts with the same GPU
+    /// stay apart side by side.
+    pub fn device_label(&self) -> String {
+        let device = format!("{} ({})", self.device_name, self.device.as_str());
+        match &self.worker {
+            Some(w) => format!("{device} · worker {w}"),
+            None => device,
+        }
+    }
 }
 
 /// Everything a finished run measured.

@@ -67,6 +67,7 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
             run_timeout,
             cpu_only,
             started_ms: card.started_ms,
+            measurer: fleet::worker::measurer(&card),
         };
         fleet::worker::run(bus, Arc::new(engine), card, options, crate::shutdown_signal()).await
     })

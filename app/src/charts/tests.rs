@@ -71,6 +71,7 @@ fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
             threads: 1,
             measured_at: "2026-11-30T00:00:00Z".into(),
             gradless_version: "0".into(),
+            worker: None,
         },
         record_id: None,
     }

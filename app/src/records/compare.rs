@@ -106,7 +106,7 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
         ("settings", Box::new(|r: &Report| r.spec.label())),
         (
             "device",
-            Box::new(|r: &Report| format!("{} ({})", r.env.device_name, r.env.device.as_str())),
+            Box::new(|r: &Report| r.env.device_label()),
         ),
         (
             "measured at",
