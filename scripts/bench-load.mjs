@@ -116,7 +116,15 @@ await browser.close();
 
 if (flag('--warm-start')) {
   const port = Number(option('--warm-start-port', '8700'));
-  for (let i = 0; i < Math.min(runs, 3); i++) results.warmStart.push({ s: await warmStart(port + i) });
+  for (let i = 0; i < Math.min(runs, 3); i++) {
+    // A start that fails is reported, and the page figures above are still printed.
+    try {
+      results.warmStart.push({ s: await warmStart(port + i) });
+    } catch (e) {
+      results.warmStartError = String(e.message ?? e);
+      break;
+    }
+  }
 }
 
 /** `scripts/run.sh` until the server answers, in seconds; the server is stopped after. */
@@ -169,5 +177,6 @@ if (flag('--json')) {
   console.log(`  cold visit: ${fmt(summary.cold_bytes, 'B')} transferred, first contentful paint ${fmt(summary.cold_fcp_ms, 'ms')}, hydrated ${fmt(summary.cold_hydrated_ms, 'ms')} after navigation`);
   console.log(`  second visit: ${fmt(summary.warm_bytes, 'B')} transferred, first contentful paint ${fmt(summary.warm_fcp_ms, 'ms')}, hydrated ${fmt(summary.warm_hydrated_ms, 'ms')}`);
   console.log(`  click Run to first streamed sample (tiny model): ${fmt(summary.first_sample_ms, 'ms')}`);
-  console.log(`  warm start (scripts/run.sh, nothing to rebuild, to /healthz): ${fmt(summary.warm_start_s, 's')}`);
+  const warm = results.warmStartError ? `failed: ${results.warmStartError}` : fmt(summary.warm_start_s, 's');
+  console.log(`  warm start (scripts/run.sh, nothing to rebuild, to /healthz): ${warm}`);
 }

@@ -98,6 +98,7 @@ echo "==> Building the server as scripts/run.sh does (its features differ from t
 (cd .. && cargo build --release -p server)
 
 echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads, 3 warm starts)"
-# The warm starts run scripts/run.sh on the three ports after the docs site's.
-(cd .. && timeout 400 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5 --warm-start --warm-start-port $((port + 3))) \
+# The warm starts run scripts/run.sh on port + 20 ... + 22: past NATS and PostgreSQL
+# (port + 3, + 4, still up) and the fleet tests' ports (port + 5 ... + 19).
+(cd .. && timeout 400 node scripts/bench-load.mjs --url "http://127.0.0.1:$port" --runs 5 --warm-start --warm-start-port $((port + 20))) \
   || echo "load benchmark: could not run (not a test)"
