@@ -1,7 +1,8 @@
 // A fleet as a person sees it: a front (no device of its own) and two CPU workers on the
-// NATS and PostgreSQL that scripts/test.sh keeps running for the browser tests. The Lab
-// lists both workers' devices; "Run on every device" runs the Lab's settings on each and
-// opens them side by side, each column naming the worker that measured it.
+// NATS and PostgreSQL that scripts/test.sh keeps running for the browser tests. Before any
+// worker the Lab says why nothing runs; then it lists both workers' devices; "Run on every
+// device" runs the Lab's settings on each and opens them side by side, each column naming
+// the worker that measured it.
 import { expect, test } from "@playwright/test";
 import { BIN, freePort, startServer, startWorker, stopChild, stopServer } from "./own-server";
 
@@ -14,9 +15,18 @@ test("a fleet front lists its workers and runs on every device, side by side", a
   // Fresh names: the stream keeps each name's consumer between test runs.
   const tag = Math.random().toString(36).slice(2, 8);
   const names = [`e2e-a-${tag}`, `e2e-b-${tag}`];
-  const workers = names.map((n) => startWorker(n, NATS!));
   const front = await startServer(freePort(7), ["--nats", NATS!, "--database", DATABASE!, "--heartbeat-s", "2", "--rate-limit", "0"]);
+  const workers: ReturnType<typeof startWorker>[] = [];
   try {
+    // Before any worker: the front says why nothing can run, and how to start one.
+    await page.goto(front.url);
+    await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+    await expect(page.getByTestId("fleet-empty")).toContainText("gradless worker --nats URL --name NAME");
+    // ... and does not start the first visit's automatic run, which could only be refused.
+    await page.waitForTimeout(1000);
+    await expect(page.getByTestId("run-progress")).not.toContainText("Failed");
+
+    workers.push(...names.map((n) => startWorker(n, NATS!)));
     // The page's own view of the fleet (what it renders from), not only the worker list.
     await expect.poll(async () => {
       const info: { workers: { name: string }[] } = await (await fetch(`${front.url}/api/info`)).json();
@@ -25,6 +35,7 @@ test("a fleet front lists its workers and runs on every device, side by side", a
 
     await page.goto(front.url);
     await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+    await expect(page.getByTestId("fleet-empty")).toHaveCount(0);
     const fleet = page.getByTestId("fleet");
     for (const n of names) await expect(fleet).toContainText(n);
 

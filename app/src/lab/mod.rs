@@ -241,7 +241,10 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
             {
                 let default = spec.get_untracked();
                 let device = info.with_value(|i| resolved_device(i, default.device));
-                leptos::task::spawn_local(first_view(default, device, runs));
+                // A fleet front with no live worker has no device: show a recorded run if
+                // there is one, but start none (it would only be refused).
+                let can_run = info.with_value(|i| !i.devices.is_empty());
+                leptos::task::spawn_local(first_view(default, device, runs, can_run));
             }
         }
         true
@@ -365,9 +368,10 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
 }
 
 /// The first view of a bare address: the newest recorded run of the default settings on
-/// this server's device, labelled as recorded; on a fresh server, the default run once.
+/// this server's device, labelled as recorded; on a fresh server, the default run once
+/// (when it `can_run`).
 #[cfg(feature = "hydrate")]
-async fn first_view(default: RunSpec, device: DeviceKind, runs: Runs) {
+async fn first_view(default: RunSpec, device: DeviceKind, runs: Runs, can_run: bool) {
     use protocol::{Record, RecordSummary};
     let label = guide::summary_label(&default);
     let listed = crate::client::get_json::<Vec<RecordSummary>>("/api/records?kind=run&limit=200")
@@ -393,9 +397,10 @@ async fn first_view(default: RunSpec, device: DeviceKind, runs: Runs) {
             }
         }
     }
-    if runs
-        .view_state
-        .with_untracked(|v| v.report.is_none() && !v.phase.busy())
+    if can_run
+        && runs
+            .view_state
+            .with_untracked(|v| v.report.is_none() && !v.phase.busy())
     {
         run::start_automatic_run(
             default,
