@@ -140,21 +140,8 @@ async fn run_everywhere(spec: &RunSpec, names: &[String], status: RwSignal<Strin
 pub fn FleetPitfall(id: String) -> impl IntoView {
     let info = expect_context::<ServerInfo>();
     let Some(workers) = fleet_labels(&info) else {
-        // A single server always has a device (its CPU at least); no device at all is a
-        // fleet front that no worker has announced itself to (yet, or any more).
-        return info
-            .devices
-            .is_empty()
-            .then(|| {
-                view! {
-                    <p class="explain note" role="status" data-testid="fleet-empty">
-                        "No device worker is live in this fleet: this front measures nothing itself, so runs are refused until one announces itself ("
-                        <code>"gradless worker --nats URL --name NAME"</code>
-                        "). Reload the page once it has."
-                    </p>
-                }
-            })
-            .into_any();
+        // The Lab says when a front has no worker; each card need not say it again.
+        return ().into_any();
     };
     let results = RwSignal::new(Vec::<(String, Result<PitfallReport, String>)>::new());
     let busy = RwSignal::new(false);

@@ -337,22 +337,23 @@ pub async fn run_events(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let run = state.runs.get(&id).ok_or(ApiError::NotFound(id))?;
+    event_response(&state, run, &query)
+}
+
+/// The SSE response following `run` (see [`run_events`]), for this server's handler and a
+/// fleet front's: one of the server's stream slots (429 when none is free), and the
+/// owner's rights when the query carries the run's `cancel_token`.
+pub(crate) fn event_response(
+    state: &AppState,
+    run: Arc<RunState>,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
     let permit = state
         .streams
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
     let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
-    Ok(event_response(run, owner, permit))
-}
-
-/// The SSE response following `run` (see [`run_events`]), for this server's handler and a
-/// fleet front's.
-pub(crate) fn event_response(
-    run: Arc<RunState>,
-    owner: bool,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) -> Response {
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
@@ -362,7 +363,7 @@ pub(crate) fn event_response(
             HeaderValue::from_static("no"),
         ),
     ];
-    (headers, axum::body::Body::from_stream(event_stream(run, owner, permit))).into_response()
+    Ok((headers, axum::body::Body::from_stream(event_stream(run, owner, permit))).into_response())
 }
 
 /// Silence longer than this gets an SSE comment, so proxies and browsers keep the stream.

@@ -339,13 +339,7 @@ pub async fn run_events(
             run
         }
     };
-    let permit = state
-        .streams
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::TooManyStreams(state.max_streams))?;
-    let owner = run.is_owner(query.get("cancel_token").map(String::as_str));
-    Ok(crate::api::event_response(run, owner, permit))
+    crate::api::event_response(&state, run, &query)
 }
 
 /// `GET /api/runs/{id}/emitted`: when each event of the run was emitted by its worker

@@ -187,6 +187,20 @@ async fn submit(addr: SocketAddr, worker: &str, spec: &str) -> RunCreated {
     serde_json::from_str(&body).unwrap()
 }
 
+/// Submits QUICK to `worker` on `addr` until it is accepted (a service coming back).
+async fn submit_once_accepted(what: &str, addr: SocketAddr, worker: &str) -> RunCreated {
+    let mut created = None;
+    wait_for(what, Duration::from_secs(60), async || {
+        let (status, _, body) = post(addr, &format!("/api/runs?worker={worker}"), QUICK).await;
+        if status == 202 {
+            created = Some(serde_json::from_str::<RunCreated>(&body).unwrap());
+        }
+        status == 202
+    })
+    .await;
+    created.unwrap()
+}
+
 fn unix_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
 }
@@ -472,21 +486,13 @@ async fn two_fronts_three_workers_and_their_faults() {
     let (status, _) = get_text(a, "/").await.unwrap();
     assert_eq!(status, 200, "pages keep working without NATS");
     services(&fleet.env, "nats");
-    let mut recovered = None;
-    wait_for("runs accepted again after NATS returned", Duration::from_secs(60), async || {
-        for front in [a, b] {
-            if live_workers(front).await.len() < 3 {
-                return false;
-            }
-        }
-        let (status, _, body) = post(a, "/api/runs?worker=w2", QUICK).await;
-        if status == 202 {
-            recovered = Some(serde_json::from_str::<RunCreated>(&body).unwrap());
-        }
-        status == 202
-    })
-    .await;
-    let created = recovered.unwrap();
+    for front in [a, b] {
+        wait_for("3 live workers after NATS returned", Duration::from_secs(60), async || {
+            live_workers(front).await.len() == 3
+        })
+        .await;
+    }
+    let created = submit_once_accepted("runs accepted again after NATS returned", a, "w2").await;
     let (_, events) = follow(b, &created.id, |_| {}).await;
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
 
@@ -511,16 +517,7 @@ async fn two_fronts_three_workers_and_their_faults() {
     })
     .await;
     services(&fleet.env, "pg");
-    let mut recovered = None;
-    wait_for("runs accepted again after PostgreSQL returned", Duration::from_secs(60), async || {
-        let (status, _, body) = post(a, "/api/runs?worker=w1", QUICK).await;
-        if status == 202 {
-            recovered = Some(serde_json::from_str::<RunCreated>(&body).unwrap());
-        }
-        status == 202
-    })
-    .await;
-    let created = recovered.unwrap();
+    let created = submit_once_accepted("runs accepted again after PostgreSQL returned", a, "w1").await;
     let (_, events) = follow(a, &created.id, |_| {}).await;
     assert!(matches!(events.last(), Some((_, Event::Done { .. }))), "{events:?}");
     // The front started without it migrates and records once PostgreSQL is back.
