@@ -34,7 +34,34 @@ pub fn png(svg: &str, scale: u32) -> Result<Vec<u8>, RenderError> {
     let mut pixmap = tiny_skia::Pixmap::new(w, h)
         .ok_or_else(|| RenderError(format!("no {w}×{h} pixmap")))?;
     resvg::render(&tree, tiny_skia::Transform::from_scale(s, s), &mut pixmap.as_mut());
-    pixmap
-        .encode_png()
-        .map_err(|e| RenderError(format!("png: {e}")))
+    encode_rgb(&pixmap)
+}
+
+/// The pixmap as an 8-bit RGB PNG: every picture is drawn on an opaque background, so
+/// the alpha channel says nothing (and dropping it makes the file about a quarter
+/// smaller); adaptive filtering suits the flat areas and antialiased text.
+fn encode_rgb(pixmap: &tiny_skia::Pixmap) -> Result<Vec<u8>, RenderError> {
+    let rgb: Vec<u8> = pixmap
+        .pixels()
+        .iter()
+        .flat_map(|p| {
+            let c = p.demultiply();
+            [c.red(), c.green(), c.blue()]
+        })
+        .collect();
+    let mut out = Vec::with_capacity(rgb.len() / 8);
+    {
+        let mut encoder = png::Encoder::new(&mut out, pixmap.width(), pixmap.height());
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::Default);
+        encoder.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
+        let mut writer = encoder
+            .write_header()
+            .map_err(|e| RenderError(format!("png: {e}")))?;
+        writer
+            .write_image_data(&rgb)
+            .map_err(|e| RenderError(format!("png: {e}")))?;
+    }
+    Ok(out)
 }
