@@ -1,6 +1,9 @@
 //! Embedding in internal docs: which lab controls an `/embed/...` page hides or locks (from
-//! its query string), the iframe snippet the Embed button hands out, and the height message
-//! an embed posts to its parent page so the iframe fits. Pure, except [`post_height`].
+//! its query string), the snippets the Embed dialog hands out for each docs tool
+//! ([`snippet`]: Markdown, HTML, Notion, Confluence, Jupyter, Slack/Teams, with what each
+//! needs to show), an embed's pinned theme, the tags the server adds to a page's `<head>`
+//! ([`HeadTags`]: link previews, the pinned colour scheme), and the height message an embed
+//! posts to its parent page so the iframe fits. Pure, except [`post_height`].
 
 /// The lab's controls, by the names `hide=` and `lock=` take.
 pub const CONTROLS: [&str; 10] = [
@@ -73,10 +76,15 @@ fn html_attr(s: &str) -> String {
 /// The HTML to paste into a doc page: the iframe, and a few lines of script that resize it
 /// to the height the embed reports (only messages from `origin`, only for its own frame).
 pub fn embed_snippet(origin: &str, path_and_query: &str, title: &str) -> String {
-    let src = format!("{origin}{path_and_query}");
+    frame_snippet(&format!("{origin}{path_and_query}"), origin, title, "")
+}
+
+/// The iframe of `src` with `fallback` as its content (shown where iframes are stripped),
+/// and the resize script listening to `origin`.
+fn frame_snippet(src: &str, origin: &str, title: &str, fallback: &str) -> String {
     let origin_js = serde_json::to_string(origin).unwrap_or_default();
     format!(
-        "<iframe src=\"{}\" title=\"{}\" style=\"width:100%;border:0\" height=\"720\" loading=\"lazy\"></iframe>\n\
+        "<iframe src=\"{}\" title=\"{}\" style=\"width:100%;border:0\" height=\"720\" loading=\"lazy\">{fallback}</iframe>\n\
          <script>\n\
          addEventListener(\"message\", (e) => {{\n  \
            if (e.origin !== {origin_js} || !e.data || e.data.type !== \"{HEIGHT_MESSAGE}\") return;\n  \
@@ -84,9 +92,238 @@ pub fn embed_snippet(origin: &str, path_and_query: &str, title: &str) -> String 
              if (f.contentWindow === e.source) f.style.height = e.data.height + \"px\";\n\
          }});\n\
          </script>\n",
-        html_attr(&src),
+        html_attr(src),
         html_attr(title)
     )
+}
+
+/// What the server adds to a page's `<head>` (in context while it renders the shell): the
+/// link-preview tags of a permalink and an embed's pinned theme. Absent: nothing added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeadTags {
+    /// `(attribute, key, content)`: `property` for Open Graph, `name` for Twitter cards.
+    pub meta: Vec<(&'static str, &'static str, String)>,
+    /// The oEmbed discovery link: `(href, title)`.
+    pub oembed: Option<(String, String)>,
+    /// `light` or `dark` when the page's `?theme=` pins it (embeds only).
+    pub theme: Option<&'static str>,
+}
+
+/// The `<meta>` and `<link>` elements of `tags` (rendered by the shell, on the server).
+pub fn head_view(tags: HeadTags) -> impl leptos::prelude::IntoView {
+    use leptos::prelude::*;
+    let meta = tags
+        .meta
+        .into_iter()
+        .map(|(attr, key, content)| {
+            if attr == "property" {
+                // Open Graph's attribute is not HTML's, so it has no builder method.
+                use leptos::tachys::html::attribute::custom::CustomAttribute;
+                view! { <meta content=content /> }.attr("property", key).into_any()
+            } else {
+                view! { <meta name=key content=content /> }.into_any()
+            }
+        })
+        .collect_view();
+    let link = tags.oembed.map(|(href, title)| {
+        view! { <link rel="alternate" r#type="application/json+oembed" href=href title=title /> }
+    });
+    view! { {meta}{link} }
+}
+
+/// The theme an embed's `?theme=` pins: `light` or `dark`, anything else follows the
+/// reader's system.
+pub fn pinned_theme(value: Option<&str>) -> Option<&'static str> {
+    match value? {
+        "light" => Some("light"),
+        "dark" => Some("dark"),
+        _ => None,
+    }
+}
+
+/// The docs tools the Embed dialog writes a snippet for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// An iframe with the picture as its fallback content: Docusaurus, Sphinx raw HTML,
+    /// MkDocs, any page that takes HTML.
+    Html,
+    /// The picture linked to the permalink: GitHub and GitLab READMEs and wikis, MkDocs.
+    Markdown,
+    /// The embed URL, for an Embed block.
+    Notion,
+    /// The picture with its link (wiki markup), and the iframe for an HTML macro.
+    Confluence,
+    /// `IPython.display` of the frame and the picture.
+    Jupyter,
+    /// The permalink: Slack and Teams unfurl it from its preview tags.
+    Chat,
+}
+
+impl Target {
+    pub const ALL: [Target; 6] = [
+        Target::Html,
+        Target::Markdown,
+        Target::Notion,
+        Target::Confluence,
+        Target::Jupyter,
+        Target::Chat,
+    ];
+
+    /// The value of its `<option>`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Html => "html",
+            Target::Markdown => "markdown",
+            Target::Notion => "notion",
+            Target::Confluence => "confluence",
+            Target::Jupyter => "jupyter",
+            Target::Chat => "chat",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Target> {
+        Target::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// What the dialog lists it as.
+    pub fn label(self) -> &'static str {
+        match self {
+            Target::Html => "HTML: Docusaurus, Sphinx, MkDocs (iframe, picture as fallback)",
+            Target::Markdown => "Markdown: GitHub, GitLab, MkDocs (picture + link)",
+            Target::Notion => "Notion (embed block)",
+            Target::Confluence => "Confluence (picture + link; iframe with a macro)",
+            Target::Jupyter => "Jupyter (IPython.display)",
+            Target::Chat => "Slack / Teams (link preview)",
+        }
+    }
+
+    /// Where to paste it, and what it needs to show: said plainly, since an internal
+    /// server is invisible to the services that render some of these.
+    pub fn note(self) -> &'static str {
+        match self {
+            Target::Html => "Paste into the page's HTML. The frame shows only where this server lists the docs site in --embed-origins; where iframes are stripped, the picture inside it shows instead.",
+            Target::Markdown => "GitHub and GitLab fetch pictures through their own proxy: it shows only if this server is reachable from the internet. MkDocs and other sites load it from the reader's browser.",
+            Target::Notion => "Type /embed in Notion and paste the address. The frame loads in the reader's browser, and only if this server's operator allows Notion's origin (--embed-origins https://www.notion.so).",
+            Target::Confluence => "Insert › Markup (Confluence wiki) for the linked picture. The iframe needs an HTML or iframe macro an administrator enabled (off by default on Data Center).",
+            Target::Jupyter => "Run in a cell. A live notebook shows the frame; GitHub's and nbviewer's static previews strip it and show the picture.",
+            Target::Chat => "Paste the link: Slack and Teams unfurl it into the picture and figures, but only if their services can reach this server (an internal host will not unfurl).",
+        }
+    }
+}
+
+/// What a snippet links: every address absolute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Links {
+    /// The full page (`/runs/{id}`, the Lab with its settings).
+    pub permalink: String,
+    /// The page to frame (`/embed/...`), with the pinned theme.
+    pub embed: String,
+    /// The PNG (`/runs/{id}.png`), with the pinned theme; none for the Lab and the cards.
+    pub image: Option<String>,
+    pub title: String,
+}
+
+fn with_param(url: &str, param: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{param}")
+}
+
+impl Links {
+    /// The links of the embed at `embed_path` (path and query) on `origin`, its picture
+    /// at `image_path` if it has one, `theme` pinned (`light`/`dark`) or not.
+    pub fn new(
+        origin: &str,
+        embed_path: &str,
+        image_path: Option<&str>,
+        title: &str,
+        theme: Option<&str>,
+    ) -> Links {
+        let origin = origin.trim_end_matches('/');
+        let (path, query) = match embed_path.split_once('?') {
+            Some((p, q)) => (p, format!("?{q}")),
+            None => (embed_path, String::new()),
+        };
+        let themed = |url: String| match pinned_theme(theme) {
+            Some(t) => with_param(&url, &format!("theme={t}")),
+            None => url,
+        };
+        Links {
+            permalink: format!("{origin}{}", crate::full_page(path, &query)),
+            embed: themed(format!("{origin}{embed_path}")),
+            image: image_path.map(|p| themed(format!("{origin}{p}"))),
+            title: title.to_string(),
+        }
+    }
+}
+
+/// Text for Markdown's link and image brackets.
+fn markdown_text(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('[', "\\[")
+        .replace(']', "\\]")
+}
+
+/// A Python string literal.
+fn python_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// The snippet for `target`. `origin` is this server's, for the resize script's check.
+pub fn snippet(target: Target, origin: &str, links: &Links) -> String {
+    let title = &links.title;
+    match target {
+        Target::Html => {
+            let fallback = match &links.image {
+                Some(img) => format!(
+                    "\n  <a href=\"{}\"><img src=\"{}\" alt=\"{}\" width=\"1200\" height=\"630\" style=\"max-width:100%;height:auto\"></a>\n",
+                    html_attr(&links.permalink),
+                    html_attr(img),
+                    html_attr(title)
+                ),
+                None => format!(
+                    "\n  <a href=\"{}\">{}</a>\n",
+                    html_attr(&links.permalink),
+                    html_attr(title)
+                ),
+            };
+            frame_snippet(&links.embed, origin.trim_end_matches('/'), title, &fallback)
+        }
+        Target::Markdown => match &links.image {
+            Some(img) => format!(
+                "[![{}]({img})]({})\n",
+                markdown_text(title),
+                links.permalink
+            ),
+            None => format!("[{}]({})\n", markdown_text(title), links.permalink),
+        },
+        Target::Notion => format!("{}\n", links.embed),
+        Target::Confluence => {
+            let picture = match &links.image {
+                Some(img) => format!("[!{img}!|{}]", links.permalink),
+                None => format!("[{}|{}]", title.replace(['|', ']', '['], " "), links.permalink),
+            };
+            format!(
+                "{picture}\n\n<iframe src=\"{}\" title=\"{}\" style=\"width:100%;border:0\" height=\"720\"></iframe>\n",
+                html_attr(&links.embed),
+                html_attr(title)
+            )
+        }
+        Target::Jupyter => {
+            let mut s = String::from("from IPython.display import IFrame, Image, display\n\n");
+            s.push_str(&format!(
+                "# Live notebooks: the page itself.\ndisplay(IFrame({}, width=\"100%\", height=720))\n",
+                python_str(&links.embed)
+            ));
+            if let Some(img) = &links.image {
+                s.push_str(&format!(
+                    "# Static previews (GitHub, nbviewer): the picture.\ndisplay(Image(url={}))\n",
+                    python_str(img)
+                ));
+            }
+            s
+        }
+        Target::Chat => format!("{}\n", links.permalink),
+    }
 }
 
 /// Tells the parent page how tall this embed is now (browser builds only; a page that is
@@ -155,6 +392,69 @@ mod tests {
         let all = opts(None, Some("all"));
         assert!(CONTROLS.iter().all(|c| all.locks(c)));
         assert_eq!(opts(None, None).to_query(), "");
+    }
+
+    fn run_links(theme: Option<&str>) -> Links {
+        Links::new(
+            "https://g.corp",
+            "/embed/runs/0123456789abcdef",
+            Some("/runs/0123456789abcdef.png"),
+            "ResNet-18 · eval · no_grad [batch 8]",
+            theme,
+        )
+    }
+
+    #[test]
+    fn links_are_absolute_and_carry_the_pinned_theme() {
+        let l = run_links(Some("dark"));
+        assert_eq!(l.permalink, "https://g.corp/runs/0123456789abcdef");
+        assert_eq!(l.embed, "https://g.corp/embed/runs/0123456789abcdef?theme=dark");
+        assert_eq!(l.image.as_deref(), Some("https://g.corp/runs/0123456789abcdef.png?theme=dark"));
+        let lab = Links::new("https://g.corp/", "/embed/lab?model=resnet18", None, "Lab", Some("light"));
+        assert_eq!(lab.permalink, "https://g.corp/?model=resnet18");
+        assert_eq!(lab.embed, "https://g.corp/embed/lab?model=resnet18&theme=light");
+        assert_eq!(run_links(Some("blue")).embed, "https://g.corp/embed/runs/0123456789abcdef");
+        assert_eq!(pinned_theme(Some("dark")), Some("dark"));
+        assert_eq!(pinned_theme(Some("DARK")), None);
+    }
+
+    #[test]
+    fn each_tool_gets_its_snippet() {
+        let l = run_links(None);
+        let o = "https://g.corp";
+        assert_eq!(
+            snippet(Target::Markdown, o, &l),
+            "[![ResNet-18 · eval · no_grad \\[batch 8\\]](https://g.corp/runs/0123456789abcdef.png)](https://g.corp/runs/0123456789abcdef)\n"
+        );
+        let html = snippet(Target::Html, o, &l);
+        assert!(html.starts_with(
+            "<iframe src=\"https://g.corp/embed/runs/0123456789abcdef\" title=\"ResNet-18 · eval · no_grad [batch 8]\" style=\"width:100%;border:0\" height=\"720\" loading=\"lazy\">\n  \
+             <a href=\"https://g.corp/runs/0123456789abcdef\"><img src=\"https://g.corp/runs/0123456789abcdef.png\" alt=\"ResNet-18 · eval · no_grad [batch 8]\" width=\"1200\" height=\"630\" style=\"max-width:100%;height:auto\"></a>\n</iframe>\n<script>"
+        ), "{html}");
+        assert!(html.contains("e.origin !== \"https://g.corp\""));
+        assert_eq!(snippet(Target::Notion, o, &l), "https://g.corp/embed/runs/0123456789abcdef\n");
+        assert_eq!(
+            snippet(Target::Confluence, o, &l),
+            "[!https://g.corp/runs/0123456789abcdef.png!|https://g.corp/runs/0123456789abcdef]\n\n\
+             <iframe src=\"https://g.corp/embed/runs/0123456789abcdef\" title=\"ResNet-18 · eval · no_grad [batch 8]\" style=\"width:100%;border:0\" height=\"720\"></iframe>\n"
+        );
+        assert_eq!(
+            snippet(Target::Jupyter, o, &l),
+            "from IPython.display import IFrame, Image, display\n\n\
+             # Live notebooks: the page itself.\ndisplay(IFrame(\"https://g.corp/embed/runs/0123456789abcdef\", width=\"100%\", height=720))\n\
+             # Static previews (GitHub, nbviewer): the picture.\ndisplay(Image(url=\"https://g.corp/runs/0123456789abcdef.png\"))\n"
+        );
+        assert_eq!(snippet(Target::Chat, o, &l), "https://g.corp/runs/0123456789abcdef\n");
+        // Without a picture (the Lab, a card): links and the frame only.
+        let lab = Links::new(o, "/embed/lab?model=resnet18", None, "Gradless lab", None);
+        assert_eq!(snippet(Target::Markdown, o, &lab), "[Gradless lab](https://g.corp/?model=resnet18)\n");
+        assert!(!snippet(Target::Jupyter, o, &lab).contains("Image(url"));
+        assert!(snippet(Target::Html, o, &lab).contains("<a href=\"https://g.corp/?model=resnet18\">Gradless lab</a>"));
+        for t in Target::ALL {
+            assert_eq!(Target::parse(t.as_str()), Some(t));
+            assert!(!t.note().is_empty() && !t.label().is_empty());
+        }
+        assert!(Target::Chat.note().contains("internal host will not unfurl"));
     }
 
     #[test]

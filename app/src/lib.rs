@@ -72,13 +72,19 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
         }
         .into_any(),
     };
+    // Link previews and a pinned theme, when the server put them in context (a
+    // permalink's Open Graph tags go first, well inside what unfurlers read).
+    let extra = use_context::<embed::HeadTags>().unwrap_or_default();
+    let theme = extra.theme;
+    let previews = embed::head_view(extra);
     view! {
         <!DOCTYPE html>
-        <html lang="en">
+        <html lang="en" data-theme=theme>
             <head>
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
-                <meta name="color-scheme" content="light dark" />
+                <meta name="color-scheme" content=theme.unwrap_or("light dark") />
+                {previews}
                 <meta name="description" content="See what model.eval(), torch.no_grad(), torch.inference_mode() and autocast really do to memory and latency, measured live with libtorch." />
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
                 {head}

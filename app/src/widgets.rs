@@ -109,15 +109,26 @@ pub fn RecordActions(
                 {run.then(|| view! { <a class="button" href=export("py") download="" data-testid="export-py" title="A standalone PyTorch script that measures this run again, the same way">"Export as Python script"</a> })}
                 {png_buttons}
             </div>
-            <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" />
+            <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" image=format!("/runs/{id}.png") />
         </section>
     }
 }
 
-/// The Embed button and, once pressed, the snippet to paste into a doc page.
+/// The Embed button and, once pressed, the snippet to paste into a doc page: "copy for"
+/// one docs tool (see [`crate::embed::Target`]), with the theme pinned or following the
+/// reader's system, and what the tool needs for it to show. `image` is the result's PNG
+/// (`/runs/{id}.png`), for the tools that show a picture.
 #[component]
-pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView {
+pub fn EmbedSnippet(
+    path: Signal<String>,
+    title: &'static str,
+    #[prop(optional)] image: Option<String>,
+) -> impl IntoView {
+    use crate::embed::{Links, Target};
     let open = RwSignal::new(false);
+    let target = RwSignal::new(Target::Html);
+    let theme = RwSignal::new(String::new());
+    let image = StoredValue::new(image);
     let snippet = move || {
         let origin = {
             #[cfg(feature = "hydrate")]
@@ -131,7 +142,10 @@ pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView 
                 String::new()
             }
         };
-        crate::embed::embed_snippet(&origin, &path.get(), title)
+        let links = image.with_value(|img| {
+            Links::new(&origin, &path.get(), img.as_deref(), title, Some(&theme.get()))
+        });
+        crate::embed::snippet(target.get(), &origin, &links)
     };
     let copied = RwSignal::new(false);
     let on_copy = move |_| {
@@ -144,22 +158,51 @@ pub fn EmbedSnippet(path: Signal<String>, title: &'static str) -> impl IntoView 
         }
     };
     let is_lab = move || path.with(|p| p.starts_with("/embed/lab"));
+    let frames = move || matches!(target.get(), Target::Html | Target::Notion | Target::Confluence | Target::Jupyter);
+    let options = move || {
+        Target::ALL
+            .into_iter()
+            .map(|t| view! { <option value=t.as_str() selected=move || target.get() == t>{t.label()}</option> })
+            .collect_view()
+    };
     view! {
         <button data-testid="embed" on:click=move |_| open.update(|o| *o = !*o)>{move || if open.get() { "Hide embed code" } else { "Embed" }}</button>
         {move || open.get().then(|| view! {
             <div class="embed-code">
-                <p class="explain">
-                    "Paste into a doc page: the frame resizes itself to fit."
-                    {is_lab().then(|| view! {
-                        " Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
+                <div class="embed-choices">
+                    <label>"Copy for "
+                        <select data-testid="embed-target" on:change=move |ev| {
+                            if let Some(t) = Target::parse(&event_target_value(&ev)) {
+                                target.set(t);
+                                copied.set(false);
+                            }
+                        }>{options()}</select>
+                    </label>
+                    <label>"Theme "
+                        <select data-testid="embed-theme" on:change=move |ev| { theme.set(event_target_value(&ev)); copied.set(false); }>
+                            <option value="" selected=move || theme.get().is_empty()>"the reader's system setting"</option>
+                            <option value="light" selected=move || theme.get() == "light">"light"</option>
+                            <option value="dark" selected=move || theme.get() == "dark">"dark"</option>
+                        </select>
+                    </label>
+                </div>
+                <p class="explain" data-testid="embed-note">{move || target.get().note()}</p>
+                {move || (is_lab() && frames()).then(|| view! {
+                    <p class="explain">
+                        "Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
                         " to the frame's address (after "<code>"/embed/lab?"</code>") to fix or hide controls."
-                    })}
+                    </p>
+                })}
+                {move || frames().then(|| view! {
+                    <p class="explain note" data-testid="embed-origins">
+                        "Only pages this server allows may show the frame: its own, and the origins its operator lists with "
+                        <code>"--embed-origins"</code>" (scheme, host and port: another port is another origin). Elsewhere the frame shows the browser's refusal. It resizes itself to fit."
+                    </p>
+                })}
+                <p class="explain note" data-testid="embed-reach">
+                    "Pictures and frames load from this server in the reader's browser, so it must be reachable from there; link previews in Slack and Teams are fetched by their services, so an internal host will not unfurl."
                 </p>
-                <p class="explain note" data-testid="embed-origins">
-                    "Only pages this server allows may show the frame: its own, and the origins its operator lists with "
-                    <code>"--embed-origins"</code>" (scheme, host and port: another port is another origin). Elsewhere the frame shows the browser's refusal."
-                </p>
-                <textarea readonly rows="9" data-testid="embed-code" aria-label="Embed code">{snippet()}</textarea>
+                <textarea readonly rows="9" data-testid="embed-code" aria-label="Embed code" prop:value=snippet></textarea>
                 <button data-testid="copy-embed" on:click=on_copy>{move || if copied.get() { "Copied" } else { "Copy" }}</button>
             </div>
         })}

@@ -10,6 +10,7 @@ pub mod assets;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod embeds;
 pub mod error;
 pub mod export;
 pub mod front;

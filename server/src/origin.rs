@@ -147,6 +147,44 @@ impl Origins {
         Ok(())
     }
 
+    /// The origin of absolute links to this server (link previews, oEmbed): `--public-url`'s,
+    /// else the one the request was sent to (`http://` and its `Host`, when it is one of
+    /// ours), else the listening address.
+    pub fn public_origin(&self, uri: &Uri, headers: &HeaderMap) -> String {
+        if let Some((scheme, host, port)) = &self.public {
+            return origin_string(scheme, host, *port);
+        }
+        match request_host(uri, headers).filter(|h| self.host_allowed(h)) {
+            Some(host) => format!("http://{}", host.to_ascii_lowercase()),
+            None => format!("http://{}", SocketAddr::new(self.ip, self.port)),
+        }
+    }
+
+    /// The path and query of `url` when it is an address of this server (an `http(s)` URL
+    /// whose host is one of its names), for oEmbed.
+    pub fn own_path(&self, url: &str) -> Option<(String, String)> {
+        let uri: Uri = url.trim().parse().ok()?;
+        let scheme = uri.scheme()?;
+        if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
+            return None;
+        }
+        let authority = uri.authority()?;
+        if authority.as_str().contains('@') {
+            return None;
+        }
+        let host_ok = self.host_allowed(authority.as_str())
+            || self.public.as_ref().is_some_and(|(s, h, p)| {
+                authority.host().eq_ignore_ascii_case(h)
+                    && authority.port_u16().unwrap_or(default_port(s)) == *p
+            });
+        host_ok.then(|| {
+            (
+                uri.path().to_string(),
+                uri.query().unwrap_or("").to_string(),
+            )
+        })
+    }
+
     /// The check for every request: a `Host` this server answers to.
     pub fn check_host(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), ApiError> {
         match request_host(uri, headers) {
@@ -236,6 +274,27 @@ mod tests {
         }
         let any = Origins::new("0.0.0.0:3000".parse().unwrap(), None, "").unwrap();
         assert!(any.host_allowed("10.0.0.5:3000") && !any.host_allowed("gradless.lan:3000"));
+    }
+
+    #[test]
+    fn absolute_links_use_the_public_url_or_the_host_asked() {
+        let uri: Uri = "/runs/x".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, "localhost:3000".parse().unwrap());
+        let local = Origins::new("127.0.0.1:3000".parse().unwrap(), None, "").unwrap();
+        assert_eq!(local.public_origin(&uri, &headers), "http://localhost:3000");
+        headers.insert(header::HOST, "evil.example".parse().unwrap());
+        assert_eq!(local.public_origin(&uri, &headers), "http://127.0.0.1:3000");
+        let public = Origins::new("127.0.0.1:3000".parse().unwrap(), Some("https://lab.example.com/"), "").unwrap();
+        assert_eq!(public.public_origin(&uri, &headers), "https://lab.example.com");
+        assert_eq!(
+            public.own_path("https://lab.example.com/runs/0123456789abcdef?x=1"),
+            Some(("/runs/0123456789abcdef".into(), "x=1".into()))
+        );
+        assert_eq!(local.own_path("http://localhost:3000/compare?runs=a,b").map(|p| p.1), Some("runs=a,b".into()));
+        for bad in ["https://evil.example/runs/x", "ftp://localhost:3000/runs/x", "http://u@localhost:3000/", "runs/x", ""] {
+            assert_eq!(public.own_path(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -67,15 +67,19 @@ pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
     let info = state.info.clone();
     let leptos = state.leptos.clone();
+    let origins = state.origins.clone();
     // The same context for routed pages and the not-found page.
     let context = move || {
-        provide_context((*info.current()).clone());
-        page_context();
+        let info = info.current();
+        provide_context((*info).clone());
+        page_context(&origins, &info);
     };
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(api::metrics))
+        // Pictures of recorded results and oEmbed (crate::embeds).
+        .merge(crate::embeds::routes())
         // The hashed, precompressed browser assets (see crate::assets).
         .merge(crate::assets::static_files(std::path::Path::new(
             &*state.leptos.site_root,
@@ -91,6 +95,11 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             prefetch_records,
+        ))
+        // `/runs/{id}.png|svg`, before the page route `/runs/{id}` could take it.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::embeds::run_images,
         ))
         // gzip for pages, wasm, js and css (the default predicate leaves SSE streams alone,
         // so events are never held back in a compressor's buffer).
@@ -282,9 +291,10 @@ async fn prefetch_records(
     response
 }
 
-/// Per page: the nonce for Leptos's inline scripts, and the record lookups over what
-/// [`prefetch_records`] read (the request's parts are in context by now).
-fn page_context() {
+/// Per page: the nonce for Leptos's inline scripts, the record lookups over what
+/// [`prefetch_records`] read (the request's parts are in context by now), and the
+/// `<head>` additions of a permalink or an embed (link previews, a pinned theme).
+fn page_context(origins: &crate::origin::Origins, info: &protocol::ServerInfo) {
     let parts = use_context::<axum::http::request::Parts>();
     let extension = |parts: &axum::http::request::Parts| {
         (
@@ -297,6 +307,12 @@ fn page_context() {
         provide_context(nonce);
     }
     let prefetched = prefetched.unwrap_or_default();
+    if let Some(tags) = parts
+        .as_ref()
+        .and_then(|p| crate::embeds::head_tags(p, &prefetched.records, origins, info))
+    {
+        provide_context(tags);
+    }
     let records = prefetched.records.clone();
     provide_context(app::records::RecordLookup(Arc::new(move |id: &str| {
         records.get(id).cloned().unwrap_or(Ok(None))

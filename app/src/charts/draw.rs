@@ -82,6 +82,24 @@ fn wait_for_echarts() -> bool {
     true
 }
 
+/// Whether the page is dark: the theme an embed pins (`data-theme` on `<html>`, from its
+/// `?theme=`), else the system's setting.
+fn is_dark(window: &web_sys::Window) -> bool {
+    let pinned = window
+        .document()
+        .and_then(|d| d.document_element())
+        .and_then(|e| e.get_attribute("data-theme"));
+    match pinned.as_deref() {
+        Some("dark") => true,
+        Some("light") => false,
+        _ => window
+            .match_media("(prefers-color-scheme: dark)")
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.matches()),
+    }
+}
+
 /// Keeps drawn charts in step with the window: a canvas keeps the width it was drawn at,
 /// so a narrower window would scroll sideways unless every chart is resized; and a change
 /// of the system's light/dark setting redraws every chart in the matching theme.
@@ -192,11 +210,7 @@ fn draw(id: &str, chart: &ChartOption) -> Result<(), String> {
     let option = js_sys::JSON::parse(&json).map_err(js_message)?;
     // The theme follows the system's light or dark setting; a chart drawn before the
     // setting changed is made afresh in the new one.
-    let dark = window
-        .match_media("(prefers-color-scheme: dark)")
-        .ok()
-        .flatten()
-        .is_some_and(|m| m.matches());
+    let dark = is_dark(&window);
     let theme_name = if dark { "dark" } else { "light" };
     let drawn_in = element.get_attribute("data-chart-theme");
     let element: JsValue = element.into();
@@ -266,11 +280,7 @@ pub fn download_png(id: &str, filename: &str) {
             .ok()?
             .dyn_into::<Function>()
             .ok()?;
-        let dark = window
-            .match_media("(prefers-color-scheme: dark)")
-            .ok()
-            .flatten()
-            .is_some_and(|m| m.matches());
+        let dark = is_dark(&window);
         let options = Object::new();
         Reflect::set(&options, &"type".into(), &"png".into()).ok()?;
         Reflect::set(&options, &"pixelRatio".into(), &JsValue::from(2)).ok()?;

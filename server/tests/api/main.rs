@@ -7,6 +7,7 @@ mod access;
 #[path = "../common/mod.rs"]
 mod common;
 mod connections;
+mod embeds;
 mod pages;
 mod pitfalls;
 mod records;

@@ -1,0 +1,512 @@
+//! Recorded results where teams write: their pictures and link previews.
+//!
+//! - `GET /runs/{id}.svg|png` (a run or a pitfall result: both are permalinked at
+//!   `/runs/{id}`) and `GET /compare.svg|png?runs=ID,ID`: the `render` crate's pictures,
+//!   with `?theme=light|dark&width=N&scale=1|2`. A record never changes, so neither does
+//!   its picture: `Cache-Control: immutable`, an ETag (answered 304), and a small cache of
+//!   the bytes. A missing id is 404, a malformed option 400 naming it (JSON, as the API).
+//! - `GET /oembed?url=...&format=json`: the oEmbed answer for a permalink (`rich`: the
+//!   iframe, with the PNG as thumbnail; `photo`: the PNG, with `type=photo` or a URL of the
+//!   PNG itself); 404 for a URL this server does not serve, 501 for another format.
+//! - [`head_tags`]: the Open Graph / Twitter-card tags and the oEmbed link of a permalink
+//!   page, and an embed's pinned `?theme=`, which the router's page context hands the shell.
+//!
+//! Pictures are drawn from the stored record on the blocking pool, one at a time, never on
+//! the device thread (which only measures): a run in progress is not slowed by them beyond
+//! the one core a drawing takes.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use protocol::{Record, RecordBody, ServerInfo};
+use render::preview::{OembedAsk, Preview, Tag};
+use render::ImageOptions;
+
+use crate::error::{storage_error, ApiError};
+use crate::origin::Origins;
+use crate::state::AppState;
+
+/// The routes with paths of their own (`/runs/{id}.png` goes through [`run_images`]).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/compare.svg", get(compare_svg))
+        .route("/compare.png", get(compare_png))
+        .route("/oembed", get(oembed))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Svg,
+    Png,
+}
+
+impl Format {
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::Svg => "image/svg+xml",
+            Format::Png => "image/png",
+        }
+    }
+    fn ext(self) -> &'static str {
+        match self {
+            Format::Svg => "svg",
+            Format::Png => "png",
+        }
+    }
+}
+
+/// What a picture or a preview is of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Subject {
+    /// A run or pitfall result, by id.
+    Record(String),
+    /// Runs side by side, by their ids (in order).
+    Compare(Vec<String>),
+}
+
+impl Subject {
+    fn ids(&self) -> Vec<String> {
+        match self {
+            Subject::Record(id) => vec![id.clone()],
+            Subject::Compare(ids) => ids.clone(),
+        }
+    }
+}
+
+/// `/runs/{id}.svg` → (`id`, svg).
+fn run_image_path(path: &str) -> Option<(String, Format)> {
+    let file = path.strip_prefix("/runs/")?;
+    let (id, ext) = file.rsplit_once('.')?;
+    let format = match ext {
+        "svg" => Format::Svg,
+        "png" => Format::Png,
+        _ => return None,
+    };
+    (!id.is_empty() && !id.contains('/')).then(|| (id.to_string(), format))
+}
+
+/// Middleware ahead of the pages (whose `/runs/{id}` would take the name): answers
+/// `GET /runs/{id}.svg|png`, passes everything else on.
+pub async fn run_images(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let image = matches!(*request.method(), Method::GET | Method::HEAD)
+        .then(|| run_image_path(request.uri().path()))
+        .flatten();
+    let Some((id, format)) = image else {
+        return next.run(request).await;
+    };
+    picture(&state, Some(Subject::Record(id)), format, request.uri(), request.headers())
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn compare_svg(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
+    picture(&state, None, Format::Svg, &uri, &headers)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn compare_png(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
+    picture(&state, None, Format::Png, &uri, &headers)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+fn bad(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest {
+        message: message.into(),
+        field: Some(field.into()),
+    }
+}
+
+/// The query's pairs (the last of a repeated key), or 400.
+fn query_of(uri: &Uri) -> Result<BTreeMap<String, String>, ApiError> {
+    let Some(q) = uri.query() else {
+        return Ok(BTreeMap::new());
+    };
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|p| p.0.into_iter().collect())
+        .map_err(|_| bad("query", format!("the query `{}` cannot be read", q.chars().take(100).collect::<String>())))
+}
+
+/// The runs a `runs=ID,ID` list names, or 400 saying what is wrong with it.
+fn compare_subject(query: &BTreeMap<String, String>) -> Result<Subject, ApiError> {
+    let list = query
+        .get("runs")
+        .ok_or_else(|| bad("runs", "runs=ID,ID names the runs to compare (ids from their permalinks)"))?;
+    let (ids, ignored) = app::records::compare_ids(list);
+    if let Some(m) = ignored.into_iter().next() {
+        return Err(bad("runs", m));
+    }
+    if ids.is_empty() {
+        return Err(bad("runs", "runs=ID,ID names the runs to compare (ids from their permalinks)"));
+    }
+    Ok(Subject::Compare(ids))
+}
+
+/// The records of `subject`, read off the async threads; 404 naming the first missing one.
+async fn records_of(state: &AppState, subject: &Subject) -> Result<Vec<Record>, ApiError> {
+    let ids = subject.ids();
+    if let Some(bad_id) = ids.iter().find(|id| !protocol::is_record_id(id)) {
+        return Err(ApiError::NotFound(bad_id.chars().take(100).collect()));
+    }
+    let store = state.store.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        ids.iter()
+            .map(|id| store.get(id).map(|r| (id.clone(), r)))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })
+    .await
+    .map_err(|_| ApiError::Storage)?
+    .map_err(storage_error)?;
+    read.into_iter()
+        .map(|(id, r)| r.ok_or(ApiError::NotFound(id)))
+        .collect()
+}
+
+/// The card's title of a pitfall result (its id if the card is gone).
+fn card_title(info: &ServerInfo, card: &str) -> String {
+    info.pitfalls
+        .iter()
+        .find(|c| c.id == card)
+        .map(|c| c.title.clone())
+        .unwrap_or_else(|| card.to_string())
+}
+
+/// The runs of a comparison, or 400 for a record that is not a run.
+fn runs_of(records: &[Record]) -> Result<Vec<&protocol::Report>, ApiError> {
+    records
+        .iter()
+        .map(|r| {
+            r.run().ok_or_else(|| {
+                bad(
+                    "runs",
+                    format!("{} is a pitfall experiment, not a run: its picture is /runs/{}.png", r.id, r.id),
+                )
+            })
+        })
+        .collect()
+}
+
+/// 64-bit FNV-1a: a stable hash for ETags (std's hasher may change between releases).
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+}
+
+fn etag(subject: &Subject, o: &ImageOptions, format: Format) -> String {
+    let key = format!(
+        "{}|{}|{}|{}|{}|{}|{}",
+        render::DRAWING_VERSION,
+        env!("CARGO_PKG_VERSION"),
+        format.ext(),
+        o.theme.as_str(),
+        o.width,
+        o.scale,
+        subject.ids().join(",")
+    );
+    format!("\"g{:016x}\"", fnv(&key))
+}
+
+/// Pictures drawn recently, by ETag: a page's image asked for by many readers at once is
+/// drawn once. At most [`CACHE_ENTRIES`] of them, [`CACHE_BYTES`] in all.
+static CACHE: Mutex<VecDeque<(String, Bytes)>> = Mutex::new(VecDeque::new());
+const CACHE_ENTRIES: usize = 64;
+const CACHE_BYTES: usize = 24 << 20;
+
+fn cached(key: &str) -> Option<Bytes> {
+    let cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    cache.iter().find(|(k, _)| k == key).map(|(_, b)| b.clone())
+}
+
+fn keep(key: String, bytes: Bytes) {
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(k, _)| *k != key);
+    cache.push_back((key, bytes));
+    while cache.len() > CACHE_ENTRIES || cache.iter().map(|(_, b)| b.len()).sum::<usize>() > CACHE_BYTES {
+        cache.pop_front();
+    }
+}
+
+/// One drawing at a time: each takes a core for tens of milliseconds, and the device
+/// thread must keep the rest.
+static DRAWING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+fn image_headers(etag: &str, format: Format) -> [(header::HeaderName, HeaderValue); 3] {
+    [
+        (header::CONTENT_TYPE, HeaderValue::from_static(format.content_type())),
+        (
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=31536000, immutable"),
+        ),
+        (
+            header::ETAG,
+            HeaderValue::from_str(etag).unwrap_or(HeaderValue::from_static("\"g\"")),
+        ),
+    ]
+}
+
+/// A picture of `subject` (`None`: the comparison the query names).
+async fn picture(
+    state: &AppState,
+    subject: Option<Subject>,
+    format: Format,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let query = query_of(uri)?;
+    let options = ImageOptions::from_query(&query).map_err(|e| bad(&e.field, e.message))?;
+    let subject = match subject {
+        Some(s) => s,
+        None => compare_subject(&query)?,
+    };
+    let records = records_of(state, &subject).await?;
+    if matches!(subject, Subject::Compare(_)) {
+        runs_of(&records)?;
+    }
+    let tag = etag(&subject, &options, format);
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
+    if matches {
+        return Ok((StatusCode::NOT_MODIFIED, image_headers(&tag, format)).into_response());
+    }
+    if let Some(bytes) = cached(&tag) {
+        return Ok((image_headers(&tag, format), bytes).into_response());
+    }
+    let info = state.info.current();
+    let _turn = DRAWING.acquire().await.map_err(|_| ApiError::Unavailable)?;
+    let bytes = tokio::task::spawn_blocking(move || draw(&records, &subject, &options, format, &info))
+        .await
+        .map_err(|_| ApiError::Unavailable)??;
+    let bytes = Bytes::from(bytes);
+    keep(tag.clone(), bytes.clone());
+    Ok((image_headers(&tag, format), bytes).into_response())
+}
+
+fn draw(
+    records: &[Record],
+    subject: &Subject,
+    o: &ImageOptions,
+    format: Format,
+    info: &ServerInfo,
+) -> Result<Vec<u8>, ApiError> {
+    let svg = match (subject, records) {
+        (Subject::Record(_), [record]) => match &record.body {
+            RecordBody::Run(r) => render::run_svg(r, o),
+            RecordBody::Pitfall(p) => render::pitfall_svg(p, &card_title(info, &p.id), o),
+        },
+        _ => render::compare_svg(&runs_of(records)?, o),
+    };
+    match format {
+        Format::Svg => Ok(svg.into_bytes()),
+        Format::Png => render::png(&svg, o.scale).map_err(|e| {
+            tracing::error!("drawing a picture: {e}");
+            ApiError::Unavailable
+        }),
+    }
+}
+
+/// The preview of `subject` from its records.
+fn preview_of(origin: &str, subject: &Subject, records: &[Record], info: &ServerInfo) -> Result<Preview, ApiError> {
+    Ok(match (subject, records) {
+        (Subject::Record(id), [record]) => match &record.body {
+            RecordBody::Run(r) => render::preview::run(origin, id, r),
+            RecordBody::Pitfall(p) => render::preview::pitfall(origin, id, &card_title(info, &p.id), p),
+        },
+        (Subject::Compare(ids), _) => render::preview::compare(origin, ids, &runs_of(records)?),
+        _ => return Err(ApiError::NotFound("this page".into())),
+    })
+}
+
+/// What a page path shows, for previews: `/runs/{id}`, `/embed/runs/{id}`, `/compare?runs=`
+/// (`photo`: a URL of the picture itself).
+fn subject_of_page(path: &str, query: &str) -> Option<(Subject, bool)> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let runs = || {
+        let q: BTreeMap<String, String> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
+            &format!("/?{query}").parse().ok()?,
+        )
+        .ok()?
+        .0
+        .into_iter()
+        .collect();
+        compare_subject(&q).ok()
+    };
+    match segments.as_slice() {
+        ["runs", file] if run_image_path(path).is_some() => {
+            let _ = file;
+            run_image_path(path).map(|(id, _)| (Subject::Record(id), true))
+        }
+        ["runs", id] | ["embed", "runs", id] => Some((Subject::Record(id.to_string()), false)),
+        ["compare"] => runs().map(|s| (s, false)),
+        ["compare.png"] | ["compare.svg"] => runs().map(|s| (s, true)),
+        _ => None,
+    }
+}
+
+/// `{"error": ...}` with a status ApiError has no variant for.
+fn error_with(status: StatusCode, code: &str, message: String, field: &str) -> Response {
+    let body = protocol::ApiErrorBody {
+        error: protocol::ApiError {
+            code: code.into(),
+            message,
+            field: Some(field.into()),
+        },
+    };
+    (status, Json(body)).into_response()
+}
+
+/// `GET /oembed?url=...&format=json[&maxwidth=N&maxheight=N&type=photo]`.
+async fn oembed(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
+    answer_oembed(&state, &uri, &headers)
+        .await
+        .unwrap_or_else(|e| e)
+}
+
+async fn answer_oembed(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<Response, Response> {
+    let query = query_of(uri).map_err(IntoResponse::into_response)?;
+    let url = query
+        .get("url")
+        .ok_or_else(|| bad("url", "url= names the permalink to embed").into_response())?;
+    match query.get("format").map(String::as_str) {
+        None | Some("json") => {}
+        Some(other) => {
+            return Err(error_with(
+                StatusCode::NOT_IMPLEMENTED,
+                "not_implemented",
+                format!(
+                    "format `{}` is not served: this server answers oEmbed in json only",
+                    other.chars().take(40).collect::<String>()
+                ),
+                "format",
+            ))
+        }
+    }
+    let bound = |key: &str| -> Result<Option<u32>, Response> {
+        query
+            .get(key)
+            .map(|v| {
+                v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    bad(key, format!("{key} `{}` must be a whole number of px", v.chars().take(40).collect::<String>()))
+                        .into_response()
+                })
+            })
+            .transpose()
+    };
+    let (maxwidth, maxheight) = (bound("maxwidth")?, bound("maxheight")?);
+    let asked_photo = match query.get("type").map(String::as_str) {
+        None | Some("rich") => false,
+        Some("photo") => true,
+        Some(other) => {
+            return Err(bad("type", format!("type `{}` is not one of rich, photo", other.chars().take(40).collect::<String>())).into_response())
+        }
+    };
+    let not_served = || ApiError::NotFound(format!("an embeddable page at {}", url.chars().take(200).collect::<String>())).into_response();
+    let (path, page_query) = state.origins.own_path(url).ok_or_else(not_served)?;
+    let (subject, photo) = subject_of_page(&path, &page_query).ok_or_else(not_served)?;
+    let records = records_of(state, &subject).await.map_err(IntoResponse::into_response)?;
+    let info = state.info.current();
+    let origin = state.origins.public_origin(uri, headers);
+    let preview = preview_of(&origin, &subject, &records, &info).map_err(IntoResponse::into_response)?;
+    let ask = OembedAsk {
+        maxwidth,
+        maxheight,
+        photo: photo || asked_photo,
+    };
+    let answer = render::preview::oembed(&preview, &ask).ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "a picture within maxwidth/maxheight (the smallest is {} px wide)",
+            render::MIN_WIDTH
+        ))
+        .into_response()
+    })?;
+    Ok((
+        [(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600"))],
+        Json(answer),
+    )
+        .into_response())
+}
+
+/// The `<head>` additions of a page: a permalink's link-preview tags (its records read by
+/// the router beforehand, in `records`) and an embed's pinned theme. `None`: nothing to add.
+pub fn head_tags(
+    parts: &axum::http::request::Parts,
+    records: &HashMap<String, Result<Option<Record>, String>>,
+    origins: &Origins,
+    info: &ServerInfo,
+) -> Option<app::embed::HeadTags> {
+    let path = parts.uri.path();
+    let query = parts.uri.query().unwrap_or("");
+    let theme = if path.starts_with("/embed/") {
+        let q: HashMap<String, String> = axum::extract::Query::try_from_uri(&parts.uri)
+            .map(|q: axum::extract::Query<HashMap<String, String>>| q.0)
+            .unwrap_or_default();
+        app::embed::pinned_theme(q.get("theme").map(String::as_str))
+    } else {
+        None
+    };
+    let preview = subject_of_page(path, query)
+        .filter(|(_, photo)| !photo)
+        .and_then(|(subject, _)| {
+            let found: Option<Vec<Record>> = subject
+                .ids()
+                .iter()
+                .map(|id| records.get(id).and_then(|r| r.as_ref().ok().cloned().flatten()))
+                .collect();
+            let origin = origins.public_origin(&parts.uri, &parts.headers);
+            preview_of(&origin, &subject, &found?, info).ok()
+        });
+    if preview.is_none() && theme.is_none() {
+        return None;
+    }
+    let mut tags = app::embed::HeadTags {
+        theme,
+        ..Default::default()
+    };
+    for tag in preview.map(|p| p.tags()).unwrap_or_default() {
+        match tag {
+            Tag::Meta { attr, key, content } => tags.meta.push((attr, key, content)),
+            Tag::Link { href, title, .. } => tags.oembed = Some((href, title)),
+        }
+    }
+    Some(tags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picture_paths_and_pages_are_told_apart() {
+        assert_eq!(run_image_path("/runs/0123456789abcdef.png"), Some(("0123456789abcdef".into(), Format::Png)));
+        assert_eq!(run_image_path("/runs/0123456789abcdef.svg").map(|p| p.1), Some(Format::Svg));
+        for not in ["/runs/0123456789abcdef", "/runs/x.gif", "/runs/.png", "/runs/a/b.png", "/compare.png"] {
+            assert_eq!(run_image_path(not), None, "{not}");
+        }
+        assert_eq!(subject_of_page("/embed/runs/abc", ""), Some((Subject::Record("abc".into()), false)));
+        assert_eq!(subject_of_page("/runs/abc.png", ""), Some((Subject::Record("abc".into()), true)));
+        let ids = vec!["0123456789abcdef".to_string(), "fedcba9876543210".to_string()];
+        assert_eq!(subject_of_page("/compare", "runs=0123456789abcdef,fedcba9876543210"), Some((Subject::Compare(ids), false)));
+        assert_eq!(subject_of_page("/compare", "runs=nope"), None);
+        assert_eq!(subject_of_page("/pitfalls", ""), None);
+    }
+
+    #[test]
+    fn etags_change_with_every_option() {
+        let s = Subject::Record("0123456789abcdef".into());
+        let o = ImageOptions::default();
+        let dark = ImageOptions { theme: render::Theme::Dark, ..o };
+        let tags = [etag(&s, &o, Format::Png), etag(&s, &dark, Format::Png), etag(&s, &o, Format::Svg), etag(&s, &ImageOptions { scale: 2, ..o }, Format::Png)];
+        for (i, a) in tags.iter().enumerate() {
+            assert!(tags[i + 1..].iter().all(|b| a != b), "{tags:?}");
+        }
+        assert_eq!(etag(&s, &o, Format::Png), tags[0], "stable");
+    }
+}
