@@ -320,3 +320,57 @@ async fn an_embed_pins_the_theme_it_is_asked_for() {
     let head = head_of(&format!("/runs/{id}?theme=dark")).await;
     assert!(!head.contains("data-theme"));
 }
+
+/// The p50 of one CPU run of resnet18 on one thread, through the API.
+async fn measured_p50() -> f64 {
+    let spec = r#"{"model": "resnet18", "device": "cpu", "batch": 2, "warmup": 3, "iters": 40, "threads": 1}"#;
+    let (status, _, body) = send(app(), post_run(spec)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&body));
+    let created: protocol::RunCreated = serde_json::from_slice(&body).unwrap();
+    match follow(app(), &created.events_url).await.last() {
+        Some(protocol::Event::Done { report }) => report.latency_ms.p50,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Pictures are drawn off the device thread: a run measured while pictures are drawn in a
+/// loop (each at a new width, so none comes from the cache) against the same run alone,
+/// before and after. Prints the figures as JSON; fails only past a 1.5× slowdown (the
+/// machine's other load moves the figures by more than drawing should).
+/// `cargo test --release --workspace --test api -- --ignored drawing_does_not_slow --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn drawing_does_not_slow_a_run() {
+    let (id, _) = saved_run("no_grad", 9.1, 24.5, 9);
+    let before = measured_p50().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drawer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut drawn, mut width, started) = (0u32, 300u32, std::time::Instant::now());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (status, _, _) = send(app(), get(&format!("/runs/{id}.png?width={width}"))).await;
+                assert_eq!(status, StatusCode::OK);
+                drawn += 1;
+                width = if width >= 2400 { 300 } else { width + 1 };
+            }
+            (drawn, started.elapsed().as_secs_f64())
+        })
+    };
+    let during = measured_p50().await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (drawn, seconds) = drawer.await.unwrap();
+    let after = measured_p50().await;
+    let alone = (before + after) / 2.0;
+    println!(
+        "{}",
+        serde_json::json!({
+            "run": "resnet18 cpu batch 2, 1 thread, 40 iterations",
+            "p50_ms_alone_before": before, "p50_ms_alone_after": after,
+            "p50_ms_while_drawing": during, "ratio": during / alone,
+            "pictures_drawn": drawn, "pictures_per_s": f64::from(drawn) / seconds,
+        })
+    );
+    assert!(drawn > 0);
+    assert!(during / alone < 1.5, "{during} ms while drawing against {alone} ms alone");
+}
