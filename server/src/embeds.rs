@@ -11,9 +11,9 @@
 //! - [`head_tags`]: the Open Graph / Twitter-card tags and the oEmbed link of a permalink
 //!   page, and an embed's pinned `?theme=`, which the router's page context hands the shell.
 //!
-//! Pictures are drawn from the stored record on the blocking pool, one at a time, never on
-//! the device thread (which only measures): a run in progress is not slowed by them beyond
-//! the one core a drawing takes.
+//! Pictures are drawn from the stored record on a thread of their own, one at a time and at
+//! the lowest CPU priority, never on the device thread (which only measures): a run in
+//! progress is not slowed by them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -233,9 +233,62 @@ fn keep(key: String, bytes: Bytes) {
     }
 }
 
-/// One drawing at a time: each takes a core for tens of milliseconds, and the device
-/// thread must keep the rest.
-static DRAWING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+/// A drawing to make on the drawing thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The one thread that draws: pictures are made one at a time, at the lowest CPU priority
+/// (nice 19, Linux), so a run measuring on the CPU keeps its core while readers fetch
+/// pictures (measured: `drawing_does_not_slow_a_run` in server/tests/api/embeds.rs). Its
+/// own thread, not the blocking pool's, so the priority never reaches database reads.
+fn drawing_thread() -> Option<std::sync::mpsc::Sender<Job>> {
+    static SENDER: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<Job>>>> =
+        std::sync::OnceLock::new();
+    let sender = SENDER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("gradless-draw".into())
+            .spawn(move || {
+                lower_priority();
+                for job in rx {
+                    // A drawing that panics costs its own answer (503), not the thread.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            });
+        match spawned {
+            Ok(_) => Some(Mutex::new(tx)),
+            Err(e) => {
+                tracing::error!("could not start the drawing thread: {e}");
+                None
+            }
+        }
+    });
+    sender
+        .as_ref()
+        .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone())
+}
+
+/// Nice 19 for the calling thread (a per-thread attribute on Linux).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+        tracing::warn!("the drawing thread keeps the normal CPU priority: {e}");
+    }
+}
+
+/// `f`'s result, computed on the drawing thread.
+async fn on_drawing_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let _ = tx.send(f());
+    });
+    drawing_thread()
+        .ok_or(ApiError::Unavailable)?
+        .send(job)
+        .map_err(|_| ApiError::Unavailable)?;
+    rx.await.map_err(|_| ApiError::Unavailable)
+}
 
 fn image_headers(etag: &str, format: Format) -> [(header::HeaderName, HeaderValue); 3] {
     [
@@ -281,10 +334,7 @@ async fn picture(
         return Ok((image_headers(&tag, format), bytes).into_response());
     }
     let info = state.info.current();
-    let _turn = DRAWING.acquire().await.map_err(|_| ApiError::Unavailable)?;
-    let bytes = tokio::task::spawn_blocking(move || draw(&records, &subject, &options, format, &info))
-        .await
-        .map_err(|_| ApiError::Unavailable)??;
+    let bytes = on_drawing_thread(move || draw(&records, &subject, &options, format, &info)).await??;
     let bytes = Bytes::from(bytes);
     keep(tag.clone(), bytes.clone());
     Ok((image_headers(&tag, format), bytes).into_response())
