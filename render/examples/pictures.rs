@@ -36,6 +36,8 @@ fn main() {
         };
         if let Some(r) = runs.first() {
             write("run", run_svg(r, &o));
+            // As a phone shows it in a chat or a doc, about 400 px wide.
+            write("run-400", run_svg(r, &ImageOptions { width: 400, ..o }));
         }
         if runs.len() > 1 {
             write("compare", compare_svg(&runs.iter().collect::<Vec<_>>(), &o));

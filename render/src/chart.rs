@@ -199,9 +199,13 @@ impl Chart {
                 let x0 = plot.x + *start as f64 * slot;
                 let x1 = plot.x + (*end.min(&(count - 1)) + 1) as f64 * slot;
                 svg.rect(x0, plot.y, x1 - x0, plot.h, pal.shade, 0.18, 0.0);
-                if text::width(label, 15.0, false) + 8.0 <= x1 - x0 {
-                    let f = Font::new(15.0, pal.muted).anchor(Anchor::Middle);
-                    svg.text((x0 + x1) / 2.0, plot.y + 18.0, f, label);
+                // Its name inside the band, where it fits.
+                for size in [15.0, 13.0, 11.0] {
+                    if text::width(label, size, false) + 2.0 <= x1 - x0 {
+                        let f = Font::new(size, pal.muted).anchor(Anchor::Middle);
+                        svg.text((x0 + x1) / 2.0, plot.y + size + 3.0, f, label);
+                        break;
+                    }
                 }
             }
         }

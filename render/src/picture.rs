@@ -310,9 +310,9 @@ pub fn compare_svg(runs: &[&Report], o: &ImageOptions) -> String {
     kicker(&mut svg, &pal, "GRADLESS · RECORDED RUNS SIDE BY SIDE");
     title(&mut svg, &pal, &heading, 96.0);
 
-    let label_w = 470.0;
-    let col_x = [MARGIN + label_w + 24.0, MARGIN + label_w + 24.0 + 322.0];
-    let col_w = 298.0;
+    let label_w = 400.0;
+    let col_w = 330.0;
+    let col_x = [MARGIN + label_w + 24.0, MARGIN + label_w + 24.0 + col_w + 20.0];
     let head = Font::new(18.0, pal.muted);
     svg.text(MARGIN, 146.0, head, "run");
     svg.text(col_x[0], 146.0, head, "p50 latency (× #1)");
@@ -329,7 +329,8 @@ pub fn compare_svg(runs: &[&Report], o: &ImageOptions) -> String {
     let value_size = (row_h * 0.32).clamp(16.0, 28.0);
     let bar_h = (row_h * 0.2).clamp(6.0, 14.0);
     for (i, r) in runs.iter().enumerate() {
-        let y = 166.0 + row_h * i as f64;
+        // Few rows sit in the middle of the space, not under the header.
+        let y = 166.0 + ((566.0 - 166.0) - row_h * rows) / 2.0 + row_h * i as f64;
         if i % 2 == 1 {
             svg.rect(MARGIN - 12.0, y, W - 2.0 * MARGIN + 24.0, row_h, pal.grid, 0.6, 4.0);
         }
@@ -345,7 +346,9 @@ pub fn compare_svg(runs: &[&Report], o: &ImageOptions) -> String {
         .enumerate()
         {
             let x = col_x[k];
-            svg.text(x, text_y, Font::new(value_size, pal.text).bold(), &text::fit(value, value_size, true, col_w));
+            // A figure is never cut: smaller type instead.
+            let (value, size) = text::shrink(value, value_size, 12.0, true, col_w);
+            svg.text(x, text_y, Font::new(size, pal.text).bold(), &value);
             svg.rect(x, text_y + 7.0, col_w, bar_h, pal.grid, 1.0, bar_h / 2.0);
             svg.rect(x, text_y + 7.0, (col_w * frac.clamp(0.0, 1.0)).max(bar_h), bar_h, color, 1.0, bar_h / 2.0);
         }
@@ -455,7 +458,8 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
         let x = figures_x + c as f64 * col_w;
         let y = top + row as f64 * per_row;
         svg.text(x, y + 14.0, Font::new(15.0, pal.muted), &text::fit(&f.name, 15.0, false, col_w - 16.0));
-        svg.text(x, y + 38.0, Font::new(21.0, pal.text).bold(), &text::fit(&f.display(), 21.0, true, col_w - 16.0));
+        let (value, size) = text::shrink(&f.display(), 21.0, 12.0, true, col_w - 16.0);
+        svg.text(x, y + 38.0, Font::new(size, pal.text).bold(), &value);
     }
     footer(&mut svg, &pal, &provenance(&p.env));
     let _ = Anchor::Start;
