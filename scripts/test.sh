@@ -41,11 +41,11 @@ print(f"emit-to-viewer p99: single process {one['event_delay_ms']['p99']:.1f} ms
       f"fleet {fleet['emit_to_viewer_ms']['p99']:.1f} ms ({fleet['viewers']} viewers, {fleet['fronts']} fronts, {fleet['workers']} workers)")
 PY
 
-echo "==> The browser build pulls in no tch, tokio or axum"
+echo "==> The browser build pulls in no tch, tokio, axum or picture drawing (render, resvg)"
 # Two steps, so that a failing `cargo tree` fails the check instead of passing it.
 tree=$(cargo tree -p app --no-default-features --features hydrate --target wasm32-unknown-unknown -e normal)
 [ -n "$tree" ] || { echo "error: cargo tree printed nothing for the hydrate build" >&2; exit 1; }
-if grep -E '^[^a-z]*(tch|torch-sys|tokio|axum|leptos_axum) v' <<<"$tree"; then
+if grep -E '^[^a-z]*(tch|torch-sys|tokio|axum|leptos_axum|render|resvg|usvg|tiny-skia) v' <<<"$tree"; then
   echo "error: the hydrate build depends on server crates (listed above)" >&2
   exit 1
 fi

@@ -21,7 +21,9 @@ fn median_ms(mut f: impl FnMut() -> usize) -> (f64, usize) {
 }
 
 fn main() {
-    let runs: Vec<_> = (0..5).map(|i| common::run("no_grad", 8 << i, 9.0 + i as f64, 24.5 * (i + 1) as f64, i)).collect();
+    let runs: Vec<_> = (0..5)
+        .map(|i| common::run("no_grad", 8 << i, 9.0 + i as f64, 24.5 * (i + 1) as f64, i))
+        .collect();
     let refs: Vec<&protocol::Report> = runs.iter().collect();
     let o = ImageOptions::default();
     let hi = ImageOptions { scale: 2, ..o };

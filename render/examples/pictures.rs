@@ -13,22 +13,30 @@ fn main() {
     let mut runs: Vec<protocol::Report> = vec![];
     let mut pitfalls: Vec<protocol::PitfallReport> = vec![];
     for path in args {
-        let record: protocol::Record = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let record: protocol::Record =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         match record.body {
             protocol::RecordBody::Run(r) => runs.push(*r),
             protocol::RecordBody::Pitfall(p) => pitfalls.push(*p),
         }
     }
     if runs.is_empty() && pitfalls.is_empty() {
-        runs = [("enabled", 11.2, 98.0), ("no_grad", 9.1, 24.5), ("inference_mode", 8.9, 24.4)]
-            .iter()
-            .enumerate()
-            .map(|(i, (g, ms, mib))| common::run(g, 8, *ms, *mib, 10 + i as u64))
-            .collect();
+        runs = [
+            ("enabled", 11.2, 98.0),
+            ("no_grad", 9.1, 24.5),
+            ("inference_mode", 8.9, 24.4),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, (g, ms, mib))| common::run(g, 8, *ms, *mib, 10 + i as u64))
+        .collect();
         pitfalls.push(common::pitfall());
     }
     for theme in [Theme::Light, Theme::Dark] {
-        let o = ImageOptions { theme, ..Default::default() };
+        let o = ImageOptions {
+            theme,
+            ..Default::default()
+        };
         let t = theme.as_str();
         let write = |name: &str, svg: String| {
             std::fs::write(out.join(format!("{name}-{t}.svg")), &svg).unwrap();

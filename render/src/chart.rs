@@ -2,7 +2,7 @@
 //! lines or grouped bars, on one or two value axes with round ticks, a shaded band (the
 //! warm-up) and labelled horizontal marks (p50). Drawn from the figures given, nothing else.
 
-use crate::svg::{n, Anchor, Font, Palette, Svg};
+use crate::svg::{Anchor, Font, Palette, Svg};
 use crate::text;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +63,14 @@ pub struct Rect {
 
 /// Round tick values covering `lo..hi`, about `target` of them.
 pub fn ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, usize) {
-    let (lo, hi) = if hi > lo { (lo, hi) } else { (lo - 0.5_f64.max(lo.abs() * 0.1), hi + 0.5_f64.max(hi.abs() * 0.1)) };
+    let (lo, hi) = if hi > lo {
+        (lo, hi)
+    } else {
+        (
+            lo - 0.5_f64.max(lo.abs() * 0.1),
+            hi + 0.5_f64.max(hi.abs() * 0.1),
+        )
+    };
     let raw = (hi - lo) / target.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 2.5, 5.0, 10.0]
@@ -106,7 +113,9 @@ impl Scale {
             .iter()
             .copied()
             .filter(|v| v.is_finite())
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
         let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
         let zoomed = may_zoom && lo > 0.0 && lo > hi / 2.0;
         let from = if zoomed { lo } else { lo.min(0.0) };
@@ -143,8 +152,8 @@ impl Chart {
                 if a == 0 {
                     values.extend(self.marks.iter().map(|m| m.value));
                 }
-                let may_zoom = self.kind == Kind::Line
-                    && self.axes.get(a).is_some_and(|x| x.may_zoom);
+                let may_zoom =
+                    self.kind == Kind::Line && self.axes.get(a).is_some_and(|x| x.may_zoom);
                 Scale::of(&values, may_zoom)
             })
             .collect();
@@ -155,7 +164,11 @@ impl Chart {
         }
         // No title: the plot starts at the top of the frame.
         let frame = if title.is_empty() {
-            Rect { y: frame.y - 28.0, h: frame.h + 28.0, ..frame }
+            Rect {
+                y: frame.y - 28.0,
+                h: frame.h + 28.0,
+                ..frame
+            }
         } else {
             let title = text::fit(&title, title_font.size, true, frame.w);
             svg.text(frame.x, frame.y + 22.0, title_font, &title);
@@ -188,7 +201,12 @@ impl Chart {
             svg.text(frame.x, units_y, tick_font, &a.unit);
         }
         if let Some(a) = self.axes.get(1) {
-            svg.text(frame.x + frame.w, units_y, tick_font.anchor(Anchor::End), &a.unit);
+            svg.text(
+                frame.x + frame.w,
+                units_y,
+                tick_font.anchor(Anchor::End),
+                &a.unit,
+            );
         }
         let count = self.categories.len().max(1);
         let slot = plot.w / count as f64;
@@ -214,7 +232,12 @@ impl Chart {
         for t in &scales[0].ticks {
             let y = scales[0].y(*t, plot);
             svg.line((plot.x, y), (plot.x + plot.w, y), pal.grid, 1.0, None);
-            svg.text(left - 8.0, y + 6.0, tick_font.anchor(Anchor::End), &tick_label(*t, scales[0].decimals));
+            svg.text(
+                left - 8.0,
+                y + 6.0,
+                tick_font.anchor(Anchor::End),
+                &tick_label(*t, scales[0].decimals),
+            );
         }
         if let Some(s) = scales.get(1) {
             for t in &s.ticks {
@@ -222,7 +245,13 @@ impl Chart {
                 svg.text(right + 8.0, y + 6.0, tick_font, &tick_label(*t, s.decimals));
             }
         }
-        svg.line((plot.x, plot.y + plot.h), (plot.x + plot.w, plot.y + plot.h), pal.border, 1.5, None);
+        svg.line(
+            (plot.x, plot.y + plot.h),
+            (plot.x + plot.w, plot.y + plot.h),
+            pal.border,
+            1.5,
+            None,
+        );
 
         // Category labels: as many as fit without touching.
         let widest = self
@@ -235,7 +264,12 @@ impl Chart {
         for (i, c) in self.categories.iter().enumerate() {
             if i % every == 0 || (i + 1 == count && every == 1) {
                 let label = text::fit(c, tick_font.size, false, slot * every as f64 - 4.0);
-                svg.text(cx(i), plot.y + plot.h + 22.0, tick_font.anchor(Anchor::Middle), &label);
+                svg.text(
+                    cx(i),
+                    plot.y + plot.h + 22.0,
+                    tick_font.anchor(Anchor::Middle),
+                    &label,
+                );
             }
         }
 
@@ -282,9 +316,22 @@ impl Chart {
                         };
                         let x = cx(i) - bar * group as f64 / 2.0 + k as f64 * bar;
                         let y = scale.y(v, plot);
-                        svg.rect(x + 1.0, y.min(base), bar - 2.0, (base - y).abs(), s.color, 1.0, 2.0);
+                        svg.rect(
+                            x + 1.0,
+                            y.min(base),
+                            bar - 2.0,
+                            (base - y).abs(),
+                            s.color,
+                            1.0,
+                            2.0,
+                        );
                         if labels {
-                            svg.text(x + bar / 2.0, y.min(base) - 5.0, label_font, &short_number(v));
+                            svg.text(
+                                x + bar / 2.0,
+                                y.min(base) - 5.0,
+                                label_font,
+                                &short_number(v),
+                            );
                         }
                     }
                 }
@@ -294,7 +341,15 @@ impl Chart {
             let y = scales[0].y(m.value, plot);
             svg.line((plot.x, y), (plot.x + plot.w, y), m.color, 2.0, Some("8 5"));
             let f = Font::new(16.0, m.color).bold().anchor(Anchor::End);
-            svg.rect(plot.x + plot.w - text::width(&m.label, 16.0, true) - 10.0, y - 22.0, text::width(&m.label, 16.0, true) + 8.0, 19.0, pal.bg, 0.85, 3.0);
+            svg.rect(
+                plot.x + plot.w - text::width(&m.label, 16.0, true) - 10.0,
+                y - 22.0,
+                text::width(&m.label, 16.0, true) + 8.0,
+                19.0,
+                pal.bg,
+                0.85,
+                3.0,
+            );
             svg.text(plot.x + plot.w - 6.0, y - 7.0, f, &m.label);
         }
 
@@ -316,7 +371,6 @@ impl Chart {
                 x += 36.0 + text::width(&label, f.size, false) + 22.0;
             }
         }
-        let _ = n;
         zoomed
     }
 }
@@ -342,7 +396,11 @@ mod tests {
         assert_eq!(t, [0.0, 2.5, 5.0, 7.5, 10.0]);
         assert_eq!(d, 1);
         let (t, _) = ticks(10.8, 21.3, 4);
-        assert_eq!(t, [10.0, 15.0, 20.0, 25.0], "the top tick covers the largest value");
+        assert_eq!(
+            t,
+            [10.0, 15.0, 20.0, 25.0],
+            "the top tick covers the largest value"
+        );
         let (t, d) = ticks(0.0, 130.0, 4);
         assert_eq!(t.first(), Some(&0.0));
         assert!(*t.last().unwrap() >= 130.0 && d == 0, "{t:?}");

@@ -161,8 +161,8 @@ impl ImageOptions {
 
 /// The height of a picture `width` px wide.
 pub fn height_for(width: u32) -> u32 {
-    ((u64::from(width) * u64::from(VIEW_HEIGHT) + u64::from(VIEW_WIDTH) / 2) / u64::from(VIEW_WIDTH))
-        as u32
+    ((u64::from(width) * u64::from(VIEW_HEIGHT) + u64::from(VIEW_WIDTH) / 2)
+        / u64::from(VIEW_WIDTH)) as u32
 }
 
 /// A picture could not be made (the SVG did not parse, or no pixmap of that size).
@@ -198,17 +198,39 @@ mod tests {
     use super::*;
 
     fn q(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn options_read_their_query_and_name_what_is_wrong() {
-        let o = ImageOptions::from_query(&q(&[("theme", "dark"), ("width", "600"), ("scale", "2"), ("v", "x")])).unwrap();
-        assert_eq!((o.theme, o.width, o.height(), o.scale), (Theme::Dark, 600, 315, 2));
+        let o = ImageOptions::from_query(&q(&[
+            ("theme", "dark"),
+            ("width", "600"),
+            ("scale", "2"),
+            ("v", "x"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (o.theme, o.width, o.height(), o.scale),
+            (Theme::Dark, 600, 315, 2)
+        );
         assert_eq!(o.to_query(), "?theme=dark&width=600&scale=2");
-        assert_eq!(ImageOptions::from_query(&q(&[])).unwrap(), ImageOptions::default());
+        assert_eq!(
+            ImageOptions::from_query(&q(&[])).unwrap(),
+            ImageOptions::default()
+        );
         assert_eq!(ImageOptions::default().height(), 630);
-        for (k, v) in [("theme", "blue"), ("width", "99999"), ("width", "10"), ("width", "-1"), ("width", "1e3"), ("scale", "3")] {
+        for (k, v) in [
+            ("theme", "blue"),
+            ("width", "99999"),
+            ("width", "10"),
+            ("width", "-1"),
+            ("width", "1e3"),
+            ("scale", "3"),
+        ] {
             let e = ImageOptions::from_query(&q(&[(k, v)])).unwrap_err();
             assert_eq!(e.field, k, "{e:?}");
             assert!(e.message.contains(v), "{e:?}");

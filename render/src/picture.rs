@@ -6,7 +6,7 @@
 use protocol::{format_bytes, ChartKind, PitfallReport, Report, Verdict};
 
 use crate::chart::{Axis, Chart, Kind, Mark, Rect, Series};
-use crate::svg::{Anchor, Font, Palette, Svg};
+use crate::svg::{Font, Palette, Svg};
 use crate::{format_ms, short_date, text, ImageOptions};
 
 const W: f64 = crate::VIEW_WIDTH as f64;
@@ -39,14 +39,22 @@ fn footer(svg: &mut Svg, pal: &Palette, line: &str) {
 
 /// One headline figure: a label over a large value.
 fn figure(svg: &mut Svg, pal: &Palette, x: f64, width: f64, label: &str, value: &str) {
-    svg.text(x, 150.0, Font::new(18.0, pal.muted), &text::fit(label, 18.0, false, width));
+    svg.text(
+        x,
+        150.0,
+        Font::new(18.0, pal.muted),
+        &text::fit(label, 18.0, false, width),
+    );
     let (v, size) = text::shrink(value, 46.0, 26.0, true, width);
     svg.text(x, 200.0, Font::new(size, pal.text).bold(), &v);
 }
 
 /// Where and when, as the pictures print it: device, libtorch, CUDA, threads, date.
 fn provenance(env: &protocol::EnvStamp) -> String {
-    let mut parts = vec![env.device_label(), format!("libtorch {}", env.libtorch_version)];
+    let mut parts = vec![
+        env.device_label(),
+        format!("libtorch {}", env.libtorch_version),
+    ];
     if let Some(c) = &env.cuda_version {
         parts.push(format!("CUDA {c}"));
     }
@@ -87,7 +95,14 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
     kicker(&mut svg, &pal, "GRADLESS · RECORDED RUN");
     title(&mut svg, &pal, &run_title(r), 96.0);
     let col = (W - 2.0 * MARGIN) / 3.0;
-    figure(&mut svg, &pal, MARGIN, col - 24.0, "p50 latency", &format_ms(r.latency_ms.p50));
+    figure(
+        &mut svg,
+        &pal,
+        MARGIN,
+        col - 24.0,
+        "p50 latency",
+        &format_ms(r.latency_ms.p50),
+    );
     figure(
         &mut svg,
         &pal,
@@ -123,7 +138,12 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
         .collect();
     let bottom = 572.0 - 22.0 * note_lines.len() as f64;
     for (i, l) in note_lines.iter().enumerate() {
-        svg.text(MARGIN, bottom + 20.0 + 22.0 * i as f64, Font::new(16.0, pal.note), l);
+        svg.text(
+            MARGIN,
+            bottom + 20.0 + 22.0 * i as f64,
+            Font::new(16.0, pal.note),
+            l,
+        );
     }
 
     let warm = r.warmup.len();
@@ -188,7 +208,10 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
         });
     }
     let memory = Chart {
-        title: format!("Memory above the {} baseline", format_bytes(r.memory.baseline_bytes)),
+        title: format!(
+            "Memory above the {} baseline",
+            format_bytes(r.memory.baseline_bytes)
+        ),
         kind: Kind::Line,
         categories,
         axes: vec![Axis {
@@ -202,8 +225,26 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
     };
     let half = (W - 2.0 * MARGIN - 48.0) / 2.0;
     let top = 232.0;
-    latency.draw(&mut svg, Rect { x: MARGIN, y: top, w: half, h: bottom - top }, &pal);
-    memory.draw(&mut svg, Rect { x: MARGIN + half + 48.0, y: top, w: half, h: bottom - top }, &pal);
+    latency.draw(
+        &mut svg,
+        Rect {
+            x: MARGIN,
+            y: top,
+            w: half,
+            h: bottom - top,
+        },
+        &pal,
+    );
+    memory.draw(
+        &mut svg,
+        Rect {
+            x: MARGIN + half + 48.0,
+            y: top,
+            w: half,
+            h: bottom - top,
+        },
+        &pal,
+    );
     footer(&mut svg, &pal, &provenance(&r.env));
     svg.finish()
 }
@@ -211,7 +252,12 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
 /// `#1 eval · no_grad · batch 8` (with the model when the runs' models differ).
 fn compare_label(i: usize, r: &Report, with_model: bool) -> String {
     if with_model {
-        format!("#{} {} · {}", i + 1, r.spec.model.display_name(), r.spec.label())
+        format!(
+            "#{} {} · {}",
+            i + 1,
+            r.spec.model.display_name(),
+            r.spec.label()
+        )
     } else {
         format!("#{} {}", i + 1, r.spec.label())
     }
@@ -230,7 +276,11 @@ pub fn compare_title(runs: &[&Report]) -> String {
     let same_model = runs.windows(2).all(|w| w[0].spec.model == w[1].spec.model);
     match runs.first() {
         Some(r) if same_model && runs.len() > 1 => {
-            format!("{}: {} runs side by side", r.spec.model.display_name(), runs.len())
+            format!(
+                "{}: {} runs side by side",
+                r.spec.model.display_name(),
+                runs.len()
+            )
         }
         Some(r) if runs.len() == 1 => run_title(r),
         _ => format!("{} recorded runs side by side", runs.len()),
@@ -245,7 +295,11 @@ pub fn compare_cells(runs: &[&Report]) -> Vec<(String, String)> {
     runs.iter()
         .map(|r| {
             (
-                format!("{}{}", format_ms(r.latency_ms.p50), ratio(r.latency_ms.p50, first.latency_ms.p50)),
+                format!(
+                    "{}{}",
+                    format_ms(r.latency_ms.p50),
+                    ratio(r.latency_ms.p50, first.latency_ms.p50)
+                ),
                 format!(
                     "{}{}",
                     format_bytes(r.memory.peak_above_baseline_bytes),
@@ -267,7 +321,10 @@ fn compare_provenance(runs: &[&Report]) -> String {
         for (list, v) in [
             (&mut devices, r.env.device_label()),
             (&mut torch, format!("libtorch {}", r.env.libtorch_version)),
-            (&mut dates, short_date(&r.env.measured_at).chars().take(10).collect()),
+            (
+                &mut dates,
+                short_date(&r.env.measured_at).chars().take(10).collect(),
+            ),
         ] {
             if !list.contains(&v) {
                 list.push(v);
@@ -280,7 +337,10 @@ fn compare_provenance(runs: &[&Report]) -> String {
         (Some(a), _) => a.clone(),
         _ => String::new(),
     };
-    let version = runs.first().map(|r| r.env.gradless_version.clone()).unwrap_or_default();
+    let version = runs
+        .first()
+        .map(|r| r.env.gradless_version.clone())
+        .unwrap_or_default();
     format!(
         "{} · {} · {date} · measured by Gradless {version}",
         devices.join(", "),
@@ -306,13 +366,21 @@ pub fn compare_svg(runs: &[&Report], o: &ImageOptions) -> String {
         .collect::<Vec<_>>()
         .join("; ");
     let heading = compare_title(runs);
-    let mut svg = canvas(o, &pal, &heading, &format!("{desc}. {}.", compare_provenance(runs)));
+    let mut svg = canvas(
+        o,
+        &pal,
+        &heading,
+        &format!("{desc}. {}.", compare_provenance(runs)),
+    );
     kicker(&mut svg, &pal, "GRADLESS · RECORDED RUNS SIDE BY SIDE");
     title(&mut svg, &pal, &heading, 96.0);
 
     let label_w = 400.0;
     let col_w = 330.0;
-    let col_x = [MARGIN + label_w + 24.0, MARGIN + label_w + 24.0 + col_w + 20.0];
+    let col_x = [
+        MARGIN + label_w + 24.0,
+        MARGIN + label_w + 24.0 + col_w + 20.0,
+    ];
     let head = Font::new(18.0, pal.muted);
     svg.text(MARGIN, 146.0, head, "run");
     svg.text(col_x[0], 146.0, head, "p50 latency (× #1)");
@@ -332,15 +400,36 @@ pub fn compare_svg(runs: &[&Report], o: &ImageOptions) -> String {
         // Few rows sit in the middle of the space, not under the header.
         let y = 166.0 + ((566.0 - 166.0) - row_h * rows) / 2.0 + row_h * i as f64;
         if i % 2 == 1 {
-            svg.rect(MARGIN - 12.0, y, W - 2.0 * MARGIN + 24.0, row_h, pal.grid, 0.6, 4.0);
+            svg.rect(
+                MARGIN - 12.0,
+                y,
+                W - 2.0 * MARGIN + 24.0,
+                row_h,
+                pal.grid,
+                0.6,
+                4.0,
+            );
         }
         let text_y = y + row_h * 0.5 + value_size * 0.1;
         let (label, size) = text::shrink(&labels[i], value_size, 14.0, false, label_w);
-        svg.text(MARGIN, text_y + bar_h * 0.5, Font::new(size, pal.text), &label);
+        svg.text(
+            MARGIN,
+            text_y + bar_h * 0.5,
+            Font::new(size, pal.text),
+            &label,
+        );
         let (p50, peak) = &cells[i];
         for (k, (value, frac, color)) in [
-            (p50, r.latency_ms.p50 / max_p50.max(f64::MIN_POSITIVE), pal.series[0]),
-            (peak, r.memory.peak_above_baseline_bytes as f64 / max_peak.max(f64::MIN_POSITIVE), pal.series[1]),
+            (
+                p50,
+                r.latency_ms.p50 / max_p50.max(f64::MIN_POSITIVE),
+                pal.series[0],
+            ),
+            (
+                peak,
+                r.memory.peak_above_baseline_bytes as f64 / max_peak.max(f64::MIN_POSITIVE),
+                pal.series[1],
+            ),
         ]
         .into_iter()
         .enumerate()
@@ -350,7 +439,15 @@ pub fn compare_svg(runs: &[&Report], o: &ImageOptions) -> String {
             let (value, size) = text::shrink(value, value_size, 12.0, true, col_w);
             svg.text(x, text_y, Font::new(size, pal.text).bold(), &value);
             svg.rect(x, text_y + 7.0, col_w, bar_h, pal.grid, 1.0, bar_h / 2.0);
-            svg.rect(x, text_y + 7.0, (col_w * frac.clamp(0.0, 1.0)).max(bar_h), bar_h, color, 1.0, bar_h / 2.0);
+            svg.rect(
+                x,
+                text_y + 7.0,
+                (col_w * frac.clamp(0.0, 1.0)).max(bar_h),
+                bar_h,
+                color,
+                1.0,
+                bar_h / 2.0,
+            );
         }
     }
     footer(&mut svg, &pal, &compare_provenance(runs));
@@ -382,7 +479,12 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
     title(&mut svg, &pal, card_title, 96.0);
     let claim = text::wrap(&p.claim, 19.0, false, W - 2.0 * MARGIN, 1);
     for (i, l) in claim.iter().enumerate() {
-        svg.text(MARGIN, 128.0 + 24.0 * i as f64, Font::new(19.0, pal.muted), l);
+        svg.text(
+            MARGIN,
+            128.0 + 24.0 * i as f64,
+            Font::new(19.0, pal.muted),
+            l,
+        );
     }
     let colour = pal.verdict[match p.verdict {
         Verdict::Confirmed => 0,
@@ -397,7 +499,12 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
     let reason = text::wrap(&p.reason, 18.0, false, W - MARGIN - reason_x, 3);
     let reason_top = if reason.len() == 1 { 177.0 } else { 165.0 };
     for (i, l) in reason.iter().enumerate() {
-        svg.text(reason_x, reason_top + 23.0 * i as f64, Font::new(18.0, pal.text), l);
+        svg.text(
+            reason_x,
+            reason_top + 23.0 * i as f64,
+            Font::new(18.0, pal.text),
+            l,
+        );
     }
 
     let top = 240.0;
@@ -445,7 +552,16 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
             shade: None,
             legend: true,
         };
-        chart.draw(&mut svg, Rect { x: MARGIN, y: top, w: 720.0, h: 572.0 - top }, &pal);
+        chart.draw(
+            &mut svg,
+            Rect {
+                x: MARGIN,
+                y: top,
+                w: 720.0,
+                h: 572.0 - top,
+            },
+            &pal,
+        );
     }
     // The measured figures, as the card lists them.
     let fw = W - MARGIN - figures_x;
@@ -457,11 +573,15 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
         let (c, row) = (i / rows, i % rows);
         let x = figures_x + c as f64 * col_w;
         let y = top + row as f64 * per_row;
-        svg.text(x, y + 14.0, Font::new(15.0, pal.muted), &text::fit(&f.name, 15.0, false, col_w - 16.0));
+        svg.text(
+            x,
+            y + 14.0,
+            Font::new(15.0, pal.muted),
+            &text::fit(&f.name, 15.0, false, col_w - 16.0),
+        );
         let (value, size) = text::shrink(&f.display(), 21.0, 12.0, true, col_w - 16.0);
         svg.text(x, y + 38.0, Font::new(size, pal.text).bold(), &value);
     }
     footer(&mut svg, &pal, &provenance(&p.env));
-    let _ = Anchor::Start;
     svg.finish()
 }

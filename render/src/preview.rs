@@ -131,14 +131,19 @@ pub fn compare(origin: &str, ids: &[String], runs: &[&Report]) -> Preview {
         .iter()
         .zip(&cells)
         .enumerate()
-        .map(|(i, (r, (p50, peak)))| format!("#{} {}: p50 {p50}, peak {peak}", i + 1, r.spec.label()))
+        .map(|(i, (r, (p50, peak)))| {
+            format!("#{} {}: p50 {p50}, peak {peak}", i + 1, r.spec.label())
+        })
         .collect();
     Preview {
         title: compare_title(runs),
         description: format!("{}. Measured by Gradless.", each.join("; ")),
         url: format!("{o}/compare?runs={list}"),
         image: format!("{o}/compare.png?runs={list}"),
-        image_alt: format!("p50 latency and peak memory of {} recorded runs side by side", runs.len()),
+        image_alt: format!(
+            "p50 latency and peak memory of {} recorded runs side by side",
+            runs.len()
+        ),
         embed: None,
         origin: o.to_string(),
     }

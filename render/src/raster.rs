@@ -30,10 +30,17 @@ pub fn png(svg: &str, scale: u32) -> Result<Vec<u8>, RenderError> {
     let tree = usvg::Tree::from_str(svg, &options).map_err(|e| RenderError(format!("svg: {e}")))?;
     let size = tree.size();
     let s = scale.clamp(1, 4) as f32;
-    let (w, h) = ((size.width() * s).round() as u32, (size.height() * s).round() as u32);
-    let mut pixmap = tiny_skia::Pixmap::new(w, h)
-        .ok_or_else(|| RenderError(format!("no {w}×{h} pixmap")))?;
-    resvg::render(&tree, tiny_skia::Transform::from_scale(s, s), &mut pixmap.as_mut());
+    let (w, h) = (
+        (size.width() * s).round() as u32,
+        (size.height() * s).round() as u32,
+    );
+    let mut pixmap =
+        tiny_skia::Pixmap::new(w, h).ok_or_else(|| RenderError(format!("no {w}×{h} pixmap")))?;
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(s, s),
+        &mut pixmap.as_mut(),
+    );
     encode_rgb(&pixmap)
 }
 

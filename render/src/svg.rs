@@ -163,6 +163,8 @@ impl Svg {
         Svg { out }
     }
 
+    /// A rectangle: `opacity` below 1 fades its fill, `rx` rounds its corners.
+    #[allow(clippy::too_many_arguments)] // a rectangle's own attributes, each named
     pub fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, opacity: f64, rx: f64) {
         let _ = write!(
             self.out,
@@ -181,7 +183,14 @@ impl Svg {
         self.out.push_str("/>");
     }
 
-    pub fn line(&mut self, from: (f64, f64), to: (f64, f64), stroke: &str, width: f64, dash: Option<&str>) {
+    pub fn line(
+        &mut self,
+        from: (f64, f64),
+        to: (f64, f64),
+        stroke: &str,
+        width: f64,
+        dash: Option<&str>,
+    ) {
         let _ = write!(
             self.out,
             "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{stroke}\" stroke-width=\"{}\"",
@@ -197,7 +206,13 @@ impl Svg {
         self.out.push_str("/>");
     }
 
-    pub fn polyline(&mut self, points: &[(f64, f64)], stroke: &str, width: f64, dash: Option<&str>) {
+    pub fn polyline(
+        &mut self,
+        points: &[(f64, f64)],
+        stroke: &str,
+        width: f64,
+        dash: Option<&str>,
+    ) {
         if points.is_empty() {
             return;
         }
@@ -229,7 +244,11 @@ impl Svg {
 
     /// `text` with its baseline at `y`.
     pub fn text(&mut self, x: f64, y: f64, font: Font, text: &str) {
-        let weight = if font.bold { " font-weight=\"bold\"" } else { "" };
+        let weight = if font.bold {
+            " font-weight=\"bold\""
+        } else {
+            ""
+        };
         let _ = write!(
             self.out,
             "<text x=\"{}\" y=\"{}\" font-size=\"{}\" fill=\"{}\"{weight}{}>{}</text>",

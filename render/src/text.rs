@@ -124,10 +124,16 @@ mod tests {
     fn lines_fit_and_wrap_within_their_width() {
         let long = "the quick brown fox jumps over the lazy dog ".repeat(6);
         let cut = fit(&long, 18.0, false, 300.0);
-        assert!(cut.ends_with('…') && width(&cut, 18.0, false) <= 300.0, "{cut}");
+        assert!(
+            cut.ends_with('…') && width(&cut, 18.0, false) <= 300.0,
+            "{cut}"
+        );
         let lines = wrap(&long, 18.0, false, 300.0, 3);
         assert_eq!(lines.len(), 3);
-        assert!(lines.iter().all(|l| width(l, 18.0, false) <= 300.0), "{lines:?}");
+        assert!(
+            lines.iter().all(|l| width(l, 18.0, false) <= 300.0),
+            "{lines:?}"
+        );
         assert!(lines[2].ends_with('…'));
         assert_eq!(wrap("short", 18.0, false, 300.0, 3), ["short"]);
         let (text, size) = shrink("a title that is rather long", 40.0, 20.0, true, 300.0);

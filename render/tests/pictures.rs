@@ -21,10 +21,17 @@ fn a_run_png_decodes_at_the_size_asked_for() {
     let r = common::run("no_grad", 8, 11.234, 24.5, 1);
     let (w, h, _) = decode(&png(&run_svg(&r, &ImageOptions::default()), 1).unwrap());
     assert_eq!((w, h), (1200, 630), "the og:image size");
-    let o = ImageOptions { width: 600, scale: 2, ..Default::default() };
+    let o = ImageOptions {
+        width: 600,
+        scale: 2,
+        ..Default::default()
+    };
     let (w, h, _) = decode(&png(&run_svg(&r, &o), o.scale).unwrap());
     assert_eq!((w, h), (1200, 630), "600 px at scale 2");
-    let o = ImageOptions { width: 2400, ..Default::default() };
+    let o = ImageOptions {
+        width: 2400,
+        ..Default::default()
+    };
     let (w, h, _) = decode(&png(&run_svg(&r, &o), 1).unwrap());
     assert_eq!((w, h), (2400, 1260));
 }
@@ -48,7 +55,10 @@ fn the_svg_prints_the_figures_as_the_page_does() {
 fn dark_and_light_differ_and_the_same_record_gives_the_same_bytes() {
     let r = common::run("no_grad", 8, 11.234, 24.5, 3);
     let light = ImageOptions::default();
-    let dark = ImageOptions { theme: Theme::Dark, ..Default::default() };
+    let dark = ImageOptions {
+        theme: Theme::Dark,
+        ..Default::default()
+    };
     let (a, b) = (run_svg(&r, &light), run_svg(&r, &dark));
     assert_ne!(a, b);
     let (pa, pb) = (png(&a, 1).unwrap(), png(&b, 1).unwrap());
@@ -56,7 +66,8 @@ fn dark_and_light_differ_and_the_same_record_gives_the_same_bytes() {
     // The background pixel is the theme's.
     let (_, _, light_px) = decode(&pa);
     let (_, _, dark_px) = decode(&pb);
-    let at = |px: &[u8], x: usize, y: usize| px[(y * 1200 + x) * 4..(y * 1200 + x) * 4 + 3].to_vec();
+    let at =
+        |px: &[u8], x: usize, y: usize| px[(y * 1200 + x) * 4..(y * 1200 + x) * 4 + 3].to_vec();
     assert_eq!(at(&light_px, 600, 20), [255, 255, 255]);
     assert_eq!(at(&dark_px, 600, 20), [0x1c, 0x1f, 0x24]);
     // Same record, same options: same bytes, SVG and PNG.
@@ -66,16 +77,23 @@ fn dark_and_light_differ_and_the_same_record_gives_the_same_bytes() {
 
 #[test]
 fn comparisons_print_each_run_with_its_ratio_against_the_first() {
-    let runs: Vec<_> = [("enabled", 11.2, 98.0), ("no_grad", 9.1, 24.5), ("inference_mode", 8.9, 24.4)]
-        .iter()
-        .enumerate()
-        .map(|(i, (g, ms, mib))| common::run(g, 8, *ms, *mib, 10 + i as u64))
-        .collect();
+    let runs: Vec<_> = [
+        ("enabled", 11.2, 98.0),
+        ("no_grad", 9.1, 24.5),
+        ("inference_mode", 8.9, 24.4),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (g, ms, mib))| common::run(g, 8, *ms, *mib, 10 + i as u64))
+    .collect();
     let refs: Vec<&protocol::Report> = runs.iter().collect();
     let svg = compare_svg(&refs, &ImageOptions::default());
     for r in &runs {
         let ratio = r.latency_ms.p50 / runs[0].latency_ms.p50;
-        assert!(svg.contains(&format!("{:.3} ms ({ratio:.2}×)", r.latency_ms.p50)), "{svg}");
+        assert!(
+            svg.contains(&format!("{:.3} ms ({ratio:.2}×)", r.latency_ms.p50)),
+            "{svg}"
+        );
         assert!(svg.contains(&format_bytes(r.memory.peak_above_baseline_bytes)));
     }
     let (w, h, _) = decode(&png(&svg, 1).unwrap());
@@ -88,7 +106,10 @@ fn a_pitfall_result_shows_its_verdict_chart_and_figures() {
     let svg = pitfall_svg(&p, "no_grad saves memory", &ImageOptions::default());
     assert!(svg.contains(">Confirmed</text>"));
     assert!(svg.contains("98.0 MiB"), "the reason, with its numbers");
-    assert!(svg.contains(">24.5 MiB</text>"), "a figure as the card prints it: {svg}");
+    assert!(
+        svg.contains(">24.5 MiB</text>"),
+        "a figure as the card prints it: {svg}"
+    );
     assert!(svg.contains("measured by Gradless"));
     decode(&png(&svg, 1).unwrap());
 }
@@ -104,9 +125,17 @@ fn odd_records_still_draw() {
     p.series.clear();
     p.verdict = protocol::Verdict::NotApplicable;
     p.reason = "word ".repeat(200);
-    decode(&png(&pitfall_svg(&p, &"long title ".repeat(20), &ImageOptions::default()), 2).unwrap());
+    decode(
+        &png(
+            &pitfall_svg(&p, &"long title ".repeat(20), &ImageOptions::default()),
+            2,
+        )
+        .unwrap(),
+    );
     decode(&png(&compare_svg(&[], &ImageOptions::default()), 1).unwrap());
-    let runs: Vec<_> = (0..8).map(|i| common::run("no_grad", 1 << i, 1.0 + i as f64, 2.0 * i as f64, i)).collect();
+    let runs: Vec<_> = (0..8)
+        .map(|i| common::run("no_grad", 1 << i, 1.0 + i as f64, 2.0 * i as f64, i))
+        .collect();
     let refs: Vec<&protocol::Report> = runs.iter().collect();
     decode(&png(&compare_svg(&refs, &ImageOptions::default()), 1).unwrap());
 }

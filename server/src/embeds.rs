@@ -101,9 +101,15 @@ pub async fn run_images(State(state): State<AppState>, request: Request, next: N
     let Some((id, format)) = image else {
         return next.run(request).await;
     };
-    picture(&state, Some(Subject::Record(id)), format, request.uri(), request.headers())
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    picture(
+        &state,
+        Some(Subject::Record(id)),
+        format,
+        request.uri(),
+        request.headers(),
+    )
+    .await
+    .unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn compare_svg(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
@@ -132,20 +138,34 @@ fn query_of(uri: &Uri) -> Result<BTreeMap<String, String>, ApiError> {
     };
     axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
         .map(|p| p.0.into_iter().collect())
-        .map_err(|_| bad("query", format!("the query `{}` cannot be read", q.chars().take(100).collect::<String>())))
+        .map_err(|_| {
+            bad(
+                "query",
+                format!(
+                    "the query `{}` cannot be read",
+                    q.chars().take(100).collect::<String>()
+                ),
+            )
+        })
 }
 
 /// The runs a `runs=ID,ID` list names, or 400 saying what is wrong with it.
 fn compare_subject(query: &BTreeMap<String, String>) -> Result<Subject, ApiError> {
-    let list = query
-        .get("runs")
-        .ok_or_else(|| bad("runs", "runs=ID,ID names the runs to compare (ids from their permalinks)"))?;
+    let list = query.get("runs").ok_or_else(|| {
+        bad(
+            "runs",
+            "runs=ID,ID names the runs to compare (ids from their permalinks)",
+        )
+    })?;
     let (ids, ignored) = app::records::compare_ids(list);
     if let Some(m) = ignored.into_iter().next() {
         return Err(bad("runs", m));
     }
     if ids.is_empty() {
-        return Err(bad("runs", "runs=ID,ID names the runs to compare (ids from their permalinks)"));
+        return Err(bad(
+            "runs",
+            "runs=ID,ID names the runs to compare (ids from their permalinks)",
+        ));
     }
     Ok(Subject::Compare(ids))
 }
@@ -187,7 +207,10 @@ fn runs_of(records: &[Record]) -> Result<Vec<&protocol::Report>, ApiError> {
             r.run().ok_or_else(|| {
                 bad(
                     "runs",
-                    format!("{} is a pitfall experiment, not a run: its picture is /runs/{}.png", r.id, r.id),
+                    format!(
+                        "{} is a pitfall experiment, not a run: its picture is /runs/{}.png",
+                        r.id, r.id
+                    ),
                 )
             })
         })
@@ -196,7 +219,9 @@ fn runs_of(records: &[Record]) -> Result<Vec<&protocol::Report>, ApiError> {
 
 /// 64-bit FNV-1a: a stable hash for ETags (std's hasher may change between releases).
 fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+    text.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 fn etag(subject: &Subject, o: &ImageOptions, format: Format) -> String {
@@ -228,7 +253,9 @@ fn keep(key: String, bytes: Bytes) {
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     cache.retain(|(k, _)| *k != key);
     cache.push_back((key, bytes));
-    while cache.len() > CACHE_ENTRIES || cache.iter().map(|(_, b)| b.len()).sum::<usize>() > CACHE_BYTES {
+    while cache.len() > CACHE_ENTRIES
+        || cache.iter().map(|(_, b)| b.len()).sum::<usize>() > CACHE_BYTES
+    {
         cache.pop_front();
     }
 }
@@ -292,7 +319,10 @@ async fn on_drawing_thread<T: Send + 'static>(
 
 fn image_headers(etag: &str, format: Format) -> [(header::HeaderName, HeaderValue); 3] {
     [
-        (header::CONTENT_TYPE, HeaderValue::from_static(format.content_type())),
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(format.content_type()),
+        ),
         (
             header::CACHE_CONTROL,
             HeaderValue::from_static("public, max-age=31536000, immutable"),
@@ -334,7 +364,8 @@ async fn picture(
         return Ok((image_headers(&tag, format), bytes).into_response());
     }
     let info = state.info.current();
-    let bytes = on_drawing_thread(move || draw(&records, &subject, &options, format, &info)).await??;
+    let bytes =
+        on_drawing_thread(move || draw(&records, &subject, &options, format, &info)).await??;
     let bytes = Bytes::from(bytes);
     keep(tag.clone(), bytes.clone());
     Ok((image_headers(&tag, format), bytes).into_response())
@@ -364,11 +395,18 @@ fn draw(
 }
 
 /// The preview of `subject` from its records.
-fn preview_of(origin: &str, subject: &Subject, records: &[Record], info: &ServerInfo) -> Result<Preview, ApiError> {
+fn preview_of(
+    origin: &str,
+    subject: &Subject,
+    records: &[Record],
+    info: &ServerInfo,
+) -> Result<Preview, ApiError> {
     Ok(match (subject, records) {
         (Subject::Record(id), [record]) => match &record.body {
             RecordBody::Run(r) => render::preview::run(origin, id, r),
-            RecordBody::Pitfall(p) => render::preview::pitfall(origin, id, &card_title(info, &p.id), p),
+            RecordBody::Pitfall(p) => {
+                render::preview::pitfall(origin, id, &card_title(info, &p.id), p)
+            }
         },
         (Subject::Compare(ids), _) => render::preview::compare(origin, ids, &runs_of(records)?),
         _ => return Err(ApiError::NotFound("this page".into())),
@@ -380,13 +418,14 @@ fn preview_of(origin: &str, subject: &Subject, records: &[Record], info: &Server
 fn subject_of_page(path: &str, query: &str) -> Option<(Subject, bool)> {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let runs = || {
-        let q: BTreeMap<String, String> = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-            &format!("/?{query}").parse().ok()?,
-        )
-        .ok()?
-        .0
-        .into_iter()
-        .collect();
+        let q: BTreeMap<String, String> =
+            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
+                &format!("/?{query}").parse().ok()?,
+            )
+            .ok()?
+            .0
+            .into_iter()
+            .collect();
         compare_subject(&q).ok()
     };
     match segments.as_slice() {
@@ -420,7 +459,11 @@ async fn oembed(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> 
         .unwrap_or_else(|e| e)
 }
 
-async fn answer_oembed(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Result<Response, Response> {
+async fn answer_oembed(
+    state: &AppState,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Response, Response> {
     let query = query_of(uri).map_err(IntoResponse::into_response)?;
     let url = query
         .get("url")
@@ -444,8 +487,14 @@ async fn answer_oembed(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Resu
             .get(key)
             .map(|v| {
                 v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    bad(key, format!("{key} `{}` must be a whole number of px", v.chars().take(40).collect::<String>()))
-                        .into_response()
+                    bad(
+                        key,
+                        format!(
+                            "{key} `{}` must be a whole number of px",
+                            v.chars().take(40).collect::<String>()
+                        ),
+                    )
+                    .into_response()
                 })
             })
             .transpose()
@@ -455,16 +504,32 @@ async fn answer_oembed(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Resu
         None | Some("rich") => false,
         Some("photo") => true,
         Some(other) => {
-            return Err(bad("type", format!("type `{}` is not one of rich, photo", other.chars().take(40).collect::<String>())).into_response())
+            return Err(bad(
+                "type",
+                format!(
+                    "type `{}` is not one of rich, photo",
+                    other.chars().take(40).collect::<String>()
+                ),
+            )
+            .into_response())
         }
     };
-    let not_served = || ApiError::NotFound(format!("an embeddable page at {}", url.chars().take(200).collect::<String>())).into_response();
+    let not_served = || {
+        ApiError::NotFound(format!(
+            "an embeddable page at {}",
+            url.chars().take(200).collect::<String>()
+        ))
+        .into_response()
+    };
     let (path, page_query) = state.origins.own_path(url).ok_or_else(not_served)?;
     let (subject, photo) = subject_of_page(&path, &page_query).ok_or_else(not_served)?;
-    let records = records_of(state, &subject).await.map_err(IntoResponse::into_response)?;
+    let records = records_of(state, &subject)
+        .await
+        .map_err(IntoResponse::into_response)?;
     let info = state.info.current();
     let origin = state.origins.public_origin(uri, headers);
-    let preview = preview_of(&origin, &subject, &records, &info).map_err(IntoResponse::into_response)?;
+    let preview =
+        preview_of(&origin, &subject, &records, &info).map_err(IntoResponse::into_response)?;
     let ask = OembedAsk {
         maxwidth,
         maxheight,
@@ -478,7 +543,10 @@ async fn answer_oembed(state: &AppState, uri: &Uri, headers: &HeaderMap) -> Resu
         .into_response()
     })?;
     Ok((
-        [(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600"))],
+        [(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=3600"),
+        )],
         Json(answer),
     )
         .into_response())
@@ -508,7 +576,11 @@ pub fn head_tags(
             let found: Option<Vec<Record>> = subject
                 .ids()
                 .iter()
-                .map(|id| records.get(id).and_then(|r| r.as_ref().ok().cloned().flatten()))
+                .map(|id| {
+                    records
+                        .get(id)
+                        .and_then(|r| r.as_ref().ok().cloned().flatten())
+                })
                 .collect();
             let origin = origins.public_origin(&parts.uri, &parts.headers);
             preview_of(&origin, &subject, &found?, info).ok()
@@ -535,15 +607,39 @@ mod tests {
 
     #[test]
     fn picture_paths_and_pages_are_told_apart() {
-        assert_eq!(run_image_path("/runs/0123456789abcdef.png"), Some(("0123456789abcdef".into(), Format::Png)));
-        assert_eq!(run_image_path("/runs/0123456789abcdef.svg").map(|p| p.1), Some(Format::Svg));
-        for not in ["/runs/0123456789abcdef", "/runs/x.gif", "/runs/.png", "/runs/a/b.png", "/compare.png"] {
+        assert_eq!(
+            run_image_path("/runs/0123456789abcdef.png"),
+            Some(("0123456789abcdef".into(), Format::Png))
+        );
+        assert_eq!(
+            run_image_path("/runs/0123456789abcdef.svg").map(|p| p.1),
+            Some(Format::Svg)
+        );
+        for not in [
+            "/runs/0123456789abcdef",
+            "/runs/x.gif",
+            "/runs/.png",
+            "/runs/a/b.png",
+            "/compare.png",
+        ] {
             assert_eq!(run_image_path(not), None, "{not}");
         }
-        assert_eq!(subject_of_page("/embed/runs/abc", ""), Some((Subject::Record("abc".into()), false)));
-        assert_eq!(subject_of_page("/runs/abc.png", ""), Some((Subject::Record("abc".into()), true)));
-        let ids = vec!["0123456789abcdef".to_string(), "fedcba9876543210".to_string()];
-        assert_eq!(subject_of_page("/compare", "runs=0123456789abcdef,fedcba9876543210"), Some((Subject::Compare(ids), false)));
+        assert_eq!(
+            subject_of_page("/embed/runs/abc", ""),
+            Some((Subject::Record("abc".into()), false))
+        );
+        assert_eq!(
+            subject_of_page("/runs/abc.png", ""),
+            Some((Subject::Record("abc".into()), true))
+        );
+        let ids = vec![
+            "0123456789abcdef".to_string(),
+            "fedcba9876543210".to_string(),
+        ];
+        assert_eq!(
+            subject_of_page("/compare", "runs=0123456789abcdef,fedcba9876543210"),
+            Some((Subject::Compare(ids), false))
+        );
         assert_eq!(subject_of_page("/compare", "runs=nope"), None);
         assert_eq!(subject_of_page("/pitfalls", ""), None);
     }
@@ -552,8 +648,16 @@ mod tests {
     fn etags_change_with_every_option() {
         let s = Subject::Record("0123456789abcdef".into());
         let o = ImageOptions::default();
-        let dark = ImageOptions { theme: render::Theme::Dark, ..o };
-        let tags = [etag(&s, &o, Format::Png), etag(&s, &dark, Format::Png), etag(&s, &o, Format::Svg), etag(&s, &ImageOptions { scale: 2, ..o }, Format::Png)];
+        let dark = ImageOptions {
+            theme: render::Theme::Dark,
+            ..o
+        };
+        let tags = [
+            etag(&s, &o, Format::Png),
+            etag(&s, &dark, Format::Png),
+            etag(&s, &o, Format::Svg),
+            etag(&s, &ImageOptions { scale: 2, ..o }, Format::Png),
+        ];
         for (i, a) in tags.iter().enumerate() {
             assert!(tags[i + 1..].iter().all(|b| a != b), "{tags:?}");
         }

@@ -8,7 +8,10 @@ use protocol::{PitfallReport, Report, Sample};
 struct Lcg(u64);
 impl Lcg {
     fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -23,12 +26,19 @@ pub fn run(grad: &str, batch: u32, median_ms: f64, peak_mib: f64, seed: u64) -> 
         Sample {
             iteration: i,
             latency_ms: latency,
-            allocated_bytes: baseline + if grad == "enabled" { (peak_mib * 0.6 * 1048576.0) as u64 } else { 40_000 },
+            allocated_bytes: baseline
+                + if grad == "enabled" {
+                    (peak_mib * 0.6 * 1048576.0) as u64
+                } else {
+                    40_000
+                },
             peak_bytes: peak,
             reserved_bytes: None,
         }
     };
-    r.warmup = (0..3).map(|i| sample(i, &mut rng, if i == 0 { 1.9 } else { 1.05 })).collect();
+    r.warmup = (0..3)
+        .map(|i| sample(i, &mut rng, if i == 0 { 1.9 } else { 1.05 }))
+        .collect();
     r.samples = (0..30).map(|i| sample(i, &mut rng, 1.0)).collect();
     let mut lat: Vec<f64> = r.samples.iter().map(|s| s.latency_ms).collect();
     lat.sort_by(f64::total_cmp);

@@ -14,7 +14,9 @@ fn saved_run(grad: &str, median_ms: f64, peak_mib: f64, seed: u64) -> (String, R
     let mut r = protocol::testing::report(grad, 8, vec![]);
     let mut x = seed;
     let mut unit = move || {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (x >> 11) as f64 / (1u64 << 53) as f64
     };
     let baseline = 46u64 << 20;
@@ -100,7 +102,10 @@ async fn a_run_has_a_picture_with_the_figures_its_page_prints() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "image/png");
     assert_eq!(png_size(&png), (1200, 630));
-    assert!(headers[header::CACHE_CONTROL].to_str().unwrap().contains("immutable"));
+    assert!(headers[header::CACHE_CONTROL]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
     let etag = headers[header::ETAG].clone();
     let again = Request::get(format!("/runs/{id}.png"))
         .header(header::IF_NONE_MATCH, etag.clone())
@@ -112,14 +117,22 @@ async fn a_run_has_a_picture_with_the_figures_its_page_prints() {
     assert!(body.is_empty());
 
     let (_, _, sharp) = send(app(), get(&format!("/runs/{id}.png?width=600&scale=2"))).await;
-    assert_eq!(png_size(&sharp), (1200, 630), "600 px at 2 device pixels per px");
+    assert_eq!(
+        png_size(&sharp),
+        (1200, 630),
+        "600 px at 2 device pixels per px"
+    );
     let (_, _, small) = send(app(), get(&format!("/runs/{id}.png?width=320"))).await;
     assert_eq!(png_size(&small), (320, 168));
 
     // The SVG's text: p50 and peak exactly as the permalink page prints them.
     let (_, _, page) = send(app(), get(&format!("/runs/{id}"))).await;
     let page = String::from_utf8(page).unwrap();
-    let p50 = text_after(&page, "data-testid=\"p50\"").split(" / ").next().unwrap().to_string();
+    let p50 = text_after(&page, "data-testid=\"p50\"")
+        .split(" / ")
+        .next()
+        .unwrap()
+        .to_string();
     let peak = text_after(&page, "data-testid=\"peak\"").to_string();
     assert_eq!(peak, format_bytes(report.memory.peak_above_baseline_bytes));
     let (status, headers, svg) = send(app(), get(&format!("/runs/{id}.svg"))).await;
@@ -145,11 +158,15 @@ async fn a_pitfall_result_and_a_comparison_have_pictures() {
     assert_eq!(png_size(&png), (1200, 630));
     let (_, _, svg) = send(app(), get(&format!("/runs/{pit}.svg?theme=dark"))).await;
     let svg = String::from_utf8(svg).unwrap();
-    assert!(svg.contains(">Confirmed</text>") && svg.contains("0.31"), "{svg}");
+    assert!(
+        svg.contains(">Confirmed</text>") && svg.contains("0.31"),
+        "{svg}"
+    );
 
     let (a, ra) = saved_run("enabled", 11.2, 98.0, 2);
     let (b, rb) = saved_run("inference_mode", 8.9, 24.4, 3);
-    let (status, headers, png) = send(app(), get(&format!("/compare.png?runs={a},{b}&scale=2"))).await;
+    let (status, headers, png) =
+        send(app(), get(&format!("/compare.png?runs={a},{b}&scale=2"))).await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&png));
     assert_eq!(headers[header::CONTENT_TYPE], "image/png");
     assert_eq!(png_size(&png), (2400, 1260));
@@ -159,10 +176,26 @@ async fn a_pitfall_result_and_a_comparison_have_pictures() {
     assert!(svg.contains(&format!("{:.3} ms ({ratio:.2}×)", rb.latency_ms.p50)));
 
     for (uri, status, field) in [
-        (format!("/compare.png?runs={a},{pit}"), StatusCode::BAD_REQUEST, Some("runs")),
-        ("/compare.png".to_string(), StatusCode::BAD_REQUEST, Some("runs")),
-        (format!("/compare.svg?runs={a},nope"), StatusCode::BAD_REQUEST, Some("runs")),
-        (format!("/compare.png?runs={a},ffffffffffffffff"), StatusCode::NOT_FOUND, None),
+        (
+            format!("/compare.png?runs={a},{pit}"),
+            StatusCode::BAD_REQUEST,
+            Some("runs"),
+        ),
+        (
+            "/compare.png".to_string(),
+            StatusCode::BAD_REQUEST,
+            Some("runs"),
+        ),
+        (
+            format!("/compare.svg?runs={a},nope"),
+            StatusCode::BAD_REQUEST,
+            Some("runs"),
+        ),
+        (
+            format!("/compare.png?runs={a},ffffffffffffffff"),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
     ] {
         let (got, _, body) = send(app(), get(&uri)).await;
         assert_eq!(got, status, "{uri}");
@@ -174,20 +207,54 @@ async fn a_pitfall_result_and_a_comparison_have_pictures() {
 async fn missing_records_and_malformed_options_are_4xx_and_the_server_goes_on() {
     let (id, _) = saved_run("no_grad", 9.1, 24.5, 4);
     for (uri, status, field) in [
-        ("/runs/ffffffffffffffff.png".to_string(), StatusCode::NOT_FOUND, None),
-        ("/runs/ffffffffffffffff.svg".to_string(), StatusCode::NOT_FOUND, None),
-        ("/runs/not-an-id.png".to_string(), StatusCode::NOT_FOUND, None),
-        (format!("/runs/{id}.png?theme=blue"), StatusCode::BAD_REQUEST, Some("theme")),
-        (format!("/runs/{id}.png?width=99999"), StatusCode::BAD_REQUEST, Some("width")),
-        (format!("/runs/{id}.png?width=-5"), StatusCode::BAD_REQUEST, Some("width")),
-        (format!("/runs/{id}.svg?scale=3"), StatusCode::BAD_REQUEST, Some("scale")),
+        (
+            "/runs/ffffffffffffffff.png".to_string(),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            "/runs/ffffffffffffffff.svg".to_string(),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            "/runs/not-an-id.png".to_string(),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            format!("/runs/{id}.png?theme=blue"),
+            StatusCode::BAD_REQUEST,
+            Some("theme"),
+        ),
+        (
+            format!("/runs/{id}.png?width=99999"),
+            StatusCode::BAD_REQUEST,
+            Some("width"),
+        ),
+        (
+            format!("/runs/{id}.png?width=-5"),
+            StatusCode::BAD_REQUEST,
+            Some("width"),
+        ),
+        (
+            format!("/runs/{id}.svg?scale=3"),
+            StatusCode::BAD_REQUEST,
+            Some("scale"),
+        ),
     ] {
         let (got, headers, body) = send(app(), get(&uri)).await;
         assert_eq!(got, status, "{uri}");
-        assert!(headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("application/json"));
+        assert!(headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"));
         let e = error_of(&body);
         assert_eq!(e.field.as_deref(), field, "{uri}: {e:?}");
-        assert!(headers.get(header::CACHE_CONTROL).is_none(), "errors are not cached forever");
+        assert!(
+            headers.get(header::CACHE_CONTROL).is_none(),
+            "errors are not cached forever"
+        );
     }
     let (status, _, png) = send(app(), get(&format!("/runs/{id}.png"))).await;
     assert_eq!(status, StatusCode::OK);
@@ -195,7 +262,10 @@ async fn missing_records_and_malformed_options_are_4xx_and_the_server_goes_on() 
     // The page of that id is still the page.
     let (status, headers, _) = send(app(), get(&format!("/runs/{id}"))).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"));
+    assert!(headers[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
 }
 
 /// `content` of the `<meta {attr}="{key}" content=...>` in `head` (attributes in any order).
@@ -227,22 +297,39 @@ async fn permalinks_carry_link_previews_that_point_at_their_picture() {
     assert_eq!(image, format!("http://localhost:3000/runs/{id}.png"));
     assert_eq!(meta(&head, "property", "og:image:width"), "1200");
     assert_eq!(meta(&head, "property", "og:image:height"), "630");
-    assert_eq!(meta(&head, "property", "og:url"), format!("http://localhost:3000/runs/{id}"));
-    assert_eq!(meta(&head, "property", "og:title"), "ResNet-18 · eval · no_grad · batch 8");
+    assert_eq!(
+        meta(&head, "property", "og:url"),
+        format!("http://localhost:3000/runs/{id}")
+    );
+    assert_eq!(
+        meta(&head, "property", "og:title"),
+        "ResNet-18 · eval · no_grad · batch 8"
+    );
     let description = meta(&head, "property", "og:description");
-    assert!(description.contains(&format!("{:.3} ms", report.latency_ms.p50)), "{description}");
+    assert!(
+        description.contains(&format!("{:.3} ms", report.latency_ms.p50)),
+        "{description}"
+    );
     assert!(description.contains(&format_bytes(report.memory.peak_above_baseline_bytes)));
     assert_eq!(meta(&head, "name", "twitter:card"), "summary_large_image");
     assert_eq!(meta(&head, "name", "twitter:image"), image);
     // The picture it names is there, at the size it states.
-    let (status, _, png) = send(app(), get_on_host(image.strip_prefix("http://localhost:3000").unwrap())).await;
+    let (status, _, png) = send(
+        app(),
+        get_on_host(image.strip_prefix("http://localhost:3000").unwrap()),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(png_size(&png), (1200, 630));
     // And so is its oEmbed answer.
     let marker = "<link rel=\"alternate\" type=\"application/json+oembed\" href=\"";
     let start = head.find(marker).expect("an oEmbed link") + marker.len();
     let href = head[start..start + head[start..].find('"').unwrap()].replace("&amp;", "&");
-    let (status, _, body) = send(app(), get_on_host(href.strip_prefix("http://localhost:3000").unwrap())).await;
+    let (status, _, body) = send(
+        app(),
+        get_on_host(href.strip_prefix("http://localhost:3000").unwrap()),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{href}");
     let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["type"], "rich");
@@ -251,7 +338,10 @@ async fn permalinks_carry_link_previews_that_point_at_their_picture() {
     let pit = saved_pitfall();
     let head = head_of(&format!("/runs/{pit}")).await;
     assert!(meta(&head, "property", "og:title").ends_with(": Confirmed"));
-    assert_eq!(meta(&head, "property", "og:image"), format!("http://localhost:3000/runs/{pit}.png"));
+    assert_eq!(
+        meta(&head, "property", "og:image"),
+        format!("http://localhost:3000/runs/{pit}.png")
+    );
     let (b, _) = saved_run("enabled", 11.2, 98.0, 6);
     let head = head_of(&format!("/compare?runs={id},{b}")).await;
     assert_eq!(
@@ -266,16 +356,31 @@ async fn oembed_answers_rich_and_photo_and_refuses_what_it_does_not_serve() {
     let (id, _) = saved_run("no_grad", 9.1, 24.5, 7);
     let oembed = |query: String| async move {
         let (status, _, body) = send(app(), get_on_host(&format!("/oembed?{query}"))).await;
-        (status, serde_json::from_slice::<serde_json::Value>(&body).unwrap())
+        (
+            status,
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+        )
     };
     let url = format!("http%3A%2F%2Flocalhost%3A3000%2Fruns%2F{id}");
     let (status, rich) = oembed(format!("url={url}&format=json")).await;
     assert_eq!(status, StatusCode::OK, "{rich}");
-    for f in ["version", "type", "html", "width", "height", "thumbnail_url", "thumbnail_width", "thumbnail_height"] {
+    for f in [
+        "version",
+        "type",
+        "html",
+        "width",
+        "height",
+        "thumbnail_url",
+        "thumbnail_width",
+        "thumbnail_height",
+    ] {
         assert!(!rich[f].is_null(), "{f}: {rich}");
     }
     assert_eq!(rich["version"], "1.0");
-    assert!(rich["html"].as_str().unwrap().contains(&format!("src=\"http://localhost:3000/embed/runs/{id}\"")));
+    assert!(rich["html"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("src=\"http://localhost:3000/embed/runs/{id}\"")));
     let (status, photo) = oembed(format!("url={url}&type=photo&maxwidth=600&maxheight=400")).await;
     assert_eq!(status, StatusCode::OK);
     for f in ["version", "type", "url", "width", "height"] {
@@ -284,7 +389,12 @@ async fn oembed_answers_rich_and_photo_and_refuses_what_it_does_not_serve() {
     assert_eq!(photo["type"], "photo");
     assert!(photo["width"].as_u64().unwrap() <= 600 && photo["height"].as_u64().unwrap() <= 400);
     // The URL it names draws at the size it says.
-    let image = photo["url"].as_str().unwrap().strip_prefix("http://localhost:3000").unwrap().to_string();
+    let image = photo["url"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("http://localhost:3000")
+        .unwrap()
+        .to_string();
     let (_, _, png) = send(app(), get_on_host(&image)).await;
     assert_eq!(png_size(&png), (600, 315));
     // A URL of the picture itself asks for the photo.
@@ -292,13 +402,41 @@ async fn oembed_answers_rich_and_photo_and_refuses_what_it_does_not_serve() {
     assert_eq!(photo["type"], "photo");
 
     for (query, status, field) in [
-        (format!("url={url}&format=xml"), StatusCode::NOT_IMPLEMENTED, Some("format")),
-        ("url=http%3A%2F%2Flocalhost%3A3000%2Fruns%2Fffffffffffffffff".to_string(), StatusCode::NOT_FOUND, None),
-        (format!("url=https%3A%2F%2Fevil.example%2Fruns%2F{id}"), StatusCode::NOT_FOUND, None),
-        ("url=http%3A%2F%2Flocalhost%3A3000%2Fpitfalls".to_string(), StatusCode::NOT_FOUND, None),
-        (format!("url={url}&maxwidth=100"), StatusCode::NOT_FOUND, None),
-        (format!("url={url}&maxwidth=wide"), StatusCode::BAD_REQUEST, Some("maxwidth")),
-        ("format=json".to_string(), StatusCode::BAD_REQUEST, Some("url")),
+        (
+            format!("url={url}&format=xml"),
+            StatusCode::NOT_IMPLEMENTED,
+            Some("format"),
+        ),
+        (
+            "url=http%3A%2F%2Flocalhost%3A3000%2Fruns%2Fffffffffffffffff".to_string(),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            format!("url=https%3A%2F%2Fevil.example%2Fruns%2F{id}"),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            "url=http%3A%2F%2Flocalhost%3A3000%2Fpitfalls".to_string(),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            format!("url={url}&maxwidth=100"),
+            StatusCode::NOT_FOUND,
+            None,
+        ),
+        (
+            format!("url={url}&maxwidth=wide"),
+            StatusCode::BAD_REQUEST,
+            Some("maxwidth"),
+        ),
+        (
+            "format=json".to_string(),
+            StatusCode::BAD_REQUEST,
+            Some("url"),
+        ),
     ] {
         let (got, body) = oembed(query.clone()).await;
         assert_eq!(got, status, "{query}: {body}");
@@ -310,12 +448,21 @@ async fn oembed_answers_rich_and_photo_and_refuses_what_it_does_not_serve() {
 async fn an_embed_pins_the_theme_it_is_asked_for() {
     let (id, _) = saved_run("no_grad", 9.1, 24.5, 8);
     let head = head_of(&format!("/embed/runs/{id}?theme=dark")).await;
-    assert!(head.contains("<html lang=\"en\" data-theme=\"dark\">"), "{head}");
-    assert!(head.contains("<meta name=\"color-scheme\" content=\"dark\">"), "{head}");
+    assert!(
+        head.contains("<html lang=\"en\" data-theme=\"dark\">"),
+        "{head}"
+    );
+    assert!(
+        head.contains("<meta name=\"color-scheme\" content=\"dark\">"),
+        "{head}"
+    );
     let head = head_of(&format!("/embed/runs/{id}?theme=light")).await;
     assert!(head.contains("<meta name=\"color-scheme\" content=\"light\">"));
     let head = head_of(&format!("/embed/runs/{id}?theme=purple")).await;
-    assert!(head.contains("<meta name=\"color-scheme\" content=\"light dark\">") && !head.contains("data-theme"));
+    assert!(
+        head.contains("<meta name=\"color-scheme\" content=\"light dark\">")
+            && !head.contains("data-theme")
+    );
     // A full page follows the reader's system whatever its query says.
     let head = head_of(&format!("/runs/{id}?theme=dark")).await;
     assert!(!head.contains("data-theme"));
@@ -325,7 +472,12 @@ async fn an_embed_pins_the_theme_it_is_asked_for() {
 async fn measured_p50() -> f64 {
     let spec = r#"{"model": "resnet18", "device": "cpu", "batch": 2, "warmup": 3, "iters": 40, "threads": 1}"#;
     let (status, _, body) = send(app(), post_run(spec)).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
     let created: protocol::RunCreated = serde_json::from_slice(&body).unwrap();
     match follow(app(), &created.events_url).await.last() {
         Some(protocol::Event::Done { report }) => report.latency_ms.p50,
@@ -349,7 +501,8 @@ async fn drawing_does_not_slow_a_run() {
         tokio::spawn(async move {
             let (mut drawn, mut width, started) = (0u32, 300u32, std::time::Instant::now());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let (status, _, _) = send(app(), get(&format!("/runs/{id}.png?width={width}"))).await;
+                let (status, _, _) =
+                    send(app(), get(&format!("/runs/{id}.png?width={width}"))).await;
                 assert_eq!(status, StatusCode::OK);
                 drawn += 1;
                 width = if width >= 2400 { 300 } else { width + 1 };
@@ -372,5 +525,8 @@ async fn drawing_does_not_slow_a_run() {
         })
     );
     assert!(drawn > 0);
-    assert!(during / alone < 1.5, "{during} ms while drawing against {alone} ms alone");
+    assert!(
+        during / alone < 1.5,
+        "{during} ms while drawing against {alone} ms alone"
+    );
 }
