@@ -72,6 +72,10 @@ pub fn ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, usize) {
         )
     };
     let raw = (hi - lo) / target.max(1) as f64;
+    if !(raw.is_finite() && raw > 0.0) {
+        // Figures no axis can step through (beyond f64's range): the two ends alone.
+        return (vec![lo, hi], 0);
+    }
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
@@ -406,5 +410,7 @@ mod tests {
         assert!(*t.last().unwrap() >= 130.0 && d == 0, "{t:?}");
         let (t, _) = ticks(5.0, 5.0, 4);
         assert!(t.len() >= 2, "a flat series still gets an axis: {t:?}");
+        let (t, _) = ticks(-f64::MAX, f64::MAX, 4);
+        assert_eq!(t.len(), 2, "no panic, no endless loop at the ends of f64");
     }
 }

@@ -121,6 +121,11 @@ fn odd_records_still_draw() {
     let svg = run_svg(&r, &ImageOptions::default());
     assert!(!svg.contains("<script>"));
     decode(&png(&svg, 1).unwrap());
+    // Figures at the ends of their types draw too (no panic, no endless axis).
+    let mut huge = common::run("enabled", 8, 1e300, 1.0, 5);
+    huge.samples[3].peak_bytes = u64::MAX;
+    huge.samples[4].latency_ms = f64::MAX;
+    decode(&png(&run_svg(&huge, &ImageOptions::default()), 1).unwrap());
     let mut p = common::pitfall();
     p.series.clear();
     p.verdict = protocol::Verdict::NotApplicable;
