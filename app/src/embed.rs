@@ -20,6 +20,8 @@ pub const HEIGHT_MESSAGE: &str = "gradless:height";
 pub struct EmbedOptions {
     pub hide: Vec<String>,
     pub lock: Vec<String>,
+    /// `theme=light|dark`: the pinned theme, kept across navigations like the others.
+    pub theme: Option<&'static str>,
 }
 
 fn list(value: Option<String>) -> Vec<String> {
@@ -41,6 +43,7 @@ impl EmbedOptions {
         EmbedOptions {
             hide: list(get("hide")),
             lock: list(get("lock")),
+            theme: pinned_theme(get("theme").as_deref()),
         }
     }
 
@@ -61,6 +64,9 @@ impl EmbedOptions {
         }
         if !self.lock.is_empty() {
             q.push_str(&format!("&lock={}", self.lock.join(",")));
+        }
+        if let Some(t) = self.theme {
+            q.push_str(&format!("&theme={t}"));
         }
         q
     }
@@ -392,6 +398,10 @@ mod tests {
         let all = opts(None, Some("all"));
         assert!(CONTROLS.iter().all(|c| all.locks(c)));
         assert_eq!(opts(None, None).to_query(), "");
+        let dark = EmbedOptions::from_query(|k| (k == "theme").then(|| "dark".to_string()));
+        assert_eq!(dark.to_query(), "&theme=dark", "a pinned theme survives the Lab's navigations");
+        let odd = EmbedOptions::from_query(|k| (k == "theme").then(|| "sepia".to_string()));
+        assert_eq!(odd.theme, None);
     }
 
     fn run_links(theme: Option<&str>) -> Links {
