@@ -51,7 +51,7 @@ fn prefill_logits_and_greedy_tokens_match_transformers() {
         .status()
         .expect("GRADLESS_PYTHON runs");
     assert!(status.success(), "the fixture script failed");
-    let loaded = engine::team::load_dir(&dir, None).unwrap();
+    let loaded = engine::team::load_dir(&dir.join("models"), None).unwrap();
     assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
     assert_eq!(loaded.decoders.len(), 3);
     let reference: serde_json::Value =
