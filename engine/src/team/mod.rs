@@ -17,7 +17,10 @@
 //! positional arguments. How the forward's own declaration is read and a mismatch named is
 //! in `signature`.
 
+mod decoders;
 mod signature;
+
+pub use decoders::decoder_weights;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +51,8 @@ impl std::fmt::Display for Problem {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub models: Vec<TeamModel>,
+    /// Folders holding a Hugging Face `config.json` (see `decoders`).
+    pub decoders: Vec<protocol::decoder::DecoderModel>,
     pub problems: Vec<Problem>,
 }
 
@@ -58,6 +63,7 @@ static FILES: RwLock<Option<Files>> = RwLock::new(None);
 pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
     let (loaded, files) = scan(dir, weight_limit)?;
     team::register(loaded.models.clone());
+    decoders::register(dir, &loaded.decoders);
     *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);
     Ok(loaded)
 }
@@ -88,6 +94,14 @@ fn scan(dir: &Path, weight_limit: Option<u64>) -> Result<(Loaded, Files), String
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if path.is_dir() {
+            match decoders::read_folder(path) {
+                Some(Ok(d)) => loaded.decoders.push(d),
+                Some(Err(p)) => loaded.problems.push(p),
+                None => {}
+            }
+            continue;
+        }
         match ext {
             Some("pt") => match load_one(path, &stem, weight_limit) {
                 Ok(model) => {
