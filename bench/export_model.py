@@ -15,7 +15,7 @@ Each --input is one positional argument of forward, in order:
 and "size" for the adjustable dimension, DTYPE one of float32 (the default), float64,
 float16, bfloat16, int64, int32, bool, `high=N` draws integer values from 0..N (token ids:
 N is the vocabulary size) and `fill=V` puts V in every element (a mask of ones). The
-sidecar's fields are described in the README ("Your team's models").
+sidecar's fields are described in docs/operating.md ("Team models").
 
 SOURCE is a torchvision model name (built with random weights unless --weights is given)
 or `path/to/file.py:NAME`, where NAME is an nn.Module class or a function returning a
