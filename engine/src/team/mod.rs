@@ -38,6 +38,15 @@ pub struct Problem {
     pub reason: String,
 }
 
+impl Problem {
+    /// The model name the file would have been served under: its stem.
+    pub fn model_name(&self) -> &str {
+        self.file
+            .rsplit_once('.')
+            .map_or(self.file.as_str(), |(stem, _)| stem)
+    }
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.file, self.reason)
@@ -58,6 +67,14 @@ static FILES: RwLock<Option<Files>> = RwLock::new(None);
 pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
     let (loaded, files) = scan(dir, weight_limit)?;
     team::register(loaded.models.clone());
+    // A request for a refused file's model is answered with its reason, not "unknown".
+    team::register_refused(
+        loaded
+            .problems
+            .iter()
+            .map(|p| (p.model_name().to_string(), p.to_string()))
+            .collect(),
+    );
     *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);
     Ok(loaded)
 }
@@ -116,7 +133,7 @@ fn load_one(path: &Path, name: &str, weight_limit: Option<u64>) -> Result<TeamMo
     }
     if protocol::ModelId::ALL.iter().any(|m| m.as_str() == name) {
         return Err(format!(
-            "`{name}` is the name of a built-in model: rename the file"
+            "`{name}` is the name of a built-in model, which is served under it: rename the file and its sidecar (e.g. team_{name}.pt and team_{name}.json; bench/export_model.py names them team_<source> by default)"
         ));
     }
     let sidecar_path = path.with_extension("json");
