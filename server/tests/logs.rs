@@ -188,13 +188,14 @@ fn json_logs_are_one_object_per_line_with_the_run_id() {
 }
 
 #[test]
-fn the_log_format_is_a_global_option() {
+fn every_command_takes_the_log_format() {
     use clap::Parser;
     use server::config::{Cli, LogFormat};
     let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.log.log_format);
     assert_eq!(parse(&["gradless"]).unwrap(), LogFormat::Text);
     assert_eq!(parse(&["gradless", "--log-format", "json"]).unwrap(), LogFormat::Json);
-    assert_eq!(parse(&["gradless", "--log-format", "json", "serve"]).unwrap(), LogFormat::Json);
+    // Before a subcommand it would be one of `serve`'s own flags (the top level's are
+    // `serve`'s, which rule subcommands out): it goes after the subcommand, as any flag.
     assert_eq!(parse(&["gradless", "serve", "--log-format", "json"]).unwrap(), LogFormat::Json);
     assert_eq!(parse(&["gradless", "worker", "--nats", "nats://x", "--name", "w", "--log-format", "json"]).unwrap(), LogFormat::Json);
     assert_eq!(parse(&["gradless", "models", "--log-format", "text"]).unwrap(), LogFormat::Text);
