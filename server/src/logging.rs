@@ -22,7 +22,9 @@ pub fn init(format: LogFormat, default_filter: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.with_ansi(colour(std::io::stderr().is_terminal())).init(),
+        LogFormat::Text => builder
+            .with_ansi(colour(std::io::stderr().is_terminal()))
+            .init(),
         // Each line one object; the current span and the list of spans (the run id among
         // them) come with every event.
         LogFormat::Json => builder.json().with_ansi(false).init(),

@@ -36,7 +36,15 @@ impl Server {
         let log = dir.join("stderr.log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_gradless"));
         command
-            .args(["serve", "--addr", "127.0.0.1:0", "--default-threads", "1", "--db", ":memory:"])
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--default-threads",
+                "1",
+                "--db",
+                ":memory:",
+            ])
             .args(args)
             .env_remove("NO_COLOR")
             .env_remove("GRADLESS_LOG_FORMAT")
@@ -48,7 +56,12 @@ impl Server {
             command.env(k, v);
         }
         let child = command.spawn().expect("start gradless serve");
-        let mut server = Server { child, log, port: 0, dir };
+        let mut server = Server {
+            child,
+            log,
+            port: 0,
+            dir,
+        };
         let port = server.wait_for(|text| {
             let at = text.find("serving at http://127.0.0.1:")?;
             let rest = &text[at + "serving at http://127.0.0.1:".len()..];
@@ -74,7 +87,10 @@ impl Server {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("gradless serve exited ({status}); its log:\n{text}");
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "not in the log within 60 s:\n{text}");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "not in the log within 60 s:\n{text}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -147,7 +163,10 @@ fn text_logs_in_a_file_carry_no_escape_codes_and_name_the_run() {
             .lines()
             .find(|l| l.contains(what))
             .unwrap_or_else(|| panic!("no `{what}` line:\n{text}"));
-        assert!(line.contains(&span), "`{what}` does not name the run ({span}): {line}");
+        assert!(
+            line.contains(&span),
+            "`{what}` does not name the run ({span}): {line}"
+        );
     }
     assert_no_escapes(&server.log);
 }
@@ -166,20 +185,31 @@ fn json_logs_are_one_object_per_line_with_the_run_id() {
         let lines: Vec<serde_json::Value> = text
             .lines()
             .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {l}")))
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {l}"))
+            })
             .collect();
         for line in &lines {
-            assert!(line["level"].is_string() && line["timestamp"].is_string(), "{name}: {line}");
+            assert!(
+                line["level"].is_string() && line["timestamp"].is_string(),
+                "{name}: {line}"
+            );
             assert!(line["fields"]["message"].is_string(), "{name}: {line}");
         }
-        let serving = lines
-            .iter()
-            .any(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("serving at")));
+        let serving = lines.iter().any(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("serving at"))
+        });
         assert!(serving, "{name}: no `serving at` line:\n{text}");
         for what in ["run started", "run done"] {
             let line = lines
                 .iter()
-                .find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.starts_with(what)))
+                .find(|l| {
+                    l["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(what))
+                })
                 .unwrap_or_else(|| panic!("{name}: no `{what}` line:\n{text}"));
             assert_eq!(line["span"]["name"], "run", "{name}: {line}");
             assert_eq!(line["span"]["id"], id.as_str(), "{name}: {line}");
@@ -193,12 +223,36 @@ fn every_command_takes_the_log_format() {
     use server::config::{Cli, LogFormat};
     let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.log.log_format);
     assert_eq!(parse(&["gradless"]).unwrap(), LogFormat::Text);
-    assert_eq!(parse(&["gradless", "--log-format", "json"]).unwrap(), LogFormat::Json);
+    assert_eq!(
+        parse(&["gradless", "--log-format", "json"]).unwrap(),
+        LogFormat::Json
+    );
     // Before a subcommand it would be one of `serve`'s own flags (the top level's are
     // `serve`'s, which rule subcommands out): it goes after the subcommand, as any flag.
-    assert_eq!(parse(&["gradless", "serve", "--log-format", "json"]).unwrap(), LogFormat::Json);
-    assert_eq!(parse(&["gradless", "worker", "--nats", "nats://x", "--name", "w", "--log-format", "json"]).unwrap(), LogFormat::Json);
-    assert_eq!(parse(&["gradless", "models", "--log-format", "text"]).unwrap(), LogFormat::Text);
-    let wrong = parse(&["gradless", "--log-format", "xml"]).unwrap_err().to_string();
+    assert_eq!(
+        parse(&["gradless", "serve", "--log-format", "json"]).unwrap(),
+        LogFormat::Json
+    );
+    assert_eq!(
+        parse(&[
+            "gradless",
+            "worker",
+            "--nats",
+            "nats://x",
+            "--name",
+            "w",
+            "--log-format",
+            "json"
+        ])
+        .unwrap(),
+        LogFormat::Json
+    );
+    assert_eq!(
+        parse(&["gradless", "models", "--log-format", "text"]).unwrap(),
+        LogFormat::Text
+    );
+    let wrong = parse(&["gradless", "--log-format", "xml"])
+        .unwrap_err()
+        .to_string();
     assert!(wrong.contains("text") && wrong.contains("json"), "{wrong}");
 }
