@@ -149,11 +149,10 @@ pub async fn create_run(
             )));
         }
     };
-    // The run's span: the engine runs the task in the span it was submitted in, and the
-    // recorder writes in the span it was handed the record in, so every line logged about
-    // this run, on whichever thread, carries its id.
-    let span = tracing::info_span!("run", id = %id);
-    match span.in_scope(|| worker.submit(spec, Box::new(sink))) {
+    // In the run's span: the engine runs the task in the span it was submitted in, and
+    // the recorder writes in the span it was handed the record in, so every line logged
+    // about this run, on whichever thread, carries its id.
+    match run.span().in_scope(|| worker.submit(spec, Box::new(sink))) {
         Ok(ticket) => run.set_ticket(ticket),
         Err(e) => {
             state.runs.remove(&id);

@@ -4,8 +4,8 @@
 //! Text lines are coloured only when stderr is a terminal (and `NO_COLOR` is unset): the
 //! escape codes tracing-subscriber writes by default are noise in a file, `journalctl`,
 //! `less` or a CI log. JSON lines never carry them. A run's work is logged inside a span
-//! named `run` with its `id` (see `crate::api::create_run` and the engine's queue, which
-//! runs each task in its submitter's span), so every line about a run can be found by it.
+//! named `run` with its `id` (see [`crate::runs::RunState::span`], and the engine's queue,
+//! which runs each task in its submitter's span), so every line about a run is found by it.
 
 use std::io::IsTerminal;
 
