@@ -14,6 +14,7 @@ Exits 1 and lists every broken link, with its file and line, when one does not r
 Python 3 standard library only; runs in well under a second.
 """
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -110,7 +111,7 @@ def check(path):
             continue  # a URL: not checked here (no network)
         name, _, anchor = target.partition("#")
         name = unquote(name.split("?", 1)[0])
-        where = f"{path.relative_to(ROOT)}:{number}: {target}"
+        where = f"{os.path.relpath(path, ROOT)}:{number}: {target}"
         dest = path if name == "" else (path.parent / name).resolve()
         if name.startswith("/"):
             broken.append(f"{where}: an absolute path (GitHub reads it from the site's root)")
@@ -125,7 +126,7 @@ def check(path):
             if dest.is_dir() or dest.suffix.lower() != ".md":
                 broken.append(f"{where}: an anchor into something that is not Markdown")
             elif unquote(anchor).lower() not in anchors(dest):
-                broken.append(f"{where}: no heading with the anchor #{anchor} in {dest.relative_to(ROOT)}")
+                broken.append(f"{where}: no heading with the anchor #{anchor} in {os.path.relpath(dest, ROOT)}")
     return broken
 
 
