@@ -119,7 +119,7 @@ def check(path):
         if not dest.exists():
             broken.append(f"{where}: no such file")
             continue
-        if ROOT not in dest.parents and dest != ROOT:
+        if ROOT in path.parents and ROOT not in dest.parents and dest != ROOT:
             broken.append(f"{where}: points outside the repository")
             continue
         if anchor:
