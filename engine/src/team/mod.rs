@@ -39,11 +39,13 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// The model name the file would have been served under: its stem.
+    /// The model name the file would have been served under: its stem (`broken.pt`,
+    /// `orphan.json`); any other entry (a folder) by its whole name.
     pub fn model_name(&self) -> &str {
-        self.file
-            .rsplit_once('.')
-            .map_or(self.file.as_str(), |(stem, _)| stem)
+        [".pt", ".json"]
+            .iter()
+            .find_map(|ext| self.file.strip_suffix(ext))
+            .unwrap_or(&self.file)
     }
 }
 
