@@ -25,7 +25,7 @@ keeps Dropout's and BatchNorm's train/eval switch. Change it with --method.
 
 The name (the files' stem, the model's name in Gradless) is --name, or by default
 `team_<SOURCE>` for a torchvision model and the lower-cased NAME for a Python file. A name
-a built-in model has (tiny_mlp, resnet18, resnet50, mobilenet_v2, transformer) is refused
+built into Gradless (a built-in model's, or a decoder preset's: BUILT_IN_MODELS) is refused
 before anything is written: the server would not serve the file under it, and the CLI
 would not know which of the two is meant.
 
@@ -74,9 +74,12 @@ def parse_args(argv):
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"]
 
-# The built-in models' names (protocol::ModelId::ALL; server/tests/team.rs checks that the
-# two lists agree). A team model may not take one.
-BUILT_IN_MODELS = ["tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer"]
+# The names built into Gradless: the built-in models and the decoder presets
+# (protocol::team::built_in_names; server/tests/team.rs checks that the two lists agree).
+# A team model may not take one.
+BUILT_IN_MODELS = ["tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer",
+                   "llama_tiny", "llama_tiny_mha", "smollm2_135m", "qwen2_5_0_5b", "llama_3_2_1b",
+                   "llama_3_1_8b"]
 
 
 def model_name(source, name):

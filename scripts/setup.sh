@@ -64,6 +64,19 @@ else
   "$GRADLESS_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==0.26.0"
 fi
 
+# --- transformers: the generation peer and the decoder correctness tests -------------------
+# Hugging Face transformers builds the same decoders from local configs (never the Hub) to
+# check Gradless's logits and tokens and to time its `generate` side by side (bench/).
+TRANSFORMERS_VERSION=5.23.0
+if [ -z "${LIBTORCH:-}" ]; then
+  if compgen -G "$GRADLESS_VENV/lib/python3*/site-packages/transformers-$TRANSFORMERS_VERSION.dist-info" >/dev/null; then
+    echo "transformers: $TRANSFORMERS_VERSION"
+  else
+    step "Installing transformers $TRANSFORMERS_VERSION into $GRADLESS_VENV (seconds)"
+    "$GRADLESS_VENV/bin/pip" install -q "transformers==$TRANSFORMERS_VERSION"
+  fi
+fi
+
 # --- CUDA's C runtime headers, for CUDA graph capture -----------------------------------------
 # torch's wheel brings the CUDA runtime package (nvidia/cu13/include, cuda_runtime_api.h) but
 # not the crt/ headers cuda_runtime.h includes; engine/build.rs compiles the CUDA graph

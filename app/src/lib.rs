@@ -15,6 +15,7 @@ mod client;
 pub mod embed;
 pub mod explain;
 pub mod fleet;
+pub mod generate;
 pub mod lab;
 pub mod pitfalls;
 pub mod records;
@@ -205,6 +206,12 @@ fn server_info() -> ServerInfo {
             // The team models this server serves, so their names parse and display here
             // as they do on the server (see protocol::team).
             protocol::team::register(info.models.iter().filter_map(|m| m.team.clone()).collect());
+            protocol::decoder::register(
+                info.models
+                    .iter()
+                    .filter_map(|m| m.decoder.clone())
+                    .collect(),
+            );
             return info;
         }
     }
@@ -236,6 +243,7 @@ pub fn App() -> impl IntoView {
             <main>
                 <Routes fallback=|| view! { <p class="error">"Page not found."</p> }>
                     <Route path=StaticSegment("") view=|| view! { <lab::LabPage /> } />
+                    <Route path=StaticSegment("generate") view=generate::GeneratePage />
                     <Route path=StaticSegment("pitfalls") view=pitfalls::PitfallsPage />
                     <Route path=(StaticSegment("runs"), ParamSegment("id")) view=|| view! { <records::RecordPage /> } />
                     <Route path=StaticSegment("compare") view=records::ComparePage />
@@ -295,6 +303,7 @@ fn TopBar() -> impl IntoView {
                 <nav>
                     <a class="brand" href="/">"Gradless"</a>
                     <a href="/" class="nav">"Lab"</a>
+                    <a href="/generate" class="nav">"Generate"</a>
                     <a href="/pitfalls" class="nav">"Pitfalls"</a>
                     <a href="/runs" class="nav" rel="external">"Recorded"</a>
                 </nav>

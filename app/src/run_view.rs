@@ -1,7 +1,7 @@
 //! What the page knows about the run it is showing, folded from the streamed events.
 //! Pure, so the folding is tested natively.
 
-use protocol::{Event, MemorySource, Report, Sample};
+use protocol::{Event, GenStep, MemorySource, Report, Sample};
 
 /// Where a run stands, as the page shows it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,6 +37,8 @@ pub struct RunView {
     pub baseline_bytes: Option<u64>,
     pub warmup: Vec<Sample>,
     pub samples: Vec<Sample>,
+    /// A generate run's steps (the prefill, then each decode step) as they stream.
+    pub steps: Vec<GenStep>,
     pub report: Option<Report>,
 }
 
@@ -69,6 +71,10 @@ impl RunView {
             }
             Event::Sample { sample } => {
                 self.samples.push(sample);
+                self.advance();
+            }
+            Event::Step { step } => {
+                self.steps.push(step);
                 self.advance();
             }
             Event::Done { report } => {

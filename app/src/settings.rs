@@ -95,13 +95,16 @@ pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<Stri
             .unwrap_or(d.iters),
         threads: get("threads").and_then(|v| v.parse().ok()),
         advanced: advanced_from_query(&get),
+        // The Lab measures forward passes; generate runs come from the Generate page
+        // (`crate::generate`).
+        generate: None,
     }
 }
 
 /// The advanced settings from their URL keys (`weights`, `memory_format`, `input_source`,
 /// `tf32`, `cudnn_benchmark`, `cuda_graph`); each missing or unreadable one keeps PyTorch's
 /// default.
-fn advanced_from_query(get: &impl Fn(&str) -> Option<String>) -> Advanced {
+pub(crate) fn advanced_from_query(get: &impl Fn(&str) -> Option<String>) -> Advanced {
     let flag = |key: &str| get(key).is_some_and(|v| v == "1" || v == "true");
     Advanced {
         weights: get("weights").and_then(|v| v.parse().ok()).unwrap_or_default(),
@@ -118,7 +121,7 @@ fn advanced_from_query(get: &impl Fn(&str) -> Option<String>) -> Advanced {
 }
 
 /// The URL keys of the advanced settings that differ from their defaults.
-fn advanced_query(a: &Advanced) -> String {
+pub(crate) fn advanced_query(a: &Advanced) -> String {
     let d = Advanced::default();
     let mut q = String::new();
     if a.weights != d.weights {
@@ -286,6 +289,7 @@ mod tests {
                 cudnn_benchmark: true,
                 cuda_graph: false,
             },
+            generate: None,
         };
         let q = query_from_spec(&spec);
         let pairs: Vec<(String, String)> = q

@@ -27,6 +27,7 @@ fn spec(device: DeviceKind, model: ModelId, batch: u32, size: Option<u32>) -> Ru
         iters: 2,
         threads: Some(1),
         advanced: Default::default(),
+        generate: None,
     }
 }
 

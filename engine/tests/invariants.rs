@@ -30,6 +30,7 @@ fn on(device: DeviceKind, model: ModelId, batch: u32, eval: bool, grad: GradMode
         iters: 3,
         threads: Some(1),
         advanced: Default::default(),
+        generate: None,
     }
 }
 
@@ -125,6 +126,7 @@ fn reports_keep_warmup_apart_and_order_their_statistics(device) {
             protocol::Event::Started { .. } => "started",
             protocol::Event::Warmup { .. } => "warmup",
             protocol::Event::Sample { .. } => "sample",
+            protocol::Event::Step { .. } => "step",
             protocol::Event::Done { .. } => "done",
             protocol::Event::Failed { .. } => "failed",
         })

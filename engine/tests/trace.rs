@@ -34,6 +34,7 @@ fn on(
         iters: 3,
         threads: Some(1),
         advanced: Default::default(),
+        generate: None,
     }
 }
 

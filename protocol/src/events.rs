@@ -34,7 +34,8 @@ pub struct RunFailure {
     pub message: String,
 }
 
-/// What a run streams, in order: `queued`* `started` `warmup`* `sample`* then `done` or
+/// What a run streams, in order: `queued`* `started` `warmup`* then `sample`* (a forward
+/// run) or `step`* (a generate run: the prefill, then one per decode step), then `done` or
 /// `failed` (which may come at any point).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -43,7 +44,9 @@ pub enum Event {
     Queued {
         position: u32,
     },
-    /// The worker has the model and input ready; timing starts.
+    /// The worker has the model and input ready; timing starts. `total` counts what will
+    /// stream: warm-up and timed passes for a forward run, warm-up generations and steps
+    /// (prefill + decode steps) for a generate run.
     Started {
         device_name: String,
         baseline_bytes: u64,
@@ -55,6 +58,10 @@ pub enum Event {
     },
     Sample {
         sample: Sample,
+    },
+    /// One step of a generation, as it happens.
+    Step {
+        step: GenStep,
     },
     Done {
         report: Box<Report>,

@@ -18,6 +18,9 @@ pub struct ModelInfo {
     /// registers these, see [`crate::team`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<crate::team::TeamModel>,
+    /// For a decoder: its shape and where it comes from (the browser registers the team's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder: Option<crate::decoder::DecoderModel>,
 }
 
 /// A device the server can run on, and what it can do.

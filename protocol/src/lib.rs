@@ -8,12 +8,16 @@
 //! the engine.
 
 mod advanced;
+pub mod decoder;
 mod errors;
 mod events;
 mod format;
+mod generate;
 mod info;
 mod pitfall;
 mod python;
+mod python_generate;
+pub use python_generate::{hand_written_loop as python_generate_loop, with_generate as python_generate_hf};
 mod record;
 mod report;
 mod spec;
@@ -26,6 +30,7 @@ pub use advanced::*;
 pub use errors::*;
 pub use events::*;
 pub use format::*;
+pub use generate::*;
 pub use info::*;
 pub use pitfall::{
     ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,

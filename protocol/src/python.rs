@@ -8,6 +8,9 @@ use crate::{
 /// The Python snippet for `spec`: model mode, grad context and autocast, as a reader would
 /// write them.
 pub fn python_snippet(spec: &RunSpec) -> String {
+    if spec.generate.is_some() {
+        return crate::python_generate::hand_written_loop(spec);
+    }
     let device = match spec.device {
         DeviceChoice::Cuda => "\"cuda\"".to_string(),
         DeviceChoice::Cpu => "\"cpu\"".to_string(),
@@ -24,11 +27,18 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         }
         ModelId::Transformer => format!("torch.randn({}, {size}, 256, device=device)", spec.batch),
         ModelId::Team(_) => team_inputs(spec),
+        ModelId::Decoder(_) => format!(
+            "torch.randint(0, {}, ({}, {size}), device=device)  # token ids",
+            spec.model.decoder().map_or(1, |d| d.config.vocab_size),
+            spec.batch
+        ),
     };
     let mut out = String::new();
     out.push_str("import torch\n");
     if spec.model.is_image() {
         out.push_str("import torchvision\n");
+    } else if spec.model.is_decoder() {
+        out.push_str("import transformers\n");
     } else {
         out.push_str("from torch import nn\n");
     }
@@ -50,9 +60,8 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     // floating-point ones are cast with the weights: token ids and masks keep their dtype.
     let team = spec.model.team();
     let many = team.is_some_and(|m| m.sidecar.inputs.len() > 1);
-    let floating = team.is_none_or(|m| {
-        m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point())
-    });
+    let floating = !spec.model.is_decoder()
+        && team.is_none_or(|m| m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point()));
     let on_host = adv.input_source != InputSource::Device;
     let x = if on_host { "x_host" } else { "x" };
     let input = if on_host {

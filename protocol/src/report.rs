@@ -175,6 +175,10 @@ pub struct Report {
     /// What the device's memory holds, part by part, each measured.
     #[serde(default)]
     pub memory_breakdown: Option<MemoryBreakdown>,
+    /// A generate run's figures. Its `latency_ms` and `samples` are then the decode steps
+    /// (per token), its `warmup` the warm-up generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerationReport>,
 }
 
 impl Report {

@@ -24,6 +24,49 @@ pub enum ModelId {
     /// A TorchScript module from the operator's models directory, by name (its file's
     /// stem). What it is lives in the registry of [`crate::team`].
     Team(&'static str),
+    /// A Llama-style decoder LLM by name: a built-in preset or a team folder with a
+    /// `config.json`. What it is lives in [`crate::decoder`].
+    Decoder(&'static str),
+}
+
+/// Which family of network a model is: what it is built from and what its input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Mlp,
+    ResNet,
+    MobileNet,
+    Encoder,
+    Decoder,
+    TorchScript,
+}
+
+/// What a model's input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// `[batch, features]` floats.
+    Features,
+    /// `[batch, 3, size, size]` images.
+    Image,
+    /// `[batch, tokens, width]` embeddings (the encoder).
+    Embeddings,
+    /// `[batch, tokens]` token ids (a decoder's prompt).
+    TokenIds,
+    /// Whatever a team model's sidecar lists.
+    Sidecar,
+}
+
+/// The facts about a model that every consumer reads (checks, snippets, texts, the
+/// experiments), from one table: [`ModelId::facts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelFacts {
+    pub family: Family,
+    pub input: InputKind,
+    /// Whether train mode adds randomness (Dropout, attention dropout).
+    pub dropout: bool,
+    /// Whether train mode uses batch statistics (BatchNorm).
+    pub batchnorm: bool,
 }
 
 impl ModelId {
@@ -44,16 +87,80 @@ impl ModelId {
             ModelId::Resnet50 => "resnet50",
             ModelId::MobilenetV2 => "mobilenet_v2",
             ModelId::Transformer => "transformer",
-            ModelId::Team(name) => name,
+            ModelId::Team(name) | ModelId::Decoder(name) => name,
         }
     }
 
-    /// Every model this process serves: the built-in ones, then the team's.
+    /// Every model this process serves: the built-in ones, the decoders, then the team's.
     pub fn served() -> Vec<ModelId> {
+        let decoders = crate::decoder::served()
+            .into_iter()
+            .map(|m| ModelId::Decoder(&m.name));
         let team = crate::team::served()
             .into_iter()
             .map(|m| ModelId::Team(&m.name));
-        ModelId::ALL.into_iter().chain(team).collect()
+        ModelId::ALL.into_iter().chain(decoders).chain(team).collect()
+    }
+
+    /// The decoder behind this id, when it is one and it is served here.
+    pub fn decoder(self) -> Option<&'static crate::decoder::DecoderModel> {
+        match self {
+            ModelId::Decoder(name) => crate::decoder::lookup(name),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a decoder LLM (generate runs need one).
+    pub fn is_decoder(self) -> bool {
+        self.facts().family == Family::Decoder
+    }
+
+    /// The one table of model facts. A new family is a new arm here, and nothing else can
+    /// answer for it: there is no fallback arm.
+    pub fn facts(self) -> ModelFacts {
+        let f = |family, input, dropout, batchnorm| ModelFacts {
+            family,
+            input,
+            dropout,
+            batchnorm,
+        };
+        match self {
+            ModelId::TinyMlp => f(Family::Mlp, InputKind::Features, true, true),
+            ModelId::Resnet18 | ModelId::Resnet50 => f(Family::ResNet, InputKind::Image, false, true),
+            ModelId::MobilenetV2 => f(Family::MobileNet, InputKind::Image, true, true),
+            ModelId::Transformer => f(Family::Encoder, InputKind::Embeddings, true, false),
+            ModelId::Decoder(_) => f(
+                Family::Decoder,
+                InputKind::TokenIds,
+                self.decoder().is_some_and(|d| d.config.attention_dropout > 0.0),
+                false,
+            ),
+            // Measured at load: train-mode randomness, and a deterministic train/eval
+            // difference (BatchNorm-like).
+            ModelId::Team(_) => {
+                let t = self.team().map(|m| m.training);
+                f(
+                    Family::TorchScript,
+                    InputKind::Sidecar,
+                    t.is_some_and(|t| t.random_in_train),
+                    t.is_some_and(|t| !t.random_in_train && t.train_differs_from_eval),
+                )
+            }
+        }
+    }
+
+    /// What one sample of the input is, in words, at `size` (e.g. "64 tokens").
+    pub fn describe_sample(self, size: u32) -> String {
+        match self.facts().input {
+            InputKind::Features => format!("{size} features"),
+            InputKind::Image => format!("3×{size}×{size} images"),
+            InputKind::Embeddings => format!("{size} tokens"),
+            InputKind::TokenIds => format!("{size}-token prompts"),
+            InputKind::Sidecar => match self.team() {
+                Some(m) => m.sidecar.describe_inputs(),
+                None => "inputs of a team model this server does not serve".into(),
+            },
+        }
     }
 
     /// The team model behind this id, when it is one and it is served here.
@@ -75,6 +182,10 @@ impl ModelId {
                 .team()
                 .map(|m| m.sidecar.display_name.as_str())
                 .unwrap_or(name),
+            ModelId::Decoder(name) => self
+                .decoder()
+                .map(|m| m.display_name.as_str())
+                .unwrap_or(name),
         }
     }
 
@@ -95,6 +206,13 @@ impl ModelId {
                 meaning: "sequence length in tokens",
                 default: 128,
                 max: 4096,
+            },
+            ModelId::Decoder(_) => InputShape {
+                meaning: "prompt length in tokens",
+                default: 32,
+                max: self
+                    .decoder()
+                    .map_or(0, |d| d.config.max_position_embeddings.min(32_768)),
             },
             // A fixed-shape (or no longer served) team model has no adjustable size: 0.
             ModelId::Team(_) => match self.team() {
@@ -119,8 +237,8 @@ impl ModelId {
                 .team()
                 .and_then(|m| m.sidecar.size.as_ref())
                 .map_or(0, |s| s.min),
-            m if m.is_image() => 32,
-            _ => 1,
+            ModelId::TinyMlp | ModelId::Transformer | ModelId::Decoder(_) => 1,
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => 32,
         }
     }
 
@@ -128,10 +246,7 @@ impl ModelId {
     /// models): the one list of image models, used by the checks, the snippets and the
     /// experiments that pick smaller images on a CPU.
     pub fn is_image(self) -> bool {
-        matches!(
-            self,
-            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-        )
+        self.facts().input == InputKind::Image
     }
 
     /// The built-in convolution models (the ones channels_last applies to).
@@ -139,25 +254,15 @@ impl ModelId {
         self.is_image()
     }
 
-    /// For a team model: measured at load (train-mode randomness), not read from layers.
+    /// Train-mode randomness (Dropout); for a team model measured at load, not read from
+    /// layers.
     pub fn has_dropout(self) -> bool {
-        match self {
-            ModelId::Team(_) => self.team().is_some_and(|m| m.training.random_in_train),
-            _ => matches!(
-                self,
-                ModelId::TinyMlp | ModelId::MobilenetV2 | ModelId::Transformer
-            ),
-        }
+        self.facts().dropout
     }
 
-    /// For a team model: measured at load (a deterministic train/eval difference).
+    /// Train-mode batch statistics (BatchNorm); for a team model measured at load.
     pub fn has_batchnorm(self) -> bool {
-        match self {
-            ModelId::Team(_) => self
-                .team()
-                .is_some_and(|m| !m.training.random_in_train && m.training.train_differs_from_eval),
-            _ => !matches!(self, ModelId::Transformer),
-        }
+        self.facts().batchnorm
     }
 
     /// The PyTorch expression that builds the same architecture, for snippets and peers
@@ -175,6 +280,12 @@ impl ModelId {
             ModelId::Transformer => "nn.TransformerEncoder(\n    nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True),\n    num_layers=4,\n    enable_nested_tensor=False,\n)",
             ModelId::Team(name) => {
                 return format!("torch.jit.load(\"{name}.pt\", map_location=device)")
+            }
+            ModelId::Decoder(name) => {
+                return match self.decoder() {
+                    Some(d) => d.config.python_config(),
+                    None => format!("# the decoder `{name}` is not served here"),
+                }
             }
         };
         builtin.to_string()
@@ -224,6 +335,9 @@ impl<'de> Deserialize<'de> for ModelId {
         let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
         if let Some(m) = ModelId::ALL.into_iter().find(|m| m.as_str() == name) {
             return Ok(m);
+        }
+        if let Some(d) = crate::decoder::lookup(&name) {
+            return Ok(ModelId::Decoder(&d.name));
         }
         crate::team::intern(&name)
             .map(ModelId::Team)
@@ -385,6 +499,10 @@ pub struct RunSpec {
     /// CUDA switches); left out of the JSON at their defaults.
     #[serde(default, skip_serializing_if = "Advanced::is_default")]
     pub advanced: Advanced,
+    /// Set for a generate run on a decoder (the prompt length is `input_size`); absent for
+    /// a forward run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate: Option<crate::GenerateSpec>,
 }
 
 impl Default for RunSpec {
@@ -401,6 +519,7 @@ impl Default for RunSpec {
             iters: 20,
             threads: None,
             advanced: Advanced::default(),
+            generate: None,
         }
     }
 }
@@ -515,6 +634,7 @@ impl RunSpec {
             );
         }
         self.advanced.check(self.model)?;
+        self.check_generate()?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
@@ -522,6 +642,79 @@ impl RunSpec {
                     format!("threads must be between 1 and {}", limits.max_threads),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// The generate run's own rules: a decoder, a length within its context, a cache that
+    /// CUDA graph replay can capture.
+    fn check_generate(&self) -> Result<(), SpecError> {
+        let err = |field: &str, message: String| {
+            Err(SpecError {
+                field: field.into(),
+                message,
+            })
+        };
+        if let ModelId::Decoder(name) = self.model {
+            if self.model.decoder().is_none() {
+                return err("model", ModelId::unknown_message(name));
+            }
+        }
+        let Some(g) = &self.generate else {
+            return Ok(());
+        };
+        let Some(decoder) = self.model.decoder() else {
+            let decoders: Vec<_> = crate::decoder::served().iter().map(|d| d.name.as_str()).collect();
+            return err(
+                "model",
+                format!(
+                    "{} is not a decoder LLM, so it cannot generate; decoders: {}",
+                    self.model,
+                    decoders.join(", ")
+                ),
+            );
+        };
+        if g.new_tokens == 0 || g.new_tokens > crate::MAX_NEW_TOKENS {
+            return err(
+                "generate.new_tokens",
+                format!(
+                    "new_tokens must be between 1 and {}, not {}",
+                    crate::MAX_NEW_TOKENS,
+                    g.new_tokens
+                ),
+            );
+        }
+        let prompt = self.resolved_input_size();
+        let total = prompt as u64 + g.new_tokens as u64;
+        let max = decoder.config.max_position_embeddings as u64;
+        if total > max {
+            return err(
+                "generate.new_tokens",
+                format!(
+                    "prompt {prompt} + {} new tokens = {total} positions, beyond {}'s max_position_embeddings of {max}",
+                    g.new_tokens, self.model
+                ),
+            );
+        }
+        if let Some(w) = decoder.config.sliding_window {
+            if (w as u64) < total {
+                return err(
+                    "generate.new_tokens",
+                    format!(
+                        "{}'s sliding window ({w}) is shorter than this run ({total} positions); Gradless attends to every position, so it would not match the model: shorten the run to {w}",
+                        self.model
+                    ),
+                );
+            }
+        }
+        if self.advanced.cuda_graph && g.cache != crate::KvCacheKind::Static {
+            return err(
+                "advanced.cuda_graph",
+                format!(
+                    "CUDA graph replay of the decode step needs the static cache (a {} cache changes its shapes every step, and a graph replays fixed shapes)",
+                    g.cache.as_str()
+                ),
+            );
         }
         Ok(())
     }
@@ -559,6 +752,14 @@ impl RunSpec {
         }
         parts.extend(self.advanced.label_parts());
         parts.push(format!("batch {}", self.batch));
+        if let Some(g) = &self.generate {
+            parts.push(format!(
+                "prompt {} + {} new · {} cache",
+                self.resolved_input_size(),
+                g.new_tokens,
+                g.cache.as_str()
+            ));
+        }
         parts.join(" · ")
     }
 }

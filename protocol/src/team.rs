@@ -408,6 +408,22 @@ pub fn register(models: Vec<TeamModel>) {
     reg.served = served;
 }
 
+/// The names built into Gradless, which no file of a models directory may take: the
+/// built-in models' ([`crate::ModelId::ALL`]) and the decoder presets'
+/// ([`crate::decoder::presets`]).
+pub fn built_in_names() -> Vec<&'static str> {
+    crate::ModelId::ALL
+        .iter()
+        .map(|m| m.as_str())
+        .chain(crate::decoder::presets().iter().map(|p| p.name.as_str()))
+        .collect()
+}
+
+/// Whether `name` is built into Gradless (see [`built_in_names`]).
+pub fn is_built_in(name: &str) -> bool {
+    built_in_names().contains(&name)
+}
+
 /// Remembers the files of the models directory that were not served, by model name (the
 /// file's stem) with the reason, replacing any remembered before. A request for one of
 /// them is then answered with that reason ([`crate::ModelId::unknown_message`]) rather

@@ -9,7 +9,7 @@ use engine::{MeasureError, Worker};
 use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
-use crate::config::{CompareArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs};
+use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs};
 use crate::export::{export, Format};
 use crate::store::Store;
 
@@ -21,7 +21,7 @@ use crate::store::Store;
 /// figures for something they did not ask for.
 fn model(name: &str) -> Result<protocol::ModelId> {
     if let Some(why) = protocol::team::refusal(name) {
-        let builtin = protocol::ModelId::ALL.iter().any(|m| m.as_str() == name);
+        let builtin = protocol::team::is_built_in(name);
         let hint = if builtin {
             format!(" (without --models-dir, `{name}` is the built-in model)")
         } else {
@@ -73,6 +73,122 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
         }
         Ok(())
     }
+}
+
+/// `gradless generate`: the same spec the Generate page sends, through the same worker.
+pub fn generate(worker: &Worker, args: &GenerateArgs) -> Result<()> {
+    let spec = RunSpec {
+        model: model(&args.model)?,
+        device: args.device,
+        batch: args.batch,
+        input_size: Some(args.prompt),
+        eval: !args.train,
+        grad: args.grad,
+        autocast: args.autocast,
+        threads: args.threads,
+        advanced: args.advanced.settings(),
+        generate: Some(protocol::GenerateSpec {
+            new_tokens: args.new_tokens,
+            cache: args.cache,
+        }),
+        ..RunSpec::default()
+    };
+    let report = run(worker, spec)?;
+    if args.json {
+        return print_json(&report);
+    }
+    print_generation(&report)
+}
+
+fn print_generation(r: &Report) -> Result<()> {
+    let Some(g) = &r.generation else {
+        bail!("the report has no generation section");
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{} on {} ({}), libtorch {}",
+        r.spec.model.display_name(),
+        r.env.device_name,
+        r.env.device.as_str(),
+        r.env.libtorch_version
+    )?;
+    if let Some(d) = r.spec.model.decoder() {
+        writeln!(out, "model         {}", d.provenance())?;
+    }
+    writeln!(out, "settings      {}, {} threads", r.spec.label(), r.env.threads)?;
+    writeln!(
+        out,
+        "prefill       {:.3} ms for {} prompt tokens × {} (time to first token); {:.3} TFLOP/s{}",
+        g.prefill_ms,
+        g.prompt_len,
+        g.batch,
+        g.prefill_tflops,
+        g.prefill_percent_of_peak
+            .map(|p| format!(" ({p:.1}% of peak)"))
+            .unwrap_or_default()
+    )?;
+    if let Some(d) = &g.decode_ms_per_token {
+        writeln!(
+            out,
+            "decode (ms)   per token p50 {:.3}  p95 {:.3}  p99 {:.3}  over {} steps",
+            d.p50,
+            d.p95,
+            d.p99,
+            g.steps.len() - 1
+        )?;
+    }
+    writeln!(
+        out,
+        "tokens/s      {:.1} per sequence, {:.1} in total",
+        g.tokens_per_s, g.tokens_per_s_total
+    )?;
+    if let Some(bw) = g.decode_bandwidth_gb_s {
+        writeln!(
+            out,
+            "bandwidth     decode reads {:.1} GB/s (weights + KV cache per step){}",
+            bw,
+            match (g.decode_bandwidth_percent, &g.bandwidth_source) {
+                (Some(p), Some(src)) => format!(", {p:.1}% of {src}"),
+                _ => String::new(),
+            }
+        )?;
+    }
+    writeln!(out, "memory        {}", r.memory.source.describe())?;
+    writeln!(
+        out,
+        "              weights + prompt {}, peak {}, after release {}",
+        format_bytes(r.memory.baseline_bytes),
+        format_bytes(r.memory.peak_allocated_bytes),
+        format_bytes(r.memory.after_release_bytes)
+    )?;
+    writeln!(
+        out,
+        "KV cache      {} measured, {} by the formula ({} positions × {} B)",
+        format_bytes(g.kv_cache_bytes),
+        format_bytes(g.kv_cache_formula_bytes),
+        g.kv_cache_tokens,
+        g.kv_cache_element_bytes
+    )?;
+    if let Some(last) = g.steps.last() {
+        if last.graph_bytes > 0 {
+            writeln!(
+                out,
+                "graph         {} held by autograd after the last step (grad is enabled)",
+                format_bytes(last.graph_bytes)
+            )?;
+        }
+    }
+    if let Some(first) = g.tokens.first() {
+        let shown: Vec<String> = first.iter().take(16).map(|t| t.to_string()).collect();
+        writeln!(
+            out,
+            "tokens        {}{}",
+            shown.join(" "),
+            if first.len() > 16 { " ..." } else { "" }
+        )?;
+    }
+    Ok(())
 }
 
 /// One row of `gradless compare`.

@@ -46,6 +46,9 @@ pub enum Command {
     Measure(MeasureArgs),
     /// Measure the classic modes for one model and batch, side by side.
     Compare(CompareArgs),
+    /// Generate tokens with a decoder LLM, measured step by step: the prefill, then every
+    /// decode step (latency, memory, KV cache bytes).
+    Generate(GenerateArgs),
     /// List the models with their parameter counts.
     Models(ModelsArgs),
     /// Serve one device to a fleet: take runs from NATS JetStream, stream their events back.
@@ -349,6 +352,50 @@ pub struct MeasureArgs {
     /// (with --json the trace is always in the report).
     #[arg(long)]
     pub trace: bool,
+}
+
+/// `gradless generate`: one greedy generation on a decoder, the same run the Generate page
+/// starts.
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// A decoder preset (llama_tiny, smollm2_135m, qwen2_5_0_5b, llama_3_2_1b,
+    /// llama_3_1_8b) or a team decoder folder of --models-dir.
+    #[arg(long, default_value = protocol::decoder::CPU_PRESET)]
+    pub model: String,
+    #[arg(long, default_value_t = 1)]
+    pub batch: u32,
+    /// Prompt length in tokens (random ids, seeded).
+    #[arg(long, default_value_t = 32)]
+    pub prompt: u32,
+    /// Tokens to generate per sequence (greedy, no end-of-sequence stop).
+    #[arg(long, default_value_t = 64)]
+    pub new_tokens: u32,
+    /// The KV cache: dynamic (grows by concatenation), static (allocated once), off
+    /// (every step recomputes the prefix).
+    #[arg(long, default_value = "dynamic")]
+    pub cache: protocol::KvCacheKind,
+    /// model.eval() (the default).
+    #[arg(long, conflicts_with = "train")]
+    pub eval: bool,
+    /// model.train(): attention dropout active.
+    #[arg(long)]
+    pub train: bool,
+    #[arg(long, default_value = "enabled")]
+    pub grad: GradMode,
+    #[arg(long, default_value = "off")]
+    pub autocast: Autocast,
+    /// Threads for this run (default: the server's).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceChoice,
+    /// Print the JSON report instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub advanced: AdvancedArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -32,6 +32,7 @@ fn run() -> anyhow::Result<()> {
         Some(Command::Worker(args)) => server::worker_cmd::worker(args),
         Some(Command::Measure(args)) => server::cli::measure(&worker(&args.spec.engine)?, &args),
         Some(Command::Compare(args)) => server::cli::compare(&worker(&args.spec.engine)?, &args),
+        Some(Command::Generate(args)) => server::cli::generate(&worker(&args.engine)?, &args),
         Some(Command::Models(args)) => server::cli::models(&worker(&args.engine)?, args.json),
         Some(Command::Pitfall(args)) if args.id == "list" => server::cli::pitfall_list(args.json),
         Some(Command::Pitfall(args)) => server::cli::pitfall(&worker(&args.engine)?, &args),

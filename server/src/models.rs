@@ -59,9 +59,13 @@ fn infos(counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
         .into_iter()
         .map(|id| {
             let team = id.team().cloned();
-            let parameters = match &team {
-                Some(m) => m.parameters,
-                None => counts[id.as_str()],
+            let decoder = id.decoder().cloned();
+            // A decoder's count comes from its config: building the 8B shape to count it
+            // would take 32 GB.
+            let parameters = match (&team, &decoder) {
+                (Some(m), _) => m.parameters,
+                (None, Some(d)) => d.config.parameters(),
+                (None, None) => counts.get(id.as_str()).copied().unwrap_or(0),
             };
             ModelInfo {
                 id,
@@ -72,6 +76,7 @@ fn infos(counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
                 has_dropout: id.has_dropout(),
                 has_batchnorm: id.has_batchnorm(),
                 team,
+                decoder,
             }
         })
         .collect()

@@ -28,9 +28,12 @@ pub fn load(engine: &EngineArgs) -> Result<()> {
             m.training.describe()
         );
     }
+    for d in &loaded.decoders {
+        tracing::info!(model = %d.name, parameters = d.config.parameters(), "team decoder served: {}", d.provenance());
+    }
     tracing::info!(
         dir = %dir.display(),
-        served = loaded.models.len(),
+        served = loaded.models.len() + loaded.decoders.len(),
         refused = loaded.problems.len(),
         "models directory read"
     );

@@ -19,6 +19,7 @@ use protocol::{format_bytes, ChartKind, PitfallReport, Report, Sample};
 use serde::Serialize;
 
 mod compare;
+mod generate;
 mod option;
 #[cfg(feature = "hydrate")]
 mod draw;
@@ -28,6 +29,7 @@ mod tests;
 mod trace;
 
 pub use compare::*;
+pub use generate::*;
 #[cfg(feature = "hydrate")]
 pub use draw::{download_png, render};
 pub use runs::*;

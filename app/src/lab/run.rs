@@ -56,6 +56,11 @@ impl Runs {
             baseline_bytes: Some(report.memory.baseline_bytes),
             warmup: report.warmup.clone(),
             samples: report.samples.clone(),
+            steps: report
+                .generation
+                .as_ref()
+                .map(|g| g.steps.clone())
+                .unwrap_or_default(),
             report: Some(report),
         });
         self.current_id.set(id);

@@ -152,6 +152,90 @@ pub fn refusal(
     None
 }
 
+/// A decoder run's memory, computed from its config before anything is allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    pub weights: u64,
+    /// The KV cache at full length (prompt + new tokens).
+    pub kv_cache: u64,
+    /// The largest step's activations: the prefill's layer temporaries and logits, and with
+    /// grad enabled what autograd saves for every step of the generation.
+    pub activations: u64,
+}
+
+impl Footprint {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.activations
+    }
+}
+
+/// The footprint of a run on a decoder (`None` for other models).
+pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
+    let d = spec.model.decoder()?;
+    let c = &d.config;
+    let elt: u64 = match spec.advanced.weights {
+        protocol::WeightsDtype::Fp32 => 4,
+        _ => 2,
+    };
+    let b = spec.batch as u64;
+    let p = spec.resolved_input_size() as u64;
+    let n = spec.generate.as_ref().map_or(0, |g| g.new_tokens as u64);
+    let cache = spec
+        .generate
+        .as_ref()
+        .map_or(protocol::KvCacheKind::Off, |g| g.cache);
+    // Under autocast the cache keeps the hidden states' fp32 (the rotary cast follows them).
+    let kv_elt = if spec.autocast == Autocast::Off { elt } else { 4 };
+    let kv_cache = match cache {
+        protocol::KvCacheKind::Off => 0,
+        _ => c.kv_cache_bytes(p + n, b, kv_elt),
+    };
+    let (h, i, heads, layers, vocab) = (
+        c.hidden_size as u64,
+        c.intermediate_size as u64,
+        c.num_attention_heads as u64,
+        c.num_hidden_layers as u64,
+        c.vocab_size as u64,
+    );
+    let ctx = p + n;
+    // The widest step: every position of the longest pass through one layer (hidden
+    // copies, the MLP's three intermediate-wide tensors, the attention scores when a kernel
+    // materialises them), and fp32 logits (all positions for a forward run, one otherwise).
+    let longest = if cache == protocol::KvCacheKind::Off { ctx } else { p };
+    let logits = if spec.generate.is_some() { b * vocab * 4 } else { b * p * vocab * 4 };
+    let layer = b * longest * (6 * h + 3 * i) * kv_elt.max(elt) + b * heads * longest * longest * 4;
+    // With grad enabled, autograd keeps every layer's inputs of every step alive.
+    let saved = match spec.grad {
+        GradMode::Enabled => layers * b * ctx * (8 * h + 3 * i) * kv_elt.max(elt),
+        _ => 0,
+    };
+    Some(Footprint {
+        weights: c.parameters() * elt,
+        kv_cache,
+        activations: layer + logits + saved,
+    })
+}
+
+/// Why a decoder run cannot fit `budget`, with the figures; `None` when it fits.
+pub fn decoder_refusal(spec: &protocol::RunSpec, budget: &Budget) -> Option<String> {
+    let f = decoder_footprint(spec)?;
+    if f.total() <= budget.bytes {
+        return None;
+    }
+    let b = protocol::format_bytes;
+    Some(format!(
+        "out of memory (refused before it started): {} ({}) needs about {} of memory: weights {}, KV cache at full length {}, activations {}; above this server's budget of {} ({})",
+        spec.model,
+        spec.label(),
+        b(f.total()),
+        b(f.weights),
+        b(f.kv_cache),
+        b(f.activations),
+        b(budget.bytes),
+        budget.source
+    ))
+}
+
 impl Lab {
     /// Refuses `checked` before it starts when its profile (measured here at batches 1 and
     /// [`PROBE_BATCH`] the first time its model and mode are seen, then cached) predicts
@@ -161,6 +245,22 @@ impl Lab {
     pub fn admit(&mut self, checked: &CheckedSpec, control: &RunControl) -> Result<(), RunFailure> {
         let spec = checked.spec();
         let device = checked.device();
+        // A decoder's footprint is computed from its config, not probed: probing the 8B shape
+        // on a CPU would allocate the very memory the refusal is meant to spare.
+        if spec.model.is_decoder() {
+            if let Some(reason) = control
+                .budget_bytes
+                .map(|bytes| Budget {
+                    bytes,
+                    source: "this task's budget".into(),
+                })
+                .or_else(|| self.budget(device).cloned())
+                .and_then(|budget| decoder_refusal(spec, &budget))
+            {
+                return Err(failure(FailureKind::OutOfMemory, reason));
+            }
+            return Ok(());
+        }
         if spec.batch <= PROBE_BATCH {
             return Ok(());
         }

@@ -56,11 +56,31 @@ impl Lab {
         };
         let guard = self.guard(device, &control)?;
         let spec = checked.spec().clone();
-        let result = self.measure_guarded(checked, &control, emit);
+        // One start and finish (guard, budget, failure wording, device peaks) around either
+        // loop: timed forward passes, or a generation.
+        let result = match spec.generate {
+            Some(_) => self
+                .generate_guarded(checked, &control, emit)
+                .map(|r| (r, None)),
+            None => self
+                .measure_guarded(checked, &control, emit)
+                .map(|(r, t)| (r, Some(t))),
+        };
         drop(guard);
         let (mut report, traffic) = result.map_err(|f| explain(f, &spec, device, budget))?;
         // After the run and outside its guard: a measured peak allocates large matrices.
-        let peak = self.device_peak(device, Precision::of(spec.autocast), report.env.threads);
+        // A generation with low-precision weights computes in them even without autocast.
+        let precision = match (spec.generate.is_some(), spec.advanced.weights) {
+            (true, protocol::WeightsDtype::Fp16 | protocol::WeightsDtype::Bf16) => Precision::Half,
+            _ => Precision::of(spec.autocast),
+        };
+        let peak = self.device_peak(device, precision, report.env.threads);
+        let Some(traffic) = traffic else {
+            if let Some(g) = report.generation.as_mut() {
+                super::generate::fill_rates(g, peak.as_ref());
+            }
+            return Ok(report);
+        };
         let c = crate::peak::compute(
             &report.trace,
             report.latency_ms.p50,
@@ -249,6 +269,7 @@ impl Lab {
             peak_source: None,
             roofline: None,
             memory_breakdown,
+            generation: None,
         };
         Ok((report, traffic))
     }
@@ -387,6 +408,22 @@ pub fn forward_probed(
     device: DeviceKind,
     probe: &mut Probe<'_>,
 ) -> Result<Tensor, RunFailure> {
+    let _regions = enter_regions(spec, device)?;
+    let _flags = backend_guard(&spec.advanced, device)?;
+    let placed = place_input(input, &spec.advanced, device)?;
+    catch_torch(|| model.net.forward_inputs(&placed, !spec.eval, probe))
+}
+
+/// The grad mode and autocast region a spec asks for, nested as the Python snippet nests
+/// them; they close when the value is dropped (autocast first).
+pub(crate) struct Regions {
+    _autocast: Option<AutocastGuard>,
+    _no_grad: Option<tch::NoGradGuard>,
+    _inference: Option<InferenceModeGuard>,
+}
+
+/// Enters the spec's grad mode, then its autocast region.
+pub(crate) fn enter_regions(spec: &RunSpec, device: DeviceKind) -> Result<Regions, RunFailure> {
     let _inference = match spec.grad {
         GradMode::InferenceMode => Some(InferenceModeGuard::enter().map_err(torch_failure)?),
         _ => None,
@@ -401,9 +438,11 @@ pub fn forward_probed(
             Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?)
         }
     };
-    let _flags = backend_guard(&spec.advanced, device)?;
-    let placed = place_input(input, &spec.advanced, device)?;
-    catch_torch(|| model.net.forward_inputs(&placed, !spec.eval, probe))
+    Ok(Regions {
+        _autocast,
+        _no_grad,
+        _inference,
+    })
 }
 
 fn output_facts(t: &Tensor) -> OutputFacts {

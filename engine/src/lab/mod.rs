@@ -20,6 +20,7 @@ mod admission;
 mod advanced;
 mod control;
 mod failure;
+pub mod generate;
 pub mod graph;
 mod measure;
 
@@ -33,7 +34,7 @@ use crate::torch_ext::{self, CpuMemoryCounter, ExtError};
 
 use admission::budgets;
 pub use admission::{
-    known_profile, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
+    decoder_footprint, decoder_refusal, known_profile, Footprint, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
     CPU_BUDGET_FRACTION, PREDICTION_MARGIN, PROBE_BATCH,
 };
 pub use advanced::{
@@ -98,6 +99,8 @@ pub struct Lab {
     task: Option<RunControl>,
     /// Device peaks per (device, precision, threads): from the datasheet or measured once.
     peaks: std::collections::HashMap<(DeviceKind, Precision, u32), Option<protocol::DevicePeak>>,
+    /// Set only for the length of [`Lab::measure_autocast_per_step`].
+    autocast_per_step: bool,
 }
 
 impl Lab {
@@ -127,6 +130,7 @@ impl Lab {
             profiles: Profiles::default(),
             task: None,
             peaks: Default::default(),
+            autocast_per_step: false,
         })
     }
 

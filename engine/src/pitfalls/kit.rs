@@ -57,6 +57,7 @@ impl Ctx<'_> {
             iters: if self.cuda() { 10 } else { 3 },
             threads: None,
             advanced: Default::default(),
+            generate: None,
         }
     }
 
@@ -78,15 +79,15 @@ impl Ctx<'_> {
 
 /// "ResNet-18, batch 8, 96×96 images": what a card's figures were measured on.
 pub fn describe(model: ModelId, batch: impl std::fmt::Display, size: u32) -> String {
-    let input = match model {
-        ModelId::TinyMlp => format!("{size} features"),
-        ModelId::Transformer => format!("{size} tokens"),
-        ModelId::Team(_) => match model.team() {
+    // The one table of model facts says what the input is (no fallback arm).
+    let input = match model.facts().input {
+        protocol::InputKind::Sidecar => match model.team() {
             Some(m) if size > 0 => format!("input {}, size {size}", m.sidecar.describe_inputs()),
             Some(m) => format!("input {}", m.sidecar.describe_inputs()),
             None => format!("size {size}"),
         },
-        _ => format!("{size}×{size} images"),
+        protocol::InputKind::Image => format!("{size}×{size} images"),
+        _ => model.describe_sample(size),
     };
     format!("{}, batch {batch}, {input}", model.display_name())
 }
@@ -531,6 +532,11 @@ pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
         ModelId::MobilenetV2 => 96 * (s / 2) * (s / 2),
         // The attention scores (4 heads × seq²) or the feed-forward hidden layer (seq × 1024).
         ModelId::Transformer => (4 * s * s).max(1024 * s),
+        // The logits (seq × vocab) or the attention scores (heads × seq²).
+        ModelId::Decoder(_) => model.decoder().map_or(1 << 20, |d| {
+            let c = &d.config;
+            (s * c.vocab_size as u64).max(c.num_attention_heads as u64 * s * s)
+        }),
         // A script hides its layers: the input's elements per sample times 64 (the
         // built-in convolutional stems' widening), so a sweep stays well below the limit.
         ModelId::Team(_) => model.team().map_or(1 << 20, |m| {

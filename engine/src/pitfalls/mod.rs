@@ -11,8 +11,9 @@
 //!   autograd keeps alive), [`allocator`] (budgets and the CUDA caching allocator),
 //!   [`timing`] (warm-up and asynchronous execution), [`table`] (the classic rows side by
 //!   side), [`precision`] (cast weights against autocast, TF32), [`layout`]
-//!   (channels_last, the input's copy to the device, cudnn.benchmark) and [`graphs`]
-//!   (CUDA graph replay).
+//!   (channels_last, the input's copy to the device, cudnn.benchmark), [`graphs`]
+//!   (CUDA graph replay) and [`generation`] (decoder LLMs: the KV cache, prefill and
+//!   decode).
 //!
 //! Everything runs on the device thread, on the [`Lab`] (see [`crate::Worker::call`]),
 //! under the [`RunControl`] the worker gives the task.
@@ -22,6 +23,7 @@
 //! cards run small (96² images) to answer in seconds.
 
 pub mod allocator;
+pub mod generation;
 pub mod graphs;
 pub mod kit;
 pub mod layout;
@@ -57,7 +59,7 @@ pub struct Card {
 }
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 19] = [
+pub static CARDS: [&Card; 29] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -77,6 +79,17 @@ pub static CARDS: [&Card; 19] = [
     &precision::TF32,
     &layout::CUDNN_BENCHMARK,
     &graphs::CUDA_GRAPHS,
+    // Decoder LLMs: generation (see `generation`).
+    &generation::GENERATE_NO_GRAD,
+    &generation::KV_CACHE_SIZE,
+    &generation::GQA,
+    &generation::USE_CACHE_OFF,
+    &generation::PREFILL_VS_DECODE,
+    &generation::DECODE_BATCH,
+    &generation::STATIC_CACHE,
+    &generation::PADDING_WASTE,
+    &generation::INFERENCE_TENSOR_CACHE,
+    &generation::AUTOCAST_DECODE,
 ];
 
 /// Every card, in tour order.

@@ -17,7 +17,10 @@
 //! positional arguments. How the forward's own declaration is read and a mismatch named is
 //! in `signature`.
 
+mod decoders;
 mod signature;
+
+pub use decoders::decoder_weights;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,6 +62,8 @@ impl std::fmt::Display for Problem {
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub models: Vec<TeamModel>,
+    /// Folders holding a Hugging Face `config.json` (see `decoders`).
+    pub decoders: Vec<protocol::decoder::DecoderModel>,
     pub problems: Vec<Problem>,
 }
 
@@ -69,6 +74,7 @@ static FILES: RwLock<Option<Files>> = RwLock::new(None);
 pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
     let (loaded, files) = scan(dir, weight_limit)?;
     team::register(loaded.models.clone());
+    decoders::register(dir, &loaded.decoders);
     // A request for a refused file's model is answered with its reason, not "unknown".
     team::register_refused(
         loaded
@@ -107,6 +113,14 @@ fn scan(dir: &Path, weight_limit: Option<u64>) -> Result<(Loaded, Files), String
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if path.is_dir() {
+            match decoders::read_folder(path) {
+                Some(Ok(d)) => loaded.decoders.push(d),
+                Some(Err(p)) => loaded.problems.push(p),
+                None => {}
+            }
+            continue;
+        }
         match ext {
             Some("pt") => match load_one(path, &stem, weight_limit) {
                 Ok(model) => {
@@ -133,7 +147,7 @@ fn load_one(path: &Path, name: &str, weight_limit: Option<u64>) -> Result<TeamMo
             team::MAX_NAME_LEN
         ));
     }
-    if protocol::ModelId::ALL.iter().any(|m| m.as_str() == name) {
+    if team::is_built_in(name) {
         return Err(format!(
             "`{name}` is the name of a built-in model, which is served under it: rename the file and its sidecar (e.g. team_{name}.pt and team_{name}.json; bench/export_model.py names them team_<source> by default)"
         ));

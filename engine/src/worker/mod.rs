@@ -172,6 +172,15 @@ impl Worker {
     /// predicted not to fit the budget or the deadline (field `batch`).
     pub fn admit(&self, spec: RunSpec) -> Result<CheckedSpec, SpecError> {
         let checked = self.check(spec)?;
+        if let Some(message) = self
+            .memory_budget(checked.device())
+            .and_then(|budget| crate::lab::decoder_refusal(checked.spec(), budget))
+        {
+            return Err(SpecError {
+                field: "model".into(),
+                message,
+            });
+        }
         let profile = known_profile(&self.profiles, &checked);
         if let Some(profile) = profile.filter(|_| checked.spec().batch > crate::lab::PROBE_BATCH) {
             if let Some(message) = refusal(

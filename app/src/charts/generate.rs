@@ -1,0 +1,202 @@
+//! A generation's charts, as ECharts options built from the measured steps: latency per
+//! step against the position (flat with a cache, rising without), memory against the
+//! position (the KV cache's straight line; with grad, the graph above it) and the prefill
+//! against the decode. Several runs overlay (Compare cache modes, Compare grad modes).
+
+use protocol::{GenPhase, GenStep};
+use serde_json::{json, Value};
+
+use super::{ChartOption, MIB};
+
+/// One run's steps with the name its series carry.
+#[derive(Clone, Copy, Debug)]
+pub struct GenRun<'a> {
+    pub name: &'a str,
+    pub steps: &'a [GenStep],
+    /// Weights + prompt (the memory chart's floor), when known.
+    pub baseline: Option<u64>,
+}
+
+/// Dash patterns and symbols, so runs differ by more than their colour.
+const DASHES: [&str; 4] = ["solid", "dashed", "dotted", "solid"];
+const SYMBOLS: [&str; 4] = ["circle", "triangle", "rect", "diamond"];
+
+fn base(title: &str, x: &str, y: &str, description: String, series: Vec<Value>, legend: bool) -> ChartOption {
+    ChartOption(json!({
+        "title": { "text": title, "left": "center", "textStyle": { "fontSize": 14 } },
+        "animation": false,
+        "tooltip": { "trigger": "axis" },
+        "legend": { "show": legend, "top": 24, "type": "scroll" },
+        "grid": { "left": 64, "right": 24, "top": if legend { 64 } else { 40 }, "bottom": 48 },
+        "xAxis": { "type": "value", "name": x, "nameLocation": "middle", "nameGap": 28, "scale": true },
+        "yAxis": { "type": "value", "name": y },
+        "series": series,
+        "aria": {
+            "enabled": true,
+            "label": { "enabled": true, "description": description },
+            "decal": { "show": true },
+        },
+    }))
+}
+
+fn line(name: String, points: Vec<[f64; 2]>, i: usize, extra: Value) -> Value {
+    let mut s = json!({
+        "type": "line",
+        "name": name,
+        "data": points,
+        "showSymbol": points.len() <= 64,
+        "symbol": SYMBOLS[i % SYMBOLS.len()],
+        "lineStyle": { "type": DASHES[i % DASHES.len()], "width": 2 },
+    });
+    if let (Some(obj), Some(more)) = (s.as_object_mut(), extra.as_object()) {
+        for (k, v) in more {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    s
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Decode steps' latency against their position.
+pub fn step_latency_chart(runs: &[GenRun<'_>]) -> ChartOption {
+    let series: Vec<Value> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let points = r
+                .steps
+                .iter()
+                .filter(|s| s.phase == GenPhase::Decode)
+                .map(|s| [s.position as f64, round3(s.latency_ms)])
+                .collect();
+            line(r.name.to_string(), points, i, json!({}))
+        })
+        .collect();
+    let description = runs
+        .iter()
+        .map(|r| {
+            let decode: Vec<f64> = r.steps.iter().filter(|s| s.phase == GenPhase::Decode).map(|s| s.latency_ms).collect();
+            match (decode.first(), decode.last()) {
+                (Some(a), Some(b)) => format!("{}: decode steps from {a:.2} ms to {b:.2} ms over {} steps", r.name, decode.len()),
+                _ => format!("{}: no decode steps", r.name),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    base("Latency per decode step", "position", "ms", description, series, runs.len() > 1)
+}
+
+/// Allocated memory after each step against the position, with the KV cache's bytes as a
+/// second line per run, and the baseline (weights + prompt) marked.
+pub fn step_memory_chart(runs: &[GenRun<'_>]) -> ChartOption {
+    let mut series = vec![];
+    for (i, r) in runs.iter().enumerate() {
+        let allocated = r
+            .steps
+            .iter()
+            .map(|s| [s.position as f64, round3(s.allocated_bytes as f64 / MIB)])
+            .collect();
+        let mark = r.baseline.map_or(json!({}), |b| {
+            json!({ "markLine": { "symbol": "none", "silent": true,
+                "label": { "formatter": "weights + prompt" },
+                "lineStyle": { "type": "dotted" },
+                "data": [ { "yAxis": round3(b as f64 / MIB) } ] } })
+        });
+        let label = if runs.len() > 1 { format!("{} allocated", r.name) } else { "allocated".into() };
+        series.push(line(label, allocated, i, mark));
+        let floor = r.baseline.unwrap_or(0) as f64;
+        let kv = r
+            .steps
+            .iter()
+            .map(|s| [s.position as f64, round3((floor + s.kv_cache_bytes as f64) / MIB)])
+            .collect();
+        let label = if runs.len() > 1 { format!("{} weights + prompt + KV cache", r.name) } else { "weights + prompt + KV cache".into() };
+        series.push(line(label, kv, i + 1, json!({ "lineStyle": { "type": "dashed", "width": 1 } })));
+    }
+    let description = runs
+        .iter()
+        .filter_map(|r| {
+            let last = r.steps.last()?;
+            Some(format!(
+                "{}: {:.1} MiB allocated after the last step, KV cache {:.2} MiB, graph {:.1} MiB",
+                r.name,
+                last.allocated_bytes as f64 / MIB,
+                last.kv_cache_bytes as f64 / MIB,
+                last.graph_bytes as f64 / MIB
+            ))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    base("Memory after each step", "position", "MiB", description, series, true)
+}
+
+/// Time to first token (the prefill) beside the decode's total and per-token time, per run.
+pub fn prefill_decode_chart(runs: &[GenRun<'_>]) -> ChartOption {
+    let names: Vec<&str> = runs.iter().map(|r| r.name).collect();
+    let prefill: Vec<f64> = runs
+        .iter()
+        .map(|r| r.steps.iter().find(|s| s.phase == GenPhase::Prefill).map_or(0.0, |s| round3(s.latency_ms)))
+        .collect();
+    let decode: Vec<f64> = runs
+        .iter()
+        .map(|r| round3(r.steps.iter().filter(|s| s.phase == GenPhase::Decode).map(|s| s.latency_ms).sum()))
+        .collect();
+    let description = runs
+        .iter()
+        .zip(prefill.iter().zip(&decode))
+        .map(|(r, (p, d))| format!("{}: prefill {p:.2} ms, all decode steps {d:.2} ms", r.name))
+        .collect::<Vec<_>>()
+        .join("; ");
+    ChartOption(json!({
+        "title": { "text": "Prefill and decode", "left": "center", "textStyle": { "fontSize": 14 } },
+        "animation": false,
+        "tooltip": { "trigger": "axis" },
+        "legend": { "top": 24 },
+        "grid": { "left": 64, "right": 24, "top": 64, "bottom": 48, "containLabel": true },
+        "xAxis": { "type": "category", "data": names },
+        "yAxis": { "type": "value", "name": "ms" },
+        "series": [
+            { "type": "bar", "name": "prefill (time to first token)", "data": prefill },
+            { "type": "bar", "name": "all decode steps", "data": decode },
+        ],
+        "aria": { "enabled": true, "label": { "enabled": true, "description": description }, "decal": { "show": true } },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: u32, position: u32, ms: f64, kv: u64) -> GenStep {
+        GenStep {
+            step,
+            phase: if step == 0 { GenPhase::Prefill } else { GenPhase::Decode },
+            position,
+            tokens_in: 1,
+            latency_ms: ms,
+            allocated_bytes: 1 << 20,
+            peak_bytes: 2 << 20,
+            kv_cache_bytes: kv,
+            graph_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn charts_plot_the_measured_steps_only() {
+        let steps = vec![step(0, 7, 9.0, 100), step(1, 8, 1.5, 120), step(2, 9, 1.25, 140)];
+        let run = GenRun { name: "dynamic", steps: &steps, baseline: Some(1 << 19) };
+        let latency = step_latency_chart(&[run]);
+        // The prefill is not a decode step: two points, at positions 8 and 9.
+        assert_eq!(latency.0["series"][0]["data"], json!([[8.0, 1.5], [9.0, 1.25]]));
+        assert!(latency.description().unwrap().contains("1.50 ms to 1.25 ms"));
+        let memory = step_memory_chart(&[run]);
+        assert_eq!(memory.0["series"].as_array().unwrap().len(), 2);
+        assert_eq!(memory.0["series"][0]["data"][0], json!([7.0, 1.0]));
+        let bars = prefill_decode_chart(&[run]);
+        assert_eq!(bars.0["series"][0]["data"], json!([9.0]));
+        assert_eq!(bars.0["series"][1]["data"], json!([2.75]));
+    }
+}

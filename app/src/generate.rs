@@ -1,0 +1,573 @@
+//! The Generate page (`/generate`): the five switches, the batch and the KV cache on a
+//! decoder LLM, one greedy generation measured step by step — the prefill (time to first
+//! token), then every decode step's latency and memory, the KV cache's bytes beside its
+//! formula — with the Python that does the same in its two usual forms. The settings live
+//! in the URL ([`spec_from_query`], [`query_from_spec`]); runs are recorded and linked as
+//! in the Lab.
+
+use leptos::prelude::*;
+use leptos_router::hooks::{use_navigate, use_query_map};
+use leptos_router::NavigateOptions;
+use protocol::{
+    format_bytes, Autocast, DeviceChoice, DeviceKind, GenPhase, GenerateSpec, GradMode,
+    KvCacheKind, ModelId, Report, RunSpec, ServerInfo, WeightsDtype,
+};
+
+#[cfg(feature = "hydrate")]
+use crate::charts::{prefill_decode_chart, step_latency_chart, step_memory_chart, GenRun};
+use crate::run_view::{Phase, RunView};
+use crate::widgets::{provenance, TokenField};
+
+/// The page's default decoder on a device: the CPU preset, or a 1B shape on a GPU.
+pub fn default_model(device: DeviceKind) -> ModelId {
+    let name = match device {
+        DeviceKind::Cuda => "llama_3_2_1b",
+        DeviceKind::Cpu => protocol::decoder::CPU_PRESET,
+    };
+    name.parse().unwrap_or(ModelId::TinyMlp)
+}
+
+/// A generate spec from the address: anything missing or unreadable keeps the default (the
+/// device's default decoder, batch 1, a 32-token prompt, 64 new tokens, a dynamic cache,
+/// eval + no_grad).
+pub fn spec_from_query(devices: &[protocol::DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
+    let device = get("device")
+        .and_then(|v| v.parse::<DeviceChoice>().ok())
+        .unwrap_or(DeviceChoice::Auto);
+    let kind = crate::settings::resolve_device(devices, device);
+    let model = get("model")
+        .and_then(|v| v.parse::<ModelId>().ok())
+        .filter(|m| m.is_decoder())
+        .unwrap_or_else(|| default_model(kind));
+    let num = |k: &str, d: u32| get(k).and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(d);
+    RunSpec {
+        model,
+        device,
+        batch: num("batch", 1),
+        input_size: Some(num("prompt", 32)),
+        eval: get("eval").map(|v| v != "0" && v != "false").unwrap_or(true),
+        grad: get("grad").and_then(|v| v.parse().ok()).unwrap_or(GradMode::NoGrad),
+        autocast: get("autocast").and_then(|v| v.parse().ok()).unwrap_or(Autocast::Off),
+        threads: get("threads").and_then(|v| v.parse().ok()),
+        advanced: crate::settings::advanced_from_query(&get),
+        generate: Some(GenerateSpec {
+            new_tokens: num("new_tokens", 64),
+            cache: get("cache").and_then(|v| v.parse().ok()).unwrap_or_default(),
+        }),
+        ..RunSpec::default()
+    }
+}
+
+/// The address's query for `spec` (every setting, so a link restores what its sender saw).
+pub fn query_from_spec(spec: &RunSpec) -> String {
+    let g = spec.generate.clone().unwrap_or_default();
+    let mut q = format!(
+        "model={}&device={}&batch={}&prompt={}&new_tokens={}&cache={}&eval={}&grad={}&autocast={}",
+        spec.model.as_str(),
+        match spec.device {
+            DeviceChoice::Auto => "auto",
+            DeviceChoice::Cpu => "cpu",
+            DeviceChoice::Cuda => "cuda",
+        },
+        spec.batch,
+        spec.resolved_input_size(),
+        g.new_tokens,
+        g.cache.as_str(),
+        if spec.eval { 1 } else { 0 },
+        spec.grad.as_str(),
+        spec.autocast.as_str(),
+    );
+    if let Some(t) = spec.threads {
+        q.push_str(&format!("&threads={t}"));
+    }
+    q.push_str(&crate::settings::advanced_query(&spec.advanced));
+    q
+}
+
+/// The rows of "Compare cache modes" and "Compare grad modes".
+pub fn comparison(spec: &RunSpec, what: Comparison) -> Vec<RunSpec> {
+    match what {
+        Comparison::Cache => KvCacheKind::ALL
+            .into_iter()
+            .map(|cache| {
+                let mut s = spec.clone();
+                s.generate = Some(GenerateSpec {
+                    cache,
+                    ..spec.generate.clone().unwrap_or_default()
+                });
+                s.advanced.cuda_graph = false;
+                s
+            })
+            .collect(),
+        Comparison::Grad => GradMode::ALL
+            .into_iter()
+            .map(|grad| RunSpec { grad, ..spec.clone() })
+            .collect(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    Cache,
+    Grad,
+}
+
+/// A run's name in an overlay: what differs in a comparison.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+fn run_name(r: &Report) -> String {
+    let g = r.generation.as_ref();
+    format!(
+        "{} cache · {}",
+        g.map_or("?", |g| g.cache.as_str()),
+        r.spec.grad.as_str()
+    )
+}
+
+/// What each control does, in a sentence or two.
+pub fn explain_cache(cache: KvCacheKind) -> &'static str {
+    match cache {
+        KvCacheKind::Dynamic => "Dynamic: each step appends the new token's keys and values to every layer's cache by concatenation (transformers' DynamicCache). Each step feeds one token; the cache grows by the formula's bytes per token.",
+        KvCacheKind::Static => "Static: the cache for prompt + new tokens is allocated once and written in place (StaticCache, gpt-fast). Memory stays flat from the first step, and fixed shapes are what lets a decode step be replayed as a CUDA graph.",
+        KvCacheKind::Off => "Off (use_cache=False): nothing is kept, so every step runs the whole prefix again. Each step's time grows with the position and the total roughly quadratically; memory stays low.",
+    }
+}
+
+pub fn explain_grad(grad: GradMode) -> &'static str {
+    match grad {
+        GradMode::Enabled => "Autograd on, as in a hand-written loop without torch.no_grad(): every step's graph stays alive through the cache's keys and values, so memory grows faster than the cache, step after step (allenai/OLMo#164: 4 GB to 24 GB in 100 steps). model.eval() does not stop it. model.generate() runs under no_grad itself.",
+        GradMode::NoGrad => "torch.no_grad(): no graph, so the cache holds only keys and values.",
+        GradMode::InferenceMode => "torch.inference_mode(): no_grad plus no version counters or view tracking. A cache made inside it cannot be updated in place outside it.",
+    }
+}
+
+#[component]
+pub fn GeneratePage() -> impl IntoView {
+    let info = expect_context::<ServerInfo>();
+    let auth_required = info.auth_required;
+    let decoders: Vec<(String, String)> = info
+        .models
+        .iter()
+        .filter(|m| m.id.is_decoder())
+        .map(|m| (m.id.as_str().to_string(), format!("{} · {} parameters", m.name, group(m.parameters))))
+        .collect();
+    let info = StoredValue::new(info);
+    let query = use_query_map();
+    let spec = Memo::new(move |_| info.with_value(|i| query.with(|q| spec_from_query(&i.devices, |k| q.get(k)))));
+    let navigate = use_navigate();
+    let set = Callback::new(move |next: RunSpec| {
+        navigate(
+            &format!("/generate?{}", query_from_spec(&next)),
+            NavigateOptions { scroll: false, ..Default::default() },
+        );
+    });
+    let update = move |f: &dyn Fn(&mut RunSpec)| {
+        let mut s = spec.get_untracked();
+        f(&mut s);
+        set.run(s);
+    };
+    let view_state = RwSignal::new(RunView::default());
+    let finished: RwSignal<Vec<(String, Report)>> = RwSignal::new(vec![]);
+    let compared: RwSignal<Vec<(String, Report)>> = RwSignal::new(vec![]);
+    let busy = Memo::new(move |_| view_state.with(|v| v.phase.busy()));
+
+    let run_specs = move |rows: Vec<RunSpec>| {
+        #[cfg(feature = "hydrate")]
+        leptos::task::spawn_local(execute(rows, view_state, finished, compared));
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (rows, view_state, finished, compared);
+    };
+    let run_one = move |_| run_specs(vec![spec.get_untracked()]);
+    let compare_cache = move |_| run_specs(comparison(&spec.get_untracked(), Comparison::Cache));
+    let compare_grad = move |_| run_specs(comparison(&spec.get_untracked(), Comparison::Grad));
+
+    // A link with `&run=1` starts the run on arrival; a bare address shows the newest
+    // recorded default generation, labelled, or runs the default once on a fresh server.
+    let shown_note = RwSignal::new(None::<String>);
+    Effect::new(move |done: Option<bool>| {
+        if done == Some(true) {
+            return true;
+        }
+        #[cfg(feature = "hydrate")]
+        {
+            let auto = query.with_untracked(|q| q.get("run").as_deref() == Some("1"));
+            let bare = query.with_untracked(|q| q.get("model").is_none());
+            let default = spec.get_untracked();
+            if auto {
+                run_specs(vec![default]);
+            } else if bare {
+                leptos::task::spawn_local(first_view(default, view_state, finished, shown_note));
+            }
+        }
+        true
+    });
+
+    let numeric = move |label: &'static str, id: &'static str, get: fn(&RunSpec) -> u32, put: fn(&mut RunSpec, u32), max: u32, help: &'static str| {
+        view! {
+            <label class="control" for=id>
+                <span class="control-name">{label}</span>
+                <input id=id data-testid=id type="number" min="1" max=max.to_string()
+                    prop:value=move || get(&spec.get()).to_string()
+                    on:change=move |ev| {
+                        if let Ok(n) = event_target_value(&ev).trim().parse::<u32>() {
+                            if n >= 1 && n <= max {
+                                update(&|s| put(s, n));
+                            }
+                        }
+                    } />
+                <span class="explain">{help}</span>
+            </label>
+        }
+    };
+    let select = move |label: &'static str, id: &'static str, options: Vec<(&'static str, &'static str)>, get: fn(&RunSpec) -> String, put: fn(&mut RunSpec, &str), help: Box<dyn Fn() -> String + Send + Sync>| {
+        view! {
+            <label class="control" for=id>
+                <span class="control-name">{label}</span>
+                <select id=id data-testid=id on:change=move |ev| { let v = event_target_value(&ev); update(&|s| put(s, &v)); }>
+                    {options.into_iter().map(|(value, text)| {
+                        view! { <option value=value selected=move || get(&spec.get()) == value>{text}</option> }
+                    }).collect_view()}
+                </select>
+                <span class="explain">{help}</span>
+            </label>
+        }
+    };
+
+    let model_picker = view! {
+        <label class="control" for="gen-model">
+            <span class="control-name">"Model"</span>
+            <select id="gen-model" data-testid="gen-model" on:change=move |ev| {
+                let v = event_target_value(&ev);
+                if let Ok(m) = v.parse::<ModelId>() { update(&|s| s.model = m); }
+            }>
+                {decoders.into_iter().map(|(value, text)| {
+                    let v = value.clone();
+                    view! { <option value=value selected=move || spec.get().model.as_str() == v>{text}</option> }
+                }).collect_view()}
+            </select>
+            <span class="explain">{move || spec.get().model.decoder().map(|d| format!("{}. {}", d.provenance(), shape_line(&d.config))).unwrap_or_default()}</span>
+        </label>
+    };
+
+    let settings_line = move || spec.get().label();
+    let status = move || {
+        view_state.with(|v| match &v.phase {
+            Phase::Idle => shown_note.get().unwrap_or_else(|| "Press Generate to measure one generation on this server.".into()),
+            Phase::Submitting => "Sending…".into(),
+            Phase::Queued(n) => format!("Waiting for the device ({n} ahead)."),
+            Phase::Running { done, total } => format!("Generating: {done} of {total} (one warm-up generation, then each step)"),
+            Phase::Done => shown_note.get().unwrap_or_else(|| "Done: every figure below was measured by this generation.".into()),
+            Phase::Failed(m) => format!("Failed: {m}"),
+        })
+    };
+
+    view! {
+        <div class="generate-page" data-testid="generate-page">
+            <section class="controls" aria-label="Generation settings">
+                <h1>"Generate: the settings on a decoder LLM"</h1>
+                <p class="lede">
+                    "A greedy generation on a Llama-style decoder, measured token by token on this server: the prefill (one pass over the prompt, time to first token), then one decode step per token. Random seeded weights give real memory and latency and meaningless text."
+                </p>
+                {model_picker}
+                {numeric("Batch", "gen-batch", |s| s.batch, |s, n| s.batch = n, 256, "Sequences generated together: each decode step reads the weights once for the whole batch.")}
+                {numeric("Prompt tokens", "gen-prompt", |s| s.resolved_input_size(), |s, n| s.input_size = Some(n), 8192, "Random token ids, seeded. The prefill runs them in one pass.")}
+                {numeric("New tokens", "gen-new-tokens", |s| s.generate.as_ref().map_or(64, |g| g.new_tokens), |s, n| { if let Some(g) = s.generate.as_mut() { g.new_tokens = n } }, protocol::MAX_NEW_TOKENS, "Greedy, fixed length: no end-of-sequence stop.")}
+                {select("KV cache", "gen-cache", vec![("dynamic", "dynamic (grows)"), ("static", "static (allocated once)"), ("off", "off (use_cache=False)")],
+                    |s| s.generate.as_ref().map_or(KvCacheKind::Dynamic, |g| g.cache).as_str().to_string(),
+                    |s, v| { if let (Some(g), Ok(c)) = (s.generate.as_mut(), v.parse()) { g.cache = c } },
+                    Box::new(move || explain_cache(spec.get().generate.as_ref().map_or(KvCacheKind::Dynamic, |g| g.cache)).to_string()))}
+                {select("Mode", "gen-eval", vec![("1", "model.eval()"), ("0", "model.train()")],
+                    |s| if s.eval { "1".into() } else { "0".into() },
+                    |s, v| s.eval = v == "1",
+                    Box::new(move || if spec.get().eval { "eval(): attention dropout off.".to_string() } else { "train(): attention dropout on (where the config has attention_dropout > 0), so the tokens can change from run to run.".to_string() }))}
+                {select("Grad", "gen-grad", vec![("enabled", "enabled (no context)"), ("no_grad", "torch.no_grad()"), ("inference_mode", "torch.inference_mode()")],
+                    |s| s.grad.as_str().to_string(),
+                    |s, v| { if let Ok(g) = v.parse() { s.grad = g } },
+                    Box::new(move || explain_grad(spec.get().grad).to_string()))}
+                {select("Autocast", "gen-autocast", vec![("off", "off"), ("bf16", "bf16"), ("fp16", "fp16")],
+                    |s| s.autocast.as_str().to_string(),
+                    |s, v| { if let Ok(a) = v.parse() { s.autocast = a } },
+                    Box::new(move || "Autocast keeps the fp32 weights and casts them as each op needs them; weights cast once (below) move half the bytes per token.".to_string()))}
+                {select("Weights", "gen-weights", vec![("fp32", "fp32"), ("bf16", "bf16 (model.to(torch.bfloat16))"), ("fp16", "fp16 (model.half())")],
+                    |s| s.advanced.weights.as_str().to_string(),
+                    |s, v| { if let Ok(w) = v.parse::<WeightsDtype>() { s.advanced.weights = w } },
+                    Box::new(move || "The weights' dtype, cast once when the model is built: decode reads every weight each step, so bytes per weight set its speed.".to_string()))}
+                <p class="settings-line" data-testid="gen-settings">{settings_line}</p>
+                {auth_required.then(|| view! { <TokenField /> })}
+                <div class="actions">
+                    <button class="primary" data-testid="gen-run" on:click=run_one disabled=move || busy.get()>"Generate"</button>
+                    <button data-testid="gen-compare-cache" on:click=compare_cache disabled=move || busy.get()>"Compare cache modes"</button>
+                    <button data-testid="gen-compare-grad" on:click=compare_grad disabled=move || busy.get()>"Compare grad modes"</button>
+                </div>
+                <p class="status" data-testid="gen-status" role="status">{status}</p>
+                <GenSnippets spec />
+            </section>
+            <GenResults view_state finished compared />
+        </div>
+    }
+}
+
+fn shape_line(c: &protocol::decoder::DecoderConfig) -> String {
+    format!(
+        "{} layers, hidden {}, {} heads / {} KV heads of {}, vocab {}; KV cache {} per token per sequence (fp32)",
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.vocab_size,
+        format_bytes(c.kv_cache_bytes(1, 1, 4))
+    )
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The two Python forms, each runnable as copied.
+#[component]
+fn GenSnippets(spec: Memo<RunSpec>) -> impl IntoView {
+    view! {
+        <div class="snippet">
+            <h2>"The same in PyTorch"</h2>
+            <p class="explain">"A hand-written loop, as Gradless runs it:"</p>
+            <pre><code data-testid="gen-snippet-loop">{move || protocol::python_generate_loop(&spec.get())}</code></pre>
+            <p class="explain">"The same through transformers' generate():"</p>
+            <pre><code data-testid="gen-snippet-generate">{move || protocol::python_generate_hf(&spec.get())}</code></pre>
+        </div>
+    }
+}
+
+/// Charts and figures of the shown generation (or of the comparison's runs).
+#[component]
+fn GenResults(
+    view_state: RwSignal<RunView>,
+    finished: RwSignal<Vec<(String, Report)>>,
+    compared: RwSignal<Vec<(String, Report)>>,
+) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let live = view_state.with(|v| v.steps.clone());
+        let baseline = view_state.with(|v| v.baseline_bytes);
+        let rows = compared.get();
+        let mut names: Vec<String> = rows.iter().map(|(_, r)| run_name(r)).collect();
+        let mut steps: Vec<(Vec<protocol::GenStep>, Option<u64>)> = rows
+            .iter()
+            .map(|(_, r)| (r.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default(), Some(r.memory.baseline_bytes)))
+            .collect();
+        let live_is_listed = view_state.with(|v| v.report.is_some()) && !rows.is_empty();
+        if !live_is_listed && !live.is_empty() {
+            names.push(view_state.with(|v| v.report.as_ref().map(run_name)).unwrap_or_else(|| "this run".into()));
+            steps.push((live, baseline));
+        }
+        if steps.is_empty() {
+            return;
+        }
+        let runs: Vec<GenRun<'_>> = names
+            .iter()
+            .zip(&steps)
+            .map(|(n, (s, b))| GenRun { name: n, steps: s, baseline: *b })
+            .collect();
+        crate::charts::render("gen-latency-chart", step_latency_chart(&runs));
+        crate::charts::render("gen-memory-chart", step_memory_chart(&runs));
+        crate::charts::render("gen-prefill-chart", prefill_decode_chart(&runs));
+    });
+    let _ = (&finished, &compared);
+    let figures = move || view_state.with(|v| v.report.as_ref().map(figures_view));
+    let progress = move || format!("{:.0}%", view_state.with(|v| v.progress()) * 100.0);
+    let steps_shown = move || view_state.with(|v| v.steps.len());
+    let links = move || {
+        let rows = finished.get();
+        let ids: Vec<String> = rows.iter().rev().take(5).map(|(id, _)| id.clone()).collect();
+        (!ids.is_empty()).then(|| {
+            let last = ids[0].clone();
+            view! {
+                <p class="record-links">
+                    <a href=format!("/runs/{last}") data-testid="gen-permalink">"Permalink of this generation"</a>
+                    " · "
+                    <a href=format!("/api/records/{last}/export/json") rel="external">"JSON"</a>
+                    " · "
+                    <a href=format!("/api/records/{last}/export/csv") rel="external">"CSV"</a>
+                    " · "
+                    <a href=format!("/api/records/{last}/export/py") rel="external">"the script"</a>
+                    {(ids.len() > 1).then(|| view! { " · " <a href=format!("/compare?runs={}", ids.join(",")) data-testid="gen-compare-link">"Compare side by side"</a> })}
+                </p>
+            }
+        })
+    };
+    view! {
+        <section class="results" aria-label="Measured generation">
+            <div class="progress" aria-hidden="true"><div class="bar" style:width=progress></div></div>
+            <p class="steps-count" data-testid="gen-steps">{move || format!("{} steps streamed", steps_shown())}</p>
+            <div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>
+            <div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>
+            <div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div>
+            {figures}
+            {links}
+        </section>
+    }
+}
+
+/// The generation's headline figures, each with where it comes from.
+pub fn figures_view(r: &Report) -> impl IntoView + use<> {
+    let g = r.generation.clone();
+    let env = provenance(&r.env);
+    let source = r.memory.source.describe();
+    g.map(|g| {
+        let decode = g
+            .decode_ms_per_token
+            .as_ref()
+            .map(|d| format!("p50 {:.2} ms · p95 {:.2} ms · p99 {:.2} ms", d.p50, d.p95, d.p99))
+            .unwrap_or_else(|| "one token: no decode step".into());
+        let kv_match = if g.kv_cache_bytes == g.kv_cache_formula_bytes { "equal to the byte" } else { "differs" };
+        let bandwidth = g.decode_bandwidth_gb_s.map(|bw| {
+            format!(
+                "{bw:.1} GB/s{}",
+                match (g.decode_bandwidth_percent, &g.bandwidth_source) {
+                    (Some(p), Some(s)) => format!(" ({p:.1}% of {s})"),
+                    _ => String::new(),
+                }
+            )
+        });
+        let graph = g.steps.last().map(|s| s.graph_bytes).unwrap_or(0);
+        let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
+        view! {
+            <table class="summary" data-testid="gen-summary">
+                <tr><th>"Time to first token (prefill)"</th><td data-testid="gen-prefill">{format!("{:.2} ms for {} × {} prompt tokens", g.prefill_ms, g.batch, g.prompt_len)}</td></tr>
+                <tr><th>"Decode, per token"</th><td data-testid="gen-decode">{decode}</td></tr>
+                <tr><th>"Tokens/s"</th><td>{format!("{:.1} per sequence, {:.1} in total", g.tokens_per_s, g.tokens_per_s_total)}</td></tr>
+                <tr><th>"KV cache"</th><td data-testid="gen-kv">{format!("{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match})", format_bytes(g.kv_cache_bytes), g.kv_cache_tokens, g.batch, g.kv_cache_element_bytes, format_bytes(g.kv_cache_formula_bytes))}</td></tr>
+                <tr><th>"Memory"</th><td>{format!("weights + prompt {}, peak {}, after release {} ({source})", format_bytes(r.memory.baseline_bytes), format_bytes(r.memory.peak_allocated_bytes), format_bytes(r.memory.after_release_bytes))}</td></tr>
+                {(graph > 0).then(|| view! { <tr><th>"Autograd graph"</th><td data-testid="gen-graph">{format!("{} held after the last step, on top of the cache", format_bytes(graph))}</td></tr> })}
+                {bandwidth.map(|b| view! { <tr><th>"Decode bandwidth"</th><td>{b}</td></tr> })}
+                <tr><th>"Prefill compute"</th><td>{format!("{:.3} TFLOP/s{}", g.prefill_tflops, g.prefill_percent_of_peak.map(|p| format!(" ({p:.1}% of peak)")).unwrap_or_default())}</td></tr>
+                <tr><th>"Measured on"</th><td>{env}</td></tr>
+            </table>
+            <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>
+        }
+    })
+}
+
+#[cfg(feature = "hydrate")]
+async fn execute(
+    rows: Vec<RunSpec>,
+    view_state: RwSignal<RunView>,
+    finished: RwSignal<Vec<(String, Report)>>,
+    compared: RwSignal<Vec<(String, Report)>>,
+) {
+    let comparing = rows.len() > 1;
+    compared.set(vec![]);
+    for spec in rows {
+        view_state.set(RunView::submitting());
+        match crate::client::start_run(&spec).await {
+            Err(message) => {
+                view_state.update(|v| v.phase = Phase::Failed(message));
+                return;
+            }
+            Ok(created) => {
+                let id = created.id.clone();
+                crate::client::follow(&created.events_url, move |event| {
+                    if let protocol::Event::Done { report } = &event {
+                        let report = (**report).clone();
+                        finished.update(|h| h.push((id.clone(), report.clone())));
+                        if comparing {
+                            compared.update(|c| c.push((id.clone(), report)));
+                        }
+                    }
+                    view_state.update(|v| v.apply(event));
+                })
+                .await;
+            }
+        }
+        if view_state.with_untracked(|v| matches!(v.phase, Phase::Failed(_))) {
+            return;
+        }
+    }
+}
+
+/// A bare address: the newest recorded run of the default generation, labelled; on a
+/// fresh server, the default generation once.
+#[cfg(feature = "hydrate")]
+async fn first_view(
+    default: RunSpec,
+    view_state: RwSignal<RunView>,
+    finished: RwSignal<Vec<(String, Report)>>,
+    note: RwSignal<Option<String>>,
+) {
+    use protocol::{Record, RecordSummary};
+    let label = default.label();
+    let listed = crate::client::get_json::<Vec<RecordSummary>>("/api/records?kind=run&limit=200")
+        .await
+        .unwrap_or_default();
+    for summary in listed.iter().filter(|s| s.label == label).take(5) {
+        let url = format!("/api/records/{}", summary.id);
+        if let Ok(record) = crate::client::get_json::<Record>(&url).await {
+            if let Some(report) = record.run().filter(|r| r.generation.is_some() && r.spec.model == default.model) {
+                if view_state.with_untracked(|v| v.report.is_none() && !v.phase.busy()) {
+                    note.set(Some(format!(
+                        "Recorded generation (the default settings), measured on {} on {}: press Generate to measure it again now.",
+                        report.env.device_label(),
+                        report.env.measured_at.get(..10).unwrap_or(&report.env.measured_at)
+                    )));
+                    let mut v = RunView::default();
+                    v.phase = Phase::Done;
+                    v.baseline_bytes = Some(report.memory.baseline_bytes);
+                    v.steps = report.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default();
+                    v.report = Some(report.clone());
+                    view_state.set(v);
+                    finished.update(|h| h.push((record.id.clone(), report.clone())));
+                }
+                return;
+            }
+        }
+    }
+    if view_state.with_untracked(|v| v.report.is_none() && !v.phase.busy()) {
+        note.set(Some("First visit on this server: nothing is recorded yet, so the page generates once with the default settings.".into()));
+        execute(vec![default], view_state, finished, RwSignal::new(vec![])).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_round_trip_through_the_address() {
+        let spec = RunSpec {
+            batch: 4,
+            grad: GradMode::Enabled,
+            generate: Some(GenerateSpec { new_tokens: 17, cache: KvCacheKind::Static }),
+            ..spec_from_query(&[], |_| None)
+        };
+        let q = query_from_spec(&spec);
+        let back = spec_from_query(&[], |k| {
+            q.split('&').find_map(|kv| kv.split_once('=').filter(|(key, _)| *key == k).map(|(_, v)| v.to_string()))
+        });
+        assert_eq!(back, spec);
+        assert!(back.model.is_decoder());
+    }
+
+    #[test]
+    fn a_model_that_cannot_generate_falls_back_to_the_default_decoder() {
+        let s = spec_from_query(&[], |k| (k == "model").then(|| "resnet18".to_string()));
+        assert_eq!(s.model.as_str(), protocol::decoder::CPU_PRESET);
+        assert!(s.check(&Default::default()).is_ok());
+    }
+
+    #[test]
+    fn comparisons_vary_one_setting() {
+        let s = spec_from_query(&[], |_| None);
+        let cache = comparison(&s, Comparison::Cache);
+        assert_eq!(cache.len(), 3);
+        assert!(cache.iter().all(|r| r.grad == s.grad));
+        let grad = comparison(&s, Comparison::Grad);
+        assert_eq!(grad.iter().map(|r| r.grad).collect::<Vec<_>>(), GradMode::ALL);
+    }
+}

@@ -1,0 +1,480 @@
+//! A generate run's loop ([`Lab::generate_guarded`]): the same start and finish as a forward
+//! run (the guard, the budget, the baseline, the peak resets, the leak check, the
+//! environment stamp; see `measure`), around greedy decoding instead of timed passes:
+//!
+//! 1. build or reuse the decoder, make the prompt (random seeded ids), record the baseline
+//!    (weights + prompt);
+//! 2. one short warm-up generation (at most [`WARMUP_TOKENS`] tokens), reported apart;
+//! 3. the measured generation, inside the spec's grad mode and autocast region as a
+//!    hand-written loop would be: the prefill (one pass over the prompt, which yields the
+//!    first new token), then one decode step per further token, each synchronised and timed,
+//!    its peak reset, streamed as a `step` event with the allocated memory after it and the
+//!    KV cache's bytes measured from the cache's tensors;
+//! 4. the cache and the tokens released, memory checked against the baseline.
+//!
+//! The cache is created here and owned by the loop, never by the cached model.
+
+use std::time::Instant;
+
+use protocol::{
+    DeviceKind, Event, FailureKind, GenPhase, GenStep, GenerationReport, KvCacheKind,
+    MemoryReport, OutputFacts, Report, RunFailure, Sample,
+};
+use tch::Tensor;
+
+use super::{catch_torch, failure, held, synchronize, torch_failure, Lab, RunControl};
+use crate::device::Meter;
+use crate::models::decoder::{Decoder, KvCache, Logits};
+use crate::spec::CheckedSpec;
+use crate::stats::latency_stats;
+use crate::trace::Probe;
+
+/// New tokens of the warm-up generation (fewer when the run asks for fewer): enough to run
+/// the prefill and the decode step's kernels once each.
+pub const WARMUP_TOKENS: u32 = 4;
+
+/// What one generation produced.
+pub struct Generated {
+    pub steps: Vec<GenStep>,
+    /// `[batch, new_tokens]` int64 on the CPU.
+    pub tokens: Tensor,
+    pub kv_bytes: u64,
+    pub kv_positions: i64,
+    pub kv_element_bytes: u64,
+    pub peak_reserved: Option<u64>,
+}
+
+/// Settings of one generation.
+pub struct GenerateArgs<'a> {
+    pub decoder: &'a Decoder,
+    pub prompt: &'a Tensor,
+    pub new_tokens: u32,
+    pub cache: KvCacheKind,
+    pub spec: &'a protocol::RunSpec,
+    pub device: DeviceKind,
+    /// The run's baseline: its weights and prompt.
+    pub baseline: u64,
+    /// What else the device held at the baseline (other cached models, libraries'
+    /// workspaces): left out of every figure.
+    pub other: u64,
+    /// CUDA only: the budget checked after each step (the CPU's guard checks every
+    /// allocation).
+    pub limit: Option<u64>,
+    /// Enter the autocast region around each step instead of around the whole loop (the
+    /// `autocast-decode` card: the cast copies of the weights live only as long as the
+    /// outermost region).
+    pub autocast_per_step: bool,
+}
+
+/// Runs one greedy generation, calling `on_step` after each step. Opens the spec's grad mode
+/// and autocast region around the whole loop, as `with torch.no_grad(): for ...` would.
+pub fn generate(
+    args: &GenerateArgs<'_>,
+    meter: &Meter<'_>,
+    control: &RunControl,
+    on_step: &mut dyn FnMut(&GenStep),
+) -> Result<Generated, RunFailure> {
+    let spec = args.spec;
+    let outer = protocol::RunSpec {
+        autocast: if args.autocast_per_step {
+            protocol::Autocast::Off
+        } else {
+            spec.autocast
+        },
+        ..spec.clone()
+    };
+    let _regions = super::measure::enter_regions(&outer, args.device)?;
+    let per_step = protocol::RunSpec {
+        grad: protocol::GradMode::Enabled,
+        ..spec.clone()
+    };
+    let (batch, prompt_len) = (args.prompt.size()[0], args.prompt.size()[1]);
+    let n = args.new_tokens as i64;
+    let layers = args.decoder.config().num_hidden_layers as usize;
+    let mut cache = KvCache::new(args.cache, layers, prompt_len + n);
+    let mut tokens: Vec<Tensor> = Vec::with_capacity(n as usize);
+    // Without a cache every step feeds the whole sequence so far.
+    let mut sequence = args.prompt.shallow_clone();
+    let mut last: Option<Tensor> = None;
+    let mut steps = Vec::with_capacity(n as usize);
+    let mut peak_reserved: Option<u64> = None;
+    for step in 0..n {
+        control.check()?;
+        let (fed, position) = match (&last, args.cache) {
+            (None, _) => (args.prompt.shallow_clone(), 0),
+            (Some(_), KvCacheKind::Off) => (sequence.shallow_clone(), 0),
+            (Some(t), _) => (t.shallow_clone(), prompt_len + step - 1),
+        };
+        let tokens_in = fed.size()[1];
+        meter.reset_peak().map_err(torch_failure)?;
+        let start = Instant::now();
+        // Only autocast, and only when asked: the grad mode stays the loop's.
+        let step_region = match args.autocast_per_step {
+            true => Some(super::measure::enter_regions(&per_step, args.device)?),
+            false => None,
+        };
+        let next = catch_torch(|| {
+            let logits = args.decoder.forward(
+                &fed,
+                position,
+                &mut cache,
+                !spec.eval,
+                Logits::Last,
+                &mut Probe::off(),
+            );
+            logits.argmax(-1, false)
+        })
+        .map_err(|f| at_step(f, step, n))?;
+        drop(step_region);
+        synchronize(args.device)?;
+        let latency_ms = start.elapsed().as_secs_f64() * 1000.0;
+        drop(fed);
+        let reading = meter.read().map_err(torch_failure)?;
+        peak_reserved = peak_reserved.max(reading.peak_reserved);
+        if let Some(limit) = args.limit {
+            if reading.peak_allocated > limit {
+                return Err(at_step(
+                    failure(
+                        FailureKind::OutOfMemory,
+                        format!(
+                            "out of memory: this generation needed {} of {} memory, above the server's limit of {}",
+                            protocol::format_bytes(reading.peak_allocated),
+                            args.device.as_str(),
+                            protocol::format_bytes(limit)
+                        ),
+                    ),
+                    step,
+                    n,
+                ));
+            }
+        }
+        if args.cache == KvCacheKind::Off {
+            sequence = Tensor::cat(&[&sequence, &next], 1);
+        }
+        tokens.push(next.shallow_clone());
+        last = Some(next);
+        let kv = cache.bytes();
+        // What the loop itself keeps: the new tokens (int64), and without a cache the
+        // whole sequence (which repeats the prompt and the tokens).
+        let token_bytes = (step as u64 + 1) * batch as u64 * 8;
+        let loop_bytes = match args.cache {
+            KvCacheKind::Off => token_bytes + (prompt_len as u64 + step as u64 + 1) * batch as u64 * 8,
+            _ => token_bytes,
+        };
+        let own = |b: u64| b.saturating_sub(args.other);
+        let allocated = own(reading.allocated);
+        let step_record = GenStep {
+            step: step as u32,
+            phase: if step == 0 {
+                GenPhase::Prefill
+            } else {
+                GenPhase::Decode
+            },
+            position: (prompt_len + step - 1) as u32,
+            tokens_in: tokens_in as u32,
+            latency_ms,
+            allocated_bytes: allocated,
+            peak_bytes: own(reading.peak_allocated),
+            kv_cache_bytes: kv,
+            graph_bytes: allocated
+                .saturating_sub(args.baseline)
+                .saturating_sub(kv)
+                .saturating_sub(loop_bytes),
+        };
+        on_step(&step_record);
+        steps.push(step_record);
+    }
+    let tokens = catch_torch(|| Tensor::cat(&tokens, 1).to_device(tch::Device::Cpu))?;
+    Ok(Generated {
+        steps,
+        tokens,
+        kv_bytes: cache.bytes(),
+        kv_positions: cache.positions(),
+        kv_element_bytes: cache.element_bytes(),
+        peak_reserved,
+    })
+}
+
+/// Adds the step a failure stopped at ("out of memory at step 37 of 64").
+fn at_step(f: RunFailure, step: i64, n: i64) -> RunFailure {
+    let phase = if step == 0 { "the prefill" } else { "a decode step" };
+    RunFailure {
+        message: format!("{} (at step {} of {n}, {phase})", f.message, step + 1),
+        ..f
+    }
+}
+
+impl Lab {
+    /// Measures one generate run, emitting `started`, one `warmup`, then one `step` per
+    /// step. Called by [`Lab::measure`] inside the run's guard.
+    pub(super) fn generate_guarded(
+        &mut self,
+        checked: &CheckedSpec,
+        control: &RunControl,
+        emit: &mut dyn FnMut(Event),
+    ) -> Result<Report, RunFailure> {
+        let per_step = self.autocast_per_step;
+        self.generate_guarded_with(checked, control, emit, per_step)
+    }
+
+    fn generate_guarded_with(
+        &mut self,
+        checked: &CheckedSpec,
+        control: &RunControl,
+        emit: &mut dyn FnMut(Event),
+        autocast_per_step: bool,
+    ) -> Result<Report, RunFailure> {
+        let spec = checked.spec().clone();
+        let g = spec
+            .generate
+            .clone()
+            .ok_or_else(|| failure(FailureKind::Internal, "not a generate run"))?;
+        let device = checked.device();
+        let threads = spec.threads.unwrap_or(self.config.threads);
+        tch::set_num_threads(threads as i32);
+        control.check()?;
+        let prompt_len = checked.input_size();
+        let index = self.model_index_as(spec.model, device, prompt_len, &spec.advanced)?;
+        let weights = self.models[index].held_bytes;
+        tch::manual_seed(self.config.seed);
+        let meter = self.meter(device);
+        let before_prompt = held(&meter, device)?;
+        let model = &self.models[index];
+        let decoder = model
+            .net
+            .as_decoder()
+            .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
+        let prompt = catch_torch(|| model.input(spec.batch, prompt_len, super::tch_device(device)))?
+            .first()
+            .shallow_clone();
+        synchronize(device)?;
+        let at_baseline = meter.read().map_err(torch_failure)?.allocated;
+        let baseline = weights + at_baseline.saturating_sub(before_prompt);
+        let other = at_baseline.saturating_sub(baseline);
+        meter.reset_peak().map_err(torch_failure)?;
+        emit(Event::Started {
+            device_name: self.machine.stamp(device, threads).device_name,
+            baseline_bytes: baseline,
+            memory_source: meter.source(),
+            total: 1 + g.new_tokens,
+        });
+        let limit = control.budget_bytes.filter(|_| device == DeviceKind::Cuda);
+        let args = |new_tokens| GenerateArgs {
+            decoder,
+            prompt: &prompt,
+            new_tokens,
+            cache: g.cache,
+            spec: &spec,
+            device,
+            baseline,
+            other,
+            limit,
+            autocast_per_step,
+        };
+
+        // The warm-up generation: the kernels of both phases run once before timing.
+        let start = Instant::now();
+        let warm = generate(&args(g.new_tokens.min(WARMUP_TOKENS)), &meter, control, &mut |_| {})?;
+        let warmup_ms = start.elapsed().as_secs_f64() * 1000.0;
+        let warm_peak = warm.steps.iter().map(|s| s.peak_bytes).max().unwrap_or(baseline);
+        drop(warm);
+        let warmup = vec![Sample {
+            iteration: 0,
+            latency_ms: warmup_ms,
+            allocated_bytes: baseline,
+            peak_bytes: warm_peak,
+            reserved_bytes: None,
+        }];
+        emit(Event::Warmup {
+            sample: warmup[0].clone(),
+        });
+
+        let generated = generate(&args(g.new_tokens), &meter, control, &mut |s| {
+            emit(Event::Step { step: s.clone() })
+        })?;
+        let tokens = tensor_rows(&generated.tokens)?;
+        let prompt_tokens = tensor_rows(&prompt.to_device(tch::Device::Cpu))?;
+        let Generated {
+            steps,
+            kv_bytes,
+            kv_positions,
+            kv_element_bytes,
+            peak_reserved,
+            tokens: token_tensor,
+        } = generated;
+        let output = OutputFacts {
+            dtype: format!("{:?}", token_tensor.kind()),
+            shape: token_tensor.size(),
+            is_inference: token_tensor.is_inference(),
+            requires_grad: false,
+        };
+        drop(token_tensor);
+        drop(prompt);
+        synchronize(device)?;
+        // The prompt is gone too: what is left must be the weights alone.
+        let after_release = meter
+            .read()
+            .map_err(torch_failure)?
+            .allocated
+            .saturating_sub(other)
+            + baseline.saturating_sub(weights);
+        if after_release > baseline {
+            tracing::warn!(
+                leaked = after_release - baseline,
+                "memory did not return to the baseline after a generation"
+            );
+        }
+
+        let decode: Vec<&GenStep> = steps.iter().filter(|s| s.phase == GenPhase::Decode).collect();
+        let samples: Vec<Sample> = if decode.is_empty() { steps.iter().collect() } else { decode.clone() }
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Sample {
+                iteration: i as u32,
+                latency_ms: s.latency_ms,
+                allocated_bytes: s.allocated_bytes,
+                peak_bytes: s.peak_bytes,
+                reserved_bytes: None,
+            })
+            .collect();
+        let latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
+        let latency_ms = latency_stats(&latencies)
+            .ok_or_else(|| failure(FailureKind::Internal, "no steps were measured"))?;
+        let decode_ms_per_token =
+            latency_stats(&decode.iter().map(|s| s.latency_ms).collect::<Vec<_>>());
+        let decode_mean = decode_ms_per_token.as_ref().map(|s| s.mean);
+        let tokens_per_s = decode_mean.filter(|&m| m > 0.0).map_or(0.0, |m| 1000.0 / m);
+        let config = decoder_config(&spec)?;
+        let prefill_ms = steps.first().map_or(0.0, |s| s.latency_ms);
+        let peak_allocated = steps.iter().map(|s| s.peak_bytes).max().unwrap_or(baseline);
+        let batch = spec.batch as u64;
+        let kv_formula = config.kv_cache_bytes(kv_positions as u64, batch, kv_element_bytes);
+        let prefill_flops = config.forward_flops(batch, prompt_len as u64, prompt_len as u64, 1);
+        let mid_context = prompt_len as u64 + g.new_tokens as u64 / 2;
+        let decode_flops = match g.cache {
+            KvCacheKind::Off => config.forward_flops(batch, mid_context, mid_context, 1),
+            _ => config.forward_flops(batch, 1, mid_context, 1),
+        };
+        let generation = GenerationReport {
+            cache: g.cache,
+            prompt_len,
+            new_tokens: g.new_tokens,
+            batch: spec.batch,
+            prefill_ms,
+            kv_cache_bytes: kv_bytes,
+            kv_cache_formula_bytes: kv_formula,
+            kv_cache_tokens: kv_positions as u32,
+            kv_cache_element_bytes: kv_element_bytes as u32,
+            decode_ms_per_token,
+            tokens_per_s,
+            tokens_per_s_total: tokens_per_s * batch as f64,
+            weights_bytes: model.resident_bytes(),
+            decode_bandwidth_gb_s: None,
+            decode_bandwidth_percent: None,
+            bandwidth_source: None,
+            prefill_flops,
+            prefill_tflops: if prefill_ms > 0.0 {
+                prefill_flops as f64 / (prefill_ms * 1e9)
+            } else {
+                0.0
+            },
+            prefill_percent_of_peak: None,
+            decode_flops_per_step: decode_flops,
+            decode_intensity_flops_per_byte: 0.0,
+            warmup_ms,
+            prompt_tokens,
+            tokens,
+            steps,
+        };
+        Ok(Report {
+            env: self.machine.stamp(device, threads),
+            spec,
+            throughput_per_s: generation.tokens_per_s_total,
+            latency_ms,
+            memory: MemoryReport {
+                source: meter.source(),
+                baseline_bytes: baseline,
+                peak_allocated_bytes: peak_allocated,
+                peak_above_baseline_bytes: peak_allocated.saturating_sub(baseline),
+                peak_reserved_bytes: peak_reserved,
+                after_release_bytes: after_release,
+                leaked_bytes: after_release.saturating_sub(baseline),
+                device_used_bytes: meter.device_used(),
+                other_held_bytes: Some(other),
+            },
+            output,
+            warmup,
+            samples,
+            trace: vec![],
+            flops: None,
+            achieved_tflops: None,
+            percent_of_peak: None,
+            peak_source: None,
+            roofline: None,
+            memory_breakdown: None,
+            generation: Some(generation),
+        })
+    }
+}
+
+impl Lab {
+    /// Measures `checked` (a generate run) with the autocast region entered around each
+    /// step instead of around the loop: everything else as [`Lab::measure`].
+    pub fn measure_autocast_per_step(
+        &mut self,
+        checked: &CheckedSpec,
+        control: &RunControl,
+    ) -> Result<Report, RunFailure> {
+        self.autocast_per_step = true;
+        let result = self.measure(checked, control, &mut |_| {});
+        self.autocast_per_step = false;
+        result
+    }
+}
+
+/// The config of the spec's decoder.
+fn decoder_config(spec: &protocol::RunSpec) -> Result<protocol::decoder::DecoderConfig, RunFailure> {
+    spec.model
+        .decoder()
+        .map(|d| d.config.clone())
+        .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder served here", spec.model)))
+}
+
+/// A `[rows, cols]` int64 tensor's values, row by row.
+fn tensor_rows(t: &Tensor) -> Result<Vec<Vec<i64>>, RunFailure> {
+    catch_torch(|| {
+        let rows = t.size()[0];
+        (0..rows)
+            .map(|r| Vec::<i64>::try_from(t.get(r)).unwrap_or_default())
+            .collect()
+    })
+}
+
+/// Fills the decode bandwidth and the prefill's share of the device's peak, from the
+/// device's figures (datasheet or measured; `source` says which). Called after the run,
+/// outside its guard: measuring a peak allocates large matrices.
+pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>) {
+    let decode: Vec<&GenStep> = g.steps.iter().filter(|s| s.phase == GenPhase::Decode).collect();
+    let time_s: f64 = decode.iter().map(|s| s.latency_ms / 1000.0).sum();
+    // Each decode step reads every weight once and the cache as it stood before the step
+    // (without a cache it reads the weights and recomputes the prefix instead).
+    let bytes: f64 = decode
+        .iter()
+        .map(|s| g.weights_bytes as f64 + s.kv_cache_bytes as f64)
+        .sum();
+    if time_s > 0.0 {
+        let gb_s = bytes / time_s / 1e9;
+        g.decode_bandwidth_gb_s = Some(gb_s);
+        g.decode_intensity_flops_per_byte =
+            g.decode_flops_per_step as f64 / (bytes / decode.len() as f64);
+        if let Some(bw) = peak.and_then(|p| p.bandwidth_gb_s) {
+            g.decode_bandwidth_percent = Some(100.0 * gb_s / bw);
+        }
+    }
+    if let Some(p) = peak {
+        g.bandwidth_source = Some(p.source.clone());
+        if p.tflops > 0.0 {
+            g.prefill_percent_of_peak = Some(100.0 * g.prefill_tflops / p.tflops);
+        }
+    }
+}

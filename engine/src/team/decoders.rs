@@ -1,0 +1,86 @@
+//! Team decoders: a folder in the models directory holding a Hugging Face `config.json`
+//! (and, optionally, the `model.safetensors` that `save_pretrained` writes beside it) is a
+//! decoder served beside the TorchScript models. Its config is read and checked at
+//! start-up; its weights are read when a run builds it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
+
+use super::Problem;
+
+/// The folders of the team decoders this process registered, by name.
+static FOLDERS: RwLock<Option<HashMap<String, PathBuf>>> = RwLock::new(None);
+
+/// The file a team decoder's weights are read from, when it has one.
+pub fn decoder_weights(model: &DecoderModel) -> Option<PathBuf> {
+    if !matches!(model.source, DecoderSource::Team { weights: true, .. }) {
+        return None;
+    }
+    FOLDERS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()?
+        .get(&model.name)
+        .map(|dir| dir.join("model.safetensors"))
+}
+
+/// Reads one folder as a decoder: its name must be free, its `config.json` one Gradless
+/// builds.
+pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
+    let config_path = dir.join("config.json");
+    if !config_path.is_file() {
+        return None;
+    }
+    let name = dir.file_name()?.to_string_lossy().into_owned();
+    let file = format!("{name}/config.json");
+    let problem = |reason: String| {
+        Some(Err(Problem {
+            file: file.clone(),
+            reason,
+        }))
+    };
+    if !protocol::team::valid_name(&name) {
+        return problem(format!(
+            "`{name}` cannot name a model: use letters, digits, `_` and `-` (at most {} characters)",
+            protocol::team::MAX_NAME_LEN
+        ));
+    }
+    if protocol::ModelId::ALL.iter().any(|m| m.as_str() == name)
+        || protocol::decoder::presets().iter().any(|p| p.name == name)
+    {
+        return problem(format!(
+            "`{name}` is the name of a built-in model: rename the folder"
+        ));
+    }
+    let text = match std::fs::read_to_string(&config_path) {
+        Ok(t) => t,
+        Err(e) => return problem(format!("cannot be read: {e}")),
+    };
+    let config = match DecoderConfig::from_hf_json(&text) {
+        Ok(c) => c,
+        Err(e) => return problem(e),
+    };
+    let weights = dir.join("model.safetensors").is_file();
+    Some(Ok(DecoderModel {
+        display_name: format!("{name} ({})", config.architecture.class_name()),
+        name: name.clone(),
+        source: DecoderSource::Team {
+            folder: name,
+            weights,
+        },
+        config,
+    }))
+}
+
+/// Registers `models` (found in `dir`) as the team decoders this process serves.
+pub(super) fn register(dir: &Path, models: &[DecoderModel]) {
+    let folders = models
+        .iter()
+        .map(|m| (m.name.clone(), dir.join(&m.name)))
+        .collect();
+    *FOLDERS.write().unwrap_or_else(|e| e.into_inner()) = Some(folders);
+    protocol::decoder::register(models.to_vec());
+}

@@ -1,0 +1,84 @@
+//! Gradless's decoder computes what Hugging Face transformers computes, for models a team
+//! saved with `save_pretrained` (a Llama, a Qwen2 with q/k/v biases and a tied head, a Llama
+//! with Llama 3's RoPE scaling): every position's prefill logits within 1e-4 (fp32), and the
+//! same 32 greedy tokens with a dynamic cache, a static one and none. Needs a Python with
+//! torch and transformers: `GRADLESS_PYTHON` (scripts/test.sh points it at the venv).
+
+use engine::models::decoder::{KvCache, Logits};
+use engine::models::Model;
+use engine::trace::Probe;
+use protocol::{KvCacheKind, ModelId};
+use tch::{Device, Kind, Tensor};
+
+fn greedy(model: &Model, prompt: &Tensor, n: i64, kind: KvCacheKind) -> Vec<Vec<i64>> {
+    let decoder = model.net.as_decoder().unwrap();
+    let layers = decoder.config().num_hidden_layers as usize;
+    let mut cache = KvCache::new(kind, layers, prompt.size()[1] + n);
+    let mut sequence = prompt.shallow_clone();
+    let mut fed = prompt.shallow_clone();
+    let mut position = 0;
+    let mut tokens = vec![];
+    for _ in 0..n {
+        let logits = decoder.forward(&fed, position, &mut cache, false, Logits::Last, &mut Probe::off());
+        let next = logits.argmax(-1, false);
+        sequence = Tensor::cat(&[&sequence, &next], 1);
+        match kind {
+            KvCacheKind::Off => fed = sequence.shallow_clone(),
+            _ => {
+                position += fed.size()[1];
+                fed = next.shallow_clone();
+            }
+        }
+        tokens.push(next);
+    }
+    let t = Tensor::cat(&tokens, 1);
+    (0..t.size()[0]).map(|r| Vec::<i64>::try_from(t.get(r)).unwrap()).collect()
+}
+
+#[test]
+fn prefill_logits_and_greedy_tokens_match_transformers() {
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        eprintln!("GRADLESS_PYTHON is not set: the transformers comparison was not run");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("gradless-hf-decoders-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/make_hf_decoders.py");
+    let status = std::process::Command::new(&python)
+        .arg(script)
+        .arg(&dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("GRADLESS_PYTHON runs");
+    assert!(status.success(), "the fixture script failed");
+    let loaded = engine::team::load_dir(&dir.join("models"), None).unwrap();
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    assert_eq!(loaded.decoders.len(), 3);
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+    let prompt: Vec<Vec<i64>> = serde_json::from_value(reference["prompt"].clone()).unwrap();
+    let rows = prompt.len() as i64;
+    let flat: Vec<i64> = prompt.concat();
+    let prompt = Tensor::from_slice(&flat).view([rows, -1]);
+    let _no_grad = tch::no_grad_guard();
+    for (name, want) in reference["models"].as_object().unwrap() {
+        let id: ModelId = name.parse().unwrap();
+        assert!(id.is_decoder());
+        let model = Model::build(id, Device::Cpu, 0);
+        let decoder = model.net.as_decoder().unwrap();
+        let logits = decoder.forward(&prompt, 0, &mut KvCache::Off, false, Logits::All, &mut Probe::off());
+        let shape: Vec<i64> = serde_json::from_value(want["shape"].clone()).unwrap();
+        assert_eq!(logits.size(), shape, "{name}");
+        let theirs: Vec<f32> = serde_json::from_value(want["logits"].clone()).unwrap();
+        let theirs = Tensor::from_slice(&theirs).view(shape.as_slice());
+        let diff = (&logits - &theirs).abs().max().double_value(&[]);
+        let scale = theirs.abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "{name}: max |Δlogit| {diff:e} (logits up to {scale:.2})");
+        assert_eq!(logits.kind(), Kind::Float);
+        let tokens: Vec<Vec<i64>> = serde_json::from_value(want["tokens"].clone()).unwrap();
+        for kind in KvCacheKind::ALL {
+            assert_eq!(greedy(&model, &prompt, 32, kind), tokens, "{name}, {} cache", kind.as_str());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

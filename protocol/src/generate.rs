@@ -1,0 +1,150 @@
+//! A generate run: what it asks for beyond a forward run ([`GenerateSpec`]: new tokens and
+//! the KV cache), what it streams per step ([`GenStep`]) and what it reports
+//! ([`GenerationReport`]). A generate run is a [`crate::RunSpec`] on a decoder with
+//! `generate` set; the prompt length is its `input_size`, the batch its `batch`, and the five
+//! switches mean what they mean for a forward run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::LatencyStats;
+
+/// How the keys and values of past positions are kept between decode steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheKind {
+    /// Grows by concatenation each step, as transformers' `DynamicCache`.
+    #[default]
+    Dynamic,
+    /// Allocated once for prompt + new tokens and written in place, as `StaticCache` and
+    /// gpt-fast.
+    Static,
+    /// No cache: every step recomputes the whole prefix (`use_cache=False`).
+    Off,
+}
+
+impl KvCacheKind {
+    pub const ALL: [KvCacheKind; 3] = [KvCacheKind::Dynamic, KvCacheKind::Static, KvCacheKind::Off];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvCacheKind::Dynamic => "dynamic",
+            KvCacheKind::Static => "static",
+            KvCacheKind::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        KvCacheKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown KV cache `{s}`; expected one of: dynamic, static, off"))
+    }
+}
+
+/// The most new tokens one generate run may ask for.
+pub const MAX_NEW_TOKENS: u32 = 4096;
+
+/// What a generate run asks for beyond a forward run's settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GenerateSpec {
+    /// Tokens generated per sequence (greedy, fixed length: no end-of-sequence stop).
+    pub new_tokens: u32,
+    pub cache: KvCacheKind,
+}
+
+impl Default for GenerateSpec {
+    fn default() -> Self {
+        GenerateSpec {
+            new_tokens: 64,
+            cache: KvCacheKind::Dynamic,
+        }
+    }
+}
+
+/// Whether a step processed the prompt or produced one more token from the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GenPhase {
+    Prefill,
+    Decode,
+}
+
+/// One step of a generation: the prefill (step 0, which yields the first new token) or one
+/// decode step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenStep {
+    /// 0 for the prefill, then 1, 2, ...: the step that produced new token `step + 1`.
+    pub step: u32,
+    pub phase: GenPhase,
+    /// Position of the last token this step fed the model (prompt − 1 for the prefill).
+    pub position: u32,
+    /// Tokens fed to the model this step, per sequence (the prompt for the prefill, 1 for a
+    /// cached decode step, the whole prefix without a cache).
+    pub tokens_in: u32,
+    /// Synchronised wall time of the step.
+    pub latency_ms: f64,
+    /// Allocated after the step (the step's logits dropped), as the run's memory source
+    /// counts it, with other cached models left out.
+    pub allocated_bytes: u64,
+    /// Highest allocated during the step.
+    pub peak_bytes: u64,
+    /// Bytes of the KV cache's tensors after the step, measured from the tensors.
+    pub kv_cache_bytes: u64,
+    /// Allocated after the step beyond the weights, the prompt, the KV cache and the tokens
+    /// generated so far: what autograd's graph holds when grad is enabled (0 otherwise, up
+    /// to allocator rounding).
+    pub graph_bytes: u64,
+}
+
+/// What a generation measured (the report's `generation` section).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenerationReport {
+    pub cache: KvCacheKind,
+    pub prompt_len: u32,
+    pub new_tokens: u32,
+    pub batch: u32,
+    /// Time to first token: the prefill step.
+    pub prefill_ms: f64,
+    /// Every step, the prefill first.
+    pub steps: Vec<GenStep>,
+    /// Bytes of the KV cache's tensors after the last step (0 without a cache).
+    pub kv_cache_bytes: u64,
+    /// The formula for the positions the cache holds: 2 × layers × kv_heads × head_dim ×
+    /// tokens × batch × bytes per element.
+    pub kv_cache_formula_bytes: u64,
+    /// Positions the cache's tensors hold per sequence (dynamic: prompt + new − 1; the last
+    /// token's keys and values are never needed. Static: its whole allocated length).
+    pub kv_cache_tokens: u32,
+    /// Bytes per element of the cache's tensors.
+    pub kv_cache_element_bytes: u32,
+    /// Decode steps' latency (every step but the prefill); `None` with one new token.
+    pub decode_ms_per_token: Option<LatencyStats>,
+    /// Tokens per second per sequence over the decode steps (1000 / mean step time).
+    pub tokens_per_s: f64,
+    /// The same for the whole batch.
+    pub tokens_per_s_total: f64,
+    /// Bytes of the weights each step reads.
+    pub weights_bytes: u64,
+    /// Decode's achieved memory bandwidth: (weights + KV cache bytes read) / step time,
+    /// summed over the decode steps, in GB/s.
+    pub decode_bandwidth_gb_s: Option<f64>,
+    /// That bandwidth as % of the device's (`bandwidth_source` says whose figure).
+    pub decode_bandwidth_percent: Option<f64>,
+    pub bandwidth_source: Option<String>,
+    /// FLOPs of the prefill (counted from the config: see `DecoderConfig::forward_flops`).
+    pub prefill_flops: u64,
+    pub prefill_tflops: f64,
+    pub prefill_percent_of_peak: Option<f64>,
+    /// FLOPs per decode step and its arithmetic intensity (FLOPs / bytes read).
+    pub decode_flops_per_step: u64,
+    pub decode_intensity_flops_per_byte: f64,
+    /// The warm-up generation before the measured one (few tokens, never in the figures).
+    pub warmup_ms: f64,
+    /// The prompt's token ids (random, seeded), per sequence.
+    pub prompt_tokens: Vec<Vec<i64>>,
+    /// The generated token ids, per sequence.
+    pub tokens: Vec<Vec<i64>>,
+}

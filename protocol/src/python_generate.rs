@@ -1,0 +1,150 @@
+//! The Python for a generate run, in the two forms people meet: a hand-written greedy loop
+//! over `model(...)` with an explicit cache ([`hand_written_loop`], what Gradless's engine
+//! does step by step), and transformers' `model.generate(...)` ([`with_generate`]). Both run
+//! as copied with PyTorch and transformers, offline: the model is built from its config, with
+//! random weights, never downloaded.
+
+use crate::{Autocast, DeviceChoice, GradMode, KvCacheKind, RunSpec, WeightsDtype};
+
+fn header(spec: &RunSpec) -> (String, u32, u32) {
+    let device = match spec.device {
+        DeviceChoice::Cuda => "\"cuda\"",
+        DeviceChoice::Cpu => "\"cpu\"",
+        DeviceChoice::Auto => "\"cuda\" if torch.cuda.is_available() else \"cpu\"",
+    };
+    let prompt = spec.resolved_input_size();
+    let new_tokens = spec.generate.as_ref().map_or(1, |g| g.new_tokens);
+    let vocab = spec.model.decoder().map_or(1, |d| d.config.vocab_size);
+    let mut out = String::from("import torch\nimport transformers\n\n");
+    out.push_str(&format!("device = {device}\ntorch.manual_seed(0)\n"));
+    if let Some(d) = spec.model.decoder() {
+        out.push_str(&format!("# {}: {}\n", d.display_name, d.provenance()));
+    }
+    out.push_str(&format!(
+        "model = {}.to(device)\n",
+        spec.model.python_constructor()
+    ));
+    out.push_str(if spec.eval {
+        "model.eval()   # attention dropout off\n"
+    } else {
+        "model.train()  # attention dropout on: every step's output changes\n"
+    });
+    match spec.advanced.weights {
+        WeightsDtype::Fp32 => {}
+        WeightsDtype::Fp16 => out.push_str("model = model.half()  # weights stored in fp16, cast once\n"),
+        WeightsDtype::Bf16 => {
+            out.push_str("model = model.to(torch.bfloat16)  # weights stored in bf16, cast once\n")
+        }
+    }
+    out.push_str(&format!(
+        "prompt = torch.randint(0, {vocab}, ({}, {prompt}), device=device)  # random token ids\n",
+        spec.batch
+    ));
+    out.push_str(&format!("new_tokens = {new_tokens}\n\n"));
+    (out, prompt, new_tokens)
+}
+
+/// The grad-mode and autocast lines that open the generation, and the indent inside them.
+fn regions(spec: &RunSpec) -> (String, String) {
+    let mut out = String::new();
+    let mut indent = String::new();
+    match spec.grad {
+        GradMode::Enabled => out.push_str(
+            "# autograd is on: every step's graph stays alive through the cache\n",
+        ),
+        GradMode::NoGrad => {
+            out.push_str("with torch.no_grad():  # no graph: the cache holds only keys and values\n");
+            indent.push_str("    ");
+        }
+        GradMode::InferenceMode => {
+            out.push_str("with torch.inference_mode():  # no_grad, and no version counters or view tracking\n");
+            indent.push_str("    ");
+        }
+    }
+    if spec.autocast != Autocast::Off {
+        let dtype = if spec.autocast == Autocast::Fp16 {
+            "torch.float16"
+        } else {
+            "torch.bfloat16"
+        };
+        out.push_str(&format!(
+            "{indent}with torch.autocast(device_type=torch.device(device).type, dtype={dtype}):\n"
+        ));
+        indent.push_str("    ");
+    }
+    (out, indent)
+}
+
+/// A hand-written greedy loop with the cache the spec asks for; `y` holds the new tokens.
+pub fn hand_written_loop(spec: &RunSpec) -> String {
+    let (mut out, _, _) = header(spec);
+    let cache = spec.generate.as_ref().map_or(KvCacheKind::Dynamic, |g| g.cache);
+    let (open, i) = regions(spec);
+    out.push_str(&open);
+    match cache {
+        KvCacheKind::Off => {
+            out.push_str(&format!("{i}ids = prompt\n"));
+            out.push_str(&format!("{i}for step in range(new_tokens):  # use_cache=False: every step recomputes the whole prefix\n"));
+            out.push_str(&format!("{i}    logits = model(ids, use_cache=False, logits_to_keep=1).logits\n"));
+            out.push_str(&format!("{i}    next_id = logits[:, -1].argmax(-1, keepdim=True)\n"));
+            out.push_str(&format!("{i}    ids = torch.cat([ids, next_id], dim=1)\n"));
+            out.push_str(&format!("{i}y = ids[:, prompt.shape[1]:]\n"));
+        }
+        KvCacheKind::Dynamic | KvCacheKind::Static => {
+            if cache == KvCacheKind::Dynamic {
+                out.push_str(&format!(
+                    "{i}cache = transformers.DynamicCache(config=model.config)  # grows by concatenation each step\n"
+                ));
+            } else {
+                out.push_str(&format!(
+                    "{i}cache = transformers.StaticCache(config=model.config, max_cache_len=prompt.shape[1] + new_tokens)  # allocated once, written in place\n"
+                ));
+            }
+            out.push_str(&format!("{i}position = torch.arange(prompt.shape[1], device=device)\n"));
+            out.push_str(&format!(
+                "{i}logits = model(prompt, past_key_values=cache, cache_position=position, logits_to_keep=1).logits  # prefill\n"
+            ));
+            out.push_str(&format!("{i}next_id = logits[:, -1].argmax(-1, keepdim=True)\n"));
+            out.push_str(&format!("{i}tokens = [next_id]\n"));
+            out.push_str(&format!("{i}for step in range(1, new_tokens):  # one token per step: reads every weight and the cache\n"));
+            out.push_str(&format!("{i}    position = position[-1:] + 1\n"));
+            out.push_str(&format!(
+                "{i}    logits = model(next_id, past_key_values=cache, cache_position=position, logits_to_keep=1).logits\n"
+            ));
+            out.push_str(&format!("{i}    next_id = logits[:, -1].argmax(-1, keepdim=True)\n"));
+            out.push_str(&format!("{i}    tokens.append(next_id)\n"));
+            out.push_str(&format!("{i}y = torch.cat(tokens, dim=1)\n"));
+        }
+    }
+    out
+}
+
+/// The same generation through `model.generate`; `y` holds the new tokens.
+pub fn with_generate(spec: &RunSpec) -> String {
+    let (mut out, _, _) = header(spec);
+    let cache = spec.generate.as_ref().map_or(KvCacheKind::Dynamic, |g| g.cache);
+    let (open, i) = regions(spec);
+    let open = match spec.grad {
+        // generate() is decorated with torch.no_grad(): a hand-written loop's grad setting
+        // does not reach inside it.
+        GradMode::Enabled => open.replacen(
+            "# autograd is on: every step's graph stays alive through the cache",
+            "# generate() runs under torch.no_grad() itself: no graph whatever the caller's mode",
+            1,
+        ),
+        _ => open,
+    };
+    out.push_str(&open);
+    let cache_args = match cache {
+        KvCacheKind::Dynamic => "use_cache=True",
+        KvCacheKind::Static => "use_cache=True, cache_implementation=\"static\"",
+        KvCacheKind::Off => "use_cache=False",
+    };
+    out.push_str(&format!("{i}out = model.generate(\n"));
+    out.push_str(&format!("{i}    prompt, attention_mask=torch.ones_like(prompt),\n"));
+    out.push_str(&format!("{i}    max_new_tokens=new_tokens, min_new_tokens=new_tokens,  # fixed length, as Gradless measures\n"));
+    out.push_str(&format!("{i}    do_sample=False, {cache_args}, pad_token_id=0,\n"));
+    out.push_str(&format!("{i})\n"));
+    out.push_str("y = out[:, prompt.shape[1]:]\n");
+    out
+}
