@@ -3,7 +3,7 @@
 
 Run it with the venv's Python (the one with torch and torchvision):
 
-    python bench/export_model.py resnet18 --out models/
+    python bench/export_model.py resnet18 --out models/        # writes team_resnet18.pt + .json
     python bench/export_model.py my_nets.py:Detector --name detector \\
         --input batch,3,size,size --size "image side in pixels:256:64:1024" --out models/
     python bench/export_model.py my_nets.py:Tagger --name tagger \\
@@ -15,13 +15,19 @@ Each --input is one positional argument of forward, in order:
 and "size" for the adjustable dimension, DTYPE one of float32 (the default), float64,
 float16, bfloat16, int64, int32, bool, `high=N` draws integer values from 0..N (token ids:
 N is the vocabulary size) and `fill=V` puts V in every element (a mask of ones). The
-sidecar's fields are described in the README ("Your team's models").
+sidecar's fields are described in docs/operating.md ("Team models").
 
 SOURCE is a torchvision model name (built with random weights unless --weights is given)
 or `path/to/file.py:NAME`, where NAME is an nn.Module class or a function returning a
 module, called with no arguments. torchvision models are traced in eval mode by default
 (what most teams ship); Python files are scripted (`torch.jit.script`) by default, which
 keeps Dropout's and BatchNorm's train/eval switch. Change it with --method.
+
+The name (the files' stem, the model's name in Gradless) is --name, or by default
+`team_<SOURCE>` for a torchvision model and the lower-cased NAME for a Python file. A name
+built into Gradless (a built-in model's, or a decoder preset's: BUILT_IN_MODELS) is refused
+before anything is written: the server would not serve the file under it, and the CLI
+would not know which of the two is meant.
 
 The file is loaded back with torch.jit.load and run once on the sidecar's input before
 anything is written, so a pair this writes is a pair Gradless serves.
@@ -40,7 +46,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("source", help="torchvision model name, or path/to/file.py:NAME")
     p.add_argument("--out", required=True, help="the models directory to write into")
-    p.add_argument("--name", help="the model's name (file stem); default: from SOURCE")
+    p.add_argument("--name", help="the model's name (file stem); default: team_SOURCE for "
+                   "torchvision, the lower-cased NAME for a Python file")
     p.add_argument("--display-name", help="shown in the Lab; default: the name")
     p.add_argument("--description", help="one or two sentences about the model")
     p.add_argument("--link", help="where the model is documented")
@@ -66,6 +73,26 @@ def parse_args(argv):
 
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"]
+
+# The names built into Gradless: the built-in models and the decoder presets
+# (protocol::team::built_in_names; server/tests/team.rs checks that the two lists agree).
+# A team model may not take one.
+BUILT_IN_MODELS = ["tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer",
+                   "llama_tiny", "llama_tiny_mha", "smollm2_135m", "qwen2_5_0_5b", "llama_3_2_1b",
+                   "llama_3_1_8b"]
+
+
+def model_name(source, name):
+    """The name the files are written under: --name, or one made from SOURCE that no
+    built-in model has. Exits with the reason when the name is a built-in model's."""
+    path, _, member = source.partition(":")
+    if name is None:
+        name = member.lower() if member else f"team_{path}"
+    if name in BUILT_IN_MODELS:
+        sys.exit(f"error: `{name}` is the name of a built-in Gradless model, which the server "
+                 f"serves under it (a team file with that name is refused): choose another "
+                 f"with --name, e.g. --name team_{name}")
+    return name
 
 
 def parse_input(text, dtype, high):
@@ -136,10 +163,8 @@ def parse_shape(text):
 
 def main(argv):
     args = parse_args(argv)
+    name = model_name(args.source, args.name)
     model, from_torchvision = build(args.source, args.weights)
-    name = args.name or os.path.splitext(os.path.basename(args.source.partition(":")[0]))[0]
-    if args.source.partition(":")[2] and not args.name:
-        name = args.source.partition(":")[2].lower()
     input_texts = args.input or (["batch,3,size,size"] if from_torchvision else None)
     if input_texts is None:
         sys.exit("error: --input is needed for a Python file (e.g. --input batch,512)")

@@ -98,12 +98,17 @@ class PlainDecoder:
         return w * (x32 * inv).to(kind)
 
     @staticmethod
-    def rope(x, cos, sin):
+    def rope_owned(holder, cos, sin):
+        """x * cos + rotate_half(x) * sin, taking the only reference to x from `holder`
+        (as the Rust code takes x by value) so x is freed before the sum."""
+        x = holder.pop()
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
         a = x * cos
         del x
-        return a + rotated * sin
+        r = rotated * sin
+        del rotated
+        return a + r
 
     def forward(self, ids, position, cache):
         c = self.c
@@ -120,8 +125,11 @@ class PlainDecoder:
             k = F.linear(h, L["k"], L["kb"]).view(b, t, kvh, d).transpose(1, 2)
             v = F.linear(h, L["v"], L["vb"]).view(b, t, kvh, d).transpose(1, 2)
             del h
-            q = self.rope(q, cos, sin)
-            k = self.rope(k, cos, sin)
+            # Rotary embeddings inlined: the Rust code moves q and k into its rope, so their
+            # pre-rotation values are freed as soon as the rotated ones exist.
+            qs, ks = [q], [k]
+            del q, k
+            q, k = self.rope_owned(qs, cos, sin), self.rope_owned(ks, cos, sin)
             if cache[i] is not None:
                 k = torch.cat([cache[i][0], k], 2)
                 v = torch.cat([cache[i][1], v], 2)
@@ -129,13 +137,20 @@ class PlainDecoder:
             a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=heads != kvh)
             del q, k, v
             a = a.transpose(1, 2).contiguous().view(b, t, heads * d)
-            x = x + F.linear(a, L["o"])
-            del a
+            o = F.linear(a, L["o"])
+            del a  # freed before the residual add, as the Rust block ends
+            x = x + o
+            del o
             h = self.rms(x, L["post_norm"], c["rms_norm_eps"])
-            act = F.silu(F.linear(h, L["gate"])) * F.linear(h, L["up"])
-            del h
-            x = x + F.linear(act, L["down"])
+            gate = F.silu(F.linear(h, L["gate"]))
+            up = F.linear(h, L["up"])
+            del h  # the Rust code drops h before the product
+            act = gate * up
+            del gate, up
+            down = F.linear(act, L["down"])
             del act
+            x = x + down
+            del down
         h = self.rms(x, self.norm, c["rms_norm_eps"])
         del x
         return F.linear(h[:, t - 1:], self.head)

@@ -1,4 +1,4 @@
-// Takes the README's fleet screenshots: the Lab on a fleet front, with the live workers
+// Takes the operator's guide's fleet screenshots: the Lab on a fleet front, with the live workers
 // listed, then the /compare page that "Run on every device" opens with the runs side by side.
 // Usage: node fleet-screenshot.mjs FRONT_URL LAB.png COMPARE.png
 import { chromium } from "@playwright/test";

@@ -1,4 +1,4 @@
-// Takes the README's screenshots of the first view and of the guided start's last step,
+// Takes the user's guide's screenshots of the first view and of the guided start's last step,
 // at 1440 px and on a phone (390 px), each in a fresh browser profile.
 // Usage: node guide-screenshots.mjs URL OUTDIR [light|dark]
 import { chromium } from "@playwright/test";

@@ -1,4 +1,4 @@
-// Takes the README's screenshots of "Inside the forward pass": a run with grad, then the
+// Takes the user's guide's screenshots of "Inside the forward pass": a run with grad, then the
 // same run under no_grad, so the staircase and the sawtooth overlay; then the breakdown and
 // the roofline below them.
 // Usage: node inside-screenshots.mjs URL OUT_DIR

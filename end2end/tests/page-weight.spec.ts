@@ -12,7 +12,7 @@ import { expect, test, Page } from "@playwright/test";
  * through `charming::Chart` and the async path's drop glue was snipped, 603,883 B with the
  * fleet's device picker, several-input team models and the CUDA graph card, and about
  * 535 KB with Leptos's type-erased components (`--cfg erase_components`, set for the whole
- * workspace in .cargo/config.toml) (README, "Page weight and start-up"). The printed table
+ * workspace in .cargo/config.toml) (docs/measuring.md, "Page weight and start-up"). The printed table
  * shows where the bytes are when it fails.
  */
 const BUDGET_BYTES = 600_000;

@@ -81,6 +81,14 @@ pub fn check_spec(
     if let Some(e) = spec.advanced.unsupported_on(device) {
         return Err(e);
     }
+    if spec.advanced.cuda_graph && spec.generate.is_some() {
+        // Said, not silently run eager: the decode step's capture (static cache, positions
+        // as device tensors) is not built yet; forward runs capture and replay.
+        return Err(SpecError {
+            field: "advanced.cuda_graph".into(),
+            message: "CUDA graph replay of a generation's decode step is not implemented yet (forward runs can replay a captured pass); run it without cuda_graph".into(),
+        });
+    }
     if spec.advanced.cuda_graph {
         if let Some(message) = crate::lab::graph::refusal(&spec) {
             return Err(SpecError {

@@ -46,6 +46,7 @@ fn the_dry_run_passes_and_a_failing_step_fails_the_check() {
             "cuda-tests",
             "pitfalls",
             "server-check",
+            "generate",
             "peer-compare"
         ]
     );

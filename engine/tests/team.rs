@@ -124,7 +124,21 @@ fn good_files_are_served_and_each_bad_one_is_named_with_its_reason() {
         count.contains("lists 1 input ([batch, size] int64 in 0..1000) but the module's forward takes 2: forward(Tensor ids, Tensor mask)"),
         "{count}"
     );
-    assert_eq!(loaded.problems.len(), 5, "{:?}", loaded.problems);
+    // A built-in model's name: refused, the built-in one is served under it.
+    let builtin = reason("mobilenet_v2.pt");
+    assert!(
+        builtin.contains("is the name of a built-in model") && builtin.contains("team_mobilenet_v2.pt"),
+        "{builtin}"
+    );
+    assert_eq!(loaded.problems.len(), 6, "{:?}", loaded.problems);
+    // A request for a refused file's model says why, not just "unknown".
+    let why = ModelId::unknown_message("broken");
+    assert!(
+        why.starts_with("team model `broken` is not served: broken.pt: does not load as TorchScript"),
+        "{why}"
+    );
+    assert!(ModelId::unknown_message("orphan").contains("orphan.json: a sidecar without its module"));
+    assert!(ModelId::unknown_message("nothing_here").starts_with("unknown model `nothing_here`"));
 
     // Served like built-in models: listed, parsed, displayed by the sidecar's name.
     assert!(ModelId::served().contains(&id("drop_batch")));

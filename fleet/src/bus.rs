@@ -234,7 +234,7 @@ impl Bus {
             })
             .connection_timeout(Duration::from_secs(3));
         // async-nats does not send a URL's user and password (or token) itself: taken from
-        // the URL here, so `nats://user:pass@host` authenticates as the README says.
+        // the URL here, so `nats://user:pass@host` authenticates as docs/operating.md says.
         if let Some((user, pass)) = url_credentials(url)? {
             options = match pass {
                 Some(pass) => options.user_and_password(user, pass),

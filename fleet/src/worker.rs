@@ -14,6 +14,7 @@ use async_nats::jetstream::consumer::{pull, AckPolicy};
 use async_nats::jetstream::AckKind;
 use futures::StreamExt;
 use protocol::{DeviceChoice, DeviceKind, Event, FailureKind, RunFailure};
+use tracing::Instrument as _;
 
 use crate::bus::{self, Body, Bus, Job, Message, Task, WorkerCard};
 use crate::metrics::{self, RunMeter};
@@ -197,7 +198,11 @@ async fn jobs(
                 }
             };
             live.lock().unwrap_or_else(|e| e.into_inner()).running = Some(job.id.clone());
-            let outcome = handle(&bus, &engine, &job, &options, &message).await;
+            // The job's span: the engine runs it in the span it was submitted in, so every
+            // line about this run, the device thread's included, carries its id.
+            let outcome = handle(&bus, &engine, &job, &options, &message)
+                .instrument(tracing::info_span!("run", id = %job.id))
+                .await;
             live.lock().unwrap_or_else(|e| e.into_inner()).running = None;
             if let Err(e) = outcome {
                 // Not acknowledged: it comes back after the ack wait and is tried again
@@ -279,7 +284,8 @@ async fn handle(
             }
             let engine = engine.clone();
             let id = pitfall.clone();
-            let work = tokio::task::spawn_blocking(move || engine.run_experiment(&id, p));
+            let span = tracing::Span::current();
+            let work = tokio::task::spawn_blocking(move || span.in_scope(|| engine.run_experiment(&id, p)));
             let result = with_progress(message, options, work).await;
             let body = match result {
                 Ok(Ok(mut report)) => {

@@ -299,8 +299,13 @@ impl fmt::Display for ModelId {
 }
 
 impl ModelId {
-    /// "unknown model `x`; known models: ..." (the served ones, team models included).
+    /// "unknown model `x`; known models: ..." (the served ones, team models included), or,
+    /// for a file of the models directory that was refused at start-up, why: "team model
+    /// `x` is not served: x.pt: does not load as TorchScript: ...".
     pub fn unknown_message(name: &str) -> String {
+        if let Some(why) = crate::team::refusal(name) {
+            return format!("team model `{name}` is not served: {why}");
+        }
         let known: Vec<_> = ModelId::served().iter().map(|m| m.as_str()).collect();
         format!("unknown model `{name}`; known models: {}", known.join(", "))
     }

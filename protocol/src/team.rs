@@ -378,11 +378,15 @@ pub fn valid_name(name: &str) -> bool {
 struct Registry {
     served: Vec<&'static TeamModel>,
     unknown: Vec<&'static str>,
+    /// Names of files the models directory holds but this process refused, each with
+    /// why ("broken.pt: does not load as TorchScript: ..."), see [`register_refused`].
+    refused: Vec<(String, String)>,
 }
 
 static REGISTRY: RwLock<Registry> = RwLock::new(Registry {
     served: Vec::new(),
     unknown: Vec::new(),
+    refused: Vec::new(),
 });
 
 fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
@@ -402,6 +406,41 @@ pub fn register(models: Vec<TeamModel>) {
         }
     }
     reg.served = served;
+}
+
+/// The names built into Gradless, which no file of a models directory may take: the
+/// built-in models' ([`crate::ModelId::ALL`]) and the decoder presets'
+/// ([`crate::decoder::presets`]).
+pub fn built_in_names() -> Vec<&'static str> {
+    crate::ModelId::ALL
+        .iter()
+        .map(|m| m.as_str())
+        .chain(crate::decoder::presets().iter().map(|p| p.name.as_str()))
+        .collect()
+}
+
+/// Whether `name` is built into Gradless (see [`built_in_names`]).
+pub fn is_built_in(name: &str) -> bool {
+    built_in_names().contains(&name)
+}
+
+/// Remembers the files of the models directory that were not served, by model name (the
+/// file's stem) with the reason, replacing any remembered before. A request for one of
+/// them is then answered with that reason ([`crate::ModelId::unknown_message`]) rather
+/// than a bare "unknown model": the reason is what the person needs, and it would
+/// otherwise sit only in the server's log.
+pub fn register_refused(refused: Vec<(String, String)>) {
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner()).refused = refused;
+}
+
+/// Why the models directory's `name` is not served, when it holds such a file that was
+/// refused: "FILE: reason".
+pub fn refusal(name: &str) -> Option<String> {
+    read()
+        .refused
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, why)| why.clone())
 }
 
 /// The team model served under `name`, if any.

@@ -59,6 +59,25 @@ fn every_model_snippet_runs_with_pytorch() {
         };
         snippets.push((format!("resnet18-{name}"), python_snippet(&spec)));
     }
+    // Generation, both forms (a hand-written loop, transformers' generate()), every cache
+    // and grad mode, small: the point is that the code runs as copied.
+    for cache in protocol::KvCacheKind::ALL {
+        for grad in GradMode::ALL {
+            let spec = RunSpec {
+                model: protocol::decoder::CPU_PRESET.parse().unwrap(),
+                grad,
+                device: protocol::DeviceChoice::Cpu,
+                batch: 2,
+                input_size: Some(5),
+                generate: Some(protocol::GenerateSpec { new_tokens: 3, cache }),
+                ..Default::default()
+            };
+            let name = format!("generate-loop-{}-{}", cache.as_str(), grad.as_str());
+            snippets.push((name, protocol::python_generate_loop(&spec)));
+            let name = format!("generate-hf-{}-{}", cache.as_str(), grad.as_str());
+            snippets.push((name, protocol::python_generate_hf(&spec)));
+        }
+    }
     let mut child = std::process::Command::new(&python)
         .arg("-c")
         .arg(RUNNER)

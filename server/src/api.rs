@@ -149,7 +149,10 @@ pub async fn create_run(
             )));
         }
     };
-    match worker.submit(spec, Box::new(sink)) {
+    // In the run's span: the engine runs the task in the span it was submitted in, and
+    // the recorder writes in the span it was handed the record in, so every line logged
+    // about this run, on whichever thread, carries its id.
+    match run.span().in_scope(|| worker.submit(spec, Box::new(sink))) {
         Ok(ticket) => run.set_ticket(ticket),
         Err(e) => {
             state.runs.remove(&id);
@@ -442,7 +445,8 @@ pub async fn run_pitfall(
     let worker = state.worker()?.clone();
     // The engine's one checked path for experiments: the same batch ceiling, queue bound,
     // deadline, memory budget and panic barrier as runs.
-    let result = tokio::task::spawn_blocking(move || worker.run_experiment(&id, options))
+    let span = tracing::info_span!("pitfall", card = %id);
+    let result = tokio::task::spawn_blocking(move || span.in_scope(|| worker.run_experiment(&id, options)))
         .await
         .map_err(|_| ApiError::Unavailable)?;
     let report = result.map_err(|e| match e {

@@ -15,7 +15,20 @@ use crate::store::Store;
 
 /// The model a command names: parsed once the models directory is loaded, so a team
 /// model's name is known.
+/// The model `--model` names. A file of `--models-dir` refused at load under this name
+/// answers with its reason, even when a built-in model has the name: whoever named the
+/// directory meant the file, and measuring another model in its place would print
+/// figures for something they did not ask for.
 fn model(name: &str) -> Result<protocol::ModelId> {
+    if let Some(why) = protocol::team::refusal(name) {
+        let builtin = protocol::team::is_built_in(name);
+        let hint = if builtin {
+            format!(" (without --models-dir, `{name}` is the built-in model)")
+        } else {
+            String::new()
+        };
+        anyhow::bail!("team model `{name}` is not served: {why}{hint}");
+    }
     name.parse().map_err(anyhow::Error::msg)
 }
 

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::{Autocast, DeviceChoice, GradMode, RecordKind};
 
 /// Gradless: see what PyTorch's inference settings really do, measured live with libtorch.
@@ -16,6 +16,26 @@ pub struct Cli {
     /// Settings for `serve`, which is also what runs without a subcommand.
     #[command(flatten)]
     pub serve: ServeArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// How every command logs (to stderr; `RUST_LOG` chooses what).
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// `text`: one line per event, coloured on a terminal and plain (no escape codes) in a
+    /// file, a pipe or the journal; `json`: one JSON object per line (tracing-subscriber's
+    /// format: `timestamp`, `level`, `fields.message`, `target`, and `span`/`spans` with
+    /// the run id of a run's work), for Loki, Elasticsearch and friends.
+    #[arg(long, env = "GRADLESS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+/// The log's line format (see [`LogArgs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -15,6 +15,7 @@ pub mod error;
 pub mod export;
 pub mod front;
 pub mod guard;
+pub mod logging;
 pub mod models;
 pub mod origin;
 pub mod pg_store;

@@ -19,13 +19,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let serving = matches!(cli.command, None | Some(Command::Serve(_)) | Some(Command::Worker(_)));
     let default_filter = if serving { "info" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    server::logging::init(cli.log.log_format, default_filter);
 
     // The CLI commands run one thing at a time: a queue of one is enough, and no time limit.
     let worker = |engine| -> anyhow::Result<engine::Worker> {

@@ -7,6 +7,9 @@
 //!
 //! A plain thread and channel rather than `spawn_blocking`: [`Recorder::close`] must be
 //! able to wait for the last write before the database file is closed at shutdown.
+//!
+//! Each write runs in the tracing span it was handed over in (a run's, with its id), so
+//! what it logs is found with the rest of that run's lines.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -49,7 +52,8 @@ impl Recorder {
     /// Runs `job` on the writer thread; never blocks. If the recorder is closed, `job`
     /// is handed back so the caller can report that nothing was saved.
     pub fn submit(&self, job: impl FnOnce(&dyn RecordStore) + Send + 'static) -> Result<(), Job> {
-        let job: Job = Box::new(job);
+        let span = tracing::Span::current();
+        let job: Job = Box::new(move |store| span.in_scope(|| job(store)));
         match self.jobs.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(tx) => tx.send(job).map_err(|e| e.0),
             None => Err(job),

@@ -31,11 +31,15 @@ pub struct RunState {
     viewers: AtomicUsize,
     /// The submitter's secret (see [`RunState::is_owner`]).
     secret: String,
+    /// The run's tracing span, `run{id=...}`: whatever is logged about this run, on any
+    /// thread, is logged inside it (see [`RunState::span`]).
+    span: tracing::Span,
 }
 
 impl RunState {
-    fn new() -> Arc<RunState> {
+    fn new(id: &str) -> Arc<RunState> {
         Arc::new(RunState {
+            span: tracing::info_span!("run", id = %id),
             events: Mutex::new(Vec::new()),
             frames: Mutex::new(Vec::new()),
             count: watch::channel(0).0,
@@ -45,6 +49,13 @@ impl RunState {
             // from the run id.
             secret: format!("{:032x}", rand::random::<u128>()),
         })
+    }
+
+    /// The run's span. Submitting the run inside it makes the engine run it there (the
+    /// engine's queue keeps each task's submitter's span), and the recorder writes its
+    /// record there, so the device thread's and the writer's lines carry the run's id.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Appends an event (called on the device thread; never blocks for long).
@@ -238,6 +249,7 @@ impl Drop for ViewerGuard {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
             {
+                let _in_run = self.run.span.enter();
                 tracing::info!("the last viewer left before the run started: cancelling it");
                 t.cancel();
             }
@@ -291,7 +303,7 @@ impl Runs {
         while inner.by_id.contains_key(&id) {
             id = self.fresh_id();
         }
-        let state = RunState::new();
+        let state = RunState::new(&id);
         inner.by_id.insert(id.clone(), state.clone());
         inner.order.push_back(id.clone());
         // Forget the oldest finished runs beyond capacity; running ones are never dropped.
@@ -318,7 +330,7 @@ impl Runs {
         if let Some(run) = inner.by_id.get(id) {
             return (run.clone(), false);
         }
-        let state = RunState::new();
+        let state = RunState::new(id);
         inner.by_id.insert(id.to_string(), state.clone());
         inner.order.push_back(id.to_string());
         (state, true)

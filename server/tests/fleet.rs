@@ -14,8 +14,8 @@
 //! recorded once); then ~200 viewers across both fronts
 //! follow 3 runs and the emit-to-viewer delay is reported (`gradless-fleet-load.json`).
 //!
-//! A second test runs a front and a worker on a nats-server started with the README's
-//! hardened configuration (`deploy/nats-gradless.conf`: TLS, a user per role). The two share
+//! A second test runs a front and a worker on a nats-server started with the operator's
+//! guide's hardened configuration (`deploy/nats-gradless.conf`: TLS, a user per role). The two share
 //! the machine's cores and ports: `scripts/test.sh` runs them one after the other
 //! (`--test-threads=1`).
 
@@ -632,7 +632,7 @@ fn make_certificates(dir: &std::path::Path) {
     );
 }
 
-/// The README's hardened nats-server configuration, `deploy/nats-gradless.conf` itself with
+/// The operator's guide's hardened nats-server configuration, `deploy/nats-gradless.conf` itself with
 /// its address, store and certificate paths moved into `dir`: TLS with the CA above and one
 /// user per role. A front and a worker with their own users run a recorded run end to end; a
 /// front holding the worker's user cannot queue a run; a front that does not trust the CA

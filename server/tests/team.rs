@@ -138,6 +138,7 @@ fn the_cli_lists_team_models_and_names_each_refused_file() {
         ("mismatched_ids.pt", "input 0 (`ids`), given as ids [batch, size] float32"),
         ("mismatched_count.pt", "the module's forward takes 2"),
         ("orphan.json", "without its module"),
+        ("mobilenet_v2.pt", "is the name of a built-in model"),
     ] {
         assert!(err.contains(file) && err.contains(why), "{file}: {err}");
     }
@@ -178,13 +179,104 @@ fn measure_runs_a_team_model_and_a_raising_forward_fails_with_its_reason() {
         "{}",
         text(&o.stderr)
     );
+    // A file that was refused: its reason, not "unknown model".
     let o = gradless(&["measure", "--model", "broken", "--device", "cpu"]);
     assert!(!o.status.success());
     let err = text(&o.stderr);
     assert!(
-        err.contains("unknown model `broken`") && err.contains("drop_batch"),
+        err.contains("error: team model `broken` is not served: broken.pt: does not load as TorchScript"),
         "{err}"
     );
+    assert!(!err.contains("unknown model"), "{err}");
+}
+
+/// A file of `--models-dir` refused under a built-in model's name: `measure` and
+/// `pitfall` answer with its reason and measure nothing, never the built-in model in its
+/// place; without `--models-dir` the name is the built-in model's again.
+#[test]
+fn a_refused_file_under_a_built_in_name_is_never_measured_as_the_built_in() {
+    for args in [
+        &["measure", "--model", "mobilenet_v2", "--device", "cpu", "--batch", "1", "--warmup", "0", "--iters", "1", "--json"][..],
+        &["pitfall", "eval-not-nograd", "--model", "mobilenet_v2", "--device", "cpu", "--json"][..],
+    ] {
+        let o = gradless(args);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?} measured something:\n{}", text(&o.stdout));
+        assert!(o.stdout.is_empty(), "{args:?}: {}", text(&o.stdout));
+        assert!(
+            err.contains("team model `mobilenet_v2` is not served: mobilenet_v2.pt: `mobilenet_v2` is the name of a built-in model")
+                && err.contains("without --models-dir, `mobilenet_v2` is the built-in model"),
+            "{args:?}: {err}"
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_gradless"))
+        .args(["measure", "--model", "mobilenet_v2", "--device", "cpu", "--batch", "1", "--warmup", "0", "--iters", "1", "--threads", "1", "--json"])
+        .output()
+        .expect("run gradless");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r: Report = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    assert_eq!(r.spec.model, protocol::ModelId::MobilenetV2);
+}
+
+/// `bench/export_model.py` never writes a built-in model's name: a torchvision model is
+/// written as `team_<name>` by default, and a built-in name asked for is refused before
+/// anything is written. Its list of built-in names is the protocol's.
+#[test]
+fn the_exporter_never_writes_a_built_in_models_name() {
+    let script = repo("bench/export_model.py");
+    let source = std::fs::read_to_string(&script).unwrap();
+    let start = source
+        .find("\nBUILT_IN_MODELS = [")
+        .expect("BUILT_IN_MODELS in export_model.py");
+    let list = &source[start..start + source[start..].find(']').unwrap()];
+    let listed: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+    assert_eq!(
+        listed,
+        protocol::team::built_in_names(),
+        "export_model.py's BUILT_IN_MODELS and protocol::team::built_in_names differ"
+    );
+
+    let dir = std::env::temp_dir().join(format!("gradless-export-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let export = |args: &[&str]| {
+        Command::new(python())
+            .arg(&script)
+            .args(args)
+            .arg("--out")
+            .arg(&dir)
+            .output()
+            .expect("the venv's Python runs (set GRADLESS_PYTHON)")
+    };
+    let o = export(&["mobilenet_v2", "--size", "image side in pixels (3×N×N):64:32:256"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["team_mobilenet_v2.json", "team_mobilenet_v2.pt"]);
+    for name in ["resnet18", "transformer"] {
+        let o = export(&["resnet18", "--name", name]);
+        assert!(!o.status.success(), "--name {name} was accepted");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!("`{name}` is the name of a built-in Gradless model"))
+                && err.contains(&format!("--name team_{name}")),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "a refused name wrote files");
+    // What it wrote is served, under its own name, beside the built-in model.
+    let o = Command::new(env!("CARGO_BIN_EXE_gradless"))
+        .args(["models", "--default-threads", "1", "--models-dir"])
+        .arg(&dir)
+        .output()
+        .expect("run gradless");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("team_mobilenet_v2") && out.contains("mobilenet_v2"), "{out}");
+    assert!(!text(&o.stderr).contains("not served"), "{}", text(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Peak memory above the baseline on the CPU: ours and PyTorch's for the same file.
@@ -305,7 +397,10 @@ async fn the_api_serves_team_models_like_built_in_ones() {
     );
 
     for (body, says) in [
-        (r#"{"model": "broken"}"#, "unknown model `broken`"),
+        (
+            r#"{"model": "broken"}"#,
+            "team model `broken` is not served: broken.pt: does not load as TorchScript",
+        ),
         (
             r#"{"model": "picky", "input_size": 8}"#,
             "fixed input shape",

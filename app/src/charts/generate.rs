@@ -89,48 +89,54 @@ pub fn step_latency_chart(runs: &[GenRun<'_>]) -> ChartOption {
     base("Latency per decode step", "position", "ms", description, series, runs.len() > 1)
 }
 
-/// Allocated memory after each step against the position, with the KV cache's bytes as a
-/// second line per run, and the baseline (weights + prompt) marked.
+/// What each step leaves allocated beyond the weights and the prompt, against the position:
+/// the KV cache (dashed, measured from its tensors) and everything held (solid: the cache,
+/// the tokens, and with grad the graph above them). Drawn above the baseline, since a
+/// cache of kilobytes would vanish beside megabytes of weights; the unit follows the size.
 pub fn step_memory_chart(runs: &[GenRun<'_>]) -> ChartOption {
+    let above = |r: &GenRun<'_>, b: u64| b.saturating_sub(r.baseline.unwrap_or(0));
+    let largest = runs
+        .iter()
+        .flat_map(|r| r.steps.iter().map(move |s| above(r, s.allocated_bytes).max(s.kv_cache_bytes)))
+        .max()
+        .unwrap_or(0);
+    let (unit, scale) = if largest >= 4 << 20 { ("MiB", MIB) } else { ("KiB", 1024.0) };
     let mut series = vec![];
     for (i, r) in runs.iter().enumerate() {
-        let allocated = r
+        let prefix = if runs.len() > 1 { format!("{}: ", r.name) } else { String::new() };
+        let held = r
             .steps
             .iter()
-            .map(|s| [s.position as f64, round3(s.allocated_bytes as f64 / MIB)])
+            .map(|s| [s.position as f64, round3(above(r, s.allocated_bytes) as f64 / scale)])
             .collect();
-        let mark = r.baseline.map_or(json!({}), |b| {
-            json!({ "markLine": { "symbol": "none", "silent": true,
-                "label": { "formatter": "weights + prompt" },
-                "lineStyle": { "type": "dotted" },
-                "data": [ { "yAxis": round3(b as f64 / MIB) } ] } })
-        });
-        let label = if runs.len() > 1 { format!("{} allocated", r.name) } else { "allocated".into() };
-        series.push(line(label, allocated, i, mark));
-        let floor = r.baseline.unwrap_or(0) as f64;
+        series.push(line(format!("{prefix}held"), held, i, json!({})));
         let kv = r
             .steps
             .iter()
-            .map(|s| [s.position as f64, round3((floor + s.kv_cache_bytes as f64) / MIB)])
+            .map(|s| [s.position as f64, round3(s.kv_cache_bytes as f64 / scale)])
             .collect();
-        let label = if runs.len() > 1 { format!("{} weights + prompt + KV cache", r.name) } else { "weights + prompt + KV cache".into() };
-        series.push(line(label, kv, i + 1, json!({ "lineStyle": { "type": "dashed", "width": 1 } })));
+        series.push(line(
+            format!("{prefix}KV cache"),
+            kv,
+            i,
+            json!({ "lineStyle": { "type": "dashed", "width": 1 }, "symbol": "none" }),
+        ));
     }
     let description = runs
         .iter()
         .filter_map(|r| {
             let last = r.steps.last()?;
             Some(format!(
-                "{}: {:.1} MiB allocated after the last step, KV cache {:.2} MiB, graph {:.1} MiB",
+                "{}: {:.1} {unit} held beyond the weights and prompt after the last step, KV cache {:.1} {unit}, graph {:.1} {unit}",
                 r.name,
-                last.allocated_bytes as f64 / MIB,
-                last.kv_cache_bytes as f64 / MIB,
-                last.graph_bytes as f64 / MIB
+                above(r, last.allocated_bytes) as f64 / scale,
+                last.kv_cache_bytes as f64 / scale,
+                last.graph_bytes as f64 / scale
             ))
         })
         .collect::<Vec<_>>()
         .join("; ");
-    base("Memory after each step", "position", "MiB", description, series, true)
+    base("Memory beyond weights + prompt, after each step", "position", unit, description, series, true)
 }
 
 /// Time to first token (the prefill) beside the decode's total and per-token time, per run.
@@ -194,7 +200,9 @@ mod tests {
         assert!(latency.description().unwrap().contains("1.50 ms to 1.25 ms"));
         let memory = step_memory_chart(&[run]);
         assert_eq!(memory.0["series"].as_array().unwrap().len(), 2);
-        assert_eq!(memory.0["series"][0]["data"][0], json!([7.0, 1.0]));
+        // 1 MiB allocated over a 0.5 MiB baseline: 512 KiB held; the cache in KiB too.
+        assert_eq!(memory.0["series"][0]["data"][0], json!([7.0, 512.0]));
+        assert_eq!(memory.0["series"][1]["data"][2], json!([9.0, 0.137]));
         let bars = prefill_decode_chart(&[run]);
         assert_eq!(bars.0["series"][0]["data"], json!([9.0]));
         assert_eq!(bars.0["series"][1]["data"], json!([2.75]));

@@ -1,4 +1,4 @@
-//! One run's measurement ([`Lab::measure`]), by the method the README's "How it measures"
+//! One run's measurement ([`Lab::measure`]), by the method docs/measuring.md ("The method")
 //! and docs/ARCHITECTURE.md ("The measurement method") state: build or reuse the model, make
 //! the input, synchronise, record the baseline and reset the peaks, warm up (reported apart),
 //! time each iteration with synchronisation, then release the output and check that memory

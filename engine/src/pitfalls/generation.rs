@@ -679,8 +679,87 @@ fn autocast_decode(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         .table(Table { columns: vec!["variant".into(), "grad".into(), "per-token p50".into(), "peak above baseline".into()], rows }))
 }
 
+pub const DECODER_TABLE: Card = Card {
+    id: "decoder-table",
+    title: "The classic table, for a decoder",
+    claim: "The classic rows on one generation — train, eval only, no_grad only, eval + no_grad, + inference_mode, + bf16 weights: as for ResNet-50, eval alone saves nothing and no_grad saves the graph, which in a generation grows with every token.",
+    why: "The seed table's lesson carries over to decoding, with one difference: without no_grad the graph is kept through the KV cache for the whole generation, so the gap grows with the number of tokens instead of staying one forward pass wide.",
+    source: "https://pytorch.org/docs/stable/notes/autograd.html#inference-mode",
+    pitfall: "model.eval()  # \"inference mode on\"\nfor step in range(new_tokens): ...",
+    fix: "model = model.to(torch.bfloat16).eval()\nwith torch.inference_mode():\n    for step in range(new_tokens): ...",
+    threshold: "confirmed when eval only's peak is within 10% of train's, eval + no_grad's is below train's by more than the graph train kept after its last step less 10%, and inference_mode's is no higher than no_grad's. Each row's figures are printed beside the seed table's rows (ResNet-50, the seed-table card). Regime: any device",
+    experiment: decoder_table,
+};
+
+fn decoder_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
+    let (prompt, n) = if ctx.cuda() { (128, 64) } else { (16, 24) };
+    let row = |eval: bool, grad: GradMode, bf16: bool| RunSpec {
+        eval,
+        advanced: protocol::Advanced {
+            weights: if bf16 { WeightsDtype::Bf16 } else { WeightsDtype::Fp32 },
+            ..Default::default()
+        },
+        ..gen_spec(ctx, model, 1, prompt, n, KvCacheKind::Dynamic, grad)
+    };
+    let rows = [
+        ("train", row(false, GradMode::Enabled, false)),
+        ("eval only", row(true, GradMode::Enabled, false)),
+        ("no_grad only", row(false, GradMode::NoGrad, false)),
+        ("eval + no_grad", row(true, GradMode::NoGrad, false)),
+        ("eval + inference_mode", row(true, GradMode::InferenceMode, false)),
+        ("+ bf16 weights", row(true, GradMode::InferenceMode, true)),
+    ];
+    let mut results = vec![];
+    for (label, spec) in rows.iter() {
+        ctx.check()?;
+        let (r, g) = generate(lab, ctx, spec.clone())?;
+        results.push((*label, r, g));
+    }
+    let peak = |i: usize| results[i].1.memory.peak_above_baseline_bytes as f64;
+    let p50 = |i: usize| results[i].2.decode_ms_per_token.as_ref().map_or(0.0, |d| d.p50);
+    let graph = results[0].2.steps.last().map_or(0, |s| s.graph_bytes) as f64;
+    let holds = (peak(1) - peak(0)).abs() <= 0.1 * peak(0)
+        && peak(0) - peak(3) > 0.9 * graph
+        && peak(4) <= peak(3);
+    let table = Table {
+        columns: ["setting", "peak above weights + prompt", "vs train", "decode p50 per token", "KV cache"].map(String::from).to_vec(),
+        rows: results
+            .iter()
+            .enumerate()
+            .map(|(i, (label, r, g))| {
+                vec![
+                    label.to_string(),
+                    protocol::format_bytes(r.memory.peak_above_baseline_bytes),
+                    format!("{:+.0}%", 100.0 * (peak(i) - peak(0)) / peak(0).max(1.0)),
+                    format!("{:.2} ms", p50(i)),
+                    protocol::format_bytes(g.kv_cache_bytes),
+                ]
+            })
+            .collect(),
+    };
+    let reason = format!(
+        "eval only {:.0}% of train's peak; eval + no_grad {:.0}% (train kept a {} graph after its last token); inference_mode {}; bf16 weights {:.2} ms per token against fp32's {:.2} ms",
+        100.0 * peak(1) / peak(0).max(1.0),
+        100.0 * peak(3) / peak(0).max(1.0),
+        protocol::format_bytes(graph as u64),
+        protocol::format_bytes(peak(4) as u64),
+        p50(5),
+        p50(4)
+    );
+    let decision = Decision::rule(holds, format!("Confirmed: {reason}."), format!("Refuted here: {reason}."));
+    let labels: Vec<String> = results.iter().map(|r| r.0.to_string()).collect();
+    Ok(Outcome::new(decision, setup(&rows[0].1), ChartKind::Bar)
+        .table(table)
+        .series(vec![
+            series("peak above baseline", "MiB", labels.clone(), (0..results.len()).map(|i| mib(peak(i) as u64)).collect()),
+            series("decode p50 per token", "ms", labels, (0..results.len()).map(p50).collect()),
+        ])
+        .notes(vec!["The seed-table card runs the same rows on ResNet-50 (batch 32 on a GPU): read the two side by side.".into()]))
+}
+
 /// Every generation card, in tour order.
-pub const CARDS: [&Card; 10] = [
+pub const CARDS: [&Card; 11] = [
     &GENERATE_NO_GRAD,
     &KV_CACHE_SIZE,
     &GQA,
@@ -691,6 +770,7 @@ pub const CARDS: [&Card; 10] = [
     &PADDING_WASTE,
     &INFERENCE_TENSOR_CACHE,
     &AUTOCAST_DECODE,
+    &DECODER_TABLE,
 ];
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub struct Card {
 }
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 29] = [
+pub static CARDS: [&Card; 30] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -90,6 +90,7 @@ pub static CARDS: [&Card; 29] = [
     &generation::PADDING_WASTE,
     &generation::INFERENCE_TENSOR_CACHE,
     &generation::AUTOCAST_DECODE,
+    &generation::DECODER_TABLE,
 ];
 
 /// Every card, in tour order.

@@ -97,6 +97,49 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ));
     }
     let change = |x: f64, first: f64| format!("{:+.0}%", 100.0 * (x - first) / first);
+    // Every row the table prints is judged against its own claim, in words.
+    let params = lab
+        .parameters(model)
+        .unwrap_or(0);
+    let judged: Vec<String> = rows
+        .iter()
+        .zip(&reports)
+        .map(|(spec, r)| {
+            let peak = r.memory.peak_above_baseline_bytes as f64;
+            let mb = |b: f64| protocol::format_bytes(b.max(0.0) as u64);
+            let held = |ok: bool| if ok { "held" } else { "did not hold here" };
+            match (spec.eval, spec.grad, spec.autocast) {
+                (false, GradMode::Enabled, Autocast::Off) => format!("train: the reference, {}", mb(peak)),
+                (true, GradMode::Enabled, Autocast::Off) => {
+                    let ok = (peak - first_peak).abs() <= 0.10 * first_peak;
+                    format!("eval only saves no memory: {} ({} against train's {})", held(ok), mb(peak), mb(first_peak))
+                }
+                (_, GradMode::NoGrad, Autocast::Off) => {
+                    let ok = peak < 0.5 * first_peak;
+                    format!("{} saves most of it: {} ({}, {} of train's)", row_label(spec), held(ok), mb(peak), change(peak, first_peak))
+                }
+                (_, _, low) => {
+                    let ok = peak < eval_nograd;
+                    let why = if ok {
+                        String::new()
+                    } else {
+                        format!(
+                            "; autocast keeps the fp32 weights and holds cast copies of them during the pass ({} parameters × 2 bytes = {}), more than the activations it halves at this size",
+                            params,
+                            mb(params as f64 * 2.0)
+                        )
+                    };
+                    format!(
+                        "{} lowers memory further: {} ({} against eval + no_grad's {}){why}",
+                        low.as_str(),
+                        held(ok),
+                        mb(peak),
+                        mb(eval_nograd)
+                    )
+                }
+            }
+        })
+        .collect();
     let table = Table {
         columns: [
             "setting",
@@ -124,14 +167,15 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             })
             .collect(),
     };
-    let mut notes = vec![];
+    let mut notes = judged.clone();
     if !ctx.cuda() {
         notes.push("On a CPU the low-precision row uses bf16 (autocast's CPU default); without bf16 units it is emulated and slow.".into());
     }
     let figures_text = format!(
-        "eval only: {:.0}% of train's peak memory; eval + no_grad: {:.0}%.",
+        "eval only: {:.0}% of train's peak memory; eval + no_grad: {:.0}%. Row by row: {}.",
         100.0 * eval_only / first_peak,
-        100.0 * eval_nograd / first_peak
+        100.0 * eval_nograd / first_peak,
+        judged[1..].join("; ")
     );
     Ok(Outcome::new(
         Decision::rule(

@@ -41,6 +41,17 @@ pub struct Problem {
     pub reason: String,
 }
 
+impl Problem {
+    /// The model name the file would have been served under: its stem (`broken.pt`,
+    /// `orphan.json`); any other entry (a folder) by its whole name.
+    pub fn model_name(&self) -> &str {
+        [".pt", ".json"]
+            .iter()
+            .find_map(|ext| self.file.strip_suffix(ext))
+            .unwrap_or(&self.file)
+    }
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.file, self.reason)
@@ -64,6 +75,14 @@ pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String>
     let (loaded, files) = scan(dir, weight_limit)?;
     team::register(loaded.models.clone());
     decoders::register(dir, &loaded.decoders);
+    // A request for a refused file's model is answered with its reason, not "unknown".
+    team::register_refused(
+        loaded
+            .problems
+            .iter()
+            .map(|p| (p.model_name().to_string(), p.to_string()))
+            .collect(),
+    );
     *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);
     Ok(loaded)
 }
@@ -128,9 +147,9 @@ fn load_one(path: &Path, name: &str, weight_limit: Option<u64>) -> Result<TeamMo
             team::MAX_NAME_LEN
         ));
     }
-    if protocol::ModelId::ALL.iter().any(|m| m.as_str() == name) {
+    if team::is_built_in(name) {
         return Err(format!(
-            "`{name}` is the name of a built-in model: rename the file"
+            "`{name}` is the name of a built-in model, which is served under it: rename the file and its sidecar (e.g. team_{name}.pt and team_{name}.json; bench/export_model.py names them team_<source> by default)"
         ));
     }
     let sidecar_path = path.with_extension("json");

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use protocol::{DeviceKind, Event, FailureKind, RunFailure};
 
-use super::queue::{Shared, Task};
+use super::queue::{Queued, Shared, Task};
 use super::WorkerConfig;
 use crate::lab::{failure, panic_text, Lab, RunControl};
 
@@ -46,7 +46,10 @@ fn control_for(
 }
 
 pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) {
-    while let Some(task) = shared.next_task() {
+    while let Some(Queued { task, span }) = shared.next_task() {
+        // The submitter's span (a server puts the run id in it): every line logged while
+        // the task runs, its memory check included, carries it.
+        let _in_span = span.enter();
         let Some(task) = task.unless_cancelled() else {
             continue;
         };
@@ -94,6 +97,9 @@ pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) 
             } => {
                 let device = spec.device();
                 let control = control_for(config, cancel, &lab, device);
+                // One line at each end of a run, so an operator's log shows the device's
+                // work (the submitter's span says whose run it is).
+                tracing::info!("run started: {} {} on {}", spec.spec().model, spec.spec().label(), device.as_str());
                 // The leak check runs before the terminal event goes out, so whoever hears
                 // "done" can already read its result in the worker's health.
                 let result = barrier("the run", || {
@@ -104,12 +110,18 @@ pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) 
                 });
                 match result {
                     Ok(report) => {
+                        tracing::info!(
+                            "run done: p50 {:.3} ms, peak {} B above the baseline",
+                            report.latency_ms.p50,
+                            report.memory.peak_above_baseline_bytes
+                        );
                         check_memory(&lab, shared);
                         sink(Event::Done {
                             report: Box::new(report),
                         });
                     }
                     Err(f) => {
+                        tracing::info!("run failed ({:?}): {}", f.kind, f.message);
                         after_failure(&mut lab, device, &f);
                         check_memory(&lab, shared);
                         sink(Event::Failed { failure: f });

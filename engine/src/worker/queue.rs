@@ -1,6 +1,11 @@
 //! The bounded queue every task waits in: the tasks themselves (runs, experiments and
 //! internal calls), their cancellation before they start, the capacity bound with the
 //! position each submitter hears, and the hand-over to the device thread.
+//!
+//! Each task waits with the tracing span its submitter was in ([`Queued::span`]), and the
+//! device thread enters that span while the task runs: what the engine logs during a run
+//! (a panic, an out-of-memory failure, the memory check after it) then carries whatever
+//! the submitter put in its span, such as the server's run id.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,9 +79,26 @@ impl Task {
     }
 }
 
+/// A task waiting for the device thread.
+pub(super) struct Queued {
+    pub(super) task: Task,
+    /// The span current where the task was submitted (`Span::none()` outside any): the
+    /// device thread runs the task inside it.
+    pub(super) span: tracing::Span,
+}
+
+impl Queued {
+    /// The task, or `None` once its submitter has been told it was cancelled (in its span).
+    fn unless_cancelled(self) -> Option<Queued> {
+        let Queued { task, span } = self;
+        let task = span.in_scope(|| task.unless_cancelled())?;
+        Some(Queued { task, span })
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Queue {
-    pub(super) tasks: VecDeque<Task>,
+    pub(super) tasks: VecDeque<Queued>,
     shutdown: bool,
 }
 
@@ -99,13 +121,13 @@ impl Shared {
 
     /// The next task, once there is one (everyone still waiting hears their new place);
     /// `None` when the queue is closed and empty.
-    pub(super) fn next_task(&self) -> Option<Task> {
+    pub(super) fn next_task(&self) -> Option<Queued> {
         let mut queue = self.lock_queue();
         loop {
             if let Some(task) = queue.tasks.pop_front() {
                 // Everyone still waiting moves up one place.
                 let mut position = 0;
-                for t in queue.tasks.iter_mut() {
+                for Queued { task: t, .. } in queue.tasks.iter_mut() {
                     if let Task::Run { sink, .. } = t {
                         sink(Event::Queued { position });
                     }
@@ -127,11 +149,13 @@ impl Shared {
         {
             let mut queue = self.lock_queue();
             queue.shutdown = true;
-            for task in queue.tasks.drain(..) {
-                task.refuse(failure(
-                    FailureKind::Cancelled,
-                    "the server is shutting down",
-                ));
+            for Queued { task, span } in queue.tasks.drain(..) {
+                span.in_scope(|| {
+                    task.refuse(failure(
+                        FailureKind::Cancelled,
+                        "the server is shutting down",
+                    ))
+                });
             }
         }
         self.ready.notify_all();
@@ -151,14 +175,17 @@ impl Worker {
             return Err(EngineError::WorkerGone);
         }
         drop_cancelled(&mut queue.tasks);
-        let waiting = queue.tasks.iter().filter(|t| t.is_queued_work()).count();
+        let waiting = queue.tasks.iter().filter(|q| q.task.is_queued_work()).count();
         if task.is_queued_work() && waiting >= self.config.queue_capacity {
             return Err(EngineError::QueueFull {
                 capacity: self.config.queue_capacity,
             });
         }
         on_queued(&mut task, waiting as u32);
-        queue.tasks.push_back(task);
+        queue.tasks.push_back(Queued {
+            task,
+            span: tracing::Span::current(),
+        });
         drop(queue);
         self.shared.ready.notify_one();
         Ok(())
@@ -166,6 +193,6 @@ impl Worker {
 }
 
 /// Refuses the waiting tasks whose submitters cancelled them, so they do not hold places.
-fn drop_cancelled(tasks: &mut VecDeque<Task>) {
-    *tasks = tasks.drain(..).filter_map(Task::unless_cancelled).collect();
+fn drop_cancelled(tasks: &mut VecDeque<Queued>) {
+    *tasks = tasks.drain(..).filter_map(Queued::unless_cancelled).collect();
 }

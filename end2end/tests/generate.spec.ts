@@ -1,0 +1,41 @@
+// The Generate page: a real generation streams its steps into the per-step charts, and
+// "Compare cache modes" overlays dynamic, static and no cache.
+import { expect, test, type Page } from "@playwright/test";
+
+async function seriesLengths(page: Page, id: string): Promise<number[]> {
+  return page.evaluate((el) => {
+    const node = document.getElementById(el);
+    const chart = node && (window as any).echarts?.getInstanceByDom(node);
+    return (chart?.getOption()?.series ?? []).map((s: any) => (s.data ?? []).length);
+  }, id);
+}
+
+test("a generation streams its steps into the per-step charts", async ({ page }) => {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto("/generate?model=llama_tiny&device=cpu&batch=1&prompt=16&new_tokens=48&cache=dynamic&eval=1&grad=enabled&autocast=off");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await expect(page.getByTestId("gen-snippet-loop")).toContainText("DynamicCache");
+  await expect(page.getByTestId("gen-snippet-generate")).toContainText("model.generate(");
+  await page.getByTestId("gen-run").click();
+  // Steps arrive while it runs, then all 48 (the prefill and 47 decode steps) are drawn.
+  await expect.poll(async () => (await seriesLengths(page, "gen-latency-chart"))[0] ?? 0, { timeout: 90_000 }).toBe(47);
+  await expect(page.getByTestId("gen-steps")).toContainText("48 steps");
+  await expect(page.getByTestId("gen-summary")).toBeVisible({ timeout: 30_000 });
+  await expect(page.getByTestId("gen-kv")).toContainText("equal to the byte");
+  // Grad enabled: the graph the loop keeps is reported above the cache.
+  await expect(page.getByTestId("gen-graph")).toContainText("on top of the cache");
+  const memory = await seriesLengths(page, "gen-memory-chart");
+  expect(memory).toEqual([48, 48]);
+  await expect(page.getByTestId("gen-permalink")).toBeVisible();
+  expect(errors).toEqual([]);
+});
+
+test("Compare cache modes overlays dynamic, static and no cache", async ({ page }) => {
+  await page.goto("/generate?model=llama_tiny&device=cpu&batch=1&prompt=8&new_tokens=24&cache=dynamic&eval=1&grad=no_grad&autocast=off");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.getByTestId("gen-compare-cache").click();
+  await expect.poll(async () => (await seriesLengths(page, "gen-latency-chart")).length, { timeout: 120_000 }).toBe(3);
+  await expect(page.getByTestId("gen-compare-link")).toBeVisible();
+  expect(await seriesLengths(page, "gen-prefill-chart")).toEqual([3, 3]);
+});
