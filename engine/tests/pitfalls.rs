@@ -376,6 +376,19 @@ fn cuda_only_cards(device: DeviceChoice) {
     }
 }
 
+/// Every generation card ends with a verdict on the CPU, and the ones decided by exact
+/// byte counts (no timing) are confirmed there.
+fn generation_cards(device: DeviceChoice) {
+    let exact = ["generate-no-grad", "kv-cache-size", "gqa", "static-cache", "padding-waste", "inference-tensor-cache"];
+    for card in engine::pitfalls::generation::CARDS {
+        let r = run(device, card.id, defaults());
+        if exact.contains(&card.id) {
+            assert_eq!(r.verdict, Verdict::Confirmed, "{}: {}", card.id, r.reason);
+        }
+        assert!(!r.reason.is_empty() && (!r.series.is_empty() || !r.figures.is_empty()), "{}", card.id);
+    }
+}
+
 /// One test per body, per device: `cpu::NAME` always, `cuda::NAME` under `cuda-tests`.
 macro_rules! per_device {
     ($($name:ident),* $(,)?) => {
@@ -410,4 +423,5 @@ per_device!(
     channels_last,
     input_copy,
     cuda_only_cards,
+    generation_cards,
 );

@@ -253,7 +253,7 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("Confirmed: at 24 and 48 positions, batch 1 and 2, the measured cache equals the formula to the byte ({} → {} → {}).", protocol::format_bytes(measured[0]), protocol::format_bytes(measured[1]), protocol::format_bytes(measured[3])),
         format!("Refuted here: measured {measured:?} against the formula (see the table)."),
     );
-    Ok(Outcome::new(decision, format!("{}, prompt 16 and 32 + 9 and 17 new tokens, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
+    Ok(Outcome::new(decision, format!("{}, batch 1 and 2, prompt 16 and 32 + 9 and 17 new tokens, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
         .figures(vec![
             fig("KV cache per token per sequence", config.kv_cache_bytes(1, 1, 4) as f64, "bytes"),
             fig("weights", (config.parameters() * 4) as f64, "bytes"),
@@ -300,7 +300,7 @@ fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("Confirmed: {} KV heads hold {} and {} hold {} — exactly {want:.0}× — while the weights differ by {:.1}%.", heads(mha).1, protocol::format_bytes(a.kv_cache_bytes), heads(gqa).1, protocol::format_bytes(b.kv_cache_bytes), param_change * 100.0),
         format!("Refuted here: cache ratio {ratio:.3} (expected {want:.0}), parameters differ by {:.1}%.", param_change * 100.0),
     );
-    Ok(Outcome::new(decision, format!("the tiny Llama shape with {} query heads, 8 vs 2 KV heads, prompt 16 + 9 new tokens", heads(gqa).0), ChartKind::Bar)
+    Ok(Outcome::new(decision, format!("the tiny Llama shape with {} query heads, 8 vs 2 KV heads, batch 1, prompt 16 + 9 new tokens", heads(gqa).0), ChartKind::Bar)
         .figures(vec![
             fig("KV cache, 8 KV heads", a.kv_cache_bytes as f64, "bytes"),
             fig("KV cache, 2 KV heads", b.kv_cache_bytes as f64, "bytes"),
@@ -538,7 +538,7 @@ fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("Confirmed: the padded batch cached {} against {} one by one — {} of padding ({} padding positions), exactly the formula. Time: {padded_ms:.1} ms batched, {one_by_one_ms:.1} ms one by one.", protocol::format_bytes(padded.kv_cache_bytes), protocol::format_bytes(one_by_one_bytes), protocol::format_bytes(waste), pad_positions),
         format!("Refuted here: waste {waste} B against the formula's {waste_formula} B."),
     );
-    Ok(Outcome::new(decision, format!("{}, prompts of {lengths:?} tokens + {n} new each, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
+    Ok(Outcome::new(decision, format!("{}, batch 4 (padded) against batch 1 (one by one), prompts of {lengths:?} tokens + {n} new each, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
         .figures(vec![
             fig("padded batch: KV cache", padded.kv_cache_bytes as f64, "bytes"),
             fig("one by one: KV caches", one_by_one_bytes as f64, "bytes"),
@@ -603,7 +603,7 @@ fn inference_tensor_cache(_lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailu
         format!("Confirmed: libtorch refused the write: \"{}\"; allocating and updating under inference_mode, or using no_grad for both, worked.", error.clone().unwrap_or_default()),
         format!("Refuted here: error {:?}, same-mode fix {same_mode}, no_grad fix {no_grad}.", error),
     );
-    Ok(Outcome::new(decision, "a [1, 2 KV heads, 16 positions, 32] cache tensor".to_string(), ChartKind::Bar)
+    Ok(Outcome::new(decision, "a cache tensor of batch 1, 2 KV heads, 16 positions, head_dim 32".to_string(), ChartKind::Bar)
         .figures(vec![
             fig("error raised", if raised { 1.0 } else { 0.0 }, "bool"),
             fig("fix: same mode", if same_mode { 1.0 } else { 0.0 }, "bool"),
