@@ -178,8 +178,8 @@ fn generate_no_grad(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     );
     let decision = Decision::rule(
         holds,
-        format!("Confirmed: {reason}, more per step as the cache grew; all of it was freed when the generation's outputs were dropped."),
-        format!("Refuted here: {reason}."),
+        format!("{reason}, more per step as the cache grew; all of it was freed when the generation's outputs were dropped."),
+        format!("{reason}."),
     );
     let x = positions(&grad);
     Ok(Outcome::new(decision, setup(&grad_spec), ChartKind::Line)
@@ -250,8 +250,8 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     let decision = Decision::rule(
         all_equal && linear,
-        format!("Confirmed: at 24 and 48 positions, batch 1 and 2, the measured cache equals the formula to the byte ({} → {} → {}).", protocol::format_bytes(measured[0]), protocol::format_bytes(measured[1]), protocol::format_bytes(measured[3])),
-        format!("Refuted here: measured {measured:?} against the formula (see the table)."),
+        format!("At 24 and 48 positions, batch 1 and 2, the measured cache equals the formula to the byte ({} → {} → {}).", protocol::format_bytes(measured[0]), protocol::format_bytes(measured[1]), protocol::format_bytes(measured[3])),
+        format!("Measured {measured:?} against the formula (see the table)."),
     );
     Ok(Outcome::new(decision, format!("{}, batch 1 and 2, prompt 16 and 32 + 9 and 17 new tokens, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
         .figures(vec![
@@ -297,8 +297,8 @@ fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let param_change = params(mha) as f64 / params(gqa) as f64 - 1.0;
     let decision = Decision::rule(
         a.kv_cache_bytes * heads(gqa).1 as u64 == b.kv_cache_bytes * heads(mha).1 as u64 && param_change.abs() < 0.15,
-        format!("Confirmed: {} KV heads hold {} and {} hold {} — exactly {want:.0}× — while the weights differ by {:.1}%.", heads(mha).1, protocol::format_bytes(a.kv_cache_bytes), heads(gqa).1, protocol::format_bytes(b.kv_cache_bytes), param_change * 100.0),
-        format!("Refuted here: cache ratio {ratio:.3} (expected {want:.0}), parameters differ by {:.1}%.", param_change * 100.0),
+        format!("{} KV heads hold {} and {} hold {} — exactly {want:.0}× — while the weights differ by {:.1}%.", heads(mha).1, protocol::format_bytes(a.kv_cache_bytes), heads(gqa).1, protocol::format_bytes(b.kv_cache_bytes), param_change * 100.0),
+        format!("Cache ratio {ratio:.3} (expected {want:.0}), parameters differ by {:.1}%.", param_change * 100.0),
     );
     Ok(Outcome::new(decision, format!("the tiny Llama shape with {} query heads, 8 vs 2 KV heads, batch 1, prompt 16 + 9 new tokens", heads(gqa).0), ChartKind::Bar)
         .figures(vec![
@@ -342,7 +342,7 @@ fn use_cache_off(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         protocol::format_bytes(held(&off)),
         protocol::format_bytes(held(&cached))
     );
-    let decision = Decision::rule(holds, format!("Confirmed: {reason}."), format!("Refuted here: {reason}."));
+    let decision = Decision::rule(holds, format!("{reason}."), format!("{reason}."));
     let x: Vec<String> = off.steps.iter().filter(|s| s.phase == GenPhase::Decode).map(|s| s.position.to_string()).collect();
     Ok(Outcome::new(decision, setup(&off_spec), ChartKind::Line)
         .figures(vec![
@@ -386,7 +386,7 @@ fn prefill_vs_decode(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             .map(|b| format!("{b:.1} GB/s{}", g.decode_bandwidth_percent.map(|p| format!(" ({p:.1}% of the device's)")).unwrap_or_default()))
             .unwrap_or_default()
     );
-    let decision = Decision::rule(holds, format!("Confirmed: {reason}."), format!("Refuted here: {reason}."));
+    let decision = Decision::rule(holds, format!("{reason}."), format!("{reason}."));
     let mut notes = vec![];
     if let Some(src) = &g.bandwidth_source {
         notes.push(format!("Peaks: {src}."));
@@ -443,8 +443,8 @@ fn decode_batch(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     );
     let decision = Decision::rule(
         holds,
-        format!("Confirmed: {reason}."),
-        format!("Refuted here: {reason}. The step is already compute-bound at these batches on this device: the weights are small enough to stay in cache, so a bigger batch costs time instead of reusing reads."),
+        format!("{reason}."),
+        format!("{reason}. The step is already compute-bound at these batches on this device: the weights are small enough to stay in cache, so a bigger batch costs time instead of reusing reads."),
     );
     let x: Vec<String> = batches.iter().map(|b| b.to_string()).collect();
     Ok(Outcome::new(decision, last_spec.map(|s| setup(&s)).unwrap_or_default(), ChartKind::Line)
@@ -485,8 +485,8 @@ fn static_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let dynamic_steps = dy.steps.windows(2).all(|w| w[1].kv_cache_bytes - w[0].kv_cache_bytes == one);
     let decision = Decision::rule(
         static_flat && dynamic_steps,
-        format!("Confirmed: the static cache held {} from the prefill to the last step; the dynamic one grew by {} per step to {}. (CUDA graph replay of the decode step: not measured by Gradless yet.)", protocol::format_bytes(full), protocol::format_bytes(one), protocol::format_bytes(dy.kv_cache_bytes)),
-        format!("Refuted here: static steps {:?}, dynamic growth per step not {one} B.", st.steps.iter().map(|s| s.kv_cache_bytes).collect::<Vec<_>>()),
+        format!("The static cache held {} from the prefill to the last step; the dynamic one grew by {} per step to {}. (CUDA graph replay of the decode step: not measured by Gradless yet.)", protocol::format_bytes(full), protocol::format_bytes(one), protocol::format_bytes(dy.kv_cache_bytes)),
+        format!("Static steps {:?}, dynamic growth per step not {one} B.", st.steps.iter().map(|s| s.kv_cache_bytes).collect::<Vec<_>>()),
     );
     let x = positions(&st);
     Ok(Outcome::new(decision, setup(&spec), ChartKind::Line)
@@ -535,8 +535,8 @@ fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let padded_ms: f64 = padded.steps.iter().map(|s| s.latency_ms).sum();
     let decision = Decision::rule(
         waste == waste_formula && waste > 0,
-        format!("Confirmed: the padded batch cached {} against {} one by one — {} of padding ({} padding positions), exactly the formula. Time: {padded_ms:.1} ms batched, {one_by_one_ms:.1} ms one by one.", protocol::format_bytes(padded.kv_cache_bytes), protocol::format_bytes(one_by_one_bytes), protocol::format_bytes(waste), pad_positions),
-        format!("Refuted here: waste {waste} B against the formula's {waste_formula} B."),
+        format!("The padded batch cached {} against {} one by one — {} of padding ({} padding positions), exactly the formula. Time: {padded_ms:.1} ms batched, {one_by_one_ms:.1} ms one by one.", protocol::format_bytes(padded.kv_cache_bytes), protocol::format_bytes(one_by_one_bytes), protocol::format_bytes(waste), pad_positions),
+        format!("Waste {waste} B against the formula's {waste_formula} B."),
     );
     Ok(Outcome::new(decision, format!("{}, batch 4 (padded) against batch 1 (one by one), prompts of {lengths:?} tokens + {n} new each, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
         .figures(vec![
@@ -600,8 +600,8 @@ fn inference_tensor_cache(_lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailu
     let raised = error.as_ref().is_some_and(|e| e.to_lowercase().contains("inference tensor"));
     let decision = Decision::rule(
         is_inference && raised && same_mode && no_grad,
-        format!("Confirmed: libtorch refused the write: \"{}\"; allocating and updating under inference_mode, or using no_grad for both, worked.", error.clone().unwrap_or_default()),
-        format!("Refuted here: error {:?}, same-mode fix {same_mode}, no_grad fix {no_grad}.", error),
+        format!("libtorch refused the write: \"{}\"; allocating and updating under inference_mode, or using no_grad for both, worked.", error.clone().unwrap_or_default()),
+        format!("Error {:?}, same-mode fix {same_mode}, no_grad fix {no_grad}.", error),
     );
     Ok(Outcome::new(decision, "a cache tensor of batch 1, 2 KV heads, 16 positions, head_dim 32".to_string(), ChartKind::Bar)
         .figures(vec![
@@ -672,7 +672,7 @@ fn autocast_decode(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ));
     }
     let cpu_note = if ctx.cuda() { String::new() } else { " On this CPU bf16 has no fast units: autocast is far slower than fp32 here, which is this device's answer, not a GPU's.".into() };
-    let decision = Decision::rule(holds, format!("Confirmed: {}.{cpu_note}", lines.join("; ")), format!("Refuted here: {}.{cpu_note}", lines.join("; ")));
+    let decision = Decision::rule(holds, format!("{}.{cpu_note}", lines.join("; ")), format!("{}.{cpu_note}", lines.join("; ")));
     let x: Vec<String> = cells.iter().map(|c| format!("{} · {}", c.0, c.1.as_str())).collect();
     Ok(Outcome::new(decision, format!("{}, batch 1, prompt {prompt} + {n} new tokens, dynamic cache", model.display_name()), ChartKind::Bar)
         .series(vec![series("per-token p50", "ms", x, cells.iter().map(|c| c.2).collect())])
@@ -747,7 +747,7 @@ fn decoder_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         p50(5),
         p50(4)
     );
-    let decision = Decision::rule(holds, format!("Confirmed: {reason}."), format!("Refuted here: {reason}."));
+    let decision = Decision::rule(holds, format!("{reason}."), format!("{reason}."));
     let labels: Vec<String> = results.iter().map(|r| r.0.to_string()).collect();
     Ok(Outcome::new(decision, setup(&rows[0].1), ChartKind::Bar)
         .table(table)
