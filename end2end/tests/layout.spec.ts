@@ -29,6 +29,7 @@ test("no page scrolls sideways at 390, 768, 1280, 1440 or 1920 px; header and co
   const pages = [
     "/?model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=3",
     "/pitfalls",
+    "/generate?model=llama_tiny&device=cpu",
     "/runs",
     `/runs/${a}`,
     `/compare?runs=${a},${b}`,
