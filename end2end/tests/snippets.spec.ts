@@ -22,6 +22,9 @@ test("each model's snippet, copied from the Lab, runs with PyTorch", async ({ pa
     await lab.open(`model=${model}&device=cpu&batch=1&grad=no_grad`);
     const code = await lab.testid("snippet").innerText();
     expect(code, model).toContain("import torch");
+    // The decoder presets share one snippet path; the tiny one stands for them (the 8B
+    // shape's random weights alone would take 32 GB in Python).
+    if (code.includes("import transformers") && model !== "llama_tiny") continue;
     const file = join(dir, `${model}.py`);
     writeFileSync(file, code);
     // Throws (failing the test with Python's traceback) on a non-zero exit.
