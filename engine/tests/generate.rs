@@ -53,25 +53,9 @@ fn run(w: &Worker, spec: RunSpec) -> Report {
     report
 }
 
-/// Spearman's rank correlation of `ys` against their order.
-fn rank_correlation(ys: &[f64]) -> f64 {
-    let n = ys.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&a, &b| ys[a].total_cmp(&ys[b]));
-    let mut rank = vec![0.0; n];
-    for (r, &i) in order.iter().enumerate() {
-        rank[i] = r as f64;
-    }
-    let mean = (n as f64 - 1.0) / 2.0;
-    let (mut num, mut dx, mut dy) = (0.0, 0.0, 0.0);
-    for (i, r) in rank.iter().enumerate() {
-        let (a, b) = (i as f64 - mean, r - mean);
-        num += a * b;
-        dx += a * a;
-        dy += b * b;
-    }
-    num / (dx * dy).sqrt()
-}
+/// The generation cards' rank correlation (Spearman's, of `ys` against their order): the
+/// test and the `use-cache-off` card read the same statistic.
+use engine::pitfalls::generation::rules::rank_correlation;
 
 per_device! {
 fn kv_cache_bytes_equal_the_formula_at_every_step(device) {
