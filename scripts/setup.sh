@@ -77,6 +77,17 @@ if [ -z "${LIBTORCH:-}" ]; then
   fi
 fi
 
+# --- openapi-spec-validator: the test suite validates GET /api/openapi.json with it ---------
+OPENAPI_VALIDATOR_VERSION=0.9.0
+if [ -z "${LIBTORCH:-}" ]; then
+  if compgen -G "$GRADLESS_VENV/lib/python3*/site-packages/openapi_spec_validator-$OPENAPI_VALIDATOR_VERSION.dist-info" >/dev/null; then
+    echo "openapi-spec-validator: $OPENAPI_VALIDATOR_VERSION"
+  else
+    step "Installing openapi-spec-validator $OPENAPI_VALIDATOR_VERSION into $GRADLESS_VENV (seconds)"
+    "$GRADLESS_VENV/bin/pip" install -q "openapi-spec-validator==$OPENAPI_VALIDATOR_VERSION"
+  fi
+fi
+
 # --- CUDA's C runtime headers, for CUDA graph capture -----------------------------------------
 # torch's wheel brings the CUDA runtime package (nvidia/cu13/include, cuda_runtime_api.h) but
 # not the crt/ headers cuda_runtime.h includes; engine/build.rs compiles the CUDA graph

@@ -12,6 +12,7 @@ use crate::{DeviceKind, ModelId, SpecError};
 /// `model.half()` / `model.to(torch.bfloat16)` (the input is cast the same way). Unlike
 /// autocast, which keeps fp32 weights and casts them inside every call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WeightsDtype {
     #[default]
@@ -22,6 +23,7 @@ pub enum WeightsDtype {
 
 /// The memory format of the input and the convolution weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryFormat {
     /// NCHW, PyTorch's default (`torch.contiguous_format`).
@@ -34,6 +36,7 @@ pub enum MemoryFormat {
 
 /// Where the input is at the start of each timed iteration.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InputSource {
     /// Already where the model runs: no copy is timed.
@@ -49,6 +52,7 @@ pub enum InputSource {
 
 /// The advanced settings of a run. Every default is PyTorch's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Advanced {
     pub weights: WeightsDtype,

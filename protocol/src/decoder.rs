@@ -13,6 +13,7 @@ use std::sync::RwLock;
 /// `config.json`). Mistral is Llama's shape with a sliding window; Qwen2 adds biases to the
 /// query, key and value projections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Architecture {
     #[serde(rename = "LlamaForCausalLM")]
     Llama,
@@ -46,6 +47,7 @@ impl Architecture {
 
 /// Llama 3's frequency-dependent RoPE scaling (`rope_type: "llama3"`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Llama3Rope {
     pub factor: f64,
     pub low_freq_factor: f64,
@@ -56,6 +58,7 @@ pub struct Llama3Rope {
 /// The shape of a decoder: the fields of a Hugging Face `config.json` that decide its
 /// weights, its KV cache and its arithmetic.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DecoderConfig {
     pub architecture: Architecture,
@@ -337,6 +340,7 @@ impl DecoderConfig {
 
 /// Where a served decoder comes from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DecoderSource {
     /// A built-in shape with random seeded weights; `copies` names the model whose shape it
@@ -349,6 +353,7 @@ pub enum DecoderSource {
 
 /// A decoder this process serves.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DecoderModel {
     pub name: String,
     pub display_name: String,

@@ -6,6 +6,7 @@ use crate::*;
 
 /// Why a run ended without a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// The device ran out of memory, or the run exceeded the configured memory budget.
@@ -29,6 +30,7 @@ pub enum FailureKind {
 
 /// A run's failure, readable by a person.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunFailure {
     pub kind: FailureKind,
     pub message: String,
@@ -38,6 +40,7 @@ pub struct RunFailure {
 /// run) or `step`* (a generate run: the prefill, then one per decode step), then `done` or
 /// `failed` (which may come at any point).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// Waiting; `position` runs are ahead of this one (0: next).

@@ -10,6 +10,7 @@ use crate::LatencyStats;
 
 /// How the keys and values of past positions are kept between decode steps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum KvCacheKind {
     /// Grows by concatenation each step, as transformers' `DynamicCache`.
@@ -48,6 +49,7 @@ pub const MAX_NEW_TOKENS: u32 = 4096;
 
 /// What a generate run asks for beyond a forward run's settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct GenerateSpec {
     /// Tokens generated per sequence (greedy, fixed length: no end-of-sequence stop).
@@ -66,6 +68,7 @@ impl Default for GenerateSpec {
 
 /// Whether a step processed the prompt or produced one more token from the last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum GenPhase {
     Prefill,
@@ -75,6 +78,7 @@ pub enum GenPhase {
 /// One step of a generation: the prefill (step 0, which yields the first new token) or one
 /// decode step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GenStep {
     /// 0 for the prefill, then 1, 2, ...: the step that produced new token `step + 1`.
     pub step: u32,
@@ -101,6 +105,7 @@ pub struct GenStep {
 
 /// What a generation measured (the report's `generation` section).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GenerationReport {
     pub cache: KvCacheKind,
     pub prompt_len: u32,

@@ -6,6 +6,7 @@ use crate::*;
 
 /// A model as the server offers it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelInfo {
     pub id: ModelId,
     pub name: String,
@@ -25,6 +26,7 @@ pub struct ModelInfo {
 
 /// A device the server can run on, and what it can do.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeviceInfo {
     pub kind: DeviceKind,
     pub name: String,
@@ -38,6 +40,7 @@ pub struct DeviceInfo {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AutocastSupport {
     pub autocast: Autocast,
     pub supported: bool,
@@ -46,6 +49,7 @@ pub struct AutocastSupport {
 
 /// `GET /api/info`: what this server offers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerInfo {
     pub version: String,
     pub libtorch_version: String,
@@ -66,6 +70,7 @@ pub struct ServerInfo {
 
 /// One live worker of a fleet, as the page lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerSummary {
     pub name: String,
     pub host: String,
@@ -80,6 +85,7 @@ pub struct WorkerSummary {
 /// checks that the memory it holds on each device is exactly its cached models' weights
 /// and buffers: anything more would be a leak, and it is logged.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerHealth {
     /// Runs and experiments finished since the worker started.
     pub tasks: u64,
@@ -93,6 +99,7 @@ pub struct WorkerHealth {
 
 /// One leak check: what the worker holds on a device against what it should.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryCheck {
     pub device: DeviceKind,
     /// Allocated bytes on the device after the task (CPU tensor memory or the CUDA caching
@@ -105,6 +112,7 @@ pub struct MemoryCheck {
 
 /// `POST /api/runs` answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunCreated {
     pub id: String,
     pub events_url: String,

@@ -7,6 +7,7 @@ use crate::EnvStamp;
 
 /// Whether the claim held on this hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// The figures show what the claim says.
@@ -34,6 +35,7 @@ impl Verdict {
 
 /// One measured number of an experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Figure {
     pub name: String,
     pub value: f64,
@@ -57,6 +59,7 @@ impl Figure {
 
 /// A line or bar series for the card's chart: `x` labels with `y` values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Series {
     pub name: String,
     pub unit: String,
@@ -66,6 +69,7 @@ pub struct Series {
 
 /// A small table of text cells.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Table {
     pub columns: Vec<String>,
     pub rows: Vec<Vec<String>>,
@@ -73,6 +77,7 @@ pub struct Table {
 
 /// How the card's chart is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ChartKind {
     Line,
@@ -81,6 +86,7 @@ pub enum ChartKind {
 
 /// The result of one pitfall experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PitfallReport {
     pub id: String,
     pub claim: String,
@@ -109,6 +115,7 @@ pub struct PitfallReport {
 
 /// A card as listed: what it teaches and where the fact comes from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PitfallInfo {
     pub id: String,
     pub title: String,
@@ -123,6 +130,7 @@ pub struct PitfallInfo {
 
 /// Knobs a person may set on an experiment; each has a sensible per-device default.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct PitfallOptions {
     pub device: crate::DeviceChoice,

@@ -8,6 +8,7 @@ use crate::{PitfallReport, Report, Verdict};
 
 /// What was recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", content = "report", rename_all = "snake_case")]
 pub enum RecordBody {
     /// A lab run (`POST /api/runs`).
@@ -18,6 +19,7 @@ pub enum RecordBody {
 
 /// The two kinds of record, for listings and filters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RecordKind {
     Run,
@@ -46,6 +48,7 @@ impl std::str::FromStr for RecordKind {
 
 /// `GET /api/records/{id}`: one recorded result with its permanent id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Record {
     pub id: String,
     #[serde(flatten)]
@@ -96,6 +99,7 @@ impl Record {
 
 /// A line of `GET /api/records` and `gradless runs list`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecordSummary {
     pub id: String,
     pub kind: RecordKind,

@@ -7,6 +7,7 @@ use crate::*;
 
 /// Where memory figures come from. Every report names it, because the two differ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MemorySource {
     /// libtorch's own allocation reporting on the measuring thread: bytes held by CPU tensors.
@@ -38,6 +39,7 @@ impl MemorySource {
 
 /// One iteration's measurement.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sample {
     /// 0-based within its phase (warm-up or timed).
     pub iteration: u32,
@@ -52,6 +54,7 @@ pub struct Sample {
 
 /// Latency statistics in milliseconds over the timed iterations only.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LatencyStats {
     pub mean: f64,
     pub p50: f64,
@@ -69,6 +72,7 @@ pub struct LatencyStats {
 
 /// Memory figures in bytes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryReport {
     pub source: MemorySource,
     /// Allocated with the weights and the input alive, before the first forward pass.
@@ -96,6 +100,7 @@ pub struct MemoryReport {
 
 /// Facts about the model's output, for the lessons that depend on them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OutputFacts {
     pub dtype: String,
     pub shape: Vec<i64>,
@@ -105,6 +110,7 @@ pub struct OutputFacts {
 
 /// The hardware and software a report was measured on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EnvStamp {
     pub device: DeviceKind,
     pub device_name: String,
@@ -140,6 +146,7 @@ impl EnvStamp {
 
 /// Everything a finished run measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Report {
     /// The spec as run: `device` and `input_size` resolved.
     pub spec: RunSpec,

@@ -31,6 +31,7 @@ pub enum ModelId {
 
 /// Which family of network a model is: what it is built from and what its input is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
     Mlp,
@@ -43,6 +44,7 @@ pub enum Family {
 
 /// What a model's input is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     /// `[batch, features]` floats.
@@ -328,6 +330,23 @@ impl Serialize for ModelId {
     }
 }
 
+/// A model is named by a string: a built-in's, a decoder preset's or a team model's (the
+/// names this server serves are in `GET /api/info`).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for ModelId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "a served model's name (built-in, decoder preset or team model; see GET /api/info)",
+            ))
+            .examples([serde_json::json!("resnet18")])
+            .into()
+    }
+}
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for ModelId {}
+
 /// A name that is not served still reads when it could be a team model's (a record of a
 /// model the operator has since removed); [`RunSpec::check`] refuses to run it.
 impl<'de> Deserialize<'de> for ModelId {
@@ -355,6 +374,7 @@ pub struct InputShape {
 
 /// Which device a run asks for. `auto` means CUDA when the server has it, else the CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceChoice {
     #[default]
@@ -378,6 +398,7 @@ impl DeviceChoice {
 
 /// The device a run actually used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceKind {
     Cpu,
@@ -395,6 +416,7 @@ impl DeviceKind {
 
 /// How autograd is configured around the forward pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum GradMode {
     /// PyTorch's default: every op on a tensor that requires grad records the graph.
@@ -419,6 +441,7 @@ impl GradMode {
 
 /// Automatic mixed precision around the forward pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Autocast {
     #[default]
@@ -477,6 +500,7 @@ impl std::str::FromStr for DeviceChoice {
 
 /// One measurement request. Every field has a default, so `{}` is a valid spec.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct RunSpec {
     pub model: ModelId,
@@ -526,6 +550,7 @@ impl Default for RunSpec {
 
 /// Server-side bounds on a spec; the browser receives them to validate before sending.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Limits {
     pub max_batch: u32,
     pub max_warmup: u32,
@@ -546,6 +571,7 @@ impl Default for Limits {
 
 /// A spec that breaks a rule, with the field at fault.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpecError {
     pub field: String,
     pub message: String,

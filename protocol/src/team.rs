@@ -23,6 +23,7 @@ const MAX_UNKNOWN_NAMES: usize = 256;
 
 /// What `NAME.json` beside `NAME.pt` says the module needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Sidecar {
     /// Shown in the model picker, reports and records.
@@ -46,6 +47,7 @@ pub struct Sidecar {
 /// dtype, but the values must be ones the module accepts (an id beyond the vocabulary
 /// raises in the embedding).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct InputSpec {
     /// What the forward pass calls it (`input_ids`, `attention_mask`): shown in the
@@ -171,6 +173,7 @@ pub fn fill_text(dtype: Dtype, fill: f64) -> String {
 
 /// One dimension of an input's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum Dim {
     Fixed(u32),
@@ -178,6 +181,7 @@ pub enum Dim {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DimName {
     Batch,
@@ -186,6 +190,7 @@ pub enum DimName {
 
 /// The element type of an input.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Dtype {
     #[default]
@@ -229,6 +234,7 @@ impl Dtype {
 
 /// The adjustable dimension: what it means, its default and its bounds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SizeSpec {
     /// In words, e.g. "image side in pixels".
@@ -312,6 +318,7 @@ impl Sidecar {
 /// the file (two train-mode passes and one eval-mode pass on the same input): TorchScript
 /// hides which layers a module has, so the page says what was seen instead of guessing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TrainingEffect {
     /// Two train-mode passes on the same input differ (Dropout-like randomness).
     pub random_in_train: bool,
@@ -335,6 +342,7 @@ impl TrainingEffect {
 /// A team model as this process serves it: its name (the file's stem), its sidecar, and
 /// what the engine found when it loaded and probed the file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TeamModel {
     pub name: String,
     /// The file it was loaded from, relative to the models directory (`NAME.pt`).

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// The state right after one module of the traced pass returned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TracePoint {
     /// The module's path, torchvision-style (`layer2.1.conv2`).
     pub module: String,
@@ -29,6 +30,7 @@ pub struct TracePoint {
 
 /// Where a device's peak throughput comes from: the datasheet of a known GPU, or measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DevicePeak {
     /// Peak TFLOP/s for the dtype the run computed in.
     pub tflops: f64,
@@ -42,6 +44,7 @@ pub struct DevicePeak {
 /// bytes moved are counted as weights read once plus every module's output written once
 /// and read once, ignoring caches and workspaces.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Roofline {
     /// FLOPs / estimated bytes moved.
     pub intensity_flops_per_byte: f64,
@@ -53,6 +56,7 @@ pub struct Roofline {
 
 /// One part of the device's memory, with the call that reads it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryPart {
     pub label: String,
     pub bytes: u64,
@@ -65,6 +69,7 @@ pub struct MemoryPart {
 /// which allocated: weights, input, peak activations) and the rest; on the CPU the
 /// process's resident memory against libtorch's tensor memory, with the gap named.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemoryBreakdown {
     /// The whole bar: driver-used on CUDA, the process's resident memory on the CPU.
     pub total_bytes: u64,
@@ -75,6 +80,7 @@ pub struct MemoryBreakdown {
 
 /// One labelled traced pass: a pitfall card's row, drawn overlaid with the others.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NamedTrace {
     pub label: String,
     pub trace: Vec<TracePoint>,

@@ -17,6 +17,7 @@ pub mod front;
 pub mod guard;
 pub mod logging;
 pub mod models;
+pub mod openapi;
 pub mod origin;
 pub mod pg_store;
 pub mod recorder;

@@ -59,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/records/{id}/export/{format}", get(api::export_record))
         .route("/health", if fleet { get(crate::front::health) } else { get(api::health) })
         .route("/pitfalls", get(api::pitfalls))
+        .route("/openapi.json", get(crate::openapi::serve))
         .merge(drive)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -1,0 +1,293 @@
+//! The HTTP API described as an OpenAPI 3.1 document, served at `GET /api/openapi.json`.
+//!
+//! The schemas are derived from the types the handlers answer with (`protocol`'s, with its
+//! `openapi` feature, which only this crate turns on, so the browser build never compiles
+//! utoipa). The operations are written here, on bodiless functions, rather than on the
+//! handlers: the document then reads as one page beside the router, and the handlers keep
+//! their own signatures. `server/tests/api/openapi.rs` keeps it true — every documented
+//! operation is routed, every route of the API reference (docs/api.md) is documented, and
+//! `openapi-spec-validator` accepts the document.
+
+use std::sync::OnceLock;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use protocol::{
+    ApiErrorBody, Event, PitfallInfo, PitfallOptions, PitfallReport, Record, RecordKind,
+    RecordSummary, Report, RunCreated, RunSpec, ServerInfo, WorkerHealth,
+};
+use utoipa::OpenApi;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Gradless",
+        description = "Measure what PyTorch's inference settings do: start runs and pitfall \
+            experiments on this server's device, follow their events, read and export the \
+            recorded results. Errors are JSON bodies `{\"error\": {\"code\", \"message\", \
+            \"field\"}}` with a stable code. Requests that start work may need the server's \
+            token (`Authorization: Bearer ...`) and must come from an allowed origin.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    paths(
+        info, create_run, run_events, get_run, run_emitted, list_records, get_record,
+        export_record, health, pitfalls, run_pitfall, workers, openapi_json, run_png,
+        run_svg, compare_png, compare_svg, oembed, healthz, metrics
+    ),
+    components(schemas(ApiErrorBody, WorkerCardSchema)),
+    tags(
+        (name = "runs", description = "Timed runs: start one, follow it, read its report"),
+        (name = "records", description = "Recorded results, kept across restarts"),
+        (name = "pitfalls", description = "The pitfall cards and their live experiments"),
+        (name = "server", description = "What this server offers and how it is doing"),
+        (name = "embeds", description = "Pictures and link previews of recorded results"),
+    )
+)]
+struct ApiDoc;
+
+/// The document, built once (it depends on nothing but the types).
+pub fn document() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serialises"))
+}
+
+/// `GET /api/openapi.json`.
+pub async fn serve() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], document())
+}
+
+/// A fleet worker's card (name, host, devices, models, limits, queue, memory in use), as
+/// `fleet::bus::WorkerCard` serialises it; described by hand, the fleet crate stays free of
+/// the document's library.
+#[derive(utoipa::ToSchema)]
+#[schema(as = WorkerCard)]
+#[allow(dead_code)]
+struct WorkerCardSchema {
+    name: String,
+    host: String,
+    devices: Vec<protocol::DeviceInfo>,
+    models: Vec<protocol::ModelInfo>,
+    limits: protocol::Limits,
+    version: String,
+    libtorch_version: String,
+    driver_version: Option<String>,
+    cuda_version: Option<String>,
+    /// When the worker process started (ms since the Unix epoch).
+    started_ms: u64,
+    /// Its last heartbeat (ms since the Unix epoch).
+    heartbeat_ms: u64,
+    heartbeat_ttl_ms: u64,
+    queued: u64,
+    running: Option<String>,
+    /// `[device kind, bytes]` pairs: memory the device holds after the worker's last task.
+    memory_in_use: Vec<(String, u64)>,
+}
+
+// The operations. Their bodies are empty: the handlers are in crate::api, crate::front and
+// crate::embeds, routed by crate::router.
+
+#[utoipa::path(get, path = "/api/info", tag = "server",
+    responses((status = 200, description = "Devices (with autocast support, or why not), models with parameter counts, limits, the pitfall cards", body = ServerInfo)))]
+#[allow(dead_code)]
+fn info() {}
+
+#[utoipa::path(post, path = "/api/runs", tag = "runs",
+    request_body(content = RunSpec, description = "Every field is optional; a missing one takes its default. Unknown fields are refused."),
+    responses(
+        (status = 202, description = "Queued: follow `events_url`", body = RunCreated),
+        (status = 400, description = "The body is not a JSON object of a RunSpec's fields", body = ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = ApiErrorBody),
+        (status = 403, description = "A page of another origin may not start work here", body = ApiErrorBody),
+        (status = 415, description = "The body is not `application/json`", body = ApiErrorBody),
+        (status = 422, description = "The spec cannot run here (the field is named)", body = ApiErrorBody),
+        (status = 429, description = "Rate limited", body = ApiErrorBody),
+        (status = 503, description = "The queue is full, or no worker is connected", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn create_run() {}
+
+#[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done`, `failed` or `interrupted`", content_type = "text/event-stream", body = Event),
+        (status = 404, description = "No such run", body = ApiErrorBody),
+        (status = 503, description = "Too many event streams are open", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn run_events() {}
+
+#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The finished run's report, live or from the database", body = Report),
+        (status = 404, description = "No such run", body = ApiErrorBody),
+        (status = 409, description = "Still running, failed or interrupted: no report (the message says which)", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn get_run() {}
+
+#[utoipa::path(get, path = "/api/runs/{id}/emitted", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "On a fleet front: when each of the run's events was emitted by its worker (ms since the Unix epoch); the load test reads emit-to-viewer delays from it", body = Vec<u64>),
+        (status = 404, description = "No such run on this front", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn run_emitted() {}
+
+#[utoipa::path(get, path = "/api/records", tag = "records",
+    params(
+        ("kind" = Option<RecordKind>, Query, description = "Only runs or only pitfall results"),
+        ("limit" = Option<u32>, Query, description = "How many, newest first (1 to 1000; 50 by default)"),
+    ),
+    responses(
+        (status = 200, description = "Recorded results, newest first", body = Vec<RecordSummary>),
+        (status = 400, description = "A bad `kind` or `limit` (the field is named)", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn list_records() {}
+
+#[utoipa::path(get, path = "/api/records/{id}", tag = "records",
+    params(("id" = String, Path, description = "The record's id (a run's id, or a pitfall result's `record_id`)")),
+    responses(
+        (status = 200, description = "One recorded result with its kind", body = Record),
+        (status = 404, description = "No such record", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn get_record() {}
+
+#[utoipa::path(get, path = "/api/records/{id}/export/{format}", tag = "records",
+    params(
+        ("id" = String, Path, description = "The record's id"),
+        ("format" = String, Path, description = "`json` (the record), `csv` (its samples or series), `py` (the reproducing PyTorch script; runs only), `trace` (the traced pass as Chrome trace-event JSON) or `trace-csv`"),
+    ),
+    responses(
+        (status = 200, description = "A download (`Content-Disposition: attachment`)", content(
+            (Record = "application/json"),
+            (String = "text/csv"),
+            (String = "text/x-python"),
+        )),
+        (status = 400, description = "An unknown format", body = ApiErrorBody),
+        (status = 404, description = "No such record, or nothing of that kind to export", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn export_record() {}
+
+#[utoipa::path(get, path = "/api/health", tag = "server",
+    responses(
+        (status = 200, description = "The worker: tasks, queue, and the leak check after every task. On a fleet front: `nats_connected` and the live `workers`", body = WorkerHealth),
+        (status = 503, description = "The worker thread has stopped", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn health() {}
+
+#[utoipa::path(get, path = "/api/pitfalls", tag = "pitfalls",
+    responses((status = 200, description = "The pitfall cards in tour order", body = Vec<PitfallInfo>)))]
+#[allow(dead_code)]
+fn pitfalls() {}
+
+#[utoipa::path(post, path = "/api/pitfalls/{id}", tag = "pitfalls",
+    params(("id" = String, Path, description = "The card's id (see GET /api/pitfalls)")),
+    request_body(content = Option<PitfallOptions>, description = "Optional: device, model, batch, memory budget"),
+    responses(
+        (status = 200, description = "The experiment's report, recorded: its permalink is `/runs/{record_id}`", body = PitfallReport),
+        (status = 401, description = "This server wants its token", body = ApiErrorBody),
+        (status = 403, description = "A page of another origin may not start work here", body = ApiErrorBody),
+        (status = 404, description = "No such card", body = ApiErrorBody),
+        (status = 409, description = "The experiment failed (the message says why)", body = ApiErrorBody),
+        (status = 422, description = "Options this card cannot take", body = ApiErrorBody),
+        (status = 429, description = "Rate limited", body = ApiErrorBody),
+        (status = 503, description = "Too many experiments waiting", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn run_pitfall() {}
+
+#[utoipa::path(get, path = "/api/workers", tag = "server",
+    responses((status = 200, description = "On a fleet front, the live workers' cards; `[]` on a single server", body = Vec<WorkerCardSchema>)))]
+#[allow(dead_code)]
+fn workers() {}
+
+#[utoipa::path(get, path = "/api/openapi.json", tag = "server",
+    responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
+#[allow(dead_code)]
+fn openapi_json() {}
+
+#[utoipa::path(get, path = "/runs/{id}.png", tag = "embeds",
+    params(("id" = String, Path, description = "The record's id"), PictureQuery),
+    responses(
+        (status = 200, description = "The recorded result's picture (immutable, with an ETag)", content_type = "image/png", body = Vec<u8>),
+        (status = 304, description = "Not modified (If-None-Match)"),
+        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
+        (status = 404, description = "No such record", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn run_png() {}
+
+#[utoipa::path(get, path = "/runs/{id}.svg", tag = "embeds",
+    params(("id" = String, Path, description = "The record's id"), PictureQuery),
+    responses(
+        (status = 200, description = "The recorded result's picture as SVG (immutable, with an ETag)", content_type = "image/svg+xml", body = String),
+        (status = 304, description = "Not modified (If-None-Match)"),
+        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
+        (status = 404, description = "No such record", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn run_svg() {}
+
+#[utoipa::path(get, path = "/compare.png", tag = "embeds",
+    params(("runs" = String, Query, description = "Comma-separated record ids"), PictureQuery),
+    responses(
+        (status = 200, description = "The runs side by side", content_type = "image/png", body = Vec<u8>),
+        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
+        (status = 404, description = "A record that does not exist", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn compare_png() {}
+
+#[utoipa::path(get, path = "/compare.svg", tag = "embeds",
+    params(("runs" = String, Query, description = "Comma-separated record ids"), PictureQuery),
+    responses(
+        (status = 200, description = "The runs side by side as SVG", content_type = "image/svg+xml", body = String),
+        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
+        (status = 404, description = "A record that does not exist", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn compare_svg() {}
+
+/// The options every picture takes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct PictureQuery {
+    /// `light` or `dark` (the page's default: light).
+    theme: Option<String>,
+    /// Width in CSS pixels, 300 to 2400.
+    width: Option<u32>,
+    /// 1 or 2: the PNG's pixels per CSS pixel.
+    scale: Option<u32>,
+}
+
+#[utoipa::path(get, path = "/oembed", tag = "embeds",
+    params(
+        ("url" = String, Query, description = "A permalink of this server"),
+        ("format" = Option<String>, Query, description = "Only `json`"),
+        ("maxwidth" = Option<u32>, Query),
+        ("maxheight" = Option<u32>, Query),
+    ),
+    responses(
+        (status = 200, description = "The oEmbed answer (`rich` or `photo`)", body = Object),
+        (status = 404, description = "A URL this server does not serve", body = ApiErrorBody),
+        (status = 501, description = "A format other than JSON", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn oembed() {}
+
+#[utoipa::path(get, path = "/healthz", tag = "server",
+    responses((status = 200, description = "`ok` while the process serves", content_type = "text/plain", body = String)))]
+#[allow(dead_code)]
+fn healthz() {}
+
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses((status = 200, description = "Prometheus metrics (text exposition format)", content_type = "text/plain", body = String)))]
+#[allow(dead_code)]
+fn metrics() {}
