@@ -44,15 +44,13 @@ pub fn latency_chart_with(
         line = line.mark_area(
             MarkArea::new()
                 .item_style(ItemStyle::new().color("rgba(160, 160, 160, 0.18)"))
-                // At the band's foot, on a plate that reads on the light and the dark
-                // theme: the first warm-up iterations are the slow ones, so the band's
-                // top is where its points are.
+                // Above the band, outside the plot: no point can sit on it (the first
+                // warm-up iterations are the slow ones, at the band's top). The unit is
+                // in the title, so the axis name does not take that place.
                 .label(
                     Label::new()
-                        .position(LabelPosition::InsideBottom)
-                        .formatter("warm-up")
-                        .background_color("rgba(128, 128, 128, 0.3)")
-                        .padding((2, 4, 2, 4)),
+                        .position(LabelPosition::Top)
+                        .formatter("warm-up"),
                 )
                 .data(vec![(
                     MarkAreaData::new()
@@ -63,10 +61,12 @@ pub fn latency_chart_with(
         );
     }
     let mut marks: Vec<MarkLineVariant> = vec![];
-    // p95 >= p50, so p95's label above its line and p50's below its own never overlap,
-    // however close the two are (end2end/tests/chart-labels.spec.ts measures the boxes).
+    // Each label above its own line, p50's at the left end and p95's at the right: they
+    // never overlap, however close the two values are (the usual case), and neither hangs
+    // below the plot when p50 is near zero (end2end/tests/chart-labels.spec.ts measures
+    // the boxes).
     for (name, value, position) in [
-        ("p50", p50, LabelPosition::InsideEndBottom),
+        ("p50", p50, LabelPosition::InsideStartTop),
         ("p95", p95, LabelPosition::InsideEndTop),
     ] {
         if let Some(p) = value {
@@ -87,10 +87,10 @@ pub fn latency_chart_with(
         line = line.mark_line(MarkLine::new().data(marks));
     }
     let description = latency_description(warmup.len(), samples, p50, p95, reading);
-    let (y_axis, zoomed) = value_axis("ms", &plotted, true);
+    let (y_axis, zoomed) = value_axis("", &plotted, true);
     let mut chart = base(
         title(
-            "Latency per iteration",
+            "Latency per iteration (ms)",
             zoomed.then(|| NOT_FROM_ZERO.to_string()),
         ),
         reading,
