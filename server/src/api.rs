@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
 use protocol::{
-    Event, FailureKind, Record, RecordBody, RecordKind, RecordSummary, RunCreated, RunFailure,
-    RunSpec, ServerInfo, SpecError, WorkerHealth,
+    Event, FailureKind, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, RunCreated,
+    RunFailure, RunSpec, ServerInfo, SpecError, Unfinished, WorkerHealth,
 };
 use serde::de::DeserializeOwned;
 
@@ -114,6 +114,8 @@ pub async fn create_run(
         .map_err(ApiError::InvalidSpec)?;
     state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
+    // The intent first: if this process dies before the run ends, the row says so.
+    state.recorder.started(started_run(&id, &spec));
     let sink_run = run.clone();
     let mut meter = fleet::metrics::RunMeter::default();
     let recorder = state.recorder.clone();
@@ -124,6 +126,9 @@ pub async fn create_run(
     let sink = move |event: Event| {
         meter.observe(&event);
         let Event::Done { report } = event else {
+            if matches!(event, Event::Failed { .. }) {
+                recorder.discard(&record_id);
+            }
             sink_run.push(event);
             return;
         };
@@ -156,6 +161,7 @@ pub async fn create_run(
         Ok(ticket) => run.set_ticket(ticket),
         Err(e) => {
             state.runs.remove(&id);
+            state.recorder.discard(&id);
             return Err(e.into());
         }
     }
@@ -169,6 +175,14 @@ pub async fn create_run(
             cancel_token,
         }),
     ))
+}
+
+/// The record of run `id` accepted now with `spec`, before it has measured anything.
+pub(crate) fn started_run(id: &str, spec: &RunSpec) -> Record {
+    Record {
+        id: id.to_string(),
+        body: RecordBody::Unfinished(Box::new(Unfinished::run(spec.clone(), engine::device::rfc3339_now()))),
+    }
 }
 
 /// The final event of a run whose record could not be saved.
@@ -194,7 +208,8 @@ pub async fn get_run(
         let record = find_record(&state, &id).await?;
         return match record.body {
             RecordBody::Run(report) => Ok(Json(*report)),
-            RecordBody::Pitfall(_) => Err(ApiError::NotFound(format!(
+            RecordBody::Unfinished(u) if u.of == RecordKind::Run => Err(unfinished_error(&u)),
+            RecordBody::Pitfall(_) | RecordBody::Unfinished(_) => Err(ApiError::NotFound(format!(
                 "{id} (it is a pitfall experiment: GET /api/records/{id})"
             ))),
         };
@@ -208,6 +223,38 @@ pub async fn get_run(
         }
         _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
     })
+}
+
+/// What asking for the report of an unfinished run answers: 410 when it was interrupted
+/// (there will never be one), 409 while it is still going.
+fn unfinished_error(u: &Unfinished) -> ApiError {
+    match u.status {
+        RecordStatus::Interrupted => ApiError::Interrupted(u.message.clone()),
+        _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
+    }
+}
+
+/// The events of recorded run `id`, which is not live in this process: an interrupted
+/// run's stream is its one `failed` event (kind `interrupted`, saying when), so a viewer
+/// holding the link learns what happened. A finished or unknown run is 404, as before
+/// runs were recorded at their start.
+pub(crate) async fn recorded_events(state: &AppState, id: &str) -> Result<Arc<RunState>, ApiError> {
+    let record = find_record(state, id).await?;
+    match record.body {
+        RecordBody::Unfinished(u) if u.status == RecordStatus::Interrupted => Ok(RunState::ended(
+            id,
+            Event::Failed {
+                failure: RunFailure {
+                    kind: FailureKind::Interrupted,
+                    message: u.message,
+                },
+            },
+        )),
+        RecordBody::Unfinished(_) => Err(ApiError::NoReport(
+            "the run is being measured by another server process; its events are not relayed here".into(),
+        )),
+        _ => Err(ApiError::NotFound(id.to_string())),
+    }
 }
 
 /// A recorded result, read off the async threads (SQLite blocks).
@@ -339,7 +386,10 @@ pub async fn run_events(
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let run = state.runs.get(&id).ok_or(ApiError::NotFound(id))?;
+    let run = match state.runs.get(&id) {
+        Some(run) => run,
+        None => recorded_events(&state, &id).await?,
+    };
     event_response(&state, run, &query)
 }
 
@@ -443,18 +493,33 @@ pub async fn run_pitfall(
         .try_acquire_owned()
         .map_err(|_| ApiError::QueueFull { capacity })?;
     let worker = state.worker()?.clone();
+    let record_id = state.runs.fresh_id();
+    state.recorder.started(started_pitfall(&record_id, &id));
     // The engine's one checked path for experiments: the same batch ceiling, queue bound,
     // deadline, memory budget and panic barrier as runs.
     let span = tracing::info_span!("pitfall", card = %id);
     let result = tokio::task::spawn_blocking(move || span.in_scope(|| worker.run_experiment(&id, options)))
         .await
         .map_err(|_| ApiError::Unavailable)?;
-    let report = result.map_err(|e| match e {
-        engine::ExperimentError::Rejected(e) => ApiError::from(e),
-        engine::ExperimentError::Failed(f) => experiment_failed(f),
-    })?;
-    let record_id = state.runs.fresh_id();
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            state.recorder.discard(&record_id);
+            return Err(match e {
+                engine::ExperimentError::Rejected(e) => ApiError::from(e),
+                engine::ExperimentError::Failed(f) => experiment_failed(f),
+            });
+        }
+    };
     Ok(Json(record_pitfall(&state, record_id, report).await))
+}
+
+/// The record of experiment `card` accepted now as `record_id`, before it has run.
+pub(crate) fn started_pitfall(record_id: &str, card: &str) -> Record {
+    Record {
+        id: record_id.to_string(),
+        body: RecordBody::Unfinished(Box::new(Unfinished::pitfall(card, engine::device::rfc3339_now()))),
+    }
 }
 
 /// What a pitfall request must pass before anything runs, on a single server and on a
@@ -500,14 +565,10 @@ pub(crate) async fn record_pitfall(
         id: record_id,
         body: RecordBody::Pitfall(Box::new(report.clone())),
     };
-    let store = state.store.clone();
-    match tokio::task::spawn_blocking(move || store.save(&record)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::error!("could not record the experiment: {e:#}");
-            report.record_id = None;
-        }
-        Err(_) => report.record_id = None,
+    // Through the recorder, like runs: shutdown waits for this write.
+    if let Err(e) = state.recorder.save(record).await {
+        tracing::error!("could not record the experiment: {e:#}");
+        report.record_id = None;
     }
     report
 }

@@ -37,6 +37,9 @@ pub enum ApiError {
     /// The run exists but has no report (still going, or it failed).
     #[error("{0}")]
     NoReport(String),
+    /// The run never finished: its server stopped mid-way (the message says when).
+    #[error("{0}")]
+    Interrupted(String),
     /// The device worker is gone (shutting down).
     #[error("the measurement worker is not available")]
     Unavailable,
@@ -102,6 +105,8 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::UnknownPitfall(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
+            // Gone for good: there will never be a report.
+            ApiError::Interrupted(_) => (StatusCode::GONE, "interrupted"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

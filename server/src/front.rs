@@ -34,6 +34,7 @@ use crate::config::ServeArgs;
 use crate::error::ApiError;
 use crate::guard::Guard;
 use crate::pg_store::PgStore;
+use crate::recorder::Recorder;
 use crate::runs::RunState;
 use crate::state::{AppState, InfoCell};
 use crate::store::RecordStore;
@@ -113,10 +114,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         embed_csp: embed_csp.into(),
     };
     tokio::spawn(keep_info(state.clone()));
-    tokio::spawn(front.clone().record_ends(move |job, message| {
-        let store = store.clone();
-        async move { record_end(store, job, message).await }
-    }));
+    let ends = state.recorder.clone();
+    tokio::spawn(front.clone().record_ends(move |job, message| record_end(ends.clone(), job, message)));
     tracing::info!(nats = %front.bus.url, "Gradless front is serving at http://{bound}");
     let limits = crate::conn::ConnLimits {
         header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
@@ -190,15 +189,35 @@ async fn keep_info(state: AppState) {
     }
 }
 
-/// Saves a job's record from its last message (runs' `done`, experiments' reports).
-async fn record_end(store: Arc<dyn RecordStore>, job: String, message: Message) -> Result<()> {
+/// Records a job's end from its last message, once per fleet (the shared recorder
+/// consumer): a run's `done` or an experiment's report completes its row; a run whose
+/// worker went away is marked interrupted — in a fleet that is what interrupts a run, not
+/// a front's restart (the job lives on in JetStream and on its worker, and any front can
+/// follow and record it), so fronts never mark `running` rows at start-up; any other
+/// failure discards the row, as on a single server.
+async fn record_end(recorder: Arc<Recorder>, job: String, message: Message) -> Result<()> {
     let body = match message.body {
         Body::Event { event: Event::Done { report } } => RecordBody::Run(report),
         Body::Pitfall { report } => RecordBody::Pitfall(report),
+        Body::Event { event: Event::Failed { failure } } if failure.kind == FailureKind::WorkerGone => {
+            let cause = format!("the loss of its fleet worker ({})", failure.message);
+            return recorder
+                .write(move |store| {
+                    let Some(RecordBody::Unfinished(u)) = store.get(&job)?.map(|r| r.body) else {
+                        return Ok(());
+                    };
+                    let at = engine::device::rfc3339_now();
+                    let interrupted = RecordBody::Unfinished(Box::new(u.interrupted(at, Some(&cause))));
+                    store.save(&Record { id: job, body: interrupted })
+                })
+                .await;
+        }
+        Body::Event { event: Event::Failed { .. } } => {
+            return recorder.write(move |store| store.discard_running(&job)).await;
+        }
         Body::Event { .. } => return Ok(()),
     };
-    let record = Record { id: job, body };
-    tokio::task::spawn_blocking(move || store.save(&record)).await?
+    recorder.save(Record { id: job, body }).await
 }
 
 fn fleet(state: &AppState) -> Result<&Arc<Front>, ApiError> {
@@ -239,19 +258,16 @@ fn submit_error(e: SubmitError) -> ApiError {
 /// record before `done` goes out, as the single-process server does.
 fn attach(state: &AppState, front: &Arc<Front>, id: &str, run: Arc<RunState>) {
     let mut messages = front.relay(id);
-    let store = state.store.clone();
+    let recorder = state.recorder.clone();
     let id = id.to_string();
     tokio::spawn(async move {
         while let Some(message) = messages.recv().await {
             match message.body {
                 Body::Event { event: Event::Done { report } } => {
                     let record = Record { id: id.clone(), body: RecordBody::Run(report.clone()) };
-                    let store = store.clone();
-                    let saved = tokio::task::spawn_blocking(move || store.save(&record)).await;
-                    run.push(match saved {
-                        Ok(Ok(())) => Event::Done { report },
-                        Ok(Err(e)) => not_recorded(&format!("{e:#}")),
-                        Err(_) => not_recorded("the recording task failed"),
+                    run.push(match recorder.save(record).await {
+                        Ok(()) => Event::Done { report },
+                        Err(e) => not_recorded(&format!("{e:#}")),
                     });
                 }
                 Body::Event { event } => run.push(event),
@@ -297,9 +313,19 @@ pub async fn create_run(
     front.check(&card, &spec).map_err(submit_error)?;
     state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
+    // The intent first, before a worker can have it: the job's end completes this row,
+    // whichever front records it.
+    if let Err(e) = state.recorder.save(crate::api::started_run(&id, &spec)).await {
+        state.runs.remove(&id);
+        tracing::error!("could not record the start of a run: {e:#}");
+        return Err(ApiError::ServiceDown(
+            "PostgreSQL (the run database) is unreachable: a run now could not be recorded; the front reconnects by itself".into(),
+        ));
+    }
     attach(&state, &front, &id, run.clone());
     if let Err(e) = front.submit(&card, &id, Task::Run { spec }).await {
         state.runs.remove(&id);
+        state.recorder.discard(&id);
         return Err(submit_error(e));
     }
     Ok((
@@ -330,7 +356,9 @@ pub async fn run_events(
                 ApiError::ServiceDown(format!("NATS is unreachable, so this run's events cannot be read: {e:#}"))
             })?;
             if !exists {
-                return Err(ApiError::NotFound(id));
+                // Gone from the stream (or never there): the record may say why.
+                let run = crate::api::recorded_events(&state, &id).await?;
+                return crate::api::event_response(&state, run, &query);
             }
             let (run, fresh) = state.runs.adopt(&id);
             if fresh {
@@ -371,6 +399,7 @@ pub async fn run_pitfall(
         .try_acquire_owned()
         .map_err(|_| ApiError::QueueFull { capacity: state.experiments.available_permits() })?;
     let job = state.runs.fresh_id();
+    state.recorder.started(crate::api::started_pitfall(&job, &id));
     let task = Task::Pitfall { pitfall: id, options };
     // Followed from before the job exists, so its end cannot be missed.
     let last = {
@@ -378,7 +407,10 @@ pub async fn run_pitfall(
         let job = job.clone();
         tokio::spawn(async move { front.last_message(&job).await })
     };
-    front.submit(&card, &job, task).await.map_err(submit_error)?;
+    if let Err(e) = front.submit(&card, &job, task).await {
+        state.recorder.discard(&job);
+        return Err(submit_error(e));
+    }
     let wait = front.run_timeout + front.heartbeat_ttl * 3;
     let message = tokio::time::timeout(wait, last)
         .await

@@ -168,6 +168,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     let state = tokio::task::spawn_blocking(move || -> Result<AppState> {
         let store = Store::open(&db_path)?;
         tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
+        // Before any run is accepted: whatever is still `running` was being measured by
+        // an earlier process on this file that died (only one serves a file at a time).
+        let now = engine::device::rfc3339_now();
+        for id in store::interrupt_unfinished(&store, &now).context("marking interrupted runs")? {
+            tracing::warn!(run = %id, "run {id} was interrupted: the previous server stopped while it was measuring it; its permalink says so");
+        }
         let worker = start_worker(config)?;
         build_state(
             worker,

@@ -1,4 +1,6 @@
-//! Writing finished results to the [`Store`] on a thread of its own. A run's events come
+//! Every write to the record store, on a thread of its own: a run's start (its intent,
+//! `running`), its end (the report, or the row discarded when it failed) and experiments'
+//! reports. A run's events come
 //! from a sink the device thread calls, which must not block: a SQLite write (a busy
 //! database, a slow disk) would hold up every run behind it. The sink hands the record to
 //! this writer instead, and the writer, once the save succeeded or failed, delivers the
@@ -6,7 +8,9 @@
 //! lost silently.
 //!
 //! A plain thread and channel rather than `spawn_blocking`: [`Recorder::close`] must be
-//! able to wait for the last write before the database file is closed at shutdown.
+//! able to wait for the last write before the database file is closed at shutdown. One
+//! thread also keeps a run's writes in the order they were handed over (its start before
+//! its end).
 //!
 //! Each write runs in the tracing span it was handed over in (a run's, with its id), so
 //! what it logs is found with the rest of that run's lines.
@@ -14,6 +18,8 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use protocol::Record;
 
 use crate::store::RecordStore;
 
@@ -58,6 +64,50 @@ impl Recorder {
             Some(tx) => tx.send(job).map_err(|e| e.0),
             None => Err(job),
         }
+    }
+
+    /// Runs `write` on the writer thread; the future answers what it returned (an error
+    /// when the recorder is closed).
+    pub fn write<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&dyn RecordStore) -> anyhow::Result<T> + Send + 'static,
+    ) -> impl std::future::Future<Output = anyhow::Result<T>> + Send + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let handed = self.submit(move |store| {
+            let _ = tx.send(write(store));
+        });
+        async move {
+            if handed.is_err() {
+                anyhow::bail!("the server is shutting down");
+            }
+            rx.await.unwrap_or_else(|_| Err(anyhow::anyhow!("the recording thread stopped")))
+        }
+    }
+
+    /// Saves `record` on the writer thread; the future says whether it was kept.
+    pub fn save(&self, record: Record) -> impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static {
+        self.write(move |store| store.save(&record))
+    }
+
+    /// Records that a run (or experiment) was accepted, without waiting: its row says
+    /// `running` until its end is saved, so a process killed before then leaves a trace
+    /// the next start marks interrupted (see [`crate::store::interrupt_unfinished`]).
+    pub fn started(&self, record: Record) {
+        let _ = self.submit(move |store| {
+            if let Err(e) = store.save(&record) {
+                tracing::warn!(run = %record.id, "could not record the start of the run: {e:#}");
+            }
+        });
+    }
+
+    /// Removes the `running` row of a run that failed, without waiting.
+    pub fn discard(&self, id: &str) {
+        let id = id.to_string();
+        let _ = self.submit(move |store| {
+            if let Err(e) = store.discard_running(&id) {
+                tracing::warn!(run = %id, "could not discard the failed run's row: {e:#}");
+            }
+        });
     }
 
     /// Finishes the writes already handed over, then closes the database.

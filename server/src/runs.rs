@@ -51,6 +51,14 @@ impl RunState {
         })
     }
 
+    /// A run that is over before anyone follows it: `last` is its only event (a run a
+    /// restarted server found interrupted). Not registered with [`Runs`].
+    pub fn ended(id: &str, last: Event) -> Arc<RunState> {
+        let run = RunState::new(id);
+        run.push(last);
+        run
+    }
+
     /// The run's span. Submitting the run inside it makes the engine run it there (the
     /// engine's queue keeps each task's submitter's span), and the recorder writes its
     /// record there, so the device thread's and the writer's lines carry the run's id.
