@@ -296,7 +296,7 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub use crate::models::model_infos;
+pub use crate::model_counts::model_infos;
 
 /// `gradless pitfall list`.
 pub fn pitfall_list(json: bool) -> Result<()> {

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use protocol::{ApiError as ApiErrorPayload, ApiErrorBody, SpecError};
 
-use crate::guard::Refusal;
+use crate::access::Refusal;
 
 /// Largest request body the API reads: a RunSpec is a few hundred bytes.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -86,6 +86,20 @@ impl From<Refusal> for ApiError {
                 retry_after,
                 per_minute,
             },
+        }
+    }
+}
+
+impl ApiError {
+    /// An experiment that failed, as the API answers it: a device it cannot use is the
+    /// request's fault (400 naming `device`), anything else a report that could not be made.
+    pub fn experiment_failed(f: protocol::RunFailure) -> ApiError {
+        match f.kind {
+            protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
+                field: "device".into(),
+                message: f.message,
+            }),
+            _ => ApiError::NoReport(f.message),
         }
     }
 }

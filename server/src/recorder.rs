@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use protocol::Record;
+use protocol::{Event, FailureKind, Record, RecordBody, Report, RunFailure, RunSpec, Unfinished};
 
 use crate::store::RecordStore;
 
@@ -89,6 +89,32 @@ impl Recorder {
         self.write(move |store| store.save(&record))
     }
 
+    /// Records run `id`'s report, then hands `deliver` the run's final event: `done`, or
+    /// `failed` with kind `storage` when the record could not be kept (a result that is
+    /// gone on reload is not `done`). Never blocks: the device thread's sink calls it.
+    pub fn finish_run(&self, id: &str, report: Box<Report>, deliver: impl FnOnce(Event) + Send + 'static) {
+        let record = Record { id: id.to_string(), body: RecordBody::Run(report.clone()) };
+        let deliver = std::sync::Arc::new(Mutex::new(Some(deliver)));
+        let later = deliver.clone();
+        let handed = self.submit(move |store| {
+            let event = match store.save(&record) {
+                Ok(()) => Event::Done { report },
+                Err(e) => {
+                    tracing::error!(run = %record.id, "could not record the run: {e:#}");
+                    not_recorded(&format!("{}", e.root_cause()))
+                }
+            };
+            if let Some(deliver) = later.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                deliver(event);
+            }
+        });
+        if handed.is_err() {
+            if let Some(deliver) = deliver.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                deliver(not_recorded("the server is shutting down"));
+            }
+        }
+    }
+
     /// Records that a run (or experiment) was accepted, without waiting: its row says
     /// `running` until its end is saved, so a process killed before then leaves a trace
     /// the next start marks interrupted (see [`crate::store::interrupt_unfinished`]).
@@ -117,5 +143,31 @@ impl Recorder {
             let _ = t.join();
         }
         self.store.close();
+    }
+}
+
+/// The final event of a run that finished but whose record could not be saved, `why`.
+pub fn not_recorded(why: &str) -> Event {
+    Event::Failed {
+        failure: RunFailure {
+            kind: FailureKind::Storage,
+            message: format!("the run finished but could not be recorded, so its figures are not kept: {why}"),
+        },
+    }
+}
+
+/// The record of run `id` accepted now with `spec`, before it has measured anything.
+pub fn started_run(id: &str, spec: &RunSpec) -> Record {
+    Record {
+        id: id.to_string(),
+        body: RecordBody::Unfinished(Box::new(Unfinished::run(spec.clone(), engine::device::rfc3339_now()))),
+    }
+}
+
+/// The record of experiment `card` accepted now as `record_id`, before it has run.
+pub fn started_pitfall(record_id: &str, card: &str) -> Record {
+    Record {
+        id: record_id.to_string(),
+        body: RecordBody::Unfinished(Box::new(Unfinished::pitfall(card, engine::device::rfc3339_now()))),
     }
 }

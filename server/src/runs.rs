@@ -221,7 +221,7 @@ impl RunState {
 
     /// Whether `presented` is this run's secret (compared in constant time).
     pub fn is_owner(&self, presented: Option<&str>) -> bool {
-        presented.is_some_and(|p| crate::guard::secrets_equal(p, &self.secret))
+        presented.is_some_and(|p| crate::access::secrets_equal(p, &self.secret))
     }
 
     /// A viewer connected; the returned guard tells us when it leaves. `owner`: it

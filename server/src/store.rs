@@ -19,7 +19,7 @@ use protocol::{Record, RecordBody, RecordKind, RecordSummary};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// What the server needs of a record store: one SQLite file ([`Store`], the single-process
-/// default) or PostgreSQL ([`crate::pg_store::PgStore`], for a fleet's fronts). Both keep
+/// default) or PostgreSQL (`pg_store::PgStore`, for a fleet's fronts). Both keep
 /// the same records. Calls block: callers use `spawn_blocking` or the recorder's thread.
 pub trait RecordStore: Send + Sync {
     /// Writes `record` unless its id holds one as far along already: a `running` row is
@@ -49,7 +49,7 @@ pub trait RecordStore: Send + Sync {
 /// their ids. Only the process that would have finished them may call this: a single
 /// server at start-up, before it accepts a run (nothing else writes its file's runs). A
 /// fleet front never does: its runs live on workers that outlast it, and they are marked
-/// one by one when their worker is seen gone (`crate::front`).
+/// one by one when their worker is seen gone (`dispatch::fleet`).
 pub fn interrupt_unfinished(store: &dyn RecordStore, at: &str) -> Result<Vec<String>> {
     let mut ids = Vec::new();
     for record in store.running()? {
