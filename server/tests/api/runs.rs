@@ -312,9 +312,7 @@ async fn a_run_that_cannot_be_recorded_fails_with_storage() {
              BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;",
         )
         .unwrap();
-    let mut state = state();
-    state.store = store.clone();
-    state.recorder = std::sync::Arc::new(server::recorder::Recorder::start(store));
+    let state = state().with_store(store);
     let router = server::router(state);
     let (status, _, body) = send(
         router.clone(),
