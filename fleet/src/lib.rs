@@ -11,4 +11,4 @@
 pub mod bus;
 pub mod front;
 pub mod metrics;
-pub mod worker;
+pub mod host;

@@ -26,6 +26,9 @@ pub enum FailureKind {
     Storage,
     /// The fleet worker running it went away (its heartbeat stopped) before it finished.
     WorkerGone,
+    /// The server measuring it stopped before it finished (`kill -9`, a power cut, the OOM
+    /// killer); the restarted server found it unfinished in the record store.
+    Interrupted,
 }
 
 /// A run's failure, readable by a person.

@@ -37,7 +37,7 @@ pub use pitfall::{
     BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
 pub use python::python_snippet;
-pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordSummary};
+pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;
 pub use spec::*;
 pub use trace::*;

@@ -1,10 +1,16 @@
-//! Recorded results: every finished run and pitfall experiment is kept by the server (in
-//! its SQLite file) under a permanent id, so a link shows exactly what was measured, on
-//! which hardware and when, without measuring again.
+//! Recorded results: every run and pitfall experiment is kept by the server (in its SQLite
+//! file, or a fleet's PostgreSQL) under a permanent id, so a link shows exactly what was
+//! measured, on which hardware and when, without measuring again.
+//!
+//! The intent is recorded first: a run is written as [`RecordBody::Unfinished`] (status
+//! `running`, with its spec and start time) when it is accepted, and replaced by its report
+//! when it finishes. A server that finds a `running` row at start-up was stopped in the
+//! middle of it (`kill -9`, a power cut, the OOM killer) and marks it `interrupted`, so the
+//! permalink says what happened instead of answering 404.
 
 use serde::{Deserialize, Serialize};
 
-use crate::{PitfallReport, Report, Verdict};
+use crate::{PitfallReport, Report, RunSpec, Verdict};
 
 /// What was recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -15,6 +21,101 @@ pub enum RecordBody {
     Run(Box<Report>),
     /// A pitfall experiment (`POST /api/pitfalls/{id}`).
     Pitfall(Box<PitfallReport>),
+    /// A run or experiment that was started and has no report: still going, or
+    /// interrupted (its server stopped mid-way). Records written before this existed
+    /// are always `run` or `pitfall`, so they read unchanged.
+    Unfinished(Box<Unfinished>),
+}
+
+/// Where a record stands. Only [`RecordStatus::Completed`] records hold figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordStatus {
+    /// Finished: a run's report or an experiment's.
+    #[default]
+    Completed,
+    /// Accepted and not finished yet.
+    Running,
+    /// It never finished: the server (or fleet worker) measuring it stopped first.
+    Interrupted,
+}
+
+impl RecordStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordStatus::Completed => "completed",
+            RecordStatus::Running => "running",
+            RecordStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn is_completed(&self) -> bool {
+        *self == RecordStatus::Completed
+    }
+}
+
+/// A run or experiment with no report yet, or never: what was asked for and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Unfinished {
+    /// What was started: a run or an experiment.
+    pub of: RecordKind,
+    /// `running` or `interrupted` (never `completed`: that record holds a report).
+    pub status: RecordStatus,
+    /// The run's settings (runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<RunSpec>,
+    /// The pitfall card (experiments only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pitfall: Option<String>,
+    /// When it was accepted (RFC 3339, UTC).
+    pub started_at: String,
+    /// When its interruption was found: the restarted server's start, or the moment a
+    /// fleet front saw the worker go (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_at: Option<String>,
+    /// What happened, in a sentence for people (see [`Unfinished::interrupted`]).
+    pub message: String,
+}
+
+impl Unfinished {
+    /// A run accepted at `started_at`, now going.
+    pub fn run(spec: RunSpec, started_at: String) -> Unfinished {
+        Unfinished {
+            of: RecordKind::Run,
+            status: RecordStatus::Running,
+            spec: Some(spec),
+            pitfall: None,
+            message: format!("started at {started_at} and not finished yet"),
+            started_at,
+            interrupted_at: None,
+        }
+    }
+
+    /// Experiment `card` accepted at `started_at`, now going.
+    pub fn pitfall(card: &str, started_at: String) -> Unfinished {
+        Unfinished {
+            of: RecordKind::Pitfall,
+            status: RecordStatus::Running,
+            spec: None,
+            pitfall: Some(card.to_string()),
+            message: format!("started at {started_at} and not finished yet"),
+            started_at,
+            interrupted_at: None,
+        }
+    }
+
+    /// This one, interrupted as found at `at`: by a restart of the server that was
+    /// measuring it (`cause` `None`), or by what `cause` says (a fleet worker gone).
+    pub fn interrupted(mut self, at: String, cause: Option<&str>) -> Unfinished {
+        let by = cause.unwrap_or("a server restart");
+        self.message = format!(
+            "interrupted by {by} at {at}; nothing was measured after it started at {}: no figures were kept",
+            self.started_at
+        );
+        self.status = RecordStatus::Interrupted;
+        self.interrupted_at = Some(at);
+        self
+    }
 }
 
 /// The two kinds of record, for listings and filters.
@@ -56,17 +157,35 @@ pub struct Record {
 }
 
 impl Record {
+    /// What was recorded, finished or not.
     pub fn kind(&self) -> RecordKind {
-        match self.body {
+        match &self.body {
             RecordBody::Run(_) => RecordKind::Run,
             RecordBody::Pitfall(_) => RecordKind::Pitfall,
+            RecordBody::Unfinished(u) => u.of,
         }
     }
 
+    pub fn status(&self) -> RecordStatus {
+        match &self.body {
+            RecordBody::Run(_) | RecordBody::Pitfall(_) => RecordStatus::Completed,
+            RecordBody::Unfinished(u) => u.status,
+        }
+    }
+
+    /// A finished run's report.
     pub fn run(&self) -> Option<&Report> {
         match &self.body {
             RecordBody::Run(r) => Some(r),
-            RecordBody::Pitfall(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The record of a run or experiment that has not finished (or never will).
+    pub fn unfinished(&self) -> Option<&Unfinished> {
+        match &self.body {
+            RecordBody::Unfinished(u) => Some(u),
+            _ => None,
         }
     }
 
@@ -82,6 +201,8 @@ impl Record {
                 p50_ms: Some(r.latency_ms.p50),
                 peak_above_baseline_bytes: Some(r.memory.peak_above_baseline_bytes),
                 verdict: None,
+                status: RecordStatus::Completed,
+                note: None,
             },
             RecordBody::Pitfall(p) => RecordSummary {
                 id: self.id.clone(),
@@ -92,6 +213,30 @@ impl Record {
                 p50_ms: None,
                 peak_above_baseline_bytes: None,
                 verdict: Some(p.verdict),
+                status: RecordStatus::Completed,
+                note: None,
+            },
+            RecordBody::Unfinished(u) => RecordSummary {
+                id: self.id.clone(),
+                kind: u.of,
+                label: match (&u.spec, &u.pitfall) {
+                    (Some(spec), _) => format!("{} · {}", spec.model.as_str(), spec.label()),
+                    (None, Some(card)) => format!("pitfall {card}"),
+                    (None, None) => String::new(),
+                },
+                // Which device it was asked for; the hardware was never read.
+                device_name: match u.spec.as_ref().map(|s| s.device) {
+                    Some(crate::DeviceChoice::Cpu) => "cpu".into(),
+                    Some(crate::DeviceChoice::Cuda) => "cuda".into(),
+                    Some(crate::DeviceChoice::Auto) => "auto".into(),
+                    None => String::new(),
+                },
+                measured_at: u.started_at.clone(),
+                p50_ms: None,
+                peak_above_baseline_bytes: None,
+                verdict: None,
+                status: u.status,
+                note: Some(u.message.clone()),
             },
         }
     }
@@ -113,6 +258,12 @@ pub struct RecordSummary {
     pub peak_above_baseline_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// Absent for completed records (and in summaries written before it existed).
+    #[serde(default, skip_serializing_if = "RecordStatus::is_completed")]
+    pub status: RecordStatus,
+    /// What happened to an unfinished one ([`Unfinished::message`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Whether `id` looks like one of ours (16 lowercase hex digits): anything else is refused

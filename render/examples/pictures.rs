@@ -18,6 +18,7 @@ fn main() {
         match record.body {
             protocol::RecordBody::Run(r) => runs.push(*r),
             protocol::RecordBody::Pitfall(p) => pitfalls.push(*p),
+            protocol::RecordBody::Unfinished(_) => {}
         }
     }
     if runs.is_empty() && pitfalls.is_empty() {

@@ -2,8 +2,9 @@
 //! (`POST /api/runs`), following it (`GET /api/runs/{id}/events`, Server-Sent Events),
 //! reading its report (`GET /api/runs/{id}`, also after a restart), the recorded results
 //! (`GET /api/records`, `/api/records/{id}`, `/api/records/{id}/export/{json|csv|py|trace|trace-csv}`),
-//! the pitfall experiments and the worker's health. Every error is JSON with a stable
-//! code; none leaks internals.
+//! the pitfall experiments and the health of where runs go. Every error is JSON with a
+//! stable code; none leaks internals. The handlers are the same on a single server and a
+//! fleet front: what differs is behind [`crate::dispatch::Dispatch`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,14 +20,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::stream::{self, Stream};
 use protocol::{
-    Event, FailureKind, Record, RecordBody, RecordKind, RecordSummary, RunCreated, RunFailure,
-    RunSpec, ServerInfo, SpecError, WorkerHealth,
+    Event, FailureKind, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, RunCreated,
+    RunFailure, RunSpec, ServerInfo, SpecError, Unfinished,
 };
 use serde::de::DeserializeOwned;
 
 use crate::error::storage_error;
 pub use crate::error::ApiError;
 use crate::export::{export, Format};
+use crate::recorder::started_pitfall;
 use crate::runs::{RunState, ViewerGuard};
 use crate::state::AppState;
 
@@ -97,67 +99,28 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     }
 }
 
-/// `POST /api/runs`: queue a run; follow it at `events_url`. Checked in this order: the
-/// token, the spec, the client's rate, the queue. When it finishes, the report is recorded
+/// `POST /api/runs[?worker=NAME]`: queue a run; follow it at `events_url`. Checked in this
+/// order: the token, the spec (and on a fleet, the services and the worker), the client's
+/// rate, the queue. Its start is recorded first; when it finishes, the report is recorded
 /// under the run's id before the `done` event goes out.
 pub async fn create_run(
     State(state): State<AppState>,
     ClientAddr(peer): ClientAddr,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
     state.guard.authorize(&headers)?;
     let spec = parse_spec(&body)?;
-    let worker = state.worker()?;
-    worker
-        .check(spec.clone())
-        .map_err(ApiError::InvalidSpec)?;
+    let target = state
+        .dispatch
+        .prepare_run(&state.store, query.get("worker").map(String::as_str), &spec)
+        .await?;
     state.guard.charge(&headers, peer.as_ref())?;
     let (id, run) = state.runs.create();
-    let sink_run = run.clone();
-    let mut meter = fleet::metrics::RunMeter::default();
-    let recorder = state.recorder.clone();
-    let record_id = id.clone();
-    // Called on the device thread, which must not block: the record is saved by the
-    // recorder's thread, which then sends the final event (`failed` with `storage` if the
-    // record could not be saved: a result that is gone on reload is not `done`).
-    let sink = move |event: Event| {
-        meter.observe(&event);
-        let Event::Done { report } = event else {
-            sink_run.push(event);
-            return;
-        };
-        let record = Record {
-            id: record_id.clone(),
-            body: RecordBody::Run(report.clone()),
-        };
-        let run = sink_run.clone();
-        let id = record_id.clone();
-        let saved = recorder.submit(move |store| {
-            let event = match store.save(&record) {
-                Ok(()) => Event::Done { report },
-                Err(e) => {
-                    tracing::error!(run = %id, "could not record the run: {e:#}");
-                    not_recorded(&e)
-                }
-            };
-            run.push(event);
-        });
-        if saved.is_err() {
-            sink_run.push(not_recorded(&anyhow::anyhow!(
-                "the server is shutting down"
-            )));
-        }
-    };
-    // In the run's span: the engine runs the task in the span it was submitted in, and
-    // the recorder writes in the span it was handed the record in, so every line logged
-    // about this run, on whichever thread, carries its id.
-    match run.span().in_scope(|| worker.submit(spec, Box::new(sink))) {
-        Ok(ticket) => run.set_ticket(ticket),
-        Err(e) => {
-            state.runs.remove(&id);
-            return Err(e.into());
-        }
+    if let Err(e) = state.dispatch.start_run(target, &state.recorder, &id, run.clone(), spec).await {
+        state.runs.remove(&id);
+        return Err(e);
     }
     let events_url = format!("/api/runs/{id}/events");
     let cancel_token = Some(run.secret().to_string());
@@ -171,19 +134,6 @@ pub async fn create_run(
     ))
 }
 
-/// The final event of a run whose record could not be saved.
-fn not_recorded(e: &anyhow::Error) -> Event {
-    Event::Failed {
-        failure: RunFailure {
-            kind: FailureKind::Storage,
-            message: format!(
-                "the run finished but could not be recorded, so its figures are not kept: {}",
-                e.root_cause()
-            ),
-        },
-    }
-}
-
 /// `GET /api/runs/{id}`: the report of a finished run: live from this process, or recorded
 /// (also by an earlier process on the same database).
 pub async fn get_run(
@@ -194,7 +144,8 @@ pub async fn get_run(
         let record = find_record(&state, &id).await?;
         return match record.body {
             RecordBody::Run(report) => Ok(Json(*report)),
-            RecordBody::Pitfall(_) => Err(ApiError::NotFound(format!(
+            RecordBody::Unfinished(u) if u.of == RecordKind::Run => Err(unfinished_error(&u)),
+            RecordBody::Pitfall(_) | RecordBody::Unfinished(_) => Err(ApiError::NotFound(format!(
                 "{id} (it is a pitfall experiment: GET /api/records/{id})"
             ))),
         };
@@ -208,6 +159,38 @@ pub async fn get_run(
         }
         _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
     })
+}
+
+/// What asking for the report of an unfinished run answers: 410 when it was interrupted
+/// (there will never be one), 409 while it is still going.
+fn unfinished_error(u: &Unfinished) -> ApiError {
+    match u.status {
+        RecordStatus::Interrupted => ApiError::Interrupted(u.message.clone()),
+        _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
+    }
+}
+
+/// The events of recorded run `id`, which is not live in this process: an interrupted
+/// run's stream is its one `failed` event (kind `interrupted`, saying when), so a viewer
+/// holding the link learns what happened. A finished or unknown run is 404, as before
+/// runs were recorded at their start.
+async fn recorded_events(state: &AppState, id: &str) -> Result<Arc<RunState>, ApiError> {
+    let record = find_record(state, id).await?;
+    match record.body {
+        RecordBody::Unfinished(u) if u.status == RecordStatus::Interrupted => Ok(RunState::ended(
+            id,
+            Event::Failed {
+                failure: RunFailure {
+                    kind: FailureKind::Interrupted,
+                    message: u.message,
+                },
+            },
+        )),
+        RecordBody::Unfinished(_) => Err(ApiError::NoReport(
+            "the run is being measured by another server process; its events are not relayed here".into(),
+        )),
+        _ => Err(ApiError::NotFound(id.to_string())),
+    }
 }
 
 /// A recorded result, read off the async threads (SQLite blocks).
@@ -300,25 +283,29 @@ pub async fn export_record(
         .into_response())
 }
 
-/// `GET /api/health`: the worker's tasks, queue and leak checks.
-pub async fn health(State(state): State<AppState>) -> Result<Json<WorkerHealth>, ApiError> {
-    Ok(Json(state.worker()?.health()))
+/// `GET /api/health`: the worker's tasks, queue and leak checks; on a fleet front, whether
+/// NATS answers and the live workers.
+pub async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(state.dispatch.health())
+}
+
+/// `GET /api/workers`: the live workers (an empty list on a single-process server).
+pub async fn workers(State(state): State<AppState>) -> Json<Vec<fleet::bus::WorkerCard>> {
+    Json(state.dispatch.workers())
+}
+
+/// `GET /api/runs/{id}/emitted`: when each event of the run was emitted by its fleet
+/// worker (microseconds since the Unix epoch), as relayed by this front: what the fleet
+/// load test measures delivery delays against (503 on a single server).
+pub async fn run_emitted(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Vec<u64>>, ApiError> {
+    state.dispatch.emitted(&id).map(Json)
 }
 
 /// `GET /metrics`: Prometheus metrics (see [`fleet::metrics`]). On a single-process server
 /// the queue depth and device memory are read from the worker at each scrape.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let m = fleet::metrics::global();
-    if let Some(worker) = &state.worker {
-        let health = worker.health();
-        m.set_queue_depths([("local".to_string(), health.queued as u64)]);
-        m.set_device_memory(
-            health
-                .last_checks
-                .iter()
-                .map(|c| (c.device.as_str().to_string(), c.held_bytes)),
-        );
-    }
+    state.dispatch.observe();
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))],
         m.render(),
@@ -329,7 +316,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// `GET /api/runs/{id}/events[?cancel_token=...]`: every event of the run from the first,
 /// then live ones, as SSE messages whose data is the event's JSON. The stream ends after
 /// `done` or `failed`. With the run's secret, this viewer is the submitter's: its leaving
-/// cancels the run while it waits (see [`crate::runs::ViewerGuard`]).
+/// cancels the run while it waits (see [`crate::runs::ViewerGuard`]). On a fleet front a
+/// run submitted on another front is followed from the stream, from its first event.
 ///
 /// The messages are written as bytes the run shares among its viewers (see
 /// [`RunState::frames_from`]) rather than through axum's `Sse`, which would copy and
@@ -339,14 +327,20 @@ pub async fn run_events(
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let run = state.runs.get(&id).ok_or(ApiError::NotFound(id))?;
+    let run = match state.runs.get(&id) {
+        Some(run) => run,
+        None => match state.dispatch.follow(&state.runs, &state.recorder, &id).await? {
+            Some(run) => run,
+            None => recorded_events(&state, &id).await?,
+        },
+    };
     event_response(&state, run, &query)
 }
 
-/// The SSE response following `run` (see [`run_events`]), for this server's handler and a
-/// fleet front's: one of the server's stream slots (429 when none is free), and the
-/// owner's rights when the query carries the run's `cancel_token`.
-pub(crate) fn event_response(
+/// The SSE response following `run` (see [`run_events`]): one of the server's stream
+/// slots (429 when none is free), and the owner's rights when the query carries the run's
+/// `cancel_token`.
+fn event_response(
     state: &AppState,
     run: Arc<RunState>,
     query: &HashMap<String, String>,
@@ -425,42 +419,42 @@ pub async fn pitfalls(State(state): State<AppState>) -> Json<Vec<protocol::Pitfa
     Json(state.info.current().pitfalls.clone())
 }
 
-/// `POST /api/pitfalls/{id}`: runs the experiment (body: optional PitfallOptions) and
-/// answers its report when it is done.
+/// `POST /api/pitfalls/{id}[?worker=NAME]`: runs the experiment (body: optional
+/// PitfallOptions) and answers its report when it is done, recorded under `record_id`.
 pub async fn run_pitfall(
     State(state): State<AppState>,
     ClientAddr(peer): ClientAddr,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<protocol::PitfallReport>, ApiError> {
     let options = pitfall_request(&state, &headers, &id, &body)?;
+    let target = state
+        .dispatch
+        .prepare_pitfall(&state.store, query.get("worker").map(String::as_str), options.device)
+        .await?;
     state.guard.charge(&headers, peer.as_ref())?;
-    let capacity = state.worker()?.queue_capacity();
+    let capacity = state.dispatch.experiment_capacity(&state.experiments);
     let _permit = state
         .experiments
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::QueueFull { capacity })?;
-    let worker = state.worker()?.clone();
-    // The engine's one checked path for experiments: the same batch ceiling, queue bound,
-    // deadline, memory budget and panic barrier as runs.
-    let span = tracing::info_span!("pitfall", card = %id);
-    let result = tokio::task::spawn_blocking(move || span.in_scope(|| worker.run_experiment(&id, options)))
-        .await
-        .map_err(|_| ApiError::Unavailable)?;
-    let report = result.map_err(|e| match e {
-        engine::ExperimentError::Rejected(e) => ApiError::from(e),
-        engine::ExperimentError::Failed(f) => experiment_failed(f),
-    })?;
     let record_id = state.runs.fresh_id();
-    Ok(Json(record_pitfall(&state, record_id, report).await))
+    state.recorder.started(started_pitfall(&record_id, &id));
+    match state.dispatch.run_pitfall(target, &record_id, id, options).await {
+        Ok(report) => Ok(Json(record_pitfall(&state, record_id, report).await)),
+        Err(e) => {
+            state.recorder.discard(&record_id);
+            Err(e)
+        }
+    }
 }
 
-/// What a pitfall request must pass before anything runs, on a single server and on a
-/// front alike: the caller may run experiments, the card exists, and the body is the
-/// card's options (none: the defaults).
-pub(crate) fn pitfall_request(
+/// What a pitfall request must pass before anything runs: the caller may run experiments,
+/// the card exists, and the body is the card's options (none: the defaults).
+fn pitfall_request(
     state: &AppState,
     headers: &HeaderMap,
     id: &str,
@@ -476,21 +470,9 @@ pub(crate) fn pitfall_request(
     parse_object(body, "PitfallOptions", r#"{"device": "cpu"}"#)
 }
 
-/// An experiment that failed, as the API answers it: a device it cannot use is the
-/// request's fault (400 naming `device`), anything else a report that could not be made.
-pub(crate) fn experiment_failed(f: protocol::RunFailure) -> ApiError {
-    match f.kind {
-        protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
-            field: "device".into(),
-            message: f.message,
-        }),
-        _ => ApiError::NoReport(f.message),
-    }
-}
-
 /// Keeps an experiment's report as record `record_id` and answers it with that id, or
 /// without one when it could not be kept (the report itself is still the answer).
-pub(crate) async fn record_pitfall(
+async fn record_pitfall(
     state: &AppState,
     record_id: String,
     mut report: protocol::PitfallReport,
@@ -500,14 +482,10 @@ pub(crate) async fn record_pitfall(
         id: record_id,
         body: RecordBody::Pitfall(Box::new(report.clone())),
     };
-    let store = state.store.clone();
-    match tokio::task::spawn_blocking(move || store.save(&record)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::error!("could not record the experiment: {e:#}");
-            report.record_id = None;
-        }
-        Err(_) => report.record_id = None,
+    // Through the recorder, like runs: shutdown waits for this write.
+    if let Err(e) = state.recorder.save(record).await {
+        tracing::error!("could not record the experiment: {e:#}");
+        report.record_id = None;
     }
     report
 }

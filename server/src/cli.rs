@@ -296,7 +296,7 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
     Ok(())
 }
 
-pub use crate::models::model_infos;
+pub use crate::model_counts::model_infos;
 
 /// `gradless pitfall list`.
 pub fn pitfall_list(json: bool) -> Result<()> {
@@ -408,9 +408,11 @@ pub fn runs(cmd: RunsCommand) -> Result<()> {
             )?;
             for s in &list {
                 let p50 = s.p50_ms.map(|v| format!("{v:.3} ms")).unwrap_or_else(|| {
-                    s.verdict
-                        .map(|v| v.as_str().to_string())
-                        .unwrap_or_default()
+                    match s.verdict {
+                        Some(v) => v.as_str().to_string(),
+                        // `interrupted` or `running`: no figures.
+                        None => s.status.as_str().to_string(),
+                    }
                 });
                 let peak = s
                     .peak_above_baseline_bytes
@@ -452,6 +454,10 @@ pub fn runs(cmd: RunsCommand) -> Result<()> {
                     for f in &p.figures {
                         println!("  {:<48} {}", f.name, f.display());
                     }
+                    Ok(())
+                }
+                protocol::RecordBody::Unfinished(u) => {
+                    println!("{} — {}\n{}", record.id, u.status.as_str(), u.message);
                     Ok(())
                 }
             }

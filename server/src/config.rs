@@ -179,7 +179,7 @@ pub struct ServeArgs {
     #[arg(long, env = "GRADLESS_MAX_CONNECTIONS", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Event streams (run viewers) open at once; more are answered 503 with Retry-After.
-    #[arg(long, env = "GRADLESS_MAX_STREAMS", default_value_t = crate::state::DEFAULT_MAX_STREAMS)]
+    #[arg(long, env = "GRADLESS_MAX_STREAMS", default_value_t = crate::conn::DEFAULT_MAX_STREAMS)]
     pub max_streams: usize,
     /// Origins allowed to show /embed/... pages in an iframe, space- or comma-separated
     /// (e.g. `https://docs.example.com`), or `*` for any. Default: this server only.

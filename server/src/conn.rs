@@ -47,7 +47,7 @@ pub struct ConnLimits {
 }
 
 /// Connections open at once, by default: room for the default event streams
-/// ([`crate::state::DEFAULT_MAX_STREAMS`]) and as many page loads and API calls beside them.
+/// ([`DEFAULT_MAX_STREAMS`]) and as many page loads and API calls beside them.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 impl Default for ConnLimits {
@@ -216,4 +216,46 @@ impl http_body::Body for Tracked {
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
     }
+}
+
+/// Event streams open at once, by default: server/tests/load.rs holds a thousand viewers
+/// of one run on a 2-core machine, every one admitted and served to the end (each stream
+/// costs a task, a socket and hyper's buffers: tens of KB). Delivery then lags: p99 1.2 s
+/// for a tiny model's burst of 104 events, clients on the same cores.
+pub const DEFAULT_MAX_STREAMS: usize = 2048;
+
+/// Connections the kernel may hold for us before we accept them. std's (and so tokio's
+/// `bind`) is 128: a team's burst of page loads and event streams beyond that had SYNs
+/// dropped and retried a second later (the load test saw 1 s event delays from it).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr` with a backlog for a team (see [`LISTEN_BACKLOG`]).
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Resolves at Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }

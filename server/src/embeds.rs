@@ -205,13 +205,11 @@ fn runs_of(records: &[Record]) -> Result<Vec<&protocol::Report>, ApiError> {
         .iter()
         .map(|r| {
             r.run().ok_or_else(|| {
-                bad(
-                    "runs",
-                    format!(
-                        "{} is a pitfall experiment, not a run: its picture is /runs/{}.png",
-                        r.id, r.id
-                    ),
-                )
+                let what = match r.unfinished() {
+                    Some(u) => format!("{} has no figures ({})", r.id, u.message),
+                    None => format!("{} is a pitfall experiment, not a run: its picture is /runs/{}.png", r.id, r.id),
+                };
+                bad("runs", what)
             })
         })
         .collect()
@@ -382,6 +380,7 @@ fn draw(
         (Subject::Record(_), [record]) => match &record.body {
             RecordBody::Run(r) => render::run_svg(r, o),
             RecordBody::Pitfall(p) => render::pitfall_svg(p, &card_title(info, &p.id), o),
+            RecordBody::Unfinished(u) => return Err(ApiError::NoReport(format!("{}: there is nothing to draw", u.message))),
         },
         _ => render::compare_svg(&runs_of(records)?, o),
     };
@@ -407,6 +406,7 @@ fn preview_of(
             RecordBody::Pitfall(p) => {
                 render::preview::pitfall(origin, id, &card_title(info, &p.id), p)
             }
+            RecordBody::Unfinished(u) => return Err(ApiError::NoReport(u.message.clone())),
         },
         (Subject::Compare(ids), _) => render::preview::compare(origin, ids, &runs_of(records)?),
         _ => return Err(ApiError::NotFound("this page".into())),

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use protocol::{ApiError as ApiErrorPayload, ApiErrorBody, SpecError};
 
-use crate::guard::Refusal;
+use crate::access::Refusal;
 
 /// Largest request body the API reads: a RunSpec is a few hundred bytes.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -37,6 +37,9 @@ pub enum ApiError {
     /// The run exists but has no report (still going, or it failed).
     #[error("{0}")]
     NoReport(String),
+    /// The run never finished: its server stopped mid-way (the message says when).
+    #[error("{0}")]
+    Interrupted(String),
     /// The device worker is gone (shutting down).
     #[error("the measurement worker is not available")]
     Unavailable,
@@ -87,6 +90,20 @@ impl From<Refusal> for ApiError {
     }
 }
 
+impl ApiError {
+    /// An experiment that failed, as the API answers it: a device it cannot use is the
+    /// request's fault (400 naming `device`), anything else a report that could not be made.
+    pub fn experiment_failed(f: protocol::RunFailure) -> ApiError {
+        match f.kind {
+            protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
+                field: "device".into(),
+                message: f.message,
+            }),
+            _ => ApiError::NoReport(f.message),
+        }
+    }
+}
+
 /// Logs a database failure and answers the generic [`ApiError::Storage`].
 pub fn storage_error(e: anyhow::Error) -> ApiError {
     tracing::error!("run database: {e:#}");
@@ -102,6 +119,8 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::UnknownPitfall(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
+            // Gone for good: there will never be a report.
+            ApiError::Interrupted(_) => (StatusCode::GONE, "interrupted"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

@@ -78,11 +78,16 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
                     }
                     write_csv(["series", "unit", "x", "y"], rows)
                 }
+                RecordBody::Unfinished(u) => return Err(unfinished_export(u)),
             },
         }),
         Format::Trace | Format::TraceCsv => {
-            let RecordBody::Run(r) = &record.body else {
-                return Err("a pitfall experiment has no traced pass; export one of its runs from the Lab".into());
+            let r = match &record.body {
+                RecordBody::Run(r) => r,
+                RecordBody::Unfinished(u) => return Err(unfinished_export(u)),
+                RecordBody::Pitfall(_) => {
+                    return Err("a pitfall experiment has no traced pass; export one of its runs from the Lab".into())
+                }
             };
             if r.trace.is_empty() {
                 return Err("this run was recorded before Gradless traced forward passes; measure it again".into());
@@ -110,8 +115,22 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
             RecordBody::Pitfall(_) => Err(
                 "a pitfall experiment has no single script; export one of its runs from the Lab, or its JSON".into(),
             ),
+            // The settings are known, so the script that measures them is too.
+            RecordBody::Unfinished(u) => match &u.spec {
+                Some(spec) => Ok(Export {
+                    content_type: "text/x-python; charset=utf-8",
+                    filename: format!("{stem}.py"),
+                    body: format!("# Gradless run {}: {}\n{}", record.id, u.message, protocol::python_snippet(spec)),
+                }),
+                None => Err(unfinished_export(u)),
+            },
         },
     }
+}
+
+/// Why a run with no figures has no figures to export (its JSON export says the same).
+fn unfinished_export(u: &protocol::Unfinished) -> String {
+    format!("{}: there are no figures to export (its JSON export and its Python script still work)", u.message)
 }
 
 /// Every sample of a run, warm-up first: one row per forward pass. Iterations are numbered

@@ -29,7 +29,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         None => tokio::runtime::Runtime::new()?.block_on(server::serve(cli.serve)),
         Some(Command::Serve(args)) => tokio::runtime::Runtime::new()?.block_on(server::serve(args)),
-        Some(Command::Worker(args)) => server::worker_cmd::worker(args),
+        Some(Command::Worker(args)) => server::fleet_host::worker(args),
         Some(Command::Measure(args)) => server::cli::measure(&worker(&args.spec.engine)?, &args),
         Some(Command::Compare(args)) => server::cli::compare(&worker(&args.spec.engine)?, &args),
         Some(Command::Generate(args)) => server::cli::generate(&worker(&args.engine)?, &args),

@@ -1,7 +1,7 @@
 //! The record store of a fleet's fronts: PostgreSQL, the same records as the SQLite file
 //! ([`crate::store::Store`]) behind the same trait. Several fronts share one database:
-//! `INSERT ... ON CONFLICT (id) DO NOTHING` keeps one row per id however many fronts see
-//! a run's end, and the schema migrations run on a process's first connection under an
+//! `INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE` (a row's status only moves forward)
+//! keeps one row per id, and the first report, however many fronts see a run's end, and the schema migrations run on a process's first connection under an
 //! advisory lock, so fronts starting together migrate once (and a front may start before
 //! its database).
 //!
@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use postgres::{Client, NoTls};
 use protocol::{Record, RecordKind, RecordSummary};
 
-use crate::store::{read_record, read_summary, RecordStore, Row};
+use crate::store::{read_record, read_summary, status_rank, RecordStore, Row};
 
 /// The migrations, in order; the n-th brings the schema to version n. Never edit one that
 /// has shipped: add the next.
@@ -31,7 +31,10 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE records (
         body         TEXT NOT NULL,
         recorded_at  TIMESTAMPTZ NOT NULL DEFAULT now()
     );
-    CREATE INDEX records_kind ON records(kind, seq);"];
+    CREATE INDEX records_kind ON records(kind, seq);",
+    // Runs are written when they are accepted (`running`), then completed or interrupted.
+    "ALTER TABLE records ADD COLUMN status TEXT NOT NULL DEFAULT 'completed';
+    CREATE INDEX records_status ON records(status);"];
 
 /// An arbitrary key for `pg_advisory_lock`: "gradless" in ASCII, cut to 63 bits.
 const MIGRATION_LOCK: i64 = 0x6772_6164_6c65_7373 & i64::MAX;
@@ -148,13 +151,39 @@ fn migrate(c: &mut Client) -> Result<()> {
 impl RecordStore for PgStore {
     fn save(&self, record: &Record) -> Result<()> {
         let row = Row::of(record)?;
+        let sql = format!(
+            "INSERT INTO records (id, kind, status, label, device_name, measured_at, summary, body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, status = EXCLUDED.status,
+                 label = EXCLUDED.label, device_name = EXCLUDED.device_name,
+                 measured_at = EXCLUDED.measured_at, summary = EXCLUDED.summary, body = EXCLUDED.body
+             WHERE {} < {}",
+            status_rank("records"),
+            status_rank("EXCLUDED")
+        );
         self.with(|c| {
             c.execute(
-                "INSERT INTO records (id, kind, label, device_name, measured_at, summary, body)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
-                &[&record.id, &row.kind, &row.label, &row.device_name, &row.measured_at, &row.summary, &row.body],
+                &sql,
+                &[&record.id, &row.kind, &row.status, &row.label, &row.device_name, &row.measured_at, &row.summary, &row.body],
             )
             .context("saving the run")?;
+            Ok(())
+        })
+    }
+
+    fn running(&self) -> Result<Vec<Record>> {
+        let rows = self.with(|c| Ok(c.query("SELECT id, body FROM records WHERE status = 'running' ORDER BY seq", &[])?))?;
+        let mut out = Vec::new();
+        for r in &rows {
+            out.extend(read_record(r.get(0), Some(r.get(1)))?);
+        }
+        Ok(out)
+    }
+
+    fn discard_running(&self, id: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute("DELETE FROM records WHERE id = $1 AND status = 'running'", &[&id])
+                .context("discarding the unfinished run")?;
             Ok(())
         })
     }

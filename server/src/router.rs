@@ -35,29 +35,22 @@ use crate::state::AppState;
 
 pub fn router(state: AppState) -> Router {
     // Requests that put work on the device: only this server's pages (or allowed ones).
-    // A fleet front (crate::front) has no device: the handlers that need one are its own.
-    let fleet = state.fleet.is_some();
-    let drive = if fleet {
-        Router::new()
-            .route("/runs", post(crate::front::create_run))
-            .route("/pitfalls/{id}", post(crate::front::run_pitfall))
-    } else {
-        Router::new()
-            .route("/runs", post(api::create_run))
-            .route("/pitfalls/{id}", post(api::run_pitfall))
-    };
-    let drive = drive
+    // The same handlers on a single server and a fleet front (where runs go is the
+    // state's `dispatch`).
+    let drive = Router::new()
+        .route("/runs", post(api::create_run))
+        .route("/pitfalls/{id}", post(api::run_pitfall))
         .route_layer(middleware::from_fn_with_state(state.clone(), check_drive));
     let api = Router::new()
         .route("/info", get(api::info))
         .route("/runs/{id}", get(api::get_run))
-        .route("/runs/{id}/events", if fleet { get(crate::front::run_events) } else { get(api::run_events) })
-        .route("/runs/{id}/emitted", get(crate::front::run_emitted))
-        .route("/workers", get(crate::front::workers))
+        .route("/runs/{id}/events", get(api::run_events))
+        .route("/runs/{id}/emitted", get(api::run_emitted))
+        .route("/workers", get(api::workers))
         .route("/records", get(api::list_records))
         .route("/records/{id}", get(api::get_record))
         .route("/records/{id}/export/{format}", get(api::export_record))
-        .route("/health", if fleet { get(crate::front::health) } else { get(api::health) })
+        .route("/health", get(api::health))
         .route("/pitfalls", get(api::pitfalls))
         .route("/openapi.json", get(crate::openapi::serve))
         .merge(drive)

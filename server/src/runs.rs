@@ -51,6 +51,14 @@ impl RunState {
         })
     }
 
+    /// A run that is over before anyone follows it: `last` is its only event (a run a
+    /// restarted server found interrupted). Not registered with [`Runs`].
+    pub fn ended(id: &str, last: Event) -> Arc<RunState> {
+        let run = RunState::new(id);
+        run.push(last);
+        run
+    }
+
     /// The run's span. Submitting the run inside it makes the engine run it there (the
     /// engine's queue keeps each task's submitter's span), and the recorder writes its
     /// record there, so the device thread's and the writer's lines carry the run's id.
@@ -213,7 +221,7 @@ impl RunState {
 
     /// Whether `presented` is this run's secret (compared in constant time).
     pub fn is_owner(&self, presented: Option<&str>) -> bool {
-        presented.is_some_and(|p| crate::guard::secrets_equal(p, &self.secret))
+        presented.is_some_and(|p| crate::access::secrets_equal(p, &self.secret))
     }
 
     /// A viewer connected; the returned guard tells us when it leaves. `owner`: it

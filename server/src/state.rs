@@ -1,13 +1,17 @@
-//! What every request handler shares.
+//! What every request handler shares ([`AppState`]), and the one way it is built
+//! ([`AppState::new`]): from where runs go (a [`Dispatch`]), what the server offers, and
+//! the [`Services`] configuration chooses.
 
 use std::sync::Arc;
 
 use axum::extract::FromRef;
-use engine::Worker;
 use leptos::config::LeptosOptions;
 use protocol::ServerInfo;
 
-use crate::guard::Guard;
+use crate::access::Guard;
+pub use crate::conn::DEFAULT_MAX_STREAMS;
+pub use crate::dispatch::InfoCell;
+use crate::dispatch::Dispatch;
 use crate::origin::Origins;
 use crate::recorder::Recorder;
 use crate::runs::Runs;
@@ -15,24 +19,21 @@ use crate::store::{RecordStore, Store};
 
 #[derive(Clone)]
 pub struct AppState {
-    /// This process's device worker; `None` on a fleet front, whose runs go to
-    /// [`AppState::fleet`]'s workers.
-    pub worker: Option<Arc<Worker>>,
-    /// A fleet front's link to the workers (`gradless serve --nats ...`).
-    pub fleet: Option<Arc<fleet::front::Front>>,
+    /// Where runs go: this process's device worker, or a fleet's workers.
+    pub dispatch: Dispatch,
     /// Runs this process is measuring or has measured (their live event streams).
     pub runs: Arc<Runs>,
-    /// Every finished run and experiment, kept across restarts (read here; written
-    /// through [`AppState::recorder`] or off the async threads).
+    /// Every run and experiment, kept across restarts (read here; every write goes
+    /// through [`AppState::recorder`]).
     pub store: Arc<dyn RecordStore>,
-    /// Writes finished runs' records off the device thread.
+    /// Writes records off the device thread and the async threads; shutdown waits for it.
     pub recorder: Arc<Recorder>,
     /// Token and rate limit for starting work.
     pub guard: Arc<Guard>,
     /// Which hosts this server answers to and which pages may drive it.
     pub origins: Arc<Origins>,
     /// What this server offers: computed once at start (the models need building to count, or
-    /// this executable's earlier counts: `crate::models::CountCache`), or on a fleet front
+    /// this executable's earlier counts: `model_counts::CountCache`), or on a fleet front
     /// from the live workers' announcements.
     pub info: Arc<InfoCell>,
     pub leptos: LeptosOptions,
@@ -52,18 +53,18 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
-/// The services around the worker, chosen by configuration.
+/// The services around where runs go, chosen by configuration.
 pub struct Services {
     pub store: Arc<dyn RecordStore>,
     pub guard: Guard,
     pub origins: Origins,
-    /// `frame-ancestors ...` for embeds (see [`crate::config::frame_ancestors`]).
+    /// `frame-ancestors ...` for embeds (made from `--embed-origins` by the configuration).
     pub embed_csp: String,
     /// Event streams that may be open at once.
     pub max_streams: usize,
     /// Where this executable keeps the parameter counts it measured (`None`: count at
     /// every start).
-    pub model_counts: Option<crate::models::CountCache>,
+    pub model_counts: Option<crate::model_counts::CountCache>,
 }
 
 impl Services {
@@ -81,33 +82,44 @@ impl Services {
     }
 }
 
-/// Event streams open at once, by default: server/tests/load.rs holds a thousand viewers
-/// of one run on a 2-core machine, every one admitted and served to the end (each stream
-/// costs a task, a socket and hyper's buffers: tens of KB). Delivery then lags: p99 1.2 s
-/// for a tiny model's burst of 104 events, clients on the same cores.
-pub const DEFAULT_MAX_STREAMS: usize = 2048;
-
-/// The [`ServerInfo`] pages and `/api/info` show now.
-pub struct InfoCell(std::sync::RwLock<Arc<ServerInfo>>);
-
-impl InfoCell {
-    pub fn new(info: ServerInfo) -> InfoCell {
-        InfoCell(std::sync::RwLock::new(Arc::new(info)))
-    }
-
-    pub fn current(&self) -> Arc<ServerInfo> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    pub fn set(&self, info: ServerInfo) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(info);
-    }
-}
-
 impl AppState {
-    /// This process's device worker (single-process mode; fleet fronts route the calls
-    /// that need one to their own handlers, so this is never reached there).
-    pub fn worker(&self) -> Result<&Arc<Worker>, crate::error::ApiError> {
-        self.worker.as_ref().ok_or(crate::error::ApiError::Unavailable)
+    /// The state around `dispatch`, offering `info`, with `experiments` pitfall
+    /// experiments allowed to wait, serving the site at `site_root` on `addr`.
+    pub fn new(
+        dispatch: Dispatch,
+        info: ServerInfo,
+        experiments: usize,
+        site_root: &std::path::Path,
+        addr: std::net::SocketAddr,
+        services: Services,
+    ) -> AppState {
+        let leptos = LeptosOptions::builder()
+            .output_name("gradless")
+            .site_root(site_root.to_string_lossy().to_string())
+            .site_pkg_dir("pkg")
+            .site_addr(addr)
+            .build();
+        let max_streams = services.max_streams.max(1);
+        AppState {
+            dispatch,
+            runs: Arc::new(Runs::new(1000)),
+            recorder: Arc::new(Recorder::start(services.store.clone())),
+            store: services.store,
+            guard: Arc::new(services.guard),
+            origins: Arc::new(services.origins),
+            info: Arc::new(InfoCell::new(info)),
+            leptos,
+            experiments: Arc::new(tokio::sync::Semaphore::new(experiments.max(1))),
+            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            max_streams,
+            embed_csp: services.embed_csp.into(),
+        }
+    }
+
+    /// This state with `store` in place of its own (and a recorder writing to it).
+    pub fn with_store(mut self, store: Arc<dyn RecordStore>) -> AppState {
+        self.recorder = Arc::new(Recorder::start(store.clone()));
+        self.store = store;
+        self
     }
 }

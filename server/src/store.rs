@@ -1,6 +1,12 @@
-//! The record of finished runs and experiments: one SQLite file (created on first start),
-//! one row per result, written when the result is final. Permalinks, `GET /api/runs/{id}`
-//! after a restart, embeds of recorded GPU numbers and `gradless runs ...` all read here.
+//! The record of runs and experiments: one SQLite file (created on first start), one row
+//! per run. Permalinks, `GET /api/runs/{id}` after a restart, embeds of recorded GPU
+//! numbers and `gradless runs ...` all read here.
+//!
+//! A row is written twice: as `running` when the run is accepted (its spec and start time:
+//! the intent, written first), then completed with its report. A process killed in between
+//! leaves the `running` row, which the next `gradless serve` on the file marks
+//! `interrupted` ([`interrupt_unfinished`]), so the permalink says what happened. A row's
+//! status only moves forward (running → interrupted → completed; see [`RecordStore::save`]).
 //!
 //! Each save is its own transaction in WAL mode, so a crash or a shutdown never leaves a
 //! half-written row; [`Store::close`] checkpoints the log into the main file.
@@ -9,26 +15,63 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
-use protocol::{Record, RecordKind, RecordSummary};
+use protocol::{Record, RecordBody, RecordKind, RecordSummary};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// What the server needs of a record store: one SQLite file ([`Store`], the single-process
-/// default) or PostgreSQL ([`crate::pg_store::PgStore`], for a fleet's fronts). Both keep
-/// the same records, and a second save of an id keeps the first (so several fronts may
-/// each try to record a run, and one row results). Calls block: callers use
-/// `spawn_blocking` or the recorder's thread.
+/// default) or PostgreSQL (`pg_store::PgStore`, for a fleet's fronts). Both keep
+/// the same records. Calls block: callers use `spawn_blocking` or the recorder's thread.
 pub trait RecordStore: Send + Sync {
+    /// Writes `record` unless its id holds one as far along already: a `running` row is
+    /// replaced by an `interrupted` or completed one, an `interrupted` one by a completed
+    /// one, a completed one never (so several fronts may each record a run's end, and the
+    /// first report stays).
     fn save(&self, record: &Record) -> Result<()>;
     fn get(&self, id: &str) -> Result<Option<Record>>;
-    /// The newest records first, at most `limit`, optionally of one kind.
+    /// The newest records first, at most `limit`, optionally of one kind (an unfinished
+    /// run is of kind `run`).
     fn list(&self, kind: Option<RecordKind>, limit: usize) -> Result<Vec<RecordSummary>>;
     fn count(&self) -> Result<u64>;
+    /// The records still `running`, oldest first.
+    fn running(&self) -> Result<Vec<Record>>;
+    /// Removes `id` if it is still `running`: the run failed (cancelled, out of memory...),
+    /// and, as before runs were recorded at their start, a failure keeps no record.
+    fn discard_running(&self, id: &str) -> Result<()>;
     /// Whether the store answers now (a fleet front refuses new runs while it does not).
     fn ping(&self) -> Result<()> {
         self.count().map(|_| ())
     }
     /// Finishes and closes; later calls answer with an error.
     fn close(&self);
+}
+
+/// Marks every `running` record of `store` `interrupted` at `at` (RFC 3339) and returns
+/// their ids. Only the process that would have finished them may call this: a single
+/// server at start-up, before it accepts a run (nothing else writes its file's runs). A
+/// fleet front never does: its runs live on workers that outlast it, and they are marked
+/// one by one when their worker is seen gone (`dispatch::fleet`).
+pub fn interrupt_unfinished(store: &dyn RecordStore, at: &str) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for record in store.running()? {
+        let RecordBody::Unfinished(u) = record.body else { continue };
+        let interrupted = Record {
+            id: record.id,
+            body: RecordBody::Unfinished(Box::new(u.interrupted(at.to_string(), None))),
+        };
+        store.save(&interrupted)?;
+        ids.push(interrupted.id);
+    }
+    Ok(ids)
+}
+
+/// How far along a status is; a save never moves a row back (see [`RecordStore::save`]).
+/// The same expression in both stores' SQL.
+pub(crate) const STATUS_RANK: &str =
+    "CASE {}status WHEN 'running' THEN 0 WHEN 'interrupted' THEN 1 ELSE 2 END";
+
+/// [`STATUS_RANK`] of the column of table (or alias) `table`.
+pub(crate) fn status_rank(table: &str) -> String {
+    STATUS_RANK.replace("{}", &format!("{table}."))
 }
 
 impl RecordStore for Store {
@@ -44,6 +87,25 @@ impl RecordStore for Store {
     fn count(&self) -> Result<u64> {
         Store::count(self)
     }
+    fn running(&self) -> Result<Vec<Record>> {
+        self.with(|c| {
+            let mut stmt = c.prepare("SELECT id, body FROM records WHERE status = 'running' ORDER BY seq")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, body) = row?;
+                out.extend(read_record(&id, Some(body))?);
+            }
+            Ok(out)
+        })
+    }
+    fn discard_running(&self, id: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute("DELETE FROM records WHERE id = ?1 AND status = 'running'", [id])
+                .context("discarding the unfinished run")?;
+            Ok(())
+        })
+    }
     fn close(&self) {
         Store::close(self)
     }
@@ -53,6 +115,7 @@ impl RecordStore for Store {
 /// the listing answers, and the whole body, both as JSON.
 pub(crate) struct Row {
     pub kind: &'static str,
+    pub status: &'static str,
     pub label: String,
     pub device_name: String,
     pub measured_at: String,
@@ -65,6 +128,7 @@ impl Row {
         let summary = record.summary();
         Ok(Row {
             kind: summary.kind.as_str(),
+            status: record.status().as_str(),
             summary: serde_json::to_string(&summary)?,
             body: serde_json::to_string(&record.body)?,
             label: summary.label,
@@ -88,8 +152,9 @@ pub(crate) fn read_summary(json: &str) -> Option<RecordSummary> {
     serde_json::from_str(json).ok()
 }
 
-/// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 1;
+/// The schema version this build writes (`PRAGMA user_version`): 1 the records, 2 their
+/// status (rows of version 1 were all completed).
+const SCHEMA_VERSION: i32 = 2;
 
 pub struct Store {
     conn: Mutex<Option<Connection>>,
@@ -141,6 +206,13 @@ impl Store {
             CREATE INDEX IF NOT EXISTS records_kind ON records(kind, seq);",
         )
         .context("creating the records table")?;
+        if version < 2 {
+            conn.execute_batch(
+                "ALTER TABLE records ADD COLUMN status TEXT NOT NULL DEFAULT 'completed';
+                 CREATE INDEX IF NOT EXISTS records_status ON records(status);",
+            )
+            .context("adding the records' status")?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Store {
             conn: Mutex::new(Some(conn)),
@@ -160,14 +232,24 @@ impl Store {
         f(conn)
     }
 
-    /// Records a result. Saving the same id twice keeps the first.
+    /// Records a result, or a run's start, or its interruption; a row's status only moves
+    /// forward (see [`RecordStore::save`]).
     pub fn save(&self, record: &Record) -> Result<()> {
         let row = Row::of(record)?;
+        let sql = format!(
+            "INSERT INTO records (id, kind, status, label, device_name, measured_at, summary, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, status = excluded.status,
+                 label = excluded.label, device_name = excluded.device_name,
+                 measured_at = excluded.measured_at, summary = excluded.summary, body = excluded.body
+             WHERE {} < {}",
+            status_rank("records"),
+            status_rank("excluded")
+        );
         self.with(|c| {
             c.execute(
-                "INSERT OR IGNORE INTO records (id, kind, label, device_name, measured_at, summary, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![record.id, row.kind, row.label, row.device_name, row.measured_at, row.summary, row.body],
+                &sql,
+                params![record.id, row.kind, row.status, row.label, row.device_name, row.measured_at, row.summary, row.body],
             )
             .context("saving the run")?;
             Ok(())
@@ -236,7 +318,7 @@ pub fn default_path() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::{PitfallReport, RecordBody};
+    use protocol::{PitfallReport, RecordStatus, RunSpec, Unfinished};
 
     fn pitfall_record(id: &str) -> Record {
         let report: PitfallReport = serde_json::from_value(serde_json::json!({
@@ -282,6 +364,90 @@ mod tests {
         );
         assert!(store.list(Some(RecordKind::Run), 10).unwrap().is_empty());
         assert_eq!(store.list(None, 1).unwrap().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn started(id: &str, body: Unfinished) -> Record {
+        Record { id: id.into(), body: RecordBody::Unfinished(Box::new(body)) }
+    }
+
+    #[test]
+    fn a_run_is_recorded_at_its_start_and_interrupted_when_its_server_dies() {
+        let dir = std::env::temp_dir().join(format!("gradless-store-intent-{}", std::process::id()));
+        let path = dir.join("runs.sqlite3");
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = "00000000000000b1";
+        let experiment = "00000000000000b2";
+        let failed = "00000000000000b3";
+        {
+            let store = Store::open(&path).unwrap();
+            store.save(&started(run, Unfinished::run(RunSpec::default(), "2026-12-01T10:00:00Z".into()))).unwrap();
+            store.save(&started(experiment, Unfinished::pitfall("warm-up", "2026-12-01T10:00:01Z".into()))).unwrap();
+            store.save(&started(failed, Unfinished::run(RunSpec::default(), "2026-12-01T10:00:02Z".into()))).unwrap();
+            assert_eq!(store.get(run).unwrap().unwrap().status(), RecordStatus::Running);
+            // The experiment finishes, the third run fails; then the process "dies"
+            // (the store is dropped without anything marking the first run).
+            store.save(&pitfall_record(experiment)).unwrap();
+            store.discard_running(failed).unwrap();
+            store.discard_running(experiment).unwrap();
+            assert_eq!(store.get(experiment).unwrap().unwrap(), pitfall_record(experiment), "a completed record is never discarded");
+            assert!(store.get(failed).unwrap().is_none(), "a failed run keeps no record");
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(interrupt_unfinished(&store, "2026-12-01T10:05:00Z").unwrap(), [run]);
+        let record = store.get(run).unwrap().unwrap();
+        assert_eq!(record.status(), RecordStatus::Interrupted);
+        assert_eq!(record.kind(), RecordKind::Run);
+        let u = record.unfinished().unwrap();
+        assert_eq!(u.interrupted_at.as_deref(), Some("2026-12-01T10:05:00Z"));
+        assert_eq!(u.spec.as_ref(), Some(&RunSpec::default()));
+        assert!(
+            u.message.starts_with("interrupted by a server restart at 2026-12-01T10:05:00Z; nothing was measured after it started at 2026-12-01T10:00:00Z"),
+            "{}",
+            u.message
+        );
+        // Listed as a run, saying so; a second start-up finds nothing more to mark.
+        let list = store.list(Some(RecordKind::Run), 10).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].status, RecordStatus::Interrupted);
+        assert_eq!(list[0].note.as_deref(), Some(u.message.as_str()));
+        assert!(interrupt_unfinished(&store, "2026-12-01T10:06:00Z").unwrap().is_empty());
+        // A status never moves back: a late `running` write leaves the interruption.
+        store.save(&started(run, Unfinished::run(RunSpec::default(), "2026-12-01T10:00:00Z".into()))).unwrap();
+        assert_eq!(store.get(run).unwrap().unwrap().status(), RecordStatus::Interrupted);
+        assert_eq!(store.count().unwrap(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_database_of_the_first_schema_reads_as_completed_records() {
+        let dir = std::env::temp_dir().join(format!("gradless-store-v1-{}", std::process::id()));
+        let path = dir.join("runs.sqlite3");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            let record = pitfall_record("00000000000000c1");
+            let row = Row::of(&record).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE records (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+                 kind TEXT NOT NULL, label TEXT NOT NULL, device_name TEXT NOT NULL,
+                 measured_at TEXT NOT NULL, summary TEXT NOT NULL, body TEXT NOT NULL);
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO records (id, kind, label, device_name, measured_at, summary, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![record.id, row.kind, row.label, row.device_name, row.measured_at, row.summary, row.body],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert!(store.running().unwrap().is_empty());
+        let list = store.list(None, 10).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].status, RecordStatus::Completed);
+        assert_eq!(store.get("00000000000000c1").unwrap().unwrap(), pitfall_record("00000000000000c1"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

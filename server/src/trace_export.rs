@@ -2,7 +2,7 @@
 //! JSON: one span per module laid end to end, a memory counter event after each; it opens
 //! in Perfetto and chrome://tracing), a CSV of its own, and the compact table
 //! `gradless measure --trace` prints. The page's download, `gradless runs export --format
-//! trace` and the API all call these through [`crate::export::export`].
+//! trace` and the API all call these through `export::export`.
 
 use std::fmt::Write;
 

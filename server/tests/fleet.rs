@@ -262,15 +262,31 @@ async fn metric(addr: SocketAddr, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Rows of `id` in the fronts' database (the blocking client, off the test's async threads).
+/// Completed rows of `id` in the fronts' database (the blocking client, off the test's
+/// async threads): a run's row exists from its start as `running`; "recorded" means
+/// completed with its report.
 async fn rows_with_id(database: &str, id: &str) -> i64 {
     let (database, id) = (database.to_string(), id.to_string());
     tokio::task::spawn_blocking(move || {
         let mut client = postgres::Client::connect(&database, postgres::NoTls).unwrap();
         client
-            .query_one("SELECT COUNT(*) FROM records WHERE id = $1", &[&id])
+            .query_one("SELECT COUNT(*) FROM records WHERE id = $1 AND status = 'completed'", &[&id])
             .unwrap()
             .get::<_, i64>(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// The status of record `id`'s row, if it has one.
+async fn status_of(database: &str, id: &str) -> Option<String> {
+    let (database, id) = (database.to_string(), id.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&database, postgres::NoTls).unwrap();
+        client
+            .query_opt("SELECT status FROM records WHERE id = $1", &[&id])
+            .unwrap()
+            .map(|r| r.get::<_, String>(0))
     })
     .await
     .unwrap()
@@ -404,6 +420,17 @@ async fn two_fronts_three_workers_and_their_faults() {
     println!("worker killed mid-run: failure seen by the viewer after {:.2} s (heartbeat {HEARTBEAT_S} s)", noticed.as_secs_f64());
     assert!(live_workers(a).await.iter().all(|w| w != "w3"), "w3 left the list");
     assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 0, "a failed run is not recorded");
+    // Its row, written when it was accepted, is marked interrupted by the fleet's recorder
+    // (the worker's loss is what interrupts a fleet run), and its permalink says so.
+    let t = Instant::now();
+    while status_of(&fleet.env.database, &created.id).await.as_deref() != Some("interrupted") {
+        assert!(t.elapsed() < Duration::from_secs(20), "the worker-gone run was not marked interrupted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = get_text(a, &format!("/api/records/{}", created.id)).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""status":"interrupted""#), "{body}");
+    assert!(body.contains("interrupted by the loss of its fleet worker (worker w3 went away during the run) at"), "{body}");
     // With w3 away, the run submitted on front B expires after that front's limit, with a
     // failure saying so; it never ran.
     let (_, events) = tokio::time::timeout(Duration::from_secs(60), follow(b, &expires.id, |_| {}))
@@ -467,8 +494,10 @@ async fn two_fronts_three_workers_and_their_faults() {
     let created = submit(b, "w1", long).await;
     fleet.kill_front(1);
     fleet.start_front(1);
+    // Its row exists from the start (`running`); what must not be lost is its completion.
+    let database = fleet.env.database.clone();
     wait_for("the record of the run whose front was killed", Duration::from_secs(90), async || {
-        matches!(get_text(a, &format!("/api/records/{}", created.id)).await, Some((200, _)))
+        rows_with_id(&database, &created.id).await == 1
     })
     .await;
     wait_for("front B back", Duration::from_secs(60), async || live_workers(b).await.len() == 3).await;

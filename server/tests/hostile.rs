@@ -187,7 +187,7 @@ async fn a_hostile_neighbour_cannot_take_the_server_down() {
     ))
     .unwrap();
     let mut services = server::state::Services::ephemeral().unwrap();
-    services.guard = server::guard::Guard::new(None, 30, 0);
+    services.guard = server::access::Guard::new(None, 30, 0);
     let state = server::build_state(
         worker,
         std::path::Path::new("target/site"),
@@ -197,7 +197,7 @@ async fn a_hostile_neighbour_cannot_take_the_server_down() {
     .unwrap();
     let hostile = server::router(state.clone());
     let mut calm_state = state.clone();
-    calm_state.guard = Arc::new(server::guard::Guard::open());
+    calm_state.guard = Arc::new(server::access::Guard::open());
     let calm = server::router(calm_state);
 
     let peak = Arc::new(AtomicU64::new(rss_bytes()));

@@ -299,7 +299,7 @@ async fn a_thousand_viewers_of_one_run() {
     };
     let state = state(4, services);
     let runs = state.runs.clone();
-    let worker = state.worker.clone().expect("a single-process server has its worker");
+    let worker = state.dispatch.local().cloned().expect("a single-process server has its worker");
     let addr = serve(
         state,
         server::conn::ConnLimits {

@@ -58,14 +58,15 @@ pub fn RecordsPage() -> impl IntoView {
             None => view! { <p class="status">"Loading…"</p> }.into_any(),
             Some(Err(m)) => view! { <p class="error" role="alert">{m.clone()}</p> }.into_any(),
             Some(Ok(list)) if list.is_empty() => {
-                view! { <p class="explain" data-testid="records-empty">"Nothing recorded yet: every run and experiment finished on this server appears here."</p> }.into_any()
+                view! { <p class="explain" data-testid="records-empty">"Nothing recorded yet: every run and experiment started on this server appears here, with its figures once it finished."</p> }.into_any()
             }
             Some(Ok(list)) => {
                 let body = list
                     .iter()
                     .map(|r| {
                         let id = r.id.clone();
-                        let pick = (r.kind == protocol::RecordKind::Run).then(|| {
+                        // Only runs with figures can be compared.
+                        let pick = (r.kind == protocol::RecordKind::Run && r.status.is_completed()).then(|| {
                             let id = id.clone();
                             view! {
                                 <input
@@ -91,14 +92,16 @@ pub fn RecordsPage() -> impl IntoView {
                         let figures = match (r.p50_ms, r.peak_above_baseline_bytes, r.verdict) {
                             (Some(p50), Some(peak), _) => format!("p50 {p50:.3} ms · peak +{}", format_bytes(peak)),
                             (_, _, Some(v)) => v.as_str().replace('_', " "),
-                            _ => String::new(),
+                            // Interrupted (or still going): the note says when and why.
+                            _ => r.note.clone().unwrap_or_default(),
                         };
+                        let unfinished = !r.status.is_completed();
                         view! {
-                            <tr>
+                            <tr class:unfinished=unfinished data-status=r.status.as_str()>
                                 <td>{pick}</td>
                                 <td data-label="what"><a href=format!("/runs/{id}") rel="external">{r.label.clone()}</a></td>
                                 <td data-label="device">{r.device_name.clone()}</td>
-                                <td data-label="result">{figures}</td>
+                                <td data-label="result">{unfinished.then(|| view! { <strong>{r.status.as_str()}": "</strong> })}{figures}</td>
                                 <td data-label="measured (UTC)" class="when">{r.measured_at.clone()}</td>
                             </tr>
                         }

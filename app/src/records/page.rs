@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
-use protocol::{python_snippet, Record, RecordBody, Report, ServerInfo};
+use protocol::{python_snippet, Record, RecordBody, RecordStatus, Report, ServerInfo, Unfinished};
 
 use super::{load, Loaded, RECORDS_ELEMENT};
 use crate::settings::query_from_spec;
@@ -101,6 +101,47 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
             }
             .into_any()
         }
+        RecordBody::Unfinished(u) => unfinished_view(&id, u, embed).into_any(),
+    }
+}
+
+/// A run or experiment that has no figures: interrupted (its server stopped mid-way), or
+/// still going on another process. Says so first, then what was asked for.
+fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use<> {
+    let heading = match (&u.spec, &u.pitfall) {
+        (Some(spec), _) => format!("{} · {}", spec.model.display_name(), spec.label()),
+        (None, Some(card)) => use_context::<ServerInfo>()
+            .and_then(|i| i.pitfalls.iter().find(|c| &c.id == card).map(|c| c.title.clone()))
+            .unwrap_or_else(|| card.clone()),
+        (None, None) => id.to_string(),
+    };
+    let status = match u.status {
+        RecordStatus::Interrupted => "Interrupted",
+        _ => "Not finished",
+    };
+    let again = match (&u.spec, &u.pitfall) {
+        (Some(spec), _) => Some((format!("/?{}", query_from_spec(spec)), "Run these settings again in the Lab")),
+        (None, Some(card)) => Some((format!("/pitfalls#{card}"), "Run this experiment again")),
+        (None, None) => None,
+    };
+    let snippet = u.spec.as_ref().map(python_snippet);
+    view! {
+        <section class="panel record-head">
+            <h1 data-testid="record-title">{heading}</h1>
+            <p class="error" role="status" data-testid="record-status" data-status=u.status.as_str()>
+                <strong>{status}": "</strong>{u.message.clone()}
+            </p>
+            <p class="explain">
+                "No figures were kept: nothing here was measured to the end. "
+                {(!embed).then(|| again.map(|(href, text)| view! { <a href=href rel="external">{text}</a> }))}
+            </p>
+        </section>
+        {(!embed).then(|| snippet.map(|code| view! {
+            <section class="panel snippet">
+                <h2>"The same in PyTorch"</h2>
+                <pre><code>{code}</code></pre>
+            </section>
+        }))}
     }
 }
 

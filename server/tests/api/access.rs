@@ -10,7 +10,7 @@ use crate::*;
 #[tokio::test]
 async fn starting_work_can_need_a_token_but_reading_never_does() {
     let mut state = state();
-    state.guard = std::sync::Arc::new(server::guard::Guard::new(Some("let-me-in".into()), 0, 0));
+    state.guard = std::sync::Arc::new(server::access::Guard::new(Some("let-me-in".into()), 0, 0));
     let router = server::router(state);
     let (status, headers, body) = send(router.clone(), post_run("{}")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -63,7 +63,7 @@ async fn starting_work_can_need_a_token_but_reading_never_does() {
 async fn each_client_gets_its_share_of_runs() {
     let mut state = state();
     // One proxy in front, appending the address it saw.
-    state.guard = std::sync::Arc::new(server::guard::Guard::new(None, 2, 1));
+    state.guard = std::sync::Arc::new(server::access::Guard::new(None, 2, 1));
     let router = server::router(state);
     let from = |ip: &str, body: &str| {
         Request::post("/api/runs")
@@ -118,7 +118,7 @@ fn named_router(token: Option<&str>) -> axum::Router {
         )
         .unwrap(),
     );
-    state.guard = std::sync::Arc::new(server::guard::Guard::new(token.map(Into::into), 0, 0));
+    state.guard = std::sync::Arc::new(server::access::Guard::new(token.map(Into::into), 0, 0));
     server::router(state)
 }
 
@@ -262,7 +262,7 @@ async fn the_token_still_works_behind_the_origin_checks() {
 async fn forwarded_for_is_read_from_the_right() {
     // One trusted proxy: only its entry (the last) names the client.
     let mut state = state();
-    state.guard = std::sync::Arc::new(server::guard::Guard::new(None, 1, 1));
+    state.guard = std::sync::Arc::new(server::access::Guard::new(None, 1, 1));
     let router = server::router(state);
     let from = |xff: &str| {
         Request::post("/api/runs")

@@ -56,7 +56,7 @@ pub fn state() -> AppState {
 pub fn state_with_worker(queue: usize) -> AppState {
     let worker = server::start_worker(server::worker_config(&engine_args(), queue, None)).unwrap();
     let mut state = state();
-    state.worker = Some(std::sync::Arc::new(worker));
+    state.dispatch = server::dispatch::Dispatch::Local(std::sync::Arc::new(worker));
     state
 }
 

@@ -148,7 +148,7 @@ async fn a_run_streams_its_events_and_leaves_its_report() {
 async fn a_full_queue_answers_503_with_retry_after() {
     let worker = server::start_worker(server::worker_config(&engine_args(), 0, None)).unwrap();
     let mut state = state();
-    state.worker = Some(std::sync::Arc::new(worker));
+    state.dispatch = server::dispatch::Dispatch::Local(std::sync::Arc::new(worker));
     let (status, headers, body) = send(server::router(state), post_run("{}")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(headers.contains_key(header::RETRY_AFTER));
@@ -161,7 +161,7 @@ async fn thousands_of_generated_bodies_get_json_answers_and_the_server_keeps_ser
     // test exercises parsing and validation only.
     let worker = server::start_worker(server::worker_config(&engine_args(), 0, None)).unwrap();
     let mut state = state();
-    state.worker = Some(std::sync::Arc::new(worker));
+    state.dispatch = server::dispatch::Dispatch::Local(std::sync::Arc::new(worker));
     let router = server::router(state);
     let keys = [
         "model",
@@ -312,9 +312,7 @@ async fn a_run_that_cannot_be_recorded_fails_with_storage() {
              BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;",
         )
         .unwrap();
-    let mut state = state();
-    state.store = store.clone();
-    state.recorder = std::sync::Arc::new(server::recorder::Recorder::start(store));
+    let state = state().with_store(store);
     let router = server::router(state);
     let (status, _, body) = send(
         router.clone(),
@@ -346,7 +344,7 @@ async fn a_run_that_cannot_be_recorded_fails_with_storage() {
 
 /// Holds the device for `secs` (a long task ahead of the queue), so runs submitted now wait.
 fn occupy_device(state: &server::state::AppState, secs: f64) -> tokio::task::JoinHandle<()> {
-    let worker = state.worker.clone().expect("a single-process state");
+    let worker = state.dispatch.local().cloned().expect("a single-process state");
     tokio::task::spawn_blocking(move || {
         let _ = worker.call(move |_| std::thread::sleep(std::time::Duration::from_secs_f64(secs)));
     })

@@ -1,4 +1,6 @@
-//! `gradless worker`: one device's worker in a fleet. It owns the device through the same
+//! A worker host's loop (`gradless worker`): one device of a fleet, its side of the bus as
+//! [`crate::front`] is a front's. (Named `host` so it is not taken for the engine's device
+//! thread, `engine::Worker`, which it drives.) It owns the device through the same
 //! [`engine::Worker`] as the single-process server (same measurement, queue, deadline,
 //! memory budget and leak check), announces itself in the workers bucket every third of
 //! its heartbeat TTL, and takes jobs from its subject of the runs stream one at a time:

@@ -1,6 +1,6 @@
 //! `gradless worker --nats URL --name NAME [--device cuda:N|cpu|auto]`: one device of a
-//! fleet. Starts the same device worker as `gradless serve` (through [`crate::start_worker`]),
-//! counts its models' parameters the same way, and hands both to [`fleet::worker::run`].
+//! fleet. Starts the same device worker as `gradless serve` (through `dispatch::local::start_worker`),
+//! counts its models' parameters the same way, and hands both to [`fleet::host::run`].
 //! Optionally serves Prometheus metrics (`--metrics-addr`).
 
 use std::sync::Arc;
@@ -34,13 +34,13 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
     }
     let run_timeout = Duration::from_secs(args.run_timeout_s);
     // The engine's queue holds the one job this worker runs; the rest wait in JetStream.
-    let engine = crate::start_worker(crate::worker_config(&args.engine, 1, Some(run_timeout)))?;
+    let engine = crate::dispatch::local::start_worker(crate::dispatch::local::worker_config(&args.engine, 1, Some(run_timeout)))?;
     if cuda.is_some() && !engine.machine().has_cuda() {
         anyhow::bail!("--device {}: libtorch finds no CUDA device here", args.device);
     }
-    let models = crate::models::model_infos(&engine)?;
+    let models = crate::model_counts::model_infos(&engine)?;
     let heartbeat = Duration::from_secs_f64(args.heartbeat_s.max(0.5));
-    let mut card = fleet::worker::card(&args.name, &engine, models, cpu_only);
+    let mut card = fleet::host::card(&args.name, &engine, models, cpu_only);
     card.heartbeat_ttl_ms = heartbeat.as_millis() as u64;
     tracing::info!(worker = %args.name, device = %card.label(), "worker ready");
     let runtime = tokio::runtime::Runtime::new()?;
@@ -61,15 +61,15 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
             &args.nats_auth.auth(),
         )
         .await?;
-        let options = fleet::worker::WorkerOptions {
+        let options = fleet::host::WorkerOptions {
             name: args.name.clone(),
             heartbeat_ttl: heartbeat,
             run_timeout,
             cpu_only,
             started_ms: card.started_ms,
-            measurer: fleet::worker::measurer(&card),
+            measurer: fleet::host::measurer(&card),
         };
-        fleet::worker::run(bus, Arc::new(engine), card, options, crate::shutdown_signal()).await
+        fleet::host::run(bus, Arc::new(engine), card, options, crate::conn::shutdown_signal()).await
     })
 }
 

@@ -1,7 +1,7 @@
 //! Who may start work on the shared device, and how often: the optional access token and
 //! the per-client rate limit. Reading (pages, reports, permalinks, embeds) is never gated;
 //! only requests that would put work on the device pass through here. (Which *pages* may
-//! send such requests at all is [`crate::origin`]'s concern.)
+//! send such requests at all is the origin check's concern, in `origin.rs`.)
 //!
 //! The rate limit is `governor`'s keyed GCRA limiter; secrets are compared with `subtle`.
 
