@@ -29,6 +29,7 @@ pub enum RecordBody {
 
 /// Where a record stands. Only [`RecordStatus::Completed`] records hold figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RecordStatus {
     /// Finished: a run's report or an experiment's.
@@ -56,6 +57,7 @@ impl RecordStatus {
 
 /// A run or experiment with no report yet, or never: what was asked for and when.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Unfinished {
     /// What was started: a run or an experiment.
     pub of: RecordKind,

@@ -83,8 +83,8 @@ struct WorkerCardSchema {
     memory_in_use: Vec<(String, u64)>,
 }
 
-// The operations. Their bodies are empty: the handlers are in crate::api, crate::front and
-// crate::embeds, routed by crate::router.
+// The operations. Their bodies are empty: the handlers are in crate::api and crate::embeds,
+// routed by crate::router.
 
 #[utoipa::path(get, path = "/api/info", tag = "server",
     responses((status = 200, description = "Devices (with autocast support, or why not), models with parameter counts, limits, the pitfall cards", body = ServerInfo)))]
@@ -109,7 +109,7 @@ fn create_run() {}
 #[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "The run's id")),
     responses(
-        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done`, `failed` or `interrupted`", content_type = "text/event-stream", body = Event),
+        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done` or `failed` (a run interrupted by a server restart answers one `failed` event of kind `interrupted`)", content_type = "text/event-stream", body = Event),
         (status = 404, description = "No such run", body = ApiErrorBody),
         (status = 503, description = "Too many event streams are open", body = ApiErrorBody),
     ))]
@@ -121,7 +121,8 @@ fn run_events() {}
     responses(
         (status = 200, description = "The finished run's report, live or from the database", body = Report),
         (status = 404, description = "No such run", body = ApiErrorBody),
-        (status = 409, description = "Still running, failed or interrupted: no report (the message says which)", body = ApiErrorBody),
+        (status = 409, description = "Still running, or failed: no report (the message says which)", body = ApiErrorBody),
+        (status = 410, description = "Interrupted by a server restart (code `interrupted`; the message gives the times); its record, `GET /api/records/{id}`, keeps its settings", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn get_run() {}
