@@ -25,11 +25,12 @@ prints "ok: DIR: N modules, no import cycle" for each directory and exits 0.
 Python 3 standard library only.
 """
 
-import os
+import io
 import re
 import sys
 import tempfile
 from collections import defaultdict
+from contextlib import redirect_stdout
 from pathlib import Path
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -333,28 +334,26 @@ def check(src):
     if not roots:
         print(f"error: {src}: no lib.rs, main.rs or bin/*.rs", file=sys.stderr)
         return False, 0
-    shown = src
     ok, count = True, 0
     for root in roots:
         crate = Crate(root, root.stem)
         count += len(crate.modules)
+        label = "" if root.stem == "lib" else f" ({root.name})"
         for parent, edges in sorted(crate.edges().items()):
             nodes = {n for edge in edges for n in edge}
-            for comp in cycles(nodes, edges)[0]:
+            components, graph = cycles(nodes, edges)
+            for comp in components:
                 ok = False
-                graph = cycles(nodes, edges)[1]
-                where = "::".join(("crate",) + parent)
                 path = one_cycle(comp, graph)
-                label = "" if root.stem == "lib" else f" ({root.name})"
-                print(f"cycle in {shown}{label} among the children of {where}: " + " -> ".join(path))
+                on_path = set(zip(path, path[1:]))
+                where = "::".join(("crate",) + parent)
+                print(f"cycle in {src}{label} among the children of {where}: " + " -> ".join(path))
                 for a, b in zip(path, path[1:]):
-                    sites = edges[(a, b)]
-                    listed = ", ".join(f"{f}:{line}" for f, line in sorted(set(sites))[:6])
-                    more = f" (+{len(set(sites)) - 6} more)" if len(set(sites)) > 6 else ""
+                    sites = sorted(set(edges[(a, b)]))
+                    listed = ", ".join(f"{f}:{line}" for f, line in sites[:6])
+                    more = f" (+{len(sites) - 6} more)" if len(sites) > 6 else ""
                     print(f"  {a} -> {b}: {listed}{more}")
-                others = sorted(
-                    (a, b) for a, b in edges if a in comp and b in comp and (a, b) not in zip(path, path[1:])
-                )
+                others = sorted(e for e in edges if e[0] in comp and e[1] in comp and e not in on_path)
                 if others:
                     print("  other edges inside the cycle: " + ", ".join(f"{a} -> {b}" for a, b in others))
     return ok, count
@@ -379,9 +378,6 @@ def self_test():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             (src / name).write_text(text)
         (src / "a.rs").write_text((src / "a.rs").read_text() + "pub const CALLER: u8 = 0;\n")
-        import io
-        from contextlib import redirect_stdout
-
         buf = io.StringIO()
         with redirect_stdout(buf):
             ok, count = check(src)
@@ -416,7 +412,7 @@ def main(argv):
     if argv == ["--self-test"]:
         return self_test()
     if not argv or any(a.startswith("-") for a in argv):
-        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        print("usage: scripts/check-imports.py CRATE/src [CRATE/src ...] | --self-test", file=sys.stderr)
         return 2
     failed = False
     for src in argv:
