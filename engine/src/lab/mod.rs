@@ -33,7 +33,6 @@ use tch::{Device, Kind, Tensor};
 use crate::device::{Machine, Meter};
 use crate::models::Model;
 use crate::peak::Precision;
-use crate::torch_call::{catch_torch, synchronize, tch_device, torch_failure};
 use crate::torch_ext::{self, CpuMemoryCounter, ExtError};
 
 use admission::budgets;
@@ -48,6 +47,13 @@ pub use advanced::{
 pub use control::RunControl;
 pub use forward::{forward, forward_probed, traced_pass};
 pub use measure::timed_forward;
+
+// Old paths (before torch_call.rs and cuda_graph.rs), kept while code written against them
+// moves over; new code imports `crate::torch_call` (this file uses them through here).
+#[doc(hidden)]
+pub use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
+#[doc(hidden)]
+pub use cuda_graph as graph;
 
 /// Settings of the lab that a run cannot change.
 #[derive(Clone, Debug)]

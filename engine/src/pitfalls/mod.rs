@@ -23,8 +23,8 @@
 //! cards run small (96² images) to answer in seconds.
 
 pub mod allocator;
-pub mod generation;
 pub mod cuda_graphs;
+pub mod generation;
 pub mod kit;
 pub mod layout;
 pub mod memory;
@@ -32,6 +32,10 @@ pub mod modes;
 pub mod precision;
 pub mod table;
 pub mod timing;
+
+// The old name, kept while code written against it moves over.
+#[doc(hidden)]
+pub use cuda_graphs as graphs;
 
 use protocol::{
     DeviceChoice, DeviceKind, FailureKind, PitfallInfo, PitfallOptions, PitfallReport, RunFailure,
