@@ -3,12 +3,15 @@
 # CPU libtorch, a 300-run soak, the API through the router, a loopback load test, the app's
 # pure logic), the check that the browser build pulls in no server crates, and the browser
 # tests (Playwright + Debian's Chromium) against a freshly started server with an empty run
-# database. First, the links of the README and docs/ (a second). The last line is
-# Playwright's summary.
+# database. First, the links of the README and docs/ and the engine's module imports (no
+# cycle; a second together). The last line is Playwright's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "==> Links in README.md and docs/ (files and heading anchors)"
 python3 scripts/check-links.py
+echo "==> Import cycles between modules (each crate's module tree, level by level)"
+python3 scripts/check-imports.py --self-test
+python3 scripts/check-imports.py engine/src
 scripts/setup.sh --browser --fleet
 source scripts/env.sh
 port=${GRADLESS_TEST_PORT:-3137}

@@ -33,6 +33,6 @@ impl From<crate::torch_ext::ExtError> for EngineError {
 
 impl From<tch::TchError> for EngineError {
     fn from(e: tch::TchError) -> Self {
-        EngineError::Torch(crate::first_line(&e.to_string()))
+        EngineError::Torch(crate::torch_call::first_line(&e.to_string()))
     }
 }

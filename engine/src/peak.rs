@@ -13,7 +13,7 @@ use std::time::Instant;
 use protocol::{Autocast, DeviceKind, DevicePeak, Roofline, TracePoint};
 use tch::{Device, Kind, Tensor};
 
-use crate::lab::synchronize;
+use crate::torch_call::synchronize;
 
 /// Which class of arithmetic a run's matmuls and convolutions use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -200,7 +200,7 @@ pub fn measure_peak(device: DeviceKind, precision: Precision) -> Option<DevicePe
         (DeviceKind::Cuda, Precision::Half) => Kind::Half,
     };
     let n = MATMUL_N;
-    let measured = crate::lab::catch_torch(|| {
+    let measured = crate::torch_call::catch_torch(|| {
         let a = Tensor::randn([n, n], (kind, dev));
         let b = Tensor::randn([n, n], (kind, dev));
         let mut best = f64::INFINITY;

@@ -90,7 +90,7 @@ pub fn check_spec(
         });
     }
     if spec.advanced.cuda_graph {
-        if let Some(message) = crate::lab::graph::refusal(&spec) {
+        if let Some(message) = cuda_graph_refusal(&spec) {
             return Err(SpecError {
                 field: "advanced.cuda_graph".into(),
                 message,
@@ -121,4 +121,17 @@ pub fn check_spec(
     };
     spec.input_size = Some(spec.resolved_input_size());
     Ok(CheckedSpec { spec, device })
+}
+
+/// Why a graph cannot be captured for `spec`, in words for the spec's checks; `None` when
+/// it can (the device is checked by the caller: graphs are CUDA-only).
+fn cuda_graph_refusal(spec: &RunSpec) -> Option<String> {
+    if let Err(why) = crate::torch_ext::cuda_graphs_built() {
+        return Some(format!("CUDA graph capture is not available in this build: {why}"));
+    }
+    (spec.grad == protocol::GradMode::Enabled).then(|| {
+        "a CUDA graph here captures an inference pass: turn on no_grad or inference_mode \
+         (capturing autograd's backward as well is torch.cuda.make_graphed_callables' job)"
+            .to_string()
+    })
 }

@@ -1,17 +1,13 @@
-//! Latency statistics over the timed iterations, computed the way numpy does by default
-//! (linear interpolation between closest ranks), so they agree with the Python peer.
+//! A run's latency summary over its timed iterations ([`LatencyStats`]). Its percentiles
+//! and IQR are [`protocol::stats`]'s (numpy's default interpolation, so they agree with the
+//! Python peer and with what the browser computes from the same samples).
 
+use protocol::stats::iqr;
 use protocol::LatencyStats;
 
-/// The `q`-th percentile (0..=100) of `sorted`, which must be sorted ascending and non-empty.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    debug_assert!(!sorted.is_empty());
-    let rank = (q / 100.0) * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    let frac = rank - lo as f64;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * frac
-}
+// The old path of the one percentile, kept while code written against it moves over.
+#[doc(hidden)]
+pub use protocol::stats::percentile;
 
 /// Summary of latencies in milliseconds. `None` for an empty slice.
 pub fn latency_stats(latencies_ms: &[f64]) -> Option<LatencyStats> {
@@ -36,22 +32,13 @@ pub fn latency_stats(latencies_ms: &[f64]) -> Option<LatencyStats> {
         min: sorted[0],
         max: sorted[sorted.len() - 1],
         stddev,
-        iqr: protocol::stats::iqr(&sorted),
+        iqr: iqr(&sorted),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_interpolate_like_numpy() {
-        let xs = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(percentile(&xs, 50.0), 2.5);
-        assert_eq!(percentile(&xs, 0.0), 1.0);
-        assert_eq!(percentile(&xs, 100.0), 4.0);
-        assert!((percentile(&xs, 95.0) - 3.85).abs() < 1e-12);
-    }
 
     #[test]
     fn stats_are_ordered_and_ignore_input_order() {

@@ -1,6 +1,6 @@
-//! Inside the forward pass: the [`Probe`] the built-in models mark at every module boundary,
-//! the FLOP count from shapes, and the one traced pass ([`traced_pass`]) the lab runs after
-//! a run's timed iterations.
+//! Inside the forward pass: the [`Probe`] the built-in models mark at every module boundary
+//! and the FLOP count from shapes. The one traced pass that records with it after a run's
+//! timed iterations is the lab's (`crate::lab::traced_pass`).
 //!
 //! The timed iterations run the same forward code with [`Probe::off`]: every mark is then a
 //! test of an `Option` and nothing else (no clock, no meter read, no FLOP arithmetic, no
@@ -14,12 +14,11 @@
 
 use std::time::Instant;
 
-use protocol::{DeviceKind, RunFailure, RunSpec, TracePoint};
+use protocol::{DeviceKind, RunFailure, TracePoint};
 use tch::{nn, Tensor};
 
 use crate::device::Meter;
-use crate::lab::{synchronize, torch_failure};
-use crate::models::Model;
+use crate::torch_call::{synchronize, torch_failure};
 
 /// What a model's forward pass reports to at its module boundaries. Off for the timed
 /// iterations, on (recording) for the traced pass.
@@ -141,21 +140,4 @@ pub fn attention_flops(q: &Tensor, k: &Tensor) -> u64 {
     }
     let s_k = k[k.len() - 2].max(0) as u64;
     4 * product(&q) * s_k
-}
-
-/// One traced forward pass under the spec's settings: the model's forward with a recording
-/// probe, output released before returning. `offset` is what the meter read at the
-/// baseline.
-pub fn traced_pass(
-    model: &Model,
-    input: &crate::input::Input,
-    spec: &RunSpec,
-    device: DeviceKind,
-    meter: &Meter<'_>,
-    offset: u64,
-) -> Result<Vec<TracePoint>, RunFailure> {
-    let mut probe = Probe::recording(meter, device, offset)?;
-    let out = crate::lab::forward_probed(model, input, spec, device, &mut probe)?;
-    drop(out);
-    probe.finish()
 }

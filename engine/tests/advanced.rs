@@ -8,11 +8,10 @@
 #[macro_use]
 mod common;
 
-use engine::lab::{
-    convert_model, is_channels_last, make_input, parameter_bytes, tch_device, LabConfig,
-};
-use engine::models::Model;
+use engine::lab::{convert_model, is_channels_last, make_input, parameter_bytes, LabConfig};
 use engine::{MeasureError, Worker, WorkerConfig};
+use engine::models::Model;
+use engine::torch_call::tch_device;
 use protocol::{
     Advanced, DeviceKind, GradMode, InputSource, MemoryFormat, ModelId, Report, RunSpec,
     WeightsDtype,
@@ -161,9 +160,10 @@ fn cuda_math_switches_are_refused_on_a_cpu_with_their_reason(device) {
 /// runs this binary's tests under the `cuda-tests` feature).
 #[cfg(feature = "cuda-tests")]
 mod cuda_math {
-    use engine::lab::{forward, tch_device};
-    use engine::torch_ext::{BackendFlags, BackendFlagsGuard};
+    use engine::lab::forward;
     use engine::Machine;
+    use engine::torch_call::tch_device;
+    use engine::torch_ext::{BackendFlags, BackendFlagsGuard};
     use protocol::{Advanced, DeviceKind, GradMode, ModelId, RunSpec};
     use tch::{Kind, Tensor};
 
@@ -211,13 +211,13 @@ mod cuda_math {
                 .call(move |lab| {
                     let i = lab.model_index(ModelId::Resnet18, DeviceKind::Cuda, 224)?;
                     let m = lab.model(i);
-                    let x = engine::lab::catch_torch(|| m.input(batch, 224, tch_device(DeviceKind::Cuda)))?;
+                    let x = engine::torch_call::catch_torch(|| m.input(batch, 224, tch_device(DeviceKind::Cuda)))?;
                     let mut t = vec![];
                     for _ in 0..8 {
-                        engine::lab::synchronize(DeviceKind::Cuda)?;
+                        engine::torch_call::synchronize(DeviceKind::Cuda)?;
                         let start = std::time::Instant::now();
                         drop(forward(m, &x, &spec, DeviceKind::Cuda)?);
-                        engine::lab::synchronize(DeviceKind::Cuda)?;
+                        engine::torch_call::synchronize(DeviceKind::Cuda)?;
                         t.push(start.elapsed().as_secs_f64());
                     }
                     Ok::<_, protocol::RunFailure>(t)
@@ -257,11 +257,11 @@ mod cuda_math {
             .call(move |lab| {
                 let i = lab.model_index(ModelId::Resnet18, DeviceKind::Cuda, 224)?;
                 let m = lab.model(i);
-                let x = engine::lab::catch_torch(|| m.input(4, 224, tch_device(DeviceKind::Cuda)))?;
+                let x = engine::torch_call::catch_torch(|| m.input(4, 224, tch_device(DeviceKind::Cuda)))?;
                 let eager = forward(m, &x, &RunSpec { advanced: Advanced::default(), ..s.clone() }, DeviceKind::Cuda)?;
-                let captured = engine::lab::graph::capture(m, &x, &s, DeviceKind::Cuda)?;
+                let captured = engine::lab::cuda_graph::capture(m, &x, &s, DeviceKind::Cuda)?;
                 let replayed = captured.replay()?;
-                engine::lab::synchronize(DeviceKind::Cuda)?;
+                engine::torch_call::synchronize(DeviceKind::Cuda)?;
                 let diff = (&replayed - &eager).abs().max().double_value(&[]);
                 let scale = eager.abs().max().double_value(&[]);
                 Ok::<_, protocol::RunFailure>((diff, scale))

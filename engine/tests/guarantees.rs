@@ -163,17 +163,7 @@ fn experiments_have_the_run_deadline() {
 #[test]
 fn a_cancelled_experiment_never_runs() {
     let w = Worker::start(WorkerConfig::default()).unwrap();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            w.call(move |_| {
-                busy_tx.send(()).unwrap();
-                release_rx.recv().unwrap();
-            })
-            .unwrap()
-        });
-        busy_rx.recv().unwrap();
+    common::with_device_busy(&w, |busy| {
         let (tx, rx) = std::sync::mpsc::channel();
         let queued = w
             .experiment(
@@ -184,7 +174,7 @@ fn a_cancelled_experiment_never_runs() {
             .unwrap();
         assert_eq!(queued.position, 0);
         queued.ticket.cancel();
-        release_tx.send(()).unwrap();
+        busy.release();
         match rx.recv().unwrap() {
             Err(f) => assert_eq!(f.kind, FailureKind::Cancelled),
             Ok(_) => panic!("a cancelled experiment ran"),

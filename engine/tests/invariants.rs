@@ -5,8 +5,9 @@
 #[macro_use]
 mod common;
 
-use engine::lab::{forward, tch_device, Lab, LabConfig};
 use engine::{EngineError, MeasureError, Worker, WorkerConfig};
+use engine::lab::{forward, Lab, LabConfig};
+use engine::torch_call::tch_device;
 use protocol::{
     Autocast, DeviceChoice, DeviceKind, FailureKind, GradMode, ModelId, Report, RunSpec,
 };
@@ -18,19 +19,8 @@ fn spec(model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
 
 fn on(device: DeviceKind, model: ModelId, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
     RunSpec {
-        model,
-        device: common::choice(device),
-        batch,
-        // Small images keep ResNet runs to a fraction of a second on two cores.
-        input_size: model.is_image().then_some(64),
         eval,
-        grad,
-        autocast: Autocast::Off,
-        warmup: 1,
-        iters: 3,
-        threads: Some(1),
-        advanced: Default::default(),
-        generate: None,
+        ..common::small_run(device, model, batch, grad)
     }
 }
 
@@ -330,17 +320,7 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs(device) {
     };
     let w = Worker::start(config).unwrap();
     // Occupy the device thread so that submissions wait in the queue.
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            w.call(move |_| {
-                busy_tx.send(()).unwrap();
-                release_rx.recv().unwrap();
-            })
-            .unwrap()
-        });
-        busy_rx.recv().unwrap();
+    common::with_device_busy(&w, |busy| {
         let (tx, rx) = std::sync::mpsc::channel();
         let ticket = w
             .submit(
@@ -356,7 +336,7 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs(device) {
             Err(EngineError::QueueFull { capacity: 1 })
         ));
         ticket.cancel();
-        release_tx.send(()).unwrap();
+        busy.release();
         // The sink is dropped once the worker has dealt with the run, ending the stream.
         let events: Vec<_> = rx.iter().collect();
         assert!(

@@ -1,6 +1,6 @@
 //! Each pitfall experiment, one test per card, with one body per card run on every device
 //! the build tests: the CPU always, CUDA under the `cuda-tests` feature (see the
-//! `per_device!` list at the end). Each body asserts the invariant its verdict rests on and
+//! `per_device!` list at the end, `common`'s macro). Each body asserts the invariant its verdict rests on and
 //! the verdict that device must give (CUDA-only effects are not_applicable on a CPU, never
 //! confirmed by accident). On the CPU, options keep every experiment to seconds on two
 //! cores; on CUDA the cards run with their defaults, as the page runs them.
@@ -11,11 +11,14 @@
 //! All tests share one worker, so experiments run one at a time on its device thread: the
 //! timing cards never compete with another experiment for the cores or the GPU.
 
+#[macro_use]
+mod common;
+
 use std::sync::OnceLock;
 
 use engine::pitfalls;
 use engine::{RunControl, Worker, WorkerConfig};
-use protocol::{DeviceChoice, FailureKind, ModelId, PitfallOptions, PitfallReport, Verdict};
+use protocol::{DeviceKind, FailureKind, ModelId, PitfallOptions, PitfallReport, Verdict};
 
 fn worker() -> &'static Worker {
     static WORKER: OnceLock<Worker> = OnceLock::new();
@@ -24,11 +27,14 @@ fn worker() -> &'static Worker {
 
 /// Runs card `id` on `device`; on the CPU with the `small` options, on CUDA with the card's
 /// defaults (batch, budget) and only the model chosen.
-fn run(device: DeviceChoice, id: &'static str, small: PitfallOptions) -> PitfallReport {
+fn run(device: DeviceKind, id: &'static str, small: PitfallOptions) -> PitfallReport {
     let options = match device {
-        DeviceChoice::Cpu => PitfallOptions { device, ..small },
-        _ => PitfallOptions {
-            device,
+        DeviceKind::Cpu => PitfallOptions {
+            device: common::choice(device),
+            ..small
+        },
+        DeviceKind::Cuda => PitfallOptions {
+            device: common::choice(device),
             model: small.model,
             ..Default::default()
         },
@@ -69,15 +75,15 @@ fn figure(r: &PitfallReport, name: &str) -> f64 {
 }
 
 /// `cpu` on the CPU, `cuda` on CUDA.
-fn expect(device: DeviceChoice, cpu: Verdict, cuda: Verdict) -> Verdict {
-    if device == DeviceChoice::Cpu {
+fn expect(device: DeviceKind, cpu: Verdict, cuda: Verdict) -> Verdict {
+    if device == DeviceKind::Cpu {
         cpu
     } else {
         cuda
     }
 }
 
-fn eval_not_nograd(device: DeviceChoice) {
+fn eval_not_nograd(device: DeviceKind) {
     let r = run(device, "eval-not-nograd", defaults());
     assert!(
         figure(&r, "eval+grad peak above baseline")
@@ -86,7 +92,7 @@ fn eval_not_nograd(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn nograd_not_eval(device: DeviceChoice) {
+fn nograd_not_eval(device: DeviceKind) {
     let r = run(device, "nograd-not-eval", defaults());
     assert!(
         figure(&r, "train+no_grad: max |Δ| same input twice") > 0.0,
@@ -109,7 +115,7 @@ fn nograd_not_eval(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn inference_vs_nograd(device: DeviceChoice) {
+fn inference_vs_nograd(device: DeviceKind) {
     let r = run(device, "inference-vs-nograd", defaults());
     assert_eq!(figure(&r, "error raised"), 1.0);
     assert_eq!(figure(&r, "clone() fix works"), 1.0);
@@ -124,10 +130,10 @@ fn inference_vs_nograd(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn autocast(device: DeviceChoice) {
+fn autocast(device: DeviceKind) {
     let r = run(device, "autocast", with_model(ModelId::TinyMlp));
     assert_eq!(figure(&r, "weights still float32"), 1.0);
-    if device == DeviceChoice::Cpu {
+    if device == DeviceKind::Cpu {
         assert!(
             r.notes.iter().any(|n| n == "bf16 output dtype: BFloat16"),
             "{:?}",
@@ -140,9 +146,9 @@ fn autocast(device: DeviceChoice) {
 
 /// The transformer ends in LayerNorm, which autocast keeps in fp32: the card must look at a
 /// linear layer inside the model, not at the output.
-fn autocast_transformer(device: DeviceChoice) {
+fn autocast_transformer(device: DeviceKind) {
     let r = run(device, "autocast", with_model(ModelId::Transformer));
-    let low = if device == DeviceChoice::Cpu {
+    let low = if device == DeviceKind::Cpu {
         "bf16"
     } else {
         "fp16"
@@ -161,7 +167,7 @@ fn autocast_transformer(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn batch_scaling(device: DeviceChoice) {
+fn batch_scaling(device: DeviceKind) {
     let r = run(
         device,
         "batch-scaling",
@@ -188,7 +194,7 @@ fn batch_scaling(device: DeviceChoice) {
             r.notes
         );
     }
-    if device != DeviceChoice::Cpu {
+    if device != DeviceKind::Cpu {
         assert_eq!(
             figure(&r, "memory budget"),
             protocol::DEFAULT_CUDA_BUDGET_BYTES as f64
@@ -197,7 +203,7 @@ fn batch_scaling(device: DeviceChoice) {
     }
 }
 
-fn allocated_vs_reserved(device: DeviceChoice) {
+fn allocated_vs_reserved(device: DeviceKind) {
     let r = run(device, "allocated-vs-reserved", defaults());
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
@@ -206,7 +212,7 @@ fn allocated_vs_reserved(device: DeviceChoice) {
     }
 }
 
-fn empty_cache(device: DeviceChoice) {
+fn empty_cache(device: DeviceKind) {
     let r = run(device, "empty-cache", defaults());
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
@@ -217,7 +223,7 @@ fn empty_cache(device: DeviceChoice) {
     }
 }
 
-fn output_lifetime(device: DeviceChoice) {
+fn output_lifetime(device: DeviceKind) {
     let r = run(device, "output-lifetime", with_model(ModelId::TinyMlp));
     let with_grad = figure(&r, "growth per request, kept with grad");
     let kept = figure(&r, "growth per request, kept on device");
@@ -230,7 +236,7 @@ fn output_lifetime(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn warm_up(device: DeviceChoice) {
+fn warm_up(device: DeviceKind) {
     // On a CPU the first pass of a new shape pays for oneDNN's primitive creation, a few
     // milliseconds against a pass of tens: real, but small enough that a busy 2-core machine
     // can hide it once. Three fresh shapes; the effect must show in at least one.
@@ -251,20 +257,20 @@ fn warm_up(device: DeviceChoice) {
     );
 }
 
-fn sync_timing(device: DeviceChoice) {
+fn sync_timing(device: DeviceKind) {
     let r = run(device, "sync-timing", with_model(ModelId::Resnet18));
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
 }
 
-fn item_sync(device: DeviceChoice) {
+fn item_sync(device: DeviceKind) {
     let r = run(device, "item-sync", defaults());
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
     assert!(figure(&r, "loop with .item() per batch") > 0.0);
 }
 
-fn freeze_vs_nograd(device: DeviceChoice) {
+fn freeze_vs_nograd(device: DeviceKind) {
     let r = run(device, "freeze-vs-nograd", defaults());
     let (full, partial, frozen, nograd) = (
         figure(&r, "all trainable"),
@@ -281,7 +287,7 @@ fn freeze_vs_nograd(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn seed_table(device: DeviceChoice) {
+fn seed_table(device: DeviceKind) {
     // Batch 8 on the CPU: at batch 2 the no_grad peak is dominated by weight-sized
     // workspace, not activations.
     let r = run(
@@ -299,7 +305,7 @@ fn seed_table(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn unknown_cards_are_refused_by_name(_device: DeviceChoice) {
+fn unknown_cards_are_refused_by_name(_device: DeviceKind) {
     assert!(pitfalls::card("nope").is_none());
     let err = worker()
         .call(|lab| {
@@ -318,13 +324,13 @@ fn unknown_cards_are_refused_by_name(_device: DeviceChoice) {
     assert!(pitfalls::catalogue().iter().any(|c| c.id == "generate-no-grad"));
 }
 
-fn a_cancelled_experiment_stops(device: DeviceChoice) {
+fn a_cancelled_experiment_stops(device: DeviceKind) {
     let control = RunControl::default();
     control
         .cancel
         .store(true, std::sync::atomic::Ordering::Relaxed);
     let options = PitfallOptions {
-        device,
+        device: common::choice(device),
         ..Default::default()
     };
     let err = worker()
@@ -334,9 +340,9 @@ fn a_cancelled_experiment_stops(device: DeviceChoice) {
     assert_eq!(err.kind, FailureKind::Cancelled, "{}", err.message);
 }
 
-fn half_weights(device: DeviceChoice) {
+fn half_weights(device: DeviceKind) {
     let r = run(device, "half-weights", with_model(ModelId::Resnet18));
-    let low = if device == DeviceChoice::Cpu { "bf16" } else { "fp16" };
+    let low = if device == DeviceKind::Cpu { "bf16" } else { "fp16" };
     // The invariant: exactly half the parameter bytes; autocast keeps fp32's.
     let fp32 = figure(&r, "fp32 parameters");
     assert_eq!(2.0 * figure(&r, &format!("{low} weights parameters")), fp32);
@@ -344,7 +350,7 @@ fn half_weights(device: DeviceChoice) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-fn channels_last(device: DeviceChoice) {
+fn channels_last(device: DeviceKind) {
     let r = run(device, "channels-last", with_model(ModelId::Resnet18));
     assert_eq!(figure(&r, "input has NHWC strides"), 1.0);
     assert_eq!(figure(&r, "conv weights with NHWC strides"), figure(&r, "conv weights"));
@@ -354,7 +360,7 @@ fn channels_last(device: DeviceChoice) {
     assert_eq!(mlp.verdict, Verdict::NotApplicable, "{}", mlp.reason);
 }
 
-fn input_copy(device: DeviceChoice) {
+fn input_copy(device: DeviceKind) {
     let r = run(device, "input-copy", with_model(ModelId::Resnet18));
     // Each copy adds exactly the input's bytes to the pass's peak.
     assert_eq!(
@@ -365,12 +371,12 @@ fn input_copy(device: DeviceChoice) {
     assert_eq!(r.verdict, want, "{}", r.reason);
 }
 
-fn cuda_only_cards(device: DeviceChoice) {
+fn cuda_only_cards(device: DeviceKind) {
     for id in ["tf32", "cudnn-benchmark", "cuda-graphs"] {
         let r = run(device, id, defaults());
         let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
         assert_eq!(r.verdict, want, "{id}: {}", r.reason);
-        if device == DeviceChoice::Cpu {
+        if device == DeviceKind::Cpu {
             assert!(r.reason.contains("Not on a CPU"), "{}", r.reason);
         }
     }
@@ -378,7 +384,7 @@ fn cuda_only_cards(device: DeviceChoice) {
 
 /// Every generation card ends with a verdict on the CPU, and the ones decided by exact
 /// byte counts (no timing) are confirmed there.
-fn generation_cards(device: DeviceChoice) {
+fn generation_cards(device: DeviceKind) {
     let exact = ["generate-no-grad", "kv-cache-size", "gqa", "static-cache", "padding-waste", "inference-tensor-cache"];
     for card in engine::pitfalls::generation::CARDS {
         let r = run(device, card.id, defaults());
@@ -387,19 +393,6 @@ fn generation_cards(device: DeviceChoice) {
         }
         assert!(!r.reason.is_empty() && (!r.series.is_empty() || !r.figures.is_empty()), "{}", card.id);
     }
-}
-
-/// One test per body, per device: `cpu::NAME` always, `cuda::NAME` under `cuda-tests`.
-macro_rules! per_device {
-    ($($name:ident),* $(,)?) => {
-        mod cpu {
-            $(#[test] fn $name() { super::$name(protocol::DeviceChoice::Cpu) })*
-        }
-        #[cfg(feature = "cuda-tests")]
-        mod cuda {
-            $(#[test] fn $name() { super::$name(protocol::DeviceChoice::Cuda) })*
-        }
-    };
 }
 
 per_device!(

@@ -7,7 +7,7 @@
 mod common;
 
 use engine::{Worker, WorkerConfig};
-use protocol::{trace_peak, Autocast, DeviceKind, GradMode, ModelId, Report, RunSpec};
+use protocol::{trace_peak, DeviceKind, GradMode, ModelId, Report, RunSpec};
 
 fn on(
     device: DeviceKind,
@@ -16,25 +16,10 @@ fn on(
     grad: GradMode,
     size: Option<u32>,
 ) -> RunSpec {
+    let run = common::small_run(device, model, batch, grad);
     RunSpec {
-        model,
-        device: common::choice(device),
-        batch,
-        input_size: size.or_else(|| {
-            matches!(
-                model,
-                ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2
-            )
-            .then_some(64)
-        }),
-        eval: true,
-        grad,
-        autocast: Autocast::Off,
-        warmup: 1,
-        iters: 3,
-        threads: Some(1),
-        advanced: Default::default(),
-        generate: None,
+        input_size: size.or(run.input_size),
+        ..run
     }
 }
 

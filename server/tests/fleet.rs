@@ -30,6 +30,7 @@ use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use protocol::stats::percentile;
 use protocol::{Event, RunCreated};
 
 const HEARTBEAT_S: f64 = 2.0;
@@ -315,12 +316,6 @@ const SHORT_TIMEOUT_S: u32 = 6;
 const QUICK: &str = r#"{"model": "tiny_mlp", "batch": 4, "iters": 5, "warmup": 1, "device": "cpu"}"#;
 /// Long enough to be killed mid-way: a few seconds on one CPU thread.
 const LONG: &str = r#"{"model": "resnet18", "batch": 2, "iters": 200, "warmup": 1, "device": "cpu"}"#;
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    let pos = q * (sorted.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs NATS and PostgreSQL: scripts/test.sh runs it"]
@@ -611,7 +606,7 @@ async fn load(a: SocketAddr, b: SocketAddr) {
     }
     assert!(delays_ms.len() > VIEWERS * 20, "most events were seen live ({})", delays_ms.len());
     delays_ms.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    let (p50, p99) = (percentile(&delays_ms, 0.5), percentile(&delays_ms, 0.99));
+    let (p50, p99) = (percentile(&delays_ms, 50.0), percentile(&delays_ms, 99.0));
     let figures = serde_json::json!({
         "viewers": VIEWERS, "fronts": 2, "workers": 3, "runs": runs.len(),
         "live_events_measured": delays_ms.len(),

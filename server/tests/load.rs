@@ -18,6 +18,7 @@ use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use protocol::stats::percentile;
 use protocol::{Event, RunCreated};
 use server::config::EngineArgs;
 
@@ -70,12 +71,6 @@ async fn view(addr: std::net::SocketAddr, id: String) -> (Instant, Vec<(usize, I
 
 /// The tests in this file take turns: each measures delays, which the other would inflate.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    let pos = q * (sorted.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
 
 /// A server's state with a one-thread CPU worker whose queue holds `queue` runs.
 fn state(queue: usize, services: server::state::Services) -> server::state::AppState {
@@ -226,8 +221,8 @@ async fn many_viewers_and_a_full_queue_on_loopback() {
     }
     delays.sort_by(f64::total_cmp);
     let (p50, p99, max) = (
-        percentile(&delays, 0.5),
-        percentile(&delays, 0.99),
+        percentile(&delays, 50.0),
+        percentile(&delays, 99.0),
         *delays.last().unwrap(),
     );
     let report = serde_json::json!({
@@ -410,8 +405,8 @@ async fn a_thousand_viewers_of_one_run() {
     );
     delays.sort_by(f64::total_cmp);
     let (p50, p99, max) = (
-        percentile(&delays, 0.5),
-        percentile(&delays, 0.99),
+        percentile(&delays, 50.0),
+        percentile(&delays, 99.0),
         *delays.last().unwrap(),
     );
     let report = serde_json::json!({

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use protocol::{Autocast, DeviceKind, FailureKind, GradMode, ModelId, Report, RunFailure};
 
-use super::{failure, held, tch_device, Lab, LabConfig, RunControl};
+use super::{held, Lab, LabConfig, RunControl};
 use crate::device::{meminfo_field, total_ram, Machine};
 use crate::spec::CheckedSpec;
+use crate::torch_call::{failure, tch_device};
 use crate::torch_ext;
 
 /// The share of the memory available at start-up (`MemAvailable` in /proc/meminfo) that a

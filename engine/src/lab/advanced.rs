@@ -8,9 +8,9 @@
 use protocol::{Advanced, DeviceKind, InputSource, MemoryFormat, RunFailure, WeightsDtype};
 use tch::{Device, Kind, Tensor};
 
-use super::{catch_torch, tch_device, torch_failure};
 use crate::input::Input;
 use crate::models::Model;
+use crate::torch_call::{catch_torch, tch_device, torch_failure};
 use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
 
 /// The tensor kind weights of this dtype are stored in.

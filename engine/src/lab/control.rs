@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use protocol::{DeviceKind, FailureKind, RunFailure};
 
-use super::{failure, torch_failure, Lab};
+use super::Lab;
+use crate::torch_call::{failure, torch_failure};
 use crate::torch_ext::{GuardSettings, RunGuard};
 
 /// How a running measurement learns that it should stop early, and what it may use. Every

@@ -18,15 +18,16 @@ use std::time::Instant;
 
 use protocol::{
     DeviceKind, Event, FailureKind, GenPhase, GenStep, GenerationReport, KvCacheKind,
-    MemoryReport, OutputFacts, Report, RunFailure, Sample,
+    OutputFacts, Report, RunFailure, Sample,
 };
 use tch::Tensor;
 
-use super::{catch_torch, failure, held, synchronize, torch_failure, Lab, RunControl};
+use super::{held, memory_report, Lab, RunControl};
 use crate::device::Meter;
 use crate::models::decoder::{Decoder, KvCache, Logits};
 use crate::spec::CheckedSpec;
 use crate::stats::latency_stats;
+use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
 use crate::trace::Probe;
 
 /// New tokens of the warm-up generation (fewer when the run asks for fewer): enough to run
@@ -83,7 +84,7 @@ pub fn generate(
         },
         ..spec.clone()
     };
-    let _regions = super::measure::enter_regions(&outer, args.device)?;
+    let _regions = super::forward::enter_regions(&outer, args.device)?;
     let per_step = protocol::RunSpec {
         grad: protocol::GradMode::Enabled,
         ..spec.clone()
@@ -110,7 +111,7 @@ pub fn generate(
         let start = Instant::now();
         // Only autocast, and only when asked: the grad mode stays the loop's.
         let step_region = match args.autocast_per_step {
-            true => Some(super::measure::enter_regions(&per_step, args.device)?),
+            true => Some(super::forward::enter_regions(&per_step, args.device)?),
             false => None,
         };
         let next = catch_torch(|| {
@@ -244,7 +245,7 @@ impl Lab {
             .net
             .as_decoder()
             .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        let prompt = catch_torch(|| model.input(spec.batch, prompt_len, super::tch_device(device)))?
+        let prompt = catch_torch(|| model.input(spec.batch, prompt_len, tch_device(device)))?
             .first()
             .shallow_clone();
         synchronize(device)?;
@@ -391,17 +392,15 @@ impl Lab {
             spec,
             throughput_per_s: generation.tokens_per_s_total,
             latency_ms,
-            memory: MemoryReport {
-                source: meter.source(),
-                baseline_bytes: baseline,
-                peak_allocated_bytes: peak_allocated,
-                peak_above_baseline_bytes: peak_allocated.saturating_sub(baseline),
-                peak_reserved_bytes: peak_reserved,
-                after_release_bytes: after_release,
-                leaked_bytes: after_release.saturating_sub(baseline),
-                device_used_bytes: meter.device_used(),
-                other_held_bytes: Some(other),
-            },
+            memory: memory_report(
+                &meter,
+                baseline,
+                peak_allocated,
+                peak_reserved,
+                after_release,
+                meter.device_used(),
+                other,
+            ),
             output,
             warmup,
             samples,

@@ -2,8 +2,8 @@
 //! and docs/ARCHITECTURE.md ("The measurement method") state: build or reuse the model, make
 //! the input, synchronise, record the baseline and reset the peaks, warm up (reported apart),
 //! time each iteration with synchronisation, then release the output and check that memory
-//! returns to the baseline. Also the one timed pass ([`timed_forward`]) and the one forward
-//! pass under a spec's settings ([`forward`]) that the pitfall experiments reuse.
+//! returns to the baseline. Also the one timed pass ([`timed_forward`]) that the pitfall
+//! experiments reuse; the pass itself is `forward`'s.
 //!
 //! The baseline is the run's weights and input themselves: what building the model and
 //! making the input added to the device's allocated memory. Whatever else the worker holds
@@ -14,24 +14,20 @@
 use std::time::Instant;
 
 use protocol::{
-    Autocast, DeviceKind, Event, FailureKind, GradMode, MemoryBreakdown, MemoryReport, OutputFacts,
+    DeviceKind, Event, FailureKind, MemoryBreakdown, OutputFacts,
     Report, RunFailure, RunSpec, Sample,
 };
 use tch::Tensor;
 
-use crate::input::Input;
-
-use super::{
-    backend_guard, catch_torch, failure, held, make_input, place_input, synchronize,
-    torch_failure, Lab, RunControl,
-};
+use super::forward::{forward, traced_pass};
+use super::{held, make_input, memory_report, Lab, RunControl};
 use crate::device::Meter;
+use crate::input::Input;
 use crate::models::Model;
 use crate::peak::Precision;
 use crate::spec::CheckedSpec;
 use crate::stats::latency_stats;
-use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
-use crate::trace::{traced_pass, Probe};
+use crate::torch_call::{failure, synchronize, torch_failure};
 
 impl Lab {
     /// Measures one run, emitting events as it goes. See the module docs for the method.
@@ -164,9 +160,9 @@ impl Lab {
         }
 
         // With CUDA graph replay the timed passes relaunch one pass captured here, after
-        // the warm-up (see `super::graph`).
+        // the warm-up (see `super::cuda_graph`).
         let captured = match spec.advanced.cuda_graph {
-            true => Some(super::graph::capture(model, &input, &spec, device)?),
+            true => Some(super::cuda_graph::capture(model, &input, &spec, device)?),
             false => None,
         };
 
@@ -248,17 +244,15 @@ impl Lab {
             spec,
             latency_ms,
             throughput_per_s,
-            memory: MemoryReport {
-                source: meter.source(),
-                baseline_bytes: baseline,
-                peak_allocated_bytes: peak_allocated,
-                peak_above_baseline_bytes: peak_allocated.saturating_sub(baseline),
-                peak_reserved_bytes: peak_reserved,
-                after_release_bytes: after_release,
-                leaked_bytes: after_release.saturating_sub(baseline),
-                device_used_bytes: device_used,
-                other_held_bytes: Some(other),
-            },
+            memory: memory_report(
+                &meter,
+                baseline,
+                peak_allocated,
+                peak_reserved,
+                after_release,
+                device_used,
+                other,
+            ),
             output,
             warmup,
             samples,
@@ -386,63 +380,6 @@ fn timed_pass(
         reserved_bytes: reading.reserved,
     };
     Ok((sample, out, reading.peak_reserved))
-}
-
-/// The forward pass inside the grad mode and autocast region the spec asks for, exactly as
-/// the Python snippet nests them, under the CUDA math switches it asks for, with the input
-/// first copied to the device when it starts in host memory.
-pub fn forward(
-    model: &Model,
-    input: &Input,
-    spec: &RunSpec,
-    device: DeviceKind,
-) -> Result<Tensor, RunFailure> {
-    forward_probed(model, input, spec, device, &mut Probe::off())
-}
-
-/// [`forward`] with a probe the model marks at its module boundaries (the traced pass).
-pub fn forward_probed(
-    model: &Model,
-    input: &Input,
-    spec: &RunSpec,
-    device: DeviceKind,
-    probe: &mut Probe<'_>,
-) -> Result<Tensor, RunFailure> {
-    let _regions = enter_regions(spec, device)?;
-    let _flags = backend_guard(&spec.advanced, device)?;
-    let placed = place_input(input, &spec.advanced, device)?;
-    catch_torch(|| model.net.forward_inputs(&placed, !spec.eval, probe))
-}
-
-/// The grad mode and autocast region a spec asks for, nested as the Python snippet nests
-/// them; they close when the value is dropped (autocast first).
-pub(crate) struct Regions {
-    _autocast: Option<AutocastGuard>,
-    _no_grad: Option<tch::NoGradGuard>,
-    _inference: Option<InferenceModeGuard>,
-}
-
-/// Enters the spec's grad mode, then its autocast region.
-pub(crate) fn enter_regions(spec: &RunSpec, device: DeviceKind) -> Result<Regions, RunFailure> {
-    let _inference = match spec.grad {
-        GradMode::InferenceMode => Some(InferenceModeGuard::enter().map_err(torch_failure)?),
-        _ => None,
-    };
-    let _no_grad = (spec.grad == GradMode::NoGrad).then(tch::no_grad_guard);
-    let _autocast = match spec.autocast {
-        Autocast::Off => None,
-        Autocast::Fp16 => {
-            Some(AutocastGuard::enter(device, LowPrecision::Fp16).map_err(torch_failure)?)
-        }
-        Autocast::Bf16 => {
-            Some(AutocastGuard::enter(device, LowPrecision::Bf16).map_err(torch_failure)?)
-        }
-    };
-    Ok(Regions {
-        _autocast,
-        _no_grad,
-        _inference,
-    })
 }
 
 fn output_facts(t: &Tensor) -> OutputFacts {

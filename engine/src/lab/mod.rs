@@ -3,15 +3,18 @@
 //! task ([`Lab::memory_checks`]) and the CUDA libraries primed at start-up — and [`LabConfig`],
 //! the settings a run cannot change. The rest of the bench, by concern:
 //!
-//! - `measure`: one run's measurement ([`Lab::measure`], [`timed_forward`], [`forward`]),
-//!   by the method docs/ARCHITECTURE.md ("The measurement method") states.
+//! - `measure`: one run's measurement ([`Lab::measure`], [`timed_forward`]), by the method
+//!   docs/ARCHITECTURE.md ("The measurement method") states.
+//! - `forward`: the one forward pass under a spec's settings ([`forward`], and
+//!   [`traced_pass`], the pass with a recording probe).
 //! - `control`: what every task may use and when it stops ([`RunControl`], [`Lab::with_task`],
 //!   the run guard of [`Lab::guard`]).
 //! - `admission`: memory budgets ([`Budget`]), profiles and the up-front refusal of runs
 //!   predicted not to fit ([`Lab::admit`], [`refusal`]).
-//! - `graph`: CUDA graph capture and replay for runs that ask for it.
-//! - `failure`: the one classification of libtorch errors ([`catch_torch`],
-//!   [`torch_failure`], [`failure`]).
+//! - `cuda_graph`: CUDA graph capture and replay for runs that ask for it.
+//! - `generate`: a generate run's loop (prefill, then one decode step per token).
+//! - `advanced`: the advanced settings' conversions (weights dtype, memory format, where
+//!   the input starts) and the CUDA math switches around a pass.
 //!
 //! A `Lab` must stay on the thread that created it: libtorch's grad mode, inference mode,
 //! autocast state and the CPU memory counter are all thread-local.
@@ -19,12 +22,12 @@
 mod admission;
 mod advanced;
 mod control;
-mod failure;
+pub mod cuda_graph;
+mod forward;
 pub mod generate;
-pub mod graph;
 mod measure;
 
-use protocol::{DeviceKind, ModelId, RunFailure};
+use protocol::{DeviceKind, MemoryReport, ModelId, RunFailure};
 use tch::{Device, Kind, Tensor};
 
 use crate::device::{Machine, Meter};
@@ -42,9 +45,15 @@ pub use advanced::{
     place_input, to_channels_last,
 };
 pub use control::RunControl;
-pub(crate) use failure::panic_text;
-pub use failure::{catch_torch, failure, torch_failure};
-pub use measure::{forward, forward_probed, timed_forward};
+pub use forward::{forward, forward_probed, traced_pass};
+pub use measure::timed_forward;
+
+// Old paths (before torch_call.rs and cuda_graph.rs), kept while code written against them
+// moves over; new code imports `crate::torch_call` (this file uses them through here).
+#[doc(hidden)]
+pub use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
+#[doc(hidden)]
+pub use cuda_graph as graph;
 
 /// Settings of the lab that a run cannot change.
 #[derive(Clone, Debug)]
@@ -334,6 +343,30 @@ fn held(meter: &Meter<'_>, device: DeviceKind) -> Result<u64, RunFailure> {
     Ok(meter.read().map_err(torch_failure)?.allocated)
 }
 
+/// A report's memory section from what the run read (a forward run's and a generation's
+/// alike): the figures above the baseline and the leak follow from the readings.
+fn memory_report(
+    meter: &Meter<'_>,
+    baseline: u64,
+    peak_allocated: u64,
+    peak_reserved: Option<u64>,
+    after_release: u64,
+    device_used: Option<u64>,
+    other: u64,
+) -> MemoryReport {
+    MemoryReport {
+        source: meter.source(),
+        baseline_bytes: baseline,
+        peak_allocated_bytes: peak_allocated,
+        peak_above_baseline_bytes: peak_allocated.saturating_sub(baseline),
+        peak_reserved_bytes: peak_reserved,
+        after_release_bytes: after_release,
+        leaked_bytes: after_release.saturating_sub(baseline),
+        device_used_bytes: device_used,
+        other_held_bytes: Some(other),
+    }
+}
+
 /// cuBLAS and cuBLASLt keep a workspace per stream that PyTorch allocates through its
 /// caching allocator at the first matmul and holds until the process ends. Making those
 /// first matmuls here, once, before any run keeps the workspaces out of every run's
@@ -372,19 +405,4 @@ fn prime_cuda_libraries() -> u64 {
         "CUDA library workspaces allocated before any run"
     );
     held
-}
-
-pub fn tch_device(device: DeviceKind) -> Device {
-    match device {
-        DeviceKind::Cpu => Device::Cpu,
-        DeviceKind::Cuda => Device::Cuda(0),
-    }
-}
-
-/// Waits for queued device work, so a timer measures the work and not its launch.
-pub fn synchronize(device: DeviceKind) -> Result<(), RunFailure> {
-    match device {
-        DeviceKind::Cpu => Ok(()),
-        DeviceKind::Cuda => catch_torch(|| tch::Cuda::synchronize(0)),
-    }
 }

@@ -10,9 +10,14 @@
 //! generate loop lives outside the model (`crate::lab::generate`).
 //!
 //! Variable names are transformers' (`model.layers.0.self_attn.q_proj.weight`), so a
-//! `model.safetensors` written by `save_pretrained` loads by name.
+//! `model.safetensors` written by `save_pretrained` loads by name; a team folder's file is
+//! found through the folders `crate::team::load_dir` registers here ([`team_weights`]).
 
-use protocol::decoder::DecoderConfig;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::RwLock;
+
+use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
 use protocol::KvCacheKind;
 use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
@@ -406,6 +411,28 @@ impl ModuleT for Decoder {
     }
 }
 
+/// The folders of the team decoders this process serves, by name: set once at start-up by
+/// `crate::team::load_dir`, read when a run builds one of them.
+static TEAM_FOLDERS: RwLock<Option<HashMap<String, PathBuf>>> = RwLock::new(None);
+
+/// Serves the team decoders in `folders` (name to folder) from now on.
+pub(crate) fn register_team_folders(folders: HashMap<String, PathBuf>) {
+    *TEAM_FOLDERS.write().unwrap_or_else(|e| e.into_inner()) = Some(folders);
+}
+
+/// The file a team decoder's weights are read from, when it has one.
+pub fn team_weights(model: &DecoderModel) -> Option<PathBuf> {
+    if !matches!(model.source, DecoderSource::Team { weights: true, .. }) {
+        return None;
+    }
+    TEAM_FOLDERS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()?
+        .get(&model.name)
+        .map(|dir| dir.join("model.safetensors"))
+}
+
 /// Builds the served decoder `name` in `vs`: random seeded weights, or a team folder's
 /// `model.safetensors` loaded by name (fp32, bf16 or fp16 on disk; stored as the VarStore's
 /// fp32 until the run's weights dtype converts them). Panics (caught as a run failure by
@@ -415,7 +442,7 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
         panic!("the decoder `{name}` is not served here");
     };
     let decoder = Decoder::new(&vs.root(), &model.config);
-    if let Some(path) = crate::team::decoder_weights(model) {
+    if let Some(path) = team_weights(model) {
         if let Err(e) = load_safetensors(vs, &path) {
             panic!("could not load {}: {e}", path.display());
         }
@@ -426,8 +453,8 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
 /// Copies every variable's values from a safetensors file written by transformers'
 /// `save_pretrained`: names must match, shapes must agree; a tied head has no entry.
 pub fn load_safetensors(vs: &nn::VarStore, path: &std::path::Path) -> Result<(), String> {
-    let tensors: std::collections::HashMap<String, Tensor> = Tensor::read_safetensors(path)
-        .map_err(|e| crate::first_line(&e.to_string()))?
+    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(path)
+        .map_err(|e| crate::torch_call::first_line(&e.to_string()))?
         .into_iter()
         .collect();
     let _no_grad = tch::no_grad_guard();
@@ -442,7 +469,7 @@ pub fn load_safetensors(vs: &nn::VarStore, path: &std::path::Path) -> Result<(),
                 var.size()
             ));
         }
-        var.f_copy_(src).map_err(|e| crate::first_line(&e.to_string()))?;
+        var.f_copy_(src).map_err(|e| crate::torch_call::first_line(&e.to_string()))?;
     }
     Ok(())
 }

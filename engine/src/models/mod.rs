@@ -23,7 +23,7 @@ use crate::trace::Probe;
 
 /// A network whose forward pass reports to a probe at its module boundaries. The default
 /// marks nothing: a network that cannot be looked inside (a team's TorchScript module, see
-/// `crate::team`) has no trace, and so no FLOP count, rather than a single point that would
+/// `scripted`) has no trace, and so no FLOP count, rather than a single point that would
 /// read as zero FLOPs.
 pub trait Net: ModuleT {
     fn forward_probed(&self, input: &Tensor, train: bool, _probe: &mut Probe<'_>) -> Tensor {
@@ -60,6 +60,7 @@ mod encoder;
 mod mlp;
 mod mobilenet;
 mod resnet;
+pub mod scripted;
 
 pub use encoder::D_MODEL;
 use encoder::Transformer;
@@ -99,7 +100,7 @@ impl Model {
             ModelId::Resnet50 => (Box::new(ResNet::new(&root, true, [3, 4, 6, 3])), 0),
             ModelId::MobilenetV2 => (Box::new(MobileNetV2::new(&root)), 0),
             ModelId::Transformer => (Box::new(Transformer::new(&root)), 0),
-            ModelId::Team(name) => (crate::team::build(name, &vs), 0),
+            ModelId::Team(name) => (scripted::build(name, &vs), 0),
             ModelId::Decoder(name) => (decoder::build(name, &vs), 0),
         };
         let mut model = Model {
@@ -144,7 +145,7 @@ impl Model {
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => vec![b, 3, s, s],
             ModelId::Transformer => vec![b, s, D_MODEL],
             ModelId::Team(_) => match self.id.team() {
-                Some(m) => return crate::team::input(&m.sidecar, batch, input_size, device),
+                Some(m) => return scripted::input(&m.sidecar, batch, input_size, device),
                 None => panic!("{} is not served here", self.id),
             },
             ModelId::Decoder(_) => match self.id.decoder() {

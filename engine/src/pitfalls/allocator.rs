@@ -11,7 +11,8 @@ use super::kit::{
     Decision, Outcome, Setup, Shift,
 };
 use super::Card;
-use crate::lab::{forward, torch_failure, Lab};
+use crate::lab::{forward, Lab};
+use crate::torch_call::torch_failure;
 use crate::torch_ext;
 
 pub const BATCH_SCALING: Card = Card {
@@ -296,7 +297,7 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         if variant == 0 {
             // A warm cache: the previous request emptied it, so refill it untimed.
             drop(forward(model, &x, &spec, ctx.device)?);
-            crate::lab::synchronize(ctx.device)?;
+            crate::torch_call::synchronize(ctx.device)?;
             clock.restart();
             return forward(model, &x, &spec, ctx.device).map(Some);
         }
@@ -306,7 +307,7 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         allocated_change += allocated()? - before;
         clock.restart();
         drop(forward(model, &x, &spec, ctx.device)?);
-        crate::lab::synchronize(ctx.device)?;
+        crate::torch_call::synchronize(ctx.device)?;
         empty()?;
         Ok(None)
     })?;

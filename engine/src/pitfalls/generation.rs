@@ -10,7 +10,8 @@ use protocol::{
 
 use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome};
 use super::Card;
-use crate::lab::{catch_torch, failure, Lab};
+use crate::lab::Lab;
+use crate::torch_call::{catch_torch, failure};
 
 /// The card's decoder: the CPU preset, or a 1B shape on a GPU.
 fn decoder(ctx: &Ctx, cpu: &str, cuda: &str) -> ModelId {
@@ -564,9 +565,9 @@ pub const INFERENCE_TENSOR_CACHE: Card = Card {
 fn inference_tensor_cache(_lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     use crate::torch_ext::InferenceModeGuard;
     use tch::{Kind, Tensor};
-    let device = crate::lab::tch_device(ctx.device);
+    let device = crate::torch_call::tch_device(ctx.device);
     let shape = [1i64, 2, 16, 32];
-    let enter = || InferenceModeGuard::enter().map_err(crate::lab::torch_failure);
+    let enter = || InferenceModeGuard::enter().map_err(crate::torch_call::torch_failure);
     let new_kv = || Tensor::randn([1, 2, 1, 32], (Kind::Float, device));
     // The pitfall: made inside, written outside (under no_grad, as a decode loop would).
     let cache = {

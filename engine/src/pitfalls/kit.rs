@@ -3,7 +3,7 @@
 //! ([`measure`]), the one way to time passes ([`time_passes`]), the one per-pass memory
 //! measurement ([`pass_memory`], the run's own method from [`crate::lab`]), the one
 //! noise-aware comparison of timings ([`Shift`], a bootstrap interval) and the one verdict builder ([`Decision`]).
-//! Failures from libtorch go through [`crate::lab::catch_torch`] / [`torch_failure`], so an
+//! Failures from libtorch go through [`catch_torch`] / [`torch_failure`], so an
 //! out-of-memory is classified the same way in an experiment as in a run.
 
 use std::time::Instant;
@@ -14,13 +14,11 @@ use protocol::{
 };
 use protocol::stats::{RatioCi, Side};
 
-use crate::lab::{
-    catch_torch, failure, forward, synchronize, tch_device, timed_forward, torch_failure, Lab,
-    RunControl,
-};
 use crate::input::Input;
+use crate::lab::{forward, timed_forward, Lab, RunControl};
 use crate::models::Model;
 use crate::spec::check_spec;
+use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
 
 pub const MIB: f64 = 1024.0 * 1024.0;
 
@@ -212,7 +210,7 @@ pub fn trace_pass(
     let meter = lab.meter(ctx.device);
     synchronize(ctx.device)?;
     let offset = meter.read().map_err(torch_failure)?.allocated;
-    crate::trace::traced_pass(model, input, spec, ctx.device, &meter, offset)
+    crate::lab::traced_pass(model, input, spec, ctx.device, &meter, offset)
 }
 
 /// The stopwatch a timed pass runs under; see [`time_passes`].
@@ -349,7 +347,7 @@ pub fn p(samples: &[f64], q: f64) -> f64 {
     }
     let mut sorted = samples.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));
-    crate::stats::percentile(&sorted, q)
+    protocol::stats::percentile(&sorted, q)
 }
 
 /// A verdict and the reason for it, with the deciding numbers.

@@ -10,7 +10,8 @@ use protocol::{
 use super::kit::{fig, measure, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
 use super::timing::warm_up_rule;
 use super::Card;
-use crate::lab::{catch_torch, forward, is_channels_last, make_input, Lab};
+use crate::lab::{forward, is_channels_last, make_input, Lab};
+use crate::torch_call::catch_torch;
 
 pub const CHANNELS_LAST: Card = Card {
     id: "channels-last",

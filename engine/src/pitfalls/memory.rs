@@ -9,7 +9,8 @@ use super::kit::{
 };
 use protocol::NamedTrace;
 use super::Card;
-use crate::lab::{catch_torch, forward, synchronize, torch_failure, Lab};
+use crate::lab::{forward, Lab};
+use crate::torch_call::{catch_torch, synchronize, torch_failure};
 
 pub const EVAL_NOT_NOGRAD: Card = Card {
     id: "eval-not-nograd",

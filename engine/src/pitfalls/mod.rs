@@ -11,7 +11,7 @@
 //!   autograd keeps alive), [`allocator`] (budgets and the CUDA caching allocator),
 //!   [`timing`] (warm-up and asynchronous execution), [`table`] (the classic rows side by
 //!   side), [`precision`] (cast weights against autocast, TF32), [`layout`]
-//!   (channels_last, the input's copy to the device, cudnn.benchmark), [`graphs`]
+//!   (channels_last, the input's copy to the device, cudnn.benchmark), [`cuda_graphs`]
 //!   (CUDA graph replay) and [`generation`] (decoder LLMs: the KV cache, prefill and
 //!   decode).
 //!
@@ -23,8 +23,8 @@
 //! cards run small (96² images) to answer in seconds.
 
 pub mod allocator;
+pub mod cuda_graphs;
 pub mod generation;
-pub mod graphs;
 pub mod kit;
 pub mod layout;
 pub mod memory;
@@ -33,11 +33,16 @@ pub mod precision;
 pub mod table;
 pub mod timing;
 
+// The old name, kept while code written against it moves over.
+#[doc(hidden)]
+pub use cuda_graphs as graphs;
+
 use protocol::{
     DeviceChoice, DeviceKind, FailureKind, PitfallInfo, PitfallOptions, PitfallReport, RunFailure,
 };
 
-use crate::lab::{failure, Lab, RunControl};
+use crate::lab::{Lab, RunControl};
+use crate::torch_call::failure;
 use kit::{Ctx, Outcome};
 
 /// An experiment: runs on the lab under the context, returns its figures and verdict.
@@ -78,7 +83,7 @@ pub static CARDS: [&Card; 30] = [
     &layout::INPUT_COPY,
     &precision::TF32,
     &layout::CUDNN_BENCHMARK,
-    &graphs::CUDA_GRAPHS,
+    &cuda_graphs::CUDA_GRAPHS,
     // Decoder LLMs: generation (see `generation`).
     &generation::GENERATE_NO_GRAD,
     &generation::KV_CACHE_SIZE,

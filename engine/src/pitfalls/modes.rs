@@ -10,9 +10,10 @@ use super::kit::{
     describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Shift,
 };
 use super::Card;
-use crate::lab::{catch_torch, failure, forward, tch_device, torch_failure, Lab};
 use crate::input::Input;
+use crate::lab::{forward, Lab};
 use crate::models::Model;
+use crate::torch_call::{catch_torch, failure, tch_device, torch_failure};
 use crate::torch_ext::{AutocastGuard, InferenceModeGuard, LowPrecision};
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
@@ -266,7 +267,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     let error = x
         .f_matmul(&w)
         .err()
-        .map(|e| crate::first_line(&e.to_string()));
+        .map(|e| crate::torch_call::first_line(&e.to_string()));
     let fixed = x.copy().f_matmul(&w).is_ok();
     let raised = error
         .as_deref()

@@ -11,7 +11,8 @@ use tch::{Kind, Tensor};
 
 use super::kit::{fig, measure, mib, p, series, time_passes, Ctx, Decision, Outcome, Shift};
 use super::Card;
-use crate::lab::{catch_torch, forward, parameter_bytes, tch_device, torch_failure, Lab};
+use crate::lab::{forward, parameter_bytes, Lab};
+use crate::torch_call::{catch_torch, tch_device, torch_failure};
 use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
 
 pub const HALF_WEIGHTS: Card = Card {

@@ -4,7 +4,8 @@ use protocol::{Autocast, ChartKind, FailureKind, GradMode, ModelId, RunFailure, 
 
 use super::kit::{describe, fig, measure, mib, named, series, Ctx, Decision, Outcome};
 use super::Card;
-use crate::lab::{failure, Lab};
+use crate::lab::Lab;
+use crate::torch_call::failure;
 
 pub const SEED_TABLE: Card = Card {
     id: "seed-table",

@@ -11,9 +11,10 @@ use super::kit::{
     element_cap, fig, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift,
 };
 use super::Card;
-use crate::lab::{catch_torch, forward, tch_device, Lab};
 use crate::input::Input;
+use crate::lab::{forward, Lab};
 use crate::models::Model;
+use crate::torch_call::{catch_torch, tch_device};
 
 pub const WARM_UP: Card = Card {
     id: "warm-up",

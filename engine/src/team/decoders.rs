@@ -1,31 +1,13 @@
 //! Team decoders: a folder in the models directory holding a Hugging Face `config.json`
 //! (and, optionally, the `model.safetensors` that `save_pretrained` writes beside it) is a
 //! decoder served beside the TorchScript models. Its config is read and checked at
-//! start-up; its weights are read when a run builds it.
+//! start-up; its weights are read when a run builds it (`crate::models::decoder`).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::path::Path;
 
 use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
 
 use super::Problem;
-
-/// The folders of the team decoders this process registered, by name.
-static FOLDERS: RwLock<Option<HashMap<String, PathBuf>>> = RwLock::new(None);
-
-/// The file a team decoder's weights are read from, when it has one.
-pub fn decoder_weights(model: &DecoderModel) -> Option<PathBuf> {
-    if !matches!(model.source, DecoderSource::Team { weights: true, .. }) {
-        return None;
-    }
-    FOLDERS
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()?
-        .get(&model.name)
-        .map(|dir| dir.join("model.safetensors"))
-}
 
 /// Reads one folder as a decoder: its name must be free, its `config.json` one Gradless
 /// builds.
@@ -81,6 +63,6 @@ pub(super) fn register(dir: &Path, models: &[DecoderModel]) {
         .iter()
         .map(|m| (m.name.clone(), dir.join(&m.name)))
         .collect();
-    *FOLDERS.write().unwrap_or_else(|e| e.into_inner()) = Some(folders);
+    crate::models::decoder::register_team_folders(folders);
     protocol::decoder::register(models.to_vec());
 }

@@ -1,6 +1,7 @@
 //! Team models in the engine: reading the operator's models directory (every `NAME.pt`
-//! TorchScript file with its `NAME.json` sidecar), checking and probing each module once at
-//! start-up ([`load_dir`]), and building a loaded module for a run ([`build`]).
+//! TorchScript file with its `NAME.json` sidecar) and checking and probing each module once
+//! at start-up ([`load_dir`]). Building a served module for a run, and its inputs, are the
+//! model zoo's (`crate::models::scripted`), which reads the files registered here.
 //!
 //! A bad file never stops the others: each problem is reported with its file and reason,
 //! and the good models are served. Only files in the directory the operator named are ever
@@ -13,26 +14,27 @@
 //! hides its layers.
 //!
 //! A module may take several inputs (token ids and an attention mask): the sidecar lists
-//! them in the forward pass's order, [`input`] makes each, and the pass receives them all as
-//! positional arguments. How the forward's own declaration is read and a mismatch named is
-//! in `signature`.
+//! them in the forward pass's order, `models::scripted::input` makes each, and the pass
+//! receives them all as positional arguments. How the forward's own declaration is read and
+//! a mismatch named is in `signature`.
 
 mod decoders;
 mod signature;
 
-pub use decoders::decoder_weights;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
 
 use protocol::team::{self, Sidecar, TeamModel, TrainingEffect};
-use tch::nn::{self, ModuleT};
-use tch::{CModule, Device, IValue, Kind, Tensor};
+use tch::{CModule, Device, Kind, Tensor};
 
-use crate::input::Input;
-use crate::lab::catch_torch;
-pub use signature::script_error;
+use crate::models::scripted::{self, first_tensor, ivalues};
+use crate::torch_call::catch_torch;
+
+// Old paths (before models/scripted.rs), kept while code written against them moves over.
+#[doc(hidden)]
+pub use crate::models::decoder::team_weights as decoder_weights;
+#[doc(hidden)]
+pub use crate::models::scripted::{build, input, script_error};
 
 /// A file the models directory holds that is not served, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,8 +69,6 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-static FILES: RwLock<Option<Files>> = RwLock::new(None);
-
 /// [`scan_dir`], then registers the good models (in [`protocol::team`] and here, with their
 /// paths): from then on they are served.
 pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
@@ -83,7 +83,7 @@ pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String>
             .map(|p| (p.model_name().to_string(), p.to_string()))
             .collect(),
     );
-    *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);
+    scripted::register(files);
     Ok(loaded)
 }
 
@@ -243,146 +243,5 @@ fn probe(mut module: CModule, sidecar: &Sidecar) -> Result<TrainingEffect, Strin
     Ok(TrainingEffect {
         random_in_train: differ(&train_a, &train_b)?,
         train_differs_from_eval: differ(&train_a, &eval)?,
-    })
-}
-
-/// The first tensor of a forward pass's output (a tensor, or a tuple or list of them).
-fn first_tensor(out: IValue) -> Option<Tensor> {
-    match out {
-        IValue::Tensor(t) => Some(t),
-        IValue::TensorList(v) => v.into_iter().next(),
-        IValue::Tuple(v) | IValue::GenericList(v) => v.into_iter().find_map(first_tensor),
-        _ => None,
-    }
-}
-
-/// A team model's inputs at `batch` and `size`, as its sidecar describes each: random
-/// normal (floating point), uniform in `0..high` (ids), or `fill` everywhere (a mask).
-/// `bench/peer.py` makes the same tensors, so both sides hold the same bytes.
-pub fn input(sidecar: &Sidecar, batch: u32, size: u32, device: Device) -> Input {
-    let tensors = sidecar
-        .inputs
-        .iter()
-        .zip(sidecar.shapes(batch, size))
-        .map(|(spec, shape)| {
-            let kind = match spec.dtype {
-                team::Dtype::Float32 => Kind::Float,
-                team::Dtype::Float64 => Kind::Double,
-                team::Dtype::Float16 => Kind::Half,
-                team::Dtype::Bfloat16 => Kind::BFloat16,
-                team::Dtype::Int64 => Kind::Int64,
-                team::Dtype::Int32 => Kind::Int,
-                team::Dtype::Bool => Kind::Bool,
-            };
-            match (spec.high, spec.fill) {
-                (Some(high), _) => Tensor::randint(high, shape.as_slice(), (kind, device)),
-                // The sidecar's check keeps integer and bool fills whole.
-                (None, Some(fill)) if !spec.dtype.is_floating_point() => {
-                    Tensor::full(shape.as_slice(), fill as i64, (kind, device))
-                }
-                (None, Some(fill)) => Tensor::full(shape.as_slice(), fill, (kind, device)),
-                (None, None) => Tensor::randn(shape.as_slice(), (kind, device)),
-            }
-        })
-        .collect();
-    Input::many(tensors)
-}
-
-/// The inputs as the interpreter's positional arguments (sharing their storage).
-fn ivalues(tensors: &[Tensor]) -> Vec<IValue> {
-    tensors
-        .iter()
-        .map(|t| IValue::Tensor(t.shallow_clone()))
-        .collect()
-}
-
-/// A loaded TorchScript module as the lab runs it. The interpreter keeps `training` on the
-/// module, so the mode a run asks for is set before the pass when it differs.
-#[derive(Debug)]
-struct Scripted {
-    module: Mutex<(CModule, Option<bool>)>,
-}
-
-impl Scripted {
-    /// One forward pass on `inputs` in the mode asked for. Panics with the interpreter's
-    /// reason (callers run it under [`catch_torch`]).
-    fn run(&self, inputs: &[Tensor], train: bool) -> Tensor {
-        let mut guard = self.module.lock().unwrap_or_else(|e| e.into_inner());
-        let (module, mode) = &mut *guard;
-        if *mode != Some(train) {
-            let set = if train {
-                module.f_set_train()
-            } else {
-                module.f_set_eval()
-            };
-            if let Err(e) = set {
-                panic!("{}", script_error(&e.to_string()));
-            }
-            *mode = Some(train);
-        }
-        match module.forward_is(&ivalues(inputs)) {
-            Ok(out) => match first_tensor(out) {
-                Some(t) => t,
-                None => panic!("the module's forward returned no tensor"),
-            },
-            Err(e) => panic!(
-                "the module's forward raised: {}",
-                script_error(&e.to_string())
-            ),
-        }
-    }
-}
-
-impl ModuleT for Scripted {
-    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        self.run(std::slice::from_ref(xs), train)
-    }
-}
-
-/// The forward-pass trace cannot follow a TorchScript module (its interpreter runs the
-/// submodules; no probe reaches inside), so it marks nothing: the trace and the FLOP count
-/// are absent. Every input the sidecar lists is passed.
-impl crate::models::Net for Scripted {
-    fn forward_inputs(
-        &self,
-        inputs: &Input,
-        train: bool,
-        _probe: &mut crate::trace::Probe<'_>,
-    ) -> Tensor {
-        self.run(inputs.tensors(), train)
-    }
-}
-
-/// Loads the team model `name` on `device`, its parameters added to `vs` (shared, not
-/// copied) so that they are counted like a built-in model's. Panics with the reason when
-/// the file is gone or no longer loads; callers run it under [`catch_torch`].
-pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn crate::models::Net> {
-    let path = FILES
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|f| f.get(name).cloned());
-    let Some(path) = path else {
-        panic!("`{name}` is not a team model this process loaded");
-    };
-    let module = match CModule::load_on_device(&path, vs.device()) {
-        Ok(m) => m,
-        Err(e) => panic!(
-            "{} no longer loads: {}",
-            path.display(),
-            script_error(&e.to_string())
-        ),
-    };
-    let params = match module.named_parameters() {
-        Ok(p) => p,
-        Err(e) => panic!("{}", script_error(&e.to_string())),
-    };
-    let root = vs.root();
-    for (pname, tensor) in params {
-        let trainable = tensor.requires_grad();
-        let _ = root.add(&pname.replace('.', "_"), tensor, trainable);
-    }
-    Box::new(Scripted {
-        module: Mutex::new((module, None)),
     })
 }

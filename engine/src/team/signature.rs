@@ -11,6 +11,8 @@
 use protocol::team::Sidecar;
 use tch::{CModule, IValue};
 
+use crate::models::scripted::script_error;
+
 /// The forward pass's arguments after `self`, as the module declares them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Declaration {
@@ -167,36 +169,9 @@ fn mentions(line: &str, name: &str) -> bool {
         .any(|word| word == name)
 }
 
-/// The useful line of a TorchScript error: the interpreter puts its traceback first and
-/// the exception (`RuntimeError: ...`, or the module's own `raise`) last.
-pub fn script_error(text: &str) -> String {
-    let text = text.trim_start_matches("Torch(\"").trim_end_matches("\")");
-    let text = text.replace("\\n", "\n");
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let exception = lines.iter().rev().find(|l| {
-        let head = l.split(':').next().unwrap_or("");
-        (head.ends_with("Error") || head.ends_with("Exception")) && !head.contains(' ')
-    });
-    match exception {
-        Some(l) => l.to_string(),
-        None => crate::first_line(&text),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_exception_line_is_kept_from_an_interpreter_error() {
-        let text = "The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript, serialized code (most recent call last):\n  File \"code/__torch__.py\", line 8, in forward\n    _0 = torch.conv2d(x, w)\nRuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [2, 3]\n";
-        assert!(script_error(text).starts_with("RuntimeError: Expected 3D"));
-        assert_eq!(script_error("plain message\nmore"), "plain message");
-    }
 
     #[test]
     fn a_declaration_is_read_from_a_binding_error() {

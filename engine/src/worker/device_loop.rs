@@ -12,7 +12,8 @@ use protocol::{DeviceKind, Event, FailureKind, RunFailure};
 
 use super::queue::{Queued, Shared, Task};
 use super::WorkerConfig;
-use crate::lab::{failure, panic_text, Lab, RunControl};
+use crate::lab::{Lab, RunControl};
+use crate::torch_call::{failure, panic_text};
 
 /// The panic barrier: runs one task's body; a panic is logged at error level and becomes a
 /// failure of that task (`Internal`, with the reason), and the device thread goes on.
@@ -20,7 +21,7 @@ fn barrier<R>(what: &str, body: impl FnOnce() -> Result<R, RunFailure>) -> Resul
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(r) => r,
         Err(payload) => {
-            let reason = crate::first_line(
+            let reason = crate::torch_call::first_line(
                 &panic_text(&*payload).unwrap_or_else(|| "a panic without a message".to_string()),
             );
             tracing::error!("{what} panicked on the device thread: {reason}");

@@ -8,11 +8,8 @@ use std::sync::{mpsc, Arc};
 use protocol::{DeviceChoice, DeviceKind, PitfallOptions, PitfallReport, RunFailure, SpecError};
 
 use super::queue::Task;
-use super::{RunTicket, Worker};
+use super::{ExperimentReply, RunTicket, Worker};
 use crate::error::EngineError;
-
-/// Where an experiment's result goes. Called once, on the device thread; must not block.
-pub type ExperimentReply = Box<dyn FnOnce(Result<PitfallReport, RunFailure>) + Send>;
 
 /// A queued experiment: its ticket (to cancel it) and its place in the queue.
 #[derive(Clone, Debug)]

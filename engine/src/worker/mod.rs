@@ -23,7 +23,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use protocol::{
-    DeviceInfo, DeviceKind, Event, Limits, Report, RunFailure, RunSpec, SpecError, WorkerHealth,
+    DeviceInfo, DeviceKind, Event, Limits, PitfallReport, Report, RunFailure, RunSpec, SpecError,
+    WorkerHealth,
 };
 
 use crate::device::Machine;
@@ -31,11 +32,14 @@ use crate::error::EngineError;
 use crate::lab::{known_profile, refusal, Budget, Lab, LabConfig, Profiles};
 use crate::spec::{check_spec, CheckedSpec};
 use device_loop::device_loop;
-pub use experiments::{ExperimentError, ExperimentReply, ExperimentTicket};
+pub use experiments::{ExperimentError, ExperimentTicket};
 use queue::{Shared, Task};
 
 /// Where a run's events go. Called on the device thread; must not block.
 pub type Sink = Box<dyn FnMut(Event) + Send>;
+
+/// Where an experiment's result goes. Called once, on the device thread; must not block.
+pub type ExperimentReply = Box<dyn FnOnce(Result<PitfallReport, RunFailure>) + Send>;
 
 /// Worker settings.
 #[derive(Clone, Debug)]
@@ -79,6 +83,25 @@ impl RunTicket {
     }
 }
 
+/// The name of the thread that owns the device.
+const DEVICE_THREAD: &str = "gradless-device";
+
+/// Panics on the device thread are libtorch errors that [`crate::torch_call::catch_torch`]
+/// turns into run failures; printing them as crashes would only alarm whoever reads the log.
+fn quiet_device_thread_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some(DEVICE_THREAD) {
+                tracing::debug!("libtorch error on the device thread: {info}");
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// The device worker. Dropping it stops the thread after the current run.
 pub struct Worker {
     shared: Arc<Shared>,
@@ -92,13 +115,13 @@ pub struct Worker {
 impl Worker {
     /// Starts the device thread and waits until it has probed the machine.
     pub fn start(config: WorkerConfig) -> Result<Worker, EngineError> {
-        crate::quiet_device_thread_panics();
+        quiet_device_thread_panics();
         let shared = Arc::new(Shared::default());
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread_shared = shared.clone();
         let thread_config = config.clone();
         let thread = std::thread::Builder::new()
-            .name("gradless-device".into())
+            .name(DEVICE_THREAD.into())
             .spawn(move || {
                 let lab = match Lab::new(thread_config.lab.clone()) {
                     Ok(lab) => lab,

@@ -15,8 +15,9 @@ use protocol::{Event, FailureKind, PitfallOptions, RunFailure, WorkerHealth};
 
 use super::{ExperimentReply, Sink, Worker};
 use crate::error::EngineError;
-use crate::lab::{failure, Lab};
+use crate::lab::Lab;
 use crate::spec::CheckedSpec;
+use crate::torch_call::failure;
 
 /// Work run on the device thread; it returns how to deliver its result, so the worker can
 /// check its memory before the caller hears back.

@@ -4,16 +4,36 @@
 //! would mix their peaks and baselines).
 //!
 //! `per_device! { fn name(device) { ... } }` makes a module `name` with the tests `cpu`
-//! and (with the feature) `cuda`, each calling the body with its [`DeviceKind`].
+//! and (with the feature) `cuda`, each calling the body with its [`DeviceKind`];
+//! `per_device!(a, b, ...)` calls the functions `a`, `b`, ... the same way from the tests
+//! `cpu::a` and `cuda::a` (see the macro).
 #![allow(dead_code)]
 
-use protocol::{DeviceChoice, DeviceKind};
+use protocol::{Autocast, DeviceChoice, DeviceKind, GradMode, ModelId, RunSpec};
 
 /// The spec field that asks for `device`.
 pub fn choice(device: DeviceKind) -> DeviceChoice {
     match device {
         DeviceKind::Cpu => DeviceChoice::Cpu,
         DeviceKind::Cuda => DeviceChoice::Cuda,
+    }
+}
+
+/// A run of `model` on `device` that takes a fraction of a second on two cores: images at
+/// 64 px, eval mode, one warm-up and three timed iterations on one thread.
+pub fn small_run(device: DeviceKind, model: ModelId, batch: u32, grad: GradMode) -> RunSpec {
+    RunSpec {
+        model,
+        device: choice(device),
+        batch,
+        input_size: model.is_image().then_some(64),
+        eval: true,
+        grad,
+        autocast: Autocast::Off,
+        warmup: 1,
+        iters: 3,
+        threads: Some(1),
+        ..RunSpec::default()
     }
 }
 
@@ -35,6 +55,36 @@ pub fn cuda_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Holds `worker`'s device thread busy with a task that waits, so that what `body` submits
+/// stays in the queue; `body` lets the thread go with [`Busy::release`] (or by dropping it,
+/// so a failing assertion cannot leave the thread waiting).
+pub fn with_device_busy<R>(worker: &engine::Worker, body: impl FnOnce(Busy) -> R) -> R {
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            worker
+                .call(move |_| {
+                    busy_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+                .unwrap()
+        });
+        busy_rx.recv().unwrap();
+        body(Busy(release_tx))
+    })
+}
+
+/// The device thread held by [`with_device_busy`].
+pub struct Busy(std::sync::mpsc::Sender<()>);
+
+impl Busy {
+    /// Lets the device thread go on to the queued tasks.
+    pub fn release(self) {
+        let _ = self.0.send(());
+    }
+}
+
 #[macro_export]
 macro_rules! per_device {
     ($(#[$meta:meta])* fn $name:ident($device:ident) $body:block) => {
@@ -54,6 +104,27 @@ macro_rules! per_device {
                 $crate::common::require(protocol::DeviceKind::Cuda);
                 body(protocol::DeviceKind::Cuda)
             }
+        }
+    };
+    // The list form, for bodies that are functions of their own: the tests are named
+    // `cpu::NAME` and `cuda::NAME`, outside gpu-check's `::cuda` filter. The pitfall cards
+    // use it: their CUDA half takes minutes, and scripts/gpu-check.sh runs the cards on
+    // CUDA through `gradless pitfall` within its own time budget instead.
+    ($($name:ident),+ $(,)?) => {
+        mod cpu {
+            $(#[test]
+            fn $name() {
+                super::$name(protocol::DeviceKind::Cpu)
+            })+
+        }
+        #[cfg(feature = "cuda-tests")]
+        mod cuda {
+            $(#[test]
+            fn $name() {
+                let _one_at_a_time = $crate::common::cuda_lock();
+                $crate::common::require(protocol::DeviceKind::Cuda);
+                super::$name(protocol::DeviceKind::Cuda)
+            })+
         }
     };
 }

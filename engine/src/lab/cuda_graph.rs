@@ -12,32 +12,21 @@
 //!
 //! The captured output and every intermediate live in the graph's private memory pool, so
 //! replays allocate nothing: the memory a graph costs shows as reserved, not as a peak.
+//! Which specs may ask for a graph is the spec check's (`crate::spec`).
 
 use protocol::{DeviceKind, FailureKind, RunFailure, RunSpec};
 use tch::Tensor;
 
-use super::{failure, forward};
+use super::forward::forward;
 use crate::input::Input;
 use crate::models::Model;
-use crate::torch_ext::{cuda_graphs_built, CudaGraph};
+use crate::torch_call::failure;
+use crate::torch_ext::{CudaGraph, ExtError};
 
 /// A captured forward pass and its output buffer.
 pub struct Captured {
     graph: CudaGraph,
     output: Tensor,
-}
-
-/// Why a graph cannot be captured for `spec`, in words for the spec's checks; `None` when
-/// it can (the device is checked by the caller: graphs are CUDA-only).
-pub fn refusal(spec: &RunSpec) -> Option<String> {
-    if let Err(why) = cuda_graphs_built() {
-        return Some(format!("CUDA graph capture is not available in this build: {why}"));
-    }
-    (spec.grad == protocol::GradMode::Enabled).then(|| {
-        "a CUDA graph here captures an inference pass: turn on no_grad or inference_mode \
-         (capturing autograd's backward as well is torch.cuda.make_graphed_callables' job)"
-            .to_string()
-    })
 }
 
 /// Warms up and captures one forward pass of `model` on `input` under `spec`'s settings.
@@ -73,6 +62,6 @@ impl Captured {
     }
 }
 
-fn graph_failure(e: crate::torch_ext::ExtError) -> RunFailure {
+fn graph_failure(e: ExtError) -> RunFailure {
     failure(FailureKind::Internal, format!("CUDA graph: {e}"))
 }

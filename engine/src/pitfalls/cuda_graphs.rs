@@ -7,7 +7,8 @@ use protocol::{cpu_reason, Advanced, ChartKind, GradMode, ModelId, Report, RunFa
 use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
 use super::precision::max_rel_diff;
 use super::Card;
-use crate::lab::{forward, graph, synchronize, Lab};
+use crate::lab::{cuda_graph, forward, Lab};
+use crate::torch_call::synchronize;
 
 pub const CUDA_GRAPHS: Card = Card {
     id: "cuda-graphs",
@@ -53,7 +54,7 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let model = lab.model(i);
         let x = setup.input(model, ctx)?;
         let eager_out = forward(model, &x, &eager_spec, ctx.device)?;
-        let captured = graph::capture(model, &x, &graph_spec, ctx.device)?;
+        let captured = cuda_graph::capture(model, &x, &graph_spec, ctx.device)?;
         let replayed = captured.replay()?;
         synchronize(ctx.device)?;
         let (diff, scale) = max_rel_diff(&replayed, &eager_out)?;
