@@ -11,7 +11,7 @@ echo "==> Links in README.md and docs/ (files and heading anchors)"
 python3 scripts/check-links.py
 echo "==> Import cycles between modules (each crate's module tree, level by level)"
 python3 scripts/check-imports.py --self-test
-python3 scripts/check-imports.py engine/src
+python3 scripts/check-imports.py engine/src server/src fleet/src protocol/src app/src render/src
 scripts/setup.sh --browser --fleet
 source scripts/env.sh
 port=${GRADLESS_TEST_PORT:-3137}

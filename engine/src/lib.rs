@@ -36,7 +36,3 @@ pub use worker::{
     ExperimentError, ExperimentReply, ExperimentTicket, MeasureError, RunTicket, Sink, Worker,
     WorkerConfig,
 };
-
-// The old path (before torch_call.rs), kept while code written against it moves over.
-#[doc(hidden)]
-pub use torch_call::first_line;

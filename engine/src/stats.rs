@@ -2,12 +2,8 @@
 //! and IQR are [`protocol::stats`]'s (numpy's default interpolation, so they agree with the
 //! Python peer and with what the browser computes from the same samples).
 
-use protocol::stats::iqr;
+use protocol::stats::{iqr, percentile};
 use protocol::LatencyStats;
-
-// The old path of the one percentile, kept while code written against it moves over.
-#[doc(hidden)]
-pub use protocol::stats::percentile;
 
 /// Summary of latencies in milliseconds. `None` for an empty slice.
 pub fn latency_stats(latencies_ms: &[f64]) -> Option<LatencyStats> {

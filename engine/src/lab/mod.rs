@@ -48,12 +48,8 @@ pub use control::RunControl;
 pub use forward::{forward, forward_probed, traced_pass};
 pub use measure::timed_forward;
 
-// Old paths (before torch_call.rs and cuda_graph.rs), kept while code written against them
-// moves over; new code imports `crate::torch_call` (this file uses them through here).
-#[doc(hidden)]
-pub use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
-#[doc(hidden)]
-pub use cuda_graph as graph;
+// The libtorch helpers this module and its files use (they live in the leaf `torch_call`).
+use crate::torch_call::{catch_torch, synchronize, tch_device, torch_failure};
 
 /// Settings of the lab that a run cannot change.
 #[derive(Clone, Debug)]

@@ -34,8 +34,6 @@ pub mod table;
 pub mod timing;
 
 // The old name, kept while code written against it moves over.
-#[doc(hidden)]
-pub use cuda_graphs as graphs;
 
 use protocol::{
     DeviceChoice, DeviceKind, FailureKind, PitfallInfo, PitfallOptions, PitfallReport, RunFailure,

@@ -27,14 +27,8 @@ use std::path::{Path, PathBuf};
 use protocol::team::{self, Sidecar, TeamModel, TrainingEffect};
 use tch::{CModule, Device, Kind, Tensor};
 
-use crate::models::scripted::{self, first_tensor, ivalues};
+use crate::models::scripted::{self, first_tensor, input, ivalues, script_error};
 use crate::torch_call::catch_torch;
-
-// Old paths (before models/scripted.rs), kept while code written against them moves over.
-#[doc(hidden)]
-pub use crate::models::decoder::team_weights as decoder_weights;
-#[doc(hidden)]
-pub use crate::models::scripted::{build, input, script_error};
 
 /// A file the models directory holds that is not served, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
