@@ -64,28 +64,23 @@ else
   "$GRADLESS_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==0.26.0"
 fi
 
-# --- transformers: the generation peer and the decoder correctness tests -------------------
-# Hugging Face transformers builds the same decoders from local configs (never the Hub) to
-# check Gradless's logits and tokens and to time its `generate` side by side (bench/).
-TRANSFORMERS_VERSION=5.23.0
-if [ -z "${LIBTORCH:-}" ]; then
-  if compgen -G "$GRADLESS_VENV/lib/python3*/site-packages/transformers-$TRANSFORMERS_VERSION.dist-info" >/dev/null; then
-    echo "transformers: $TRANSFORMERS_VERSION"
+# --- Python packages the tests use, pinned, in the venv ------------------------------------
+# Installs NAME==VERSION unless its dist-info is there (DIST: the name as the dist-info spells it).
+venv_package() {
+  local name=$1 version=$2 dist=$3
+  if compgen -G "$GRADLESS_VENV/lib/python3*/site-packages/$dist-$version.dist-info" >/dev/null; then
+    echo "$name: $version"
   else
-    step "Installing transformers $TRANSFORMERS_VERSION into $GRADLESS_VENV (seconds)"
-    "$GRADLESS_VENV/bin/pip" install -q "transformers==$TRANSFORMERS_VERSION"
+    step "Installing $name $version into $GRADLESS_VENV (seconds)"
+    "$GRADLESS_VENV/bin/pip" install -q "$name==$version"
   fi
-fi
-
-# --- openapi-spec-validator: the test suite validates GET /api/openapi.json with it ---------
-OPENAPI_VALIDATOR_VERSION=0.9.0
+}
 if [ -z "${LIBTORCH:-}" ]; then
-  if compgen -G "$GRADLESS_VENV/lib/python3*/site-packages/openapi_spec_validator-$OPENAPI_VALIDATOR_VERSION.dist-info" >/dev/null; then
-    echo "openapi-spec-validator: $OPENAPI_VALIDATOR_VERSION"
-  else
-    step "Installing openapi-spec-validator $OPENAPI_VALIDATOR_VERSION into $GRADLESS_VENV (seconds)"
-    "$GRADLESS_VENV/bin/pip" install -q "openapi-spec-validator==$OPENAPI_VALIDATOR_VERSION"
-  fi
+  # Hugging Face transformers builds the same decoders from local configs (never the Hub)
+  # to check Gradless's logits and tokens and to time its `generate` side by side (bench/).
+  venv_package transformers 5.23.0 transformers
+  # The test suite validates GET /api/openapi.json with the reference validator.
+  venv_package openapi-spec-validator 0.9.0 openapi_spec_validator
 fi
 
 # --- CUDA's C runtime headers, for CUDA graph capture -----------------------------------------
