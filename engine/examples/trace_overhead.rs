@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
-use engine::lab::{forward, synchronize, tch_device, Lab, LabConfig, RunControl};
-use engine::trace::traced_pass;
+use engine::lab::{forward, traced_pass, Lab, LabConfig, RunControl};
+use engine::torch_call::{synchronize, tch_device};
 use protocol::{DeviceChoice, DeviceKind, GradMode, Limits, ModelId, RunSpec};
 
 fn main() {
