@@ -101,7 +101,12 @@ pub fn RecordsPage() -> impl IntoView {
                                 <td>{pick}</td>
                                 <td data-label="what"><a href=format!("/runs/{id}") rel="external">{r.label.clone()}</a></td>
                                 <td data-label="device">{r.device_name.clone()}</td>
-                                <td data-label="result">{unfinished.then(|| view! { <strong>{r.status.as_str()}": "</strong> })}{figures}</td>
+                                <td data-label="result">{if unfinished {
+                                    let (word, rest) = status_and_rest(r.status.as_str(), &figures);
+                                    view! { <strong>{word}</strong>{rest} }.into_any()
+                                } else {
+                                    figures.into_any()
+                                }}</td>
                                 <td data-label="measured (UTC)" class="when">{r.measured_at.clone()}</td>
                             </tr>
                         }
@@ -141,5 +146,30 @@ pub fn RecordsPage() -> impl IntoView {
                 {rows}
             </section>
         </div>
+    }
+}
+
+/// "interrupted" and " by a server restart at ..." when the note starts with the status (it
+/// does for an interrupted run), so the row reads as one sentence; else "status: " and the
+/// note.
+pub(crate) fn status_and_rest(status: &str, note: &str) -> (String, String) {
+    match note.get(..status.len()) {
+        Some(head) if head.eq_ignore_ascii_case(status) => (status.to_string(), note[status.len()..].to_string()),
+        _ => (format!("{status}: "), note.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_and_rest;
+
+    #[test]
+    fn a_note_that_starts_with_its_status_reads_as_one_sentence() {
+        let note = "interrupted by a server restart at T; nothing was measured after it started at S";
+        let (word, rest) = status_and_rest("Interrupted", note);
+        assert_eq!(word, "Interrupted");
+        assert_eq!(rest, " by a server restart at T; nothing was measured after it started at S");
+        assert_eq!(status_and_rest("running", "on worker gpu-1"), ("running: ".into(), "on worker gpu-1".into()));
+        assert_eq!(status_and_rest("interrupted", "int"), ("interrupted: ".into(), "int".into()));
     }
 }

@@ -129,7 +129,10 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
         <section class="panel record-head">
             <h1 data-testid="record-title">{heading}</h1>
             <p class="error" role="status" data-testid="record-status" data-status=u.status.as_str()>
-                <strong>{status}": "</strong>{u.message.clone()}
+                {
+                    let (word, rest) = super::list::status_and_rest(status, &u.message);
+                    view! { <strong>{word}</strong>{rest} }
+                }
             </p>
             <p class="explain">
                 "No figures were kept: nothing here was measured to the end. "
