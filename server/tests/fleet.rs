@@ -216,13 +216,12 @@ async fn follow(addr: SocketAddr, id: &str, mut on_event: impl FnMut(&Event)) ->
         .unwrap();
     let (status, _, mut body) = request(addr, req).await.expect("front reachable");
     assert_eq!(status, 200, "events of {id} on {addr}");
-    let (mut text, mut out) = (String::new(), Vec::new());
+    let (mut reader, mut out) = (common::SseReader::default(), Vec::new());
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
         let Ok(data) = frame.into_data() else { continue };
         let now = unix_us();
-        text.push_str(&String::from_utf8_lossy(&data));
-        for event in common::drain_events(&mut text) {
+        for event in reader.push(&data) {
             on_event(&event);
             out.push((now, event));
         }

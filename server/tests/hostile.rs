@@ -150,21 +150,15 @@ async fn reference_run(router: axum::Router) -> u64 {
         )
         .await
         .unwrap();
-    let mut body = res.into_body();
-    let mut text = String::new();
+    let (mut body, mut reader, mut last) = (res.into_body(), common::SseReader::default(), None);
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame.unwrap().into_data() {
-            text.push_str(&String::from_utf8_lossy(&data));
+            last = reader.push(&data).pop().or(last);
         }
-        if text.contains("\"type\":\"done\"") || text.contains("\"type\":\"failed\"") {
+        if last.as_ref().is_some_and(Event::is_terminal) {
             break;
         }
     }
-    let last = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|j| serde_json::from_str::<Event>(j).ok())
-        .next_back();
     match last {
         Some(Event::Done { report }) => report.memory.peak_above_baseline_bytes,
         other => panic!("the reference run ended with {other:?}"),

@@ -51,15 +51,14 @@ async fn view(addr: std::net::SocketAddr, id: String) -> (Instant, Vec<(usize, I
         .unwrap();
     let (status, mut body) = request(addr, req).await;
     assert_eq!(status, 200, "viewer of {id}");
-    let (mut text, mut out) = (String::new(), Vec::new());
+    let (mut reader, mut out) = (common::SseReader::default(), Vec::new());
     while let Some(frame) = body.frame().await {
         let frame = frame.expect("stream");
         let Ok(data) = frame.into_data() else {
             continue;
         };
         let now = Instant::now();
-        text.push_str(&String::from_utf8_lossy(&data));
-        for event in common::drain_events(&mut text) {
+        for event in reader.push(&data) {
             out.push((out.len(), now, event));
         }
         if out.last().is_some_and(|(_, _, e)| e.is_terminal()) {
@@ -260,27 +259,15 @@ async fn view_raw(addr: std::net::SocketAddr, id: String) -> Result<Vec<(String,
     if status != 200 {
         return Err(status);
     }
-    // Bytes, searched once each: the thousand clients share the two cores with the server,
-    // so the client's own parsing must not be what the delay measures.
-    let (mut buf, mut searched, mut out) = (Vec::<u8>::new(), 0, Vec::new());
+    // The payloads only, parsed later: the thousand clients share the two cores with the
+    // server, so the client's own parsing must not be what the delay measures.
+    let (mut reader, mut out) = (common::SseReader::default(), Vec::new());
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.expect("stream").into_data() else {
             continue;
         };
         let now = Instant::now();
-        buf.extend_from_slice(&data);
-        let mut start = 0;
-        while let Some(at) = buf[searched..].windows(2).position(|w| w == b"\n\n") {
-            let end = searched + at + 2;
-            for line in buf[start..end].split(|b| *b == b'\n') {
-                if let Some(json) = line.strip_prefix(b"data: ") {
-                    out.push((String::from_utf8_lossy(json).into_owned(), now));
-                }
-            }
-            (start, searched) = (end, end);
-        }
-        buf.drain(..start);
-        searched = buf.len().saturating_sub(1);
+        out.extend(reader.push_data(&data).into_iter().map(|json| (json, now)));
     }
     Ok(out)
 }

@@ -3,8 +3,8 @@
 //! JSON object per line, and a run's lines carry its id (the `run` span), the device
 //! thread's included.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -98,7 +98,7 @@ impl Server {
     /// Runs a tiny model to its end over the API and returns the run's id.
     fn run_one(&self) -> String {
         let spec = r#"{"model": "tiny_mlp", "batch": 2, "warmup": 1, "iters": 2}"#;
-        let answer = exchange(
+        let answer = common::exchange(
             self.port,
             &format!(
                 "POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{spec}",
@@ -106,37 +106,23 @@ impl Server {
                 spec.len()
             ),
             "}",
+            Duration::from_secs(60),
         );
         assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
         let body = answer.split("\r\n\r\n").nth(1).unwrap();
         let created: protocol::RunCreated = serde_json::from_str(body.trim()).unwrap();
-        let events = exchange(
+        let events = common::exchange(
             self.port,
             &format!(
                 "GET {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
                 created.events_url, self.port
             ),
             "\"type\":\"done\"",
+            Duration::from_secs(60),
         );
         assert!(events.contains("\"type\":\"done\""), "{events}");
         created.id
     }
-}
-
-/// Sends `request` and reads until `until` appears in the answer (or the socket closes).
-fn exchange(port: u16, request: &str, until: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    let mut buf = [0u8; 4096];
-    while !out.contains(until) {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
-        }
-    }
-    out
 }
 
 fn assert_no_escapes(log: &Path) {

@@ -2,8 +2,7 @@
 //! stays up for it), a second one stops the process at once; a SIGKILL mid-run leaves the
 //! run recorded as interrupted for the next process on the same database.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,22 +12,6 @@ fn signal(child: &Child, name: &str) {
         .status()
         .expect("kill");
     assert!(status.success());
-}
-
-/// Sends `request` and reads until `until` appears in the answer (or the socket closes).
-fn exchange(port: u16, request: &str, until: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    let mut buf = [0u8; 4096];
-    while !out.contains(until) {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
-        }
-    }
-    out
 }
 
 /// `gradless serve` on `db`, with its port; the log is drained on a thread (and kept
@@ -76,24 +59,26 @@ fn serve(db: &std::path::Path, log: Option<std::sync::Arc<std::sync::Mutex<Strin
 /// `started` event.
 fn start_long_run(port: u16) -> protocol::RunCreated {
     let spec = r#"{"model": "resnet18", "batch": 8, "warmup": 0, "iters": 500}"#;
-    let answer = exchange(
+    let answer = common::exchange(
         port,
         &format!(
             "POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{spec}",
             spec.len()
         ),
         "}",
+        Duration::from_secs(120),
     );
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
     let body = answer.split("\r\n\r\n").nth(1).unwrap();
     let created: protocol::RunCreated = serde_json::from_str(body.trim()).unwrap();
-    let events = exchange(
+    let events = common::exchange(
         port,
         &format!(
             "GET {} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n",
             created.events_url
         ),
         "\"type\":\"started\"",
+        Duration::from_secs(120),
     );
     assert!(events.contains("\"type\":\"started\""), "{events}");
     created
@@ -101,10 +86,11 @@ fn start_long_run(port: u16) -> protocol::RunCreated {
 
 /// `GET path` on a fresh connection: the status line and the body.
 fn get(port: u16, path: &str) -> (String, String) {
-    let answer = exchange(
+    let answer = common::exchange(
         port,
         &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
         "\u{0}", // read to the end
+        Duration::from_secs(120),
     );
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
     let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
@@ -215,8 +201,7 @@ fn a_run_killed_mid_way_reads_as_interrupted_after_the_restart() {
     // Its events: a stream whose one event is `failed`, kind `interrupted`, not 404.
     let (status, body) = get(port, &created.events_url);
     assert!(status.contains(" 200 "), "{status} {body}");
-    let mut text = body;
-    let events = common::drain_events(&mut text);
+    let events = common::events_in(&body);
     assert_eq!(events.len(), 1, "{events:?}");
     match &events[0] {
         protocol::Event::Failed { failure } => {

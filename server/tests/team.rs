@@ -61,12 +61,11 @@ mod api {
     /// A run's events, read to the terminal one.
     pub async fn follow(app: Router, url: &str) -> Vec<Event> {
         let mut body = app.oneshot(get(url)).await.unwrap().into_body();
-        let (mut text, mut events) = (String::new(), vec![]);
+        let (mut reader, mut events) = (crate::common::SseReader::default(), vec![]);
         while let Some(frame) = body.frame().await {
             if let Ok(data) = frame.unwrap().into_data() {
-                text.push_str(&String::from_utf8_lossy(&data));
+                events.extend(reader.push(&data));
             }
-            events.extend(crate::common::drain_events(&mut text));
             if events.last().is_some_and(Event::is_terminal) {
                 break;
             }

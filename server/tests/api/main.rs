@@ -107,12 +107,11 @@ pub async fn events_of(res: axum::response::Response) -> Vec<Event> {
 /// At most `limit` events of an SSE response (stops early at the terminal one).
 pub async fn read_events(res: axum::response::Response, limit: usize) -> Vec<Event> {
     let mut body = res.into_body();
-    let (mut text, mut events) = (String::new(), vec![]);
+    let (mut reader, mut events) = (common::SseReader::default(), vec![]);
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame.unwrap().into_data() {
-            text.push_str(&String::from_utf8_lossy(&data));
+            events.extend(reader.push(&data));
         }
-        events.extend(common::drain_events(&mut text));
         if events.last().is_some_and(Event::is_terminal) || events.len() >= limit {
             break;
         }
