@@ -1,64 +1,70 @@
 #!/usr/bin/env bash
-# The GPU check: a test, not a recorder. On a CUDA machine it checks the host first, then
-# runs the engine's CUDA tests (the `cuda-tests` feature, one test thread), every pitfall
-# experiment on CUDA (each must answer a report whose verdict is `confirmed`), the server
-# (recorded CUDA runs through the API, no leak, the worker's leak check clean; each run's
-# traced pass, FLOP/s and memory breakdown read and checked), generate runs on the 1B and
-# 8B decoder shapes (dynamic against static cache) and the side by side against the
-# PyTorch peer. It exits non-zero when any step fails and writes ONE
-# summary, OUT_DIR/summary.json: {"pass": bool, "dry_run": bool, "seconds": n, "steps":
-# [{"name", "status": "pass"|"fail"|"skipped", "seconds", "detail", "figures": {...}}]},
-# next to each step's output and log. The whole check stays under six minutes
-# (GPU_CHECK_BUDGET_S, default 345 s); a step that would start after the budget is spent
-# is `skipped`, which fails the check.
+# The GPU check: a test, not a recorder, made to pass in one short visit to a GPU host that
+# has PyTorch 2.11 (CUDA 13) but no Rust toolchain, no network and about 15 minutes in all.
 #
-# Host requirements (checked first, each with its own message):
-#   - glibc 2.36 or newer (the binaries are built on Debian 12);
-#   - an NVIDIA driver for CUDA 13 (580 or newer) and a GPU nvidia-smi can see;
-#   - PyTorch 2.11 with CUDA in TORCH_VENV (default /opt/torch/.venv): its torch/lib holds
-#     the libtorch the binaries load (libtorch_cuda.so, libc10_cuda.so), and its python
-#     runs the peer.
+# Two halves:
+#   - here, where the code is built: `scripts/gpu-check.sh --bundle [DIR]` puts everything
+#     the host needs into one folder (default target/gpu-bundle, ignored by git): the
+#     stripped, xz-compressed `gradless` binary and the engine's per-device test binary
+#     (the very ones `cargo test --release --workspace` built), this script, the peer
+#     benchmark (bench/*.py) and bundle.json (commit, sizes, sha256). It measures itself
+#     and fails above 48 MiB (64 MiB is all that travels).
+#   - there: `DIR/gpu-check.sh OUT_DIR` unpacks the binaries (Python's lzma: no xz needed),
+#     checks the host, then runs every step under `timeout` with its own limit. The limits
+#     add up to at most 300 s, so the whole check ends within five minutes BY CONSTRUCTION
+#     whatever hangs. It writes ONE summary, OUT_DIR/summary.json: {"pass", "mode",
+#     "seconds", "commit", "steps": [{"name", "status": "pass"|"fail"|"skipped", "seconds",
+#     "limit_s", "detail", "figures"}]}, beside each step's output and log, and exits
+#     non-zero when any step failed.
+#
+# The steps (their limits on a GPU):
+#   unpack 15 s · host 10 s · cuda-tests 75 s (the engine's CUDA test halves, one thread)
+#   · pitfalls 90 s (every card in ONE process: `gradless pitfall all --device cuda`)
+#   · server-check 35 s (recorded CUDA runs through the API: no leak, a traced pass, the
+#   memory breakdown, CUDA graph replay) · generate 45 s (Llama-3.2-1B and Llama-3.1-8B
+#   shapes in bf16, dynamic and static cache, with and without CUDA graph replay)
+#   · peer-compare 30 s (bench/compare.py: the same configs in Python PyTorch).
+#
+# `--rehearse` runs the same bundle and the same steps on this machine's CPU with small
+# shapes, from wherever the bundle was copied to (scripts/test.sh copies ONLY the bundle to
+# a scratch folder, with no cargo and no build tree on PATH), so the plumbing, the paths and
+# the timing are proven before minutes on a GPU are spent. `--dry-run` exercises the
+# script's own bookkeeping with nothing heavy (engine/tests/gpu_check_script.rs).
+#
+# Host requirements (checked first, each with its own message): glibc 2.36 or newer (the
+# binaries are built on Debian 12); an NVIDIA driver for CUDA 13 (580 or newer) and a GPU
+# nvidia-smi sees; PyTorch 2.11 with CUDA in TORCH_VENV (default /opt/torch/.venv), whose
+# torch/lib holds the libtorch the binaries load and whose python runs the peer.
 #
 # Usage:
-#   scripts/gpu-check.sh [--dry-run] [--tests-dir DIR] [--gradless BIN] OUT_DIR
-#   scripts/gpu-check.sh --build-tests DIR     (on the build machine, see below)
+#   scripts/gpu-check.sh --bundle [DIR]             (where the code is built)
+#   DIR/gpu-check.sh [--rehearse | --dry-run] OUT_DIR  (on the GPU host, or here)
 #
-#   --tests-dir DIR  the engine's test binaries built with the cuda-tests feature (default
-#                    $GPU_CHECK_TESTS_DIR, else target/gpu-tests). A GPU machine has no
-#                    Rust toolchain and little time: build them where the code is built,
-#                    with `scripts/gpu-check.sh --build-tests target/gpu-tests`, which runs
-#                    `cargo test --release -p engine --features cuda-tests --no-run` and
-#                    copies the binaries there, and carry that folder to the GPU machine.
-#                    Each binary runs its `::cuda` tests (the per-device tests' CUDA half,
-#                    engine/tests/common) with --test-threads=1: CUDA allocator statistics
-#                    are per process, so tests in parallel would mix peaks and baselines.
-#   --gradless BIN   the gradless binary (default: the first that exists of
-#                    target/release/gradless, $CARGO_TARGET_DIR/release/gradless,
-#                    ~/.cache/gradless/target/release/gradless).
-#   --dry-run        exercises this script's own logic on any machine, without a GPU and
-#                    without running anything heavy: arguments, the host checks (reported,
-#                    not enforced), every step's bookkeeping, the server client's handling
-#                    of failed requests (against a stub that refuses everything), and the
-#                    summary. GPU_CHECK_DRY_FAIL=step,step makes those steps fail, to test
-#                    the failure path. engine/tests/gpu_check_script.rs runs it.
+#   --bundle [DIR]   build the bundle in DIR (default target/gpu-bundle) from the release
+#                    build (cargo builds what is missing first); at most 48 MiB.
+#   --rehearse       the same bundle and steps on the CPU, small shapes; TORCH_VENV
+#                    defaults to this project's venv (~/.cache/gradless/venv) there.
+#   --dry-run        the script's own logic only: no binaries, no device; the server
+#                    client meets a stub that refuses every run. GPU_CHECK_DRY_FAIL=a,b
+#                    makes those steps fail, to test the failure path.
 set -uo pipefail
 
 usage() {
-  sed -n '/^# Usage:/,/^#   --dry-run/p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^# Usage:/,/^#                    makes those/p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-DRY=0
-TESTS_DIR="${GPU_CHECK_TESTS_DIR:-}"
-GRADLESS=""
+MODE=gpu
 OUT_ARG=""
-BUILD_TESTS=""
+BUNDLE=""
+MAX_BUNDLE_BYTES=$((48 * 1024 * 1024))
 while [ $# -gt 0 ]; do
   case "$1" in
-    --dry-run) DRY=1 ;;
-    --tests-dir) [ $# -ge 2 ] || usage; TESTS_DIR="$2"; shift ;;
-    --gradless) [ $# -ge 2 ] || usage; GRADLESS="$2"; shift ;;
-    --build-tests) [ $# -ge 2 ] || usage; BUILD_TESTS="$2"; shift ;;
+    --dry-run) MODE=dry ;;
+    --rehearse) MODE=rehearse ;;
+    --bundle)
+      BUNDLE="target/gpu-bundle"
+      if [ $# -ge 2 ] && [ "${2#-}" = "$2" ]; then BUNDLE="$2"; shift; fi ;;
     -h|--help) usage ;;
     -*) echo "error: unknown option $1" >&2; usage ;;
     *) [ -z "$OUT_ARG" ] || { echo "error: one OUT_DIR only (got $OUT_ARG and $1)" >&2; usage; }
@@ -67,111 +73,192 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-if [ -n "$BUILD_TESTS" ]; then
-  # The build machine's half: compile the CUDA test binaries and gather them.
+# ---- the build machine's half: the bundle ----------------------------------------------
+if [ -n "$BUNDLE" ]; then
+  ROOT="$(cd "$HERE/.." && pwd)"
   cd "$ROOT"
   source scripts/env.sh
-  mkdir -p "$BUILD_TESTS"
-  cargo test --release -p engine --features cuda-tests --no-run --message-format=json \
-    | python3 -c '
-import json, shutil, sys, os
-dest = sys.argv[1]
+  start=$SECONDS
+  # The binaries `cargo test --release --workspace` builds (nothing is compiled when it has
+  # run: the same command, the same features). Its JSON messages name each executable.
+  artefacts="$(cargo test --release --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+found = {}
 for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
         continue
     exe = m.get("executable")
-    if m.get("reason") == "compiler-artifact" and exe and m.get("profile", {}).get("test"):
-        name = m["target"]["name"] + ("-lib" if m["target"]["kind"] == ["lib"] else "")
-        shutil.copy2(exe, os.path.join(dest, name))
-        print(os.path.join(dest, name))
-' "$BUILD_TESTS"
-  exit "${PIPESTATUS[0]}"
+    if m.get("reason") != "compiler-artifact" or not exe:
+        continue
+    t = m["target"]
+    if t["name"] == "gradless" and t["kind"] == ["bin"]:
+        found["gradless"] = exe
+    elif t["name"] == "device" and t["kind"] == ["test"]:
+        found["device-tests"] = exe
+for k in ("gradless", "device-tests"):
+    if k not in found:
+        sys.exit(f"cargo built no {k} executable")
+    print(found[k])
+')" || { echo "error: the release build failed (run cargo test --release --workspace --no-run to see why)" >&2; exit 1; }
+  { read -r gradless_exe; read -r tests_exe; } <<<"$artefacts"
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/bench"
+  for pair in "gradless:$gradless_exe" "device-tests:$tests_exe"; do
+    name="${pair%%:*}" exe="${pair#*:}"
+    strip -o "$BUNDLE/bin/$name" "$exe" || { echo "error: strip $exe failed" >&2; exit 1; }
+    xz -T2 -6 -f "$BUNDLE/bin/$name" || { echo "error: xz $name failed" >&2; exit 1; }
+  done
+  cp scripts/gpu-check.sh "$BUNDLE/gpu-check.sh"
+  cp bench/compare.py bench/peer.py "$BUNDLE/bench/"
+  python3 - "$BUNDLE" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$(git status --porcelain 2>/dev/null | grep -c . || true)" <<'PY'
+import datetime, hashlib, json, os, sys
+root, commit, dirty = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0)
+files = {}
+for d, _, names in os.walk(root):
+    for n in sorted(names):
+        p = os.path.join(d, n)
+        rel = os.path.relpath(p, root)
+        files[rel] = {"bytes": os.path.getsize(p), "sha256": hashlib.sha256(open(p, "rb").read()).hexdigest()}
+json.dump({"commit": commit, "uncommitted_changes": dirty,
+           "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "files": files, "bytes": sum(f["bytes"] for f in files.values())},
+          open(os.path.join(root, "bundle.json"), "w"), indent=1)
+PY
+  bytes=$(du -sb "$BUNDLE" | cut -f1)
+  echo "bundle: $BUNDLE, $bytes bytes ($((bytes / 1024 / 1024)) MiB of at most 48), in $((SECONDS - start)) s" >&2
+  ls -l "$BUNDLE" "$BUNDLE/bin" >&2
+  if [ "$bytes" -gt "$MAX_BUNDLE_BYTES" ]; then
+    echo "error: the bundle is $bytes bytes, over the 48 MiB ($MAX_BUNDLE_BYTES B) that leaves room in the 64 MiB that travels" >&2
+    exit 1
+  fi
+  exit 0
 fi
 
+# ---- the GPU host's half (or the rehearsal, or the dry run) -----------------------------
 [ -n "$OUT_ARG" ] || { echo "error: OUT_DIR is required" >&2; usage; }
 mkdir -p "$OUT_ARG" || { echo "error: cannot create $OUT_ARG" >&2; exit 2; }
 OUT="$(cd "$OUT_ARG" && pwd)"
-cd "$ROOT"
-TESTS_DIR="${TESTS_DIR:-target/gpu-tests}"
+cd "$HERE"
 
-TORCH_VENV="${TORCH_VENV:-/opt/torch/.venv}"
+if [ -z "${TORCH_VENV:-}" ]; then
+  TORCH_VENV=/opt/torch/.venv
+  # The rehearsal runs against this project's own PyTorch 2.11, as the GPU host runs its.
+  [ "$MODE" = gpu ] || TORCH_VENV="${GRADLESS_VENV:-$HOME/.cache/gradless/venv}"
+fi
 PY="$TORCH_VENV/bin/python3"
 TORCH_LIB=""
 for d in "$TORCH_VENV"/lib/python3*/site-packages/torch/lib; do [ -d "$d" ] && TORCH_LIB="$d"; done
 # The summary and the stub need only a plain python3; the peer needs the venv's.
 JSONPY="$(command -v python3 || echo "$PY")"
-[ $DRY -eq 1 ] && [ ! -x "$PY" ] && PY="$JSONPY"
+[ "$MODE" = dry ] && [ ! -x "$PY" ] && PY="$JSONPY"
+# The binaries' rpath points at the build machine's venv: the host's libtorch comes from
+# here, and its own $ORIGIN rpaths find the nvidia libraries beside it.
 [ -n "$TORCH_LIB" ] && export LD_LIBRARY_PATH="$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-if [ -z "$GRADLESS" ]; then
-  for candidate in target/release/gradless \
-                   "${CARGO_TARGET_DIR:-$HOME/.cache/gradless/target}/release/gradless" \
-                   "$HOME/.cache/gradless/target/release/gradless"; do
-    if [ -x "$candidate" ]; then GRADLESS="$candidate"; break; fi
-  done
-  GRADLESS="${GRADLESS:-target/release/gradless}"
-fi
-case "$GRADLESS" in /*) ;; *) GRADLESS="$ROOT/$GRADLESS" ;; esac
+if [ "$MODE" = gpu ]; then DEVICE=cuda; else DEVICE=cpu; fi
+BIN="${GPU_CHECK_BIN_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gradless-gpu-check.XXXXXX")}"
+GRADLESS="$BIN/gradless"
+TESTS="$BIN/device-tests"
+SERVER_PORT="${GPU_CHECK_PORT:-3999}"
 
-BUDGET="${GPU_CHECK_BUDGET_S:-345}"
 RESULTS="$OUT/steps.jsonl"
 : >"$RESULTS"
 FAILED=0
+BUDGET=300 # the sum of the limits below may not pass it (checked as the steps are declared)
+DECLARED=0
 
-# record NAME STATUS SECONDS DETAIL [FIGURES_JSON]: one line of steps.jsonl.
+# record NAME STATUS SECONDS LIMIT DETAIL [FIGURES_JSON]: one line of steps.jsonl.
 record() {
   "$JSONPY" -c 'import json,sys
-figs = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] else "{}"
+figs = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] else "{}"
 try:
     figs = json.loads(figs)
 except ValueError:
-    figs = {"unparsed": figs}
+    figs = {"unparsed": figs[:2000]}
 print(json.dumps({"name": sys.argv[1], "status": sys.argv[2], "seconds": int(sys.argv[3]),
-                  "detail": sys.argv[4], "figures": figs}))' "$@" >>"$RESULTS"
+                  "limit_s": int(sys.argv[4]), "detail": sys.argv[5], "figures": figs}))' "$@" >>"$RESULTS"
   [ "$2" = pass ] || FAILED=1
-  echo "== $1: $2${4:+ ($4)}" >&2
+  echo "== $1: $2 in ${3}s${5:+ ($5)}" >&2
 }
 
 # dry_fails NAME: whether the dry run was asked to fail this step.
 dry_fails() { case ",${GPU_CHECK_DRY_FAIL:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
-# step NAME LIMIT_S FUNCTION: runs FUNCTION under the time budget. FUNCTION prints one JSON
-# object of figures on stdout (kept in OUT/NAME.json) and returns non-zero on failure, after
-# writing the reason to OUT/NAME.reason; its stderr goes to OUT/NAME.log.
+# step NAME LIMIT_S FUNCTION: runs FUNCTION under `timeout LIMIT_S` (the whole function:
+# whatever it starts is killed with it). FUNCTION prints one JSON object of figures on stdout
+# (kept in OUT/NAME.json) and returns non-zero on failure, after writing the reason to
+# OUT/NAME.reason; its stderr goes to OUT/NAME.log. STEP_DEADLINE (seconds since the epoch)
+# lets it share its time between the commands it runs.
 step() {
   local name=$1 limit=$2 fn=$3
-  local left=$((BUDGET - SECONDS))
-  if [ "$left" -lt 10 ]; then
-    record "$name" skipped 0 "the six-minute budget was spent before this step"
-    return
+  DECLARED=$((DECLARED + limit))
+  if [ "$DECLARED" -gt "$BUDGET" ]; then
+    echo "error: the steps' limits add up to ${DECLARED}s, over the ${BUDGET}s budget" >&2
+    exit 3
   fi
-  [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (at most ${limit}s)" >&2
   local start=$SECONDS rc
   rm -f "$OUT/$name.reason"
-  if [ $DRY -eq 1 ] && dry_fails "$name"; then
+  if [ "$MODE" = dry ] && dry_fails "$name"; then
     echo '{"dry_run": true}' >"$OUT/$name.json"
     echo "failure injected by GPU_CHECK_DRY_FAIL" >"$OUT/$name.reason"
     rc=1
   else
-    STEP_LIMIT=$limit "$fn" >"$OUT/$name.json" 2>"$OUT/$name.log"
+    # A subshell under timeout: `timeout` runs programs, not shell functions.
+    export -f "$fn"
+    STEP_DEADLINE=$(($(date +%s) + limit)) timeout --kill-after=5 "$limit" bash -c "$fn" \
+      >"$OUT/$name.json" 2>"$OUT/$name.log"
     rc=$?
   fi
   local reason=""
   [ -s "$OUT/$name.reason" ] && reason="$(head -c 2000 "$OUT/$name.reason")"
-  [ $rc -eq 124 ] || [ $rc -eq 137 ] && reason="timed out after ${limit}s${reason:+; $reason}"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then reason="timed out after ${limit}s${reason:+; $reason}"; fi
+  [ -s "$OUT/$name.json" ] || echo '{}' >"$OUT/$name.json"
   if [ $rc -eq 0 ]; then
-    record "$name" pass $((SECONDS - start)) "$reason" "$(cat "$OUT/$name.json")"
+    record "$name" pass $((SECONDS - start)) "$limit" "$reason" "$(cat "$OUT/$name.json")"
   else
-    record "$name" fail $((SECONDS - start)) "${reason:-exit status $rc; see $name.log}" "$(cat "$OUT/$name.json")"
+    record "$name" fail $((SECONDS - start)) "$limit" "${reason:-exit status $rc; see $name.log}" "$(cat "$OUT/$name.json")"
   fi
 }
 
+# skip NAME LIMIT REASON: a step that cannot run (counts against the check).
+skip() { DECLARED=$((DECLARED + $2)); record "$1" skipped 0 "$2" "$3"; }
+
+# left: seconds until this step's deadline (for the commands a step runs one by one).
+left() { echo $((STEP_DEADLINE - $(date +%s))); }
+
+export JSONPY PY GRADLESS TESTS OUT MODE DEVICE TORCH_VENV TORCH_LIB BIN SERVER_PORT HERE
+
 # ---- the steps -------------------------------------------------------------------------
+
+unpack() {
+  if [ "$MODE" = dry ]; then echo '{"dry_run": true}'; return 0; fi
+  [ -f "$HERE/bundle.json" ] || { echo "no bundle.json beside $0: run the copy in a bundle (scripts/gpu-check.sh --bundle DIR, then DIR/gpu-check.sh)" >"$OUT/unpack.reason"; return 1; }
+  "$JSONPY" - "$HERE" "$BIN" <<'PY' || { cp "$OUT/unpack.log" "$OUT/unpack.reason" 2>/dev/null; return 1; }
+import hashlib, json, lzma, os, shutil, sys, time
+here, bindir = sys.argv[1], sys.argv[2]
+manifest = json.load(open(os.path.join(here, "bundle.json")))
+t = time.time()
+for rel, f in manifest["files"].items():
+    p = os.path.join(here, rel)
+    if hashlib.sha256(open(p, "rb").read()).hexdigest() != f["sha256"]:
+        sys.exit(f"{rel}: its sha256 differs from bundle.json (a damaged copy)")
+out = {}
+for name in ("gradless", "device-tests"):
+    dest = os.path.join(bindir, name)
+    with lzma.open(os.path.join(here, "bin", name + ".xz")) as src, open(dest, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    os.chmod(dest, 0o755)
+    out[name + "_bytes"] = os.path.getsize(dest)
+out.update(commit=manifest["commit"], built_at=manifest["built_at"], bundle_bytes=manifest["bytes"],
+           seconds=round(time.time() - t, 1))
+print(json.dumps(out))
+PY
+}
 
 host_check() {
   local problems=() glibc driver major gpu
@@ -179,92 +266,136 @@ host_check() {
   if [ -z "$glibc" ] || [ "$(printf '%s\n2.36\n' "$glibc" | sort -V | head -1)" != "2.36" ]; then
     problems+=("glibc ${glibc:-unknown} is older than 2.36 (the binaries are built on Debian 12)")
   fi
-  driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  driver="$(timeout 8 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  gpu="$(timeout 8 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
   major="${driver%%.*}"
-  if [ -z "$driver" ]; then
-    problems+=("nvidia-smi sees no GPU: an NVIDIA driver for CUDA 13 (580 or newer) is needed")
-  elif [ "$major" -lt 580 ] 2>/dev/null; then
-    problems+=("NVIDIA driver $driver is too old for CUDA 13: 580 or newer is needed")
-  fi
-  if [ -z "$TORCH_LIB" ] || [ ! -e "$TORCH_LIB/libtorch_cuda.so" ]; then
-    problems+=("no CUDA libtorch under $TORCH_VENV (torch/lib/libtorch_cuda.so): install PyTorch 2.11 with CUDA 13 there, or set TORCH_VENV")
+  if [ "$MODE" = gpu ]; then
+    if [ -z "$driver" ]; then
+      problems+=("nvidia-smi sees no GPU: an NVIDIA driver for CUDA 13 (580 or newer) is needed")
+    elif [ "$major" -lt 580 ] 2>/dev/null; then
+      problems+=("NVIDIA driver $driver is too old for CUDA 13: 580 or newer is needed")
+    fi
+    if [ -z "$TORCH_LIB" ] || [ ! -e "$TORCH_LIB/libtorch_cuda.so" ]; then
+      problems+=("no CUDA libtorch under $TORCH_VENV (torch/lib/libtorch_cuda.so): install PyTorch 2.11 with CUDA 13 there, or set TORCH_VENV")
+    fi
   fi
   [ -x "$PY" ] || problems+=("no python at $PY (TORCH_VENV)")
-  [ -x "$GRADLESS" ] || problems+=("no gradless binary at $GRADLESS (--gradless)")
-  ls "$TESTS_DIR"/* >/dev/null 2>&1 || problems+=("no CUDA test binaries in $TESTS_DIR: build them with scripts/gpu-check.sh --build-tests $TESTS_DIR where the code is built")
-  "$JSONPY" -c 'import json,sys; print(json.dumps({"glibc": sys.argv[1], "driver": sys.argv[2], "gpu": sys.argv[3], "torch_lib": sys.argv[4]}))' \
-    "$glibc" "$driver" "$gpu" "$TORCH_LIB"
+  if [ "$MODE" != dry ]; then
+    [ -x "$GRADLESS" ] || problems+=("no unpacked gradless at $GRADLESS")
+    # The binary loads this host's libtorch (LD_LIBRARY_PATH above) and starts.
+    timeout 30 "$GRADLESS" pitfall list --json >/dev/null 2>"$OUT/host.ldd" \
+      || problems+=("gradless does not start here: $(head -c 400 "$OUT/host.ldd")")
+  fi
+  "$JSONPY" -c 'import json,sys; print(json.dumps({"glibc": sys.argv[1], "driver": sys.argv[2], "gpu": sys.argv[3], "torch_lib": sys.argv[4], "mode": sys.argv[5]}))' \
+    "$glibc" "$driver" "$gpu" "$TORCH_LIB" "$MODE"
   if [ ${#problems[@]} -gt 0 ]; then
     printf '%s\n' "${problems[@]}" >"$OUT/host.reason"
     # The dry run reports the host but carries on: it runs on machines without a GPU.
-    [ $DRY -eq 1 ] && { echo "dry run: host problems reported, not enforced" >>"$OUT/host.reason"; return 0; }
+    [ "$MODE" = dry ] && { echo "dry run: host problems reported, not enforced" >>"$OUT/host.reason"; return 0; }
     return 1
   fi
 }
 
+# The engine's per-device test binary. On a GPU: its CUDA halves (ignored by default, so
+# `--ignored`), one test thread, minus the pitfall cards' CUDA halves (the pitfalls step runs
+# every card in one process instead). In the rehearsal: the CPU halves of the invariants and
+# the traced pass (the binary, its libtorch and its harness proven; cargo test runs the rest).
 cuda_tests() {
-  local ran=0 failed=() bin
-  for bin in "$TESTS_DIR"/*; do
-    [ -x "$bin" ] && [ -f "$bin" ] || continue
-    ran=$((ran + 1))
-    if [ $DRY -eq 1 ]; then
-      echo "dry run: would run $bin ::cuda --test-threads=1" >&2
-      continue
-    fi
-    # The CUDA half of the per-device tests (named `<test>::cuda`); the CPU half ran where
-    # the code was built. One test thread: see --tests-dir above.
-    if ! timeout --kill-after=5 "$STEP_LIMIT" "$bin" ::cuda --test-threads=1 >&2; then
-      failed+=("$(basename "$bin")")
-    fi
-  done
-  echo "{\"binaries\": $ran, \"failed\": ${#failed[@]}}"
-  if [ $ran -eq 0 ] && [ $DRY -eq 0 ]; then
-    echo "no test binaries in $TESTS_DIR" >"$OUT/cuda-tests.reason"; return 1
-  fi
-  if [ ${#failed[@]} -gt 0 ]; then
-    echo "failed: ${failed[*]}" >"$OUT/cuda-tests.reason"; return 1
-  fi
-}
-
-pitfalls() {
-  local ids id verdicts=() bad=()
-  if [ $DRY -eq 1 ]; then
-    ids="dry-a dry-b"
+  if [ "$MODE" = dry ]; then echo '{"dry_run": true}'; return 0; fi
+  local args
+  if [ "$MODE" = gpu ]; then
+    args=(--ignored --test-threads=1 --skip pitfalls::cuda::)
   else
-    ids="$("$GRADLESS" pitfall list --json | "$JSONPY" -c 'import json,sys; print(" ".join(c["id"] for c in json.load(sys.stdin)))')" \
-      || { echo "gradless pitfall list failed" >"$OUT/pitfalls.reason"; echo '{}'; return 1; }
+    args=(--test-threads=1 invariants:: trace::)
   fi
-  mkdir -p "$OUT/pitfalls"
-  for id in $ids; do
-    local verdict
-    if [ $DRY -eq 1 ]; then
-      echo '{"verdict": "confirmed"}' >"$OUT/pitfalls/$id.json"
-    else
-      timeout --kill-after=5 60 "$GRADLESS" pitfall "$id" --device cuda --json >"$OUT/pitfalls/$id.json" 2>>"$OUT/pitfalls.log"
-    fi
-    verdict="$("$JSONPY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("verdict", "none"))' "$OUT/pitfalls/$id.json" 2>/dev/null || echo "no report")"
-    verdicts+=("$id=$verdict")
-    [ "$verdict" = confirmed ] || bad+=("$id: $verdict")
-  done
-  "$JSONPY" -c 'import json,sys; print(json.dumps({"verdicts": dict(a.split("=", 1) for a in sys.argv[1:])}))' "${verdicts[@]}"
-  if [ ${#bad[@]} -gt 0 ]; then
-    printf '%s\n' "not confirmed on CUDA:" "${bad[@]}" >"$OUT/pitfalls.reason"; return 1
+  "$TESTS" "${args[@]}" >"$OUT/cuda-tests.txt" 2>&1
+  local rc=$?
+  "$JSONPY" - "$OUT/cuda-tests.txt" <<'PY'
+import json, sys
+passed, failed, ignored = 0, [], 0
+for l in open(sys.argv[1], errors="replace"):
+    l = l.rstrip()
+    if l.startswith("test ") and l.endswith(" ... ok"):
+        passed += 1
+    elif l.startswith("test ") and l.endswith(" ... FAILED"):
+        failed.append(l.split()[1])
+    elif l.startswith("test ") and " ... ignored" in l:
+        ignored += 1
+print(json.dumps({"passed": passed, "failed": failed, "ignored": ignored}))
+# A filter that matched nothing passes vacuously: that is a failure of the check.
+sys.exit(0 if passed else 1)
+PY
+  if [ $? -ne 0 ] && [ $rc -eq 0 ]; then
+    echo "the engine's test binary ran no test (the filter matched nothing)" >"$OUT/cuda-tests.reason"
+    return 1
+  fi
+  if [ $rc -ne 0 ]; then
+    { echo "the engine's test binary failed (exit $rc):"; grep -E '^test .* FAILED$|panicked at' "$OUT/cuda-tests.txt" | head -20; } >"$OUT/cuda-tests.reason"
+    return 1
   fi
 }
 
-# The server client: recorded CUDA runs through the API, then the worker's health. Any
-# request that fails (refused, unreachable, not JSON) is a failure with its reason, never a
-# crash. Prints the figures; exits 1 when a run failed, leaked, or the leak check failed.
+# Every card's experiment in ONE process. The cards decided by exact bytes must confirm on
+# every device; any other verdict is a finding reported in the figures, not a failure (a
+# card may be refuted or inconclusive on a device, which is what it is there to show).
+pitfalls() {
+  if [ "$MODE" = dry ]; then
+    printf '%s\n' '{"id": "dry-a", "seconds": 0.1, "report": {"verdict": "confirmed", "reason": "dry"}}' \
+      '{"id": "dry-b", "seconds": 0.1, "report": {"verdict": "refuted", "reason": "dry"}}' >"$OUT/pitfalls.jsonl"
+  else
+    local budget=()
+    # batch-scaling's default budget is the GPU's free memory: 140 GB of batches to try.
+    [ "$MODE" = gpu ] && budget=(--budget-mib 16384)
+    "$GRADLESS" pitfall all --device "$DEVICE" --jsonl "${budget[@]}" >"$OUT/pitfalls.jsonl"
+  fi
+  local rc=$?
+  "$JSONPY" - "$OUT/pitfalls.jsonl" "$rc" <<'PY'
+import json, sys
+path, rc = sys.argv[1], int(sys.argv[2])
+# Decided by exact byte counts: no noise can excuse another verdict on any device.
+exact = {"generate-no-grad", "kv-cache-size", "gqa", "static-cache", "padding-waste", "inference-tensor-cache"}
+cards, problems = {}, []
+for line in open(path):
+    try:
+        o = json.loads(line)
+    except ValueError:
+        continue
+    r = o.get("report")
+    if r is None:
+        cards[o["id"]] = {"verdict": "failed", "seconds": o.get("seconds"), "reason": o.get("error", "")[:300]}
+        problems.append(f'{o["id"]}: failed: {o.get("error", "")[:300]}')
+        continue
+    cards[o["id"]] = {"verdict": r["verdict"], "seconds": o.get("seconds"), "reason": r.get("reason", "")[:400]}
+    if o["id"] in exact and r["verdict"] != "confirmed":
+        problems.append(f'{o["id"]} is decided by exact bytes but read {r["verdict"]}: {r.get("reason", "")[:300]}')
+counts = {}
+for c in cards.values():
+    counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+print(json.dumps({"cards": len(cards), "verdicts": counts, "by_card": cards}))
+if rc != 0 and not problems:
+    problems.append(f"gradless pitfall all exited {rc} before every card had reported")
+if problems:
+    print("\n".join(problems), file=sys.stderr)
+    sys.exit(1)
+PY
+  local prc=$?
+  [ $prc -eq 0 ] || tail -n 30 "$OUT/pitfalls.log" 2>/dev/null | grep -v '^$' >"$OUT/pitfalls.reason"
+  return $prc
+}
+
+# The server client: recorded runs through the API, then the worker's health. Any request
+# that fails (refused, unreachable, not JSON) is a failure with its reason, never a crash.
+# argv: base URL, device, the specs (a JSON list). Exits 1 when a run failed or leaked, or
+# the worker's leak check failed.
 SERVER_CLIENT='
 import json, sys, time, urllib.error, urllib.request
-base, device = sys.argv[1], sys.argv[2]
+base, device, specs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 problems = []
 def call(path, body=None):
     req = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         try:
@@ -277,30 +408,33 @@ def reason(answer):
     if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
         return answer["error"].get("message", "")
     return repr(answer)[:200]
-for _ in range(240):
+for _ in range(120):
     if call("/healthz")[0] == 200: break
     time.sleep(0.25)
 else:
     problems.append("the server did not answer /healthz")
 out = {"runs": []}
-for spec in ({"model": "resnet50", "batch": 32, "grad": "no_grad"},
-             {"model": "resnet50", "batch": 32, "grad": "no_grad", "autocast": "fp16"},
-             {"model": "tiny_mlp", "batch": 256, "grad": "enabled", "eval": False},
-             # CUDA graph replay: captured after the warm-up, replayed in every timed pass.
-             {"model": "resnet18", "batch": 1, "grad": "inference_mode", "advanced": {"cuda_graph": True}}):
-    spec = {**spec, "device": device, "warmup": 3, "iters": 10}
+for spec in specs:
+    expect_refusal = spec.pop("expect_refusal", None)
+    spec = {**spec, "device": device}
     status, created = call("/api/runs", spec)
     run = {"spec": spec, "submit_status": status}
     out["runs"].append(run)
+    if expect_refusal:
+        # Refused up front with a 4xx naming why (e.g. CUDA graphs on a CPU).
+        if status is None or not 400 <= status < 500 or expect_refusal not in reason(created):
+            problems.append(f"POST /api/runs {spec}: expected a 4xx naming {expect_refusal!r}, got {status}: {reason(created)}")
+        run["refused"] = reason(created)
+        continue
     if status != 202 or not isinstance(created, dict) or "id" not in created:
         problems.append(f"POST /api/runs {spec}: {status}: {reason(created)}")
         continue
     rid = run["id"] = created["id"]
     code, report = None, None
-    for _ in range(240):
+    for _ in range(200):
         code, report = call("/api/runs/" + rid)
         if code != 409: break
-        time.sleep(0.25)
+        time.sleep(0.1)
     run["status"] = code
     if code != 200 or not isinstance(report, dict):
         problems.append(f"run {rid}: {code}: {reason(report)}")
@@ -308,12 +442,12 @@ for spec in ({"model": "resnet50", "batch": 32, "grad": "no_grad"},
     mem = report.get("memory", {})
     run.update(leaked_bytes=mem.get("leaked_bytes"), baseline_bytes=mem.get("baseline_bytes"),
                peak_above_baseline_bytes=mem.get("peak_above_baseline_bytes"),
-               p50_ms=report.get("latency_ms", {}).get("p50"))
+               p50_ms=report.get("latency_ms", {}).get("p50"), memory_source=mem.get("source"))
     leaked = mem.get("leaked_bytes")
     if leaked:
         problems.append(f"run {rid} leaked {leaked} B")
     # The traced pass: a trace at every module boundary whose peak is the peak of the run
-    # (within 2%), the FLOP/s figures, and the CUDA memory breakdown with its parts.
+    # (within 2%), the FLOP/s figures, and the memory breakdown with its parts.
     trace = report.get("trace") or []
     tpeak = max([max(p.get("peak_above_baseline_bytes", 0), p.get("allocated_above_baseline_bytes", 0)) for p in trace] or [0])
     rpeak = mem.get("peak_above_baseline_bytes") or 0
@@ -361,29 +495,39 @@ s = http.server.HTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
 '
+export SERVER_CLIENT STUB_SERVER
 
 server_check() {
-  local pid port rc
-  if [ $DRY -eq 1 ]; then
-    # exec: the coprocess's pid is then the stub's own, so the kill below stops it (not
-    # only a subshell, leaving the stub serving forever).
+  local pid port rc specs
+  if [ "$MODE" = gpu ]; then
+    specs='[{"model": "resnet50", "batch": 32, "grad": "no_grad", "warmup": 3, "iters": 10},
+            {"model": "resnet50", "batch": 32, "grad": "no_grad", "autocast": "fp16", "warmup": 3, "iters": 10},
+            {"model": "tiny_mlp", "batch": 256, "grad": "enabled", "eval": false, "warmup": 3, "iters": 10},
+            {"model": "resnet18", "batch": 1, "grad": "inference_mode", "warmup": 3, "iters": 10, "advanced": {"cuda_graph": true}}]'
+  else
+    specs='[{"model": "tiny_mlp", "batch": 64, "grad": "no_grad", "warmup": 2, "iters": 5, "threads": 1},
+            {"model": "resnet18", "batch": 2, "input_size": 64, "grad": "enabled", "eval": false, "warmup": 1, "iters": 3, "threads": 1},
+            {"model": "resnet18", "batch": 1, "input_size": 64, "grad": "inference_mode", "warmup": 1, "iters": 3, "threads": 1, "advanced": {"cuda_graph": true}, "expect_refusal": "CUDA graph"}]'
+  fi
+  if [ "$MODE" = dry ]; then
+    # exec: the coprocess's pid is then the stub's own, so the kill below stops it.
     coproc STUB { exec "$JSONPY" -c "$STUB_SERVER"; }
     pid=$STUB_PID
     read -r port <&"${STUB[0]}"
   else
-    port=3999
-    "$GRADLESS" serve --addr "127.0.0.1:$port" --db "$OUT/runs.sqlite3" --site-root target/site \
+    port=$SERVER_PORT
+    "$GRADLESS" serve --addr "127.0.0.1:$port" --db "$OUT/runs.sqlite3" --site-root "$OUT/no-site" \
       >"$OUT/server.log" 2>&1 &
     pid=$!
   fi
-  "$JSONPY" -c "$SERVER_CLIENT" "http://127.0.0.1:$port" cuda 2>"$OUT/server-check.reason"
+  "$JSONPY" -c "$SERVER_CLIENT" "http://127.0.0.1:$port" "$DEVICE" "$specs" 2>"$OUT/server-check.reason"
   rc=$?
-  # A clean stop (the current run finishes and is recorded), but never longer than 20 s.
+  # A clean stop (the current run finishes and is recorded), but never longer than 10 s.
   kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
-  if [ $DRY -eq 1 ]; then
+  if [ "$MODE" = dry ]; then
     # The stub refuses every run: the client must have said so, not crashed.
     if [ $rc -eq 1 ] && grep -q "queue is full" "$OUT/server-check.reason"; then
       echo "dry run: the client reported the refused runs as failures" >"$OUT/server-check.reason"
@@ -395,40 +539,59 @@ server_check() {
   return $rc
 }
 
-# Generate runs on the decoder shapes the GPU is for: Llama-3.2-1B (fp32 and bf16 weights,
-# batch 1 and 8) and Llama-3.1-8B (bf16 weights), a dynamic against a static cache. Each
-# records prefill, decode per token, tokens/s, the KV cache against its formula and the
-# decode bandwidth as % of the datasheet's. (CUDA graph replay of the decode step is not
-# implemented yet: the static runs are eager.)
+# Generate runs. On a GPU the decoder shapes the GPU is for, most telling first: Llama-3.1-8B
+# and Llama-3.2-1B in bf16 at batch 1, eager and with the decode step's CUDA graph replayed
+# (static cache). Each records prefill, decode per token, tokens/s, the KV cache against its
+# formula, the SDPA backend and the decode bandwidth as % of the datasheet's. In the
+# rehearsal the CPU preset, and a graph request that must be refused with its reason.
 generate_runs() {
-  if [ $DRY -eq 1 ]; then
-    echo '{"dry_run": true, "runs": 0}'
-    return 0
+  if [ "$MODE" = dry ]; then echo '{"dry_run": true, "runs": 0}'; return 0; fi
+  local runs=() failed=0 cfgs
+  if [ "$MODE" = gpu ]; then
+    cfgs=("llama_3_1_8b bf16 1 static graph" "llama_3_1_8b bf16 1 dynamic -"
+          "llama_3_2_1b bf16 1 static graph" "llama_3_2_1b bf16 1 static -" "llama_3_2_1b bf16 8 dynamic -")
+    local prompt=512 new=128
+  else
+    cfgs=("llama_tiny fp32 1 dynamic -" "llama_tiny fp32 2 static -")
+    local prompt=16 new=8
   fi
-  local runs=() failed=0
-  for cfg in "llama_3_2_1b fp32 1" "llama_3_2_1b bf16 1" "llama_3_2_1b bf16 8" "llama_3_1_8b bf16 1"; do
+  for cfg in "${cfgs[@]}"; do
     set -- $cfg
-    for cache in dynamic static; do
-      local f="$OUT/generate-$1-$2-b$3-$cache.json"
-      if timeout 60 "$GRADLESS" generate --device cuda --model "$1" --weights "$2" --batch "$3" \
-          --prompt 512 --new-tokens 128 --cache "$cache" --grad inference_mode --json >"$f" 2>>"$OUT/generate.reason"; then
-        runs+=("$f")
-      else
-        echo "generate $1 $2 batch $3 $cache failed" >>"$OUT/generate.reason"; failed=1
-      fi
-    done
+    local f="$OUT/generate-$1-$2-b$3-$4${5/-/}.json" graph=()
+    [ "$5" = graph ] && graph=(--cuda-graph)
+    # Each run gets what is left of the step, less a margin for the summary below.
+    local limit=$(($(left) - 3))
+    if [ "$limit" -lt 5 ]; then echo "generate $cfg: no time left" >>"$OUT/generate.reason"; failed=1; continue; fi
+    if timeout --kill-after=2 "$limit" "$GRADLESS" generate --device "$DEVICE" --model "$1" --weights "$2" --batch "$3" \
+        --prompt $prompt --new-tokens $new --cache "$4" "${graph[@]}" --eval --grad inference_mode --threads 1 --json >"$f" 2>>"$OUT/generate.log"; then
+      runs+=("$f")
+    else
+      echo "generate $cfg failed: $(tail -n 2 "$OUT/generate.log" | head -c 400)" >>"$OUT/generate.reason"; failed=1
+    fi
   done
+  if [ "$MODE" = rehearse ]; then
+    # CUDA graph replay of the decode step needs CUDA: refused up front, naming the field.
+    if timeout 30 "$GRADLESS" generate --device cpu --model llama_tiny --prompt 8 --new-tokens 4 --cache static --cuda-graph \
+        >/dev/null 2>"$OUT/generate-graph-refused.txt"; then
+      echo "a CUDA-graph generation on the CPU was accepted" >>"$OUT/generate.reason"; failed=1
+    elif ! grep -qi "cuda" "$OUT/generate-graph-refused.txt"; then
+      echo "the CPU's refusal of CUDA graphs does not say why: $(head -c 300 "$OUT/generate-graph-refused.txt")" >>"$OUT/generate.reason"; failed=1
+    fi
+  fi
   "$JSONPY" - "${runs[@]}" <<'PY'
 import json, sys
 out = []
 for path in sys.argv[1:]:
     r = json.load(open(path)); g = r["generation"]
-    out.append({"model": r["spec"]["model"], "weights": r["spec"].get("advanced", {}).get("weights", "fp32"),
+    adv = r["spec"].get("advanced", {})
+    out.append({"model": r["spec"]["model"], "weights": adv.get("weights", "fp32"),
+                "cuda_graph": adv.get("cuda_graph", False),
                 "batch": g["batch"], "cache": g["cache"], "prefill_ms": g["prefill_ms"],
-                "decode_p50_ms": (g["decode_ms_per_token"] or {}).get("p50"),
-                "tokens_per_s_total": g["tokens_per_s_total"], "kv_cache_bytes": g["kv_cache_bytes"],
-                "kv_formula_bytes": g["kv_cache_formula_bytes"], "bandwidth_gb_s": g["decode_bandwidth_gb_s"],
-                "bandwidth_percent": g["decode_bandwidth_percent"], "bandwidth_source": g["bandwidth_source"],
+                "decode_p50_ms": (g.get("decode_ms_per_token") or {}).get("p50"),
+                "tokens_per_s_total": g.get("tokens_per_s_total"), "kv_cache_bytes": g.get("kv_cache_bytes"),
+                "kv_formula_bytes": g.get("kv_cache_formula_bytes"), "bandwidth_gb_s": g.get("decode_bandwidth_gb_s"),
+                "bandwidth_percent": g.get("decode_bandwidth_percent"), "bandwidth_source": g.get("bandwidth_source"),
+                "sdpa_backend": g.get("sdpa_backend"),
                 "peak_allocated_bytes": r["memory"]["peak_allocated_bytes"], "device": r["env"]["device_name"]})
 print(json.dumps({"runs": out}))
 PY
@@ -436,47 +599,57 @@ PY
 }
 
 peer_compare() {
-  if [ $DRY -eq 1 ]; then
-    echo '{"configs": 0}'
-    return 0
+  if [ "$MODE" = dry ]; then echo '{"configs": 0}'; return 0; fi
+  local configs=() run_timeout deadline
+  if [ "$MODE" = gpu ]; then
+    configs=(--config resnet50:32:eval:no_grad --config resnet50:32:train:enabled --config resnet50:32:eval:no_grad:bf16)
+    run_timeout=12
+  else
+    configs=(--config tiny_mlp:64:eval:no_grad --config tiny_mlp:64:train:enabled)
+    run_timeout=20
   fi
-  local run_timeout=30 deadline=$((STEP_LIMIT - 40)) configs=()
+  deadline=$(($(left) - 5))
   [ "$deadline" -lt 0 ] && deadline=0
-  for model_batch in resnet50:32 tiny_mlp:256; do
-    for mode in eval:no_grad train:enabled eval:no_grad:bf16; do
-      configs+=(--config "$model_batch:$mode")
-    done
-  done
-  timeout --kill-after=5 "$STEP_LIMIT" "$PY" bench/compare.py --gradless "$GRADLESS" --python "$PY" --device cuda \
+  "$PY" bench/compare.py --gradless "$GRADLESS" --python "$PY" --device "$DEVICE" \
     --rounds 2 --warmup 3 --iters 10 --threads 1 --timeout "$run_timeout" --deadline "$deadline" \
     "${configs[@]}" --json "$OUT/peer.json" --markdown "$OUT/peer.md" >&2
   local rc=$?
   if [ ! -s "$OUT/peer.json" ]; then
     echo "bench/compare.py wrote no results (exit $rc)" >"$OUT/peer-compare.reason"; echo '{}'; return 1
   fi
-  "$JSONPY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"results": len(d) if isinstance(d, list) else len(d.get("results", d))}))' "$OUT/peer.json"
+  "$JSONPY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"results": d}))' "$OUT/peer.json"
   [ $rc -eq 0 ] || { echo "bench/compare.py exited $rc (see peer-compare.log)" >"$OUT/peer-compare.reason"; return 1; }
 }
 
-step host 15 host_check
-if [ $FAILED -eq 1 ] && [ $DRY -eq 0 ]; then
-  echo "== the host does not meet the requirements above; nothing else runs" >&2
+export -f left
+step unpack 15 unpack
+step host 10 host_check
+if [ $FAILED -eq 1 ] && [ "$MODE" != dry ]; then
+  echo "== the bundle or the host does not meet the requirements above; nothing else runs" >&2
+  for s in "cuda-tests 75" "pitfalls 90" "server-check 35" "generate 45" "peer-compare 30"; do
+    set -- $s; skip "$1" "$2" "the host check failed"
+  done
 else
-  step cuda-tests 100 cuda_tests
-  step pitfalls 110 pitfalls
-  step server-check 45 server_check
-  step generate 60 generate_runs
-  step peer-compare 60 peer_compare
+  step cuda-tests 75 cuda_tests
+  step pitfalls 90 pitfalls
+  step server-check 35 server_check
+  step generate 45 generate_runs
+  step peer-compare 30 peer_compare
 fi
+[ -n "${GPU_CHECK_BIN_DIR:-}" ] || rm -rf "$BIN"
 
-"$JSONPY" - "$RESULTS" "$OUT/summary.json" "$DRY" "$SECONDS" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" <<'PYEOF'
-import json, sys
-results, summary, dry, seconds, commit = sys.argv[1:6]
+"$JSONPY" - "$RESULTS" "$OUT/summary.json" "$MODE" "$SECONDS" "$HERE" <<'PYEOF'
+import json, os, sys
+results, summary, mode, seconds, here = sys.argv[1:6]
 steps = [json.loads(l) for l in open(results) if l.strip()]
+manifest = {}
+if os.path.exists(os.path.join(here, "bundle.json")):
+    manifest = json.load(open(os.path.join(here, "bundle.json")))
 doc = {"pass": bool(steps) and all(s["status"] == "pass" for s in steps),
-       "dry_run": dry == "1", "seconds": int(seconds), "commit": commit, "steps": steps}
+       "mode": mode, "dry_run": mode == "dry", "seconds": int(seconds),
+       "commit": manifest.get("commit", "unknown"), "bundle_bytes": manifest.get("bytes"), "steps": steps}
 json.dump(doc, open(summary, "w"), indent=1)
-print(json.dumps({"pass": doc["pass"], "steps": {s["name"]: s["status"] for s in steps}}))
+print(json.dumps({"pass": doc["pass"], "seconds": doc["seconds"], "steps": {s["name"]: s["status"] for s in steps}}))
 PYEOF
 echo "== summary: $OUT/summary.json (${SECONDS}s)" >&2
 exit $FAILED

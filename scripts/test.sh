@@ -47,6 +47,31 @@ print(f"emit-to-viewer p99: single process {one['event_delay_ms']['p99']:.1f} ms
       f"fleet {fleet['emit_to_viewer_ms']['p99']:.1f} ms ({fleet['viewers']} viewers, {fleet['fronts']} fronts, {fleet['workers']} workers)")
 PY
 
+echo "==> The GPU check's bundle, and its rehearsal on this CPU from a scratch copy of only the bundle"
+# What a GPU host gets: the binaries the tests above just built, stripped and compressed, with
+# the check's script and the peer. The rehearsal runs the bundle's own script with a bare
+# environment (no cargo on PATH, HOME elsewhere, no build tree), the same steps on the CPU
+# with small shapes, and must pass within the five minutes the GPU visit allows.
+bundle="$CARGO_TARGET_DIR/gpu-bundle"
+scripts/gpu-check.sh --bundle "$bundle"
+rehearsal=$(mktemp -d)
+cp -r "$bundle" "$rehearsal/bundle"
+( cd "$rehearsal" && env -i PATH=/usr/bin:/bin HOME="$rehearsal" TMPDIR="$rehearsal" \
+    TORCH_VENV="$GRADLESS_VENV" GPU_CHECK_PORT=$((port + 23)) \
+    bash bundle/gpu-check.sh --rehearse out ) || {
+  cat "$rehearsal/out/summary.json" 2>/dev/null
+  echo "error: the GPU check's rehearsal failed (its files: $rehearsal/out)" >&2; exit 1
+}
+python3 - "$rehearsal/out/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["pass"] and s["mode"] == "rehearse", s
+assert s["seconds"] < 300, f"the rehearsal took {s['seconds']} s, over the five minutes a GPU visit allows"
+print("rehearsal: " + ", ".join(f"{st['name']} {st['seconds']}/{st['limit_s']} s" for st in s["steps"])
+      + f"; {s['seconds']} s in all, bundle {s['bundle_bytes']} B")
+PY
+rm -rf "$rehearsal"
+
 echo "==> The browser build pulls in no tch, tokio, axum or picture drawing (render, resvg)"
 # Two steps, so that a failing `cargo tree` fails the check instead of passing it.
 tree=$(cargo tree -p app --no-default-features --features hydrate --target wasm32-unknown-unknown -e normal)

@@ -1,6 +1,8 @@
 //! `scripts/gpu-check.sh --dry-run` on the CPU: the script's own logic (arguments, step
-//! bookkeeping, the server client's failure path, the one JSON summary, the exit status)
-//! is known to work before minutes on a GPU are spent on it.
+//! bookkeeping, the five-minute budget, the server client's failure path, the one JSON
+//! summary, the exit status) is known to work before minutes on a GPU are spent on it.
+//! (The rehearsal, the real bundle on the CPU from a scratch copy, is a step of
+//! scripts/test.sh: it needs the release binaries this test's build is making.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,8 +14,7 @@ fn script() -> PathBuf {
 fn dry_run(out: &Path, fail: &str) -> (i32, serde_json::Value) {
     let status = Command::new("bash")
         .arg(script())
-        .args(["--dry-run", "--tests-dir"])
-        .arg(out.join("no-tests"))
+        .arg("--dry-run")
         .arg(out)
         .env("GPU_CHECK_DRY_FAIL", fail)
         .status()
@@ -42,6 +43,7 @@ fn the_dry_run_passes_and_a_failing_step_fails_the_check() {
     assert_eq!(
         names,
         [
+            "unpack",
             "host",
             "cuda-tests",
             "pitfalls",
@@ -50,16 +52,24 @@ fn the_dry_run_passes_and_a_failing_step_fails_the_check() {
             "peer-compare"
         ]
     );
+    // Five minutes by construction: the steps' own limits add up to at most 300 s.
+    let limits: u64 = summary["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["limit_s"].as_u64().unwrap())
+        .sum();
+    assert!(limits <= 300, "the steps' limits add up to {limits} s");
     // The server client met a stub that refuses every run, and said so instead of crashing.
-    let server = &summary["steps"][3];
+    let server = &summary["steps"][4];
     assert_eq!(server["status"], "pass", "{server}");
     assert!(server["detail"].as_str().unwrap().contains("refused runs"));
 
     let (code, summary) = dry_run(&dir.join("fail"), "pitfalls");
     assert_ne!(code, 0);
     assert_eq!(summary["pass"], false);
-    assert_eq!(summary["steps"][2]["status"], "fail");
-    assert_eq!(summary["steps"][1]["status"], "pass");
+    assert_eq!(summary["steps"][3]["status"], "fail");
+    assert_eq!(summary["steps"][2]["status"], "pass");
 
     // Without OUT_DIR: usage, exit 2.
     let usage = Command::new("bash").arg(script()).output().unwrap();

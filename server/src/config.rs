@@ -406,8 +406,12 @@ pub struct CompareArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct PitfallArgs {
-    /// A pitfall id (e.g. eval-not-nograd), or `list`.
+    /// A pitfall id (e.g. eval-not-nograd), `list` (the cards), or `all` (every card's
+    /// experiment in this one process, one after the other).
     pub id: String,
+    /// With `all`: only these cards (comma-separated ids), in this order.
+    #[arg(long)]
+    pub only: Option<String>,
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
     /// The model to use instead of the card's default (a team model of --models-dir too).
@@ -419,9 +423,13 @@ pub struct PitfallArgs {
     /// batch-scaling: memory budget in MiB (default: the device's free memory on a GPU).
     #[arg(long)]
     pub budget_mib: Option<u64>,
-    /// Print JSON instead of text.
+    /// Print JSON instead of text (with `all`: one array at the end).
     #[arg(long)]
     pub json: bool,
+    /// With `all`: one JSON line per card as soon as it is known (what a caller under a
+    /// time limit reads: every card that finished is kept).
+    #[arg(long, conflicts_with = "json")]
+    pub jsonl: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

@@ -3,8 +3,7 @@
 //! thread cap, deadlines that hold within a pass, refusal up front from a measured profile.
 //! Per device where the behaviour is the device's (see `common`).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! Each pitfall experiment, one test per card, with one body per card run on every device
-//! the build tests: the CPU always, CUDA under the `cuda-tests` feature (see the
+//! the build tests: the CPU always, CUDA on a GPU host (see the
 //! `per_device!` list at the end, `common`'s macro). Each body asserts the invariant its verdict rests on and
 //! the verdict that device must give (CUDA-only effects are not_applicable on a CPU, never
 //! confirmed by accident). On the CPU, options keep every experiment to seconds on two
@@ -11,8 +11,7 @@
 //! All tests share one worker, so experiments run one at a time on its device thread: the
 //! timing cards never compete with another experiment for the cores or the GPU.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

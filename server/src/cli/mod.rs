@@ -1,17 +1,19 @@
-//! The command-line side of the binary: `measure`, `compare` and `models`. They drive the
-//! same [`engine::Worker`] as the web server, so a number printed here is measured exactly
-//! as the page measures it.
+//! The command-line side of the binary: `measure`, `compare`, `generate` and `models` here,
+//! the pitfall cards in `pitfall.rs`, the recorded runs in `runs.rs`. They drive the same
+//! [`engine::Worker`] as the web server, so a number printed here is measured exactly as the
+//! page measures it.
+
+mod pitfall;
+mod runs;
 
 use std::io::Write;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use engine::{MeasureError, Worker};
 use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
-use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, PitfallArgs, RunsCommand, SpecArgs};
-use crate::export::{export, Format};
-use crate::store::Store;
+use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, SpecArgs};
 
 /// The model a command names: parsed once the models directory is loaded, so a team
 /// model's name is known.
@@ -19,7 +21,7 @@ use crate::store::Store;
 /// answers with its reason, even when a built-in model has the name: whoever named the
 /// directory meant the file, and measuring another model in its place would print
 /// figures for something they did not ask for.
-fn model(name: &str) -> Result<protocol::ModelId> {
+pub(crate) fn model(name: &str) -> Result<protocol::ModelId> {
     if let Some(why) = protocol::team::refusal(name) {
         let builtin = protocol::team::is_built_in(name);
         let hint = if builtin {
@@ -297,204 +299,17 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
 }
 
 pub use crate::model_counts::model_infos;
+pub use pitfall::{pitfall, pitfall_all, pitfall_list};
+pub use runs::runs;
 
-/// `gradless pitfall list`.
-pub fn pitfall_list(json: bool) -> Result<()> {
-    let cards = engine::pitfalls::catalogue();
-    if json {
-        return print_json(&cards);
-    }
-    let mut out = std::io::stdout().lock();
-    for c in cards {
-        writeln!(out, "{:<22} {}", c.id, c.title)?;
-    }
-    Ok(())
-}
-
-/// `gradless pitfall ID`.
-pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
-    if !engine::pitfalls::exists(&args.id) {
-        let known: Vec<_> = engine::pitfalls::catalogue()
-            .into_iter()
-            .map(|c| c.id)
-            .collect();
-        bail!("unknown pitfall `{}`; known: {}", args.id, known.join(", "));
-    }
-    let options = protocol::PitfallOptions {
-        device: args.device,
-        model: args.model.as_deref().map(model).transpose()?,
-        batch: args.batch,
-        budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
-    };
-    // The same checked path as the server's: batch ceiling, budget, deadline, panic barrier.
-    let report = worker
-        .run_experiment(&args.id, options)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.id))?;
-    if args.json {
-        return print_json(&report);
-    }
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "{} — on {} ({})",
-        report.id,
-        report.env.device_name,
-        report.env.device.as_str()
-    )?;
-    writeln!(out, "claim:     {}", report.claim)?;
-    writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
-    writeln!(out, "because:   {}", report.reason)?;
-    writeln!(out, "rule:      {}", report.threshold)?;
-    if let Some(t) = &report.table {
-        writeln!(
-            out,
-            "  {}",
-            t.columns
-                .iter()
-                .map(|c| format!("{c:<22}"))
-                .collect::<String>()
-        )?;
-        for row in &t.rows {
-            writeln!(
-                out,
-                "  {}",
-                row.iter().map(|c| format!("{c:<22}")).collect::<String>()
-            )?;
-        }
-    }
-    for f in &report.figures {
-        writeln!(out, "  {:<58} {}", f.name, f.display())?;
-    }
-    for n in &report.notes {
-        writeln!(out, "note:      {n}")?;
-    }
-    Ok(())
-}
-
-/// `gradless runs list|show|export`: the recorded results, from the same database file the
-/// server writes (it may be serving at the same time: the file is in WAL mode).
-pub fn runs(cmd: RunsCommand) -> Result<()> {
-    let open = |db: &crate::config::DbArg| -> Result<Store> {
-        let path = db.path();
-        if path.as_os_str() != ":memory:" && !path.exists() {
-            bail!("no run database at {} (a server creates it on first start; choose another with --db)", path.display());
-        }
-        Store::open(&path)
-    };
-    let find = |store: &Store, id: &str| -> Result<protocol::Record> {
-        store.get(id)?.with_context(|| {
-            format!(
-                "no recorded run or experiment with id `{id}` in {}",
-                store.path().display()
-            )
-        })
-    };
-    match cmd {
-        RunsCommand::List {
-            db,
-            kind,
-            limit,
-            json,
-        } => {
-            let list = open(&db)?.list(kind, limit)?;
-            if json {
-                return print_json(&list);
-            }
-            let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "{:<16}  {:<7}  {:<20}  {:<44}  {:>12}  {:>12}  device",
-                "id", "kind", "measured at", "what", "p50", "peak above"
-            )?;
-            for s in &list {
-                let p50 = s.p50_ms.map(|v| format!("{v:.3} ms")).unwrap_or_else(|| {
-                    match s.verdict {
-                        Some(v) => v.as_str().to_string(),
-                        // `interrupted` or `running`: no figures.
-                        None => s.status.as_str().to_string(),
-                    }
-                });
-                let peak = s
-                    .peak_above_baseline_bytes
-                    .map(format_bytes)
-                    .unwrap_or_default();
-                writeln!(
-                    out,
-                    "{:<16}  {:<7}  {:<20}  {:<44}  {:>12}  {:>12}  {}",
-                    s.id,
-                    s.kind.as_str(),
-                    s.measured_at,
-                    s.label,
-                    p50,
-                    peak,
-                    s.device_name
-                )?;
-            }
-            if list.is_empty() {
-                writeln!(out, "(nothing recorded yet)")?;
-            }
-            Ok(())
-        }
-        RunsCommand::Show { id, db, json } => {
-            let record = find(&open(&db)?, &id)?;
-            if json {
-                return print_json(&record);
-            }
-            match &record.body {
-                protocol::RecordBody::Run(r) => print_report(r),
-                protocol::RecordBody::Pitfall(p) => {
-                    println!("{} — {}\n{}", p.id, p.verdict.as_str(), p.reason);
-                    println!(
-                        "measured on {} ({}), libtorch {}, {}",
-                        p.env.device_name,
-                        p.env.device.as_str(),
-                        p.env.libtorch_version,
-                        p.env.measured_at
-                    );
-                    for f in &p.figures {
-                        println!("  {:<48} {}", f.name, f.display());
-                    }
-                    Ok(())
-                }
-                protocol::RecordBody::Unfinished(u) => {
-                    println!("{} — {}\n{}", record.id, u.status.as_str(), u.message);
-                    Ok(())
-                }
-            }
-        }
-        RunsCommand::Export {
-            id,
-            db,
-            format,
-            output,
-        } => {
-            let format: Format = format.parse().map_err(anyhow::Error::msg)?;
-            let record = find(&open(&db)?, &id)?;
-            let file = export(&record, format).map_err(anyhow::Error::msg)?;
-            match output {
-                Some(path) => {
-                    std::fs::write(&path, file.body)
-                        .with_context(|| format!("could not write {}", path.display()))?;
-                    eprintln!("wrote {}", path.display());
-                    Ok(())
-                }
-                None => {
-                    std::io::stdout().lock().write_all(file.body.as_bytes())?;
-                    Ok(())
-                }
-            }
-        }
-    }
-}
-
-fn print_json<T: Serialize>(value: &T) -> Result<()> {
+pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, value)?;
     writeln!(out)?;
     Ok(())
 }
 
-fn print_report(r: &Report) -> Result<()> {
+pub(crate) fn print_report(r: &Report) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let l = &r.latency_ms;
     let m = &r.memory;

@@ -2,10 +2,9 @@
 //! the memory the worker holds checked after each: every run's allocated memory returns to
 //! its baseline, and the worker's own leak check (cached weights only) never fails.
 //! The figures are printed and written to `$CARGO_TARGET_DIR/gradless-soak[-cuda].json`.
-//! Per device (see `common`): the CPU always, CUDA under the `cuda-tests` feature.
+//! Per device (see `common`): the CPU always, CUDA on a GPU host.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -1,9 +1,8 @@
 //! Physical invariants the engine's numbers must obey, per device (see `common`): on the
-//! CPU always, on CUDA under the `cuda-tests` feature. Nothing here compares against a
+//! CPU always, on CUDA by the GPU check. Nothing here compares against a
 //! number copied from an earlier run.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use engine::{EngineError, MeasureError, Worker, WorkerConfig};
 use engine::lab::{forward, Lab, LabConfig};

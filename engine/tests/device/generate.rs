@@ -4,8 +4,7 @@
 //! cache; a static cache never grows; memory returns to the baseline. Nothing here compares
 //! against a number copied from an earlier run.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use engine::{MeasureError, Worker, WorkerConfig};
 use protocol::{

@@ -3,8 +3,7 @@
 //! once the next module has used it), and the trace's peak is the run's peak. Plus the FLOP
 //! count's invariants and the trace's place outside the statistics.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use engine::{Worker, WorkerConfig};
 use protocol::{trace_peak, DeviceKind, GradMode, ModelId, Report, RunSpec};
