@@ -334,6 +334,11 @@ impl Meter<'_> {
 /// boundaries); a larger one may keep an unsplit tail of under 1 MiB more.
 pub const CUDA_BLOCK_BYTES: u64 = 512;
 
+/// The largest unsplit tail a CUDA block above 1 MiB may keep (`kSmallSize`: the large pool
+/// splits a free block only when more than this would remain), so the same tensor can
+/// occupy up to this much more in one run than in another.
+pub const CUDA_LARGE_TAIL_BYTES: u64 = 1 << 20;
+
 /// The bytes a tensor of `bytes` bytes adds to what `device`'s meter reads as allocated:
 /// the CPU's counter sees exactly what libtorch's allocator was asked for; CUDA's rounds
 /// up to whole [`CUDA_BLOCK_BYTES`] blocks (a lower bound above 1 MiB). Tests and rules

@@ -175,6 +175,20 @@ pub struct AttentionBackends {
     pub note: String,
 }
 
+impl AttentionBackends {
+    /// "prefill: FlashAttention; decode: memory-efficient (note)", for pages and the CLI.
+    pub fn describe(&self, device: crate::DeviceKind) -> String {
+        let mut text = format!("prefill: {}", self.prefill.label(device));
+        if let Some(d) = self.decode {
+            text.push_str(&format!("; decode: {}", d.label(device)));
+        }
+        if !self.note.is_empty() {
+            text.push_str(&format!(" ({})", self.note));
+        }
+        text
+    }
+}
+
 /// What a generation measured (the report's `generation` section).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
