@@ -437,16 +437,21 @@ pub fn figures_view(r: &Report) -> impl IntoView + use<> {
             )
         });
         let graph = g.steps.last().map(|s| s.graph_bytes).unwrap_or(0);
+        let attention = g.attention.as_ref().map(|a| {
+            let replay = if g.decode_graph { "; decode steps replayed one CUDA graph" } else { "" };
+            format!("{}{replay}", a.describe(r.env.device))
+        });
         let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
         view! {
             <table class="summary" data-testid="gen-summary">
                 <tr><th>"Time to first token (prefill)"</th><td data-testid="gen-prefill">{format!("{:.2} ms for {} × {} prompt tokens", g.prefill_ms, g.batch, g.prompt_len)}</td></tr>
                 <tr><th>"Decode, per token"</th><td data-testid="gen-decode">{decode}</td></tr>
                 <tr><th>"Tokens/s"</th><td>{format!("{:.1} per sequence, {:.1} in total", g.tokens_per_s, g.tokens_per_s_total)}</td></tr>
-                <tr><th>"KV cache"</th><td data-testid="gen-kv">{format!("{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match})", format_bytes(g.kv_cache_bytes), g.kv_cache_tokens, g.batch, g.kv_cache_element_bytes, format_bytes(g.kv_cache_formula_bytes))}</td></tr>
+                <tr><th>"KV cache"</th><td data-testid="gen-kv">{format!("{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match}); values kept in the keys' dtype, as transformers' caches keep them", format_bytes(g.kv_cache_bytes), g.kv_cache_tokens, g.batch, g.kv_cache_element_bytes, format_bytes(g.kv_cache_formula_bytes))}</td></tr>
                 <tr><th>"Memory"</th><td>{format!("weights + prompt {}, peak {}, after release {} ({source})", format_bytes(r.memory.baseline_bytes), format_bytes(r.memory.peak_allocated_bytes), format_bytes(r.memory.after_release_bytes))}</td></tr>
                 {(graph > 0).then(|| view! { <tr><th>"Autograd graph"</th><td data-testid="gen-graph">{format!("{} held after the last step, on top of the cache", format_bytes(graph))}</td></tr> })}
                 {bandwidth.map(|b| view! { <tr><th>"Decode bandwidth"</th><td>{b}</td></tr> })}
+                {attention.map(|a| view! { <tr><th>"Attention (SDPA backend)"</th><td data-testid="gen-attention">{a}</td></tr> })}
                 <tr><th>"Prefill compute"</th><td>{format!("{:.3} TFLOP/s{}", g.prefill_tflops, g.prefill_percent_of_peak.map(|p| format!(" ({p:.1}% of peak)")).unwrap_or_default())}</td></tr>
                 <tr><th>"Measured on"</th><td>{env}</td></tr>
             </table>

@@ -19,6 +19,9 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
 #endif
 
 namespace {
@@ -27,6 +30,27 @@ using gradless::dup_message;
 using gradless::guarded;
 
 #ifdef GRADLESS_CUDA_GRAPHS
+// The one side stream of each device, taken from libtorch's pool once and kept for the
+// process. cuBLAS keeps a workspace per (handle, stream) through the caching allocator,
+// never freed (about 32 MiB on sm_90): a fresh pool stream per capture would leave a new
+// one behind each time, read as a leak. With one stream, primed at start-up
+// (gl_cuda_side_stream_enter, see the Lab's prime_cuda_libraries), captures allocate none.
+c10::cuda::CUDAStream side_stream(c10::DeviceIndex device) {
+  static std::mutex lock;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> hold(lock);
+  auto it = streams.find(device);
+  if (it == streams.end()) {
+    it = streams.emplace(device, c10::cuda::getStreamFromPool(false, device)).first;
+  }
+  return it->second;
+}
+
+// The thread's current stream before gl_cuda_side_stream_enter moved it.
+struct StreamSwitch {
+  c10::cuda::CUDAStream previous;
+};
+
 // One capture and its replays. Capture must happen on a stream other than the legacy
 // default one, so the session moves the thread onto a stream from libtorch's pool from
 // `new` until `capture_end` (or until it is freed, whichever comes first), as
@@ -40,7 +64,7 @@ struct GraphSession {
 
   explicit GraphSession(c10::DeviceIndex device)
       : previous(c10::cuda::getCurrentCUDAStream(device)),
-        side(c10::cuda::getStreamFromPool(false, device)) {}
+        side(side_stream(device)) {}
 
   void enter_side() {
     if (!on_side) {
@@ -144,6 +168,49 @@ char* gl_cuda_graph_replay(void* raw) {
 #else
   (void)raw;
   return dup_message(GRADLESS_NO_CUDA_GRAPHS_REASON);
+#endif
+}
+
+// Moves the calling thread onto device `device`'s side stream (the one every capture uses)
+// until gl_cuda_side_stream_exit, so that libraries' per-stream state (cuBLAS workspaces)
+// can be made there once, before any run's baseline.
+char* gl_cuda_side_stream_enter(int32_t device, void** out) {
+#ifdef GRADLESS_CUDA_GRAPHS
+  return guarded([&] {
+    auto index = static_cast<c10::DeviceIndex>(device);
+    auto* saved = new StreamSwitch{c10::cuda::getCurrentCUDAStream(index)};
+    try {
+      c10::cuda::device_synchronize();
+      c10::cuda::setCurrentCUDAStream(side_stream(index));
+    } catch (...) {
+      delete saved;
+      throw;
+    }
+    *out = saved;
+  });
+#else
+  (void)device;
+  (void)out;
+  return dup_message(GRADLESS_NO_CUDA_GRAPHS_REASON);
+#endif
+}
+
+char* gl_cuda_side_stream_exit(void* raw) {
+#ifdef GRADLESS_CUDA_GRAPHS
+  return guarded([&] {
+    auto* saved = static_cast<StreamSwitch*>(raw);
+    try {
+      c10::cuda::device_synchronize();
+      c10::cuda::setCurrentCUDAStream(saved->previous);
+    } catch (...) {
+      delete saved;
+      throw;
+    }
+    delete saved;
+  });
+#else
+  (void)raw;
+  return nullptr;
 #endif
 }
 

@@ -1,7 +1,8 @@
 // The libtorch C++ APIs that tch does not expose: inference mode, autocast for any device
 // and dtype, CUDA caching-allocator statistics, CPU allocation accounting, the run guard
 // (a memory budget, a deadline and a cancel flag checked at every CPU allocation of the
-// measuring thread), and the CUDA device's facts by its CUDA index.
+// measuring thread), the CUDA device's facts by its CUDA index, and which backend
+// scaled_dot_product_attention picks (with the context's SDP switches).
 //
 // Every function is `extern "C"`, never lets a C++ exception escape (an exception crossing
 // into Rust would abort the process), and reports failure by returning a heap string that
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <cstring>
 #include <memory>
@@ -357,6 +359,64 @@ char* gl_cuda_device_facts(int32_t device, char* name, int32_t name_len, int32_t
     driver_check(attr(cc_minor, kCcMinor, dev), "cuDeviceGetAttribute(minor)");
     driver_check(driver_symbol<CuDeviceGetPCIBusId>("cuDeviceGetPCIBusId")(bus_id, bus_len, dev),
                  "cuDeviceGetPCIBusId");
+  });
+}
+
+}  // extern "C"
+
+// ---- scaled_dot_product_attention's backend ----------------------------------------------
+
+extern "C" {
+
+// The backend scaled_dot_product_attention will run for these tensors, as sdp::SDPBackend
+// numbers it (math 0, flash 1, memory-efficient 2, cuDNN 3, overrideable 4; -1 none): the
+// same dispatcher op SDPA consults itself, under the caller's thread state (grad mode,
+// autocast, the context's SDP switches). SDPA is on autocast's lower-precision list on CPU
+// and CUDA, so under autocast its floating inputs are cast to the autocast dtype first, as
+// the real call sees them. `mask` may be null; the tensors are tch's (`at::Tensor*`).
+char* gl_sdp_choice(const void* query, const void* key, const void* value, const void* mask,
+                    double dropout_p, int32_t is_causal, int32_t enable_gqa, int64_t* out) {
+  return guarded([&] {
+    TORCH_CHECK(query != nullptr && key != nullptr && value != nullptr,
+                "gl_sdp_choice: query, key and value are required");
+    const auto& q = *static_cast<const at::Tensor*>(query);
+    const auto type = q.device().type();
+    auto as_autocast = [&](const at::Tensor& t) {
+      if (at::autocast::is_autocast_enabled(type) && t.is_floating_point()) {
+        auto dtype = at::autocast::get_autocast_dtype(type);
+        return t.scalar_type() == dtype ? t : t.to(dtype);
+      }
+      return t;
+    };
+    std::optional<at::Tensor> m;
+    if (mask != nullptr) {
+      m = as_autocast(*static_cast<const at::Tensor*>(mask));
+    }
+    *out = at::_fused_sdp_choice(as_autocast(q), as_autocast(*static_cast<const at::Tensor*>(key)),
+                                 as_autocast(*static_cast<const at::Tensor*>(value)), m, dropout_p,
+                                 is_causal != 0, std::nullopt, enable_gqa != 0);
+  });
+}
+
+// The context's SDP switches (torch.backends.cuda.enable_*_sdp): plain process-wide flags,
+// readable and settable without a GPU.
+char* gl_sdp_flags_get(int32_t* flash, int32_t* mem_efficient, int32_t* math, int32_t* cudnn) {
+  return guarded([&] {
+    auto& ctx = at::globalContext();
+    *flash = ctx.userEnabledFlashSDP() ? 1 : 0;
+    *mem_efficient = ctx.userEnabledMemEfficientSDP() ? 1 : 0;
+    *math = ctx.userEnabledMathSDP() ? 1 : 0;
+    *cudnn = ctx.userEnabledCuDNNSDP() ? 1 : 0;
+  });
+}
+
+char* gl_sdp_flags_set(int32_t flash, int32_t mem_efficient, int32_t math, int32_t cudnn) {
+  return guarded([&] {
+    auto& ctx = at::globalContext();
+    ctx.setSDPUseFlash(flash != 0);
+    ctx.setSDPUseMemEfficient(mem_efficient != 0);
+    ctx.setSDPUseMath(math != 0);
+    ctx.setSDPUseCuDNN(cudnn != 0);
   });
 }
 

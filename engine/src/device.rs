@@ -328,6 +328,28 @@ impl Meter<'_> {
     }
 }
 
+/// CUDA's caching allocator hands out memory in blocks of multiples of this many bytes
+/// (`kMinBlockSize`): a tensor of n bytes holds `ceil(n / 512) × 512` of `memory_allocated`,
+/// exactly so for tensors up to 1 MiB (the small pool splits its 2 MiB segments at 512 B
+/// boundaries); a larger one may keep an unsplit tail of under 1 MiB more.
+pub const CUDA_BLOCK_BYTES: u64 = 512;
+
+/// The largest unsplit tail a CUDA block above 1 MiB may keep (`kSmallSize`: the large pool
+/// splits a free block only when more than this would remain), so the same tensor can
+/// occupy up to this much more in one run than in another.
+pub const CUDA_LARGE_TAIL_BYTES: u64 = 1 << 20;
+
+/// The bytes a tensor of `bytes` bytes adds to what `device`'s meter reads as allocated:
+/// the CPU's counter sees exactly what libtorch's allocator was asked for; CUDA's rounds
+/// up to whole [`CUDA_BLOCK_BYTES`] blocks (a lower bound above 1 MiB). Tests and rules
+/// derive their tolerances from this, never from a figure seen on one machine.
+pub fn allocated_for(device: DeviceKind, bytes: u64) -> u64 {
+    match device {
+        DeviceKind::Cpu => bytes,
+        DeviceKind::Cuda => bytes.div_ceil(CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES,
+    }
+}
+
 /// Now, as an RFC 3339 UTC timestamp (days-to-civil after Howard Hinnant).
 pub fn rfc3339_now() -> String {
     let secs = SystemTime::now()

@@ -81,14 +81,6 @@ pub fn check_spec(
     if let Some(e) = spec.advanced.unsupported_on(device) {
         return Err(e);
     }
-    if spec.advanced.cuda_graph && spec.generate.is_some() {
-        // Said, not silently run eager: the decode step's capture (static cache, positions
-        // as device tensors) is not built yet; forward runs capture and replay.
-        return Err(SpecError {
-            field: "advanced.cuda_graph".into(),
-            message: "CUDA graph replay of a generation's decode step is not implemented yet (forward runs can replay a captured pass); run it without cuda_graph".into(),
-        });
-    }
     if spec.advanced.cuda_graph {
         if let Some(message) = cuda_graph_refusal(&spec) {
             return Err(SpecError {
@@ -129,9 +121,20 @@ fn cuda_graph_refusal(spec: &RunSpec) -> Option<String> {
     if let Err(why) = crate::torch_ext::cuda_graphs_built() {
         return Some(format!("CUDA graph capture is not available in this build: {why}"));
     }
-    (spec.grad == protocol::GradMode::Enabled).then(|| {
-        "a CUDA graph here captures an inference pass: turn on no_grad or inference_mode \
-         (capturing autograd's backward as well is torch.cuda.make_graphed_callables' job)"
-            .to_string()
+    if spec.grad == protocol::GradMode::Enabled {
+        return Some(
+            "a CUDA graph here captures an inference pass: turn on no_grad or inference_mode \
+             (capturing autograd's backward as well is torch.cuda.make_graphed_callables' job)"
+                .to_string(),
+        );
+    }
+    // A generation's decode step is captured over the static cache (the protocol's check
+    // refuses the others); its attention dropout in train mode is not captured.
+    let dropout = spec.model.decoder().map_or(0.0, |d| d.config.attention_dropout);
+    (spec.generate.is_some() && !spec.eval && dropout > 0.0).then(|| {
+        format!(
+            "{} has attention dropout {dropout} and train mode turns it on; the decode step's graph is captured without dropout: use eval mode",
+            spec.model
+        )
     })
 }

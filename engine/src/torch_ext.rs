@@ -1,7 +1,15 @@
 //! The border with the C++ extension (`csrc/gradless_ext.cpp`): the only `unsafe` code in
 //! Gradless. Every function here returns plain Rust values; every C++ exception arrives as a
 //! [`ExtError`]. Guards are `!Send` because the state they restore is thread-local in
-//! libtorch.
+//! libtorch. Its parts by concern: this file (the conventions, modes, memory, the run guard,
+//! CUDA facts), `cuda_graph` (graph capture and the side stream), `attention` (which
+//! backend scaled_dot_product_attention runs, and its switches).
+
+mod attention;
+mod cuda_graph;
+
+pub use attention::{sdp_choice, SdpFlags, SdpFlagsGuard};
+pub use cuda_graph::{cuda_graphs_built, CudaGraph, SideStream};
 
 use std::ffi::{c_char, c_void, CStr};
 use std::marker::PhantomData;
@@ -72,6 +80,26 @@ mod ffi {
         pub fn gl_cuda_graph_capture_end(graph: *mut c_void) -> *mut c_char;
         pub fn gl_cuda_graph_replay(graph: *mut c_void) -> *mut c_char;
         pub fn gl_cuda_graph_free(graph: *mut c_void) -> *mut c_char;
+        pub fn gl_cuda_side_stream_enter(device: i32, out: *mut *mut c_void) -> *mut c_char;
+        pub fn gl_cuda_side_stream_exit(saved: *mut c_void) -> *mut c_char;
+        pub fn gl_sdp_choice(
+            query: *const c_void,
+            key: *const c_void,
+            value: *const c_void,
+            mask: *const c_void,
+            dropout_p: f64,
+            is_causal: i32,
+            enable_gqa: i32,
+            out: *mut i64,
+        ) -> *mut c_char;
+        pub fn gl_sdp_flags_get(
+            flash: *mut i32,
+            mem_efficient: *mut i32,
+            math: *mut i32,
+            cudnn: *mut i32,
+        ) -> *mut c_char;
+        pub fn gl_sdp_flags_set(flash: i32, mem_efficient: i32, math: i32, cudnn: i32)
+            -> *mut c_char;
         pub fn gl_cpu_guard_set(limit: i64, deadline_ns: i64, cancel: *const u8) -> *mut c_char;
         pub fn gl_cpu_guard_get(
             limit: *mut i64,
@@ -473,204 +501,5 @@ pub fn guard_stop(message: &str) -> Option<GuardStop> {
     }
 }
 
-/// Whether this build can capture CUDA graphs; if not, why (libtorch without CUDA, or no
-/// CUDA runtime headers when the extension was compiled).
-pub fn cuda_graphs_built() -> std::result::Result<(), String> {
-    let mut built = 0;
-    let mut why = [0 as c_char; 256];
-    // SAFETY: both out-pointers are valid for the call; the extension writes at most
-    // `why.len()` bytes, NUL-terminated.
-    check(unsafe { ffi::gl_cuda_graphs_built(&mut built, why.as_mut_ptr(), why.len() as i32) })
-        .map_err(|e| e.0)?;
-    if built == 1 {
-        return Ok(());
-    }
-    // SAFETY: NUL-terminated by the extension within the buffer.
-    Err(unsafe { CStr::from_ptr(why.as_ptr()) }
-        .to_string_lossy()
-        .into_owned())
-}
-
-/// A CUDA graph session (`torch.cuda.CUDAGraph` with `torch.cuda.graph`'s side stream):
-/// from [`CudaGraph::begin`] until [`CudaGraph::capture_end`] this thread issues its CUDA
-/// work on a side stream (so a warm-up pass there does its lazy initialisation before the
-/// capture); then [`CudaGraph::replay`] relaunches the captured kernels. Dropping it frees
-/// the graph and its private memory pool, ending a capture a failed pass left open.
-pub struct CudaGraph {
-    raw: *mut c_void,
-    _not_send: PhantomData<*mut ()>,
-}
-
-impl CudaGraph {
-    pub fn begin(device: i32) -> Result<CudaGraph> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the extension writes a fresh heap pointer into `raw` on success.
-        check(unsafe { ffi::gl_cuda_graph_new(device, &mut raw) })?;
-        Ok(CudaGraph {
-            raw,
-            _not_send: PhantomData,
-        })
-    }
-
-    pub fn capture_begin(&self) -> Result<()> {
-        // SAFETY: `raw` is a live session made by gl_cuda_graph_new on this thread.
-        check(unsafe { ffi::gl_cuda_graph_capture_begin(self.raw) })
-    }
-
-    pub fn capture_end(&self) -> Result<()> {
-        // SAFETY: as above.
-        check(unsafe { ffi::gl_cuda_graph_capture_end(self.raw) })
-    }
-
-    pub fn replay(&self) -> Result<()> {
-        // SAFETY: as above.
-        check(unsafe { ffi::gl_cuda_graph_replay(self.raw) })
-    }
-}
-
-impl Drop for CudaGraph {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from gl_cuda_graph_new and is freed exactly once, here.
-        if let Err(e) = check(unsafe { ffi::gl_cuda_graph_free(self.raw) }) {
-            tracing::error!("freeing a CUDA graph failed: {e}");
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tch::{Device, Kind, Tensor};
-
-    #[test]
-    fn errors_from_cpp_become_typed_errors_not_aborts() {
-        // Without a GPU, asking the CUDA allocator must fail politely; with one, succeed.
-        match cuda_memory_stats(0) {
-            Ok(_) => assert!(cuda_available()),
-            Err(ExtError(msg)) => assert!(!msg.is_empty()),
-        }
-    }
-
-    #[test]
-    fn cpu_counter_sees_allocations_and_frees() {
-        let counter = CpuMemoryCounter::install().unwrap();
-        let before = counter.read().unwrap();
-        counter.reset_peak().unwrap();
-        let t = Tensor::zeros([1024, 1024], (Kind::Float, Device::Cpu));
-        let during = counter.read().unwrap();
-        assert!(during.current >= before.current + 4 * 1024 * 1024);
-        drop(t);
-        let after = counter.read().unwrap();
-        assert_eq!(after.current, before.current);
-        assert!(after.peak >= before.current + 4 * 1024 * 1024);
-    }
-
-    #[test]
-    fn the_run_guard_stops_the_allocation_that_crosses_the_budget_and_restores() {
-        let counter = CpuMemoryCounter::install().unwrap();
-        let before = counter.read().unwrap().current;
-        let held = before;
-        {
-            let _g = RunGuard::arm(
-                &counter,
-                GuardSettings {
-                    limit_bytes: Some(held + (1 << 20)),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            // 256 KiB fits; 4 MiB would cross the budget and fails without allocating.
-            let small = Tensor::f_zeros([64 * 1024], (Kind::Float, Device::Cpu)).unwrap();
-            let err = Tensor::f_zeros([1 << 20], (Kind::Float, Device::Cpu))
-                .unwrap_err()
-                .to_string();
-            assert_eq!(guard_stop(&err), Some(GuardStop::OutOfMemory), "{err}");
-            assert!(err.to_lowercase().contains("out of memory"), "{err}");
-            drop(small);
-            // An op whose output would cross the budget fails and leaves nothing behind.
-            let x = Tensor::f_ones([512, 384], (Kind::Float, Device::Cpu)).unwrap();
-            let err = x.f_mm(&x.tr()).unwrap_err().to_string();
-            assert_eq!(guard_stop(&err), Some(GuardStop::OutOfMemory), "{err}");
-            drop(x);
-            assert_eq!(counter.read().unwrap().current, before);
-        }
-        // Disarmed: the same allocation succeeds.
-        assert!(Tensor::f_zeros([1 << 20], (Kind::Float, Device::Cpu)).is_ok());
-        assert_eq!(counter.read().unwrap().current, before);
-    }
-
-    #[test]
-    fn the_run_guard_stops_at_the_deadline_and_on_cancel() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
-        let counter = CpuMemoryCounter::install().unwrap();
-        let cancel = Arc::new(AtomicBool::new(false));
-        {
-            let _g = RunGuard::arm(
-                &counter,
-                GuardSettings {
-                    cancel: Some(cancel.clone()),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            assert!(Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).is_ok());
-            cancel.store(true, Ordering::Relaxed);
-            let err = Tensor::f_zeros([16], (Kind::Float, Device::Cpu))
-                .unwrap_err()
-                .to_string();
-            assert_eq!(guard_stop(&err), Some(GuardStop::Cancelled), "{err}");
-        }
-        {
-            let _g = RunGuard::arm(
-                &counter,
-                GuardSettings {
-                    deadline: Some(std::time::Instant::now()),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            let err = Tensor::f_zeros([16], (Kind::Float, Device::Cpu))
-                .unwrap_err()
-                .to_string();
-            assert_eq!(guard_stop(&err), Some(GuardStop::Deadline), "{err}");
-        }
-        assert!(Tensor::f_zeros([16], (Kind::Float, Device::Cpu)).is_ok());
-    }
-
-    #[test]
-    fn backend_flags_are_set_and_restored() {
-        let before = BackendFlags::read().unwrap();
-        let flipped = BackendFlags {
-            tf32_matmul: !before.tf32_matmul,
-            tf32_cudnn: !before.tf32_cudnn,
-            cudnn_benchmark: !before.cudnn_benchmark,
-        };
-        {
-            let _g = BackendFlagsGuard::enter(flipped).unwrap();
-            assert_eq!(BackendFlags::read().unwrap(), flipped);
-        }
-        assert_eq!(BackendFlags::read().unwrap(), before);
-    }
-
-    #[test]
-    fn inference_mode_makes_inference_tensors_and_restores_on_drop() {
-        let x = Tensor::ones([2, 2], (Kind::Float, Device::Cpu));
-        {
-            let _g = InferenceModeGuard::enter().unwrap();
-            assert!((&x * 2).is_inference());
-        }
-        assert!(!(&x * 2).is_inference());
-    }
-
-    #[test]
-    fn autocast_bf16_on_cpu_lowers_matmul_and_restores() {
-        let a = Tensor::ones([4, 4], (Kind::Float, Device::Cpu));
-        {
-            let _g = AutocastGuard::enter(DeviceKind::Cpu, LowPrecision::Bf16).unwrap();
-            assert_eq!(a.matmul(&a).kind(), Kind::BFloat16);
-        }
-        assert_eq!(a.matmul(&a).kind(), Kind::Float);
-    }
-}
+mod tests;

@@ -103,6 +103,92 @@ pub struct GenStep {
     pub graph_bytes: u64,
 }
 
+/// A backend of `scaled_dot_product_attention` (`sdp::SDPBackend` in libtorch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SdpBackend {
+    /// The reference kernel: materialises the scores `[batch, heads, queries, keys]`.
+    Math,
+    /// FlashAttention on CUDA; on the CPU, libtorch's own tiled (flash) kernel.
+    Flash,
+    /// xFormers' memory-efficient kernel (CUDA).
+    MemoryEfficient,
+    /// cuDNN's attention (CUDA): a plan built per shape.
+    Cudnn,
+    /// A backend registered by an out-of-tree device.
+    Overrideable,
+}
+
+impl SdpBackend {
+    /// From libtorch's number (math 0, flash 1, memory-efficient 2, cuDNN 3, overrideable 4).
+    pub fn from_index(i: i64) -> Option<SdpBackend> {
+        Some(match i {
+            0 => SdpBackend::Math,
+            1 => SdpBackend::Flash,
+            2 => SdpBackend::MemoryEfficient,
+            3 => SdpBackend::Cudnn,
+            4 => SdpBackend::Overrideable,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SdpBackend::Math => "math",
+            SdpBackend::Flash => "flash",
+            SdpBackend::MemoryEfficient => "memory_efficient",
+            SdpBackend::Cudnn => "cudnn",
+            SdpBackend::Overrideable => "overrideable",
+        }
+    }
+
+    /// For people, on `device` (the CPU's flash is libtorch's CPU kernel, not FlashAttention).
+    pub fn label(self, device: crate::DeviceKind) -> &'static str {
+        match (self, device) {
+            (SdpBackend::Math, _) => "math (scores materialised)",
+            (SdpBackend::Flash, crate::DeviceKind::Cpu) => "the CPU flash kernel",
+            (SdpBackend::Flash, crate::DeviceKind::Cuda) => "FlashAttention",
+            (SdpBackend::MemoryEfficient, _) => "memory-efficient",
+            (SdpBackend::Cudnn, _) => "cuDNN attention",
+            (SdpBackend::Overrideable, _) => "a device's own backend",
+        }
+    }
+
+    /// Whether the kernel materialises the attention scores (only math does).
+    pub fn materialises_scores(self) -> bool {
+        self == SdpBackend::Math
+    }
+}
+
+/// Which SDPA backend a generation's attention ran, per phase, as libtorch chose it for the
+/// phase's own query, key and value (the first layer's; every layer has the same shapes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AttentionBackends {
+    pub prefill: SdpBackend,
+    /// `None` with one new token (no decode step).
+    pub decode: Option<SdpBackend>,
+    /// Why, when Gradless narrowed the choice (e.g. cuDNN attention switched off for the
+    /// decode steps on CUDA: it builds a plan for every new key length).
+    #[serde(default)]
+    pub note: String,
+}
+
+impl AttentionBackends {
+    /// "prefill: FlashAttention; decode: memory-efficient (note)", for pages and the CLI.
+    pub fn describe(&self, device: crate::DeviceKind) -> String {
+        let mut text = format!("prefill: {}", self.prefill.label(device));
+        if let Some(d) = self.decode {
+            text.push_str(&format!("; decode: {}", d.label(device)));
+        }
+        if !self.note.is_empty() {
+            text.push_str(&format!(" ({})", self.note));
+        }
+        text
+    }
+}
+
 /// What a generation measured (the report's `generation` section).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -123,8 +209,23 @@ pub struct GenerationReport {
     /// Positions the cache's tensors hold per sequence (dynamic: prompt + new − 1; the last
     /// token's keys and values are never needed. Static: its whole allocated length).
     pub kv_cache_tokens: u32,
-    /// Bytes per element of the cache's tensors.
+    /// Bytes per element of the cache's keys.
     pub kv_cache_element_bytes: u32,
+    /// Bytes per element of the cache's values: the keys' (the cache stores both in the
+    /// keys' dtype, as transformers' caches do; under autocast with fp32 weights that is
+    /// fp32, from RoPE's fp32 cos and sin, though the value projection ran in bf16). 0 in
+    /// records written before it was reported.
+    #[serde(default)]
+    pub kv_cache_value_element_bytes: u32,
+    /// Which scaled_dot_product_attention backend the prefill and the decode steps ran, as
+    /// libtorch chose it for their tensors. `None` in records written before it was
+    /// reported.
+    #[serde(default)]
+    pub attention: Option<AttentionBackends>,
+    /// Whether the decode steps replayed a captured CUDA graph (static cache, attending to
+    /// the cache's whole capacity with a mask).
+    #[serde(default)]
+    pub decode_graph: bool,
     /// Decode steps' latency (every step but the prefill); `None` with one new token.
     pub decode_ms_per_token: Option<LatencyStats>,
     /// Tokens per second per sequence over the decode steps (1000 / mean step time).

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use protocol::{Autocast, DeviceKind, FailureKind, GradMode, ModelId, Report, RunFailure};
+use protocol::{Autocast, DeviceKind, FailureKind, GradMode, ModelId, Report, RunFailure, SdpBackend};
 
 use super::{held, Lab, LabConfig, RunControl};
 use crate::device::{meminfo_field, total_ram, Machine};
@@ -185,8 +185,9 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
         .generate
         .as_ref()
         .map_or(protocol::KvCacheKind::Off, |g| g.cache);
-    // Under autocast the cache keeps the hidden states' fp32 (the rotary cast follows them).
-    let kv_elt = if spec.autocast == Autocast::Off { elt } else { 4 };
+    // The cache keeps keys and values in the keys' dtype, the hidden states' (RoPE's cos
+    // and sin are cast to it): the weights' dtype, autocast or not.
+    let kv_elt = elt;
     let kv_cache = match cache {
         protocol::KvCacheKind::Off => 0,
         _ => c.kv_cache_bytes(p + n, b, kv_elt),
@@ -204,10 +205,16 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
     // materialises them), and fp32 logits (all positions for a forward run, one otherwise).
     let longest = if cache == protocol::KvCacheKind::Off { ctx } else { p };
     let logits = if spec.generate.is_some() { b * vocab * 4 } else { b * p * vocab * 4 };
-    let layer = b * longest * (6 * h + 3 * i) * kv_elt.max(elt) + b * heads * longest * longest * 4;
+    // The scores `[batch, heads, queries, keys]` exist only where the math backend runs:
+    // flash, memory-efficient and cuDNN attention tile them and never hold them whole.
+    let scores = match prefill_backend(spec).materialises_scores() {
+        true => b * heads * longest * longest * 4,
+        false => 0,
+    };
+    let layer = b * longest * (6 * h + 3 * i) * elt + scores;
     // With grad enabled, autograd keeps every layer's inputs of every step alive.
     let saved = match spec.grad {
-        GradMode::Enabled => layers * b * ctx * (8 * h + 3 * i) * kv_elt.max(elt),
+        GradMode::Enabled => layers * b * ctx * (8 * h + 3 * i) * elt,
         _ => 0,
     };
     Some(Footprint {
@@ -215,6 +222,30 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
         kv_cache,
         activations: layer + logits + saved,
     })
+}
+
+/// The SDPA backend the prefill (or, without a cache, every step's pass over the whole
+/// sequence) of `spec` will run, predicted from libtorch's documented constraints without
+/// touching a device (admission runs off the device thread, before anything exists):
+/// on the CPU its flash kernel takes any float dtype without dropout, math takes dropout; on
+/// CUDA flash takes fp16/bf16 and memory-efficient fp32 for head dims that are multiples of
+/// 8 up to 256. The run reports what libtorch actually chose (`attention`); tests hold this
+/// prediction to libtorch's `_fused_sdp_choice` for the same shapes.
+pub fn prefill_backend(spec: &protocol::RunSpec) -> SdpBackend {
+    let Some(d) = spec.model.decoder() else {
+        return SdpBackend::Math;
+    };
+    let c = &d.config;
+    let dropout = !spec.eval && c.attention_dropout > 0.0;
+    let low = spec.autocast != Autocast::Off || spec.advanced.weights != protocol::WeightsDtype::Fp32;
+    let head_ok = c.head_dim % 8 == 0 && c.head_dim <= 256;
+    match spec.device {
+        protocol::DeviceChoice::Cuda if head_ok && low => SdpBackend::Flash,
+        protocol::DeviceChoice::Cuda if head_ok => SdpBackend::MemoryEfficient,
+        protocol::DeviceChoice::Cuda => SdpBackend::Math,
+        _ if dropout => SdpBackend::Math,
+        _ => SdpBackend::Flash,
+    }
 }
 
 /// Why a decoder run cannot fit `budget`, with the figures; `None` when it fits.

@@ -50,6 +50,8 @@ pub fn convert_model(
 ) -> Result<(), RunFailure> {
     catch_torch(|| {
         match weights {
+            // Built in it already (a decoder, `Model::build_in`): nothing to cast.
+            w if w == model.weights => {}
             WeightsDtype::Fp32 => {}
             WeightsDtype::Fp16 => model.vs.half(),
             WeightsDtype::Bf16 => model.vs.bfloat16(),

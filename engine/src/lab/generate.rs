@@ -12,19 +12,26 @@
 //!    KV cache's bytes measured from the cache's tensors;
 //! 4. the cache and the tokens released, memory checked against the baseline.
 //!
-//! The cache is created here and owned by the loop, never by the cached model.
+//! The cache is created here and owned by the loop, never by the cached model. With CUDA
+//! graph replay (`advanced.cuda_graph`, static cache, CUDA only) the cache is the masked
+//! static one (the whole capacity attended under a mask) and, after the prefill, the decode
+//! step is captured once and replayed for every token (`super::cuda_graph::DecodeGraph`).
+//! On CUDA the decode steps run with cuDNN attention switched off: it builds a plan for
+//! every new key length, i.e. every step; which backend each phase ran is reported.
 
 use std::time::Instant;
 
 use protocol::{
-    DeviceKind, Event, FailureKind, GenPhase, GenStep, GenerationReport, KvCacheKind,
-    OutputFacts, Report, RunFailure, Sample,
+    AttentionBackends, DeviceKind, Event, FailureKind, GenPhase, GenStep, GenerationReport,
+    KvCacheKind, OutputFacts, Report, RunFailure, Sample, SdpBackend,
 };
 use tch::Tensor;
 
+use super::cuda_graph::DecodeGraph;
 use super::{held, memory_report, Lab, RunControl};
-use crate::device::Meter;
-use crate::models::decoder::{Decoder, KvCache, Logits};
+use crate::device::{allocated_for, Meter};
+use crate::models::decoder::{Decoder, KvCache, Logits, Position};
+use crate::torch_ext::{SdpFlags, SdpFlagsGuard};
 use crate::spec::CheckedSpec;
 use crate::stats::latency_stats;
 use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
@@ -41,8 +48,10 @@ pub struct Generated {
     pub tokens: Tensor,
     pub kv_bytes: u64,
     pub kv_positions: i64,
-    pub kv_element_bytes: u64,
+    /// Bytes per element of the keys and of the values.
+    pub kv_element_bytes: (u64, u64),
     pub peak_reserved: Option<u64>,
+    pub attention: Option<AttentionBackends>,
 }
 
 /// Settings of one generation.
@@ -65,6 +74,8 @@ pub struct GenerateArgs<'a> {
     /// `autocast-decode` card: the cast copies of the weights live only as long as the
     /// outermost region).
     pub autocast_per_step: bool,
+    /// Replay a captured CUDA graph for the decode steps (the spec's `advanced.cuda_graph`).
+    pub graph: bool,
 }
 
 /// Runs one greedy generation, calling `on_step` after each step. Opens the spec's grad mode
@@ -89,24 +100,54 @@ pub fn generate(
         grad: protocol::GradMode::Enabled,
         ..spec.clone()
     };
-    let (batch, prompt_len) = (args.prompt.size()[0], args.prompt.size()[1]);
+    let prompt_len = args.prompt.size()[1];
     let n = args.new_tokens as i64;
     let layers = args.decoder.config().num_hidden_layers as usize;
-    let mut cache = KvCache::new(args.cache, layers, prompt_len + n);
+    let mut cache = match args.graph {
+        true => KvCache::static_masked(layers, prompt_len + n),
+        false => KvCache::new(args.cache, layers, prompt_len + n),
+    };
     let mut tokens: Vec<Tensor> = Vec::with_capacity(n as usize);
     // Without a cache every step feeds the whole sequence so far.
     let mut sequence = args.prompt.shallow_clone();
     let mut last: Option<Tensor> = None;
     let mut steps = Vec::with_capacity(n as usize);
     let mut peak_reserved: Option<u64> = None;
+    let mut graph: Option<DecodeGraph> = None;
+    // cuDNN attention off for the decode steps on CUDA, from the first one to the end.
+    let mut decode_switches: Option<SdpFlagsGuard> = None;
+    let (mut sdp_prefill, mut sdp_decode): (Option<SdpBackend>, Option<SdpBackend>) = (None, None);
+    let train = !spec.eval;
     for step in 0..n {
         control.check()?;
+        if step == 1 && args.device == DeviceKind::Cuda {
+            let flags = SdpFlags::read().map_err(torch_failure)?;
+            decode_switches = Some(
+                SdpFlagsGuard::enter(SdpFlags { cudnn: false, ..flags }).map_err(torch_failure)?,
+            );
+        }
+        if let (1, true, Some(first)) = (step, args.graph, last.as_ref()) {
+            // Captured before the first decode step's clock starts: the warm-up pass on the
+            // side stream, then the capture; every decode step replays it.
+            let position = prompt_len;
+            graph = Some(
+                DecodeGraph::capture(args.decoder, &mut cache, first, position, train, &mut sdp_decode)
+                    .map_err(|f| at_step(f, step, n))?,
+            );
+        }
         let (fed, position) = match (&last, args.cache) {
             (None, _) => (args.prompt.shallow_clone(), 0),
             (Some(_), KvCacheKind::Off) => (sequence.shallow_clone(), 0),
             (Some(t), _) => (t.shallow_clone(), prompt_len + step - 1),
         };
         let tokens_in = fed.size()[1];
+        // The backend of each phase, asked with the phase's own tensors (the prefill, and
+        // the first decode step: every later one has the same shapes but one key more).
+        let ask = match step {
+            0 => Some(&mut sdp_prefill),
+            1 if graph.is_none() => Some(&mut sdp_decode),
+            _ => None,
+        };
         meter.reset_peak().map_err(torch_failure)?;
         let start = Instant::now();
         // Only autocast, and only when asked: the grad mode stays the loop's.
@@ -114,22 +155,32 @@ pub fn generate(
             true => Some(super::forward::enter_regions(&per_step, args.device)?),
             false => None,
         };
-        let next = catch_torch(|| {
-            let logits = args.decoder.forward(
-                &fed,
-                position,
-                &mut cache,
-                !spec.eval,
-                Logits::Last,
-                &mut Probe::off(),
-            );
-            logits.argmax(-1, false)
-        })
+        let next = match graph.as_mut() {
+            Some(g) => g.step(),
+            None => catch_torch(|| {
+                let at = Position::At(position);
+                let logits = args.decoder.forward_at(
+                    &fed,
+                    at,
+                    &mut cache,
+                    train,
+                    Logits::Last,
+                    &mut Probe::off(),
+                    ask,
+                );
+                logits.argmax(-1, false)
+            }),
+        }
         .map_err(|f| at_step(f, step, n))?;
         drop(step_region);
         synchronize(args.device)?;
         let latency_ms = start.elapsed().as_secs_f64() * 1000.0;
         drop(fed);
+        if args.cache == KvCacheKind::Off {
+            sequence = catch_torch(|| Tensor::cat(&[&sequence, &next], 1))?;
+        }
+        tokens.push(next.shallow_clone());
+        last = Some(next);
         let reading = meter.read().map_err(torch_failure)?;
         peak_reserved = peak_reserved.max(reading.peak_reserved);
         if let Some(limit) = args.limit {
@@ -149,21 +200,28 @@ pub fn generate(
                 ));
             }
         }
-        if args.cache == KvCacheKind::Off {
-            sequence = Tensor::cat(&[&sequence, &next], 1);
-        }
-        tokens.push(next.shallow_clone());
-        last = Some(next);
         let kv = cache.bytes();
-        // What the loop itself keeps: the new tokens (int64), and without a cache the
-        // whole sequence (which repeats the prompt and the tokens).
-        let token_bytes = (step as u64 + 1) * batch as u64 * 8;
-        let loop_bytes = match args.cache {
-            KvCacheKind::Off => token_bytes + (prompt_len as u64 + step as u64 + 1) * batch as u64 * 8,
-            _ => token_bytes,
-        };
+        // What the cache and the loop itself hold, each tensor as the device's allocator
+        // holds it (CUDA: whole 512 B blocks): the new tokens (int64), without a cache the
+        // sequence so far (a copy of the prompt and the tokens; the prompt itself is in the
+        // baseline until the first step replaces it), with graph replay its input and
+        // output buffers.
+        let held_by = |t: &Tensor| allocated_for(args.device, t.numel() as u64 * t.kind().elt_size_in_bytes() as u64);
+        let cache_held: u64 = cache.tensors().map(held_by).sum();
+        let mut loop_held: u64 = tokens.iter().map(held_by).sum();
+        if args.cache == KvCacheKind::Off {
+            loop_held += held_by(&sequence);
+        }
+        if let Some(g) = &graph {
+            loop_held += g.buffers().iter().map(|t| held_by(t)).sum::<u64>();
+        }
         let own = |b: u64| b.saturating_sub(args.other);
         let allocated = own(reading.allocated);
+        let expected = args.baseline + cache_held + loop_held;
+        if allocated < expected {
+            // Less than the loop's own tensors: the accounting above is wrong, not the run.
+            tracing::warn!(allocated, expected, step, "a generation step held less than its cache and tokens");
+        }
         let step_record = GenStep {
             step: step as u32,
             phase: if step == 0 {
@@ -177,14 +235,22 @@ pub fn generate(
             allocated_bytes: allocated,
             peak_bytes: own(reading.peak_allocated),
             kv_cache_bytes: kv,
-            graph_bytes: allocated
-                .saturating_sub(args.baseline)
-                .saturating_sub(kv)
-                .saturating_sub(loop_bytes),
+            graph_bytes: allocated.saturating_sub(expected),
         };
         on_step(&step_record);
         steps.push(step_record);
     }
+    drop(decode_switches);
+    let note = match args.device {
+        DeviceKind::Cuda if n > 1 => "cuDNN attention was switched off for the decode steps: it builds a plan for every new key length, i.e. every step".to_string(),
+        _ => String::new(),
+    };
+    let attention = sdp_prefill.map(|prefill| AttentionBackends {
+        prefill,
+        decode: sdp_decode,
+        note,
+    });
+    drop(graph);
     let tokens = catch_torch(|| Tensor::cat(&tokens, 1).to_device(tch::Device::Cpu))?;
     Ok(Generated {
         steps,
@@ -193,6 +259,7 @@ pub fn generate(
         kv_positions: cache.positions(),
         kv_element_bytes: cache.element_bytes(),
         peak_reserved,
+        attention,
     })
 }
 
@@ -271,6 +338,7 @@ impl Lab {
             other,
             limit,
             autocast_per_step,
+            graph: spec.advanced.cuda_graph,
         };
 
         // The warm-up generation: the kernels of both phases run once before timing.
@@ -301,6 +369,7 @@ impl Lab {
             kv_positions,
             kv_element_bytes,
             peak_reserved,
+            attention,
             tokens: token_tensor,
         } = generated;
         let output = OutputFacts {
@@ -349,7 +418,11 @@ impl Lab {
         let prefill_ms = steps.first().map_or(0.0, |s| s.latency_ms);
         let peak_allocated = steps.iter().map(|s| s.peak_bytes).max().unwrap_or(baseline);
         let batch = spec.batch as u64;
-        let kv_formula = config.kv_cache_bytes(kv_positions as u64, batch, kv_element_bytes);
+        // Keys and values each in their own dtype: half the formula's tensors are each.
+        let (key_elt, value_elt) = kv_element_bytes;
+        let kv_formula = (config.kv_cache_bytes(kv_positions as u64, batch, key_elt)
+            + config.kv_cache_bytes(kv_positions as u64, batch, value_elt))
+            / 2;
         let prefill_flops = config.forward_flops(batch, prompt_len as u64, prompt_len as u64, 1);
         let mid_context = prompt_len as u64 + g.new_tokens as u64 / 2;
         let decode_flops = match g.cache {
@@ -365,7 +438,10 @@ impl Lab {
             kv_cache_bytes: kv_bytes,
             kv_cache_formula_bytes: kv_formula,
             kv_cache_tokens: kv_positions as u32,
-            kv_cache_element_bytes: kv_element_bytes as u32,
+            kv_cache_element_bytes: key_elt as u32,
+            kv_cache_value_element_bytes: value_elt as u32,
+            attention,
+            decode_graph: spec.advanced.cuda_graph,
             decode_ms_per_token,
             tokens_per_s,
             tokens_per_s_total: tokens_per_s * batch as f64,
@@ -455,12 +531,7 @@ fn tensor_rows(t: &Tensor) -> Result<Vec<Vec<i64>>, RunFailure> {
 pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>) {
     let decode: Vec<&GenStep> = g.steps.iter().filter(|s| s.phase == GenPhase::Decode).collect();
     let time_s: f64 = decode.iter().map(|s| s.latency_ms / 1000.0).sum();
-    // Each decode step reads every weight once and the cache as it stood before the step
-    // (without a cache it reads the weights and recomputes the prefix instead).
-    let bytes: f64 = decode
-        .iter()
-        .map(|s| g.weights_bytes as f64 + s.kv_cache_bytes as f64)
-        .sum();
+    let bytes: f64 = decode.iter().map(|s| decode_bytes_read(g, s) as f64).sum();
     if time_s > 0.0 {
         let gb_s = bytes / time_s / 1e9;
         g.decode_bandwidth_gb_s = Some(gb_s);
@@ -476,4 +547,21 @@ pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>)
             g.prefill_percent_of_peak = Some(100.0 * g.prefill_tflops / p.tflops);
         }
     }
+}
+
+/// The bytes decode step `s` reads: every weight once, and the cache positions it attends
+/// to (its own new one included): `position + 1` of them, a static cache's allocated
+/// capacity beyond them never read; with graph replay the whole capacity, which the masked
+/// kernel does read. Without a cache it reads the weights and recomputes the prefix.
+pub fn decode_bytes_read(g: &GenerationReport, s: &GenStep) -> u64 {
+    let per_position = match g.kv_cache_tokens {
+        0 => 0,
+        t => g.kv_cache_formula_bytes / t as u64,
+    };
+    let attended = match (g.cache, g.decode_graph) {
+        (KvCacheKind::Off, _) => 0,
+        (_, true) => g.kv_cache_tokens as u64,
+        _ => s.position as u64 + 1,
+    };
+    g.weights_bytes + per_position * attended
 }

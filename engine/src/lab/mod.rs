@@ -37,7 +37,7 @@ use crate::torch_ext::{self, CpuMemoryCounter, ExtError};
 
 use admission::budgets;
 pub use admission::{
-    decoder_footprint, decoder_refusal, known_profile, Footprint, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
+    decoder_footprint, decoder_refusal, known_profile, prefill_backend, Footprint, profile_key, refusal, Budget, Profile, ProfileKey, Profiles,
     CPU_BUDGET_FRACTION, PREDICTION_MARGIN, PROBE_BATCH,
 };
 pub use advanced::{
@@ -220,7 +220,7 @@ impl Lab {
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);
         let before = held(&meter, device)?;
-        let mut model = catch_torch(|| Model::build(id, tdev, input_size))?;
+        let mut model = catch_torch(|| Model::build_in(id, tdev, input_size, adv.weights))?;
         convert_model(&mut model, adv.weights, adv.memory_format)?;
         model.held_bytes = held(&meter, device)?.saturating_sub(before);
         self.models.push(model);
@@ -365,7 +365,8 @@ fn memory_report(
 
 /// cuBLAS and cuBLASLt keep a workspace per stream that PyTorch allocates through its
 /// caching allocator at the first matmul and holds until the process ends. Making those
-/// first matmuls here, once, before any run keeps the workspaces out of every run's
+/// first matmuls here, once, on the default stream and on the CUDA graphs' side stream,
+/// before any run keeps the workspaces out of every run's
 /// baseline-to-release difference (a first run would otherwise look like a leak) and gives
 /// the worker's leak check their size. Returns the CUDA bytes allocated afterwards, with
 /// nothing else alive.
@@ -378,18 +379,31 @@ fn prime_cuda_libraries() -> u64 {
         .and_then(|_| Meter::Cuda { index: 0 }.read().ok())
         .map(|r| r.allocated)
         .unwrap_or(0);
-    for kind in [Kind::Float, Kind::Half, Kind::BFloat16] {
-        // A plain matmul (cuBLAS) and one with a bias (the cuBLASLt epilogue path). A dtype
-        // the GPU cannot multiply is skipped: runs in it will fail on their own terms.
-        let primed = catch_torch(|| {
-            let a = Tensor::ones([64, 64], (kind, device));
-            let bias = Tensor::ones([64], (kind, device));
-            let _ = a.matmul(&a);
-            let _ = bias.addmm(&a, &a);
-        });
-        if let Err(f) = primed {
-            tracing::info!("could not prime CUDA matmuls in {kind:?}: {}", f.message);
+    let prime = || {
+        for kind in [Kind::Float, Kind::Half, Kind::BFloat16] {
+            // A plain matmul (cuBLAS) and one with a bias (the cuBLASLt epilogue path). A
+            // dtype the GPU cannot multiply is skipped: runs in it fail on their own terms.
+            let primed = catch_torch(|| {
+                let a = Tensor::ones([64, 64], (kind, device));
+                let bias = Tensor::ones([64], (kind, device));
+                let _ = a.matmul(&a);
+                let _ = bias.addmm(&a, &a);
+            });
+            if let Err(f) = primed {
+                tracing::info!("could not prime CUDA matmuls in {kind:?}: {}", f.message);
+            }
         }
+    };
+    // The default stream, then the side stream every CUDA graph capture uses: cuBLAS keeps
+    // one workspace per (handle, stream), so a capture's warm-up there would otherwise make
+    // one (about 32 MiB on sm_90) that outlives the run and reads as its leak.
+    prime();
+    match torch_ext::SideStream::enter(0) {
+        Ok(side) => {
+            prime();
+            drop(side);
+        }
+        Err(e) => tracing::info!("CUDA graphs' side stream not primed: {e}"),
     }
     let held = synchronize(DeviceKind::Cuda)
         .ok()

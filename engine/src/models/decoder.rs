@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::RwLock;
 
 use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
-use protocol::KvCacheKind;
+use protocol::{KvCacheKind, SdpBackend};
 use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 
@@ -52,6 +52,15 @@ pub struct Decoder {
     lm_head: Option<Tensor>,
     /// `1 / theta^(2i/d)`, fp32, with Llama 3's scaling when the config has it.
     inv_freq: Tensor,
+}
+
+/// Where a pass's first new token sits: a number, or a one-element int64 tensor on the
+/// model's device (CUDA graph replay: the captured kernels read it from device memory, so
+/// one graph serves every step while the loop advances the tensor).
+#[derive(Clone, Copy, Debug)]
+pub enum Position<'a> {
+    At(i64),
+    Tensor(&'a Tensor),
 }
 
 /// Which positions' logits a forward pass computes: generation needs only the last
@@ -138,29 +147,65 @@ impl Decoder {
         logits: Logits,
         probe: &mut Probe<'_>,
     ) -> Tensor {
+        self.forward_at(ids, Position::At(position), cache, train, logits, probe, None)
+    }
+
+    /// [`Decoder::forward`] with the position as a number or a device tensor, and, when
+    /// `sdp` is given, the SDPA backend the first layer runs written into it (asked of
+    /// libtorch with that layer's own query, key, value and mask; `None` when it cannot
+    /// say). A masked static cache ([`KvCache::static_masked`]) attends to its whole
+    /// capacity under a mask and takes either kind of position.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_at(
+        &self,
+        ids: &Tensor,
+        at: Position<'_>,
+        cache: &mut KvCache,
+        train: bool,
+        logits: Logits,
+        probe: &mut Probe<'_>,
+        mut sdp: Option<&mut Option<SdpBackend>>,
+    ) -> Tensor {
         let tokens = ids.size()[1];
+        let device = ids.device();
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         probe.mark("model.embed_tokens", &x, || 0);
+        // The positions of the new tokens, int64 `[tokens]`.
+        let positions = match at {
+            Position::At(p) => Tensor::arange_start(p, p + tokens, (Kind::Int64, device)),
+            Position::Tensor(t) => t.view([-1]) + Tensor::arange(tokens, (Kind::Int64, device)),
+        };
         // cos and sin for these positions, computed once per pass in fp32 and cast to the
         // hidden states' dtype, as transformers' LlamaRotaryEmbedding does.
         let (cos, sin) = {
-            let positions = Tensor::arange_start(
-                position,
-                position + tokens,
-                (Kind::Float, ids.device()),
-            );
-            let freqs = positions.outer(&self.inv_freq);
+            let freqs = positions.to_kind(Kind::Float).outer(&self.inv_freq);
             let emb = Tensor::cat(&[&freqs, &freqs], -1);
             (emb.cos().to_kind(x.kind()), emb.sin().to_kind(x.kind()))
         };
+        // A masked cache: position j is visible to new token i when j <= its position
+        // (the past, itself, and nothing past the current length), `[tokens, capacity]`.
+        let mask = cache.capacity_mask(&positions);
+        let start = match at {
+            Position::At(p) => p,
+            Position::Tensor(_) => 0,
+        };
         for (i, layer) in self.layers.iter().enumerate() {
             let flops = || {
-                let context = position + tokens;
+                let context = start + tokens;
                 self.config
                     .forward_flops(ids.size()[0] as u64, tokens as u64, context as u64, 0)
                     / self.config.num_hidden_layers as u64
             };
-            x = self.layer(layer, i, x, &cos, &sin, position, cache, train);
+            let step = Step {
+                cos: &cos,
+                sin: &sin,
+                position: start,
+                positions: &positions,
+                mask: mask.as_ref(),
+                train,
+            };
+            let ask = if i == 0 { sdp.as_deref_mut() } else { None };
+            x = self.layer(layer, i, x, &step, cache, ask);
             probe.mark(&layer.name, &x, flops);
         }
         let h = rms_norm(&x, &self.norm, self.config.rms_norm_eps);
@@ -177,18 +222,16 @@ impl Decoder {
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn layer(
         &self,
         l: &Layer,
         index: usize,
         x: Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        position: i64,
+        step: &Step<'_>,
         cache: &mut KvCache,
-        train: bool,
+        sdp: Option<&mut Option<SdpBackend>>,
     ) -> Tensor {
+        let (cos, sin, train) = (step.cos, step.sin, step.train);
         let c = &self.config;
         let (b, t) = (x.size()[0], x.size()[1]);
         let (heads, kv_heads, d) = (
@@ -209,21 +252,39 @@ impl Decoder {
             drop(h);
             let q = rope(q, cos, sin);
             let k = rope(k, cos, sin);
-            let (k, v) = cache.update(index, k, v, position);
+            let (k, v) = cache.update(index, k, v, step.position, step.positions);
             let dropout = if train { c.attention_dropout } else { 0.0 };
-            // The causal mask is needed only when several new positions attend to each
-            // other (the prefill, or every step without a cache); a single new token attends
-            // to everything before it.
-            let a = Tensor::scaled_dot_product_attention::<Tensor>(
-                &q,
-                &k,
-                &v,
-                None,
-                dropout,
-                t > 1,
-                None,
-                heads != kv_heads,
-            );
+            let a = match step.mask {
+                // The causal mask is needed only when several new positions attend to each
+                // other (the prefill, or every step without a cache); a single new token
+                // attends to everything before it.
+                None => {
+                    let (causal, gqa) = (t > 1, heads != kv_heads);
+                    if let Some(seen) = sdp {
+                        *seen = sdp_choice(&q, &k, &v, None, dropout, causal, gqa).ok().flatten();
+                    }
+                    Tensor::scaled_dot_product_attention::<Tensor>(
+                        &q, &k, &v, None, dropout, causal, None, gqa,
+                    )
+                }
+                // The whole capacity under the mask. Grouped-query attention by grouping:
+                // the query heads sharing a KV head become rows of one "head" (query head
+                // i uses KV head i / group, as enable_gqa's repeat_interleave pairs them),
+                // so no kernel needs enable_gqa and the ones that take a mask (memory-
+                // efficient, math) stay eligible.
+                Some(mask) => {
+                    let group = heads / kv_heads;
+                    let q = q.reshape([b, kv_heads, group * t, d]);
+                    let mask = mask.repeat([group, 1]);
+                    if let Some(seen) = sdp {
+                        *seen = sdp_choice(&q, &k, &v, Some(&mask), dropout, false, false).ok().flatten();
+                    }
+                    let a = Tensor::scaled_dot_product_attention(
+                        &q, &k, &v, Some(&mask), dropout, false, None, false,
+                    );
+                    a.reshape([b, heads, t, d])
+                }
+            };
             drop((q, k, v));
             let a = a.transpose(1, 2).contiguous().view([b, t, heads * d]);
             a.linear::<&Tensor>(&l.o, None)
@@ -239,6 +300,32 @@ impl Decoder {
         };
         x + mlp_out
     }
+}
+
+/// What every layer of one pass shares.
+struct Step<'a> {
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    /// The first new token's position when it is a number (0 when it is a tensor).
+    position: i64,
+    /// The new tokens' positions, int64 `[tokens]`.
+    positions: &'a Tensor,
+    /// A masked cache's visibility mask, `[tokens, capacity]`.
+    mask: Option<&'a Tensor>,
+    train: bool,
+}
+
+/// The SDPA backend for these tensors, as libtorch chooses it.
+fn sdp_choice(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    dropout: f64,
+    causal: bool,
+    gqa: bool,
+) -> Result<Option<SdpBackend>, crate::torch_ext::ExtError> {
+    crate::torch_ext::sdp_choice(q, k, v, mask, dropout, causal, gqa)
 }
 
 /// transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale.
@@ -303,10 +390,14 @@ pub enum KvCache {
     /// Grows by concatenation each step (transformers' DynamicCache).
     Dynamic(Vec<Option<(Tensor, Tensor)>>),
     /// Allocated once for `capacity` positions at the first update and written in place
-    /// (StaticCache, gpt-fast); `filled` positions hold values.
+    /// (StaticCache, gpt-fast); `filled` positions hold values. `masked`: every pass
+    /// attends to the whole capacity under a mask (positions past the current length
+    /// hidden) and writes with `index_copy_` at device-tensor positions, so a pass's shapes
+    /// and addresses never change: what CUDA graph replay of the decode step needs.
     Static {
         capacity: i64,
         filled: i64,
+        masked: bool,
         layers: Vec<Option<(Tensor, Tensor)>>,
     },
 }
@@ -321,14 +412,57 @@ impl KvCache {
             KvCacheKind::Static => KvCache::Static {
                 capacity,
                 filled: 0,
+                masked: false,
                 layers: (0..layers).map(|_| None).collect(),
             },
         }
     }
 
+    /// A static cache of `capacity` positions attended to whole, under a mask (see
+    /// [`KvCache::Static`]).
+    pub fn static_masked(layers: usize, capacity: i64) -> KvCache {
+        KvCache::Static {
+            capacity,
+            filled: 0,
+            masked: true,
+            layers: (0..layers).map(|_| None).collect(),
+        }
+    }
+
+    /// Whether passes attend to the whole capacity under a mask.
+    pub fn is_masked(&self) -> bool {
+        matches!(self, KvCache::Static { masked: true, .. })
+    }
+
+    /// A masked cache's visibility of its positions to the new tokens at `positions`
+    /// (`[tokens]` int64): `[tokens, capacity]`, true where capacity position j <= the
+    /// token's. `None` for the other caches.
+    fn capacity_mask(&self, positions: &Tensor) -> Option<Tensor> {
+        let KvCache::Static { capacity, masked: true, .. } = self else {
+            return None;
+        };
+        let all = Tensor::arange(*capacity, (Kind::Int64, positions.device()));
+        Some(all.unsqueeze(0).le_tensor(&positions.unsqueeze(1)))
+    }
+
     /// Stores layer `layer`'s new keys and values (`[batch, kv_heads, tokens, head_dim]`,
-    /// the first at `position`) and returns every position's keys and values to attend to.
-    fn update(&mut self, layer: usize, k: Tensor, v: Tensor, position: i64) -> (Tensor, Tensor) {
+    /// the first at `position`, all at `positions`) and returns every position's keys and
+    /// values to attend to. The values are kept in the keys' dtype, as transformers' caches
+    /// keep them (DynamicLayer concatenates onto an empty tensor of the keys' dtype,
+    /// StaticLayer allocates both in it): under autocast with fp32 weights the keys are
+    /// fp32 (RoPE multiplies by fp32 cos and sin) while the value projection ran in bf16.
+    fn update(
+        &mut self,
+        layer: usize,
+        k: Tensor,
+        v: Tensor,
+        position: i64,
+        positions: &Tensor,
+    ) -> (Tensor, Tensor) {
+        if matches!(self, KvCache::Off) {
+            return (k, v);
+        }
+        let v = if v.kind() == k.kind() { v } else { v.to_kind(k.kind()) };
         match self {
             KvCache::Off => (k, v),
             KvCache::Dynamic(layers) => {
@@ -344,6 +478,7 @@ impl KvCache {
             KvCache::Static {
                 capacity,
                 filled,
+                masked,
                 layers,
             } => {
                 let t = k.size()[2];
@@ -355,6 +490,12 @@ impl KvCache {
                         Tensor::zeros(&shape, (v.kind(), v.device())),
                     )
                 });
+                if *masked {
+                    // In place at device positions: no host number reaches the kernels.
+                    let _ = ck.index_copy_(2, positions, &k);
+                    let _ = cv.index_copy_(2, positions, &v);
+                    return (ck.shallow_clone(), cv.shallow_clone());
+                }
                 ck.narrow(2, position, t).copy_(&k);
                 cv.narrow(2, position, t).copy_(&v);
                 if layer == 0 {
@@ -377,14 +518,15 @@ impl KvCache {
         self.tensors().next().map_or(0, |t| t.size()[2])
     }
 
-    /// Bytes per element of its tensors (0 when empty).
-    pub fn element_bytes(&self) -> u64 {
-        self.tensors()
-            .next()
-            .map_or(0, |t| t.kind().elt_size_in_bytes() as u64)
+    /// Bytes per element of its keys and of its values (0 when empty).
+    pub fn element_bytes(&self) -> (u64, u64) {
+        let mut t = self.tensors();
+        let mut elt = || t.next().map_or(0, |t| t.kind().elt_size_in_bytes() as u64);
+        (elt(), elt())
     }
 
-    fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+    /// The tensors it holds (each layer's keys, then its values).
+    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
         let layers: &[Option<(Tensor, Tensor)>] = match self {
             KvCache::Off => &[],
             KvCache::Dynamic(l) | KvCache::Static { layers: l, .. } => l,

@@ -92,7 +92,22 @@ pub struct Model {
 impl Model {
     /// Builds `id` with random weights on `device`. `input_size` matters only for the MLP.
     pub fn build(id: ModelId, device: Device, input_size: u32) -> Model {
-        let vs = nn::VarStore::new(device);
+        Model::build_in(id, device, input_size, protocol::WeightsDtype::Fp32)
+    }
+
+    /// [`Model::build`], a decoder's weights made directly in `weights` (no fp32 copy to
+    /// cast from: an 8B decoder in bf16 never holds its 30 GiB fp32 transient); other
+    /// models are built in fp32 and cast by the caller.
+    pub fn build_in(id: ModelId, device: Device, input_size: u32, weights: protocol::WeightsDtype) -> Model {
+        let mut vs = nn::VarStore::new(device);
+        let direct = matches!(id, ModelId::Decoder(_));
+        if direct {
+            vs.set_kind(match weights {
+                protocol::WeightsDtype::Fp32 => tch::Kind::Float,
+                protocol::WeightsDtype::Fp16 => tch::Kind::Half,
+                protocol::WeightsDtype::Bf16 => tch::Kind::BFloat16,
+            });
+        }
         let root = vs.root();
         let (net, input_width): (Box<dyn Net>, u32) = match id {
             ModelId::TinyMlp => (Box::new(Mlp::new(&root, input_size as i64)), input_size),
@@ -109,7 +124,7 @@ impl Model {
             net,
             input_width,
             held_bytes: 0,
-            weights: protocol::WeightsDtype::Fp32,
+            weights: if direct { weights } else { protocol::WeightsDtype::Fp32 },
             format: protocol::MemoryFormat::Contiguous,
         };
         model.held_bytes = model.resident_bytes();

@@ -156,6 +156,12 @@ fn print_generation(r: &Report) -> Result<()> {
             }
         )?;
     }
+    if let Some(a) = &g.attention {
+        writeln!(out, "attention     {}", a.describe(r.env.device))?;
+    }
+    if g.decode_graph {
+        writeln!(out, "CUDA graph    every decode step replayed one captured graph (static cache, whole capacity under a mask)")?;
+    }
     writeln!(out, "memory        {}", r.memory.source.describe())?;
     writeln!(
         out,
