@@ -591,10 +591,23 @@ for path in sys.argv[1:]:
                 "tokens_per_s_total": g.get("tokens_per_s_total"), "kv_cache_bytes": g.get("kv_cache_bytes"),
                 "kv_formula_bytes": g.get("kv_cache_formula_bytes"), "bandwidth_gb_s": g.get("decode_bandwidth_gb_s"),
                 "bandwidth_percent": g.get("decode_bandwidth_percent"), "bandwidth_source": g.get("bandwidth_source"),
-                "sdpa_backend": g.get("sdpa_backend"),
+                "attention": g.get("attention"), "decode_graph": g.get("decode_graph"),
                 "peak_allocated_bytes": r["memory"]["peak_allocated_bytes"], "device": r["env"]["device_name"]})
-print(json.dumps({"runs": out}))
+problems = []
+for o in out:
+    what = f'{o["model"]} {o["weights"]} batch {o["batch"]} {o["cache"]}'
+    if o["cuda_graph"] and not o["decode_graph"]:
+        problems.append(f"{what}: CUDA graph replay was asked for but the decode steps ran eagerly")
+    if not o["attention"]:
+        problems.append(f"{what}: the report names no SDPA backend")
+    elif (o["attention"].get("decode") or "") == "cudnn":
+        problems.append(f"{what}: decode ran cuDNN attention (a plan per key length)")
+print(json.dumps({"runs": out, "problems": problems}))
+if problems:
+    print("\n".join(problems), file=sys.stderr)
+    sys.exit(1)
 PY
+  [ $? -eq 0 ] || { cat "$OUT/generate.log" | tail -n 5 >>"$OUT/generate.reason"; failed=1; }
   return $failed
 }
 

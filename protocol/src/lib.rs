@@ -14,6 +14,7 @@ mod events;
 mod format;
 mod generate;
 mod info;
+mod model;
 mod pitfall;
 mod python;
 mod python_generate;
@@ -39,6 +40,7 @@ pub use pitfall::{
 pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;
+pub use model::*;
 pub use spec::*;
 pub use trace::*;
 

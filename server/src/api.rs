@@ -436,18 +436,35 @@ pub async fn run_pitfall(
         .await?;
     state.guard.charge(&headers, peer.as_ref())?;
     let capacity = state.dispatch.experiment_capacity(&state.experiments);
-    let _permit = state
+    let permit = state
         .experiments
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::QueueFull { capacity })?;
     let record_id = state.runs.fresh_id();
     state.recorder.started(started_pitfall(&record_id, &id));
-    match state.dispatch.run_pitfall(target, &record_id, id, options).await {
-        Ok(report) => Ok(Json(record_pitfall(&state, record_id, report).await)),
+    // From here the experiment and its record are the server's, not the request's: they go
+    // on in a task of their own, so a client that goes away (a closed tab, `curl -m 1`)
+    // still leaves a finished record behind, never a row `running` for ever. Dropping this
+    // handler's future only stops the waiting.
+    let task = tokio::spawn({
+        let state = state.clone();
+        async move {
+            let _permit = permit;
+            match state.dispatch.run_pitfall(target, &record_id, id, options).await {
+                Ok(report) => Ok(record_pitfall(&state, record_id, report).await),
+                Err(e) => {
+                    state.recorder.discard(&record_id);
+                    Err(e)
+                }
+            }
+        }
+    });
+    match task.await {
+        Ok(answer) => answer.map(Json),
         Err(e) => {
-            state.recorder.discard(&record_id);
-            Err(e)
+            tracing::error!("the experiment's task ended abnormally: {e}");
+            Err(ApiError::Unavailable)
         }
     }
 }

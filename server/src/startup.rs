@@ -17,7 +17,7 @@ use crate::dispatch::fleet::FleetLink;
 use crate::dispatch::{local, Dispatch};
 use crate::model_counts::CountCache;
 use crate::state::{AppState, Services};
-use crate::store::{interrupt_unfinished, RecordStore, Store};
+use crate::store::{interrupt_unfinished, RecordStore, ServingLock, Store};
 
 /// The state of a single server around `worker` (what tests build too).
 pub fn build_state(
@@ -74,6 +74,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         model_counts,
     };
 
+    // Held until `serve` returns: the kernel releases it when the process ends, however.
+    let mut _serving_lock: Option<ServingLock> = None;
     let state = if fleet {
         let (link, store) = crate::dispatch::fleet::start(&args).await?;
         let info = FleetLink::initial_info(auth_required);
@@ -94,20 +96,25 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         let db_path = args.db.path();
         let site_root = args.site_root.clone();
         // SQLite and libtorch both block: opened off the async threads.
-        tokio::task::spawn_blocking(move || -> Result<AppState> {
+        let (state, lock) = tokio::task::spawn_blocking(move || -> Result<(AppState, Option<ServingLock>)> {
+            // First: a second server on this file must refuse before it touches a row.
+            let lock = ServingLock::acquire(&db_path, &bound.to_string())?;
             let store = Store::open(&db_path)?;
             tracing::info!(path = %db_path.display(), records = store.count().unwrap_or(0), "run database open");
             // Before any run is accepted: whatever is still `running` was being measured
-            // by an earlier process on this file that died (one serves a file at a time).
+            // by an earlier process on this file that died (the lock: one serves it at a time).
             let now = engine::device::rfc3339_now();
             for id in interrupt_unfinished(&store, &now).context("marking interrupted runs")? {
                 tracing::warn!(run = %id, "run {id} was interrupted: the previous server stopped while it was measuring it; its permalink says so");
             }
             let worker = local::start_worker(config)?;
-            build_state(worker, &site_root, bound, services(Arc::new(store), CountCache::for_this_executable()))
+            let state = build_state(worker, &site_root, bound, services(Arc::new(store), CountCache::for_this_executable()))?;
+            Ok((state, lock))
         })
         .await
-        .context("starting the worker panicked")??
+        .context("starting the worker panicked")??;
+        _serving_lock = lock;
+        state
     };
     for d in &state.info.current().devices {
         tracing::info!(device = d.kind.as_str(), name = %d.name, "device available");

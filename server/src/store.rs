@@ -45,6 +45,65 @@ pub trait RecordStore: Send + Sync {
     fn close(&self);
 }
 
+/// One server per database file: the `gradless serve` that holds this lock is the only
+/// one that may mark the file's `running` rows interrupted (a second server on the same
+/// file would otherwise mark the first one's live runs interrupted at its start-up).
+///
+/// An advisory lock (`flock`) on `DB.serving` beside the file, released by the kernel when
+/// the process ends however it ends, so a killed server never leaves it behind; the file
+/// names the holder (pid, address, start time) for the refusal's message. Readers (`gradless
+/// runs`, a backup) take no lock: WAL lets them read while the server writes.
+pub struct ServingLock {
+    _file: std::fs::File,
+}
+
+impl ServingLock {
+    /// Takes the lock for `db` (nothing to lock for `:memory:`), or says who holds it.
+    pub fn acquire(db: &Path, serving_at: &str) -> Result<Option<ServingLock>> {
+        use std::io::{Read, Seek, Write};
+        if db.as_os_str() == ":memory:" {
+            return Ok(None);
+        }
+        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("could not create the folder {}", dir.display()))?;
+        }
+        let mut name = db.as_os_str().to_owned();
+        name.push(".serving");
+        let path = PathBuf::from(name);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("could not open {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {
+                let holder = format!(
+                    "pid {}, serving at http://{serving_at}, since {}",
+                    std::process::id(),
+                    engine::device::rfc3339_now()
+                );
+                file.set_len(0)?;
+                file.rewind()?;
+                file.write_all(holder.as_bytes())?;
+                file.flush()?;
+                Ok(Some(ServingLock { _file: file }))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = if holder.trim().is_empty() { "another process".to_string() } else { format!("another gradless serve ({})", holder.trim()) };
+                anyhow::bail!(
+                    "the run database {} is in use by {holder}: one server per database file (a second one would mark the first one's running runs interrupted). Stop that server, or give this one another --db",
+                    db.display()
+                )
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("could not lock {}", path.display())),
+        }
+    }
+}
+
 /// Marks every `running` record of `store` `interrupted` at `at` (RFC 3339) and returns
 /// their ids. Only the process that would have finished them may call this: a single
 /// server at start-up, before it accepts a run (nothing else writes its file's runs). A

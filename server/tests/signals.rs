@@ -239,3 +239,35 @@ fn a_run_killed_mid_way_reads_as_interrupted_after_the_restart() {
 }
 
 mod common;
+
+/// One server per database file: a second `gradless serve` on a file another one serves
+/// refuses to start and names the holder; once the first has stopped, the file is free.
+#[test]
+fn a_second_server_on_a_held_database_refuses_and_names_the_holder() {
+    let dir = std::env::temp_dir().join(format!("gradless-one-server-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let db = dir.join("runs.sqlite3");
+    let (mut first, port) = serve(&db, None);
+    let second = Command::new(env!("CARGO_BIN_EXE_gradless"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--default-threads", "1"])
+        .arg("--db")
+        .arg(&db)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run gradless serve");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "the second server started: {stderr}");
+    assert!(stderr.contains("in use by another gradless serve"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.id())), "the holder is not named: {stderr}");
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "the holder's address is not named: {stderr}");
+    // The first one still serves.
+    let (status, _) = get(port, "/healthz");
+    assert!(status.contains(" 200 "), "{status}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // A killed holder leaves no lock behind: the kernel released it.
+    let (mut third, _) = serve(&db, None);
+    third.kill().unwrap();
+    third.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,372 @@
+//! The models a run can name: [`ModelId`] (the built-in architectures, the decoder presets
+//! and the team's models), their families, inputs and facts, and how a model is spelled in
+//! JSON, URLs and on the command line.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The models a run can use: the built-in architectures (random weights: weights do not
+/// change memory or latency) and the team models of the server's models directory
+/// ([`crate::team`]). In JSON, URLs and on the command line a model is its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModelId {
+    /// A three-layer MLP with BatchNorm and Dropout: the fast CPU default.
+    TinyMlp,
+    /// torchvision's ResNet-18 architecture (BatchNorm, no Dropout).
+    Resnet18,
+    /// torchvision's ResNet-50 architecture (BatchNorm, no Dropout).
+    Resnet50,
+    /// torchvision's MobileNet-V2 architecture (BatchNorm and one Dropout).
+    MobilenetV2,
+    /// A small transformer encoder with Dropout and LayerNorm.
+    Transformer,
+    /// A TorchScript module from the operator's models directory, by name (its file's
+    /// stem). What it is lives in the registry of [`crate::team`].
+    Team(&'static str),
+    /// A Llama-style decoder LLM by name: a built-in preset or a team folder with a
+    /// `config.json`. What it is lives in [`crate::decoder`].
+    Decoder(&'static str),
+}
+
+/// Which family of network a model is: what it is built from and what its input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Mlp,
+    ResNet,
+    MobileNet,
+    Encoder,
+    Decoder,
+    TorchScript,
+}
+
+/// What a model's input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// `[batch, features]` floats.
+    Features,
+    /// `[batch, 3, size, size]` images.
+    Image,
+    /// `[batch, tokens, width]` embeddings (the encoder).
+    Embeddings,
+    /// `[batch, tokens]` token ids (a decoder's prompt).
+    TokenIds,
+    /// Whatever a team model's sidecar lists.
+    Sidecar,
+}
+
+/// The facts about a model that every consumer reads (checks, snippets, texts, the
+/// experiments), from one table: [`ModelId::facts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelFacts {
+    pub family: Family,
+    pub input: InputKind,
+    /// Whether train mode adds randomness (Dropout, attention dropout).
+    pub dropout: bool,
+    /// Whether train mode uses batch statistics (BatchNorm).
+    pub batchnorm: bool,
+}
+
+impl ModelId {
+    /// The built-in models (team models: [`ModelId::served`]).
+    pub const ALL: [ModelId; 5] = [
+        ModelId::TinyMlp,
+        ModelId::Resnet18,
+        ModelId::Resnet50,
+        ModelId::MobilenetV2,
+        ModelId::Transformer,
+    ];
+
+    /// The identifier used in JSON, URLs and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelId::TinyMlp => "tiny_mlp",
+            ModelId::Resnet18 => "resnet18",
+            ModelId::Resnet50 => "resnet50",
+            ModelId::MobilenetV2 => "mobilenet_v2",
+            ModelId::Transformer => "transformer",
+            ModelId::Team(name) | ModelId::Decoder(name) => name,
+        }
+    }
+
+    /// Every model this process serves: the built-in ones, the decoders, then the team's.
+    pub fn served() -> Vec<ModelId> {
+        let decoders = crate::decoder::served()
+            .into_iter()
+            .map(|m| ModelId::Decoder(&m.name));
+        let team = crate::team::served()
+            .into_iter()
+            .map(|m| ModelId::Team(&m.name));
+        ModelId::ALL.into_iter().chain(decoders).chain(team).collect()
+    }
+
+    /// The decoder behind this id, when it is one and it is served here.
+    pub fn decoder(self) -> Option<&'static crate::decoder::DecoderModel> {
+        match self {
+            ModelId::Decoder(name) => crate::decoder::lookup(name),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a decoder LLM (generate runs need one).
+    pub fn is_decoder(self) -> bool {
+        self.facts().family == Family::Decoder
+    }
+
+    /// The one table of model facts. A new family is a new arm here, and nothing else can
+    /// answer for it: there is no fallback arm.
+    pub fn facts(self) -> ModelFacts {
+        let f = |family, input, dropout, batchnorm| ModelFacts {
+            family,
+            input,
+            dropout,
+            batchnorm,
+        };
+        match self {
+            ModelId::TinyMlp => f(Family::Mlp, InputKind::Features, true, true),
+            ModelId::Resnet18 | ModelId::Resnet50 => f(Family::ResNet, InputKind::Image, false, true),
+            ModelId::MobilenetV2 => f(Family::MobileNet, InputKind::Image, true, true),
+            ModelId::Transformer => f(Family::Encoder, InputKind::Embeddings, true, false),
+            ModelId::Decoder(_) => f(
+                Family::Decoder,
+                InputKind::TokenIds,
+                self.decoder().is_some_and(|d| d.config.attention_dropout > 0.0),
+                false,
+            ),
+            // Measured at load: train-mode randomness, and a deterministic train/eval
+            // difference (BatchNorm-like).
+            ModelId::Team(_) => {
+                let t = self.team().map(|m| m.training);
+                f(
+                    Family::TorchScript,
+                    InputKind::Sidecar,
+                    t.is_some_and(|t| t.random_in_train),
+                    t.is_some_and(|t| !t.random_in_train && t.train_differs_from_eval),
+                )
+            }
+        }
+    }
+
+    /// What one sample of the input is, in words, at `size` (e.g. "64 tokens").
+    pub fn describe_sample(self, size: u32) -> String {
+        match self.facts().input {
+            InputKind::Features => format!("{size} features"),
+            InputKind::Image => format!("3×{size}×{size} images"),
+            InputKind::Embeddings => format!("{size} tokens"),
+            InputKind::TokenIds => format!("{size}-token prompts"),
+            InputKind::Sidecar => match self.team() {
+                Some(m) => m.sidecar.describe_inputs(),
+                None => "inputs of a team model this server does not serve".into(),
+            },
+        }
+    }
+
+    /// The team model behind this id, when it is one and it is served here.
+    pub fn team(self) -> Option<&'static crate::team::TeamModel> {
+        match self {
+            ModelId::Team(name) => crate::team::lookup(name),
+            _ => None,
+        }
+    }
+
+    pub fn display_name(self) -> &'static str {
+        match self {
+            ModelId::TinyMlp => "Tiny MLP (BatchNorm + Dropout)",
+            ModelId::Resnet18 => "ResNet-18",
+            ModelId::Resnet50 => "ResNet-50",
+            ModelId::MobilenetV2 => "MobileNet-V2",
+            ModelId::Transformer => "Transformer encoder (Dropout + LayerNorm)",
+            ModelId::Team(name) => self
+                .team()
+                .map(|m| m.sidecar.display_name.as_str())
+                .unwrap_or(name),
+            ModelId::Decoder(name) => self
+                .decoder()
+                .map(|m| m.display_name.as_str())
+                .unwrap_or(name),
+        }
+    }
+
+    /// What `input_size` means for this model, and its default.
+    pub fn input(self) -> InputShape {
+        match self {
+            ModelId::TinyMlp => InputShape {
+                meaning: "features per sample",
+                default: 512,
+                max: 65_536,
+            },
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => InputShape {
+                meaning: "image side in pixels (3×N×N)",
+                default: 224,
+                max: 1024,
+            },
+            ModelId::Transformer => InputShape {
+                meaning: "sequence length in tokens",
+                default: 128,
+                max: 4096,
+            },
+            ModelId::Decoder(_) => InputShape {
+                meaning: "prompt length in tokens",
+                default: 32,
+                max: self
+                    .decoder()
+                    .map_or(0, |d| d.config.max_position_embeddings.min(32_768)),
+            },
+            // A fixed-shape (or no longer served) team model has no adjustable size: 0.
+            ModelId::Team(_) => match self.team() {
+                Some(m) => InputShape {
+                    meaning: m.input_meaning.as_str(),
+                    default: m.sidecar.size.as_ref().map_or(0, |s| s.default),
+                    max: m.sidecar.size.as_ref().map_or(0, |s| s.max),
+                },
+                None => InputShape {
+                    meaning: "a team model this server does not serve",
+                    default: 0,
+                    max: 0,
+                },
+            },
+        }
+    }
+
+    /// The smallest `input_size` this model accepts.
+    pub fn min_input_size(self) -> u32 {
+        match self {
+            ModelId::Team(_) => self
+                .team()
+                .and_then(|m| m.sidecar.size.as_ref())
+                .map_or(0, |s| s.min),
+            ModelId::TinyMlp | ModelId::Transformer | ModelId::Decoder(_) => 1,
+            ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => 32,
+        }
+    }
+
+    /// Whether the input is an image batch `[batch, 3, size, size]` (the torchvision
+    /// models): the one list of image models, used by the checks, the snippets and the
+    /// experiments that pick smaller images on a CPU.
+    pub fn is_image(self) -> bool {
+        self.facts().input == InputKind::Image
+    }
+
+    /// The built-in convolution models (the ones channels_last applies to).
+    pub fn is_conv(self) -> bool {
+        self.is_image()
+    }
+
+    /// Train-mode randomness (Dropout); for a team model measured at load, not read from
+    /// layers.
+    pub fn has_dropout(self) -> bool {
+        self.facts().dropout
+    }
+
+    /// Train-mode batch statistics (BatchNorm); for a team model measured at load.
+    pub fn has_batchnorm(self) -> bool {
+        self.facts().batchnorm
+    }
+
+    /// The PyTorch expression that builds the same architecture, for snippets and peers
+    /// (a team model is loaded from its file with `torch.jit.load`).
+    pub fn python_constructor(self) -> String {
+        let builtin = match self {
+            // The same layers as the engine's tiny MLP (engine/src/models.rs), so the snippet
+            // runs as copied.
+            ModelId::TinyMlp => "nn.Sequential(\n    nn.Linear(features, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Dropout(0.5),\n    nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Dropout(0.5),\n    nn.Linear(512, 10),\n)",
+            ModelId::Resnet18 => "torchvision.models.resnet18()",
+            ModelId::Resnet50 => "torchvision.models.resnet50()",
+            ModelId::MobilenetV2 => "torchvision.models.mobilenet_v2()",
+            // PyTorch's own layer, configured like the engine's encoder (which writes the same
+            // layer out op by op, as bench/peer.py's EncoderLayer does).
+            ModelId::Transformer => "nn.TransformerEncoder(\n    nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True),\n    num_layers=4,\n    enable_nested_tensor=False,\n)",
+            ModelId::Team(name) => {
+                return format!("torch.jit.load(\"{name}.pt\", map_location=device)")
+            }
+            ModelId::Decoder(name) => {
+                return match self.decoder() {
+                    Some(d) => d.config.python_config(),
+                    None => format!("# the decoder `{name}` is not served here"),
+                }
+            }
+        };
+        builtin.to_string()
+    }
+}
+
+impl fmt::Display for ModelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ModelId {
+    /// "unknown model `x`; known models: ..." (the served ones, team models included), or,
+    /// for a file of the models directory that was refused at start-up, why: "team model
+    /// `x` is not served: x.pt: does not load as TorchScript: ...".
+    pub fn unknown_message(name: &str) -> String {
+        if let Some(why) = crate::team::refusal(name) {
+            return format!("team model `{name}` is not served: {why}");
+        }
+        let known: Vec<_> = ModelId::served().iter().map(|m| m.as_str()).collect();
+        format!("unknown model `{name}`; known models: {}", known.join(", "))
+    }
+}
+
+/// Only served models parse: the command line and URLs name what can run.
+impl std::str::FromStr for ModelId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ModelId::served()
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| ModelId::unknown_message(s))
+    }
+}
+
+impl Serialize for ModelId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A model is named by a string: a built-in's, a decoder preset's or a team model's (the
+/// names this server serves are in `GET /api/info`).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for ModelId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "a served model's name (built-in, decoder preset or team model; see GET /api/info)",
+            ))
+            .examples([serde_json::json!("resnet18")])
+            .into()
+    }
+}
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for ModelId {}
+
+/// A name that is not served still reads when it could be a team model's (a record of a
+/// model the operator has since removed); [`RunSpec::check`] refuses to run it.
+impl<'de> Deserialize<'de> for ModelId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        if let Some(m) = ModelId::ALL.into_iter().find(|m| m.as_str() == name) {
+            return Ok(m);
+        }
+        if let Some(d) = crate::decoder::lookup(&name) {
+            return Ok(ModelId::Decoder(&d.name));
+        }
+        crate::team::intern(&name)
+            .map(ModelId::Team)
+            .ok_or_else(|| serde::de::Error::custom(ModelId::unknown_message(&name)))
+    }
+}
+
+/// The meaning, default and upper bound of a model's `input_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputShape {
+    pub meaning: &'static str,
+    pub default: u32,
+    pub max: u32,
+}
