@@ -5,6 +5,36 @@ use crate::{
     Autocast, DeviceChoice, GradMode, InputSource, MemoryFormat, ModelId, RunSpec, WeightsDtype,
 };
 
+/// Above this, a snippet's weights get a word of warning before they are built: more than
+/// many laptops can spare.
+const BIG_WEIGHTS_BYTES: u64 = 8 << 30;
+
+/// For a decoder whose weights are large: how much memory building it takes and holds, as a
+/// comment line (the snippet builds the model in fp32, then casts it to the spec's dtype).
+/// `None` for a model that fits anywhere.
+pub(crate) fn big_weights_note(spec: &RunSpec) -> Option<String> {
+    let d = spec.model.decoder()?;
+    let params = d.config.parameters();
+    let fp32 = params * 4;
+    if fp32 < BIG_WEIGHTS_BYTES {
+        return None;
+    }
+    let kept = match spec.advanced.weights {
+        WeightsDtype::Fp32 => String::new(),
+        WeightsDtype::Fp16 | WeightsDtype::Bf16 => format!(
+            ", then {} once cast to {}",
+            crate::format_bytes(params * 2),
+            spec.advanced.weights.as_str()
+        ),
+    };
+    Some(format!(
+        "# Note: {} has {:.2} B parameters: building it takes {} of fp32 weights{kept}. More memory than most laptops have.\n",
+        d.display_name,
+        params as f64 / 1e9,
+        crate::format_bytes(fp32)
+    ))
+}
+
 /// The Python snippet for `spec`: model mode, grad context and autocast, as a reader would
 /// write them.
 pub fn python_snippet(spec: &RunSpec) -> String {
@@ -43,6 +73,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         out.push_str("from torch import nn\n");
     }
     out.push_str(&format!("\ndevice = {device}\n"));
+    out.push_str(&big_weights_note(spec).unwrap_or_default());
     if spec.model == ModelId::TinyMlp {
         out.push_str(&format!("features = {size}\n"));
     }
@@ -230,6 +261,27 @@ fn team_inputs(spec: &RunSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decoder too big for a laptop says how much its weights take, in the dtype built
+    /// and the dtype kept (from the config's own parameter count); a small one says nothing.
+    #[test]
+    fn a_big_decoders_snippet_says_what_its_weights_take() {
+        let big: ModelId = "llama_3_1_8b".parse().unwrap();
+        let params = big.decoder().unwrap().config.parameters();
+        for generate in [None, Some(crate::GenerateSpec { new_tokens: 4, ..Default::default() })] {
+            let spec = RunSpec { model: big, generate: generate.clone(), ..Default::default() };
+            let s = python_snippet(&spec);
+            assert!(s.contains(&format!("{} of fp32 weights", crate::format_bytes(params * 4))), "{s}");
+            let bf16 = RunSpec {
+                advanced: crate::Advanced { weights: WeightsDtype::Bf16, ..Default::default() },
+                ..spec
+            };
+            assert!(python_snippet(&bf16).contains(&format!("then {} once cast to bf16", crate::format_bytes(params * 2))));
+        }
+        let small = RunSpec { model: "llama_tiny".parse().unwrap(), ..Default::default() };
+        assert!(!python_snippet(&small).contains("Note:"));
+        assert!(!python_snippet(&RunSpec::default()).contains("Note:"));
+    }
 
     #[test]
     fn snippet_follows_every_setting() {

@@ -20,6 +20,7 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
     if let Some(d) = spec.model.decoder() {
         out.push_str(&format!("# {}: {}\n", d.display_name, d.provenance()));
     }
+    out.push_str(&crate::python::big_weights_note(spec).unwrap_or_default());
     out.push_str(&format!(
         "model = {}.to(device)\n",
         spec.model.python_constructor()

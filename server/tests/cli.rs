@@ -123,3 +123,32 @@ fn recorded_runs_are_listed_shown_and_exported() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `gradless pitfall all`: every card asked for, in this one process, in the order asked;
+/// `--json` one array of outcomes with each card's report, `--jsonl` one line per card;
+/// a card that is not in the catalogue, or a per-card option, is refused by name.
+#[test]
+fn every_card_in_one_process() {
+    let o = gradless(&["pitfall", "all", "--device", "cpu", "--only", "kv-cache-size,gqa", "--json"]);
+    let outcomes: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+    let ids: Vec<&str> = outcomes.iter().map(|o| o["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["kv-cache-size", "gqa"]);
+    for o in &outcomes {
+        let report: protocol::PitfallReport = serde_json::from_value(o["report"].clone()).unwrap();
+        assert_eq!(report.id, o["id"].as_str().unwrap());
+        // Both are decided by exact bytes: on any device they confirm.
+        assert_eq!(report.verdict, protocol::Verdict::Confirmed, "{}", report.reason);
+        assert!(o["seconds"].as_f64().unwrap() > 0.0);
+    }
+    let o = gradless(&["pitfall", "all", "--device", "cpu", "--only", "gqa", "--jsonl"]);
+    let lines: Vec<&str> = std::str::from_utf8(&o.stdout).unwrap().lines().collect();
+    assert!(o.status.success() && lines.len() == 1, "{lines:?}");
+    for (args, says) in [
+        (&["pitfall", "all", "--only", "gqa,nope"][..], "--only: unknown pitfall `nope`"),
+        (&["pitfall", "all", "--batch", "4"][..], "--model and --batch apply to one card"),
+    ] {
+        let o = gradless(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}

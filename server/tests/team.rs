@@ -419,3 +419,30 @@ async fn the_api_serves_team_models_like_built_in_ones() {
         assert!(e.message.contains(says), "{body}: {}", e.message);
     }
 }
+
+/// A team decoder folder refused at load answers `gradless generate --model NAME` (and
+/// `measure`) with its reason, as a refused TorchScript file does, never "unknown model".
+#[test]
+fn a_refused_decoder_folder_is_answered_with_its_reason() {
+    let dir = std::env::temp_dir().join(format!("gradless-bad-decoder-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("badllama")).unwrap();
+    std::fs::write(
+        dir.join("badllama/config.json"),
+        r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 0, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0}"#,
+    )
+    .unwrap();
+    for args in [
+        &["generate", "--model", "badllama", "--prompt", "4", "--new-tokens", "2", "--device", "cpu"][..],
+        &["measure", "--model", "badllama", "--device", "cpu"][..],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_gradless")).args(args).arg("--models-dir").arg(&dir).output().unwrap();
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?}: {}", text(&o.stdout));
+        assert!(err.contains("team model `badllama` is not served") && err.contains("vocab_size"), "{args:?}: {err}");
+        assert!(!err.contains("unknown model"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -39,8 +39,12 @@ pub struct Problem {
 
 impl Problem {
     /// The model name the file would have been served under: its stem (`broken.pt`,
-    /// `orphan.json`); any other entry (a folder) by its whole name.
+    /// `orphan.json`); a decoder folder's file (`llama/config.json`) by its folder's name,
+    /// which is the name the decoder would have had; any other entry by its whole name.
     pub fn model_name(&self) -> &str {
+        if let Some((folder, _)) = self.file.split_once('/') {
+            return folder;
+        }
         [".pt", ".json"]
             .iter()
             .find_map(|ext| self.file.strip_suffix(ext))
