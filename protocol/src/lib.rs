@@ -14,6 +14,7 @@ mod events;
 mod format;
 mod generate;
 mod info;
+pub mod noise;
 mod pitfall;
 mod python;
 mod python_generate;
