@@ -17,10 +17,13 @@
 //!   the spread of the blocks' medians ([`block_drift`]); for a generation, whose steps slow
 //!   down with the position by design, around the run's trend.
 //!
-//! Either estimate becomes a 95% half-width for the log ratio of two runs of one setting,
-//! `t(df) · √2 · σ` (Student's t for the few degrees of freedom a young server has), printed
-//! as "±X%". Two runs differ only when the ratio is past that floor *and* the bootstrap
-//! interval excludes 1. Runs measured together, interleaved (a pitfall experiment's arms),
+//! Either estimate becomes the half-width two runs of one setting stay within 99 times in
+//! 100, `t(df) · √2 · σ` in ln ratio (Student's t for the few degrees of freedom a young
+//! server has), printed as "±X%". Once the record has ten degrees of freedom it is the floor
+//! alone; before, the larger of the two. Two runs differ only when the ratio is past that
+//! floor *and* the bootstrap interval excludes 1 *and* the fast iterations (p10) moved past
+//! the floor the same way: a run the machine's load slowed has its median pushed up while
+//! the iterations that ran undisturbed stay put, and a setting moves both. Runs measured together, interleaved (a pitfall experiment's arms),
 //! have no drift between them and are read with [`crate::stats::RatioCi`] alone.
 //!
 //! Pure and deterministic like `stats`: the browser, the server and the CLI read the same
@@ -56,26 +59,32 @@ pub enum NoiseScope {
     Device,
 }
 
-/// The two-sided 95% quantile of Student's t with `df` degrees of freedom.
-pub fn t95(df: u32) -> f64 {
+/// The two-sided 99% quantile of Student's t with `df` degrees of freedom.
+pub fn t99(df: u32) -> f64 {
     const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+        63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055,
+        3.012, 2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797,
+        2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
     ];
     match df {
         0 => f64::INFINITY,
         1..=30 => T[df as usize - 1],
-        // Within 0.002 of the exact quantile past 30.
-        _ => 1.96 + 2.4 / df as f64,
+        // Within 0.003 of the exact quantile past 30.
+        _ => 2.576 + 5.2 / df as f64,
     }
 }
 
-/// The 95% half-width, in ln ratio, of the difference between two runs whose ln medians
-/// each scatter by `sigma` (estimated with `df` degrees of freedom).
+/// The half-width, in ln ratio, that two runs whose ln medians each scatter by `sigma`
+/// (estimated with `df` degrees of freedom) stay within 99 times in 100. 99%, not 95%:
+/// a reader compares many pairs, and at 95% one A/A pair in twenty would "differ".
 fn half_width(sigma: f64, df: u32) -> f64 {
-    t95(df) * std::f64::consts::SQRT_2 * sigma
+    t99(df) * std::f64::consts::SQRT_2 * sigma
 }
+
+/// From this many degrees of freedom on, the record of repeats is the floor on its own:
+/// it measured what two runs of one setting do here, and the two runs' drift (from six
+/// degrees of freedom) would mostly add its own uncertainty.
+const RECORD_ALONE_DF: u32 = 10;
 
 /// Blocks a run's timed iterations are split into to see its drift; each holds at least
 /// [`BLOCK_MIN`] iterations.
@@ -124,6 +133,13 @@ fn detrend(ys: &mut [f64]) {
     }
 }
 
+/// The 10th percentile of unsorted samples; `None` when empty.
+fn p10(xs: &[f64]) -> Option<f64> {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| crate::stats::percentile(&v, 10.0))
+}
+
 /// Sample standard deviation; `None` below two values.
 fn sd(xs: &[f64]) -> Option<f64> {
     if xs.len() < 2 {
@@ -142,8 +158,8 @@ pub enum FloorSource {
     Drift,
 }
 
-/// The run-to-run floor of one comparison: the 95% half-width of the ln ratio two runs of
-/// identical settings reach here.
+/// The run-to-run floor of one comparison: the half-width of the ln ratio two runs of
+/// identical settings stay within here, 99 times in 100.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Floor {
     pub half_width_log: f64,
@@ -179,9 +195,10 @@ impl Floor {
         }
     }
 
-    /// The floor for `a` against `b`: the larger of the server's record (the one carried by
-    /// the report with more runs behind it) and the runs' own drift. `None` when neither is
-    /// known (too few iterations, and no repeats recorded).
+    /// The floor for `a` against `b`: the server's record (the one carried by the report
+    /// with more runs behind it) once it has [`RECORD_ALONE_DF`] degrees of freedom; before
+    /// that the larger of the record and the runs' own drift. `None` when neither is known
+    /// (too few iterations, and no repeats recorded).
     pub fn of(a: &Report, b: &Report) -> Option<Floor> {
         let recorded = [a.run_to_run.as_ref(), b.run_to_run.as_ref()]
             .into_iter()
@@ -198,6 +215,12 @@ impl Floor {
             }),
             _ => None,
         };
+        if let Some(r) = recorded.as_ref().filter(|f| match &f.source {
+            FloorSource::Recorded(r) => r.df >= RECORD_ALONE_DF,
+            FloorSource::Drift => false,
+        }) {
+            return Some(r.clone());
+        }
         [recorded, drift]
             .into_iter()
             .flatten()
@@ -212,7 +235,7 @@ pub enum Verdict {
     Slower,
     Faster,
     /// The runs' own intervals tell them apart, but by no more than two runs of identical
-    /// settings differ here.
+    /// settings differ here (or only their slow iterations moved: the machine's load).
     WithinRunToRun,
     /// The runs' own noise already covers the difference.
     WithinRunNoise,
@@ -236,11 +259,20 @@ impl Comparison {
     pub fn of_runs(a: &Report, b: &Report) -> Option<Comparison> {
         let ci = RatioCi::of(&a.latencies(), &b.latencies())?;
         let floor = Floor::of(a, b);
+        // The fast iterations' shift (p10 over p10), in ln: a run slowed by the machine's
+        // load has its median pushed up while the iterations that ran undisturbed stay
+        // where they were; a setting moves both.
+        let fast = match (p10(&a.latencies()), p10(&b.latencies())) {
+            (Some(x), Some(y)) if x > 0.0 && y > 0.0 => (x / y).ln(),
+            _ => 0.0,
+        };
+        let d = ci.ratio.ln();
         let verdict = match (ci.side(1.0), &floor) {
             (Side::Straddles, _) if !ci.trusted() => Verdict::TooFew,
             (Side::Straddles, _) => Verdict::WithinRunNoise,
             (_, None) => Verdict::NoFloor,
-            (_, Some(f)) if ci.ratio.ln().abs() <= f.half_width_log => Verdict::WithinRunToRun,
+            (_, Some(f)) if d.abs() <= f.half_width_log => Verdict::WithinRunToRun,
+            (_, Some(f)) if fast * d.signum() <= f.half_width_log => Verdict::WithinRunToRun,
             (Side::Above, _) => Verdict::Slower,
             (_, _) => Verdict::Faster,
         };
