@@ -62,6 +62,11 @@ test("first view, then the guided start clicked through", async ({ page, browser
   await expect(lab.testid("guide-progress")).toContainText("1 of 3", { timeout: 90_000 });
   await expect(page).toHaveURL(/grad=enabled/);
   await expect(page.locator('.lab[data-guide-step="2"]')).toHaveCount(1);
+  // Step 1 ran the recorded run's settings again: two runs of identical settings read as
+  // the same within this server's run-to-run noise, never as a difference.
+  const latencyTitle = JSON.stringify((await option(page, "latency-chart")).title);
+  expect(latencyTitle).toMatch(/p50 within this server's run-to-run noise \(±[\d.]+%\) of the previous run/);
+  await expect(lab.testid("reading")).toContainText("no difference beyond run-to-run noise");
 
   await lab.testid("guide-step-2").click();
   await expect(lab.testid("guide-progress")).toContainText("2 of 3", { timeout: 90_000 });
