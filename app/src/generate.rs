@@ -537,6 +537,7 @@ async fn first_view(
 
 /// Whether recorded run `r` is a generation of the `default` settings (the label narrows
 /// the list; the record itself must match every setting the page shows).
+#[cfg_attr(not(any(feature = "hydrate", test)), allow(dead_code))]
 fn is_default_generation(r: &Report, default: &RunSpec) -> bool {
     let (s, d) = (&r.spec, default);
     r.generation.is_some()
