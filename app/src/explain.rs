@@ -205,7 +205,7 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
         );
     }
     let mem = memory_change(peak, prev.memory.peak_above_baseline_bytes);
-    let lat = latency_change(latest, prev).map(|l| format!("median latency {l}"));
+    let lat = latency_change(latest, prev).map(|l| format!("median latency: {l}"));
     let parts: Vec<String> = [Some(mem), lat]
         .into_iter()
         .flatten()
@@ -217,7 +217,7 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
         "{} against the previous run ({}): {} ({figures}).{warning}{caveat}",
         run_name(latest),
         prev.spec.label(),
-        parts.join(", "),
+        parts.join("; "),
     )
 }
 
@@ -363,9 +363,9 @@ mod tests {
         let c_lat: Vec<f64> = noisy.iter().map(|x| x * 3.0).collect();
         let c = report("resnet18", 4, 25 << 20, &c_lat);
         let text = reading(&c, Some(&a));
-        assert!(text.contains("median latency 3.00× slower ("), "{text}");
+        assert!(text.contains("median latency: 3.00× slower ("), "{text}");
         let text = reading(&a, Some(&c));
-        assert!(text.contains("median latency 3.00× faster ("), "{text}");
+        assert!(text.contains("median latency: 3.00× faster ("), "{text}");
         let (_, latency) = chart_readings(&c, &a);
         assert!(latency.starts_with("p50 3.00× higher"), "{latency}");
         assert!(spread(&a).unwrap().contains("very noisy"));
