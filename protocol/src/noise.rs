@@ -20,7 +20,8 @@
 //! Either estimate becomes the half-width two runs of one setting stay within 99 times in
 //! 100, `t(df) · √2 · σ` in ln ratio (Student's t for the few degrees of freedom a young
 //! server has), printed as "±X%". Once the record has ten degrees of freedom it is the floor
-//! alone; before, the larger of the two. Two runs differ only when the ratio is past that
+//! alone; from three, the larger of the two; below three (one or two repeats, whose floor
+//! would be hundreds of percent wide) the drift alone. Two runs differ only when the ratio is past that
 //! floor *and* the bootstrap interval excludes 1 *and* the fast iterations (p10) moved past
 //! the floor the same way: a run the machine's load slowed has its median pushed up while
 //! the iterations that ran undisturbed stay put, and a setting moves both. Runs measured together, interleaved (a pitfall experiment's arms),
@@ -85,6 +86,9 @@ fn half_width(sigma: f64, df: u32) -> f64 {
 /// it measured what two runs of one setting do here, and the two runs' drift (from six
 /// degrees of freedom) would mostly add its own uncertainty.
 const RECORD_ALONE_DF: u32 = 10;
+/// Below this many degrees of freedom the record is not used at all: from one or two
+/// repeats Student's t makes the floor hundreds of percent wide, which says nothing.
+const RECORD_MIN_DF: u32 = 3;
 
 /// Blocks a run's timed iterations are split into to see its drift; each holds at least
 /// [`BLOCK_MIN`] iterations.
@@ -196,13 +200,15 @@ impl Floor {
     }
 
     /// The floor for `a` against `b`: the server's record (the one carried by the report
-    /// with more runs behind it) once it has [`RECORD_ALONE_DF`] degrees of freedom; before
-    /// that the larger of the record and the runs' own drift. `None` when neither is known
+    /// with more runs behind it) once it has [`RECORD_ALONE_DF`] degrees of freedom; from
+    /// [`RECORD_MIN_DF`] the larger of the record and the runs' own drift; before that the
+    /// drift alone. `None` when neither is known
     /// (too few iterations, and no repeats recorded).
     pub fn of(a: &Report, b: &Report) -> Option<Floor> {
         let recorded = [a.run_to_run.as_ref(), b.run_to_run.as_ref()]
             .into_iter()
             .flatten()
+            .filter(|r| r.df >= RECORD_MIN_DF)
             .max_by_key(|r| r.runs)
             .map(|r| Floor {
                 half_width_log: half_width(r.sigma_log, r.df),
@@ -326,7 +332,7 @@ impl Comparison {
             ),
             Verdict::WithinRunNoise => {
                 let mut s = format!(
-                    "no difference beyond run-to-run noise: {factor} is inside the runs' own noise (95% interval {interval}); {}",
+                    "no difference beyond run-to-run noise: {factor}, inside the runs' own noise (95% interval {interval}; {})",
                     self.floor_words()
                 );
                 let past_floor = self
