@@ -358,8 +358,8 @@ impl Comparison {
     }
 
     /// The short reading written on a chart for `a` against `what` (e.g. "the previous
-    /// run"): "p50 1.20× lower than the previous run (1.12–1.29)", or "p50 within this
-    /// server's run-to-run noise (±8%) of the previous run".
+    /// run"): "p50 1.20× lower than the previous run (1.12–1.29)", or "p50 within
+    /// run-to-run noise (±8%)".
     pub fn chart_reading(&self, what: &str) -> String {
         let c = &self.ci;
         match self.verdict {
@@ -368,7 +368,8 @@ impl Comparison {
             Verdict::NoFloor => format!("p50 against {what}: not decided (run-to-run noise not measured yet)"),
             Verdict::TooFew => format!("p50 against {what}: too few iterations to tell"),
             Verdict::WithinRunToRun | Verdict::WithinRunNoise => match &self.floor {
-                Some(f) => format!("p50 within this server's run-to-run noise ({}) of {what}", f.percent()),
+                // Short: it must fit above a phone's plot (the legend names the run behind).
+                Some(f) => format!("p50 within run-to-run noise ({})", f.percent()),
                 None => format!("p50 within the noise of {what}"),
             },
         }

@@ -160,7 +160,7 @@ fn within_the_floor_the_reading_names_it_and_where_it_was_measured() {
     assert!(text.contains("within this server's run-to-run noise (±15%, measured from 24 repeated runs"), "{text}");
     assert_eq!(
         c.chart_reading("the previous run"),
-        "p50 within this server's run-to-run noise (±15%) of the previous run"
+        "p50 within run-to-run noise (±15%)"
     );
     // The same pair with nothing recorded: the runs' own drift (almost none) is the floor,
     // so the 5% stands.
