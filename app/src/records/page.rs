@@ -211,7 +211,8 @@ fn RecordedGeneration(report: Report) -> impl IntoView {
         use crate::charts::{prefill_decode_chart, render, step_latency_chart, step_memory_chart, GenRun};
         let r = report.clone();
         Effect::new(move |_| {
-            let name = crate::explain::run_name(&r);
+            // One run: the heading names it; a short series name fits under the bar.
+            let name = "this generation".to_string();
             let steps = r.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default();
             let runs = [GenRun { name: &name, steps: &steps, baseline: Some(r.memory.baseline_bytes) }];
             render("gen-latency-chart", step_latency_chart(&runs));
