@@ -2,7 +2,7 @@
 //! of a result against the previous run. The facts follow the PyTorch documentation
 //! (nn.Module.eval, torch.no_grad, torch.inference_mode, torch.autocast).
 
-use protocol::stats::{RatioCi, Side};
+use protocol::noise::Comparison;
 use protocol::{format_bytes, Autocast, GradMode, ModelId, Report};
 
 /// What `model.eval()` / `model.train()` changes for this model.
@@ -90,13 +90,29 @@ fn change(new: f64, old: f64) -> Option<f64> {
     (old > 0.0).then(|| (new - old) / old * 100.0)
 }
 
-fn describe_change(what: &str, pct: f64) -> String {
-    if pct.abs() < 3.0 {
-        format!("{what} about the same")
-    } else if pct < 0.0 {
-        format!("{what} {:.0}% lower", -pct)
+/// A percentage as small as a byte count can make it: whole numbers from 10% on.
+fn percent(pct: f64) -> String {
+    let a = pct.abs();
+    if a >= 10.0 {
+        format!("{a:.0}%")
+    } else if a >= 0.1 {
+        format!("{a:.1}%")
     } else {
-        format!("{what} {:.0}% higher", pct)
+        "under 0.1%".to_string()
+    }
+}
+
+/// Peak memory against the previous run's. Memory figures are exact bytes (libtorch's
+/// allocation reporting on the CPU, the caching allocator's counters on CUDA), the same for
+/// the same settings every time: no noise floor applies, and any difference is real.
+fn memory_change(new: u64, old: u64) -> String {
+    if new == old {
+        return "peak memory the same, to the byte".to_string();
+    }
+    match change(new as f64, old as f64) {
+        Some(pct) if pct < 0.0 => format!("peak memory {} lower", percent(pct)),
+        Some(pct) => format!("peak memory {} higher", percent(pct)),
+        None => format!("peak memory {} above baseline, from none", format_bytes(new)),
     }
 }
 
@@ -143,11 +159,11 @@ pub fn spread(r: &Report) -> Option<String> {
     })
 }
 
-/// The latency of `new` against `old` from their per-iteration samples: "1.31× faster
-/// (1.22–1.40)", or no difference we can tell apart from noise (with how many more
-/// iterations would likely decide it).
+/// The latency of `new` against `old`, two runs measured apart: "1.31× faster
+/// (1.22–1.40), beyond this server's run-to-run noise (±6%, ...)", or "no difference
+/// beyond run-to-run noise: ..." ([`Comparison::of_runs`]).
 pub fn latency_change(new: &Report, old: &Report) -> Option<String> {
-    RatioCi::of(&new.latencies(), &old.latencies()).map(|ci| ci.latency_reading())
+    Comparison::of_runs(new, old).map(|c| c.latency_reading())
 }
 
 /// The caveat that travels with a run's figures (see [`Report::caveat`]).
@@ -188,9 +204,9 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
             differs.join(" and "),
         );
     }
-    let mem = change(peak as f64, prev.memory.peak_above_baseline_bytes as f64);
-    let lat = latency_change(latest, prev).map(|l| format!("median latency {l}"));
-    let parts: Vec<String> = [mem.map(|m| describe_change("peak memory", m)), lat]
+    let mem = memory_change(peak, prev.memory.peak_above_baseline_bytes);
+    let lat = latency_change(latest, prev).map(|l| format!("median latency: {l}"));
+    let parts: Vec<String> = [Some(mem), lat]
         .into_iter()
         .flatten()
         .collect();
@@ -201,19 +217,23 @@ pub fn reading(latest: &Report, previous: Option<&Report>) -> String {
         "{} against the previous run ({}): {} ({figures}).{warning}{caveat}",
         run_name(latest),
         prev.spec.label(),
-        parts.join(", "),
+        parts.join("; "),
     )
 }
 
-/// `new` against `old` as a factor people read at a glance: "4.0× lower", "2.5× higher",
-/// "about the same" within 3%. `None` when either is zero (no factor exists).
-fn factor(new: f64, old: f64) -> Option<String> {
-    if !(new > 0.0 && old > 0.0) {
+/// `new` bytes against `old` as a factor people read at a glance: "4.0× lower", "2.5×
+/// higher", and within 5% the exact percentage ("1.2% higher"): bytes are exact, so a small
+/// difference is still one. `None` when either is zero (no factor exists).
+fn factor(new: u64, old: u64) -> Option<String> {
+    if new == 0 || old == 0 {
         return None;
     }
-    let ratio = new / old;
-    Some(if (ratio - 1.0).abs() < 0.03 {
-        "about the same as".to_string()
+    let ratio = new as f64 / old as f64;
+    Some(if new == old {
+        "the same as".to_string()
+    } else if (ratio - 1.0).abs() < 0.05 {
+        let pct = (ratio - 1.0) * 100.0;
+        format!("{} {} than", percent(pct), if pct < 0.0 { "lower" } else { "higher" })
     } else if ratio < 1.0 {
         format!("{:.1}× lower than", 1.0 / ratio)
     } else {
@@ -237,7 +257,7 @@ pub fn chart_readings(latest: &Report, previous: &Report) -> (String, String) {
         latest.memory.peak_above_baseline_bytes,
         previous.memory.peak_above_baseline_bytes,
     );
-    let memory = match factor(new as f64, old as f64) {
+    let memory = match factor(new, old) {
         Some(f) => format!("peak {f} the previous run"),
         None if new == old => "peak the same as the previous run".to_string(),
         None => format!(
@@ -246,22 +266,9 @@ pub fn chart_readings(latest: &Report, previous: &Report) -> (String, String) {
             format_bytes(old)
         ),
     };
-    let ci = RatioCi::of(&latest.latencies(), &previous.latencies());
-    let latency = match ci.map(|c| (c, c.side(1.0))) {
-        Some((c, Side::Above)) => format!(
-            "p50 {:.2}× higher than the previous run ({})",
-            c.ratio,
-            c.range()
-        ),
-        Some((c, Side::Below)) => format!(
-            "p50 {:.2}× lower than the previous run ({:.2}–{:.2})",
-            1.0 / c.ratio,
-            1.0 / c.hi,
-            1.0 / c.lo
-        ),
-        Some(_) => "p50 within the noise of the previous run".to_string(),
-        None => "p50 against the previous run: not comparable".to_string(),
-    };
+    let latency = Comparison::of_runs(latest, previous)
+        .map(|c| c.chart_reading("the previous run"))
+        .unwrap_or_else(|| "p50 against the previous run: not comparable".to_string());
     (memory, latency)
 }
 
@@ -271,18 +278,12 @@ mod tests {
 
     #[test]
     fn changes_read_as_people_say_them() {
-        assert_eq!(
-            describe_change("peak memory", -72.4),
-            "peak memory 72% lower"
-        );
-        assert_eq!(
-            describe_change("p50 latency", 12.0),
-            "p50 latency 12% higher"
-        );
-        assert_eq!(
-            describe_change("p50 latency", 1.0),
-            "p50 latency about the same"
-        );
+        assert_eq!(memory_change(28, 100), "peak memory 72% lower");
+        assert_eq!(memory_change(112, 100), "peak memory 12% higher");
+        // Bytes are exact: a small difference is still one, and only equal bytes are "the same".
+        assert_eq!(memory_change(1010, 1000), "peak memory 1.0% higher");
+        assert_eq!(memory_change(100_001, 100_000), "peak memory under 0.1% higher");
+        assert_eq!(memory_change(7, 7), "peak memory the same, to the byte");
         assert_eq!(change(28.0, 100.0), Some(-72.0));
         assert_eq!(change(1.0, 0.0), None);
     }
@@ -349,10 +350,12 @@ mod tests {
         let b = report("resnet18", 4, 25 << 20, &b_lat);
         let text = reading(&b, Some(&a));
         assert!(
-            text.contains("no difference we can tell apart from noise"),
+            text.contains("no difference beyond run-to-run noise"),
             "{text}"
         );
-        assert!(text.contains("more iterations"), "{text}");
+        // The runs' own drift between blocks is wide: more iterations would not decide it.
+        assert!(text.contains("run-to-run noise (±"), "{text}");
+        assert!(!text.contains("more iterations"), "{text}");
         assert!(text.contains("peak memory 75% lower"), "{text}");
         // The spread is 30% of the median: the run is flagged.
         assert!(text.contains("very noisy, rerun"), "{text}");
@@ -360,9 +363,9 @@ mod tests {
         let c_lat: Vec<f64> = noisy.iter().map(|x| x * 3.0).collect();
         let c = report("resnet18", 4, 25 << 20, &c_lat);
         let text = reading(&c, Some(&a));
-        assert!(text.contains("median latency 3.00× slower ("), "{text}");
+        assert!(text.contains("median latency: 3.00× slower ("), "{text}");
         let text = reading(&a, Some(&c));
-        assert!(text.contains("median latency 3.00× faster ("), "{text}");
+        assert!(text.contains("median latency: 3.00× faster ("), "{text}");
         let (_, latency) = chart_readings(&c, &a);
         assert!(latency.starts_with("p50 3.00× higher"), "{latency}");
         assert!(spread(&a).unwrap().contains("very noisy"));
@@ -387,8 +390,13 @@ mod tests {
         assert!(latency.contains("p50"), "{latency}");
         let (memory, _) = chart_readings(&grad, &nograd);
         assert_eq!(memory, "peak 4.0× higher than the previous run");
-        let (same, _) = chart_readings(&grad, &grad);
-        assert!(same.contains("about the same"), "{same}");
+        let (same, latency) = chart_readings(&grad, &grad);
+        assert_eq!(same, "peak the same as the previous run");
+        assert!(!latency.contains('×'), "four iterations decide nothing: {latency}");
+        // Bytes are exact: 1% more is reported, not rounded to "the same".
+        let bit_more = report("resnet18", 4, (400 << 20) + (4 << 20), &[30.0; 4]);
+        let (memory, _) = chart_readings(&bit_more, &grad);
+        assert_eq!(memory, "peak 1.0% higher than the previous run");
         // Another model: no factor, only what differs.
         let mlp = report("tiny_mlp", 4, 1 << 20, &[1.0; 4]);
         let (memory, latency) = chart_readings(&mlp, &grad);

@@ -507,14 +507,15 @@ async fn first_view(
     note: RwSignal<Option<String>>,
 ) {
     use protocol::{Record, RecordSummary};
-    let label = default.label();
+    // The list's labels name the model first, as the Lab's first view reads them.
+    let label = crate::lab::guide::summary_label(&default);
     let listed = crate::client::get_json::<Vec<RecordSummary>>("/api/records?kind=run&limit=200")
         .await
         .unwrap_or_default();
     for summary in listed.iter().filter(|s| s.label == label).take(5) {
         let url = format!("/api/records/{}", summary.id);
         if let Ok(record) = crate::client::get_json::<Record>(&url).await {
-            if let Some(report) = record.run().filter(|r| r.generation.is_some() && r.spec.model == default.model) {
+            if let Some(report) = record.run().filter(|r| is_default_generation(r, &default)) {
                 if view_state.with_untracked(|v| v.report.is_none() && !v.phase.busy()) {
                     note.set(Some(format!(
                         "Recorded generation (the default settings), measured on {} on {}: press Generate to measure it again now.",
@@ -539,9 +540,53 @@ async fn first_view(
     }
 }
 
+/// Whether recorded run `r` is a generation of the `default` settings (the label narrows
+/// the list; the record itself must match every setting the page shows).
+#[cfg_attr(not(any(feature = "hydrate", test)), allow(dead_code))]
+fn is_default_generation(r: &Report, default: &RunSpec) -> bool {
+    let (s, d) = (&r.spec, default);
+    r.generation.is_some()
+        && s.model == d.model
+        && s.generate == d.generate
+        && (s.batch, s.eval, s.grad, s.autocast) == (d.batch, d.eval, d.grad, d.autocast)
+        && s.resolved_input_size() == d.resolved_input_size()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_view_finds_a_recorded_default_generation_by_its_listed_label() {
+        let default = spec_from_query(&[], |_| None);
+        // What /api/records lists for a recorded run of these settings.
+        let listed = protocol::Record {
+            id: "r1".into(),
+            body: protocol::RecordBody::Run(Box::new(generation_report(&default))),
+        }
+        .summary()
+        .label;
+        assert_eq!(listed, crate::lab::guide::summary_label(&default));
+        let report = generation_report(&default);
+        assert!(is_default_generation(&report, &default));
+        let other = RunSpec { batch: default.batch + 1, ..default.clone() };
+        assert!(!is_default_generation(&report, &other));
+    }
+
+    fn generation_report(spec: &RunSpec) -> Report {
+        let mut r = protocol::testing::report("no_grad", spec.batch, vec![]);
+        r.spec = RunSpec { input_size: Some(spec.resolved_input_size()), ..spec.clone() };
+        r.generation = Some(serde_json::from_value(serde_json::json!({
+            "cache": "dynamic", "prompt_len": 8, "new_tokens": 8, "batch": 1, "prefill_ms": 1.0,
+            "steps": [], "kv_cache_bytes": 0, "kv_cache_formula_bytes": 0, "kv_cache_tokens": 0,
+            "kv_cache_element_bytes": 4, "decode_ms_per_token": null, "tokens_per_s": 1.0,
+            "tokens_per_s_total": 1.0, "weights_bytes": 0, "decode_bandwidth_gb_s": null,
+            "decode_bandwidth_percent": null, "bandwidth_source": null, "prefill_flops": 0,
+            "prefill_tflops": 0.0, "prefill_percent_of_peak": null, "decode_flops_per_step": 0,
+            "decode_intensity_flops_per_byte": 0.0, "warmup_ms": 1.0, "prompt_tokens": [], "tokens": []
+        })).expect("a generation section"));
+        r
+    }
 
     #[test]
     fn settings_round_trip_through_the_address() {

@@ -62,6 +62,11 @@ test("first view, then the guided start clicked through", async ({ page, browser
   await expect(lab.testid("guide-progress")).toContainText("1 of 3", { timeout: 90_000 });
   await expect(page).toHaveURL(/grad=enabled/);
   await expect(page.locator('.lab[data-guide-step="2"]')).toHaveCount(1);
+  // Step 1 ran the recorded run's settings again: two runs of identical settings read as
+  // the same within this server's run-to-run noise, never as a difference.
+  const latencyTitle = JSON.stringify((await option(page, "latency-chart")).title);
+  expect(latencyTitle).toMatch(/p50 within run-to-run noise \(±[\d.]+%\)"/);
+  await expect(lab.testid("reading")).toContainText("no difference beyond run-to-run noise");
 
   await lab.testid("guide-step-2").click();
   await expect(lab.testid("guide-progress")).toContainText("2 of 3", { timeout: 90_000 });
@@ -85,14 +90,21 @@ test("first view, then the guided start clicked through", async ({ page, browser
   await expect(lab.testid("guide-progress")).toContainText("done");
   await expect(page.locator(".lab[data-guide-step]")).toHaveCount(0);
 
-  // After the comparison the summary says which run it shows, and offers its settings.
+  // After the comparison the summary says which run it shows: the lesson ends on the grad
+  // modes it teaches, eval under no_grad against eval with autograd (five runs after the
+  // first three), and the snippet is that run's.
   const runs = await lab.testid("page-runs").locator("li").count();
-  expect(runs).toBeGreaterThanOrEqual(7);
+  expect(runs).toBe(8);
   await expect(lab.testid("shown")).toContainText(`Showing run #${runs} of this page`);
+  await expect(lab.testid("shown")).toContainText("eval · no_grad");
   await expect(lab.testid("summary").locator("caption")).toContainText(
     (await lab.testid("shown").innerText()).split(": ")[1].split(" — ")[0],
   );
-  await lab.testid("load-shown").click();
+  const last = await option(page, "memory-chart");
+  expect(JSON.stringify(last.title)).toMatch(/peak \d+\.\d× lower than the previous run/);
+  expect(JSON.stringify(last.title)).not.toMatch(/fp16|bf16/);
+  await expect(lab.testid("snippet")).toContainText("with torch.no_grad():");
+  await expect(lab.testid("snippet")).toContainText("model.eval()");
   await expect(lab.testid("load-shown")).toHaveCount(0);
   // Any compared run can be brought back, its settings loaded into the controls.
   const first = lab.testid("page-runs").locator("li", { hasText: "train · enabled" }).first();

@@ -1,6 +1,7 @@
 // The Generate page: a real generation streams its steps into the per-step charts, and
 // "Compare cache modes" overlays dynamic, static and no cache.
 import { expect, test, type Page } from "@playwright/test";
+import { freePort, startServer, stopServer, type OwnServer } from "./own-server";
 
 async function seriesLengths(page: Page, id: string): Promise<number[]> {
   return page.evaluate((el) => {
@@ -38,4 +39,33 @@ test("Compare cache modes overlays dynamic, static and no cache", async ({ page 
   await expect.poll(async () => (await seriesLengths(page, "gen-latency-chart")).length, { timeout: 120_000 }).toBe(3);
   await expect(page.getByTestId("gen-compare-link")).toBeVisible();
   expect(await seriesLengths(page, "gen-prefill-chart")).toEqual([3, 3]);
+});
+
+test.describe("the first view of a bare /generate", () => {
+  let server: OwnServer;
+  test.beforeAll(async () => {
+    // A fresh server: nothing recorded.
+    server = await startServer(freePort(7), ["--db", ":memory:", "--rate-limit", "0"]);
+  });
+  test.afterAll(async () => {
+    if (server) await stopServer(server);
+  });
+
+  test("generates once on a fresh server, then shows that recorded generation", async ({ page }) => {
+    test.setTimeout(4 * 60_000);
+    const runs = async () => ((await (await fetch(`${server.url}/api/records?kind=run&limit=50`)).json()) as unknown[]).length;
+    await page.goto(`${server.url}/generate`);
+    await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+    await expect(page.getByTestId("gen-status")).toContainText("First visit", { timeout: 30_000 });
+    await expect(page.getByTestId("gen-permalink")).toBeVisible({ timeout: 120_000 });
+    await expect.poll(runs, { timeout: 30_000 }).toBe(1);
+    // Two more loads find that generation and start nothing.
+    for (let load = 0; load < 2; load++) {
+      await page.goto(`${server.url}/generate`);
+      await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+      await expect(page.getByTestId("gen-status")).toContainText("Recorded generation (the default settings)", { timeout: 30_000 });
+      await expect(page.getByTestId("gen-status")).not.toContainText("First visit");
+    }
+    expect(await runs()).toBe(1);
+  });
 });

@@ -15,6 +15,7 @@ mod format;
 mod generate;
 mod info;
 mod model;
+pub mod noise;
 mod pitfall;
 mod python;
 mod python_generate;

@@ -186,6 +186,12 @@ pub struct Report {
     /// (per token), its `warmup` the warm-up generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<GenerationReport>,
+    /// This server's run-to-run noise for runs like this one (same device, the model's
+    /// repeats or the device's) as measured when it finished: what a comparison with another
+    /// run is decided against ([`crate::noise`]). Absent before any setting had been run
+    /// twice, and in reports recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_to_run: Option<crate::noise::RunToRun>,
 }
 
 impl Report {

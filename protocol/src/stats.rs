@@ -3,8 +3,10 @@
 //! at, and a seeded bootstrap confidence interval of the ratio of two medians.
 //!
 //! Pure and deterministic (a fixed-seed generator, no clock), because the browser (WASM),
-//! the server and the engine must read the same samples the same way: the Lab's reading
-//! line, `/compare`, the CLI and the pitfall rules all call [`RatioCi::of`].
+//! the server and the engine must read the same samples the same way: the pitfall rules
+//! call [`RatioCi::of`], and two separately measured runs (the Lab's reading line,
+//! `/compare`, the CLI) go through [`crate::noise::Comparison`], which adds this server's
+//! run-to-run noise to it.
 
 use crate::Report;
 

@@ -42,3 +42,25 @@ pub fn report(grad: &str, batch: u32, trace: Vec<TracePoint>) -> Report {
     report.flops = Some(flops);
     report
 }
+
+/// `r` with these timed latencies (in order), its median and IQR recomputed from them: a
+/// run whose noise a test chooses.
+pub fn with_latencies(mut r: Report, latencies_ms: &[f64]) -> Report {
+    r.samples = latencies_ms
+        .iter()
+        .enumerate()
+        .map(|(i, &ms)| crate::Sample {
+            iteration: i as u32,
+            latency_ms: ms,
+            allocated_bytes: 0,
+            peak_bytes: 0,
+            reserved_bytes: None,
+        })
+        .collect();
+    r.spec.iters = latencies_ms.len() as u32;
+    if let Some(m) = crate::stats::median(latencies_ms) {
+        r.latency_ms.p50 = m;
+    }
+    r.latency_ms.iqr = crate::stats::iqr(latencies_ms);
+    r
+}

@@ -108,6 +108,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 tracing::warn!(run = %id, "run {id} was interrupted: the previous server stopped while it was measuring it; its permalink says so");
             }
             let worker = local::start_worker(config)?;
+            local::remember_recorded_runs(&worker, &store);
             let state = build_state(worker, &site_root, bound, services(Arc::new(store), CountCache::for_this_executable()))?;
             Ok((state, lock))
         })

@@ -48,7 +48,7 @@ pub const STEPS: [Step; 3] = [
     },
     Step {
         action: "Compare all modes",
-        look: "train/eval × grad/no_grad/inference_mode (and autocast where the device runs it), one after another, side by side below.",
+        look: "Five runs, one after another, side by side below: train and eval with autograd, train under no_grad, eval under inference_mode, and last eval under no_grad, which the charts then show against eval with autograd.",
     },
 ];
 
@@ -81,6 +81,25 @@ impl Guide {
                 ..g
             })
             .unwrap_or_default()
+    }
+
+    /// The runs of step 3, from the current settings: the grad modes it teaches, autocast
+    /// off, ordered so that the charts end on eval under no_grad against eval with autograd
+    /// (the charts draw the last run against the one before it).
+    pub fn comparison_rows(current: &RunSpec) -> Vec<RunSpec> {
+        let row = |eval, grad| RunSpec {
+            eval,
+            grad,
+            autocast: protocol::Autocast::Off,
+            ..current.clone()
+        };
+        vec![
+            row(false, GradMode::Enabled),
+            row(false, GradMode::NoGrad),
+            row(true, GradMode::InferenceMode),
+            row(true, GradMode::Enabled),
+            row(true, GradMode::NoGrad),
+        ]
     }
 
     /// The spec step `index`'s click runs, from the current settings.
@@ -185,6 +204,24 @@ pub fn GuidePanel(guide: RwSignal<Guide>, on_step: Callback<usize>) -> impl Into
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_step_ends_on_the_grad_modes_it_teaches() {
+        let current = RunSpec { autocast: protocol::Autocast::Bf16, ..RunSpec::default() };
+        let rows = Guide::comparison_rows(&current);
+        assert!(rows.iter().all(|r| r.autocast == protocol::Autocast::Off));
+        // Every grad mode the step names, in both modes where it says so.
+        for grad in GradMode::ALL {
+            assert!(rows.iter().any(|r| r.grad == grad), "{grad:?}");
+        }
+        assert!(rows.iter().any(|r| !r.eval && r.grad == GradMode::Enabled));
+        // The charts show the last run against the one before: eval, no_grad against autograd.
+        let (before, last) = (&rows[rows.len() - 2], &rows[rows.len() - 1]);
+        assert_eq!((before.eval, before.grad), (true, GradMode::Enabled));
+        assert_eq!((last.eval, last.grad), (true, GradMode::NoGrad));
+        assert!(STEPS[2].look.starts_with("Five runs"));
+        assert_eq!(rows.len(), 5);
+    }
 
     #[test]
     fn the_guide_advances_only_when_its_current_step_is_done() {

@@ -169,7 +169,10 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let guide = RwSignal::new(Guide::default());
     let on_step = Callback::new(move |i: usize| {
         if i == 2 {
-            compare_all();
+            // The grad modes the step teaches, ending on the pair its conclusion is about.
+            if can_start() && !comparing.get_untracked() {
+                start_sequence(Guide::comparison_rows(&spec.get_untracked()), runs);
+            }
         } else if can_start() {
             let next = Guide::spec_for(i, &spec.get_untracked());
             lab.update(&|s| *s = next.clone());

@@ -87,7 +87,7 @@ pub fn Results(
                 </figcaption>
                 <PageRuns lab runs />
             </figure>
-            {(!hidden("snippet")).then(|| view! { <Snippet spec /> })}
+            {(!hidden("snippet")).then(|| view! { <Snippet spec view_state /> })}
         </section>
     }
 }
@@ -294,14 +294,21 @@ fn Summary(view_state: RwSignal<RunView>) -> impl IntoView {
     move || view_state.with(|v| v.report.as_ref().map(summary_table))
 }
 
-/// The Python that does what the settings do, with a copy button.
+/// The Python that does what the run on the charts did (before any run: what the settings
+/// would do), with a copy button: after Compare all modes the charts show its last row, not
+/// what the controls say.
 #[component]
-fn Snippet(spec: Memo<RunSpec>) -> impl IntoView {
+fn Snippet(spec: Memo<RunSpec>, view_state: RwSignal<RunView>) -> impl IntoView {
+    let shown = Memo::new(move |_| {
+        view_state
+            .with(|v| v.report.as_ref().map(|r| r.spec.clone()))
+            .unwrap_or_else(|| spec.get())
+    });
     let copied = RwSignal::new(false);
     let on_copy = move |_| {
         #[cfg(feature = "hydrate")]
         {
-            let text = python_snippet(&spec.get_untracked());
+            let text = python_snippet(&shown.get_untracked());
             leptos::task::spawn_local(async move {
                 let ok = crate::client::copy_text(&text).await.is_ok();
                 copied.set(ok);
@@ -314,7 +321,7 @@ fn Snippet(spec: Memo<RunSpec>) -> impl IntoView {
                 <h2>"The same in PyTorch"</h2>
                 <button data-testid="copy-snippet" on:click=on_copy>{move || if copied.get() { "Copied" } else { "Copy" }}</button>
             </div>
-            <pre><code data-testid="snippet">{move || python_snippet(&spec.get())}</code></pre>
+            <pre><code data-testid="snippet">{move || python_snippet(&shown.get())}</code></pre>
         </div>
     }
 }

@@ -127,7 +127,7 @@ fn compare_table(runs: &[(String, Report)]) -> impl IntoView + use<> {
             }),
         ),
         (
-            "median latency against #1 (95% interval)",
+            "median latency against #1 (decided against run-to-run noise)",
             Box::new(move |r: &Report| {
                 if r == &h {
                     return "—".to_string();

@@ -99,7 +99,7 @@ pub fn RecordsPage() -> impl IntoView {
                         view! {
                             <tr class:unfinished=unfinished data-status=r.status.as_str()>
                                 <td>{pick}</td>
-                                <td data-label="what"><a href=format!("/runs/{id}") rel="external">{r.label.clone()}</a></td>
+                                <td data-label="what"><a href=format!("/runs/{id}") rel="external">{shown_label(&r.label)}</a></td>
                                 <td data-label="device">{r.device_name.clone()}</td>
                                 <td data-label="result">{if unfinished {
                                     let (word, rest) = status_and_rest(r.status.as_str(), &figures);
@@ -152,6 +152,18 @@ pub fn RecordsPage() -> impl IntoView {
 /// "interrupted" and " by a server restart at ..." when the note starts with the status (it
 /// does for an interrupted run), so the row reads as one sentence; else "status: " and the
 /// note.
+/// A listed run's label with its model named as the pages name it ("MobileNet-V2 · eval ·
+/// ..."): the record keeps the model's id (`mobilenet_v2`), which the first views match on.
+fn shown_label(label: &str) -> String {
+    label
+        .split_once(" · ")
+        .and_then(|(id, rest)| {
+            let model: protocol::ModelId = id.parse().ok()?;
+            Some(format!("{} · {rest}", model.display_name()))
+        })
+        .unwrap_or_else(|| label.to_string())
+}
+
 pub(crate) fn status_and_rest(status: &str, note: &str) -> (String, String) {
     match note.get(..status.len()) {
         Some(head) if head.eq_ignore_ascii_case(status) => (status.to_string(), note[status.len()..].to_string()),
@@ -161,7 +173,18 @@ pub(crate) fn status_and_rest(status: &str, note: &str) -> (String, String) {
 
 #[cfg(test)]
 mod tests {
-    use super::status_and_rest;
+    use super::{shown_label, status_and_rest};
+
+    #[test]
+    fn listed_runs_name_their_model_as_the_pages_do() {
+        assert_eq!(shown_label("mobilenet_v2 · eval · enabled · batch 1"), "MobileNet-V2 · eval · enabled · batch 1");
+        let tiny = protocol::decoder::CPU_PRESET;
+        let shown = shown_label(&format!("{tiny} · eval · no_grad · batch 1"));
+        assert!(!shown.starts_with(tiny) && shown.ends_with(" · eval · no_grad · batch 1"), "{shown}");
+        // Not a model id (a pitfall, a removed team model): as recorded.
+        assert_eq!(shown_label("pitfall warmup"), "pitfall warmup");
+        assert_eq!(shown_label("gone_model · eval"), "gone_model · eval");
+    }
 
     #[test]
     fn a_note_that_starts_with_its_status_reads_as_one_sentence() {

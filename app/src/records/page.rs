@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
-use protocol::{python_snippet, Record, RecordBody, RecordStatus, Report, ServerInfo, Unfinished};
+use protocol::{python_snippet, Record, RecordBody, RecordStatus, Report, RunSpec, ServerInfo, Unfinished};
 
 use super::{load, Loaded, RECORDS_ELEMENT};
 use crate::settings::query_from_spec;
@@ -35,7 +35,8 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
     match &record.body {
         RecordBody::Run(report) => {
             let report = (**report).clone();
-            let lab_link = format!("/?{}", query_from_spec(&report.spec));
+            let is_generation = report.generation.is_some();
+            let (again_href, again_text) = again(&report.spec);
             let heading = format!(
                 "{} · {}",
                 report.spec.model.display_name(),
@@ -47,17 +48,21 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
                     <p class="provenance" data-testid="provenance">{provenance(&report.env)}</p>
                     <p class="explain">
                         "A recorded result: the figures below are what Gradless measured then, on that hardware. Nothing is re-run when this page opens."
-                        {(!embed).then(|| view! { " " <a href=lab_link rel="external">"Run these settings again in the Lab"</a> })}
+                        {(!embed).then(|| view! { " " <a href=again_href rel="external" data-testid="run-again">{again_text}</a> })}
                     </p>
                 </section>
                 <RecordedCharts report=report.clone() />
                 <section class="panel">{summary_table(&report)}</section>
-                <RecordActions id=id.clone() run=true charts=vec![("latency-chart", "latency"), ("memory-chart", "memory")] />
+                <RecordActions id=id.clone() run=true charts=if is_generation {
+                    vec![("gen-latency-chart", "latency per step"), ("gen-memory-chart", "memory per step"), ("gen-prefill-chart", "prefill and decode")]
+                } else {
+                    vec![("latency-chart", "latency"), ("memory-chart", "memory")]
+                } />
                 {(!embed).then(|| view! {
                     <CompareWith id=id.clone() />
                     <section class="panel snippet">
                         <h2>"The same in PyTorch"</h2>
-                        <pre><code>{python_snippet(&report.spec)}</code></pre>
+                        <pre><code>{if is_generation { protocol::python_generate_loop(&report.spec) } else { python_snippet(&report.spec) }}</code></pre>
                     </section>
                 })}
             }
@@ -120,7 +125,7 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
         _ => "Not finished",
     };
     let again = match (&u.spec, &u.pitfall) {
-        (Some(spec), _) => Some((format!("/?{}", query_from_spec(spec)), "Run these settings again in the Lab")),
+        (Some(spec), _) => Some(again(spec)),
         (None, Some(card)) => Some((format!("/pitfalls#{card}"), "Run this experiment again")),
         (None, None) => None,
     };
@@ -148,9 +153,25 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
     }
 }
 
-/// The latency and memory charts of a recorded run.
+/// Where a recorded run's settings run again, and the link's words: a generation on the
+/// Generate page (its prompt, new tokens and cache in the address), a forward run in the Lab.
+pub fn again(spec: &RunSpec) -> (String, &'static str) {
+    match spec.generate {
+        Some(_) => (
+            format!("/generate?{}", crate::generate::query_from_spec(spec)),
+            "Run this generation again on the Generate page",
+        ),
+        None => (format!("/?{}", query_from_spec(spec)), "Run these settings again in the Lab"),
+    }
+}
+
+/// The charts of a recorded run: a generation's per-step charts (its prefill is a step, not
+/// a warm-up), or a forward run's latency and memory per iteration.
 #[component]
 fn RecordedCharts(report: Report) -> impl IntoView {
+    if report.generation.is_some() {
+        return view! { <RecordedGeneration report /> }.into_any();
+    }
     #[cfg(feature = "hydrate")]
     {
         use crate::charts;
@@ -176,6 +197,35 @@ fn RecordedCharts(report: Report) -> impl IntoView {
         <div class="charts">
             <figure><div id="latency-chart" class="chart" data-testid="latency-chart"></div></figure>
             <figure><div id="memory-chart" class="chart" data-testid="memory-chart"></div></figure>
+        </div>
+    }
+    .into_any()
+}
+
+/// A recorded generation drawn as the Generate page draws it: latency and memory per step,
+/// prefill against decode.
+#[component]
+fn RecordedGeneration(report: Report) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    {
+        use crate::charts::{prefill_decode_chart, render, step_latency_chart, step_memory_chart, GenRun};
+        let r = report.clone();
+        Effect::new(move |_| {
+            // One run: the heading names it; a short series name fits under the bar.
+            let name = "this generation".to_string();
+            let steps = r.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default();
+            let runs = [GenRun { name: &name, steps: &steps, baseline: Some(r.memory.baseline_bytes) }];
+            render("gen-latency-chart", step_latency_chart(&runs));
+            render("gen-memory-chart", step_memory_chart(&runs));
+            render("gen-prefill-chart", prefill_decode_chart(&runs));
+        });
+    }
+    let _ = &report;
+    view! {
+        <div class="charts">
+            <figure><div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div></figure>
+            <figure><div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div></figure>
+            <figure><div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div></figure>
         </div>
     }
 }
@@ -220,5 +270,32 @@ fn CompareWith(id: String) -> impl IntoView {
             </form>
             <p class="error" role="alert">{move || error.get()}</p>
         </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generation_runs_again_on_the_generate_page_with_its_settings() {
+        let spec = crate::generate::spec_from_query(&[], |k| match k {
+            "prompt" => Some("24".into()),
+            "new_tokens" => Some("17".into()),
+            "cache" => Some("static".into()),
+            _ => None,
+        });
+        let (href, text) = again(&spec);
+        assert!(href.starts_with("/generate?"), "{href}");
+        assert!(text.contains("Generate"));
+        // The address brings back what was generated: the prompt, the new tokens, the cache.
+        let back = crate::generate::spec_from_query(&[], |k| {
+            href.split_once('?').unwrap().1.split('&').find_map(|kv| kv.split_once('=').filter(|(key, _)| *key == k).map(|(_, v)| v.to_string()))
+        });
+        assert_eq!(back.generate, spec.generate);
+        assert_eq!(back.resolved_input_size(), 24);
+        // A forward run goes back to the Lab.
+        let (href, text) = again(&RunSpec::default());
+        assert!(href.starts_with("/?") && text.contains("Lab"), "{href}");
     }
 }

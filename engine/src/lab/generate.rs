@@ -488,6 +488,7 @@ impl Lab {
             roofline: None,
             memory_breakdown: None,
             generation: Some(generation),
+            run_to_run: None,
         })
     }
 }

@@ -264,6 +264,7 @@ impl Lab {
             roofline: None,
             memory_breakdown,
             generation: None,
+            run_to_run: None,
         };
         Ok((report, traffic))
     }

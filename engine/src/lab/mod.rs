@@ -106,6 +106,9 @@ pub struct Lab {
     peaks: std::collections::HashMap<(DeviceKind, Precision, u32), Option<protocol::DevicePeak>>,
     /// Set only for the length of [`Lab::measure_autocast_per_step`].
     autocast_per_step: bool,
+    /// The medians of the runs this device thread measured (and those recorded before it
+    /// started): this server's run-to-run noise, stamped on every run it finishes.
+    noise: protocol::noise::NoiseBook,
 }
 
 impl Lab {
@@ -136,7 +139,24 @@ impl Lab {
             task: None,
             peaks: Default::default(),
             autocast_per_step: false,
+            noise: Default::default(),
         })
+    }
+
+    /// A run that finished: stamps it with this server's run-to-run noise for runs like it
+    /// (measured from the runs before it, so a run never vouches for itself), then keeps
+    /// its median for the runs after it.
+    pub fn note_run(&mut self, report: &mut protocol::Report) {
+        report.run_to_run = self.noise.floor(report);
+        self.noise.add(report);
+    }
+
+    /// Runs this server recorded before the worker started, oldest first: their repeats
+    /// count towards the run-to-run noise from the first run on.
+    pub fn remember_runs<'a>(&mut self, reports: impl IntoIterator<Item = &'a protocol::Report>) {
+        for r in reports {
+            self.noise.add(r);
+        }
     }
 
     /// The budget every task on `device` gets (`None` for a device this machine lacks).

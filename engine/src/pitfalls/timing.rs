@@ -51,6 +51,28 @@ pub fn warm_up_rule(first: f64, steady: &[f64]) -> Decision {
     }
 }
 
+/// What a warm-up verdict needs said beside its figures: what this experiment's first
+/// iterations showed, which first-pass costs belong to the device (so a refutation on a CPU
+/// says nothing about a GPU), and why the Lab keeps discarding warm-up whatever the verdict.
+pub fn warm_up_context(device: DeviceKind, first: &[f64], steady_median: f64) -> String {
+    let shown: Vec<String> = first
+        .iter()
+        .enumerate()
+        .map(|(i, ms)| format!("pass {} {ms:.3} ms ({:.2}×)", i + 1, ms / steady_median))
+        .collect();
+    let here = format!(
+        "This run's first passes: {}, against a steady median of {steady_median:.3} ms.",
+        shown.join(", ")
+    );
+    let device_part = match device {
+        DeviceKind::Cpu => "On a CPU the first pass on a new shape pays only for oneDNN creating its per-shape primitives and the allocator's first requests, which can be small, as here. On a GPU it also pays for what this CPU does not have: creating the CUDA context (a process's first CUDA call; this worker does it at start), lazy initialisation of cuBLAS/cuDNN handles and kernel modules on first use, cuDNN's algorithm search per shape (with cudnn.benchmark), and the caching allocator growing its pools from the driver. A verdict here says nothing about a GPU.",
+        DeviceKind::Cuda => "On a GPU the first pass on a new shape pays for lazy initialisation (cuBLAS/cuDNN handles, kernel modules loaded on first use), cuDNN's algorithm search per shape (with cudnn.benchmark), and the caching allocator growing its pools from the driver; creating the CUDA context, a process's first CUDA call, this worker already did at start.",
+    };
+    format!(
+        "{here} {device_part} The Lab still keeps its warm-up iterations out of the statistics on every device: what the first passes cost depends on the device and on what this process ran before (a shape already seen starts warm), so one method measures every run the same way, and a warm-up pass slow for any reason (another process, a page fault) never moves a median."
+    )
+}
+
 fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     // What a new process pays: a freshly built model and an input shape this process has not
     // run yet (oneDNN and cuDNN create and cache their kernels per shape, so a shape seen
@@ -67,8 +89,10 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     .remove(0);
     let median = p(&times[5..], 50.0);
     let ratio = times[0] / median;
+    let mut decision = warm_up_rule(times[0], &times[5..]);
+    decision.reason = format!("{} {}", decision.reason, warm_up_context(ctx.device, &times[..3], median));
     Ok(Outcome::new(
-        warm_up_rule(times[0], &times[5..]),
+        decision,
         format!(
             "{} (a shape new to this process), built fresh for this experiment",
             setup.describe()
@@ -340,6 +364,22 @@ mod tests {
         let d = warm_up_rule(15.0, &busy);
         assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
         assert!(d.reason.contains("quieter"));
+    }
+
+    #[test]
+    fn a_warm_up_verdict_says_what_its_first_passes_showed_and_what_belongs_to_the_device() {
+        let cpu = warm_up_context(DeviceKind::Cpu, &[10.1, 10.0, 30.0], 10.0);
+        // This run's figures, each against the steady median.
+        assert!(cpu.contains("pass 1 10.100 ms (1.01×)") && cpu.contains("pass 3 30.000 ms (3.00×)"), "{cpu}");
+        // What the CPU lacks is named, so a refutation here is not read as one on a GPU.
+        for cost in ["CUDA context", "cuDNN", "caching allocator", "lazy initialisation"] {
+            assert!(cpu.contains(cost), "{cost}: {cpu}");
+        }
+        assert!(cpu.contains("says nothing about a GPU"));
+        // Why the Lab still drops warm-up, on either device.
+        for text in [&cpu, &warm_up_context(DeviceKind::Cuda, &[50.0, 11.0, 10.0], 10.0)] {
+            assert!(text.contains("The Lab still keeps its warm-up iterations out of the statistics"), "{text}");
+        }
     }
 
     #[test]

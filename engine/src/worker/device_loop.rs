@@ -110,7 +110,8 @@ pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) 
                     })?
                 });
                 match result {
-                    Ok(report) => {
+                    Ok(mut report) => {
+                        lab.note_run(&mut report);
                         tracing::info!(
                             "run done: p50 {:.3} ms, peak {} B above the baseline",
                             report.latency_ms.p50,

@@ -282,6 +282,12 @@ impl Worker {
         Err(MeasureError::Rejected(EngineError::WorkerGone))
     }
 
+    /// Hands the device thread runs recorded before it started (oldest first), so their
+    /// repeats count towards this server's run-to-run noise ([`Lab::remember_runs`]).
+    pub fn remember_runs(&self, reports: Vec<Report>) -> Result<(), EngineError> {
+        self.call(move |lab| lab.remember_runs(&reports))
+    }
+
     /// The worker's bookkeeping: tasks done, the queue, and the leak checks.
     pub fn health(&self) -> WorkerHealth {
         let mut h = self.shared.lock_health().clone();

@@ -255,15 +255,14 @@ pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
         .first()
         .and_then(|r| r.report.as_ref())
         .map(|r| (r.latency_ms.p50, r.memory.peak_above_baseline_bytes as f64));
-    let first_latencies = rows
-        .first()
-        .and_then(|r| r.report.as_ref())
-        .map(|r| r.latencies());
+    let first_report = rows.first().and_then(|r| r.report.clone());
     for row in &mut rows {
-        if let (Some(l0), Some(r)) = (first_latencies.as_ref(), row.report.as_ref()) {
-            if let Some(ci) = protocol::stats::RatioCi::of(&r.latencies(), l0) {
-                row.latency_interval_vs_first = Some([ci.lo, ci.hi]);
-                row.latency_reading = Some(ci.latency_reading());
+        if let (Some(l0), Some(r)) = (first_report.as_ref(), row.report.as_ref()) {
+            // Rows run one after another, not interleaved: decided against the run-to-run
+            // noise measured here, as the pages decide.
+            if let Some(c) = protocol::noise::Comparison::of_runs(r, l0) {
+                row.latency_interval_vs_first = Some([c.ci.lo, c.ci.hi]);
+                row.latency_reading = Some(c.latency_reading());
             }
         }
         if let (Some((lat0, mem0)), Some(r)) = (first, row.report.as_ref()) {

@@ -44,6 +44,33 @@ pub fn start_worker(config: WorkerConfig) -> Result<Worker> {
     Worker::start(config).context("could not start the measurement worker (libtorch)")
 }
 
+/// Recorded runs handed to a new device thread: as many as its run-to-run record keeps.
+const REMEMBERED_RUNS: usize = 400;
+
+/// Hands the device thread the runs this server recorded before it started (the newest,
+/// oldest first), so two runs compared after a restart are decided against the repeats
+/// measured before it too. A record that cannot be read is left out: the noise is then
+/// measured from fewer runs, never invented.
+pub fn remember_recorded_runs(worker: &Worker, store: &dyn crate::store::RecordStore) {
+    let summaries = match store.list(Some(protocol::RecordKind::Run), REMEMBERED_RUNS) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("could not read the recorded runs for the run-to-run noise: {e:#}");
+            return;
+        }
+    };
+    let reports: Vec<protocol::Report> = summaries
+        .iter()
+        .rev()
+        .filter_map(|s| store.get(&s.id).ok().flatten())
+        .filter_map(|r| r.run().cloned())
+        .collect();
+    tracing::info!(runs = reports.len(), "recorded runs read for the run-to-run noise");
+    if let Err(e) = worker.remember_runs(reports) {
+        tracing::warn!("the device thread did not take the recorded runs: {e}");
+    }
+}
+
 /// What a single server offers: the worker's devices, models (parameter counts measured
 /// by the engine, or this executable's earlier counts from `counts`), limits and cards.
 pub fn server_info(worker: &Worker, counts: Option<&CountCache>, auth_required: bool) -> Result<ServerInfo> {

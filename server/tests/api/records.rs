@@ -134,3 +134,40 @@ async fn experiments_are_recorded_with_a_permalink() {
         .unwrap()
         .starts_with("series,unit,x,y\n"));
 }
+
+/// The run-to-run noise a comparison is decided against is measured by this server, also
+/// across a restart: a worker started on a database of recorded repeats stamps its first run
+/// with the noise measured from them.
+#[test]
+fn recorded_repeats_count_towards_the_next_workers_run_to_run_noise() {
+    use protocol::{GradMode, ModelId, Record, RecordBody, RunSpec};
+    use server::store::{RecordStore, Store};
+    let spec = RunSpec {
+        model: ModelId::TinyMlp,
+        device: protocol::DeviceChoice::Cpu,
+        batch: 4,
+        grad: GradMode::NoGrad,
+        warmup: 1,
+        iters: 8,
+        threads: Some(1),
+        ..RunSpec::default()
+    };
+    let path = std::env::temp_dir().join(format!("gradless-noise-{}.db", std::process::id()));
+    let store = Store::open(&path).unwrap();
+    let first = server::start_worker(server::worker_config(&engine_args(), 4, None)).unwrap();
+    for i in 0..3 {
+        let report = first.measure(spec.clone(), |_| {}).unwrap();
+        let record = Record { id: format!("r{i}"), body: RecordBody::Run(Box::new(report)) };
+        store.save(&record).unwrap();
+    }
+    first.shutdown();
+    // "Restart": a new worker, told what this server recorded.
+    let second = server::start_worker(server::worker_config(&engine_args(), 4, None)).unwrap();
+    server::dispatch::local::remember_recorded_runs(&second, &store as &dyn RecordStore);
+    let report = second.measure(spec, |_| {}).unwrap();
+    let noise = report.run_to_run.expect("measured from the recorded repeats");
+    assert_eq!((noise.runs, noise.df), (3, 2), "{noise:?}");
+    assert!(noise.sigma_log.is_finite() && noise.sigma_log >= 0.0);
+    store.close();
+    let _ = std::fs::remove_file(&path);
+}

@@ -1,0 +1,457 @@
+//! Run-to-run noise: how far apart two runs of identical settings land on this server, and
+//! the one decision whether two separately measured runs differ in latency
+//! ([`Comparison::of_runs`]).
+//!
+//! The bootstrap interval of [`crate::stats::RatioCi`] covers the noise *within* each run.
+//! Two runs measured minutes apart on a shared machine also differ by the machine's drift
+//! between them (other processes, frequency, caches), which no resampling of either run can
+//! see: two runs of the same settings then "differ" by 1.2×. So a comparison of two runs is
+//! decided against a floor *measured here*, the larger of:
+//!
+//! - **the server's record of repeats** ([`NoiseBook`]): the device thread keeps the medians of
+//!   the runs it measured (and, at start, the ones it recorded before); runs of identical
+//!   settings on the same device give the pooled standard deviation of ln(p50) between runs
+//!   of one setting, which every report carries as measured when it finished
+//!   ([`crate::Report::run_to_run`]), so a record reads the same forever;
+//! - **the two runs' own drift**: each run's timed iterations split into consecutive blocks,
+//!   the spread of the blocks' medians ([`block_drift`]); for a generation, whose steps slow
+//!   down with the position by design, around the run's trend.
+//!
+//! Either estimate becomes the half-width two runs of one setting stay within 99 times in
+//! 100, `t(df) · √2 · σ` in ln ratio (Student's t for the few degrees of freedom a young
+//! server has), printed as "±X%". Once the record has ten degrees of freedom it is the floor
+//! alone; from three, the larger of the two; below three (one or two repeats, whose floor
+//! would be hundreds of percent wide) the drift alone. Two runs differ only when the ratio is past that
+//! floor *and* the bootstrap interval excludes 1 *and* the fast iterations (p10) moved past
+//! the floor the same way: a run the machine's load slowed has its median pushed up while
+//! the iterations that ran undisturbed stay put, and a setting moves both. Runs measured together, interleaved (a pitfall experiment's arms),
+//! have no drift between them and are read with [`crate::stats::RatioCi`] alone.
+//!
+//! Pure and deterministic like `stats`: the browser, the server and the CLI read the same
+//! reports the same way.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::stats::{median, RatioCi, Side, MIN_SAMPLES};
+use crate::Report;
+
+/// This server's run-to-run noise when a run finished: the pooled spread of the medians of
+/// repeated runs of identical settings it had measured on the same device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunToRun {
+    /// Pooled standard deviation of ln(p50) between runs of one setting.
+    pub sigma_log: f64,
+    /// Degrees of freedom of that estimate: runs minus groups of identical settings.
+    pub df: u32,
+    /// Runs in the groups it pools.
+    pub runs: u32,
+    /// Pooled over this model's settings only, or over every model of the device.
+    pub scope: NoiseScope,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum NoiseScope {
+    Model,
+    Device,
+}
+
+/// The two-sided 99% quantile of Student's t with `df` degrees of freedom.
+pub fn t99(df: u32) -> f64 {
+    const T: [f64; 30] = [
+        63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055,
+        3.012, 2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797,
+        2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => T[df as usize - 1],
+        // Within 0.003 of the exact quantile past 30.
+        _ => 2.576 + 5.2 / df as f64,
+    }
+}
+
+/// The half-width, in ln ratio, that two runs whose ln medians each scatter by `sigma`
+/// (estimated with `df` degrees of freedom) stay within 99 times in 100. 99%, not 95%:
+/// a reader compares many pairs, and at 95% one A/A pair in twenty would "differ".
+fn half_width(sigma: f64, df: u32) -> f64 {
+    t99(df) * std::f64::consts::SQRT_2 * sigma
+}
+
+/// From this many degrees of freedom on, the record of repeats is the floor on its own:
+/// it measured what two runs of one setting do here, and the two runs' drift (from six
+/// degrees of freedom) would mostly add its own uncertainty.
+const RECORD_ALONE_DF: u32 = 10;
+/// Below this many degrees of freedom the record is not used at all: from one or two
+/// repeats Student's t makes the floor hundreds of percent wide, which says nothing.
+const RECORD_MIN_DF: u32 = 3;
+
+/// Blocks a run's timed iterations are split into to see its drift; each holds at least
+/// [`BLOCK_MIN`] iterations.
+const BLOCKS: usize = 4;
+const BLOCK_MIN: usize = 4;
+
+/// A run's drift during its timed iterations: the standard deviation of ln of the medians
+/// of consecutive blocks of them (up to four, of at least four iterations each), with its
+/// degrees of freedom. A generation's steps are taken around their least-squares trend in
+/// the step's position first: without a cache each step is slower than the last by design,
+/// which is the effect, not noise. `None` with fewer than 8 iterations or a non-positive one.
+pub fn block_drift(r: &Report) -> Option<(f64, u32)> {
+    drift(&r.latencies(), r.generation.is_some())
+}
+
+/// [`block_drift`] of latencies in the order measured, around their trend when `detrended`.
+pub fn drift(latencies: &[f64], detrended: bool) -> Option<(f64, u32)> {
+    if latencies.iter().any(|&x| !(x > 0.0)) {
+        return None;
+    }
+    let mut logs: Vec<f64> = latencies.iter().map(|x| x.ln()).collect();
+    if detrended {
+        detrend(&mut logs);
+    }
+    let k = BLOCKS.min(logs.len() / BLOCK_MIN);
+    if k < 2 {
+        return None;
+    }
+    let n = logs.len();
+    let medians: Vec<f64> = (0..k)
+        .filter_map(|j| median(&logs[j * n / k..(j + 1) * n / k]))
+        .collect();
+    Some((sd(&medians)?, (k - 1) as u32))
+}
+
+/// Removes the least-squares line in the index from `ys`.
+fn detrend(ys: &mut [f64]) {
+    let n = ys.len() as f64;
+    let mx = (n - 1.0) / 2.0;
+    let my = ys.iter().sum::<f64>() / n;
+    let sxx: f64 = (0..ys.len()).map(|i| (i as f64 - mx).powi(2)).sum();
+    let sxy: f64 = ys.iter().enumerate().map(|(i, y)| (i as f64 - mx) * (y - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    for (i, y) in ys.iter_mut().enumerate() {
+        *y -= my + slope * (i as f64 - mx);
+    }
+}
+
+/// The 10th percentile of unsorted samples; `None` when empty.
+fn p10(xs: &[f64]) -> Option<f64> {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| crate::stats::percentile(&v, 10.0))
+}
+
+/// Sample standard deviation; `None` below two values.
+fn sd(xs: &[f64]) -> Option<f64> {
+    if xs.len() < 2 {
+        return None;
+    }
+    let m = xs.iter().sum::<f64>() / xs.len() as f64;
+    Some((xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64).sqrt())
+}
+
+/// Where a comparison's floor comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FloorSource {
+    /// The server's record of repeated runs of identical settings.
+    Recorded(RunToRun),
+    /// The two runs' own drift between blocks of their iterations.
+    Drift,
+}
+
+/// The run-to-run floor of one comparison: the half-width of the ln ratio two runs of
+/// identical settings stay within here, 99 times in 100.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Floor {
+    pub half_width_log: f64,
+    pub source: FloorSource,
+}
+
+impl Floor {
+    /// The floor as people read it: "±8%".
+    pub fn percent(&self) -> String {
+        let pct = (self.half_width_log.exp() - 1.0) * 100.0;
+        if pct < 10.0 {
+            format!("±{pct:.1}%")
+        } else {
+            format!("±{pct:.0}%")
+        }
+    }
+
+    /// Where it was measured, as a clause.
+    pub fn origin(&self) -> String {
+        match &self.source {
+            FloorSource::Recorded(r) => format!(
+                "measured from {} repeated runs of identical settings {}",
+                r.runs,
+                match r.scope {
+                    NoiseScope::Model => "of this model on this device",
+                    NoiseScope::Device => "on this device",
+                }
+            ),
+            FloorSource::Drift => {
+                "measured from the two runs' own drift between blocks of their iterations"
+                    .to_string()
+            }
+        }
+    }
+
+    /// The floor for `a` against `b`: the server's record (the one carried by the report
+    /// with more runs behind it) once it has [`RECORD_ALONE_DF`] degrees of freedom; from
+    /// [`RECORD_MIN_DF`] the larger of the record and the runs' own drift; before that the
+    /// drift alone. `None` when neither is known
+    /// (too few iterations, and no repeats recorded).
+    pub fn of(a: &Report, b: &Report) -> Option<Floor> {
+        let recorded = [a.run_to_run.as_ref(), b.run_to_run.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|r| r.df >= RECORD_MIN_DF)
+            .max_by_key(|r| r.runs)
+            .map(|r| Floor {
+                half_width_log: half_width(r.sigma_log, r.df),
+                source: FloorSource::Recorded(r.clone()),
+            });
+        let drift = match (block_drift(a), block_drift(b)) {
+            (Some((sa, da)), Some((sb, db))) => Some(Floor {
+                half_width_log: half_width(((sa * sa + sb * sb) / 2.0).sqrt(), da + db),
+                source: FloorSource::Drift,
+            }),
+            _ => None,
+        };
+        if let Some(r) = recorded.as_ref().filter(|f| match &f.source {
+            FloorSource::Recorded(r) => r.df >= RECORD_ALONE_DF,
+            FloorSource::Drift => false,
+        }) {
+            return Some(r.clone());
+        }
+        [recorded, drift]
+            .into_iter()
+            .flatten()
+            .max_by(|x, y| x.half_width_log.total_cmp(&y.half_width_log))
+    }
+}
+
+/// What a comparison of two runs' latencies decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// `a` is slower than `b` beyond the floor and the runs' own noise.
+    Slower,
+    Faster,
+    /// The runs' own intervals tell them apart, but by no more than two runs of identical
+    /// settings differ here (or only their slow iterations moved: the machine's load).
+    WithinRunToRun,
+    /// The runs' own noise already covers the difference.
+    WithinRunNoise,
+    /// Too few iterations for the runs' own interval.
+    TooFew,
+    /// No run-to-run noise is known for these runs: nothing can be claimed.
+    NoFloor,
+}
+
+/// Two separately measured runs' latencies, `a` against `b`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    pub ci: RatioCi,
+    pub floor: Option<Floor>,
+    pub verdict: Verdict,
+}
+
+impl Comparison {
+    /// `a` against `b`, decided against this server's run-to-run noise (see the module
+    /// docs). `None` when no ratio exists (an empty run, a non-positive median).
+    pub fn of_runs(a: &Report, b: &Report) -> Option<Comparison> {
+        let ci = RatioCi::of(&a.latencies(), &b.latencies())?;
+        let floor = Floor::of(a, b);
+        // The fast iterations' shift (p10 over p10), in ln: a run slowed by the machine's
+        // load has its median pushed up while the iterations that ran undisturbed stay
+        // where they were; a setting moves both.
+        let fast = match (p10(&a.latencies()), p10(&b.latencies())) {
+            (Some(x), Some(y)) if x > 0.0 && y > 0.0 => (x / y).ln(),
+            _ => 0.0,
+        };
+        let d = ci.ratio.ln();
+        let verdict = match (ci.side(1.0), &floor) {
+            (Side::Straddles, _) if !ci.trusted() => Verdict::TooFew,
+            (Side::Straddles, _) => Verdict::WithinRunNoise,
+            (_, None) => Verdict::NoFloor,
+            (_, Some(f)) if d.abs() <= f.half_width_log => Verdict::WithinRunToRun,
+            (_, Some(f)) if fast * d.signum() <= f.half_width_log => Verdict::WithinRunToRun,
+            (Side::Above, _) => Verdict::Slower,
+            (_, _) => Verdict::Faster,
+        };
+        Some(Comparison { ci, floor, verdict })
+    }
+
+    /// Whether the two runs differ in latency, beyond every noise this server measured.
+    pub fn differs(&self) -> bool {
+        matches!(self.verdict, Verdict::Slower | Verdict::Faster)
+    }
+
+    fn floor_words(&self) -> String {
+        match &self.floor {
+            Some(f) => format!("this server's run-to-run noise ({}, {})", f.percent(), f.origin()),
+            None => "this server's run-to-run noise (not measured for these runs yet: run the same settings twice)".into(),
+        }
+    }
+
+    /// "1.04× slower", "1.20× faster", "the same"
+    fn factor(&self) -> String {
+        let r = self.ci.ratio;
+        if r >= 1.0 {
+            format!("{r:.2}× slower")
+        } else {
+            format!("{:.2}× faster", 1.0 / r)
+        }
+    }
+
+    /// The interval as a factor in the reading's direction: "1.22–1.40".
+    fn interval(&self) -> String {
+        let c = &self.ci;
+        if c.ratio >= 1.0 {
+            c.range()
+        } else {
+            format!("{:.2}–{:.2}", 1.0 / c.hi, 1.0 / c.lo)
+        }
+    }
+
+    /// How people read `a`'s latency against `b`'s: "1.31× slower (1.22–1.40), beyond
+    /// this server's run-to-run noise (±6%, ...)", or "no difference beyond run-to-run
+    /// noise: ...", saying which noise covers it.
+    pub fn latency_reading(&self) -> String {
+        let (factor, interval) = (self.factor(), self.interval());
+        match self.verdict {
+            Verdict::Slower | Verdict::Faster => {
+                format!("{factor} ({interval}), beyond {}", self.floor_words())
+            }
+            Verdict::WithinRunToRun => format!(
+                "no difference beyond run-to-run noise: {factor} ({interval}) is within {}",
+                self.floor_words()
+            ),
+            Verdict::WithinRunNoise => {
+                let mut s = format!(
+                    "no difference beyond run-to-run noise: {factor}, inside the runs' own noise (95% interval {interval}; {})",
+                    self.floor_words()
+                );
+                let past_floor = self
+                    .floor
+                    .as_ref()
+                    .is_some_and(|f| self.ci.ratio.ln().abs() > f.half_width_log);
+                if let Some(more) = self.ci.more_iterations(1.0).filter(|_| past_floor) {
+                    s.push_str(&format!(
+                        "; about {more} more iterations each would likely decide it"
+                    ));
+                }
+                s
+            }
+            Verdict::TooFew => format!(
+                "no difference beyond run-to-run noise: too few iterations to tell ({} and {}; at least {MIN_SAMPLES} each)",
+                self.ci.n_a, self.ci.n_b
+            ),
+            Verdict::NoFloor => format!(
+                "not decided: {factor} ({interval}), but {}",
+                self.floor_words()
+            ),
+        }
+    }
+
+    /// The short reading written on a chart for `a` against `what` (e.g. "the previous
+    /// run"): "p50 1.20× lower than the previous run (1.12–1.29)", or "p50 within
+    /// run-to-run noise (±8%)".
+    pub fn chart_reading(&self, what: &str) -> String {
+        let c = &self.ci;
+        match self.verdict {
+            Verdict::Slower => format!("p50 {:.2}× higher than {what} ({})", c.ratio, self.interval()),
+            Verdict::Faster => format!("p50 {:.2}× lower than {what} ({})", 1.0 / c.ratio, self.interval()),
+            Verdict::NoFloor => format!("p50 against {what}: not decided (run-to-run noise not measured yet)"),
+            Verdict::TooFew => format!("p50 against {what}: too few iterations to tell"),
+            Verdict::WithinRunToRun | Verdict::WithinRunNoise => match &self.floor {
+                // Short: it must fit above a phone's plot (the legend names the run behind).
+                Some(f) => format!("p50 within run-to-run noise ({})", f.percent()),
+                None => format!("p50 within the noise of {what}"),
+            },
+        }
+    }
+}
+
+/// Runs the book keeps (the newest): the floor follows the machine as it is now.
+const BOOK_RUNS: usize = 400;
+/// Below this many degrees of freedom a model's own repeats give way to the device's.
+const MODEL_MIN_DF: u32 = 4;
+
+struct Entry {
+    device: String,
+    model: String,
+    settings: String,
+    ln_p50: f64,
+}
+
+/// The medians of the runs a device thread measured, grouped by identical settings on the
+/// same device: what [`RunToRun`] is pooled from.
+#[derive(Default)]
+pub struct NoiseBook {
+    runs: VecDeque<Entry>,
+}
+
+fn device_key(r: &Report) -> String {
+    format!("{}|{}|{}", r.env.device.as_str(), r.env.device_name, r.env.threads)
+}
+
+impl NoiseBook {
+    /// Adds a finished run (one without a positive median or with too few iterations to
+    /// be compared is left out).
+    pub fn add(&mut self, r: &Report) {
+        let p50 = r.latency_ms.p50;
+        if !(p50 > 0.0) || r.samples.len() < MIN_SAMPLES {
+            return;
+        }
+        self.runs.push_back(Entry {
+            device: device_key(r),
+            model: r.spec.model.to_string(),
+            settings: serde_json::to_string(&r.spec).unwrap_or_default(),
+            ln_p50: p50.ln(),
+        });
+        while self.runs.len() > BOOK_RUNS {
+            self.runs.pop_front();
+        }
+    }
+
+    /// This server's run-to-run noise for runs like `r` (same device): pooled over the
+    /// model's repeats where they give [`MODEL_MIN_DF`] degrees of freedom, else over the
+    /// device's; `None` before any setting has been run twice.
+    pub fn floor(&self, r: &Report) -> Option<RunToRun> {
+        let device = device_key(r);
+        let model = r.spec.model.to_string();
+        let of_model = self.pooled(|e| e.device == device && e.model == model, NoiseScope::Model);
+        match of_model {
+            Some(m) if m.df >= MODEL_MIN_DF => Some(m),
+            _ => self.pooled(|e| e.device == device, NoiseScope::Device),
+        }
+    }
+
+    fn pooled(&self, keep: impl Fn(&Entry) -> bool, scope: NoiseScope) -> Option<RunToRun> {
+        let mut groups: HashMap<&str, Vec<f64>> = HashMap::new();
+        for e in self.runs.iter().filter(|e| keep(e)) {
+            groups.entry(&e.settings).or_default().push(e.ln_p50);
+        }
+        let (mut ss, mut df, mut runs) = (0.0, 0u32, 0u32);
+        for xs in groups.values().filter(|xs| xs.len() >= 2) {
+            let m = xs.iter().sum::<f64>() / xs.len() as f64;
+            ss += xs.iter().map(|x| (x - m).powi(2)).sum::<f64>();
+            df += xs.len() as u32 - 1;
+            runs += xs.len() as u32;
+        }
+        (df > 0).then(|| RunToRun {
+            sigma_log: (ss / df as f64).sqrt(),
+            df,
+            runs,
+            scope,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "noise_tests.rs"]
+mod tests;
