@@ -23,6 +23,8 @@ mod generate;
 mod option;
 #[cfg(feature = "hydrate")]
 mod draw;
+#[cfg(any(feature = "hydrate", test))]
+mod fit;
 mod runs;
 #[cfg(test)]
 mod tests;
@@ -31,7 +33,7 @@ mod trace;
 pub use compare::*;
 pub use generate::*;
 #[cfg(feature = "hydrate")]
-pub use draw::{download_png, render};
+pub use draw::{bring_into_view, download_png, render};
 pub use runs::*;
 pub use trace::*;
 
