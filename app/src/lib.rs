@@ -15,6 +15,7 @@ mod client;
 pub mod embed;
 pub mod explain;
 pub mod fleet;
+pub mod gen_results;
 pub mod generate;
 pub mod lab;
 pub mod pitfalls;
