@@ -6,12 +6,45 @@
 use leptos::prelude::*;
 use protocol::{format_bytes, PitfallReport, Report, Verdict};
 
-/// The line that says where and when a result was measured.
+/// What libtorch's version suffix says about its build: `+cu130` is the CUDA 13.0 build,
+/// which runs on a CPU as well (a CPU-only server often has it, from PyTorch's default
+/// wheel), so the line says which build it is and what the run used.
+pub fn libtorch_build(version: &str, device: protocol::DeviceKind) -> Option<String> {
+    let (_, build) = version.split_once('+')?;
+    if build == "cpu" {
+        return Some("the CPU-only build".into());
+    }
+    let digits = build.strip_prefix("cu").filter(|d| d.len() >= 2 && d.bytes().all(|b| b.is_ascii_digit()))?;
+    let (major, minor) = digits.split_at(digits.len() - 1);
+    let used = match device {
+        protocol::DeviceKind::Cpu => "; this run used the CPU",
+        protocol::DeviceKind::Cuda => "",
+    };
+    Some(format!("libtorch's build for CUDA {major}.{minor}{used}"))
+}
+
+/// The line that says where and when a result was measured: the device, the host's cores
+/// and memory, the libraries and their builds, the threads.
 pub fn provenance(env: &protocol::EnvStamp) -> String {
-    let mut parts = vec![
-        env.device_label(),
-        format!("libtorch {}", env.libtorch_version),
+    let mut parts = vec![env.device_label()];
+    let host = [
+        env.cpu_cores.map(|n| format!("{n} CPU core{}", if n == 1 { "" } else { "s" })),
+        env.device_total_memory_bytes.map(|b| {
+            format!(
+                "{} {}",
+                format_bytes(b),
+                if env.device == protocol::DeviceKind::Cuda { "GPU memory" } else { "memory" }
+            )
+        }),
     ];
+    let host: Vec<String> = host.into_iter().flatten().collect();
+    if !host.is_empty() {
+        parts.push(host.join(", "));
+    }
+    parts.push(match libtorch_build(&env.libtorch_version, env.device) {
+        Some(b) => format!("libtorch {} ({b})", env.libtorch_version),
+        None => format!("libtorch {}", env.libtorch_version),
+    });
     if let Some(c) = &env.cuda_version {
         parts.push(format!("CUDA {c}"));
     }
@@ -117,18 +150,19 @@ pub fn RecordActions(
 /// The Embed button and, once pressed, the snippet to paste into a doc page: "copy for"
 /// one docs tool (see [`crate::embed::Target`]), with the theme pinned or following the
 /// reader's system, and what the tool needs for it to show. `image` is the result's PNG
-/// (`/runs/{id}.png`), for the tools that show a picture.
+/// (`/runs/{id}.png`), for the tools that show a picture; `picture_note` says what that
+/// picture is, or what the snippets give without one.
 #[component]
 pub fn EmbedSnippet(
     path: Signal<String>,
     title: &'static str,
-    #[prop(optional)] image: Option<String>,
+    #[prop(optional, into)] image: MaybeProp<String>,
+    #[prop(optional, into)] picture_note: MaybeProp<String>,
 ) -> impl IntoView {
     use crate::embed::{Links, Target};
     let open = RwSignal::new(false);
     let target = RwSignal::new(Target::Html);
     let theme = RwSignal::new(String::new());
-    let image = StoredValue::new(image);
     let snippet = move || {
         let origin = {
             #[cfg(feature = "hydrate")]
@@ -142,9 +176,8 @@ pub fn EmbedSnippet(
                 String::new()
             }
         };
-        let links = image.with_value(|img| {
-            Links::new(&origin, &path.get(), img.as_deref(), title, Some(&theme.get()))
-        });
+        let img = image.get();
+        let links = Links::new(&origin, &path.get(), img.as_deref(), title, Some(&theme.get()));
         crate::embed::snippet(target.get(), &origin, &links)
     };
     let copied = RwSignal::new(false);
@@ -162,7 +195,7 @@ pub fn EmbedSnippet(
     let options = move || {
         Target::ALL
             .into_iter()
-            .map(|t| view! { <option value=t.as_str() selected=move || target.get() == t>{t.label()}</option> })
+            .map(|t| view! { <option value=t.as_str() selected=move || target.get() == t>{move || t.label(image.with(|i| i.is_some()))}</option> })
             .collect_view()
     };
     view! {
@@ -187,6 +220,7 @@ pub fn EmbedSnippet(
                     </label>
                 </div>
                 <p class="explain" data-testid="embed-note">{move || target.get().note()}</p>
+                {move || picture_note.get().map(|n| view! { <p class="explain" data-testid="embed-picture">{n}</p> })}
                 {move || (is_lab() && frames()).then(|| view! {
                     <p class="explain">
                         "Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
@@ -195,8 +229,7 @@ pub fn EmbedSnippet(
                 })}
                 {move || frames().then(|| view! {
                     <p class="explain note" data-testid="embed-origins">
-                        "Only pages this server allows may show the frame: its own, and the origins its operator lists with "
-                        <code>"--embed-origins"</code>" (scheme, host and port: another port is another origin). Elsewhere the frame shows the browser's refusal. It resizes itself to fit."
+                        "Only pages this server allows may show the frame: its own, and the docs sites whoever runs this server has allowed. Elsewhere readers see the browser's refusal instead of the page: ask them to allow your docs site's address (scheme, host and port). The frame resizes itself to fit."
                     </p>
                 })}
                 <p class="explain note" data-testid="embed-reach">
@@ -294,5 +327,22 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         {table}
         <table class="summary figures"><tbody>{figures}</tbody></table>
         <ul class="notes">{notes}</ul>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::DeviceKind;
+
+    #[test]
+    fn a_cuda_build_on_a_cpu_is_named_for_what_it_is() {
+        assert_eq!(
+            libtorch_build("2.11.0+cu130", DeviceKind::Cpu).as_deref(),
+            Some("libtorch's build for CUDA 13.0; this run used the CPU")
+        );
+        assert_eq!(libtorch_build("2.4.1+cu118", DeviceKind::Cuda).as_deref(), Some("libtorch's build for CUDA 11.8"));
+        assert_eq!(libtorch_build("2.11.0+cpu", DeviceKind::Cpu).as_deref(), Some("the CPU-only build"));
+        assert_eq!(libtorch_build("2.11.0", DeviceKind::Cpu), None);
     }
 }
