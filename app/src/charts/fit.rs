@@ -1,16 +1,15 @@
 //! Fitting a chart's option to the width it is drawn at, just before it is drawn. The
-//! builders lay charts out for a laptop's column; on a phone (a few hundred pixels) a
-//! scrolling legend shows one page of names ("1/3"), so the colours cannot be matched to
-//! the runs, a long subtitle is clipped at both ends, and ECharts drops category labels
-//! that would overlap (a bar group left unnamed). Here the legend wraps, the subtitle
+//! builders lay charts out for a laptop's column; where the names do not fit on one line
+//! (a phone's few hundred pixels, or six series on a laptop) a scrolling legend shows one
+//! page of names ("1/3"), so the colours cannot be matched to the runs, a long subtitle is
+//! clipped at both ends, and ECharts drops category labels that would overlap (a bar
+//! group left unnamed). Here the legend wraps, the subtitle
 //! breaks onto lines, a few categories are all labelled (each wrapping in its share of the
 //! width), and the plot makes room for the extra lines. Pure, so it is tested natively;
 //! `draw.rs` calls it with the element's width.
 
 use serde_json::Value;
 
-/// Below this width (px) legends wrap and subtitles break.
-const NARROW: f64 = 640.0;
 /// About the width of a character of ECharts' 12 px sans-serif, for estimating lines.
 const CHAR_PX: f64 = 6.6;
 /// A legend item's symbol and the gap after it.
@@ -23,7 +22,7 @@ const FEW_CATEGORIES: usize = 8;
 pub fn fit_to_width(option: &Value, width: f64) -> Value {
     let mut o = option.clone();
     label_every_category(&mut o, width);
-    if width <= 0.0 || width >= NARROW {
+    if width <= 0.0 {
         return o;
     }
     let mut extra_top = 0.0;
@@ -56,9 +55,9 @@ pub fn fit_to_width(option: &Value, width: f64) -> Value {
     });
     extra_top += shift;
     let legend = &mut o["legend"];
-    if legend.is_object() && legend["show"] != false {
-        let names = legend_names(option);
-        let rows = legend_rows(&names, width - 20.0);
+    let rows = legend_rows(&legend_names(option), width - 20.0);
+    // A legend that fits on one line scrolls nowhere: it stays as it was.
+    if legend.is_object() && legend["show"] != false && rows > 1 {
         legend["type"] = "plain".into();
         let grow = LINE_PX * 1.3 * rows.saturating_sub(1) as f64;
         if legend["bottom"].is_null() {
@@ -87,8 +86,10 @@ fn label_every_category(o: &mut Value, width: f64) {
     for_each(&mut o["xAxis"], |axis| {
         let n = axis["data"].as_array().map_or(0, |d| d.len());
         if axis["type"] == "category" && (2..=FEW_CATEGORIES).contains(&n) && axis["axisLabel"]["rotate"].is_null() {
-            let share = ((width - 110.0) / n as f64).max(48.0);
+            let share = ((width - 110.0) / n as f64 - 12.0).max(44.0);
             axis["axisLabel"]["interval"] = 0.into();
+            axis["axisLabel"]["fontSize"] = 11.into();
+            axis["axisLabel"]["lineHeight"] = 13.into();
             axis["axisLabel"]["width"] = share.floor().into();
             axis["axisLabel"]["overflow"] = "break".into();
         }
@@ -176,7 +177,7 @@ mod tests {
 
     #[test]
     fn a_laptop_keeps_the_layout_but_names_every_group() {
-        let o = fit_to_width(&option(), 900.0);
+        let o = fit_to_width(&option(), 1400.0);
         assert_eq!(o["legend"], option()["legend"]);
         assert_eq!(o["grid"], option()["grid"]);
         assert_eq!(o["xAxis"]["axisLabel"]["interval"], 0);
