@@ -152,10 +152,10 @@ pub fn GenResults(
                     view! {
                         <tr>
                             <td><a href=format!("/runs/{id}")>{r.name.clone()}</a></td>
-                            <td>{p50}</td>
-                            <td>{last}</td>
-                            <td>{format_bytes(r.kv_bytes)}</td>
-                            <td>{format_bytes(r.held_bytes)}</td>
+                            <td data-label="decode p50 per token">{p50}</td>
+                            <td data-label="last step">{last}</td>
+                            <td data-label="KV cache at the end">{format_bytes(r.kv_bytes)}</td>
+                            <td data-label="held after the last step">{format_bytes(r.held_bytes)}</td>
                         </tr>
                     }
                 })
@@ -247,7 +247,7 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             .unwrap_or_else(|| "one token: no decode step".into());
         let kv_match = if g.kv_cache_bytes == g.kv_cache_formula_bytes { "equal to the byte" } else { "differs" };
         let kv = if g.cache == KvCacheKind::Off {
-            format!("none kept: the cache is off, so every step recomputes the prefix (the formula for {} positions would be {})", g.kv_cache_tokens, format_bytes(g.kv_cache_formula_bytes))
+            format!("{} kept: the cache is off, so every step feeds the whole sequence so far and recomputes its keys and values", format_bytes(g.kv_cache_bytes))
         } else {
             format!(
                 "{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match}). {} positions: the prompt's {} + {} new tokens − 1, since the last token's keys and values are never needed",

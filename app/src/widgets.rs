@@ -323,7 +323,7 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         <p class=class data-testid=format!("verdict-{}", r.id)>
             <strong>{word}</strong>" — "{r.reason.clone()}
         </p>
-        <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
+        <p class="explain">{provenance(&r.env)}</p>
         {table}
         <table class="summary figures"><tbody>{figures}</tbody></table>
         <ul class="notes">{notes}</ul>
