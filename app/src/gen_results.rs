@@ -1,6 +1,6 @@
 //! The Generate page's results column: the live charts of the shown generation (or of a
-//! comparison's runs, overlaid), what a comparison shows in words and one row per run, the
-//! shown run's figures labelled with which run they are, and its record links. The page
+//! comparison's runs, overlaid), what a comparison shows in words, one sentence per run
+//! with its figures (each run links to its permalink below), the shown run's figures labelled with which run they are, and its record links. The page
 //! and its settings are in [`crate::generate`].
 
 use leptos::prelude::*;
@@ -23,7 +23,6 @@ pub fn run_name(r: &Report) -> String {
 }
 
 /// One run's figures as a comparison reads them.
-#[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub name: String,
     pub cache: KvCacheKind,
@@ -71,7 +70,7 @@ pub fn comparison_reading(rows: &[Row]) -> Vec<String> {
         .unwrap_or(&rows[0]);
     let what = |r: &Row| if by_cache { format!("the {} cache", r.cache.as_str()) } else { r.grad.as_str().to_string() };
     let mut out = vec![];
-    for r in rows.iter().filter(|r| *r != reference) {
+    for r in rows.iter().filter(|r| !std::ptr::eq(*r, reference)) {
         let (Some(a), Some(b)) = (r.p50(), reference.p50()) else { continue };
         let time = match RatioCi::of(&r.decode_ms, &reference.decode_ms) {
             Some(ci) if ci.side(1.0) == Side::Above => format!("{:.1}× slower per token ({}×, 95% interval)", ci.ratio, ci.range()),
@@ -136,54 +135,22 @@ pub fn GenResults(
         crate::charts::render("gen-memory-chart", step_memory_chart(&runs));
         crate::charts::render("gen-prefill-chart", prefill_decode_chart(&runs));
     });
-    let shown_is_compared = move || {
-        let id = finished.with(|f| f.last().map(|(id, _)| id.clone()));
-        compared.with(|c| c.len() >= 2 && c.last().map(|(i, _)| i.clone()) == id)
-    };
     let comparison = move || {
-        let rows: Vec<(String, Row)> = compared.with(|c| c.iter().filter_map(|(id, r)| Row::of(r).map(|row| (id.clone(), row))).collect());
-        (rows.len() >= 2).then(|| {
-            let reading = comparison_reading(&rows.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>());
-            let table = rows
-                .into_iter()
-                .map(|(id, r)| {
-                    let p50 = r.p50().map(|p| format!("{p:.2} ms")).unwrap_or_else(|| "absent: one token".into());
-                    let last = r.decode_ms.last().map(|p| format!("{p:.2} ms")).unwrap_or_default();
-                    view! {
-                        <tr>
-                            <td><a href=format!("/runs/{id}")>{r.name.clone()}</a></td>
-                            <td data-label="decode p50 per token">{p50}</td>
-                            <td data-label="last step">{last}</td>
-                            <td data-label="KV cache at the end">{format_bytes(r.kv_bytes)}</td>
-                            <td data-label="held after the last step">{format_bytes(r.held_bytes)}</td>
-                        </tr>
-                    }
-                })
-                .collect_view();
+        let rows: Vec<Row> = compared.with(|c| c.iter().filter_map(|(_, r)| Row::of(r)).collect());
+        let reading = comparison_reading(&rows);
+        (!reading.is_empty()).then(|| {
             view! {
                 <section class="gen-comparison" data-testid="gen-comparison">
                     <h2>"What the comparison shows"</h2>
                     {reading.into_iter().map(|s| view! { <p class="reading" data-testid="gen-reading">{s}</p> }).collect_view()}
-                    <div class="table-scroll">
-                        <table class="summary side-by-side">
-                            <thead><tr><th>"run"</th><th>"decode p50 per token"</th><th>"last step"</th><th>"KV cache at the end"</th><th>"held after the last step"</th></tr></thead>
-                            <tbody>{table}</tbody>
-                        </table>
-                    </div>
                 </section>
             }
         })
     };
     let figures = move || {
         view_state.with(|v| {
-            v.report.as_ref().map(|r| {
-                let which = if shown_is_compared() {
-                    format!("Figures of the comparison's last run: {}", run_name(r))
-                } else {
-                    format!("Figures of this generation: {}", run_name(r))
-                };
-                figures_view(r, which)
-            })
+            // Which run: after a comparison, its last, whatever the settings say.
+            v.report.as_ref().map(|r| figures_view(r, format!("Figures of the run shown: {}", run_name(r))))
         })
     };
     let progress = move || format!("{:.0}%", view_state.with(|v| v.progress()) * 100.0);

@@ -1,16 +1,18 @@
 //! Fitting a chart's option to the width it is drawn at, just before it is drawn. The
 //! builders lay charts out for a laptop's column; where the names do not fit on one line
-//! (a phone's few hundred pixels, or six series on a laptop) a scrolling legend shows one
-//! page of names ("1/3"), so the colours cannot be matched to the runs, a long subtitle is
-//! clipped at both ends, and ECharts drops category labels that would overlap (a bar
-//! group left unnamed). Here the legend wraps, the subtitle
+//! (a phone's few hundred pixels, or six series on a laptop) a plain legend wraps over the
+//! plot (a scrolling one would show a page of names, "1/3", so the colours could not be
+//! matched to the runs), a long subtitle is clipped at both ends, and ECharts drops
+//! category labels that would overlap (a bar group left unnamed). Here the legend gets the
+//! rows it wraps onto, the subtitle
 //! breaks onto lines, a few categories are all labelled (each wrapping in its share of the
 //! width), and the plot makes room for the extra lines. Pure, so it is tested natively;
 //! `draw.rs` calls it with the element's width.
 
 use serde_json::Value;
 
-/// About the width of a character of ECharts' 12 px sans-serif, for estimating lines.
+/// About the width of a character of ECharts' 12 px sans-serif, for estimating lines
+/// (counted in bytes: a "·" counts twice, which errs towards room to spare).
 const CHAR_PX: f64 = 6.6;
 /// A legend item's symbol and the gap after it.
 const LEGEND_ITEM_PX: f64 = 40.0;
@@ -43,22 +45,13 @@ pub fn fit_to_width(option: &Value, width: f64) -> Value {
             t["subtextStyle"]["lineHeight"] = 15.into();
             shift += 15.0 * (lines - 1) as f64;
         }
-        // A reading written on the chart breaks too.
-        if t["right"].is_number() && t["subtext"].is_null() {
-            let lines = lines_for(t["text"].as_str().unwrap_or(""), width - 24.0);
-            if lines > 1 {
-                t["textStyle"]["width"] = (width - 24.0).into();
-                t["textStyle"]["overflow"] = "break".into();
-                shift += LINE_PX * (lines - 1) as f64;
-            }
-        }
     });
     extra_top += shift;
     let legend = &mut o["legend"];
     let rows = legend_rows(&legend_names(option), width - 20.0);
-    // A legend that fits on one line scrolls nowhere: it stays as it was.
+    // The legends are plain (never a paged "1/3"): one that needs more lines than one gets
+    // the room for them.
     if legend.is_object() && legend["show"] != false && rows > 1 {
-        legend["type"] = "plain".into();
         let grow = LINE_PX * 1.3 * rows.saturating_sub(1) as f64;
         if legend["bottom"].is_null() {
             if let Some(top) = legend["top"].as_f64() {
@@ -88,8 +81,6 @@ fn label_every_category(o: &mut Value, width: f64) {
         if axis["type"] == "category" && (2..=FEW_CATEGORIES).contains(&n) && axis["axisLabel"]["rotate"].is_null() {
             let share = ((width - 110.0) / n as f64 - 12.0).max(44.0);
             axis["axisLabel"]["interval"] = 0.into();
-            axis["axisLabel"]["fontSize"] = 11.into();
-            axis["axisLabel"]["lineHeight"] = 13.into();
             axis["axisLabel"]["width"] = share.floor().into();
             axis["axisLabel"]["overflow"] = "break".into();
         }
@@ -106,7 +97,7 @@ fn for_each(v: &mut Value, mut f: impl FnMut(&mut Value)) {
 }
 
 fn lines_for(text: &str, width: f64) -> usize {
-    let px = text.chars().count() as f64 * CHAR_PX;
+    let px = text.len() as f64 * CHAR_PX;
     (px / width.max(1.0)).ceil().max(1.0) as usize
 }
 
@@ -135,7 +126,7 @@ fn legend_rows(names: &[String], width: f64) -> usize {
     let mut rows = 1;
     let mut x = 0.0;
     for n in names {
-        let w = LEGEND_ITEM_PX + n.chars().count() as f64 * CHAR_PX;
+        let w = LEGEND_ITEM_PX + n.len() as f64 * CHAR_PX;
         if x > 0.0 && x + w > width {
             rows += 1;
             x = 0.0;
@@ -153,7 +144,7 @@ mod tests {
     fn option() -> Value {
         json!({
             "title": {"text": "Memory", "subtext": "ResNet-18 · after each module, in execution order · libtorch's CPU allocation reporting", "left": "center"},
-            "legend": {"type": "scroll", "bottom": 0},
+            "legend": {"bottom": 0},
             "grid": {"top": 64, "bottom": 48},
             "xAxis": {"type": "category", "data": ["dynamic cache · no_grad", "static cache · no_grad", "off cache · no_grad"]},
             "series": [
@@ -166,7 +157,6 @@ mod tests {
     #[test]
     fn a_phone_wraps_the_legend_and_the_subtitle_and_makes_room() {
         let o = fit_to_width(&option(), 360.0);
-        assert_eq!(o["legend"]["type"], "plain");
         // Four long names: one a row at 340 px.
         assert!(o["grid"]["bottom"].as_f64().unwrap() >= 48.0 + 3.0 * LINE_PX);
         assert_eq!(o["title"]["subtextStyle"]["overflow"], "break");

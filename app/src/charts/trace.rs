@@ -142,7 +142,7 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
     let option = json!({
         "title": title("Memory through one forward pass", &subtitle),
         "tooltip": {"trigger": "item"},
-        "legend": {"type": "scroll", "bottom": 0},
+        "legend": {"bottom": 0},
         "grid": {"left": 56, "right": 16, "top": 64, "bottom": 112},
         "backgroundColor": "transparent",
         "animation": false,
@@ -167,7 +167,8 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
 /// Whether a breakdown part is the run's own (its weights and input; on CUDA also the
 /// pool where its activations were), as opposed to the process around it.
 fn is_the_runs(label: &str) -> bool {
-    label.contains("this run") || label.contains("the run's")
+    let has = |w: &[u8]| label.as_bytes().windows(w.len()).any(|x| x == w);
+    has(b"this run") || has(b"the run's")
 }
 
 /// A part's name in the legend: its label up to the first parenthesis (the tooltip has it
@@ -208,7 +209,7 @@ pub fn breakdown_chart(b: &MemoryBreakdown) -> ChartOption {
             &format!("{} {}, of which this run's {}; the rest is the process, not the run", format_bytes(b.total_bytes), b.total_label, format_bytes(run)),
         ),
         "tooltip": {"trigger": "item"},
-        "legend": {"type": "scroll", "bottom": 0},
+        "legend": {"bottom": 0},
         "grid": {"left": 24, "right": 32, "top": 64, "bottom": 48, "containLabel": true},
         "backgroundColor": "transparent",
         "animation": false,
@@ -278,7 +279,7 @@ pub fn roofline_chart(runs: &[(String, &Report)]) -> Option<ChartOption> {
             "x is an estimate: FLOPs / (weights + input + outputs × 2)",
         ),
         "tooltip": {"trigger": "item"},
-        "legend": {"type": "scroll", "bottom": 0},
+        "legend": {"bottom": 0},
         "grid": {"left": 64, "right": 24, "top": 64, "bottom": 64},
         "backgroundColor": "transparent",
         "animation": false,

@@ -165,10 +165,11 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let on_compare = move |_| compare_all();
     // The run on the charts once it is recorded (finished here, or the first view's): its
     // picture is the Lab's in the embed snippets.
-    let recorded_shown = move || {
+    let picture = RwSignal::new(None::<String>);
+    Effect::new(move |_| {
         let done = view_state.with(|v| v.phase == crate::run_view::Phase::Done);
-        runs.current_id.get().filter(|_| done)
-    };
+        picture.set(runs.current_id.get().filter(|_| done).map(|id| format!("/runs/{id}.png")));
+    });
 
     // The guided start (not in embeds): progress follows what the reader does, and a
     // step's button does the step.
@@ -358,11 +359,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                         <EmbedSnippet
                             path=Signal::derive(move || format!("/embed/lab?{}", query_from_spec(&spec.get())))
                             title="Gradless: PyTorch inference settings, measured live"
-                            image=Signal::derive(move || recorded_shown().map(|id| format!("/runs/{id}.png")))
-                            picture_note=Signal::derive(move || Some(match recorded_shown() {
-                                Some(id) => format!("The picture is the run on the charts (recorded: /runs/{id}); the link and the frame open the Lab with the settings on the left, measured live."),
-                                None => "No run is on the charts yet, so there is no picture: Markdown and Confluence get a link to the Lab with these settings, and the HTML frame a link as its fallback. Once a run finishes, its picture is in the snippets.".to_string(),
-                            }))
+                            image=picture
                         />
                     })}
                     {(!embed).then(|| view! {
