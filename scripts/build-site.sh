@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the browser side into target/site (the server's --site-root):
-#   pkg/gradless_bg.<hash>.wasm + pkg/gradless.<hash>.js  the hydrated Leptos app (wasm-bindgen --target web)
-#   pkg/gradless.<hash>.css                              style/main.css
+#   pkg/gradless_bg.<hash>.wasm + pkg/gradless.<hash>.js  the hydrated Leptos app (wasm-bindgen --target web; the glue minified)
+#   pkg/gradless.<hash>.css                              style/main.css, minified
 #   pkg/echarts.<hash>.js                                ECharts, only the parts the charts use
 #   asset-manifest.json                                  those names, for the page shell
 #   public/*                                             the favicon; nothing comes from a CDN

@@ -191,13 +191,17 @@ impl Target {
         Target::ALL.into_iter().find(|t| t.as_str() == s)
     }
 
-    /// What the dialog lists it as.
-    pub fn label(self) -> &'static str {
+    /// What the dialog lists it as; without a `picture` (nothing recorded to draw yet) the
+    /// choices that would carry one say what they give instead.
+    pub fn label(self, picture: bool) -> &'static str {
         match self {
-            Target::Html => "HTML: Docusaurus, Sphinx, MkDocs (iframe, picture as fallback)",
-            Target::Markdown => "Markdown: GitHub, GitLab, MkDocs (picture + link)",
+            Target::Html if picture => "HTML: Docusaurus, Sphinx, MkDocs (iframe, picture as fallback)",
+            Target::Html => "HTML: Docusaurus, Sphinx, MkDocs (iframe, a link as fallback)",
+            Target::Markdown if picture => "Markdown: GitHub, GitLab, MkDocs (picture + link)",
+            Target::Markdown => "Markdown: GitHub, GitLab, MkDocs (a link)",
             Target::Notion => "Notion (embed block)",
-            Target::Confluence => "Confluence (picture + link; iframe with a macro)",
+            Target::Confluence if picture => "Confluence (picture + link; iframe with a macro)",
+            Target::Confluence => "Confluence (a link; iframe with a macro)",
             Target::Jupyter => "Jupyter (IPython.display)",
             Target::Chat => "Slack / Teams (link preview)",
         }
@@ -207,9 +211,9 @@ impl Target {
     /// server is invisible to the services that render some of these.
     pub fn note(self) -> &'static str {
         match self {
-            Target::Html => "Paste into the page's HTML. The frame shows only where this server lists the docs site in --embed-origins; where iframes are stripped, the picture inside it shows instead.",
+            Target::Html => "Paste into the page's HTML. The frame shows only on docs sites this server's operator allows; where iframes are stripped, what is inside it (the picture, or a link) shows instead.",
             Target::Markdown => "GitHub and GitLab fetch pictures through their own proxy: it shows only if this server is reachable from the internet. MkDocs and other sites load it from the reader's browser.",
-            Target::Notion => "Type /embed in Notion and paste the address. The frame loads in the reader's browser, and only if this server's operator allows Notion's origin (--embed-origins https://www.notion.so).",
+            Target::Notion => "Type /embed in Notion and paste the address. The frame loads in the reader's browser, and only if this server's operator allows Notion (https://www.notion.so) to frame it.",
             Target::Confluence => "Insert › Markup (Confluence wiki) for the linked picture. The iframe needs an HTML or iframe macro an administrator enabled (off by default on Data Center).",
             Target::Jupyter => "Run in a cell. A live notebook shows the frame; GitHub's and nbviewer's static previews strip it and show the picture.",
             Target::Chat => "Paste the link: Slack and Teams unfurl it into the picture and figures, but only if their services can reach this server (an internal host will not unfurl).",
@@ -460,9 +464,19 @@ mod tests {
         assert_eq!(snippet(Target::Markdown, o, &lab), "[Gradless lab](https://g.corp/?model=resnet18)\n");
         assert!(!snippet(Target::Jupyter, o, &lab).contains("Image(url"));
         assert!(snippet(Target::Html, o, &lab).contains("<a href=\"https://g.corp/?model=resnet18\">Gradless lab</a>"));
+        // The Lab with a recorded run on its charts: that run's picture, linking to the Lab.
+        let pictured = Links::new(o, "/embed/lab?model=resnet18", Some("/runs/0123456789abcdef.png"), "Gradless lab", None);
+        assert_eq!(
+            snippet(Target::Markdown, o, &pictured),
+            "[![Gradless lab](https://g.corp/runs/0123456789abcdef.png)](https://g.corp/?model=resnet18)\n"
+        );
+        assert!(snippet(Target::Html, o, &pictured).contains("<img src=\"https://g.corp/runs/0123456789abcdef.png\""));
         for t in Target::ALL {
             assert_eq!(Target::parse(t.as_str()), Some(t));
-            assert!(!t.note().is_empty() && !t.label().is_empty());
+            assert!(!t.note().is_empty() && !t.label(true).is_empty() && !t.label(false).is_empty());
+            // A reader cannot act on an operator's flag: the dialog never names one.
+            assert!(!t.note().contains("--"), "{}", t.note());
+            assert!(!t.label(false).contains("picture"), "{}", t.label(false));
         }
         assert!(Target::Chat.note().contains("internal host will not unfurl"));
     }

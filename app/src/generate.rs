@@ -3,20 +3,19 @@
 //! token), then every decode step's latency and memory, the KV cache's bytes beside its
 //! formula — with the Python that does the same in its two usual forms. The settings live
 //! in the URL ([`spec_from_query`], [`query_from_spec`]); runs are recorded and linked as
-//! in the Lab.
+//! in the Lab. The results column is [`crate::gen_results`].
 
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use protocol::{
-    format_bytes, Autocast, DeviceChoice, DeviceKind, GenPhase, GenerateSpec, GradMode,
-    KvCacheKind, ModelId, Report, RunSpec, ServerInfo, WeightsDtype,
+    format_bytes, Autocast, DeviceChoice, DeviceKind, GenerateSpec, GradMode, KvCacheKind,
+    ModelId, Report, RunSpec, ServerInfo, WeightsDtype,
 };
 
-#[cfg(feature = "hydrate")]
-use crate::charts::{prefill_decode_chart, step_latency_chart, step_memory_chart, GenRun};
+use crate::gen_results::GenResults;
 use crate::run_view::{Phase, RunView};
-use crate::widgets::{provenance, TokenField};
+use crate::widgets::TokenField;
 
 /// The page's default decoder on a device: the CPU preset, or a 1B shape on a GPU.
 pub fn default_model(device: DeviceKind) -> ModelId {
@@ -112,17 +111,6 @@ pub enum Comparison {
     Grad,
 }
 
-/// A run's name in an overlay: what differs in a comparison.
-#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
-fn run_name(r: &Report) -> String {
-    let g = r.generation.as_ref();
-    format!(
-        "{} cache · {}",
-        g.map_or("?", |g| g.cache.as_str()),
-        r.spec.grad.as_str()
-    )
-}
-
 /// What each control does, in a sentence or two.
 pub fn explain_cache(cache: KvCacheKind) -> &'static str {
     match cache {
@@ -171,6 +159,10 @@ pub fn GeneratePage() -> impl IntoView {
     let busy = Memo::new(move |_| view_state.with(|v| v.phase.busy()));
 
     let run_specs = move |rows: Vec<RunSpec>| {
+        // The settings run two screens down on a laptop, and on a phone the results sit
+        // above them: what the run draws must be in view when it starts.
+        #[cfg(feature = "hydrate")]
+        crate::charts::bring_into_view("gen-top");
         #[cfg(feature = "hydrate")]
         leptos::task::spawn_local(execute(rows, view_state, finished, compared));
         #[cfg(not(feature = "hydrate"))]
@@ -299,9 +291,9 @@ pub fn GeneratePage() -> impl IntoView {
                     <button data-testid="gen-compare-grad" on:click=compare_grad disabled=move || busy.get()>"Compare grad modes"</button>
                 </div>
                 <p class="status" data-testid="gen-status" role="status">{status}</p>
-                <GenSnippets spec />
             </section>
             <GenResults view_state finished compared />
+            <GenSnippets spec />
         </div>
     }
 }
@@ -335,129 +327,14 @@ fn group(n: u64) -> String {
 #[component]
 fn GenSnippets(spec: Memo<RunSpec>) -> impl IntoView {
     view! {
-        <div class="snippet">
+        <section class="snippet gen-snippets" aria-label="The same in PyTorch">
             <h2>"The same in PyTorch"</h2>
             <p class="explain">"A hand-written loop, as Gradless runs it:"</p>
             <pre><code data-testid="gen-snippet-loop">{move || protocol::python_generate_loop(&spec.get())}</code></pre>
             <p class="explain">"The same through transformers' generate():"</p>
             <pre><code data-testid="gen-snippet-generate">{move || protocol::python_generate_hf(&spec.get())}</code></pre>
-        </div>
-    }
-}
-
-/// Charts and figures of the shown generation (or of the comparison's runs).
-#[component]
-fn GenResults(
-    view_state: RwSignal<RunView>,
-    finished: RwSignal<Vec<(String, Report)>>,
-    compared: RwSignal<Vec<(String, Report)>>,
-) -> impl IntoView {
-    #[cfg(feature = "hydrate")]
-    Effect::new(move |_| {
-        let live = view_state.with(|v| v.steps.clone());
-        let baseline = view_state.with(|v| v.baseline_bytes);
-        let rows = compared.get();
-        let mut names: Vec<String> = rows.iter().map(|(_, r)| run_name(r)).collect();
-        let mut steps: Vec<(Vec<protocol::GenStep>, Option<u64>)> = rows
-            .iter()
-            .map(|(_, r)| (r.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default(), Some(r.memory.baseline_bytes)))
-            .collect();
-        let live_is_listed = view_state.with(|v| v.report.is_some()) && !rows.is_empty();
-        if !live_is_listed && !live.is_empty() {
-            names.push(view_state.with(|v| v.report.as_ref().map(run_name)).unwrap_or_else(|| "this run".into()));
-            steps.push((live, baseline));
-        }
-        if steps.is_empty() {
-            return;
-        }
-        let runs: Vec<GenRun<'_>> = names
-            .iter()
-            .zip(&steps)
-            .map(|(n, (s, b))| GenRun { name: n, steps: s, baseline: *b })
-            .collect();
-        crate::charts::render("gen-latency-chart", step_latency_chart(&runs));
-        crate::charts::render("gen-memory-chart", step_memory_chart(&runs));
-        crate::charts::render("gen-prefill-chart", prefill_decode_chart(&runs));
-    });
-    let _ = (&finished, &compared);
-    let figures = move || view_state.with(|v| v.report.as_ref().map(figures_view));
-    let progress = move || format!("{:.0}%", view_state.with(|v| v.progress()) * 100.0);
-    let steps_shown = move || view_state.with(|v| v.steps.len());
-    let links = move || {
-        let rows = finished.get();
-        let ids: Vec<String> = rows.iter().rev().take(5).map(|(id, _)| id.clone()).collect();
-        (!ids.is_empty()).then(|| {
-            let last = ids[0].clone();
-            view! {
-                <p class="record-links">
-                    <a href=format!("/runs/{last}") data-testid="gen-permalink">"Permalink of this generation"</a>
-                    " · "
-                    <a href=format!("/api/records/{last}/export/json") rel="external">"JSON"</a>
-                    " · "
-                    <a href=format!("/api/records/{last}/export/csv") rel="external">"CSV"</a>
-                    " · "
-                    <a href=format!("/api/records/{last}/export/py") rel="external">"the script"</a>
-                    {(ids.len() > 1).then(|| view! { " · " <a href=format!("/compare?runs={}", ids.join(",")) data-testid="gen-compare-link">"Compare side by side"</a> })}
-                </p>
-            }
-        })
-    };
-    view! {
-        <section class="results" aria-label="Measured generation">
-            <div class="progress" aria-hidden="true"><div class="bar" style:width=progress></div></div>
-            <p class="steps-count" data-testid="gen-steps">{move || format!("{} steps streamed", steps_shown())}</p>
-            <div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>
-            <div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>
-            <div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div>
-            {figures}
-            {links}
         </section>
     }
-}
-
-/// The generation's headline figures, each with where it comes from.
-pub fn figures_view(r: &Report) -> impl IntoView + use<> {
-    let g = r.generation.clone();
-    let env = provenance(&r.env);
-    let source = r.memory.source.describe();
-    g.map(|g| {
-        let decode = g
-            .decode_ms_per_token
-            .as_ref()
-            .map(|d| format!("p50 {:.2} ms · p95 {:.2} ms · p99 {:.2} ms", d.p50, d.p95, d.p99))
-            .unwrap_or_else(|| "one token: no decode step".into());
-        let kv_match = if g.kv_cache_bytes == g.kv_cache_formula_bytes { "equal to the byte" } else { "differs" };
-        let bandwidth = g.decode_bandwidth_gb_s.map(|bw| {
-            format!(
-                "{bw:.1} GB/s{}",
-                match (g.decode_bandwidth_percent, &g.bandwidth_source) {
-                    (Some(p), Some(s)) => format!(" ({p:.1}% of {s})"),
-                    _ => String::new(),
-                }
-            )
-        });
-        let graph = g.steps.last().map(|s| s.graph_bytes).unwrap_or(0);
-        let attention = g.attention.as_ref().map(|a| {
-            let replay = if g.decode_graph { "; decode steps replayed one CUDA graph" } else { "" };
-            format!("{}{replay}", a.describe(r.env.device))
-        });
-        let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
-        view! {
-            <table class="summary" data-testid="gen-summary">
-                <tr><th>"Time to first token (prefill)"</th><td data-testid="gen-prefill">{format!("{:.2} ms for {} × {} prompt tokens", g.prefill_ms, g.batch, g.prompt_len)}</td></tr>
-                <tr><th>"Decode, per token"</th><td data-testid="gen-decode">{decode}</td></tr>
-                <tr><th>"Tokens/s"</th><td>{format!("{:.1} per sequence, {:.1} in total", g.tokens_per_s, g.tokens_per_s_total)}</td></tr>
-                <tr><th>"KV cache"</th><td data-testid="gen-kv">{format!("{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match}); values kept in the keys' dtype, as transformers' caches keep them", format_bytes(g.kv_cache_bytes), g.kv_cache_tokens, g.batch, g.kv_cache_element_bytes, format_bytes(g.kv_cache_formula_bytes))}</td></tr>
-                <tr><th>"Memory"</th><td>{format!("weights + prompt {}, peak {}, after release {} ({source})", format_bytes(r.memory.baseline_bytes), format_bytes(r.memory.peak_allocated_bytes), format_bytes(r.memory.after_release_bytes))}</td></tr>
-                {(graph > 0).then(|| view! { <tr><th>"Autograd graph"</th><td data-testid="gen-graph">{format!("{} held after the last step, on top of the cache", format_bytes(graph))}</td></tr> })}
-                {bandwidth.map(|b| view! { <tr><th>"Decode bandwidth"</th><td>{b}</td></tr> })}
-                {attention.map(|a| view! { <tr><th>"Attention (SDPA backend)"</th><td data-testid="gen-attention">{a}</td></tr> })}
-                <tr><th>"Prefill compute"</th><td>{format!("{:.3} TFLOP/s{}", g.prefill_tflops, g.prefill_percent_of_peak.map(|p| format!(" ({p:.1}% of peak)")).unwrap_or_default())}</td></tr>
-                <tr><th>"Measured on"</th><td>{env}</td></tr>
-            </table>
-            <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>
-        }
-    })
 }
 
 #[cfg(feature = "hydrate")]

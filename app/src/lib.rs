@@ -15,6 +15,7 @@ mod client;
 pub mod embed;
 pub mod explain;
 pub mod fleet;
+pub mod gen_results;
 pub mod generate;
 pub mod lab;
 pub mod pitfalls;
@@ -238,7 +239,9 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     let info = server_info();
     let info_json = script_json(&info);
-    let libtorch = info.libtorch_version.clone();
+    // A CUDA build of libtorch on a server without a GPU is said to be one.
+    let no_gpu = !info.devices.iter().any(|d| d.kind == protocol::DeviceKind::Cuda);
+    let libtorch = widgets::libtorch_line(&info.libtorch_version, no_gpu.then_some("this server has no GPU"));
     let version = info.version.clone();
     provide_context(info);
     view! {
@@ -339,7 +342,7 @@ fn BottomBar(version: String, libtorch: String) -> impl IntoView {
             let full = full_page(&path, &query);
             view! {
                 <footer class="embed-footer">
-                    {format!("Measured by Gradless {version} (libtorch {libtorch}) · ")}
+                    {format!("Measured by Gradless {version} ({libtorch}) · ")}
                     <a href=full target="_blank" rel="noopener">"open the full page ↗"</a>
                 </footer>
             }
@@ -347,7 +350,7 @@ fn BottomBar(version: String, libtorch: String) -> impl IntoView {
         } else {
             view! {
                 <footer>
-                    {format!("Gradless {version} · libtorch {libtorch} · every number on this page was measured by this server, or recorded by it and labelled with the hardware and date")}
+                    {format!("Gradless {version} · {libtorch} · every number on this page was measured by this server, or recorded by it and labelled with the hardware and date")}
                 </footer>
             }
             .into_any()

@@ -6,12 +6,45 @@
 use leptos::prelude::*;
 use protocol::{format_bytes, PitfallReport, Report, Verdict};
 
-/// The line that says where and when a result was measured.
+/// What libtorch's version suffix says about its build: `+cu130` is the CUDA 13.0 build,
+/// which runs on a CPU as well (a CPU-only server often has it, from PyTorch's default
+/// wheel), so pages say which build it is beside what ran on it.
+/// `libtorch VERSION (its build; `on_cpu`)`: what a CUDA build means where no GPU ran.
+pub fn libtorch_line(version: &str, on_cpu: Option<&str>) -> String {
+    let build = version.split_once('+').map_or("", |(_, b)| b);
+    if build == "cpu" {
+        return format!("libtorch {version} (the CPU-only build)");
+    }
+    let Some(digits) = build.strip_prefix("cu").filter(|d| d.len() >= 2 && d.bytes().all(|b| b.is_ascii_digit())) else {
+        return format!("libtorch {version}");
+    };
+    let (major, minor) = digits.split_at(digits.len() - 1);
+    match on_cpu {
+        Some(cpu) => format!("libtorch {version} (libtorch's build for CUDA {major}.{minor}; {cpu})"),
+        None => format!("libtorch {version} (libtorch's build for CUDA {major}.{minor})"),
+    }
+}
+
+/// The line that says where and when a result was measured: the device, the host's cores
+/// and memory, the libraries and their builds, the threads.
 pub fn provenance(env: &protocol::EnvStamp) -> String {
-    let mut parts = vec![
-        env.device_label(),
-        format!("libtorch {}", env.libtorch_version),
+    let mut parts = vec![env.device_label()];
+    let host = [
+        env.cpu_cores.map(|n| format!("{n} CPU core{}", if n == 1 { "" } else { "s" })),
+        env.device_total_memory_bytes.map(|b| {
+            format!(
+                "{} {}",
+                format_bytes(b),
+                if env.device == protocol::DeviceKind::Cuda { "GPU memory" } else { "memory" }
+            )
+        }),
     ];
+    let host: Vec<String> = host.into_iter().flatten().collect();
+    if !host.is_empty() {
+        parts.push(host.join(", "));
+    }
+    let on_cpu = (env.device == protocol::DeviceKind::Cpu).then_some("this ran on the CPU");
+    parts.push(libtorch_line(&env.libtorch_version, on_cpu));
     if let Some(c) = &env.cuda_version {
         parts.push(format!("CUDA {c}"));
     }
@@ -109,7 +142,7 @@ pub fn RecordActions(
                 {run.then(|| view! { <a class="button" href=export("py") download="" data-testid="export-py" title="A standalone PyTorch script that measures this run again, the same way">"Export as Python script"</a> })}
                 {png_buttons}
             </div>
-            <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" image=format!("/runs/{id}.png") />
+            <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" image=RwSignal::new(Some(format!("/runs/{id}.png"))) />
         </section>
     }
 }
@@ -117,18 +150,19 @@ pub fn RecordActions(
 /// The Embed button and, once pressed, the snippet to paste into a doc page: "copy for"
 /// one docs tool (see [`crate::embed::Target`]), with the theme pinned or following the
 /// reader's system, and what the tool needs for it to show. `image` is the result's PNG
-/// (`/runs/{id}.png`), for the tools that show a picture.
+/// (`/runs/{id}.png`), for the tools that show a picture: in the Lab, the recorded run on
+/// its charts once there is one, the dialog saying which (or that there is none yet).
 #[component]
 pub fn EmbedSnippet(
     path: Signal<String>,
     title: &'static str,
-    #[prop(optional)] image: Option<String>,
+    #[prop(optional)] image: Option<RwSignal<Option<String>>>,
 ) -> impl IntoView {
+    let image = move || image.and_then(|i| i.get());
     use crate::embed::{Links, Target};
     let open = RwSignal::new(false);
     let target = RwSignal::new(Target::Html);
     let theme = RwSignal::new(String::new());
-    let image = StoredValue::new(image);
     let snippet = move || {
         let origin = {
             #[cfg(feature = "hydrate")]
@@ -142,9 +176,8 @@ pub fn EmbedSnippet(
                 String::new()
             }
         };
-        let links = image.with_value(|img| {
-            Links::new(&origin, &path.get(), img.as_deref(), title, Some(&theme.get()))
-        });
+        let img = image();
+        let links = Links::new(&origin, &path.get(), img.as_deref(), title, Some(&theme.get()));
         crate::embed::snippet(target.get(), &origin, &links)
     };
     let copied = RwSignal::new(false);
@@ -162,7 +195,7 @@ pub fn EmbedSnippet(
     let options = move || {
         Target::ALL
             .into_iter()
-            .map(|t| view! { <option value=t.as_str() selected=move || target.get() == t>{t.label()}</option> })
+            .map(|t| view! { <option value=t.as_str() selected=move || target.get() == t>{move || t.label(image().is_some())}</option> })
             .collect_view()
     };
     view! {
@@ -187,6 +220,15 @@ pub fn EmbedSnippet(
                     </label>
                 </div>
                 <p class="explain" data-testid="embed-note">{move || target.get().note()}</p>
+                {move || is_lab().then(|| view! {
+                    <p class="explain" data-testid="embed-picture">
+                        {move || if image().is_some() {
+                            "The picture is the recorded run on the charts; the link and the frame open the Lab with the settings on the left, measured live."
+                        } else {
+                            "No run is on the charts yet, so there is no picture: Markdown and Confluence get a link to the Lab with these settings, and the HTML frame a link as its fallback. Once a run finishes, its picture is in the snippets."
+                        }}
+                    </p>
+                })}
                 {move || (is_lab() && frames()).then(|| view! {
                     <p class="explain">
                         "Add "<code>"&lock=model,batch"</code>" or "<code>"&hide=snippet,history"</code>
@@ -195,8 +237,7 @@ pub fn EmbedSnippet(
                 })}
                 {move || frames().then(|| view! {
                     <p class="explain note" data-testid="embed-origins">
-                        "Only pages this server allows may show the frame: its own, and the origins its operator lists with "
-                        <code>"--embed-origins"</code>" (scheme, host and port: another port is another origin). Elsewhere the frame shows the browser's refusal. It resizes itself to fit."
+                        "Only pages this server allows may show the frame: its own, and the docs sites whoever runs this server has allowed. Elsewhere readers see the browser's refusal instead of the page: ask them to allow your docs site's address (scheme, host and port). The frame resizes itself to fit."
                     </p>
                 })}
                 <p class="explain note" data-testid="embed-reach">
@@ -290,9 +331,25 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         <p class=class data-testid=format!("verdict-{}", r.id)>
             <strong>{word}</strong>" — "{r.reason.clone()}
         </p>
-        <p class="explain">{format!("Measured on {} ({}), libtorch {}, {}", r.env.device_name, r.env.device.as_str(), r.env.libtorch_version, r.env.measured_at)}</p>
+        <p class="explain">{provenance(&r.env)}</p>
         {table}
         <table class="summary figures"><tbody>{figures}</tbody></table>
         <ul class="notes">{notes}</ul>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cuda_build_on_a_cpu_is_named_for_what_it_is() {
+        assert_eq!(
+            libtorch_line("2.11.0+cu130", Some("this ran on the CPU")),
+            "libtorch 2.11.0+cu130 (libtorch's build for CUDA 13.0; this ran on the CPU)"
+        );
+        assert_eq!(libtorch_line("2.4.1+cu118", None), "libtorch 2.4.1+cu118 (libtorch's build for CUDA 11.8)");
+        assert_eq!(libtorch_line("2.11.0+cpu", Some("x")), "libtorch 2.11.0+cpu (the CPU-only build)");
+        assert_eq!(libtorch_line("2.11.0", Some("x")), "libtorch 2.11.0");
     }
 }

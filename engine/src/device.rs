@@ -156,6 +156,9 @@ impl Machine {
             measured_at: rfc3339_now(),
             gradless_version: env!("CARGO_PKG_VERSION").to_string(),
             worker: None,
+            cpu_cores: std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get() as u32),
         }
     }
 }

@@ -129,6 +129,10 @@ pub struct EnvStamp {
     /// results, where the server is the only measurer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// CPU cores the measuring process could use (`std::thread::available_parallelism`:
+    /// its affinity and cgroup quota applied); absent from reports older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<u32>,
 }
 
 impl EnvStamp {

@@ -206,7 +206,9 @@ fn draw(id: &str, chart: &ChartOption) -> Result<(), String> {
     if echarts.is_undefined() {
         return Err("the chart library (ECharts) did not load".into());
     }
-    let json = serde_json::to_string(chart).map_err(|e| e.to_string())?;
+    // Laid out for the width it is drawn at (legends wrap on a phone: see fit.rs).
+    let fitted = super::fit::fit_to_width(&chart.0, f64::from(element.client_width()));
+    let json = serde_json::to_string(&fitted).map_err(|e| e.to_string())?;
     let option = js_sys::JSON::parse(&json).map_err(js_message)?;
     // The theme follows the system's light or dark setting; a chart drawn before the
     // setting changed is made afresh in the new one.
@@ -304,5 +306,29 @@ pub fn download_png(id: &str, filename: &str) {
         let _ = a.set_attribute("href", &url);
         let _ = a.set_attribute("download", filename);
         a.click();
+    }
+}
+
+/// Brings the element `id` into view when it is not: a run's results, when the button that
+/// started it sits a screen or more away from them (the Generate page's long settings, the
+/// Lab's settings under its charts on a phone). A reader who can see the results is not
+/// moved.
+pub fn bring_into_view(id: &str) {
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let Some(el) = window.document().and_then(|d| d.get_element_by_id(id)) else {
+        return;
+    };
+    let height = window
+        .inner_height()
+        .ok()
+        .and_then(|h| h.as_f64())
+        .unwrap_or(0.0);
+    let rect = el.get_bounding_client_rect();
+    // In view: its top on screen with at least 200 px of it showing.
+    let seen = rect.top() >= 0.0 && rect.top() + 200.0_f64.min(rect.height()) <= height;
+    if !seen {
+        el.scroll_into_view_with_bool(true);
     }
 }

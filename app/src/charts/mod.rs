@@ -7,7 +7,7 @@
 //! figures ("p50 5.3 ms, p95 8.8 ms over 20 iterations"), bars carry decal patterns and
 //! lines differ in dash and symbol, so no series is told apart by colour alone.
 
-use charming::component::{Axis, Grid, Legend, LegendType, Title};
+use charming::component::{Axis, Grid, Legend, Title};
 use charming::datatype::DataPoint;
 use charming::element::{
     AxisType, ItemStyle, Label, LabelPosition, LineStyle, LineStyleType, MarkArea, MarkAreaData,
@@ -23,6 +23,8 @@ mod generate;
 mod option;
 #[cfg(feature = "hydrate")]
 mod draw;
+#[cfg(any(feature = "hydrate", test))]
+mod fit;
 mod runs;
 #[cfg(test)]
 mod tests;
@@ -31,7 +33,7 @@ mod trace;
 pub use compare::*;
 pub use generate::*;
 #[cfg(feature = "hydrate")]
-pub use draw::{download_png, render};
+pub use draw::{bring_into_view, download_png, render};
 pub use runs::*;
 pub use trace::*;
 
@@ -160,8 +162,8 @@ fn base(
     }
     chart
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
-        // One line that scrolls, never two that run into the axis name on a phone.
-        .legend(Legend::new().type_(LegendType::Scroll).bottom(0))
+        // A plain legend: where its names need more than one line, fit.rs makes the room.
+        .legend(Legend::new().bottom(0))
         .grid(Grid::new().left(64).right(100).top(top).bottom(56))
         .background_color("transparent")
         .animation(false)

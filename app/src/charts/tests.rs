@@ -72,6 +72,7 @@ fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
             measured_at: "2026-11-30T00:00:00Z".into(),
             gradless_version: "0".into(),
             worker: None,
+            cpu_cores: Some(2),
         },
         record_id: None,
     }

@@ -126,10 +126,23 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
             format_bytes(end)
         ));
     }
+    // The line is what stays after each module; inside one (an op's temporaries, the
+    // output being written) memory goes higher, and the run's peak counts that too.
+    let after = lines
+        .iter()
+        .flat_map(|(_, t)| t.iter().map(|p| p.allocated_above_baseline_bytes))
+        .max()
+        .unwrap_or(0);
+    let inside = lines.iter().map(|(_, t)| protocol::trace_peak(t)).max().unwrap_or(0);
+    let subtitle = if inside > after + after / 20 {
+        format!("{subtitle} · highest inside a module: {} (the line is what stays after each; a run's peak counts the inside)", format_bytes(inside))
+    } else {
+        subtitle.to_string()
+    };
     let option = json!({
-        "title": title("Memory through one forward pass", subtitle),
+        "title": title("Memory through one forward pass", &subtitle),
         "tooltip": {"trigger": "item"},
-        "legend": {"type": "scroll", "bottom": 0},
+        "legend": {"bottom": 0},
         "grid": {"left": 56, "right": 16, "top": 64, "bottom": 112},
         "backgroundColor": "transparent",
         "animation": false,
@@ -151,43 +164,66 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
     )
 }
 
-/// The memory breakdown as one horizontal stacked bar, bottom part first; each part's
+/// Whether a breakdown part is the run's own (its weights and input; on CUDA also the
+/// pool where its activations were), as opposed to the process around it.
+fn is_the_runs(label: &str) -> bool {
+    let has = |w: &[u8]| label.as_bytes().windows(w.len()).any(|x| x == w);
+    has(b"this run") || has(b"the run's")
+}
+
+/// A part's name in the legend: its label up to the first parenthesis (the tooltip has it
+/// all), so a wrapped legend stays a few short lines.
+fn legend_name(label: &str) -> &str {
+    label.split(" (").next().unwrap_or(label).trim()
+}
+
+/// The memory breakdown as two horizontal stacked bars: the run's own part, and the rest
+/// of the process it ran in (code, shared libraries, other tensors: there before the run
+/// and after it), so a process's hundreds of MiB never read as the run's. Each part's
 /// tooltip names the call that reads it.
 pub fn breakdown_chart(b: &MemoryBreakdown) -> ChartOption {
+    const ROWS: [&str; 2] = ["this run", "the process around it"];
     let series: Vec<Value> = b
         .parts
         .iter()
         .map(|p| {
+            let value = json!({"value": round3(p.bytes as f64 / MIB), "name": p.read_by});
+            let data = if is_the_runs(&p.label) { json!([value, "-"]) } else { json!(["-", value]) };
             json!({
-                "type": "bar", "stack": "total", "name": p.label,
-                "data": [{"value": round3(p.bytes as f64 / MIB), "name": p.read_by}],
-                "barWidth": 36,
+                "type": "bar", "stack": "total", "name": legend_name(&p.label),
+                "data": data,
+                "barWidth": 28,
                 "tooltip": {"formatter": format!("{}<br/>{} · read by {}", p.label, format_bytes(p.bytes), p.read_by)},
             })
         })
         .collect();
+    let run: u64 = b.parts.iter().filter(|p| is_the_runs(&p.label)).map(|p| p.bytes).sum();
     let each: Vec<String> = b
         .parts
         .iter()
         .map(|p| format!("{} {}", p.label, format_bytes(p.bytes)))
         .collect();
     let option = json!({
-        "title": title("What the memory holds (MiB)", &format!("{} {}", format_bytes(b.total_bytes), b.total_label)),
+        "title": title(
+            "What the memory holds (MiB)",
+            &format!("{} {}, of which this run's {}; the rest is the process, not the run", format_bytes(b.total_bytes), b.total_label, format_bytes(run)),
+        ),
         "tooltip": {"trigger": "item"},
-        "legend": {"type": "scroll", "bottom": 0},
+        "legend": {"bottom": 0},
         "grid": {"left": 24, "right": 32, "top": 64, "bottom": 48, "containLabel": true},
         "backgroundColor": "transparent",
         "animation": false,
         "xAxis": {"type": "value"},
-        "yAxis": {"type": "category", "data": [""]},
+        "yAxis": {"type": "category", "data": ROWS, "inverse": true},
         "series": series,
     });
     with_aria(
         option,
         format!(
-            "What the memory holds: {} {}: {}.",
+            "What the memory holds: {} {}, of which this run's {}: {}.",
             format_bytes(b.total_bytes),
             b.total_label,
+            format_bytes(run),
             each.join("; ")
         ),
     )
@@ -243,7 +279,7 @@ pub fn roofline_chart(runs: &[(String, &Report)]) -> Option<ChartOption> {
             "x is an estimate: FLOPs / (weights + input + outputs × 2)",
         ),
         "tooltip": {"trigger": "item"},
-        "legend": {"type": "scroll", "bottom": 0},
+        "legend": {"bottom": 0},
         "grid": {"left": 64, "right": 24, "top": 64, "bottom": 64},
         "backgroundColor": "transparent",
         "animation": false,
@@ -271,4 +307,31 @@ pub fn roofline_chart(runs: &[(String, &Report)]) -> Option<ChartOption> {
             each.join("; ")
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::MemoryPart;
+
+    #[test]
+    fn the_process_is_drawn_apart_from_the_run() {
+        let part = |label: &str, mib: u64| MemoryPart { label: label.into(), bytes: mib << 20, read_by: "r".into() };
+        let b = MemoryBreakdown {
+            total_bytes: 1034 << 20,
+            total_label: "process resident memory after the run".into(),
+            parts: vec![
+                part("this run's tensors (weights + input)", 74),
+                part("other tensors the worker keeps (cached models)", 10),
+                part("not tensors: code, shared libraries (libtorch itself), thread stacks, allocator slack", 950),
+            ],
+        };
+        let c = breakdown_chart(&b);
+        let s = c.0["series"].as_array().unwrap();
+        // The run's part on the first bar, the process's on the second.
+        assert_eq!(s[0]["data"][1], "-");
+        assert_eq!(s[2]["data"][0], "-");
+        assert_eq!(s[2]["name"], "not tensors: code, shared libraries");
+        assert!(c.0["title"]["subtext"].as_str().unwrap().contains("of which this run's 74.0 MiB"));
+    }
 }

@@ -163,6 +163,13 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
         start_sequence(rows, runs);
     };
     let on_compare = move |_| compare_all();
+    // The run on the charts once it is recorded (finished here, or the first view's): its
+    // picture is the Lab's in the embed snippets.
+    let picture = RwSignal::new(None::<String>);
+    Effect::new(move |_| {
+        let done = view_state.with(|v| v.phase == crate::run_view::Phase::Done);
+        picture.set(runs.current_id.get().filter(|_| done).map(|id| format!("/runs/{id}.png")));
+    });
 
     // The guided start (not in embeds): progress follows what the reader does, and a
     // step's button does the step.
@@ -355,6 +362,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                         <EmbedSnippet
                             path=Signal::derive(move || format!("/embed/lab?{}", query_from_spec(&spec.get())))
                             title="Gradless: PyTorch inference settings, measured live"
+                            image=picture
                         />
                     })}
                     {(!embed).then(|| view! {

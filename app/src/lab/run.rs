@@ -77,6 +77,8 @@ impl Default for Runs {
 /// Starts one run from the browser and streams it into the page.
 pub fn start_run(spec: RunSpec, runs: Runs) {
     #[cfg(feature = "hydrate")]
+    bring_results_into_view();
+    #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(execute(spec, runs, None));
     #[cfg(not(feature = "hydrate"))]
     let _ = (spec, runs);
@@ -94,6 +96,8 @@ pub fn start_automatic_run(spec: RunSpec, runs: Runs, note: String) {
 /// Runs `rows` one after another (Compare all modes).
 pub fn start_sequence(rows: Vec<RunSpec>, runs: Runs) {
     #[cfg(feature = "hydrate")]
+    bring_results_into_view();
+    #[cfg(feature = "hydrate")]
     leptos::task::spawn_local(async move {
         runs.comparing.set(true);
         for spec in rows {
@@ -103,6 +107,14 @@ pub fn start_sequence(rows: Vec<RunSpec>, runs: Runs) {
     });
     #[cfg(not(feature = "hydrate"))]
     let _ = (rows, runs);
+}
+
+/// A run the reader starts brings its status and charts into view: on a phone they sit
+/// above the settings, so the Run button is a screen or more below them. (A run the page
+/// starts by itself moves nothing.)
+#[cfg(feature = "hydrate")]
+fn bring_results_into_view() {
+    crate::charts::bring_into_view("run-status");
 }
 
 #[cfg(feature = "hydrate")]

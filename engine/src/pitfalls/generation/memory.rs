@@ -103,13 +103,29 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let linear = measured[1] == 2 * measured[0] && measured[2] == 2 * measured[0] && measured[3] == 4 * measured[0];
     let crossover = |c: &protocol::decoder::DecoderConfig, elt: u64| c.parameters() * elt / c.kv_cache_bytes(1, 1, elt).max(1);
     let eight_b = protocol::decoder::lookup("llama_3_1_8b").map(|d| d.config.clone());
+    let largest = measured.iter().copied().max().unwrap_or(0);
+    let (unit, scale) = if largest >= 4 << 20 { ("MiB", 1024.0 * 1024.0) } else { ("KiB", 1024.0) };
+    let at = crossover(&config, 4);
+    // A crossover past the model's context limit never happens in one sequence: say so.
+    let beyond = if at > config.max_position_embeddings as u64 {
+        format!(
+            " — past this model's limit of {} positions, so one sequence never gets there; a batch does",
+            config.max_position_embeddings
+        )
+    } else {
+        String::new()
+    };
     let mut notes = vec![format!(
-        "{}: the cache passes the weights ({}) at {} tokens in one sequence (fp32), or {} tokens each across a batch of 8.",
+        "{}: the cache passes the weights ({}) at {} tokens in one sequence (fp32){beyond}, or {} tokens each across a batch of 8.",
         model.display_name(),
         protocol::format_bytes(config.parameters() * 4),
-        crossover(&config, 4),
-        crossover(&config, 4) / 8
+        at,
+        at / 8
     )];
+    notes.push(
+        "Positions held: prompt + new tokens − 1 (16 + 9 − 1 = 24, 32 + 17 − 1 = 48): the last token is returned, its keys and values are never needed, so they are never computed, as in transformers' cache."
+            .to_string(),
+    );
     if let Some(c) = eight_b {
         notes.push(format!(
             "Llama-3.1-8B shape (computed from the formula, bf16): {} per token; the cache passes the weights' {} at {} tokens — a batch of 16 at 8k context.",
@@ -129,11 +145,12 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             fig("weights", (config.parameters() * 4) as f64, "bytes"),
             fig("tokens at which the cache passes the weights (batch 1)", crossover(&config, 4) as f64, "count"),
         ])
+        // In the unit the table's figures are in (the CPU shape's caches are tens of KiB).
         .series(vec![series(
             "measured KV cache",
-            "MiB",
+            unit,
             vec!["b1·24".into(), "b1·48".into(), "b2·24".into(), "b2·48".into()],
-            measured.iter().map(|&b| mib(b)).collect(),
+            measured.iter().map(|&b| b as f64 / scale).collect(),
         )])
         .table(Table {
             columns: vec!["batch".into(), "positions held".into(), "measured".into(), "formula".into()],

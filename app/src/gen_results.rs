@@ -1,0 +1,291 @@
+//! The Generate page's results column: the live charts of the shown generation (or of a
+//! comparison's runs, overlaid), what a comparison shows in words, one sentence per run
+//! with its figures (each run links to its permalink below), the shown run's figures labelled with which run they are, and its record links. The page
+//! and its settings are in [`crate::generate`].
+
+use leptos::prelude::*;
+use protocol::stats::{RatioCi, Side};
+use protocol::{format_bytes, GenPhase, KvCacheKind, Report};
+
+#[cfg(feature = "hydrate")]
+use crate::charts::{prefill_decode_chart, step_latency_chart, step_memory_chart, GenRun};
+use crate::run_view::RunView;
+use crate::widgets::provenance;
+
+/// A run's name in an overlay and a comparison: what differs in a comparison.
+pub fn run_name(r: &Report) -> String {
+    let g = r.generation.as_ref();
+    format!(
+        "{} cache · {}",
+        g.map_or("?", |g| g.cache.as_str()),
+        r.spec.grad.as_str()
+    )
+}
+
+/// One run's figures as a comparison reads them.
+pub struct Row {
+    pub name: String,
+    pub cache: KvCacheKind,
+    pub grad: protocol::GradMode,
+    /// Every decode step's latency, in order.
+    pub decode_ms: Vec<f64>,
+    /// Held beyond the weights and prompt after the last step.
+    pub held_bytes: u64,
+    pub kv_bytes: u64,
+    pub graph_bytes: u64,
+}
+
+impl Row {
+    pub fn of(r: &Report) -> Option<Row> {
+        let g = r.generation.as_ref()?;
+        let last = g.steps.last();
+        Some(Row {
+            name: run_name(r),
+            cache: g.cache,
+            grad: r.spec.grad,
+            decode_ms: g.steps.iter().filter(|s| s.phase == GenPhase::Decode).map(|s| s.latency_ms).collect(),
+            held_bytes: last.map_or(0, |s| s.allocated_bytes.saturating_sub(r.memory.baseline_bytes)),
+            kv_bytes: last.map_or(0, |s| s.kv_cache_bytes),
+            graph_bytes: last.map_or(0, |s| s.graph_bytes),
+        })
+    }
+
+    fn p50(&self) -> Option<f64> {
+        protocol::stats::median(&self.decode_ms)
+    }
+}
+
+/// What a comparison shows, one sentence per run against the reference (the dynamic cache,
+/// or no_grad, else the first run): per-token time as the ratio of medians with its 95%
+/// interval — a difference inside the noise is said to be one — the last step's time
+/// (which rises without a cache), and what stays held after the last step.
+pub fn comparison_reading(rows: &[Row]) -> Vec<String> {
+    if rows.len() < 2 {
+        return vec![];
+    }
+    let by_cache = rows.iter().any(|r| r.cache != rows[0].cache);
+    let reference = rows
+        .iter()
+        .find(|r| if by_cache { r.cache == KvCacheKind::Dynamic } else { r.grad == protocol::GradMode::NoGrad })
+        .unwrap_or(&rows[0]);
+    let what = |r: &Row| if by_cache { format!("the {} cache", r.cache.as_str()) } else { r.grad.as_str().to_string() };
+    let mut out = vec![];
+    for r in rows.iter().filter(|r| !std::ptr::eq(*r, reference)) {
+        let (Some(a), Some(b)) = (r.p50(), reference.p50()) else { continue };
+        let time = match RatioCi::of(&r.decode_ms, &reference.decode_ms) {
+            Some(ci) if ci.side(1.0) == Side::Above => format!("{:.1}× slower per token ({}×, 95% interval)", ci.ratio, ci.range()),
+            Some(ci) if ci.side(1.0) == Side::Below => format!("{:.1}× faster per token ({}×, 95% interval)", 1.0 / ci.ratio, ci.range()),
+            _ => "no difference per token we can tell apart from noise".to_string(),
+        };
+        let name = if by_cache && r.cache == KvCacheKind::Off { "Without a cache (off)".to_string() } else { format!("With {}", what(r)) };
+        let mut s = format!("{name}: {time} than {}, p50 {a:.2} ms against {b:.2} ms", what(reference));
+        if let (Some(x), Some(y)) = (r.decode_ms.last(), reference.decode_ms.last()) {
+            s.push_str(&format!("; its last step {x:.2} ms against {y:.2} ms"));
+            if by_cache && r.cache == KvCacheKind::Off {
+                s.push_str(" (each step recomputes the whole prefix, so its time grows with the position)");
+            }
+        }
+        s.push_str(&format!(
+            ". Held after the last step: {} against {} (KV cache {} against {}",
+            format_bytes(r.held_bytes),
+            format_bytes(reference.held_bytes),
+            format_bytes(r.kv_bytes),
+            format_bytes(reference.kv_bytes)
+        ));
+        if r.graph_bytes > 0 {
+            s.push_str(&format!("; autograd's graph {}", format_bytes(r.graph_bytes)));
+        }
+        s.push_str(").");
+        out.push(s);
+    }
+    out
+}
+
+/// Charts and figures of the shown generation (or of the comparison's runs).
+#[component]
+pub fn GenResults(
+    view_state: RwSignal<RunView>,
+    finished: RwSignal<Vec<(String, Report)>>,
+    compared: RwSignal<Vec<(String, Report)>>,
+) -> impl IntoView {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let live = view_state.with(|v| v.steps.clone());
+        let baseline = view_state.with(|v| v.baseline_bytes);
+        let rows = compared.get();
+        let mut names: Vec<String> = rows.iter().map(|(_, r)| run_name(r)).collect();
+        let mut steps: Vec<(Vec<protocol::GenStep>, Option<u64>)> = rows
+            .iter()
+            .map(|(_, r)| (r.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default(), Some(r.memory.baseline_bytes)))
+            .collect();
+        let live_is_listed = view_state.with(|v| v.report.is_some()) && !rows.is_empty();
+        if !live_is_listed && !live.is_empty() {
+            names.push(view_state.with(|v| v.report.as_ref().map(run_name)).unwrap_or_else(|| "this run".into()));
+            steps.push((live, baseline));
+        }
+        if steps.is_empty() {
+            return;
+        }
+        let runs: Vec<GenRun<'_>> = names
+            .iter()
+            .zip(&steps)
+            .map(|(n, (s, b))| GenRun { name: n, steps: s, baseline: *b })
+            .collect();
+        crate::charts::render("gen-latency-chart", step_latency_chart(&runs));
+        crate::charts::render("gen-memory-chart", step_memory_chart(&runs));
+        crate::charts::render("gen-prefill-chart", prefill_decode_chart(&runs));
+    });
+    let comparison = move || {
+        let rows: Vec<Row> = compared.with(|c| c.iter().filter_map(|(_, r)| Row::of(r)).collect());
+        let reading = comparison_reading(&rows);
+        (!reading.is_empty()).then(|| {
+            view! {
+                <section class="gen-comparison" data-testid="gen-comparison">
+                    <h2>"What the comparison shows"</h2>
+                    {reading.into_iter().map(|s| view! { <p class="reading" data-testid="gen-reading">{s}</p> }).collect_view()}
+                </section>
+            }
+        })
+    };
+    let figures = move || {
+        view_state.with(|v| {
+            // Which run: after a comparison, its last, whatever the settings say.
+            v.report.as_ref().map(|r| figures_view(r, format!("Figures of the run shown: {}", run_name(r))))
+        })
+    };
+    let progress = move || format!("{:.0}%", view_state.with(|v| v.progress()) * 100.0);
+    let steps_shown = move || view_state.with(|v| v.steps.len());
+    let links = move || {
+        let rows = finished.get();
+        let ids: Vec<String> = rows.iter().rev().take(5).map(|(id, _)| id.clone()).collect();
+        (!ids.is_empty()).then(|| {
+            let last = ids[0].clone();
+            view! {
+                <p class="record-links">
+                    <a href=format!("/runs/{last}") data-testid="gen-permalink">"Permalink of this generation"</a>
+                    " · "
+                    <a href=format!("/api/records/{last}/export/json") rel="external">"JSON"</a>
+                    " · "
+                    <a href=format!("/api/records/{last}/export/csv") rel="external">"CSV"</a>
+                    " · "
+                    <a href=format!("/api/records/{last}/export/py") rel="external">"the script"</a>
+                    {(ids.len() > 1).then(|| view! { " · " <a href=format!("/compare?runs={}", ids.join(",")) data-testid="gen-compare-link">"Compare side by side"</a> })}
+                </p>
+            }
+        })
+    };
+    view! {
+        <section class="results" id="gen-results" aria-label="Measured generation">
+            <div class="progress" aria-hidden="true"><div class="bar" style:width=progress></div></div>
+            <p class="steps-count" id="gen-top" data-testid="gen-steps">{move || format!("{} steps streamed", steps_shown())}</p>
+            <div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>
+            <div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>
+            <div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div>
+            {comparison}
+            {figures}
+            {links}
+        </section>
+    }
+}
+
+/// The decode bandwidth against the device's: a bandwidth against a bandwidth (the
+/// datasheet's, or the copy bandwidth measured on this device), never a compute peak.
+fn bandwidth_line(g: &protocol::GenerationReport) -> Option<String> {
+    let bw = g.decode_bandwidth_gb_s?;
+    let against = match (g.decode_bandwidth_percent, g.bandwidth_source.as_deref()) {
+        (Some(p), Some(s)) if s.starts_with("measured") => format!(" ({p:.1}% of the copy bandwidth measured on this device)"),
+        (Some(p), Some(s)) => format!(" ({p:.1}% of the bandwidth in {s})"),
+        _ => " (no device bandwidth known to compare it with)".to_string(),
+    };
+    Some(format!("{bw:.1} GB/s read (weights + KV cache per step){against}"))
+}
+
+/// The generation's headline figures, each with where it comes from; `which` says which
+/// run they are (after a comparison, its last, not what the settings say).
+pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
+    let g = r.generation.clone();
+    let env = provenance(&r.env);
+    let source = r.memory.source.describe();
+    g.map(|g| {
+        let decode = g
+            .decode_ms_per_token
+            .as_ref()
+            .map(|d| format!("p50 {:.2} ms · p95 {:.2} ms · p99 {:.2} ms", d.p50, d.p95, d.p99))
+            .unwrap_or_else(|| "one token: no decode step".into());
+        let kv_match = if g.kv_cache_bytes == g.kv_cache_formula_bytes { "equal to the byte" } else { "differs" };
+        let kv = if g.cache == KvCacheKind::Off {
+            format!("{} kept: the cache is off, so every step feeds the whole sequence so far and recomputes its keys and values", format_bytes(g.kv_cache_bytes))
+        } else {
+            format!(
+                "{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match}). {} positions: the prompt's {} + {} new tokens − 1, since the last token's keys and values are never needed; values kept in the keys' dtype, as transformers' caches keep them",
+                format_bytes(g.kv_cache_bytes), g.kv_cache_tokens, g.batch, g.kv_cache_element_bytes, format_bytes(g.kv_cache_formula_bytes),
+                g.kv_cache_tokens, g.prompt_len, g.new_tokens
+            )
+        };
+        let bandwidth = bandwidth_line(&g);
+        let graph = g.steps.last().map(|s| s.graph_bytes).unwrap_or(0);
+        let attention = g.attention.as_ref().map(|a| {
+            let replay = if g.decode_graph { "; decode steps replayed one CUDA graph" } else { "" };
+            format!("{}{replay}", a.describe(r.env.device))
+        });
+        let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
+        let compute_peak = match (g.prefill_percent_of_peak, g.bandwidth_source.as_deref()) {
+            (Some(p), Some(s)) if s.starts_with("measured") => format!(" ({p:.1}% of the matmul peak measured on this device)"),
+            (Some(p), _) => format!(" ({p:.1}% of peak)"),
+            _ => String::new(),
+        };
+        view! {
+            <table class="summary" data-testid="gen-summary">
+                <caption data-testid="gen-summary-which">{which}</caption>
+                <tr><th>"Time to first token (prefill)"</th><td data-testid="gen-prefill">{format!("{:.2} ms for {} × {} prompt tokens", g.prefill_ms, g.batch, g.prompt_len)}</td></tr>
+                <tr><th>"Decode, per token"</th><td data-testid="gen-decode">{decode}</td></tr>
+                <tr><th>"Tokens/s"</th><td>{format!("{:.1} per sequence, {:.1} in total", g.tokens_per_s, g.tokens_per_s_total)}</td></tr>
+                <tr><th>"KV cache"</th><td data-testid="gen-kv">{kv}</td></tr>
+                <tr><th>"Memory"</th><td>{format!("weights + prompt {}, peak {}, after release {} ({source})", format_bytes(r.memory.baseline_bytes), format_bytes(r.memory.peak_allocated_bytes), format_bytes(r.memory.after_release_bytes))}</td></tr>
+                {(graph > 0).then(|| view! { <tr><th>"Autograd graph"</th><td data-testid="gen-graph">{format!("{} held after the last step, on top of the cache", format_bytes(graph))}</td></tr> })}
+                {bandwidth.map(|b| view! { <tr><th>"Decode bandwidth"</th><td data-testid="gen-bandwidth">{b}</td></tr> })}
+                {attention.map(|a| view! { <tr><th>"Attention (SDPA backend)"</th><td data-testid="gen-attention">{a}</td></tr> })}
+                <tr><th>"Prefill compute"</th><td>{format!("{:.3} TFLOP/s{compute_peak}", g.prefill_tflops)}</td></tr>
+                <tr><th>"Measured on"</th><td>{env}</td></tr>
+            </table>
+            <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::GradMode;
+
+    fn row(cache: KvCacheKind, decode_ms: Vec<f64>, kv: u64) -> Row {
+        Row {
+            name: format!("{} cache · no_grad", cache.as_str()),
+            cache,
+            grad: GradMode::NoGrad,
+            decode_ms,
+            held_bytes: kv + 4096,
+            kv_bytes: kv,
+            graph_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_cache_comparison_says_how_much_slower_off_is_than_dynamic() {
+        let dynamic = row(KvCacheKind::Dynamic, (0..20).map(|i| 3.0 + 0.01 * (i % 3) as f64).collect(), 194_560);
+        let stat = row(KvCacheKind::Static, (0..20).map(|i| 3.0 + 0.01 * ((i + 1) % 3) as f64).collect(), 194_560);
+        let off = row(KvCacheKind::Off, (0..20).map(|i| 5.0 + 0.5 * i as f64).collect(), 0);
+        let s = comparison_reading(&[dynamic, stat, off]);
+        assert_eq!(s.len(), 2);
+        assert!(s[0].starts_with("With the static cache: no difference per token we can tell apart from noise"), "{}", s[0]);
+        assert!(s[1].starts_with("Without a cache (off): 3.2× slower per token"), "{}", s[1]);
+        assert!(s[1].contains("than the dynamic cache, p50 9.75 ms against 3.01 ms"), "{}", s[1]);
+        assert!(s[1].contains("last step 14.50 ms against 3.01 ms"), "{}", s[1]);
+        assert!(s[1].contains("KV cache 0 B against 190.0 KiB"), "{}", s[1]);
+    }
+
+    #[test]
+    fn one_run_is_no_comparison() {
+        assert!(comparison_reading(&[row(KvCacheKind::Dynamic, vec![1.0; 8], 1)]).is_empty());
+    }
+}
