@@ -15,6 +15,7 @@ mod format;
 mod generate;
 mod info;
 mod pitfall;
+mod predict;
 mod python;
 mod python_generate;
 pub use python_generate::{hand_written_loop as python_generate_loop, with_generate as python_generate_hf};
@@ -36,6 +37,7 @@ pub use pitfall::{
     ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
     BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
+pub use predict::{Ask, Choice, Prediction, Question, Scored};
 pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;

@@ -320,11 +320,14 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
             .collect();
         bail!("unknown pitfall `{}`; known: {}", args.id, known.join(", "));
     }
+    let question = &engine::pitfalls::card(&args.id).expect("checked above").question;
+    let prediction = args.predict.as_deref().map(|p| question.parse(p)).transpose();
     let options = protocol::PitfallOptions {
         device: args.device,
         model: args.model.as_deref().map(model).transpose()?,
         batch: args.batch,
         budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
+        prediction: prediction.map_err(|e| anyhow::anyhow!("--predict: {e} ({})", question.text))?,
     };
     // The same checked path as the server's: batch ceiling, budget, deadline, panic barrier.
     let report = worker
@@ -345,6 +348,10 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
     writeln!(out, "because:   {}", report.reason)?;
     writeln!(out, "rule:      {}", report.threshold)?;
+    if let Some(p) = &report.prediction {
+        writeln!(out, "question:  {} ({})", p.question.text, p.question.tolerance())?;
+        writeln!(out, "predicted: {}", p.sentence())?;
+    }
     if let Some(t) = &report.table {
         writeln!(
             out,

@@ -154,6 +154,7 @@ pub const GENERATE_NO_GRAD: Card = Card {
     pitfall: "model.eval()\ncache = DynamicCache(config=model.config)\nfor step in range(new_tokens):\n    logits = model(ids, past_key_values=cache).logits  # graph kept through the cache",
     fix: "model.eval()\nwith torch.inference_mode():  # or torch.no_grad(); model.generate() does this itself\n    for step in range(new_tokens):\n        logits = model(ids, past_key_values=cache).logits",
     threshold: "confirmed when, in eval mode with a dynamic cache, grad-enabled memory beyond the weights, prompt, KV cache and tokens rises at every step and by more in the second half of the steps than in the first (superlinear: each step's attention saves the whole cache as it stood), no_grad holds none beyond 64 KiB (CUDA block rounding), and memory returns to the baseline after the run. Regime: any device; the CPU counts allocations exactly",
+    question: super::value("Generating with autograd on: how many bytes does the graph hold after the last token?", "graph after the last step (grad)", "bytes", super::BYTES),
     experiment: generate_no_grad,
 };
 
@@ -206,6 +207,7 @@ pub const KV_CACHE_SIZE: Card = Card {
     pitfall: "# \"the model is 16 GB, the GPU has 80: plenty of room\"\nbatch = 64; context = 8192",
     fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * dtype_bytes\nassert weights_bytes + kv_bytes < budget",
     threshold: "confirmed when the cache bytes measured from its tensors equal the formula to the byte at two lengths and two batches (so doubling either doubles the cache exactly). The context at which the cache passes the weights is computed from the formula, for this shape and the Llama-3.1-8B shape. Regime: any device",
+    question: super::value("How many bytes does the KV cache take per token, per sequence?", "KV cache per token per sequence", "bytes", super::BYTES),
     experiment: kv_cache_size,
 };
 
@@ -282,6 +284,7 @@ pub const GQA: Card = Card {
     pitfall: "# assuming the cache scales with num_attention_heads\nkv = 2 * layers * cfg.num_attention_heads * head_dim * tokens * batch * 2",
     fix: "kv = 2 * layers * cfg.num_key_value_heads * head_dim * tokens * batch * 2",
     threshold: "confirmed when the same shape with 8 KV heads and with 2 measures caches in exactly the ratio 8 / 2 = 4 while the parameter counts differ by under 15%. Regime: any device",
+    question: super::ratio("With 2 KV heads instead of 8, the KV cache as a multiple of the 8-head one?", "KV cache, 2 KV heads", "KV cache, 8 KV heads", super::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: gqa,
 };
 
@@ -320,6 +323,7 @@ pub const USE_CACHE_OFF: Card = Card {
     pitfall: "out = model.generate(ids, max_new_tokens=256, use_cache=False)",
     fix: "out = model.generate(ids, max_new_tokens=256)  # use_cache=True is the default",
     threshold: "confirmed when the uncached decode steps' latency rises with the position (rank correlation above 0.5), the median of its last 8 steps is more than twice the cached run's, the greedy tokens are identical, and it holds less memory after the last step (no cache). Regime: any device; prompt 8 + 96 new tokens on a CPU (the prefix grows twelvefold), 256 + 128 on a GPU",
+    question: super::ratio("Generating without the KV cache: total time as a multiple of with it?", "uncached: total", "cached: total", super::Ask::LogScale { min: 0.1, max: 100.0, within: 1.5 }),
     experiment: use_cache_off,
 };
 
@@ -366,6 +370,7 @@ pub const PREFILL_VS_DECODE: Card = Card {
     pitfall: "# judging a serving GPU by its TFLOP/s\ntokens_per_s = peak_flops / (2 * n_params)",
     fix: "# decode at batch b: bounded by bandwidth\ntokens_per_s = b * bandwidth / (weights_bytes + kv_bytes)",
     threshold: "confirmed when the prefill's achieved FLOP/s is more than 4× the decode steps' and decode's arithmetic intensity (FLOPs per step / weights + KV bytes read) is under 4 FLOPs per byte. Both are placed against the device's peak (datasheet on a known GPU, measured on a CPU). Regime: any device; batch 1",
+    question: super::ratio("What is decode's FLOP/s as a multiple of prefill's?", "decode", "prefill", super::Ask::LogScale { min: 0.0001, max: 10.0, within: 2.0 }),
     experiment: prefill_vs_decode,
 };
 
@@ -412,6 +417,7 @@ pub const DECODE_BATCH: Card = Card {
     pitfall: "for prompt in prompts:  # one request at a time\n    model.generate(prompt, max_new_tokens=128)",
     fix: "model.generate(torch.stack(prompts), max_new_tokens=128)  # one batch, the weights read once per step",
     threshold: "confirmed when total tokens/s at the largest batch of the sweep is at least 2× batch 1's while the per-token latency grows less than 3×; the knee is the first batch after which total tokens/s gains under 20%. Regime: CPU batches 1–8 of the tiny decoder (dispatch-bound, so batching is nearly free); GPU batches 1–64 of the 1B shape",
+    question: super::ratio("Tokens per second at the largest batch, as a multiple of batch 1?", "tokens/s at the largest batch", "tokens/s at batch 1", super::Ask::LogScale { min: 0.1, max: 100.0, within: 1.5 }),
     experiment: decode_batch,
 };
 
@@ -468,6 +474,7 @@ pub const STATIC_CACHE: Card = Card {
     pitfall: "out = model.generate(ids, max_new_tokens=256)  # DynamicCache: new tensors every step",
     fix: "out = model.generate(ids, max_new_tokens=256, cache_implementation=\"static\")",
     threshold: "confirmed when the static cache's bytes are the same at every step and equal the formula for prompt + new tokens, while the dynamic one's grow by exactly one position's bytes per step. The CUDA graph replay of the decode step is not yet captured by Gradless (its forward-pass graphs are): on any device that part is reported absent, not guessed. Regime: any device",
+    question: super::ratio("The static cache's bytes as a multiple of the dynamic cache's after the last step?", "static cache (every step)", "dynamic cache after the last step", super::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
     experiment: static_cache,
 };
 
@@ -511,6 +518,7 @@ pub const PADDING_WASTE: Card = Card {
     pitfall: "batch = tokenizer(prompts, padding=True, return_tensors=\"pt\")  # every prompt as long as the longest",
     fix: "# group prompts of similar length, or a server that packs them (continuous batching, PagedAttention)",
     threshold: "confirmed when the padded batch's measured cache exceeds the four prompts' caches generated one by one by exactly the padding positions' bytes (the formula at 48 padding positions). The times of both ways are reported; they decide nothing (on a CPU a batch can be faster in total even with its waste). The padded rows run without an attention mask here: the cost is what padding costs, their tokens are not compared. Regime: any device",
+    question: super::ratio("The bytes wasted on padding, as a multiple of the caches needed one by one?", "wasted on padding", "one by one: KV caches", super::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: padding_waste,
 };
 
@@ -559,6 +567,7 @@ pub const INFERENCE_TENSOR_CACHE: Card = Card {
     pitfall: "with torch.inference_mode():\n    cache = StaticCache(config=model.config, max_cache_len=1024)\nwith torch.no_grad():\n    model(ids, past_key_values=cache)  # in-place write to an inference tensor: RuntimeError",
     fix: "with torch.inference_mode():  # allocate and update under the same mode\n    cache = StaticCache(config=model.config, max_cache_len=1024)\n    model(ids, past_key_values=cache)\n# or: torch.no_grad() for both",
     threshold: "confirmed when libtorch raises its error for the in-place write to a cache tensor made under inference_mode from outside it, and both fixes (allocate and update under inference_mode; no_grad for both) succeed. Regime: any device",
+    question: super::value("Does writing into a cache made under inference_mode, outside it, raise an error?", "error raised", "bool", super::Ask::YesNo),
     experiment: inference_tensor_cache,
 };
 
@@ -622,6 +631,7 @@ pub const AUTOCAST_DECODE: Card = Card {
     pitfall: "for step in range(new_tokens):\n    with torch.autocast(\"cuda\", dtype=torch.bfloat16):  # region per step: the casts are redone\n        logits = model(next_id, past_key_values=cache).logits",
     fix: "model = model.to(torch.bfloat16)  # cast once\nwith torch.inference_mode():\n    for step in range(new_tokens):\n        logits = model(next_id, past_key_values=cache).logits",
     threshold: "per row (fp32; autocast entered per step; autocast around the whole loop; bf16 weights — each under no_grad and inference_mode) the per-token p50 and peak memory are reported; confirmed when bf16 weights decode faster per token than both autocast variants under the same grad mode and hold less peak memory than fp32. On a CPU without bf16 units autocast is many times slower than fp32, which the verdict says. Regime: a GPU with bf16 (decode reads every weight per step); a CPU answers with its own figures",
+    question: super::ratio("Under inference_mode, bf16 weights' per-token p50 against autocast entered per step?", "bf16 weights · inference_mode: per-token p50", "autocast per step · inference_mode: per-token p50", super::SAME_TIME),
     experiment: autocast_decode,
 };
 
@@ -675,7 +685,9 @@ fn autocast_decode(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let cpu_note = if ctx.cuda() { String::new() } else { " On this CPU bf16 has no fast units: autocast is far slower than fp32 here, which is this device's answer, not a GPU's.".into() };
     let decision = Decision::rule(holds, format!("{}.{cpu_note}", lines.join("; ")), format!("{}.{cpu_note}", lines.join("; ")));
     let x: Vec<String> = cells.iter().map(|c| format!("{} · {}", c.0, c.1.as_str())).collect();
+    let figures = cells.iter().map(|c| fig(&format!("{} · {}: per-token p50", c.0, c.1.as_str()), c.2, "ms")).collect();
     Ok(Outcome::new(decision, format!("{}, batch 1, prompt {prompt} + {n} new tokens, dynamic cache", model.display_name()), ChartKind::Bar)
+        .figures(figures)
         .series(vec![series("per-token p50", "ms", x, cells.iter().map(|c| c.2).collect())])
         .table(Table { columns: vec!["variant".into(), "grad".into(), "per-token p50".into(), "peak above baseline".into()], rows }))
 }
@@ -689,6 +701,7 @@ pub const DECODER_TABLE: Card = Card {
     pitfall: "model.eval()  # \"inference mode on\"\nfor step in range(new_tokens): ...",
     fix: "model = model.to(torch.bfloat16).eval()\nwith torch.inference_mode():\n    for step in range(new_tokens): ...",
     threshold: "confirmed when eval only's peak is within 10% of train's, eval + no_grad's is below train's by more than the graph train kept after its last step less 10%, and inference_mode's is no higher than no_grad's. Each row's figures are printed beside the seed table's rows (ResNet-50, the seed-table card). Regime: any device",
+    question: super::ratio("eval() alone in a generation: its peak above the weights and prompt against train()'s?", "eval only: peak above baseline", "train: peak above baseline", super::SAME_BYTES),
     experiment: decoder_table,
 };
 
@@ -750,7 +763,13 @@ fn decoder_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     );
     let decision = Decision::rule(holds, format!("{reason}."), format!("{reason}."));
     let labels: Vec<String> = results.iter().map(|r| r.0.to_string()).collect();
+    let figures = results
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (label, ..))| [fig(&format!("{label}: peak above baseline"), peak(i), "bytes"), fig(&format!("{label}: decode p50 per token"), p50(i), "ms")])
+        .collect();
     Ok(Outcome::new(decision, setup(&rows[0].1), ChartKind::Bar)
+        .figures(figures)
         .table(table)
         .series(vec![
             series("peak above baseline", "MiB", labels.clone(), (0..results.len()).map(|i| mib(peak(i) as u64)).collect()),
