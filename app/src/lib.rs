@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod generate;
 pub mod lab;
 pub mod pitfalls;
+mod prediction;
 pub mod records;
 pub mod run_view;
 pub mod settings;
