@@ -19,6 +19,7 @@ pub mod gen_results;
 pub mod generate;
 pub mod lab;
 pub mod pitfalls;
+mod prediction;
 pub mod records;
 pub mod run_view;
 pub mod settings;

@@ -221,11 +221,17 @@ fn PitfallCard(
             </label>
         }
     });
+    let answer = RwSignal::new(crate::prediction::initial(&card.question));
     let run_id = id.clone();
-    let on_run = move |_| {
+    // Locking in and running are one request: the server scores what it was sent with.
+    let run = move |predicted: bool| {
         let id = run_id.clone();
         let options = protocol::PitfallOptions {
             budget_bytes: budget.get_untracked(),
+            prediction: Some(match answer.get_untracked() {
+                Some(p) if predicted => p,
+                _ => protocol::Prediction::Skipped,
+            }),
             ..Default::default()
         };
         state.set(CardState::Running);
@@ -245,6 +251,8 @@ fn PitfallCard(
         #[cfg(not(feature = "hydrate"))]
         let _ = (id, done, options);
     };
+    let lock_run = run.clone();
+    let running = Signal::derive(move || state.with(|s| *s == CardState::Running));
     let verdict_view = move || {
         state.with(|s| match s {
             CardState::Idle => None,
@@ -299,13 +307,18 @@ fn PitfallCard(
                 </div>
             </div>
             {budget_picker}
+            <crate::prediction::PredictControls question=card.question.clone() answer locked=running id=card.id.clone() />
             <button
                 class="primary"
                 data-testid=format!("run-{}", card.id)
-                on:click=on_run
-                prop:disabled=move || state.with(|s| *s == CardState::Running)
+                on:click=move |_| lock_run(true)
+                prop:disabled=move || running.get() || answer.with(Option::is_none)
             >
-                "Run the experiment"
+                "Lock in and run"
+            </button>
+            " "
+            <button data-testid=format!("skip-{}", card.id) on:click=move |_| run(false) prop:disabled=running>
+                "Run without predicting"
             </button>
             <crate::fleet::FleetPitfall id=card.id.clone() />
             {verdict_view}

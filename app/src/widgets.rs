@@ -328,6 +328,7 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         }
     });
     view! {
+        {r.prediction.as_ref().map(crate::prediction::scored_view)}
         <p class=class data-testid=format!("verdict-{}", r.id)>
             <strong>{word}</strong>" — "{r.reason.clone()}
         </p>

@@ -17,6 +17,7 @@ mod info;
 mod model;
 pub mod noise;
 mod pitfall;
+mod predict;
 mod python;
 mod python_generate;
 pub use python_generate::{hand_written_loop as python_generate_loop, with_generate as python_generate_hf};
@@ -38,6 +39,7 @@ pub use pitfall::{
     ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
     BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
+pub use predict::{Ask, Choice, Prediction, Question, Scored};
 pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;

@@ -111,6 +111,10 @@ pub struct PitfallReport {
     /// `/runs/{record_id}`); absent when nothing was recorded (the CLI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_id: Option<String>,
+    /// What was predicted before the run (or that it ran without a prediction), scored
+    /// against this report's figures; absent for results recorded before cards asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<crate::Scored>,
 }
 
 /// A card as listed: what it teaches and where the fact comes from.
@@ -126,6 +130,8 @@ pub struct PitfallInfo {
     pub python_pitfall: String,
     pub python_fix: String,
     pub threshold: String,
+    /// The question asked before the experiment runs; its own report decides it.
+    pub question: crate::Question,
 }
 
 /// Knobs a person may set on an experiment; each has a sensible per-device default.
@@ -139,6 +145,10 @@ pub struct PitfallOptions {
     /// batch-scaling: the memory budget in bytes (default: [`DEFAULT_CUDA_BUDGET_BYTES`] on a
     /// GPU, [`DEFAULT_CPU_BUDGET_BYTES`] on a CPU).
     pub budget_bytes: Option<u64>,
+    /// The answer to the card's question, locked by the request that starts the run:
+    /// `"skipped"`, `{"value": 0.5}` or `{"choice": "lower"}`. Absent: not asked (a script).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<crate::Prediction>,
 }
 
 /// batch-scaling's budget on a GPU unless one is chosen: a common card's size, stated, and

@@ -507,7 +507,15 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
         );
     }
 
-    let top = 240.0;
+    // The prediction locked before the run, beside what was measured.
+    let top = match &p.prediction {
+        Some(pr) => {
+            let line = format!("Prediction: {}", pr.sentence());
+            svg.text(MARGIN, 232.0, Font::new(17.0, pal.text).bold(), &text::fit(&line, 17.0, true, W - 2.0 * MARGIN));
+            256.0
+        }
+        None => 240.0,
+    };
     let drawable = p
         .series
         .iter()

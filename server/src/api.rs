@@ -484,7 +484,50 @@ fn pitfall_request(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Default::default());
     }
-    parse_object(body, "PitfallOptions", r#"{"device": "cpu"}"#)
+    let options: protocol::PitfallOptions =
+        parse_object(body, "PitfallOptions", r#"{"device": "cpu", "prediction": {"value": 0.5}}"#)?;
+    if let (Some(p), Some(card)) = (&options.prediction, engine::pitfalls::card(id)) {
+        card.question.check(p).map_err(|message| {
+            ApiError::InvalidSpec(SpecError {
+                field: "prediction".into(),
+                message: format!("{message} (the question: {})", card.question.text),
+            })
+        })?;
+    }
+    Ok(options)
+}
+
+/// The body of `POST /api/records/{id}/prediction`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LatePrediction {
+    #[allow(dead_code)]
+    prediction: protocol::Prediction,
+}
+
+/// `POST /api/records/{id}/prediction`: a prediction for a result whose run has started.
+/// Always refused (409) for a record that exists: a prediction is locked by the request
+/// that starts its run (`POST /api/pitfalls/{id}` with `prediction`), so one made after
+/// the run began, or a change to the one locked, is never recorded.
+pub async fn late_prediction(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let _: LatePrediction = parse_object(&body, "prediction", r#"{"prediction": {"value": 0.5}}"#)?;
+    let record = find_record(&state, &id).await?;
+    let locked = match &record.body {
+        RecordBody::Pitfall(p) => match &p.prediction {
+            Some(s) if s.predicted != protocol::Prediction::Skipped => format!("it locked “{}”", s.predicted_text()),
+            Some(_) => "it was run without predicting, and is recorded so".into(),
+            None => "it was run without a question".into(),
+        },
+        RecordBody::Run(_) => "a run of the Lab records no prediction of its own".into(),
+        RecordBody::Unfinished(_) => "it is running or was interrupted".into(),
+    };
+    Err(ApiError::PredictionLocked(format!(
+        "the run of {id} has already started, so its prediction is locked ({locked}): a prediction is sent with the request that starts the run, POST /api/pitfalls/{{card}} with \"prediction\""
+    )))
 }
 
 /// Keeps an experiment's report as record `record_id` and answers it with that id, or

@@ -423,6 +423,11 @@ pub struct PitfallArgs {
     /// batch-scaling: memory budget in MiB (default: the device's free memory on a GPU).
     #[arg(long)]
     pub budget_mib: Option<u64>,
+    /// Your answer to the card's question (`gradless pitfall list --json` has them), locked
+    /// before it runs and scored after: a value (`0.5`, `x0.5`, `12MiB`) or lower, same,
+    /// higher, yes, no, skip.
+    #[arg(long, value_name = "VALUE")]
+    pub predict: Option<String>,
     /// Print JSON instead of text (with `all`: one array at the end).
     #[arg(long)]
     pub json: bool,

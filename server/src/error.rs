@@ -70,6 +70,10 @@ pub enum ApiError {
     /// A fleet front has no live worker for the run (none announced, or not the named one).
     #[error("{0}")]
     NoWorker(String),
+    /// A prediction sent for a run that has already started: predictions are locked by
+    /// the request that starts the run (the message says what was locked).
+    #[error("{0}")]
+    PredictionLocked(String),
     /// Too many event streams are open at once.
     #[error("too many event streams are open on this server ({0}); try again shortly")]
     TooManyStreams(usize),
@@ -119,6 +123,7 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::UnknownPitfall(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
+            ApiError::PredictionLocked(_) => (StatusCode::CONFLICT, "prediction_locked"),
             // Gone for good: there will never be a report.
             ApiError::Interrupted(_) => (StatusCode::GONE, "interrupted"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

@@ -76,6 +76,11 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
                             rows.push([s.name.clone(), s.unit.clone(), x.clone(), y]);
                         }
                     }
+                    // The prediction locked before the run, beside what it measured.
+                    if let Some(pr) = &p.prediction {
+                        let measured = pr.measured.map(|m| m.to_string()).unwrap_or_default();
+                        rows.push(["prediction".into(), pr.question.unit.to_string(), pr.sentence(), measured]);
+                    }
                     write_csv(["series", "unit", "x", "y"], rows)
                 }
                 RecordBody::Unfinished(u) => return Err(unfinished_export(u)),

@@ -31,7 +31,7 @@ use utoipa::OpenApi;
     ),
     paths(
         info, create_run, run_events, get_run, run_emitted, list_records, get_record,
-        export_record, health, pitfalls, run_pitfall, workers, openapi_json, run_png,
+        export_record, health, pitfalls, run_pitfall, late_prediction, workers, openapi_json, run_png,
         run_svg, compare_png, compare_svg, oembed, healthz, metrics
     ),
     components(schemas(ApiErrorBody, WorkerCardSchema)),
@@ -189,19 +189,37 @@ fn pitfalls() {}
 
 #[utoipa::path(post, path = "/api/pitfalls/{id}", tag = "pitfalls",
     params(("id" = String, Path, description = "The card's id (see GET /api/pitfalls)")),
-    request_body(content = Option<PitfallOptions>, description = "Optional: device, model, batch, memory budget"),
+    request_body(content = Option<PitfallOptions>, description = "Optional: device, model, batch, memory budget, and `prediction`, the answer to the card's `question` (`\"skipped\"`, `{\"value\": 0.5}` or `{\"choice\": \"lower\"}`), locked by this request and scored in the report"),
     responses(
         (status = 200, description = "The experiment's report, recorded: its permalink is `/runs/{record_id}`", body = PitfallReport),
         (status = 401, description = "This server wants its token", body = ApiErrorBody),
         (status = 403, description = "A page of another origin may not start work here", body = ApiErrorBody),
         (status = 404, description = "No such card", body = ApiErrorBody),
         (status = 409, description = "The experiment failed (the message says why)", body = ApiErrorBody),
-        (status = 422, description = "Options this card cannot take", body = ApiErrorBody),
+        (status = 422, description = "Options this card cannot take, or a prediction its question cannot take (field `prediction`: out of the scale, or the wrong kind of answer)", body = ApiErrorBody),
         (status = 429, description = "Rate limited", body = ApiErrorBody),
         (status = 503, description = "Too many experiments waiting", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn run_pitfall() {}
+
+/// The body of a prediction sent after its run: `{"prediction": ...}`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct LatePrediction {
+    prediction: protocol::Prediction,
+}
+
+#[utoipa::path(post, path = "/api/records/{id}/prediction", tag = "pitfalls",
+    params(("id" = String, Path, description = "A recorded result's id")),
+    request_body(content = LatePrediction, description = "`{\"prediction\": {\"value\": 0.5}}`"),
+    responses(
+        (status = 400, description = "Not a prediction (the field is named)", body = ApiErrorBody),
+        (status = 404, description = "No such record", body = ApiErrorBody),
+        (status = 409, description = "Its run has started: a prediction is locked by the request that starts the run (`POST /api/pitfalls/{id}` with `prediction`) and cannot be sent or changed later", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn late_prediction() {}
 
 #[utoipa::path(get, path = "/api/workers", tag = "server",
     responses((status = 200, description = "On a fleet front, the live workers' cards; `[]` on a single server", body = Vec<WorkerCardSchema>)))]

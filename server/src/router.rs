@@ -40,6 +40,7 @@ pub fn router(state: AppState) -> Router {
     let drive = Router::new()
         .route("/runs", post(api::create_run))
         .route("/pitfalls/{id}", post(api::run_pitfall))
+        .route("/records/{id}/prediction", post(api::late_prediction))
         .route_layer(middleware::from_fn_with_state(state.clone(), check_drive));
     let api = Router::new()
         .route("/info", get(api::info))

@@ -24,6 +24,7 @@ pub const BATCH_SCALING: Card = Card {
     pitfall: "y = model(big_batch)  # OOM: autograd kept every activation",
     fix: "with torch.no_grad():\n    y = model(big_batch)",
     threshold: "confirmed when the peak above baseline is linear in the batch for both modes (R² > 0.95 over the measured powers of two) and the largest batch within the budget is larger under no_grad than with grad. Each sweep doubles the batch until the peak allocated passes the budget, the device fails (out of memory or any other error, once one batch has run: the reason says which), or the largest tensor would reach 2³¹ elements. Regime: the budget, not the device, must end the sweep: on a GPU it is 16 GiB unless chosen (not the free memory: an H200's 139 GB would let both modes reach the largest batch and tie); ResNet-18 at 224² with grad keeps every activation (tens of MB per sample, a few hundred samples in 16 GiB), under no_grad only a few layers' (about ten times fewer), and its stem output caps the sweep at batch 2048",
+    question: super::ratio("Within the same memory budget, the largest batch under no_grad as a multiple of the largest with grad?", "no_grad: largest batch within budget", "grad enabled: largest batch within budget", super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
     experiment: batch_scaling,
 };
 
@@ -178,6 +179,7 @@ pub const ALLOCATED_VS_RESERVED: Card = Card {
     pitfall: "print(torch.cuda.memory_reserved())  # \"it leaks!\"",
     fix: "print(torch.cuda.memory_allocated())  # what tensors hold",
     threshold: "CUDA only (a device whose allocator keeps a reserved pool). Confirmed when, after the output is freed, allocated equals the baseline and reserved exceeds allocated. Regime: any GPU; ResNet-50 with grad at batch 64, 224², reserves several GB for its activations, which stay cached after they are freed",
+    question: super::ratio("After the output is freed, what is reserved memory as a multiple of allocated?", "reserved after release", "allocated after release", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: allocated_vs_reserved,
 };
 
@@ -254,6 +256,7 @@ pub const EMPTY_CACHE: Card = Card {
     pitfall: "y = model(x); torch.cuda.empty_cache()  # after every request",
     fix: "y = model(x)  # let the caching allocator reuse its blocks",
     threshold: "CUDA only (a device whose allocator keeps a reserved pool). 100 requests of each kind, alternating, after a synchronised warm-up: a request without starts from a warm cache; a request with starts from an emptied cache (as after the previous request's empty_cache()) and ends with its own empty_cache(), which is timed with it. Confirmed when emptying the cache leaves allocated memory unchanged, and the requests with it are slower: a higher p90 (over 100 requests, at least 10 must move it: one slow request cannot decide) and the 95% bootstrap interval of the p50 ratio (with / without) wholly above 1; refuted when allocated memory changes, the p90 is not higher, or the interval lies wholly below 1.05 (any cost under 5%); inconclusive otherwise. Regime: any GPU; on an H200, ResNet-50 at batch 32, 224², runs a few ms per request while re-allocating its hundreds of MB of activation blocks (cudaMalloc) and giving them back (cudaFree, which synchronises) costs a large fraction of that on every request",
+    question: super::ratio("What does calling empty_cache() after every pass do to the p50 latency?", "p50 with empty_cache", "p50 without empty_cache", super::SAME_TIME),
     experiment: empty_cache,
 };
 

@@ -19,6 +19,7 @@ pub const CUDA_GRAPHS: Card = Card {
     pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # the GPU waits for each launch",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
     threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
+    question: super::ratio("Replaying a captured CUDA graph: its p50 as a multiple of eager's (the first batch)?", "* p50 replay", "* p50 eager", super::PEAKS),
     experiment: cuda_graphs,
 };
 

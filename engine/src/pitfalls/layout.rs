@@ -22,6 +22,7 @@ pub const CHANNELS_LAST: Card = Card {
     pitfall: "model = model.to(memory_format=torch.channels_last)\ny = model(x)  # x still NCHW: converted inside, every call",
     fix: "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)\ny = model(x)",
     threshold: "confirmed when the input and every 4-D convolution weight have NHWC strides and the output differs from the NCHW model's by at most 1e-3 of its largest magnitude (float rounding: the kernels sum in another order). The latency ratio (NCHW / NHWC, 10 alternating passes each on a CPU, 20 on a GPU) is reported with its 95% bootstrap interval as faster, slower or no difference, and does not decide: it is the device's answer, not the lesson's. Regime: a convolution model (ResNet-18 by default)",
+    question: super::ratio("What does channels_last do to the p50 latency against NCHW?", "p50 channels_last", "p50 NCHW", super::SAME_TIME),
     experiment: channels_last,
 };
 
@@ -94,6 +95,7 @@ pub const INPUT_COPY: Card = Card {
     pitfall: "x = batch.to(\"cuda\")  # outside the timer\nt0 = time.time(); y = model(x); torch.cuda.synchronize()",
     fix: "batch = batch.pin_memory()\nt0 = time.time(); x = batch.to(\"cuda\", non_blocking=True); y = model(x); torch.cuda.synchronize()",
     threshold: "On every device each copy must add exactly the input's bytes to the pass's peak above the baseline (refuted otherwise). CUDA: confirmed when the 95% bootstrap interval of the p50 ratio (input copied from pageable memory / input on the device, 20 timed iterations each) lies wholly above 1, refuted when it lies wholly below 1.05, inconclusive otherwise; pinned memory is reported beside it. On a CPU not applicable: there is no host-to-device copy (the pageable case is a memcpy, measured and reported) and no pinned memory",
+    question: super::ratio("Copying the input from pageable host memory inside each pass: its p50 against the input already on the device?", "p50 copied from pageable", "p50 input on the device", super::SAME_TIME),
     experiment: input_copy,
 };
 
@@ -156,6 +158,7 @@ pub const CUDNN_BENCHMARK: Card = Card {
     pitfall: "torch.backends.cudnn.benchmark = True\nfor x in batches_of_varying_size: model(x)",
     fix: "torch.backends.cudnn.benchmark = True  # only with fixed shapes (pad or bucket them)",
     threshold: "CUDA: with benchmark on, ResNet-18 runs 10 passes at a batch this process has not seen, then 10 at another new batch (a shape change midway). Confirmed when, at both shapes, the first pass is above 1.5× the steady passes' median even at their own spread (the warm-up rule); refuted when it is below 1.5× at their spread at both; inconclusive otherwise. Not applicable on a CPU (no cuDNN)",
+    question: super::ratio("With cudnn.benchmark on, the first pass at a new shape as a multiple of the steady p50?", "first pass, second shape", "steady p50", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: cudnn_benchmark,
 };
 

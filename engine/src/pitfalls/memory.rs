@@ -21,6 +21,7 @@ pub const EVAL_NOT_NOGRAD: Card = Card {
     pitfall: "model.eval()\ny = model(x)  # graph recorded, activations kept",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's activations, several times no_grad's peak of about two layers, so the margin is large at any scale",
+    question: super::ratio("With autograd on but the model in eval(), what is eval()+no_grad's peak above baseline as a multiple of eval()+grad's?", "eval+no_grad peak above baseline", "eval+grad peak above baseline", super::PEAKS),
     experiment: eval_not_nograd,
 };
 
@@ -88,6 +89,7 @@ pub const OUTPUT_LIFETIME: Card = Card {
     pitfall: "results.append(model(x))  # grad on: graph kept alive",
     fix: "with torch.no_grad():\n    results.append(model(x).cpu())",
     threshold: "confirmed when, after one warm-up request, allocated memory grows every request for kept outputs, grows faster (more than 2× per request) when kept with grad, and does not grow at all when outputs are dropped. Regime: any; allocated memory counts live tensors exactly (on a GPU the caching allocator's pool is not counted), and on a GPU (ResNet-18, batch 16, 224²) eight kept graphs hold a few GB, far within 139 GB",
+    question: super::value("Keeping each request's output with its graph alive: how many bytes does memory grow per request?", "growth per request, kept with grad", "bytes", super::BYTES),
     experiment: output_lifetime,
 };
 
@@ -184,6 +186,7 @@ pub const FREEZE_VS_NOGRAD: Card = Card {
     pitfall: "for p in backbone.parameters(): p.requires_grad_(False)\ny = model(x)  # still a graph through the head",
     fix: "with torch.no_grad():\n    y = model(x)",
     threshold: "compares the memory retained while the output is alive (allocated minus the baseline, read right after the pass), which is the output plus the graph's saved tensors — not the peak, which on a GPU is the stem's outputs in every variant. Confirmed when all-frozen retains within 10% (or 64 KiB) of no_grad, and the partly frozen model retains strictly more than no_grad and strictly less than all trainable. Regime: any; on a GPU (ResNet-18, batch 64, 224²) all trainable retains GBs, the frozen backbone tens of MB (layer 4), no_grad only the output",
+    question: super::ratio("With every parameter frozen (requires_grad_(False)), the memory retained while the output lives, against no_grad?", "all frozen", "no_grad", super::SAME_BYTES),
     experiment: freeze_vs_nograd,
 };
 

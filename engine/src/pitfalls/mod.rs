@@ -15,6 +15,11 @@
 //!   (CUDA graph replay) and [`generation`] (decoder LLMs: the KV cache, prefill and
 //!   decode).
 //!
+//! Each card also asks one question before it runs ([`Card::question`]): a figure its
+//! report has, or the ratio of two, asked as a choice or a value on a scale; the answer
+//! comes in [`PitfallOptions::prediction`], is checked before anything runs and is scored
+//! against the report's figures ([`protocol::Question::score`]).
+//!
 //! Everything runs on the device thread, on the [`Lab`] (see [`crate::Worker::call`]),
 //! under the [`RunControl`] the worker gives the task.
 //!
@@ -35,8 +40,12 @@ pub mod timing;
 
 // The old name, kept while code written against it moves over.
 
+use std::borrow::Cow;
+
+pub use protocol::Ask;
 use protocol::{
-    DeviceChoice, DeviceKind, FailureKind, PitfallInfo, PitfallOptions, PitfallReport, RunFailure,
+    DeviceChoice, DeviceKind, FailureKind, PitfallInfo, PitfallOptions, PitfallReport, Question,
+    RunFailure,
 };
 
 use crate::lab::{Lab, RunControl};
@@ -58,8 +67,43 @@ pub struct Card {
     pub fix: &'static str,
     /// The verdict's rule, with the regime it needs.
     pub threshold: &'static str,
+    /// The question asked before the experiment runs; its report's figures decide it.
+    pub question: Question,
     pub experiment: Experiment,
 }
+
+/// A question about `figure / over`, a ratio of two figures of the card's report.
+pub const fn ratio(text: &'static str, figure: &'static str, over: &'static str, ask: Ask) -> Question {
+    Question {
+        text: Cow::Borrowed(text),
+        figure: Cow::Borrowed(figure),
+        over: Some(Cow::Borrowed(over)),
+        unit: Cow::Borrowed("ratio"),
+        ask,
+    }
+}
+
+/// A question about one figure of the card's report, in its unit.
+pub const fn value(text: &'static str, figure: &'static str, unit: &'static str, ask: Ask) -> Question {
+    Question {
+        text: Cow::Borrowed(text),
+        figure: Cow::Borrowed(figure),
+        over: None,
+        unit: Cow::Borrowed(unit),
+        ask,
+    }
+}
+
+/// A ratio of peaks or latencies that may move by orders of magnitude: ×0.01 to ×10,
+/// right within a factor of 2.
+pub const PEAKS: Ask = Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 };
+/// A latency ratio whose lesson is its direction: lower, higher, or within ±10% (two cores'
+/// run-to-run noise, wider than the cards' own intervals on a quiet GPU).
+pub const SAME_TIME: Ask = Ask::Choice { below: 0.9, above: 1.1 };
+/// A ratio of byte counts, which repeat exactly: within ±5% is the same.
+pub const SAME_BYTES: Ask = Ask::Choice { below: 0.95, above: 1.05 };
+/// A number of bytes from 1 KiB to 1 TiB, right within a factor of 2.
+pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
 /// The catalogue, in the order the guided tour walks it.
 pub static CARDS: [&Card; 30] = [
@@ -141,6 +185,7 @@ impl Card {
             python_pitfall: self.pitfall.into(),
             python_fix: self.fix.into(),
             threshold: self.threshold.into(),
+            question: self.question.clone(),
         }
     }
 
@@ -151,6 +196,13 @@ impl Card {
         opts: PitfallOptions,
         control: &RunControl,
     ) -> Result<PitfallReport, RunFailure> {
+        // A prediction is checked before anything runs: a wrong one must cost no device time.
+        let predicted = opts.prediction;
+        if let Some(p) = &predicted {
+            self.question
+                .check(p)
+                .map_err(|m| failure(FailureKind::Invalid, format!("prediction: {m}")))?;
+        }
         let device = match opts.device {
             DeviceChoice::Cpu => DeviceKind::Cpu,
             DeviceChoice::Cuda if lab.machine().has_cuda() => DeviceKind::Cuda,
@@ -176,7 +228,9 @@ impl Card {
         if !outcome.setup.is_empty() {
             reason = format!("{} Measured on {}.", reason.trim_end(), outcome.setup);
         }
+        let prediction = predicted.map(|p| self.question.score(p, &outcome.figures));
         Ok(PitfallReport {
+            prediction,
             id: self.id.into(),
             claim: self.claim.into(),
             verdict: outcome.decision.verdict,

@@ -32,6 +32,7 @@ pub const NOGRAD_NOT_EVAL: Card = Card {
     pitfall: "with torch.no_grad():\n    y = model(x)  # model still in train mode",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; float32 rounding alone stays far below 1e-6 for identical computations. Regime: any; the effects are of order one (Dropout zeroes half the units), whatever the device",
+    question: super::value("In train() mode under no_grad, does the same input give a different output when run twice?", "train+no_grad: max |Δ| same input twice", "abs", super::Ask::YesNo),
     experiment: nograd_not_eval,
 };
 
@@ -159,6 +160,7 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
     pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # RuntimeError: Inference tensors cannot be saved for backward",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
     threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
+    question: super::value("What is inference_mode's p50 latency as a multiple of no_grad's (the first model)?", "* latency ratio inference_mode / no_grad", "ratio", super::SAME_TIME),
     experiment: inference_vs_nograd,
 };
 
@@ -320,6 +322,7 @@ pub const AUTOCAST: Card = Card {
     pitfall: "model.half()  # weights lose precision for good",
     fix: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n    y = model(x)",
     threshold: "confirmed when, for every low precision the device runs, a linear layer of the model (its own fp32 weight, inside the same autocast region) yields the low-precision dtype, the weights are still float32 afterwards, and the model's output differs from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. The model's own output dtype is reported but does not decide: a model ending in a norm (the transformer's LayerNorm) returns fp32 under autocast, as documented. Regime: any; dtypes and differences do not depend on scale. Latency is reported, not judged: on a GPU with tensor cores (an H200 runs both fp16 and bf16) autocast is faster, on a CPU without fp16/bf16 units it is emulated and slower",
+    question: super::ratio("On this device, what does fp16 autocast do to the p50 latency against fp32?", "fp16 p50", "fp32 p50", super::SAME_TIME),
     experiment: autocast,
 };
 

@@ -24,6 +24,7 @@ pub const HALF_WEIGHTS: Card = Card {
     pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # fp32 weights cast again on every call",
     fix: "model = model.half()  # once; x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
     threshold: "confirmed when the cast model's parameters take exactly half the bytes of the fp32 model's, the fp32 weights used under autocast are still float32 after the call, and both low-precision outputs (autocast, cast weights) differ from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. Peaks and latencies under grad, no_grad and inference_mode are reported (latency as a ratio with its 95% bootstrap interval), not judged: they depend on whether the device has 16-bit units. Regime: any; byte counts are exact. The low precision is fp16 on a GPU, bf16 on a CPU (where fp16 has no arithmetic units)",
+    question: super::ratio("Under autocast, the parameters' bytes against the fp32 model's?", "* autocast parameters (fp32 kept)", "fp32 parameters", super::SAME_BYTES),
     experiment: half_weights,
 };
 
@@ -151,6 +152,7 @@ pub const TF32: Card = Card {
     pitfall: "torch.backends.cudnn.allow_tf32  # True by default: convs are already TF32",
     fix: "torch.set_float32_matmul_precision(\"high\")  # or allow_tf32 = False for strict fp32",
     threshold: "CUDA with compute capability 8.0 or newer: a 4096×4096 fp32 matmul with TF32 off and on (20 alternating passes each). Confirmed when the outputs differ by a non-zero amount below 1% of the output's largest magnitude and the 95% bootstrap interval of the p50 ratio (off / on) lies wholly above 1; refuted when the outputs are identical (no TF32 kernel ran) or the interval lies wholly below 1.05; inconclusive otherwise. Not applicable on a CPU (no TF32 mode) or an older GPU",
+    question: super::ratio("What does turning TF32 on do to the p50 latency against TF32 off?", "p50 TF32 on", "p50 TF32 off", super::SAME_TIME),
     experiment: tf32,
 };
 

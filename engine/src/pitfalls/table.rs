@@ -16,6 +16,7 @@ pub const SEED_TABLE: Card = Card {
     pitfall: "model.eval()  # \"inference mode on\"",
     fix: "model.eval()\nwith torch.inference_mode(), torch.autocast(\"cuda\", dtype=torch.float16):\n    y = model(x)",
     threshold: "confirmed when eval-only's peak is within 10% of train's and eval+no_grad's is below half of train's. The rows are the Lab's classic rows (the ones `gradless compare` runs) without inference_mode and with the device's autocast (fp16 on a GPU, bf16 on a CPU). Regime: any; on a GPU (ResNet-50, batch 32, 224²) train keeps every activation (several GB) while eval+no_grad holds about two layers' worth",
+    question: super::ratio("eval() alone (autograd still on): its peak above baseline against train()'s?", "eval only: peak above baseline", "train: peak above baseline", super::SAME_BYTES),
     experiment: seed_table,
 };
 

@@ -25,6 +25,7 @@ pub const WARM_UP: Card = Card {
     pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
     fix: "for _ in range(3): model(x)  # warm up, then time many runs",
     threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
+    question: super::ratio("What is the first iteration's time as a multiple of the steady median?", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: warm_up,
 };
 
@@ -121,6 +122,7 @@ pub const SYNC_TIMING: Card = Card {
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
     threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). On an H200, ResNet-18 at 224² gets there at a few hundred images per pass (several ms of GPU work against under a ms of launches), where a naive timer reads a fifth or less. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
+    question: super::ratio("Timing without synchronising: the naive p50 as a multiple of the synchronised p50?", "naive p50", "synchronised p50", super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
     experiment: sync_timing,
 };
 
@@ -235,6 +237,7 @@ pub const ITEM_SYNC: Card = Card {
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
     threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). On an H200 the tiny MLP gets there at a few thousand samples per batch. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
+    question: super::ratio("What does calling .item() on every batch do to the loop's time, against accumulating on the device?", "loop with .item() per batch", "loop accumulating on device", super::SAME_TIME),
     experiment: item_sync,
 };
 

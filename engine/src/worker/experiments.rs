@@ -96,6 +96,9 @@ impl Worker {
                 message,
             })
         };
+        if let (Some(p), Some(card)) = (&options.prediction, crate::pitfalls::card(id)) {
+            card.question.check(p).map_err(|m| invalid("prediction", m))?;
+        }
         let device = match options.device {
             DeviceChoice::Cuda if !self.machine.has_cuda() => {
                 return Err(invalid(

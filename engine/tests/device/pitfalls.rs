@@ -43,6 +43,7 @@ fn run(device: DeviceKind, id: &'static str, small: PitfallOptions) -> PitfallRe
         .expect("worker alive")
         .unwrap_or_else(|f| panic!("{id}: {}", f.message));
     assert_eq!(r.id, id);
+    answers_its_question(device, &r);
     if r.verdict != Verdict::NotApplicable {
         // Every measured result names what it was measured on.
         assert!(
@@ -52,6 +53,35 @@ fn run(device: DeviceKind, id: &'static str, small: PitfallOptions) -> PitfallRe
         );
     }
     r
+}
+
+/// The cards whose effect needs a GPU and whose CPU report therefore has no figures: their
+/// question is asked, and its answer recorded as not measured on the CPU.
+const MEASURED_ON_CUDA_ONLY: [&str; 5] = ["allocated-vs-reserved", "empty-cache", "tf32", "cudnn-benchmark", "cuda-graphs"];
+
+/// The card's question names figures its report has (every run of every card passes here),
+/// so a prediction is always decided by the report of its own run.
+fn answers_its_question(device: DeviceKind, r: &PitfallReport) {
+    let question = &pitfalls::card(&r.id).expect("a card").question;
+    let measured = question.measured(&r.figures);
+    if device == DeviceKind::Cpu && MEASURED_ON_CUDA_ONLY.contains(&r.id.as_str()) {
+        assert!(r.verdict == Verdict::NotApplicable && measured.is_none(), "{}: {:?}", r.id, r.figures);
+        let scored = question.score(protocol::Prediction::Value(1.0), &r.figures);
+        assert!(scored.right.is_none() && scored.sentence().contains("not measured"), "{}", r.id);
+        return;
+    }
+    if r.figures.is_empty() && r.verdict == Verdict::NotApplicable {
+        // A model that cannot show the effect at all (channels_last on an MLP).
+        return;
+    }
+    let m = measured.unwrap_or_else(|| {
+        panic!("{}: the question asks for `{}`{} but the report has {:?}", r.id, question.figure, question.over.as_deref().map(|o| format!(" / `{o}`")).unwrap_or_default(), r.figures.iter().map(|f| &f.name).collect::<Vec<_>>())
+    });
+    assert!(m.is_finite(), "{}: {m}", r.id);
+    // The value is one the question can be answered with: a scale covers it.
+    if let protocol::Ask::LogScale { min, max, .. } | protocol::Ask::Bytes { min, max, .. } = question.ask {
+        assert!((min..=max).contains(&m), "{}: measured {m} is off the question's scale {min}..{max}", r.id);
+    }
 }
 
 fn defaults() -> PitfallOptions {
@@ -323,6 +353,31 @@ fn unknown_cards_are_refused_by_name(_device: DeviceKind) {
     assert!(pitfalls::catalogue().iter().any(|c| c.id == "generate-no-grad"));
 }
 
+/// A prediction sent with the options is scored in the report against its own figures; one
+/// the question cannot take is refused, naming the field, before anything runs.
+fn predictions_are_scored_by_their_own_run(device: DeviceKind) {
+    let predicted = PitfallOptions {
+        prediction: Some(protocol::Prediction::Value(0.25)),
+        ..defaults()
+    };
+    let r = run(device, "gqa", predicted);
+    let scored = r.prediction.expect("scored");
+    // Exactly 2 of 8 KV heads: a quarter of the bytes, so ×0.25 is right.
+    assert_eq!(scored.measured, Some(0.25));
+    assert_eq!(scored.right, Some(true), "{}", scored.sentence());
+    assert_eq!(scored.sentence(), "predicted ×0.25, measured ×0.25: right");
+    let skipped = run(device, "gqa", PitfallOptions { prediction: Some(protocol::Prediction::Skipped), ..defaults() });
+    assert!(skipped.prediction.unwrap().sentence().starts_with("run without predicting"));
+    assert!(run(device, "gqa", defaults()).prediction.is_none());
+    let options = PitfallOptions {
+        device: common::choice(device),
+        prediction: Some(protocol::Prediction::Value(50.0)),
+        ..defaults()
+    };
+    let err = worker().check_experiment("gqa", options).unwrap_err().to_string();
+    assert!(err.contains("prediction") && err.contains("×10"), "{err}");
+}
+
 fn a_cancelled_experiment_stops(device: DeviceKind) {
     let control = RunControl::default();
     control
@@ -411,6 +466,7 @@ per_device!(
     seed_table,
     unknown_cards_are_refused_by_name,
     a_cancelled_experiment_stops,
+    predictions_are_scored_by_their_own_run,
     half_weights,
     channels_last,
     input_copy,

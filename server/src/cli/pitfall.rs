@@ -21,13 +21,14 @@ pub fn pitfall_list(json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The options a card's experiment runs with, from the command line.
+/// The options a card's experiment runs with, from the command line (no prediction).
 fn options(args: &PitfallArgs) -> Result<protocol::PitfallOptions> {
     Ok(protocol::PitfallOptions {
         device: args.device,
         model: args.model.as_deref().map(model).transpose()?,
         batch: args.batch,
         budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
+        prediction: None,
     })
 }
 
@@ -40,7 +41,12 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
             .collect();
         bail!("unknown pitfall `{}`; known: {}", args.id, known.join(", "));
     }
-    let options = options(args)?;
+    let question = &engine::pitfalls::card(&args.id).expect("checked above").question;
+    let prediction = args.predict.as_deref().map(|p| question.parse(p)).transpose();
+    let options = protocol::PitfallOptions {
+        prediction: prediction.map_err(|e| anyhow::anyhow!("--predict: {e} ({})", question.text))?,
+        ..options(args)?
+    };
     // The same checked path as the server's: batch ceiling, budget, deadline, panic barrier.
     let report = worker
         .run_experiment(&args.id, options)
@@ -60,6 +66,10 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
     writeln!(out, "because:   {}", report.reason)?;
     writeln!(out, "rule:      {}", report.threshold)?;
+    if let Some(p) = &report.prediction {
+        writeln!(out, "question:  {} ({})", p.question.text, p.question.tolerance())?;
+        writeln!(out, "predicted: {}", p.sentence())?;
+    }
     if let Some(t) = &report.table {
         writeln!(
             out,
@@ -108,8 +118,8 @@ struct CardOutcome {
 /// line the moment it is known, so a caller that stops the command (a time limit) keeps
 /// every card that finished. `--only a,b` runs those cards.
 pub fn pitfall_all(worker: &Worker, args: &PitfallArgs) -> Result<()> {
-    if args.model.is_some() || args.batch.is_some() {
-        bail!("`pitfall all` runs every card with its own model and batch: --model and --batch apply to one card (`gradless pitfall ID --model ...`)");
+    if args.model.is_some() || args.batch.is_some() || args.predict.is_some() {
+        bail!("`pitfall all` runs every card with its own model and batch, and asks no question: --model, --batch and --predict apply to one card (`gradless pitfall ID --model ...`)");
     }
     let catalogue: Vec<String> = engine::pitfalls::catalogue().into_iter().map(|c| c.id).collect();
     let ids: Vec<String> = match &args.only {

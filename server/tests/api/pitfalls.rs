@@ -81,4 +81,55 @@ async fn a_client_that_goes_away_mid_experiment_leaves_a_finished_record() {
         assert!(std::time::Instant::now() < deadline, "the experiment's record is still {new:?} after 120 s");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+
+/// A prediction rides on the request that starts its run: scored in the report and the
+/// record (JSON, CSV), refused with the field named when malformed or off its scale, and
+/// refused with 409 when sent after its run started.
+#[tokio::test]
+async fn predictions_are_locked_by_the_run_and_refused_after_it() {
+    let req = post_json("/api/pitfalls/gqa", r#"{"device": "cpu", "prediction": {"value": 0.5}}"#);
+    let (status, _, body) = send(app(), req).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let report: protocol::PitfallReport = serde_json::from_slice(&body).unwrap();
+    let scored = report.prediction.clone().expect("scored");
+    // 2 of 8 KV heads hold exactly a quarter: ×0.5 is off by more than ×1.5.
+    assert_eq!((scored.measured, scored.right), (Some(0.25), Some(false)));
+    let id = report.record_id.expect("recorded");
+    let (_, _, body) = send(app(), get(&format!("/api/records/{id}"))).await;
+    let record: protocol::Record = serde_json::from_slice(&body).unwrap();
+    match record.body {
+        protocol::RecordBody::Pitfall(p) => assert_eq!(p.prediction, Some(scored)),
+        other => panic!("{other:?}"),
+    }
+    let (_, _, csv) = send(app(), get(&format!("/api/records/{id}/export/csv"))).await;
+    let csv = String::from_utf8(csv).unwrap();
+    assert!(csv.contains("predicted ×0.5, measured ×0.25: wrong"), "{csv}");
+
+    // After its run started, no prediction is taken: not a change, not a first one.
+    let late = post_json(&format!("/api/records/{id}/prediction"), r#"{"prediction": {"value": 0.25}}"#);
+    let (status, _, body) = send(app(), late).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let err = error_of(&body);
+    assert_eq!(err.code, "prediction_locked");
+    assert!(err.message.contains("×0.5"), "{}", err.message);
+    let unknown = post_json("/api/records/0123456789abcdef/prediction", r#"{"prediction": "skipped"}"#);
+    assert_eq!(send(app(), unknown).await.0, StatusCode::NOT_FOUND);
+
+    // Malformed: 400 naming the field; off the scale or the wrong kind: 422 naming it.
+    for (body, status) in [
+        (r#"{"prediction": {"value": "half"}}"#, StatusCode::BAD_REQUEST),
+        (r#"{"prediction": {"guess": 1}}"#, StatusCode::BAD_REQUEST),
+        (r#"{"prediction": {"value": 50}}"#, StatusCode::UNPROCESSABLE_ENTITY),
+        (r#"{"prediction": {"choice": "lower"}}"#, StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let (got, _, bytes) = send(app(), post_json("/api/pitfalls/gqa", body)).await;
+        assert_eq!(got, status, "{body}: {}", String::from_utf8_lossy(&bytes));
+        let field = error_of(&bytes).field.unwrap_or_default();
+        assert!(field.starts_with("prediction"), "{body}: {field}");
+    }
+    // Run without predicting: recorded as such.
+    let req = post_json("/api/pitfalls/gqa", r#"{"device": "cpu", "prediction": "skipped"}"#);
+    let (_, _, body) = send(app(), req).await;
+    let report: protocol::PitfallReport = serde_json::from_slice(&body).unwrap();
+    assert_eq!(report.prediction.map(|p| p.predicted), Some(protocol::Prediction::Skipped));
 }

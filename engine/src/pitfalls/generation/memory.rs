@@ -23,6 +23,7 @@ pub const GENERATE_NO_GRAD: Card = Card {
     pitfall: "model.eval()\ncache = DynamicCache(config=model.config)\nfor step in range(new_tokens):\n    logits = model(ids, past_key_values=cache).logits  # graph kept through the cache",
     fix: "model.eval()\nwith torch.inference_mode():  # or torch.no_grad(); model.generate() does this itself\n    for step in range(new_tokens):\n        logits = model(ids, past_key_values=cache).logits",
     threshold: "confirmed when, in eval mode with a dynamic cache, grad-enabled memory beyond the weights, prompt, KV cache and tokens rises at every step and by more in the second half of the steps than in the first (superlinear: each step's attention saves the whole cache as it stood), no_grad holds none beyond 64 KiB (CUDA block rounding), and memory returns to the baseline after the run. Regime: any device; the CPU counts allocations exactly",
+    question: crate::pitfalls::value("Generating with autograd on: how many bytes does the graph hold after the last token?", "graph after the last step (grad)", "bytes", crate::pitfalls::BYTES),
     experiment: generate_no_grad,
 };
 
@@ -75,6 +76,7 @@ pub const KV_CACHE_SIZE: Card = Card {
     pitfall: "# \"the model is 16 GB, the GPU has 80: plenty of room\"\nbatch = 64; context = 8192",
     fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * dtype_bytes\nassert weights_bytes + kv_bytes < budget",
     threshold: "confirmed when the cache bytes measured from its tensors equal the formula to the byte at two lengths and two batches (so doubling either doubles the cache exactly). The context at which the cache passes the weights is computed from the formula, for this shape and the Llama-3.1-8B shape. Regime: any device",
+    question: crate::pitfalls::value("How many bytes does the KV cache take per token, per sequence?", "KV cache per token per sequence", "bytes", crate::pitfalls::BYTES),
     experiment: kv_cache_size,
 };
 
@@ -168,6 +170,7 @@ pub const GQA: Card = Card {
     pitfall: "# assuming the cache scales with num_attention_heads\nkv = 2 * layers * cfg.num_attention_heads * head_dim * tokens * batch * 2",
     fix: "kv = 2 * layers * cfg.num_key_value_heads * head_dim * tokens * batch * 2",
     threshold: "confirmed when the same shape with 8 KV heads and with 2 measures caches in exactly the ratio 8 / 2 = 4 while the parameter counts differ by under 15%. Regime: any device",
+    question: crate::pitfalls::ratio("With 2 KV heads instead of 8, the KV cache as a multiple of the 8-head one?", "KV cache, 2 KV heads", "KV cache, 8 KV heads", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: gqa,
 };
 
@@ -206,6 +209,7 @@ pub const STATIC_CACHE: Card = Card {
     pitfall: "out = model.generate(ids, max_new_tokens=256)  # DynamicCache: new tensors every step",
     fix: "out = model.generate(ids, max_new_tokens=256, cache_implementation=\"static\")",
     threshold: "confirmed when the static cache's bytes are the same at every step and equal the formula for prompt + new tokens, while the dynamic one's grow by exactly one position's bytes per step. On CUDA the static cache's decode step is also captured once and replayed as a CUDA graph (the whole capacity attended under a mask), its per-token p50 reported beside eager's with the same tokens; that part decides nothing. Regime: any device (graph replay: CUDA only)",
+    question: crate::pitfalls::ratio("The static cache's bytes as a multiple of the dynamic cache's after the last step?", "static cache (every step)", "dynamic cache after the last step", crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
     experiment: static_cache,
 };
 
@@ -266,6 +270,7 @@ pub const PADDING_WASTE: Card = Card {
     pitfall: "batch = tokenizer(prompts, padding=True, return_tensors=\"pt\")  # every prompt as long as the longest",
     fix: "# group prompts of similar length, or a server that packs them (continuous batching, PagedAttention)",
     threshold: "confirmed when the padded batch's measured cache exceeds the four prompts' caches generated one by one by exactly the padding positions' bytes (the formula at 48 padding positions). The times of both ways are reported; they decide nothing (on a CPU a batch can be faster in total even with its waste). The padded rows run without an attention mask here: the cost is what padding costs, their tokens are not compared. Regime: any device",
+    question: crate::pitfalls::ratio("The bytes wasted on padding, as a multiple of the caches needed one by one?", "wasted on padding", "one by one: KV caches", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: padding_waste,
 };
 
@@ -314,6 +319,7 @@ pub const INFERENCE_TENSOR_CACHE: Card = Card {
     pitfall: "with torch.inference_mode():\n    cache = StaticCache(config=model.config, max_cache_len=1024)\nwith torch.no_grad():\n    model(ids, past_key_values=cache)  # in-place write to an inference tensor: RuntimeError",
     fix: "with torch.inference_mode():  # allocate and update under the same mode\n    cache = StaticCache(config=model.config, max_cache_len=1024)\n    model(ids, past_key_values=cache)\n# or: torch.no_grad() for both",
     threshold: "confirmed when libtorch raises its error for the in-place write to a cache tensor made under inference_mode from outside it, and both fixes (allocate and update under inference_mode; no_grad for both) succeed. Regime: any device",
+    question: crate::pitfalls::value("Does writing into a cache made under inference_mode, outside it, raise an error?", "error raised", "bool", crate::pitfalls::Ask::YesNo),
     experiment: inference_tensor_cache,
 };
 

@@ -23,6 +23,7 @@ pub const USE_CACHE_OFF: Card = Card {
     pitfall: "out = model.generate(ids, max_new_tokens=256, use_cache=False)",
     fix: "out = model.generate(ids, max_new_tokens=256)  # use_cache=True is the default",
     threshold: "confirmed when the uncached decode steps' latency rises with the position (rank correlation above 0.5), the median of its last 8 steps is more than twice the cached run's, the greedy tokens are identical, and it holds less memory after the last step (no cache). Regime: an uncached step must be compute-bound for its time to follow the position. On a CPU: batch 1, prompt 8 + 96 new tokens (9 to 103 rows per step, the prefix grows twelvefold). On a GPU: the 1B shape in fp32 at batch 8, prompt 128 + 64 new tokens, so each uncached step multiplies 1,032 to 1,528 token rows, compute-bound on a big GPU; at batch 1 and 257–383 positions a 132-SM H200 is launch- and bandwidth-bound and the steps read as flat, which would decide nothing",
+    question: crate::pitfalls::ratio("Generating without the KV cache: total time as a multiple of with it?", "uncached: total", "cached: total", crate::pitfalls::Ask::LogScale { min: 0.1, max: 100.0, within: 1.5 }),
     experiment: use_cache_off,
 };
 
@@ -71,6 +72,7 @@ pub const PREFILL_VS_DECODE: Card = Card {
     pitfall: "# judging a serving GPU by its TFLOP/s\ntokens_per_s = peak_flops / (2 * n_params)",
     fix: "# decode at batch b: bounded by bandwidth\ntokens_per_s = b * bandwidth / (weights_bytes + kv_bytes)",
     threshold: "confirmed when the prefill's achieved FLOP/s is more than 4× the decode steps' and decode's arithmetic intensity (FLOPs per step / weights + KV bytes read) is under 4 FLOPs per byte. Both are placed against the device's peak (datasheet on a known GPU, measured on a CPU). Regime: any device; batch 1",
+    question: crate::pitfalls::ratio("What is decode's FLOP/s as a multiple of prefill's?", "decode", "prefill", crate::pitfalls::Ask::LogScale { min: 0.0001, max: 10.0, within: 2.0 }),
     experiment: prefill_vs_decode,
 };
 
@@ -117,6 +119,7 @@ pub const DECODE_BATCH: Card = Card {
     pitfall: "for prompt in prompts:  # one request at a time\n    model.generate(prompt, max_new_tokens=128)",
     fix: "model.generate(torch.stack(prompts), max_new_tokens=128)  # one batch, the weights read once per step",
     threshold: "confirmed when total tokens/s at the largest batch of the sweep is at least 2× batch 1's while the per-token latency grows less than 3×; the knee is the first batch after which total tokens/s gains under 20%. Regime: CPU batches 1–8 of the tiny decoder (dispatch-bound, so batching is nearly free); GPU batches 1–64 of the 1B shape",
+    question: crate::pitfalls::ratio("Tokens per second at the largest batch, as a multiple of batch 1?", "tokens/s at the largest batch", "tokens/s at batch 1", crate::pitfalls::Ask::LogScale { min: 0.1, max: 100.0, within: 1.5 }),
     experiment: decode_batch,
 };
 
@@ -173,6 +176,7 @@ pub const AUTOCAST_DECODE: Card = Card {
     pitfall: "for step in range(new_tokens):\n    with torch.autocast(\"cuda\", dtype=torch.bfloat16):  # region per step: the casts are redone\n        logits = model(next_id, past_key_values=cache).logits",
     fix: "model = model.to(torch.bfloat16)  # cast once\nwith torch.inference_mode():\n    for step in range(new_tokens):\n        logits = model(next_id, past_key_values=cache).logits",
     threshold: "per row (fp32; autocast entered per step; autocast around the whole loop; bf16 weights — each under no_grad and inference_mode) the per-token p50 and peak memory are reported; confirmed when bf16 weights decode faster per token than both autocast variants under the same grad mode and hold less peak memory than fp32. On a CPU without bf16 units autocast is many times slower than fp32, which the verdict says. Regime: a GPU with bf16 (decode reads every weight per step); a CPU answers with its own figures",
+    question: crate::pitfalls::ratio("Under inference_mode, bf16 weights' per-token p50 against autocast entered per step?", "bf16 weights · inference_mode: per-token p50", "autocast per step · inference_mode: per-token p50", crate::pitfalls::SAME_TIME),
     experiment: autocast_decode,
 };
 
@@ -226,7 +230,9 @@ fn autocast_decode(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let cpu_note = if ctx.cuda() { String::new() } else { " On this CPU bf16 has no fast units: autocast is far slower than fp32 here, which is this device's answer, not a GPU's.".into() };
     let decision = Decision::rule(holds, format!("{}.{cpu_note}", lines.join("; ")), format!("{}.{cpu_note}", lines.join("; ")));
     let x: Vec<String> = cells.iter().map(|c| format!("{} · {}", c.0, c.1.as_str())).collect();
+    let figures = cells.iter().map(|c| fig(&format!("{} · {}: per-token p50", c.0, c.1.as_str()), c.2, "ms")).collect();
     Ok(Outcome::new(decision, format!("{}, batch 1, prompt {prompt} + {n} new tokens, dynamic cache", model.display_name()), ChartKind::Bar)
+        .figures(figures)
         .series(vec![series("per-token p50", "ms", x, cells.iter().map(|c| c.2).collect())])
         .table(Table { columns: vec!["variant".into(), "grad".into(), "per-token p50".into(), "peak above baseline".into()], rows }))
 }
@@ -240,6 +246,7 @@ pub const DECODER_TABLE: Card = Card {
     pitfall: "model.eval()  # \"inference mode on\"\nfor step in range(new_tokens): ...",
     fix: "model = model.to(torch.bfloat16).eval()\nwith torch.inference_mode():\n    for step in range(new_tokens): ...",
     threshold: "confirmed when eval only's peak is within 10% of train's, eval + no_grad's is below train's by more than the graph train kept after its last step less 10%, and inference_mode's is no higher than no_grad's beyond the allocator's rounding: exactly on the CPU (its counter sees the bytes asked for); on CUDA within 1 MiB for each of the 4 largest temporaries of a layer at its peak (the caching allocator rounds blocks to 512 B and may leave a block above 1 MiB an unsplit tail of under 1 MiB, which differs between two runs of the same tensors). Each row's figures are printed beside the seed table's rows (ResNet-50, the seed-table card). Regime: any device",
+    question: crate::pitfalls::ratio("eval() alone in a generation: its peak above the weights and prompt against train()'s?", "eval only: peak above baseline", "train: peak above baseline", crate::pitfalls::SAME_BYTES),
     experiment: decoder_table,
 };
 
@@ -299,7 +306,13 @@ fn decoder_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     );
     let decision = Decision::rule(holds, format!("{reason}."), format!("{reason}."));
     let labels: Vec<String> = results.iter().map(|r| r.0.to_string()).collect();
+    let figures = results
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (label, ..))| [fig(&format!("{label}: peak above baseline"), peak(i), "bytes"), fig(&format!("{label}: decode p50 per token"), p50(i), "ms")])
+        .collect();
     Ok(Outcome::new(decision, setup(&rows[0].1), ChartKind::Bar)
+        .figures(figures)
         .table(table)
         .series(vec![
             series("peak above baseline", "MiB", labels.clone(), (0..results.len()).map(|i| mib(peak(i) as u64)).collect()),
