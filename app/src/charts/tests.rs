@@ -75,6 +75,7 @@ fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
             cpu_cores: Some(2),
         },
         record_id: None,
+        prediction: None,
     }
 }
 

@@ -81,6 +81,7 @@ async fn a_client_that_goes_away_mid_experiment_leaves_a_finished_record() {
         assert!(std::time::Instant::now() < deadline, "the experiment's record is still {new:?} after 120 s");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
 
 /// A prediction rides on the request that starts its run: scored in the report and the
 /// record (JSON, CSV), refused with the field named when malformed or off its scale, and
