@@ -11,6 +11,7 @@ mod advanced;
 pub mod decoder;
 mod errors;
 mod events;
+mod figure;
 mod format;
 mod generate;
 mod info;
@@ -32,11 +33,12 @@ mod trace;
 pub use advanced::*;
 pub use errors::*;
 pub use events::*;
+pub use figure::Figure;
 pub use format::*;
 pub use generate::*;
 pub use info::*;
 pub use pitfall::{
-    ChartKind, Figure, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
+    ChartKind, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
     BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
 pub use predict::{Ask, Choice, Prediction, Question, Scored};

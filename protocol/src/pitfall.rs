@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::EnvStamp;
+use crate::{EnvStamp, Figure};
 
 /// Whether the claim held on this hardware.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,30 +29,6 @@ impl Verdict {
             Verdict::Refuted => "refuted",
             Verdict::NotApplicable => "not_applicable",
             Verdict::Inconclusive => "inconclusive",
-        }
-    }
-}
-
-/// One measured number of an experiment.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Figure {
-    pub name: String,
-    pub value: f64,
-    /// `bytes`, `ms`, `ratio`, `count`, `bool` (1/0), ...
-    pub unit: String,
-}
-
-impl Figure {
-    /// The value as a person reads it, in its unit.
-    pub fn display(&self) -> String {
-        match self.unit.as_str() {
-            "bytes" => crate::format_bytes(self.value.max(0.0) as u64),
-            "ms" => format!("{:.3} ms", self.value),
-            "ratio" => format!("{:.3}", self.value),
-            "bool" => (if self.value > 0.0 { "yes" } else { "no" }).to_string(),
-            "count" => format!("{}", self.value),
-            _ => format!("{:.3e}", self.value),
         }
     }
 }

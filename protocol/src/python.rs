@@ -5,36 +5,6 @@ use crate::{
     Autocast, DeviceChoice, GradMode, InputSource, MemoryFormat, ModelId, RunSpec, WeightsDtype,
 };
 
-/// Above this, a snippet's weights get a word of warning before they are built: more than
-/// many laptops can spare.
-const BIG_WEIGHTS_BYTES: u64 = 8 << 30;
-
-/// For a decoder whose weights are large: how much memory building it takes and holds, as a
-/// comment line (the snippet builds the model in fp32, then casts it to the spec's dtype).
-/// `None` for a model that fits anywhere.
-pub(crate) fn big_weights_note(spec: &RunSpec) -> Option<String> {
-    let d = spec.model.decoder()?;
-    let params = d.config.parameters();
-    let fp32 = params * 4;
-    if fp32 < BIG_WEIGHTS_BYTES {
-        return None;
-    }
-    let kept = match spec.advanced.weights {
-        WeightsDtype::Fp32 => String::new(),
-        WeightsDtype::Fp16 | WeightsDtype::Bf16 => format!(
-            ", then {} once cast to {}",
-            crate::format_bytes(params * 2),
-            spec.advanced.weights.as_str()
-        ),
-    };
-    Some(format!(
-        "# Note: {} has {:.2} B parameters: building it takes {} of fp32 weights{kept}. More memory than most laptops have.\n",
-        d.display_name,
-        params as f64 / 1e9,
-        crate::format_bytes(fp32)
-    ))
-}
-
 /// The Python snippet for `spec`: model mode, grad context and autocast, as a reader would
 /// write them.
 pub fn python_snippet(spec: &RunSpec) -> String {
@@ -73,7 +43,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         out.push_str("from torch import nn\n");
     }
     out.push_str(&format!("\ndevice = {device}\n"));
-    out.push_str(&big_weights_note(spec).unwrap_or_default());
+    out.push_str(&crate::python_generate::big_weights_note(spec).unwrap_or_default());
     if spec.model == ModelId::TinyMlp {
         out.push_str(&format!("features = {size}\n"));
     }

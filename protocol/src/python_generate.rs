@@ -6,6 +6,36 @@
 
 use crate::{Autocast, DeviceChoice, GradMode, KvCacheKind, RunSpec, WeightsDtype};
 
+/// Above this, a snippet's weights get a word of warning before they are built: more than
+/// many laptops can spare.
+const BIG_WEIGHTS_BYTES: u64 = 8 << 30;
+
+/// For a decoder whose weights are large: how much memory building it takes and holds, as a
+/// comment line (the snippet builds the model in fp32, then casts it to the spec's dtype).
+/// `None` for a model that fits anywhere.
+pub(crate) fn big_weights_note(spec: &RunSpec) -> Option<String> {
+    let d = spec.model.decoder()?;
+    let params = d.config.parameters();
+    let fp32 = params * 4;
+    if fp32 < BIG_WEIGHTS_BYTES {
+        return None;
+    }
+    let kept = match spec.advanced.weights {
+        WeightsDtype::Fp32 => String::new(),
+        WeightsDtype::Fp16 | WeightsDtype::Bf16 => format!(
+            ", then {} once cast to {}",
+            crate::format_bytes(params * 2),
+            spec.advanced.weights.as_str()
+        ),
+    };
+    Some(format!(
+        "# Note: {} has {:.2} B parameters: building it takes {} of fp32 weights{kept}. More memory than most laptops have.\n",
+        d.display_name,
+        params as f64 / 1e9,
+        crate::format_bytes(fp32)
+    ))
+}
+
 fn header(spec: &RunSpec) -> (String, u32, u32) {
     let device = match spec.device {
         DeviceChoice::Cuda => "\"cuda\"",
@@ -20,7 +50,7 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
     if let Some(d) = spec.model.decoder() {
         out.push_str(&format!("# {}: {}\n", d.display_name, d.provenance()));
     }
-    out.push_str(&crate::python::big_weights_note(spec).unwrap_or_default());
+    out.push_str(&big_weights_note(spec).unwrap_or_default());
     out.push_str(&format!(
         "model = {}.to(device)\n",
         spec.model.python_constructor()

@@ -158,7 +158,7 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
 pub fn again(spec: &RunSpec) -> (String, &'static str) {
     match spec.generate {
         Some(_) => (
-            format!("/generate?{}", crate::generate::query_from_spec(spec)),
+            format!("/generate?{}", crate::gen_settings::query_from_spec(spec)),
             "Run this generation again on the Generate page",
         ),
         None => (format!("/?{}", query_from_spec(spec)), "Run these settings again in the Lab"),
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_generation_runs_again_on_the_generate_page_with_its_settings() {
-        let spec = crate::generate::spec_from_query(&[], |k| match k {
+        let spec = crate::gen_settings::spec_from_query(&[], |k| match k {
             "prompt" => Some("24".into()),
             "new_tokens" => Some("17".into()),
             "cache" => Some("static".into()),
@@ -289,7 +289,7 @@ mod tests {
         assert!(href.starts_with("/generate?"), "{href}");
         assert!(text.contains("Generate"));
         // The address brings back what was generated: the prompt, the new tokens, the cache.
-        let back = crate::generate::spec_from_query(&[], |k| {
+        let back = crate::gen_settings::spec_from_query(&[], |k| {
             href.split_once('?').unwrap().1.split('&').find_map(|kv| kv.split_once('=').filter(|(key, _)| *key == k).map(|(_, v)| v.to_string()))
         });
         assert_eq!(back.generate, spec.generate);

@@ -1,7 +1,6 @@
 //! The generation cards about memory: what the cache and the graph hold
 //! (`generate-no-grad`, `kv-cache-size`, `gqa`, `static-cache`, `padding-waste`) and the
 //! inference-tensor trap of a cache made in one mode and written in another.
-#![allow(unused_imports)]
 
 use protocol::{
     Autocast, ChartKind, GenPhase, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure,

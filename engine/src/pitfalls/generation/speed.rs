@@ -1,7 +1,6 @@
 //! The generation cards about time: recomputing without a cache (`use-cache-off`), the two
 //! phases (`prefill-vs-decode`), batching (`decode-batch`), autocast in the loop
 //! (`autocast-decode`) and the classic table on a decoder (`decoder-table`).
-#![allow(unused_imports)]
 
 use protocol::{
     Autocast, ChartKind, GenPhase, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure,
