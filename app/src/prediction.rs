@@ -5,8 +5,9 @@
 use leptos::prelude::*;
 use protocol::{Ask, Choice, Prediction, Question, Scored};
 
-/// Slider steps: the position 0..=STEPS maps onto the question's log scale.
-const STEPS: f64 = 1000.0;
+/// Slider steps: the position 0..=STEPS maps onto the question's log scale. Coarse enough
+/// that an arrow key moves visibly (×1.08 a step on three decades), finer than any tolerance.
+const STEPS: f64 = 90.0;
 
 /// The value at slider position `t` of a log scale `min..max`.
 fn at(min: f64, max: f64, t: f64) -> f64 {
@@ -134,7 +135,7 @@ pub fn scored_view(s: &Scored) -> impl IntoView + use<> {
     };
     view! {
         <div class=class data-testid="scored">
-            <p><strong>{word}</strong>" — "{s.sentence()}{format!(" ({}).", q.tolerance())}</p>
+            <p><strong>{word}</strong>" — "{s.sentence().trim_end_matches(": right").trim_end_matches(": wrong").to_string()}{format!(" ({}).", q.tolerance())}</p>
             <div class="axis" role="img" aria-label=s.sentence()>
                 {predicted}
                 {measured_at.map(|p| view! { <span class="marker measured" style=format!("left:{p:.1}%") title="measured"></span> })}
