@@ -166,4 +166,20 @@ mod tests {
         assert!((position(0.01, 10.0, mid) - 50.0).abs() < 1e-9);
         assert_eq!(position(0.01, 10.0, 100.0), 100.0);
     }
+
+    #[test]
+    fn the_scored_axis_marks_both_and_escapes_its_text() {
+        let q = Question {
+            text: "a <b> & c?".into(),
+            figure: "f".into(),
+            over: None,
+            unit: "ratio".into(),
+            ask: Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 },
+        };
+        let f = protocol::Figure { name: "f".into(), value: 0.1, unit: "ratio".into() };
+        let html = scored_html(&q.score(Prediction::Value(1.0), &[f]));
+        assert!(html.contains(r#"class="scored wrong""#) && html.contains("predicted ×1, measured ×0.1 ("), "{html}");
+        assert!(html.contains(r#"marker predicted" style="left:66.7%"#) && html.contains(r#"marker measured" style="left:33.3%"#), "{html}");
+        assert!(!html.contains("<b>"));
+    }
 }
