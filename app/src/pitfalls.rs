@@ -168,6 +168,16 @@ fn save_progress(_done: &[(String, Option<Verdict>)]) {
     }
 }
 
+/// What card `id`'s controls hold when its run starts (nothing when run without predicting).
+fn read_answer(predicted: bool, _id: &str, _question: &protocol::Question) -> Option<protocol::Prediction> {
+    #[cfg(feature = "hydrate")]
+    if predicted {
+        return crate::prediction::read(_id, _question);
+    }
+    let _ = predicted;
+    None
+}
+
 #[component]
 fn PitfallCard(
     card: PitfallInfo,
@@ -221,16 +231,19 @@ fn PitfallCard(
             </label>
         }
     });
-    let answer = RwSignal::new(crate::prediction::initial(&card.question));
+    // A slider always has a value; a choice must be picked before locking in.
+    let answered = RwSignal::new(matches!(card.question.ask, protocol::Ask::LogScale { .. } | protocol::Ask::Bytes { .. }));
+    let question = card.question.clone();
     let run_id = id.clone();
     // Locking in and running are one request: the server scores what it was sent with.
-    let run = move |predicted: bool| {
+    // One callback for both buttons: its future is compiled once, not once per button.
+    let run = Callback::new(move |predicted: bool| {
         let id = run_id.clone();
         let options = protocol::PitfallOptions {
             budget_bytes: budget.get_untracked(),
-            prediction: Some(match answer.get_untracked() {
-                Some(p) if predicted => p,
-                _ => protocol::Prediction::Skipped,
+            prediction: Some(match read_answer(predicted, &id, &question) {
+                Some(p) => p,
+                None => protocol::Prediction::Skipped,
             }),
             ..Default::default()
         };
@@ -250,8 +263,7 @@ fn PitfallCard(
         });
         #[cfg(not(feature = "hydrate"))]
         let _ = (id, done, options);
-    };
-    let lock_run = run.clone();
+    });
     let running = Signal::derive(move || state.with(|s| *s == CardState::Running));
     let verdict_view = move || {
         state.with(|s| match s {
@@ -307,17 +319,17 @@ fn PitfallCard(
                 </div>
             </div>
             {budget_picker}
-            <crate::prediction::PredictControls question=card.question.clone() answer locked=running id=card.id.clone() />
+            <crate::prediction::PredictControls question=card.question.clone() answered locked=running id=card.id.clone() />
             <button
                 class="primary"
                 data-testid=format!("run-{}", card.id)
-                on:click=move |_| lock_run(true)
-                prop:disabled=move || running.get() || answer.with(Option::is_none)
+                on:click=move |_| run.run(true)
+                prop:disabled=move || running.get() || !answered.get()
             >
                 "Lock in and run"
             </button>
             " "
-            <button data-testid=format!("skip-{}", card.id) on:click=move |_| run(false) prop:disabled=running>
+            <button data-testid=format!("skip-{}", card.id) on:click=move |_| run.run(false) prop:disabled=running>
                 "Run without predicting"
             </button>
             <crate::fleet::FleetPitfall id=card.id.clone() />

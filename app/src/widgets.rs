@@ -328,7 +328,7 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
         }
     });
     view! {
-        {r.prediction.as_ref().map(crate::prediction::scored_view)}
+        {r.prediction.as_ref().map(|p| view! { <div inner_html=crate::prediction::scored_html(p)></div> })}
         <p class=class data-testid=format!("verdict-{}", r.id)>
             <strong>{word}</strong>" — "{r.reason.clone()}
         </p>

@@ -77,7 +77,7 @@ test("a pitfall card and a recorded run embed too", async ({ page, request }) =>
 
   await page.goto("/embed/pitfalls/nograd-not-eval");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await page.getByTestId("run-nograd-not-eval").click();
+  await page.getByTestId("skip-nograd-not-eval").click();
   await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed", { timeout: 90_000 });
   // The result got a permalink that shows it again without running.
   const permalink = page.getByTestId("permalink-nograd-not-eval");

@@ -13,7 +13,7 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
   await expect(page.getByTestId("tour-progress")).toContainText(`0 of ${total}`);
   const card = page.getByTestId("card-nograd-not-eval");
   await expect(card).toContainText("Falls in");
-  await page.getByTestId("run-nograd-not-eval").click();
+  await page.getByTestId("skip-nograd-not-eval").click();
   await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed", { timeout: 90_000 });
   await expect(card.locator("table.figures")).toContainText("running mean change");
   const bars = await page.evaluate(() => {
@@ -32,7 +32,7 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
 test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ page }) => {
   await page.goto("/pitfalls#sync-timing");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await page.getByTestId("run-empty-cache").click();
+  await page.getByTestId("skip-empty-cache").click();
   await expect(page.getByTestId("verdict-empty-cache")).toContainText("Not applicable", { timeout: 60_000 });
   await expect(page.getByTestId("verdict-empty-cache")).toContainText("CUDA");
 });
@@ -40,7 +40,7 @@ test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ 
 test("a card beyond the five switches runs on the CPU: cast weights against autocast", async ({ page }) => {
   await page.goto("/pitfalls#half-weights");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await page.getByTestId("run-half-weights").click();
+  await page.getByTestId("skip-half-weights").click();
   await expect(page.getByTestId("verdict-half-weights")).toContainText("Confirmed", { timeout: 120_000 });
   const card = page.getByTestId("card-half-weights");
   await expect(card.locator("table.figures")).toContainText("bf16 weights parameters");

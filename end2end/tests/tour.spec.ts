@@ -20,7 +20,8 @@ test("every pitfall card runs in order on a CPU server without a page error", as
   await expect(page.getByTestId("tour-progress")).toContainText(`0 of ${ids.length}`);
   const verdicts: Record<string, string> = {};
   for (const [i, id] of ids.entries()) {
-    await page.getByTestId(`run-${id}`).click();
+    // Run without predicting: the tour walks every card, whatever its question.
+    await page.getByTestId(`skip-${id}`).click();
     const verdict = page.getByTestId(`verdict-${id}`);
     await expect(verdict).toBeVisible({ timeout: 5 * 60_000 });
     verdicts[id] = (await verdict.locator("strong").innerText()).trim();

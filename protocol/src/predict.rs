@@ -15,7 +15,7 @@ use crate::Figure;
 /// How a question is answered, and when an answer counts as right.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Ask {
     /// Lower (measured below `below`), about the same (between, the noise band) or higher
     /// (above `above`); right when the measured value falls in the chosen band.
@@ -267,7 +267,17 @@ fn significant(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
     }
-    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    // The decimal exponent by division, not log10: the browser build then needs no libm.
+    let (mut m, mut exponent) = (v.abs(), 0i32);
+    while m >= 10.0 {
+        m /= 10.0;
+        exponent += 1;
+    }
+    while m < 1.0 {
+        m *= 10.0;
+        exponent -= 1;
+    }
+    let digits = (2 - exponent).max(0) as usize;
     let s = format!("{v:.digits$}");
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -382,7 +392,9 @@ mod tests {
         assert_eq!(p, Prediction::Skipped);
         assert!(serde_json::from_str::<Prediction>(r#"{"value": "half"}"#).is_err());
         let q = ratio(LOG);
-        let back: Question = serde_json::from_str(&serde_json::to_string(&q).unwrap()).unwrap();
+        let json = serde_json::to_string(&q).unwrap();
+        assert!(json.contains(r#""ask":{"log_scale":{"min":0.01"#), "{json}");
+        let back: Question = serde_json::from_str(&json).unwrap();
         assert_eq!(back, q);
     }
 
@@ -392,5 +404,6 @@ mod tests {
         assert_eq!(significant(1.5), "1.5");
         assert_eq!(significant(4.0), "4");
         assert_eq!(significant(1234.6), "1235");
+        assert_eq!(significant(0.0123), "0.0123");
     }
 }

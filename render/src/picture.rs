@@ -511,8 +511,8 @@ pub fn pitfall_svg(p: &PitfallReport, card_title: &str, o: &ImageOptions) -> Str
     let top = match &p.prediction {
         Some(pr) => {
             let line = format!("Prediction: {}", pr.sentence());
-            svg.text(MARGIN, 232.0, Font::new(17.0, pal.text).bold(), &text::fit(&line, 17.0, true, W - 2.0 * MARGIN));
-            256.0
+            svg.text(MARGIN, 242.0, Font::new(17.0, pal.text).bold(), &text::fit(&line, 17.0, true, W - 2.0 * MARGIN));
+            264.0
         }
         None => 240.0,
     };

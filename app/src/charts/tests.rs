@@ -59,6 +59,7 @@ fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
         notes: vec![],
         table: None,
         traces: vec![],
+        prediction: None,
         env: protocol::EnvStamp {
             device: protocol::DeviceKind::Cpu,
             device_name: "cpu".into(),
