@@ -3,7 +3,7 @@
 //! Pure, so a generation's permalink (records) links back to `/generate` without importing
 //! the page.
 
-use protocol::{Autocast, DeviceChoice, DeviceKind, GenerateSpec, GradMode, KvCacheKind, ModelId, RunSpec, WeightsDtype};
+use protocol::{Autocast, DeviceChoice, DeviceKind, GenerateSpec, GradMode, ModelId, RunSpec};
 
 /// The page's default decoder on a device: the CPU preset, or a 1B shape on a GPU.
 pub fn default_model(device: DeviceKind) -> ModelId {

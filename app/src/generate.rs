@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use protocol::{
-    format_bytes, Autocast, DeviceChoice, DeviceKind, GenerateSpec, GradMode, KvCacheKind,
+    format_bytes, GenerateSpec, GradMode, KvCacheKind,
     ModelId, Report, RunSpec, ServerInfo, WeightsDtype,
 };
 

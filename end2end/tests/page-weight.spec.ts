@@ -12,10 +12,14 @@ import { expect, test, Page } from "@playwright/test";
  * through `charming::Chart` and the async path's drop glue was snipped, 603,883 B with the
  * fleet's device picker, several-input team models and the CUDA graph card, and about
  * 535 KB with Leptos's type-erased components (`--cfg erase_components`, set for the whole
- * workspace in .cargo/config.toml) (docs/measuring.md, "Page weight and start-up"). The printed table
- * shows where the bytes are when it fails.
+ * workspace in .cargo/config.toml) (docs/measuring.md, "Page weight and start-up"), and
+ * 610,827 B once every pitfall card asked its question first (13 KB of wasm, 1.3 KB of
+ * page) beside the newcomer fixes, CSS and glue minified. The budget moved to 625,000 B
+ * for that lesson; the route-split wasm (each page carrying only its own code) is what is
+ * to bring the cold Lab visit under 450 KB. The printed table shows where the bytes are
+ * when it fails.
  */
-const BUDGET_BYTES = 600_000;
+const BUDGET_BYTES = 625_000;
 
 interface Transfer {
   url: string;

@@ -3,13 +3,12 @@
 //! inference-tensor trap of a cache made in one mode and written in another.
 
 use protocol::{
-    Autocast, ChartKind, GenPhase, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure,
-    RunSpec, Table, WeightsDtype,
+    ChartKind, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure, RunSpec, Table,
 };
 
 use super::super::kit::{fig, mib, series, Ctx, Decision, Outcome};
 use super::super::Card;
-use super::{decode_ms, decoder, gen_spec, generate, positions, rules, setup};
+use super::{decoder, gen_spec, generate, positions, rules, setup};
 use crate::lab::Lab;
 use crate::torch_call::{catch_torch, failure};
 

@@ -3,15 +3,15 @@
 //! (`autocast-decode`) and the classic table on a decoder (`decoder-table`).
 
 use protocol::{
-    Autocast, ChartKind, GenPhase, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure,
+    Autocast, ChartKind, GenPhase, GenerationReport, GradMode, KvCacheKind, RunFailure,
     RunSpec, Table, WeightsDtype,
 };
 
 use super::super::kit::{fig, mib, series, Ctx, Decision, Outcome};
 use super::super::Card;
-use super::{decode_ms, decoder, gen_spec, generate, positions, rules, setup};
+use super::{decode_ms, decoder, gen_spec, generate, rules, setup};
 use crate::lab::Lab;
-use crate::torch_call::{catch_torch, failure};
+use crate::torch_call::failure;
 
 pub const USE_CACHE_OFF: Card = Card {
     id: "use-cache-off",
