@@ -76,7 +76,6 @@ fn pitfall(series: Vec<protocol::Series>) -> PitfallReport {
             cpu_cores: Some(2),
         },
         record_id: None,
-        prediction: None,
     }
 }
 
