@@ -74,7 +74,8 @@ pub fn comparison_reading(rows: &[Row]) -> Vec<String> {
         let (Some(a), Some(b)) = (r.p50(), reference.p50()) else { continue };
         let time = match RatioCi::of(&r.decode_ms, &reference.decode_ms) {
             Some(ci) if ci.side(1.0) == Side::Above => format!("{:.1}× slower per token than {} ({}×, 95% interval)", ci.ratio, what(reference), ci.range()),
-            Some(ci) if ci.side(1.0) == Side::Below => format!("{:.1}× faster per token than {} ({}×, 95% interval)", 1.0 / ci.ratio, what(reference), ci.range()),
+            // Faster: the ratio and its interval turned over, so both read as "× faster".
+            Some(ci) if ci.side(1.0) == Side::Below => format!("{:.1}× faster per token than {} ({:.2}–{:.2}×, 95% interval)", 1.0 / ci.ratio, what(reference), 1.0 / ci.hi, 1.0 / ci.lo),
             _ => format!("no per-token difference from {} we can tell apart from noise", what(reference)),
         };
         let name = if by_cache && r.cache == KvCacheKind::Off { "Without a cache (off)".to_string() } else { format!("With {}", what(r)) };
@@ -277,6 +278,15 @@ mod tests {
         assert!(s[1].contains("interval), p50 9.75 ms against 3.01 ms"), "{}", s[1]);
         assert!(s[1].contains("last step 14.50 ms against 3.01 ms"), "{}", s[1]);
         assert!(s[1].contains("KV cache 0 B against 190.0 KiB"), "{}", s[1]);
+    }
+
+    #[test]
+    fn faster_reads_as_faster_interval_and_all() {
+        let slow = row(KvCacheKind::Dynamic, (0..20).map(|i| 6.0 + 0.01 * (i % 3) as f64).collect(), 1);
+        let fast = row(KvCacheKind::Static, (0..20).map(|i| 3.0 + 0.01 * (i % 3) as f64).collect(), 1);
+        let s = comparison_reading(&[slow, fast]);
+        assert!(s[0].starts_with("With the static cache: 2.0× faster per token than the dynamic cache (1.9"), "{}", s[0]);
+        assert!(s[0].contains("–2.0"), "{}", s[0]);
     }
 
     #[test]
