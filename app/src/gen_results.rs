@@ -73,12 +73,13 @@ pub fn comparison_reading(rows: &[Row]) -> Vec<String> {
     for r in rows.iter().filter(|r| !std::ptr::eq(*r, reference)) {
         let (Some(a), Some(b)) = (r.p50(), reference.p50()) else { continue };
         let time = match RatioCi::of(&r.decode_ms, &reference.decode_ms) {
-            Some(ci) if ci.side(1.0) == Side::Above => format!("{:.1}× slower per token ({}×, 95% interval)", ci.ratio, ci.range()),
-            Some(ci) if ci.side(1.0) == Side::Below => format!("{:.1}× faster per token ({}×, 95% interval)", 1.0 / ci.ratio, ci.range()),
-            _ => "no difference per token we can tell apart from noise".to_string(),
+            Some(ci) if ci.side(1.0) == Side::Above => format!("{:.1}× slower per token than {} ({}×, 95% interval)", ci.ratio, what(reference), ci.range()),
+            // Faster: the ratio and its interval turned over, so both read as "× faster".
+            Some(ci) if ci.side(1.0) == Side::Below => format!("{:.1}× faster per token than {} ({:.2}–{:.2}×, 95% interval)", 1.0 / ci.ratio, what(reference), 1.0 / ci.hi, 1.0 / ci.lo),
+            _ => format!("no per-token difference from {} we can tell apart from noise", what(reference)),
         };
         let name = if by_cache && r.cache == KvCacheKind::Off { "Without a cache (off)".to_string() } else { format!("With {}", what(r)) };
-        let mut s = format!("{name}: {time} than {}, p50 {a:.2} ms against {b:.2} ms", what(reference));
+        let mut s = format!("{name}: {time}, p50 {a:.2} ms against {b:.2} ms");
         if let (Some(x), Some(y)) = (r.decode_ms.last(), reference.decode_ms.last()) {
             s.push_str(&format!("; its last step {x:.2} ms against {y:.2} ms"));
             if by_cache && r.cache == KvCacheKind::Off {
@@ -277,11 +278,20 @@ mod tests {
         let off = row(KvCacheKind::Off, (0..20).map(|i| 5.0 + 0.5 * i as f64).collect(), 0);
         let s = comparison_reading(&[dynamic, stat, off]);
         assert_eq!(s.len(), 2);
-        assert!(s[0].starts_with("With the static cache: no difference per token we can tell apart from noise"), "{}", s[0]);
-        assert!(s[1].starts_with("Without a cache (off): 3.2× slower per token"), "{}", s[1]);
-        assert!(s[1].contains("than the dynamic cache, p50 9.75 ms against 3.01 ms"), "{}", s[1]);
+        assert!(s[0].starts_with("With the static cache: no per-token difference from the dynamic cache we can tell apart from noise, p50"), "{}", s[0]);
+        assert!(s[1].starts_with("Without a cache (off): 3.2× slower per token than the dynamic cache ("), "{}", s[1]);
+        assert!(s[1].contains("interval), p50 9.75 ms against 3.01 ms"), "{}", s[1]);
         assert!(s[1].contains("last step 14.50 ms against 3.01 ms"), "{}", s[1]);
         assert!(s[1].contains("KV cache 0 B against 190.0 KiB"), "{}", s[1]);
+    }
+
+    #[test]
+    fn faster_reads_as_faster_interval_and_all() {
+        let slow = row(KvCacheKind::Dynamic, (0..20).map(|i| 6.0 + 0.01 * (i % 3) as f64).collect(), 1);
+        let fast = row(KvCacheKind::Static, (0..20).map(|i| 3.0 + 0.01 * (i % 3) as f64).collect(), 1);
+        let s = comparison_reading(&[slow, fast]);
+        assert!(s[0].starts_with("With the static cache: 2.0× faster per token than the dynamic cache (1.9"), "{}", s[0]);
+        assert!(s[0].contains("–2.0"), "{}", s[0]);
     }
 
     #[test]

@@ -54,9 +54,9 @@ test("recorded runs are listed, and two picked ones open side by side", async ({
   await page.goto("/runs");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   const rows = page.getByTestId("records").locator("tbody tr");
-  // Newest first: the no_grad run, then the one before it.
-  await expect(rows.nth(0)).toContainText("tiny_mlp · eval · no_grad · batch 4");
-  await expect(rows.nth(1)).toContainText("tiny_mlp · eval · enabled · batch 4");
+  // Newest first: the no_grad run, then the one before it, each model named as the pages name it.
+  await expect(rows.nth(0)).toContainText("Tiny MLP (BatchNorm + Dropout) · eval · no_grad · batch 4");
+  await expect(rows.nth(1)).toContainText("Tiny MLP (BatchNorm + Dropout) · eval · enabled · batch 4");
   await expect(page.getByTestId("compare-selected")).toBeHidden();
   await rows.nth(0).locator("input[type=checkbox]").check();
   await rows.nth(1).locator("input[type=checkbox]").check();

@@ -83,6 +83,8 @@ fn label_every_category(o: &mut Value, width: f64) {
             axis["axisLabel"]["interval"] = 0.into();
             axis["axisLabel"]["width"] = share.floor().into();
             axis["axisLabel"]["overflow"] = "break".into();
+            // Broken lines of one label must not overprint each other.
+            axis["axisLabel"]["lineHeight"] = 14.into();
         }
     });
 }
