@@ -119,6 +119,18 @@ impl Front {
         Ok(cards)
     }
 
+    /// Worker `name`'s card straight from the bucket, if current (within a second: this
+    /// answers a request).
+    async fn read_worker(&self, name: &str) -> Option<WorkerCard> {
+        let read = async {
+            let kv = self.bus.workers().await?;
+            anyhow::Ok(kv.get(name).await?)
+        };
+        let value = tokio::time::timeout(Duration::from_secs(1), read).await.ok()?.ok()??;
+        let card = serde_json::from_slice::<WorkerCard>(&value).ok()?;
+        (card.name == name && card.is_current(bus::now_ms())).then_some(card)
+    }
+
     /// The live workers, by name.
     pub fn workers(&self) -> Vec<WorkerCard> {
         self.workers.read().unwrap_or_else(|e| e.into_inner()).cards.clone()
@@ -136,13 +148,20 @@ impl Front {
 
     /// The worker for a job asking for `device`: the named one (which must be live and
     /// have the device), else the live one with the device and the shortest queue.
-    pub fn choose(&self, named: Option<&str>, device: DeviceChoice) -> Result<WorkerCard, SubmitError> {
+    /// A named worker missing from the list is looked up once more in the bucket itself:
+    /// the list is up to a beat old, and a worker whose beat came late (a loaded host) has
+    /// often beaten again since.
+    pub async fn choose(&self, named: Option<&str>, device: DeviceChoice) -> Result<WorkerCard, SubmitError> {
         let has = |c: &WorkerCard| match device {
             DeviceChoice::Cuda => c.devices.iter().any(|d| d.kind == DeviceKind::Cuda),
             _ => !c.devices.is_empty(),
         };
         if let Some(name) = named {
-            let card = self.worker(name).ok_or_else(|| {
+            let listed = match self.worker(name) {
+                Some(card) => Some(card),
+                None => self.read_worker(name).await,
+            };
+            let card = listed.ok_or_else(|| {
                 SubmitError::NoWorker(format!("worker `{}` is not live (no current heartbeat)", name.chars().take(64).collect::<String>()))
             })?;
             if !has(&card) {

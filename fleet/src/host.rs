@@ -96,6 +96,7 @@ async fn heartbeat(
     let mut listed = Some(listed);
     let period = (options.heartbeat_ttl / 3).max(Duration::from_millis(200));
     let mut tick = tokio::time::interval(period);
+    let mut bucket: Option<async_nats::jetstream::kv::Store> = None;
     loop {
         tick.tick().await;
         let health = engine.health();
@@ -105,18 +106,29 @@ async fn heartbeat(
             .map(|c| (c.device.as_str().to_string(), c.held_bytes))
             .collect();
         card.running = live.lock().unwrap_or_else(|e| e.into_inner()).running.clone();
-        if let Ok(stream) = bus.js.get_stream_no_info(bus::RUNS_STREAM).await {
-            if let Ok(info) = stream.consumer_info(durable(&card.name)).await {
-                card.queued = info.num_pending;
-            }
+        // The queue depth is news, the beat is not optional: a JetStream slow to answer
+        // (a loaded host) leaves last beat's depth on the card rather than delaying the
+        // beat past its TTL.
+        let depth = async {
+            let stream = bus.js.get_stream_no_info(bus::RUNS_STREAM).await?;
+            anyhow::Ok(stream.consumer_info(durable(&card.name)).await?.num_pending)
+        };
+        if let Ok(Ok(queued)) = tokio::time::timeout(period / 2, depth).await {
+            card.queued = queued;
         }
         let m = metrics::global();
         m.set_queue_depths([(card.name.clone(), card.queued)]);
         m.set_device_memory(card.memory_in_use.clone());
         card.heartbeat_ms = bus::now_ms();
         let put = async {
-            let kv = bus.workers().await?;
+            // The bucket's handle is kept between beats (opening it is a request of its
+            // own); a failed put opens it afresh.
+            let kv = match bucket.take() {
+                Some(kv) => kv,
+                None => bus.workers().await?,
+            };
             kv.put(&card.name, serde_json::to_vec(&card)?.into()).await?;
+            bucket = Some(kv);
             anyhow::Ok(())
         };
         match put.await {

@@ -108,8 +108,8 @@ impl FleetLink {
         Ok(())
     }
 
-    pub(super) fn choose(&self, worker: Option<&str>, device: DeviceChoice) -> Result<Target, ApiError> {
-        self.front.choose(worker, device).map(Target::Worker).map_err(submit_error)
+    pub(super) async fn choose(&self, worker: Option<&str>, device: DeviceChoice) -> Result<Target, ApiError> {
+        self.front.choose(worker, device).await.map(Target::Worker).map_err(submit_error)
     }
 
     pub(super) async fn prepare_run(
@@ -119,7 +119,7 @@ impl FleetLink {
         spec: &RunSpec,
     ) -> Result<Target, ApiError> {
         self.services_up(store).await?;
-        let card = self.front.choose(worker, spec.device).map_err(submit_error)?;
+        let card = self.front.choose(worker, spec.device).await.map_err(submit_error)?;
         self.front.check(&card, spec).map_err(submit_error)?;
         Ok(Target::Worker(card))
     }

@@ -102,7 +102,7 @@ impl Dispatch {
             Dispatch::Local(_) => Ok(Target::Local),
             Dispatch::Fleet(link) => {
                 link.services_up(store).await?;
-                link.choose(worker, device)
+                link.choose(worker, device).await
             }
         }
     }
