@@ -8,11 +8,17 @@
 #   scripts/services.sh pg DIR PG_PORT                restarts the PostgreSQL cluster it made
 #   scripts/services.sh stop-pg DIR                   stops PostgreSQL
 #   scripts/services.sh stop DIR                      stops both
+#   scripts/services.sh pg-init DIR PG_PORT           a new PostgreSQL cluster alone
+#
+# GRADLESS_SERVICES_ADDR (default 127.0.0.1) is the address both listen on, and
+# GRADLESS_SERVICES_TRUST a network (e.g. 10.77.0.0/16) PostgreSQL also trusts: the fault
+# test runs them in network namespaces of their own (server/tests/faults.rs).
 #
 # PostgreSQL refuses to run as root: as root, the cluster belongs to Debian's `postgres` user.
 set -euo pipefail
 cmd=${1:?usage: services.sh start|nats|stop-nats|pg|stop-pg|stop DIR ...}
 dir=${2:?the scratch folder}
+addr=${GRADLESS_SERVICES_ADDR:-127.0.0.1}
 
 pg_bin() {
   local d
@@ -28,9 +34,9 @@ as_pg() {
 start_nats() {
   local port=$1
   mkdir -p "$dir/nats"
-  nats-server -js -a 127.0.0.1 -p "$port" -sd "$dir/nats" -P "$dir/nats.pid" -l "$dir/nats.log" >/dev/null 2>&1 &
+  nats-server -js -a "$addr" -p "$port" -sd "$dir/nats" -P "$dir/nats.pid" -l "$dir/nats.log" >/dev/null 2>&1 &
   for _ in $(seq 1 50); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    (exec 3<>"/dev/tcp/$addr/$port") 2>/dev/null && return 0
     sleep 0.1
   done
   cat "$dir/nats.log" >&2; echo "error: nats-server did not start on port $port" >&2; exit 1
@@ -52,15 +58,18 @@ start_pg() {
   [ "$(id -u)" -eq 0 ] && chown postgres "$dir/pg"
   as_pg "$bin/initdb" -D "$dir/pg/data" -U gradless --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
+  if [ -n "${GRADLESS_SERVICES_TRUST:-}" ]; then
+    echo "host all all $GRADLESS_SERVICES_TRUST trust" >>"$dir/pg/data/pg_hba.conf"
+  fi
   as_pg "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 30 \
-    -o "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
-  as_pg "$bin/createdb" -h 127.0.0.1 -p "$port" -U gradless gradless
+    -o "-p $port -k $dir/pg -c listen_addresses=$addr -c fsync=off -c max_connections=200" start >/dev/null
+  as_pg "$bin/createdb" -h "$addr" -p "$port" -U gradless gradless
 }
 
 restart_pg() {
   local port=$1
   as_pg "$(pg_bin)/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 30 \
-    -o "-p $port -k $dir/pg -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
+    -o "-p $port -k $dir/pg -c listen_addresses=$addr -c fsync=off -c max_connections=200" start >/dev/null
 }
 
 stop_pg() {
@@ -78,6 +87,7 @@ case "$cmd" in
     ;;
   nats) start_nats "${3:?NATS port}" ;;
   stop-nats) stop_nats ;;
+  pg-init) start_pg "${3:?PostgreSQL port}" ;;
   pg) restart_pg "${3:?PostgreSQL port}" ;;
   stop-pg) stop_pg ;;
   stop) stop_nats; stop_pg ;;

@@ -152,11 +152,13 @@ fi
 # used: the tests start their own instances in a scratch folder (scripts/services.sh); the
 # packages' system services are not needed and are left as the packages set them.
 if [ "$FLEET" = 1 ]; then
-  # openssl: the hardened-NATS test makes its own CA and server certificate.
-  if command -v nats-server >/dev/null && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && command -v openssl >/dev/null; then
-    echo "fleet services: $(nats-server --version), PostgreSQL $(ls /usr/lib/postgresql | sort -V | tail -1)"
+  # openssl: the hardened-NATS test makes its own CA and server certificate; nftables and
+  # iproute2: the fault test cuts and loses packets on links between network namespaces.
+  if command -v nats-server >/dev/null && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null \
+    && command -v openssl >/dev/null && command -v nft >/dev/null && command -v ip >/dev/null; then
+    echo "fleet services: $(nats-server --version), PostgreSQL $(ls /usr/lib/postgresql | sort -V | tail -1), $(nft --version)"
   else
-    apt_install nats-server postgresql openssl
+    apt_install nats-server postgresql openssl nftables iproute2
   fi
 fi
 echo "setup: done in ${SECONDS}s"

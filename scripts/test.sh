@@ -47,6 +47,10 @@ print(f"emit-to-viewer p99: single process {one['event_delay_ms']['p99']:.1f} ms
       f"fleet {fleet['emit_to_viewer_ms']['p99']:.1f} ms ({fleet['viewers']} viewers, {fleet['fronts']} fronts, {fleet['workers']} workers)")
 PY
 
+echo "==> Fault tests (NATS, PostgreSQL, 2 fronts and 3 workers in network namespaces of their own; links cut, lossy, slowed)"
+# Its own namespaces and addresses (10.77.0.0/16), so no port of the steps above is shared.
+cargo test --release --workspace --test faults -- --ignored --nocapture --test-threads=1 || { echo "error: fault tests failed (logs: $CARGO_TARGET_DIR/fault-logs)" >&2; exit 1; }
+
 echo "==> The GPU check's bundle, and its rehearsal on this CPU from a scratch copy of only the bundle"
 # What a GPU host gets: the binaries the tests above just built, stripped and compressed, with
 # the check's script and the peer. The rehearsal runs the bundle's own script with a bare

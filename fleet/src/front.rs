@@ -8,7 +8,9 @@
 //! has arrived, that process vanishing from the list (a list read begun after the message
 //! was read lacks the worker, which is listed before it takes any job) or a newer process
 //! under the same name fails the job with "worker NAME went away during the run"; a stale
-//! list still showing an older process does not. A job no worker has spoken for fails as
+//! list still showing an older process does not, and neither does a list read within a
+//! heartbeat TTL of the front's own trouble with NATS (after a NATS restart every card has
+//! lapsed, and the workers need a beat to be listed again). A job no worker has spoken for fails as
 //! expired after the run timeout. Either
 //! failure is published to the job's stream with the job's end message id, so however many
 //! fronts notice, the stream holds one last event.
@@ -41,6 +43,10 @@ pub struct Front {
 struct Listing {
     cards: Vec<WorkerCard>,
     read_at: Option<Instant>,
+    /// A worker missing from the list proves nothing before this: the front itself was cut
+    /// from NATS (a restart, a partition) until a heartbeat TTL earlier, and the workers'
+    /// cards lapsed while nobody could store or read them.
+    absence_proves_from: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -76,22 +82,33 @@ impl Front {
         tokio::spawn(async move {
             let period = (heartbeat_ttl / 3).max(Duration::from_millis(200));
             let mut said = false;
+            // From the start, as after an outage: the workers get a TTL to be heard.
+            let mut trouble_at = Instant::now();
             loop {
                 let Some(front) = watcher.upgrade() else { return };
                 let read_at = Instant::now();
+                if !front.bus.is_connected() {
+                    trouble_at = read_at;
+                }
                 match front.read_workers().await {
                     Ok(cards) => {
                         said = false;
                         let m = metrics::global();
                         m.set_workers_live(cards.len() as u64);
                         m.set_queue_depths(cards.iter().map(|c| (c.name.clone(), c.queued)));
-                        *front.workers.write().unwrap_or_else(|e| e.into_inner()) = Listing { cards, read_at: Some(read_at) };
+                        *front.workers.write().unwrap_or_else(|e| e.into_inner()) = Listing {
+                            cards,
+                            read_at: Some(read_at),
+                            absence_proves_from: Some(trouble_at + heartbeat_ttl),
+                        };
                     }
-                    Err(e) if !said => {
-                        said = true;
-                        tracing::warn!("reading the workers bucket: {e:#}");
+                    Err(e) => {
+                        trouble_at = Instant::now();
+                        if !said {
+                            said = true;
+                            tracing::warn!("reading the workers bucket: {e:#}");
+                        }
                     }
-                    Err(_) => {}
                 }
                 drop(front);
                 tokio::time::sleep(period).await;
@@ -141,9 +158,12 @@ impl Front {
     }
 
     /// Worker `name`'s card if listed, and when the list's read began.
+    /// Worker `name`'s card if listed, and when the list's read began if that read can
+    /// prove an absence (see [`Listing::absence_proves_from`]).
     fn worker_listed(&self, name: &str) -> (Option<WorkerCard>, Option<Instant>) {
         let listing = self.workers.read().unwrap_or_else(|e| e.into_inner());
-        (listing.cards.iter().find(|c| c.name == name).cloned(), listing.read_at)
+        let read_at = listing.read_at.filter(|t| listing.absence_proves_from.is_some_and(|from| *t >= from));
+        (listing.cards.iter().find(|c| c.name == name).cloned(), read_at)
     }
 
     /// The worker for a job asking for `device`: the named one (which must be live and

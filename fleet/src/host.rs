@@ -354,13 +354,31 @@ async fn run_job(
     }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
     // The engine's sink runs on the device thread: it only hands the event over.
-    let submitted = engine.submit(spec, Box::new(move |e| drop(tx.send(e))));
-    if let Err(e) = submitted {
-        return emit(bus, job, options, failed(FailureKind::Invalid, e.to_string())).await;
-    }
+    let ticket = match engine.submit(spec, Box::new(move |e| drop(tx.send(e)))) {
+        Ok(ticket) => ticket,
+        Err(e) => return emit(bus, job, options, failed(FailureKind::Invalid, e.to_string())).await,
+    };
     let mut meter = RunMeter::default();
+    // A worker cut off from NATS for longer than its heartbeat is declared gone by the
+    // fronts, which end its run; once it is back it would go on measuring a run nobody
+    // records, while the jobs behind it wait (and expire). So it looks, every few seconds,
+    // whether its run has ended without it, and stops it if so.
+    let mut ended_check = tokio::time::interval((options.heartbeat_ttl / 2).max(Duration::from_secs(1)));
+    ended_check.tick().await;
     let relay = async {
-        while let Some(event) = rx.recv().await {
+        loop {
+            let event = tokio::select! {
+                event = rx.recv() => event,
+                _ = ended_check.tick() => {
+                    if matches!(bus.has_ended(&job.id).await, Ok(true)) {
+                        tracing::info!(job = %job.id, "a front ended this run while this worker was away: stopped");
+                        ticket.cancel();
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
             // The fleet's queue position was said by the front; the engine's own queue
             // holds this one job only.
             if matches!(event, Event::Queued { .. }) {
