@@ -12,6 +12,11 @@
 //   warm load   the same context opens the Lab again (assets from the cache)
 //   first sample  click Run (tiny model, its weights already cached) to the first latency
 //               point in the chart
+//   every page  a cold visit to each page (the Lab, Generate, Pitfalls, the records, a
+//               permalink, its embed, compare, the embedded Lab): bytes, first contentful
+//               paint, hydrated, against the page-weight budgets, in one table
+//   Lab → Generate  from the Lab (Generate's chunk prefetched by hovering the link), a click
+//               on Generate to its page drawn in place (its Generate button there)
 // With --warm-start, also `scripts/run.sh` with nothing to rebuild: from the command to the
 // server answering /healthz (a server on a spare port, --warm-start-port and the next two,
 // stopped after each run).
@@ -47,8 +52,15 @@ const watchHydration = () => {
   new MutationObserver(mark).observe(document, { attributes: true, subtree: true, attributeFilter: ['data-hydrated'] });
 };
 
+// The page-weight test's budgets (end2end/tests/page-weight.spec.ts), by page.
+const BUDGETS = { '/': 450_000, '/generate': 500_000, '/embed/runs/{id}': 300_000 };
+
 async function openLab(page, query = '') {
-  await page.goto(`${url}/${query ? '?' + query : ''}`, { waitUntil: 'load' });
+  return openPage(page, `/${query ? '?' + query : ''}`);
+}
+
+async function openPage(page, pathAndQuery) {
+  await page.goto(`${url}${pathAndQuery}`, { waitUntil: 'load' });
   await page.waitForFunction(() => window.__hydratedAt !== undefined && typeof window.echarts?.init === 'function', null, { timeout: 60_000 });
   // The paint entry and the resource list are complete once the page has settled.
   await page.waitForLoadState('networkidle');
@@ -58,7 +70,7 @@ async function openLab(page, query = '') {
     const resources = performance.getEntriesByType('resource');
     const bytes = (nav?.transferSize ?? 0) + resources.reduce((s, r) => s + (r.transferSize ?? 0), 0);
     const wasm = resources.find((r) => r.name.endsWith('.wasm'));
-    return { hydrated: window.__hydratedAt, fcp, bytes, wasmDone: wasm?.responseEnd ?? NaN };
+    return { hydrated: window.__hydratedAt, fcp, bytes, wasmDone: wasm?.responseEnd ?? NaN, wasmFiles: resources.filter((r) => r.name.endsWith('.wasm')).length };
   });
 }
 
@@ -71,6 +83,64 @@ for (let i = 0; i < runs; i++) {
   const again = await context.newPage();
   results.warm.push(await openLab(again));
   await context.close();
+}
+
+// Every page, cold: a recorded run first, for the permalink pages.
+const recordId = await recordedRun();
+const pages = ['/', '/generate', '/pitfalls', '/runs', '/runs/{id}', '/embed/runs/{id}', '/compare?runs={id}', '/embed/lab'];
+results.pages = {};
+for (const route of pages) {
+  results.pages[route] = [];
+  for (let i = 0; i < runs; i++) {
+    const context = await browser.newContext();
+    await context.addInitScript(watchHydration);
+    const page = await context.newPage();
+    results.pages[route].push(await openPage(page, route.replace('{id}', recordId)));
+    await context.close();
+  }
+}
+
+// From the Lab to Generate in place, its chunk prefetched (the link hovered first).
+results.toGenerate = [];
+for (let i = 0; i < runs; i++) {
+  const context = await browser.newContext();
+  await context.addInitScript(watchHydration);
+  const page = await context.newPage();
+  await openLab(page);
+  const link = page.locator('header.top a.nav', { hasText: 'Generate' });
+  await link.hover();
+  await page.waitForLoadState('networkidle');
+  const ms = await page.evaluate(
+    () =>
+      new Promise((resolve) => {
+        const t0 = performance.now();
+        document.querySelector('header.top a.nav[href="/generate"]').click();
+        const poll = () => {
+          if (document.querySelector('[data-testid=gen-run]')) return resolve(performance.now() - t0);
+          if (performance.now() - t0 > 30_000) return resolve(NaN);
+          requestAnimationFrame(poll);
+        };
+        poll();
+      }),
+  );
+  results.toGenerate.push({ ms });
+  await context.close();
+}
+
+/** A tiny CPU run through the API, recorded; its id. */
+async function recordedRun() {
+  const res = await fetch(`${url}/api/runs`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny_mlp', device: 'cpu', batch: 4, grad: 'no_grad', warmup: 1, iters: 4 }),
+  });
+  if (res.status !== 202) throw new Error(`POST /api/runs answered ${res.status}: ${await res.text()}`);
+  const { id } = await res.json();
+  for (let i = 0; i < 600; i++) {
+    if ((await fetch(`${url}/api/runs/${id}`)).status === 200) return id;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`run ${id} was not recorded within a minute`);
 }
 
 // Click to first sample: one run first so the model is built and cached on the server.
@@ -168,6 +238,19 @@ const summary = {
   warm_hydrated_ms: median(results.warm.map((r) => r.hydrated)),
   first_sample_ms: median(results.firstSample.map((r) => r.ms)),
   warm_start_s: results.warmStart.length ? median(results.warmStart.map((r) => r.s)) : null,
+  lab_to_generate_ms: median(results.toGenerate.map((r) => r.ms)),
+  pages: Object.fromEntries(
+    Object.entries(results.pages).map(([route, rs]) => [
+      route,
+      {
+        cold_bytes: median(rs.map((r) => r.bytes)),
+        budget_bytes: BUDGETS[route.split('?')[0]] ?? null,
+        fcp_ms: median(rs.map((r) => r.fcp)),
+        hydrated_ms: median(rs.map((r) => r.hydrated)),
+        wasm_files: median(rs.map((r) => r.wasmFiles)),
+      },
+    ]),
+  ),
 };
 if (flag('--json')) {
   console.log(JSON.stringify({ summary, results }));
@@ -179,4 +262,11 @@ if (flag('--json')) {
   console.log(`  click Run to first streamed sample (tiny model): ${fmt(summary.first_sample_ms, 'ms')}`);
   const warm = results.warmStartError ? `failed: ${results.warmStartError}` : fmt(summary.warm_start_s, 's');
   console.log(`  warm start (scripts/run.sh, nothing to rebuild, to /healthz): ${warm}`);
+  console.log(`  from the Lab, click Generate (chunk prefetched) to its page drawn: ${fmt(summary.lab_to_generate_ms, 'ms')}`);
+  console.log('');
+  console.log('  cold visit, every page      bytes     budget   wasm files   FCP ms   hydrated ms');
+  for (const [route, p] of Object.entries(summary.pages)) {
+    const budget = p.budget_bytes === null ? '-' : `${p.budget_bytes}${p.cold_bytes <= p.budget_bytes ? ' ok' : ' OVER'}`;
+    console.log(`  ${route.padEnd(24)} ${String(Math.round(p.cold_bytes)).padStart(8)}  ${budget.padStart(10)}   ${String(p.wasm_files).padStart(10)}   ${p.fcp_ms.toFixed(0).padStart(6)}   ${p.hydrated_ms.toFixed(0).padStart(11)}`);
+  }
 }

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the browser side into target/site (the server's --site-root):
-#   pkg/gradless_bg.<hash>.wasm + pkg/gradless.<hash>.js  the hydrated Leptos app (wasm-bindgen --target web; the glue minified)
+#   pkg/gradless_bg.<hash>.wasm + pkg/gradless.<hash>.js  the hydrated Leptos app's main module: the Lab and the
+#                                                        page chrome (wasm-bindgen --target web; the glue minified)
+#   pkg/split_*.<hash>.wasm, pkg/chunk_*.<hash>.wasm     the other pages' code, one module per lazy route or function
+#                                                        and one per piece several of them share (app/src/routes.rs)
+#   pkg/__wasm_split.<hash>.js                           the loader that fetches those on demand
 #   pkg/gradless.<hash>.css                              style/main.css, minified
 #   pkg/echarts.<hash>.js                                ECharts, only the parts the charts use
 #   asset-manifest.json                                  those names, for the page shell
@@ -43,20 +47,37 @@ if [ -x node_modules/binaryen/bin/wasm-opt ] && [ -z "${GRADLESS_NO_WASM_OPT:-}"
 # compiler may merge one drop function for a future and a type in use (it does: a few
 # are kept for that reason).
 SNIP=('^(?!core::ptr::drop_in_place).*::hydrate_async::\{\{closure\}\}' --drops '^core::ptr::drop_in_place<.*hydrate_async')
-want="$(sha256sum "$wasm" scripts/wasm-snip.mjs | cut -d' ' -f1 | tr '\n' ' ')opt=$opt snip=${SNIP[*]}"
-if [ -f "$STAGE/gradless_bg.wasm" ] && [ -f "$STAGE/gradless.js" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+command -v wasm-split-cli >/dev/null || { echo "error: wasm-split-cli is missing: run scripts/setup.sh" >&2; exit 1; }
+want="$(sha256sum "$wasm" scripts/wasm-snip.mjs "$(command -v wasm-split-cli)" | cut -d' ' -f1 | tr '\n' ' ')opt=$opt snip=${SNIP[*]}"
+if [ -f "$STAGE/gradless_bg.wasm" ] && [ -f "$STAGE/gradless.js" ] && [ -f "$STAGE/__wasm_split.js" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "wasm unchanged: keeping $STAGE"
 else
   rm -f "$stamp"
-  wasm-bindgen --target web --no-typescript --out-dir "$STAGE" --out-name gradless "$wasm"
+  # The split (app/src/routes.rs, docs/ARCHITECTURE.md "How the site is split"): the
+  # linker's wasm, with its relocations (--emit-relocs, .cargo/config.toml), cut at the
+  # `#[lazy]` / `#[lazy_route]` points into the main module (the Lab), one module per lazy
+  # page or function (split_*.wasm), the code several of them share (chunk_*.wasm), and the
+  # loader that fetches them on demand (__wasm_split.js).
+  rm -rf "$STAGE/split" "$STAGE"/split_*.wasm "$STAGE"/chunk_*.wasm "$STAGE/__wasm_split.js"
+  wasm-split-cli "$wasm" "$STAGE/split" --target web --out-name gradless
+  # The main module through wasm-bindgen as before; the split modules import what they need
+  # from it (its exports, which --keep-lld-exports keeps), so they need no bindgen.
+  wasm-bindgen --target web --no-typescript --keep-lld-exports --out-dir "$STAGE" --out-name gradless "$STAGE/split/gradless.wasm"
+  mv "$STAGE/split/__wasm_split.js" "$STAGE/"
+  for m in "$STAGE"/split/*.wasm; do
+    [ "$(basename "$m")" = gradless.wasm ] || mv "$m" "$STAGE/"
+  done
   node scripts/wasm-snip.mjs "$STAGE/gradless_bg.wasm" "$STAGE/gradless_bg.wasm" "${SNIP[@]}"
   if [ "$opt" = on ]; then
     # npm's binaryen: Debian bookworm's (version 108) produces a wasm that fails to
     # instantiate ("WebAssembly.Table.set(): Argument 1 is invalid"). -Os rather than -Oz:
     # 2% more raw bytes, but 0.5% fewer once brotli-compressed, which is what is sent.
-    node_modules/binaryen/bin/wasm-opt -Os --enable-bulk-memory --enable-nontrapping-float-to-int \
-      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
-      "$STAGE/gradless_bg.wasm" -o "$STAGE/gradless_bg.wasm"
+    # Every module, as many at once as there are cores (most of a small module's time is
+    # binaryen's start-up).
+    ls "$STAGE/gradless_bg.wasm" "$STAGE"/split_*.wasm "$STAGE"/chunk_*.wasm 2>/dev/null \
+      | xargs -P "$(nproc)" -I{} node_modules/binaryen/bin/wasm-opt -Os --enable-bulk-memory \
+        --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals \
+        --enable-reference-types --enable-multivalue {} -o {}
   fi
   echo "$want" > "$stamp"
 fi

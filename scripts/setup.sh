@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 WASM_BINDGEN_VERSION=0.2.130   # must equal the `wasm-bindgen` pin in Cargo.toml
+WASM_SPLIT_VERSION=0.2.4       # wasm_split_cli_support's CLI, as cargo-leptos 0.3.11 uses the crate
 TORCH_VERSION=2.11.0           # tch 0.24 links exactly this libtorch
 BROWSER=0
 FLEET=0
@@ -124,6 +125,15 @@ else
   step "Compiling wasm-bindgen-cli $WASM_BINDGEN_VERSION (no prebuilt one on the registries: about 7 minutes on 2 cores, once per machine)"
   # Not --locked: its lockfile names a crate version the registry index lacks; see docs/ARCHITECTURE.md.
   cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+# --- wasm-split-cli: cuts the app's wasm at its lazy routes (scripts/build-site.sh) ----------
+# It has no --version: cargo's list of installed crates says which one is there.
+if cargo install --list 2>/dev/null | grep -q "^wasm_split_cli_support v$WASM_SPLIT_VERSION:" && command -v wasm-split-cli >/dev/null; then
+  echo "wasm-split-cli: $WASM_SPLIT_VERSION"
+else
+  step "Compiling wasm-split-cli $WASM_SPLIT_VERSION (wasm_split_cli_support; about 2 minutes on 2 cores, once per machine)"
+  cargo install -q --locked wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --features build-binary
 fi
 
 # --- npm: ECharts (served by us), esbuild (bundles it), binaryen's wasm-opt -----------------

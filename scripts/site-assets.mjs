@@ -99,19 +99,51 @@ const glueOut = path.join(stage, 'gradless.min.js');
   const glue = await transform(fs.readFileSync(path.join(stage, 'gradless.js'), 'utf8'), { loader: 'js', format: 'esm', minify: true, legalComments: 'none' });
   if (read(glueOut) !== glue.code) fs.writeFileSync(glueOut, glue.code);
 }
+const LOADER_SLOT = '@@gradless-split-loader@@';
+const GLUE_SLOT = '@@gradless-glue@@';
 
 // --- 3. content-hashed names, precompressed -------------------------------------------------
+const manifest = {};
+const keep = new Set();
 const assets = {
   js: [glueOut, 'gradless', '.js'],
   wasm: [path.join(stage, 'gradless_bg.wasm'), 'gradless_bg', '.wasm'],
   css: [cssOut, 'gradless', '.css'],
   echarts: [echartsOut, 'echarts', '.js'],
 };
-const manifest = {};
-const keep = new Set();
+// The split wasm (build-site.sh): each lazy module (split_*.wasm, chunk_*.wasm) by its own
+// hash; the loader (__wasm_split.js) names them, and it and the glue import each other, so
+// the two share one hash, of both texts with those names left out: a change to either file
+// renames both, and a cached loader never meets another build's glue.
+const split = splitModules();
+if (split) {
+  for (const [file, name] of Object.entries(split.chunks)) publish(path.join(stage, file), name);
+  const glueName = `gradless.${split.hash}.js`;
+  const loaderName = `__wasm_split.${split.hash}.js`;
+  fs.writeFileSync(glueOut, split.glue.replace(LOADER_SLOT, `./${loaderName}`));
+  const loaderOut = path.join(stage, '__wasm_split.min.js');
+  fs.writeFileSync(loaderOut, split.loader.replace(GLUE_SLOT, `./${glueName}`));
+  publish(glueOut, glueName);
+  publish(loaderOut, loaderName);
+  manifest.js = `/pkg/${glueName}`;
+  manifest.split = `/pkg/${loaderName}`;
+  // What each lazy page needs, for the page shell's preload hints (app/src/routes.rs).
+  manifest.chunks = Object.fromEntries(
+    Object.entries(split.needs).map(([page, files]) => [page, files.map((f) => `/pkg/${split.chunks[f]}`)]),
+  );
+  delete assets.js;
+}
 for (const [key, [src, stem, ext]] of Object.entries(assets)) {
   const bytes = fs.readFileSync(src);
   const name = `${stem}.${sha256(bytes).slice(0, 16)}${ext}`;
+  publish(src, name);
+  manifest[key] = `/pkg/${name}`;
+}
+
+/** Writes `src` as pkg/`name` with its brotli and gzip copies, unless they are there. */
+function publish(src, name) {
+  const ext = path.extname(name);
+  const bytes = fs.readFileSync(src);
   const dest = path.join(pkg, name);
   if (!fs.existsSync(dest + '.br') || !fs.existsSync(dest + '.gz') || !fs.existsSync(dest)) {
     const br = zlib.brotliCompressSync(bytes, {
@@ -129,8 +161,50 @@ for (const [key, [src, stem, ext]] of Object.entries(assets)) {
     }
     console.log(`${name}: ${kib(bytes.length)}, gzip ${kib(gz.length)}, brotli ${kib(br.length)}`);
   }
-  manifest[key] = `/pkg/${name}`;
   for (const suffix of ['', '.br', '.gz']) keep.add(name + suffix);
+}
+
+/**
+ * The split modules in the stage, if the app was split: their hashed names, the minified
+ * glue and loader with the names they give each other replaced by slots, their shared hash,
+ * and which modules each lazy page needs (from the loader's `export const` lines: a page's
+ * own module and the shared chunks it waits for).
+ */
+function splitModules() {
+  const loaderSrc = path.join(stage, '__wasm_split.js');
+  if (!fs.existsSync(loaderSrc)) return null;
+  const files = fs.readdirSync(stage).filter((f) => /^(split|chunk)_.*\.wasm$/.test(f)).sort();
+  const chunks = Object.fromEntries(files.map((f) => {
+    const stem = f.slice(0, -'.wasm'.length);
+    return [f, `${stem}.${sha256(fs.readFileSync(path.join(stage, f))).slice(0, 16)}.wasm`];
+  }));
+  let loader = fs.readFileSync(loaderSrc, 'utf8');
+  // Which modules each lazy page needs, read before minifying renames the variables:
+  //   const __chunk_3 = makeLoad(() => { ... "./chunk_3_x.wasm" ... }, []);
+  //   export const __wasm_split_load_NAME = wrapAsyncCb(makeLoad(() => { ... "./split_NAME.wasm" ... }, [__chunk_3]));
+  const chunkVars = {};
+  for (const m of loader.matchAll(/const (__chunk_\d+) = makeLoad\([\s\S]*?"\.\/([\w.-]+\.wasm)"/g)) chunkVars[m[1]] = m[2];
+  const needs = {};
+  for (const m of loader.matchAll(/export const __wasm_split_load_(\w+) = wrapAsyncCb\(makeLoad\(([\s\S]*?), \[([\w, ]*)\]\)\)/g)) {
+    const own = /"\.\/([\w.-]+\.wasm)"/.exec(m[2]);
+    const deps = m[3].split(',').map((v) => v.trim()).filter(Boolean).map((v) => chunkVars[v]);
+    // The lazy function's name without the hash of its place in the source.
+    needs[m[1].replace(/_\d+$/, '')] = [...deps, ...(own ? [own[1]] : [])];
+  }
+  for (const [file, name] of Object.entries(chunks)) {
+    const literal = `"./${file}"`;
+    if (!loader.includes(literal)) throw new Error(`the split loader does not name ${file}`);
+    loader = loader.replaceAll(literal, `"./${name}"`);
+  }
+  if (!loader.includes('from "./gradless.js"')) throw new Error('the split loader does not import ./gradless.js');
+  loader = loader.replace('from "./gradless.js"', `from "${GLUE_SLOT}"`);
+  // The glue imports the loader (once per function the main module imports from it); the
+  // wasm's import module of the same name (a key of the imports object) stays as it is.
+  let glue = fs.readFileSync(glueOut, 'utf8');
+  const imports = /from\s*"\.\/__wasm_split\.js"/g;
+  if (!imports.test(glue)) throw new Error('the glue does not import ./__wasm_split.js');
+  glue = glue.replace(imports, `from"${LOADER_SLOT}"`);
+  return { chunks, needs, glue, loader, hash: sha256(`${glue}\0${loader}`).slice(0, 16) };
 }
 
 // --- 4. the manifest, and no stale files -----------------------------------------------------

@@ -9,6 +9,7 @@
 // The Lab's view is one deeply nested type; the compiler's default depth is too shallow for it.
 #![recursion_limit = "256"]
 
+pub mod cards;
 pub mod charts;
 #[cfg(feature = "hydrate")]
 mod client;
@@ -22,6 +23,7 @@ pub mod lab;
 pub mod pitfalls;
 mod prediction;
 pub mod records;
+pub mod routes;
 pub mod run_view;
 pub mod settings;
 pub mod widgets;
@@ -30,7 +32,7 @@ use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::hooks::use_location;
-use leptos_router::{ParamSegment, StaticSegment};
+use leptos_router::{Lazy, ParamSegment, StaticSegment};
 use protocol::ServerInfo;
 
 /// The id of the `<script type="application/json">` carrying the ServerInfo.
@@ -60,10 +62,22 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             // The page's CSP allows inline scripts by the per-page nonce only (the server
             // puts it in context, as Leptos' own hydration scripts use it).
             let nonce = leptos::nonce::use_nonce();
+            // A visit that lands on a lazy page needs its chunks before it hydrates: fetched
+            // beside the main module rather than after it.
+            let chunks: Vec<String> = routes::Page::of(&page_path())
+                .and_then(|p| a.chunks.get(p.split_name()).cloned())
+                .unwrap_or_default();
+            let chunks = chunks
+                .into_iter()
+                .map(|href| view! { <link rel="preload" href=href r#as="fetch" r#type="application/wasm" crossorigin="" /> })
+                .collect_view();
+            let split = a.split.clone().map(|href| view! { <link rel="modulepreload" href=href /> });
             view! {
                 <link rel="stylesheet" href=a.css />
                 <link rel="preload" href=a.wasm r#as="fetch" r#type="application/wasm" crossorigin="" />
+                {chunks}
                 <link rel="modulepreload" href=a.js />
+                {split}
                 <script src=a.echarts async></script>
                 <script type="module" nonce=nonce inner_html=boot></script>
             }
@@ -111,6 +125,13 @@ pub struct AssetNames {
     pub css: String,
     /// ECharts; sets `window.echarts`.
     pub echarts: String,
+    /// The split wasm's loader, which the glue imports (absent from an unsplit build).
+    #[serde(default)]
+    pub split: Option<String>,
+    /// The wasm modules each lazy function needs (its own and the shared ones), by the
+    /// function's name ([`routes::Page::split_name`]).
+    #[serde(default)]
+    pub chunks: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl AssetNames {
@@ -156,10 +177,12 @@ impl AssetNames {
                 && p.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b))
         };
-        [&names.js, &names.wasm, &names.css, &names.echarts]
-            .iter()
-            .all(|p| plain(p))
-            .then_some(names)
+        let all_plain = [&names.js, &names.wasm, &names.css, &names.echarts]
+            .into_iter()
+            .chain(&names.split)
+            .chain(names.chunks.values().flatten())
+            .all(|p| plain(p));
+        all_plain.then_some(names)
     }
 }
 
@@ -240,7 +263,7 @@ fn server_info() -> ServerInfo {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let info = server_info();
-    let info_json = script_json(&info);
+    let info_json = script_json(&cards::for_page(&info, &page_path()));
     // A CUDA build of libtorch on a server without a GPU is said to be one.
     let no_gpu = !info.devices.iter().any(|d| d.kind == protocol::DeviceKind::Cuda);
     let libtorch = widgets::libtorch_line(&info.libtorch_version, no_gpu.then_some("this server has no GPU"));
@@ -254,22 +277,43 @@ pub fn App() -> impl IntoView {
             <main>
                 <Routes fallback=|| view! { <p class="error">"Page not found."</p> }>
                     <Route path=StaticSegment("") view=|| view! { <lab::LabPage /> } />
-                    <Route path=StaticSegment("generate") view=generate::GeneratePage />
-                    <Route path=StaticSegment("pitfalls") view=pitfalls::PitfallsPage />
-                    <Route path=(StaticSegment("runs"), ParamSegment("id")) view=|| view! { <records::RecordPage /> } />
-                    <Route path=StaticSegment("compare") view=records::ComparePage />
-                    <Route path=StaticSegment("runs") view=records::RecordsPage />
+                    // The Lab is in the main wasm module; every other page is a lazy route, its
+                    // code a chunk of its own (app/src/routes.rs says how to add one).
+                    <Route path=StaticSegment("generate") view={Lazy::<routes::GenerateRoute>::new()} />
+                    <Route path=StaticSegment("pitfalls") view={Lazy::<routes::PitfallsRoute>::new()} />
+                    <Route path=(StaticSegment("runs"), ParamSegment("id")) view={Lazy::<routes::RecordRoute>::new()} />
+                    <Route path=StaticSegment("compare") view={Lazy::<routes::CompareRoute>::new()} />
+                    <Route path=StaticSegment("runs") view={Lazy::<routes::RecordsRoute>::new()} />
                     <Route path=(StaticSegment("embed"), StaticSegment("lab")) view=|| view! { <lab::LabPage embed=true /> } />
                     <Route
                         path=(StaticSegment("embed"), StaticSegment("runs"), ParamSegment("id"))
-                        view=|| view! { <records::RecordPage embed=true /> }
+                        view={Lazy::<routes::EmbedRecordRoute>::new()}
                     />
-                    <Route path=(StaticSegment("embed"), StaticSegment("pitfalls"), ParamSegment("id")) view=pitfalls::EmbedPitfallPage />
+                    <Route path=(StaticSegment("embed"), StaticSegment("pitfalls"), ParamSegment("id")) view={Lazy::<routes::EmbedPitfallRoute>::new()} />
                 </Routes>
             </main>
             <BottomBar version libtorch />
         </Router>
     }
+}
+
+/// The path of the page being rendered (the request's on the server).
+fn page_path() -> String {
+    #[cfg(feature = "ssr")]
+    let path = use_context::<leptos_router::location::RequestUrl>()
+        .map(|u| u.as_ref().to_string())
+        .unwrap_or_default();
+    #[cfg(not(feature = "ssr"))]
+    let path = {
+        #[cfg(feature = "hydrate")]
+        let p = web_sys::window()
+            .and_then(|w| w.location().pathname().ok())
+            .unwrap_or_default();
+        #[cfg(not(feature = "hydrate"))]
+        let p = String::new();
+        p
+    };
+    path.split(['?', '#']).next().unwrap_or_default().to_string()
 }
 
 /// Whether the page is an `/embed/...` page (minimal chrome, sized to its iframe).
@@ -365,6 +409,24 @@ fn BottomBar(version: String, libtorch: String) -> impl IntoView {
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
+    let path = web_sys::window()
+        .and_then(|w| w.location().pathname().ok())
+        .unwrap_or_default();
+    // A page that is a lazy route hydrates once its chunk is here: the server rendered it,
+    // and hydrating synchronously (below) needs its code. The Lab starts at once.
+    match routes::Page::of(&path) {
+        Some(page) => wasm_bindgen_futures::spawn_local(async move {
+            page.preload().await;
+            start();
+        }),
+        None => start(),
+    }
+}
+
+/// Hydrates the page (synchronously: `hydrate_body`, whose async twin build-site.sh
+/// removes from the wasm) and starts what runs beside it.
+#[cfg(feature = "hydrate")]
+fn start() {
     leptos::mount::hydrate_body(App);
     // A marker for people and browser tests: from here on the page is live.
     if let Some(root) = web_sys::window()
@@ -378,6 +440,8 @@ pub fn hydrate() {
         .unwrap_or_default();
     if is_embed(&path) {
         embed::watch_height();
+    } else {
+        routes::prefetch_on_intent();
     }
 }
 
@@ -449,7 +513,21 @@ mod tests {
             let mut manifest: serde_json::Value = serde_json::from_str(good).unwrap();
             manifest["js"] = bad.into();
             assert_eq!(AssetNames::parse(&manifest.to_string()), None, "{bad}");
+            // The split build's loader and chunks are held to the same rule.
+            let mut manifest: serde_json::Value = serde_json::from_str(good).unwrap();
+            manifest["split"] = bad.into();
+            assert_eq!(AssetNames::parse(&manifest.to_string()), None, "split {bad}");
+            let mut manifest: serde_json::Value = serde_json::from_str(good).unwrap();
+            manifest["chunks"] = serde_json::json!({ "__generate_route_view": ["/pkg/chunk_1.0123abcd.wasm", bad] });
+            assert_eq!(AssetNames::parse(&manifest.to_string()), None, "chunk {bad}");
         }
+        let split = r#"{"js": "/pkg/gradless.0123abcd.js", "wasm": "/pkg/gradless_bg.0123abcd.wasm",
+                        "css": "/pkg/gradless.0123abcd.css", "echarts": "/pkg/echarts.0123abcd.js",
+                        "split": "/pkg/__wasm_split.0123abcd.js",
+                        "chunks": {"__generate_route_view": ["/pkg/chunk_1_x.0123abcd.wasm", "/pkg/split_generate_route_view.0123abcd.wasm"]}}"#;
+        let names = AssetNames::parse(split).expect("a split build's manifest");
+        assert_eq!(names.split.as_deref(), Some("/pkg/__wasm_split.0123abcd.js"));
+        assert_eq!(names.chunks[routes::Page::Generate.split_name()].len(), 2);
         assert_eq!(
             AssetNames::parse(r#"{"js": "/pkg/a.js"}"#),
             None,

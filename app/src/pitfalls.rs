@@ -25,8 +25,12 @@ enum CardState {
 
 #[component]
 pub fn PitfallsPage() -> impl IntoView {
+    crate::cards::with_cards(|cards| view! { <PitfallsTour cards /> })
+}
+
+#[component]
+fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
     let info = expect_context::<ServerInfo>();
-    let cards = info.pitfalls.clone();
     let auth_required = info.auth_required;
     let total = cards.len();
     let done = RwSignal::new(Tour::new());
@@ -108,14 +112,17 @@ pub fn PitfallsPage() -> impl IntoView {
 /// `/embed/pitfalls/{id}`: one card, for a doc page.
 #[component]
 pub fn EmbedPitfallPage() -> impl IntoView {
-    let info = expect_context::<ServerInfo>();
     let id = leptos_router::hooks::use_params_map()
         .with_untracked(|p| p.get("id"))
         .unwrap_or_default();
+    crate::cards::with_cards(move |cards| embedded_card(&cards, &id))
+}
+
+fn embedded_card(cards: &[PitfallInfo], id: &str) -> AnyView {
     let done = RwSignal::new(Tour::new());
-    match info.pitfalls.iter().position(|c| c.id == id) {
+    match cards.iter().position(|c| c.id == id) {
         Some(index) => {
-            let card = info.pitfalls[index].clone();
+            let card = cards[index].clone();
             view! { <div class="pitfalls embedded"><PitfallCard card index done embedded=true /></div> }.into_any()
         }
         None => view! { <p class="error" role="alert">{format!("There is no pitfall card “{id}”.")}</p> }.into_any(),

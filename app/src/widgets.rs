@@ -158,11 +158,63 @@ pub fn EmbedSnippet(
     title: &'static str,
     #[prop(optional)] image: Option<RwSignal<Option<String>>>,
 ) -> impl IntoView {
+    let open = RwSignal::new(false);
+    // The dialog's code is a lazy function (its own wasm chunk, app/src/routes.rs): fetched
+    // on the first press, then shown.
+    let loaded = RwSignal::new(false);
+    let dialog = EmbedDialog {
+        path,
+        title,
+        image,
+        target: RwSignal::new(crate::embed::Target::Html),
+        theme: RwSignal::new(String::new()),
+        copied: RwSignal::new(false),
+    };
+    let on_press = move |_| {
+        open.update(|o| *o = !*o);
+        #[cfg(feature = "hydrate")]
+        if !loaded.get_untracked() {
+            leptos::task::spawn_local(async move {
+                __preload_embed_dialog().await;
+                loaded.set(true);
+            });
+        }
+    };
+    view! {
+        <button data-testid="embed" on:click=on_press>{move || if open.get() { "Hide embed code" } else { "Embed" }}</button>
+        {move || (open.get() && loaded.get()).then(|| {
+            #[cfg(feature = "hydrate")]
+            {
+                use futures::FutureExt;
+                // Loaded above: the call is answered at once.
+                embed_dialog(dialog).now_or_never()
+            }
+            #[cfg(not(feature = "hydrate"))]
+            {
+                let _ = dialog;
+                None::<AnyView>
+            }
+        })}
+    }
+}
+
+/// What the embed dialog shows and keeps (while hidden too).
+#[derive(Clone, Copy)]
+struct EmbedDialog {
+    path: Signal<String>,
+    title: &'static str,
+    image: Option<RwSignal<Option<String>>>,
+    target: RwSignal<crate::embed::Target>,
+    theme: RwSignal<String>,
+    copied: RwSignal<bool>,
+}
+
+#[leptos::lazy]
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+fn embed_dialog(dialog: EmbedDialog) -> AnyView {
+    let EmbedDialog { path, title, image, target, theme, copied } = dialog;
     let image = move || image.and_then(|i| i.get());
     use crate::embed::{Links, Target};
-    let open = RwSignal::new(false);
-    let target = RwSignal::new(Target::Html);
-    let theme = RwSignal::new(String::new());
     let snippet = move || {
         let origin = {
             #[cfg(feature = "hydrate")]
@@ -180,7 +232,6 @@ pub fn EmbedSnippet(
         let links = Links::new(&origin, &path.get(), img.as_deref(), title, Some(&theme.get()));
         crate::embed::snippet(target.get(), &origin, &links)
     };
-    let copied = RwSignal::new(false);
     let on_copy = move |_| {
         #[cfg(feature = "hydrate")]
         {
@@ -199,8 +250,6 @@ pub fn EmbedSnippet(
             .collect_view()
     };
     view! {
-        <button data-testid="embed" on:click=move |_| open.update(|o| *o = !*o)>{move || if open.get() { "Hide embed code" } else { "Embed" }}</button>
-        {move || open.get().then(|| view! {
             <div class="embed-code">
                 <div class="embed-choices">
                     <label>"Copy for "
@@ -246,9 +295,10 @@ pub fn EmbedSnippet(
                 <textarea readonly rows="9" data-testid="embed-code" aria-label="Embed code" prop:value=snippet></textarea>
                 <button data-testid="copy-embed" on:click=on_copy>{move || if copied.get() { "Copied" } else { "Copy" }}</button>
             </div>
-        })}
     }
+    .into_any()
 }
+
 
 /// Text written with `backticks` around code, shown with the code as code (the card and
 /// explanation texts are written that way).

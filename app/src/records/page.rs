@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
-use protocol::{python_snippet, Record, RecordBody, RecordStatus, Report, RunSpec, ServerInfo, Unfinished};
+use protocol::{python_snippet, Record, RecordBody, RecordStatus, Report, RunSpec, Unfinished};
 
 use super::{load, Loaded, RECORDS_ELEMENT};
 use crate::settings::query_from_spec;
@@ -70,15 +70,7 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
         }
         RecordBody::Pitfall(report) => {
             let report = (**report).clone();
-            let info = use_context::<ServerInfo>();
-            let title = info
-                .and_then(|i| {
-                    i.pitfalls
-                        .iter()
-                        .find(|c| c.id == report.id)
-                        .map(|c| c.title.clone())
-                })
-                .unwrap_or_else(|| report.id.clone());
+            let title = crate::cards::title(&report.id).unwrap_or_else(|| report.id.clone());
             let chart_id = "pitfall-chart".to_string();
             #[cfg(feature = "hydrate")]
             {
@@ -115,9 +107,7 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
 fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use<> {
     let heading = match (&u.spec, &u.pitfall) {
         (Some(spec), _) => format!("{} · {}", spec.model.display_name(), spec.label()),
-        (None, Some(card)) => use_context::<ServerInfo>()
-            .and_then(|i| i.pitfalls.iter().find(|c| &c.id == card).map(|c| c.title.clone()))
-            .unwrap_or_else(|| card.clone()),
+        (None, Some(card)) => crate::cards::title(card).unwrap_or_else(|| card.clone()),
         (None, None) => id.to_string(),
     };
     let status = match u.status {

@@ -1,0 +1,103 @@
+//! The pitfall cards' texts (claims, code, thresholds, questions: about 48 KB of the page's
+//! 70 KB of HTML) go into the page only where it shows them: the Pitfalls pages and the
+//! permalinks, which name a recorded experiment by its card's title. Other pages carry the
+//! ServerInfo without them, and a page reached from there by client-side navigation reads
+//! them once from `GET /api/pitfalls` ([`with_cards`]).
+
+use leptos::prelude::*;
+use protocol::{PitfallInfo, ServerInfo};
+
+/// Whether the page at `path` shows the cards (its ServerInfo carries them).
+pub fn needs_cards(path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    path == "/pitfalls"
+        || path.starts_with("/embed/pitfalls/")
+        || path.starts_with("/runs/")
+        || path.starts_with("/embed/runs/")
+}
+
+/// The ServerInfo to put into the page at `path`: without the cards where it does not
+/// show them.
+pub fn for_page(info: &ServerInfo, path: &str) -> ServerInfo {
+    let mut info = info.clone();
+    if !needs_cards(path) {
+        info.pitfalls.clear();
+    }
+    info
+}
+
+#[cfg(feature = "hydrate")]
+thread_local! {
+    /// The cards read from `/api/pitfalls`, once a page needed them.
+    static FETCHED: std::cell::RefCell<Vec<PitfallInfo>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The cards this page has: the ServerInfo's, or those read since.
+pub fn known() -> Vec<PitfallInfo> {
+    let from_info = use_context::<ServerInfo>()
+        .map(|i| i.pitfalls)
+        .unwrap_or_default();
+    #[cfg(feature = "hydrate")]
+    if from_info.is_empty() {
+        return FETCHED.with(|f| f.borrow().clone());
+    }
+    from_info
+}
+
+/// Card `id`'s title, if this page knows the cards.
+pub fn title(id: &str) -> Option<String> {
+    known().into_iter().find(|c| c.id == id).map(|c| c.title)
+}
+
+/// `body` with the cards: at once where the page has them (always on the server), else
+/// once they are read.
+pub fn with_cards<V: IntoView + 'static>(
+    body: impl Fn(Vec<PitfallInfo>) -> V + Send + Sync + 'static,
+) -> AnyView {
+    let cards = known();
+    #[cfg(not(feature = "hydrate"))]
+    {
+        body(cards).into_any()
+    }
+    #[cfg(feature = "hydrate")]
+    {
+        if !cards.is_empty() {
+            return body(cards).into_any();
+        }
+        let read = LocalResource::new(|| async {
+            let cards = crate::client::get_json::<Vec<PitfallInfo>>("/api/pitfalls").await?;
+            FETCHED.with(|f| *f.borrow_mut() = cards.clone());
+            Ok::<_, String>(cards)
+        });
+        let body = std::sync::Arc::new(body);
+        view! {
+            <Suspense fallback=|| view! { <p class="explain" data-testid="cards-loading">"Reading the cards…"</p> }>
+                {move || {
+                    let body = body.clone();
+                    Suspend::new(async move {
+                        match read.await {
+                            Ok(cards) => body(cards).into_any(),
+                            Err(e) => view! { <p class="error" role="alert">{format!("The cards could not be read: {e}")}</p> }.into_any(),
+                        }
+                    })
+                }}
+            </Suspense>
+        }
+        .into_any()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_pages_that_show_cards_carry_them() {
+        for yes in ["/pitfalls", "/pitfalls/", "/embed/pitfalls/eval-not-nograd", "/runs/abc", "/embed/runs/abc"] {
+            assert!(needs_cards(yes), "{yes}");
+        }
+        for no in ["/", "/generate", "/compare", "/runs", "/embed/lab", "/pitfallsx"] {
+            assert!(!needs_cards(no), "{no}");
+        }
+    }
+}
