@@ -19,6 +19,7 @@ pub mod gen_results;
 pub mod gen_settings;
 pub mod generate;
 pub mod lab;
+pub mod learn;
 pub mod pitfalls;
 mod prediction;
 pub mod records;
@@ -265,6 +266,11 @@ pub fn App() -> impl IntoView {
                         view=|| view! { <records::RecordPage embed=true /> }
                     />
                     <Route path=(StaticSegment("embed"), StaticSegment("pitfalls"), ParamSegment("id")) view=pitfalls::EmbedPitfallPage />
+                    <Route path=StaticSegment("learn") view=learn::IndexRoute />
+                    <Route path=(StaticSegment("learn"), StaticSegment("new")) view=learn::NewRoute />
+                    <Route path=(StaticSegment("learn"), ParamSegment("id")) view=learn::LearnRoute />
+                    <Route path=(StaticSegment("learn"), ParamSegment("id"), StaticSegment("answers")) view=learn::AnswersRoute />
+                    <Route path=(StaticSegment("embed"), StaticSegment("learn"), ParamSegment("id")) view=learn::EmbedLearnRoute />
                 </Routes>
             </main>
             <BottomBar version libtorch />
@@ -297,6 +303,8 @@ pub fn full_page(embed_path: &str, query: &str) -> String {
         }
     } else if let Some(card) = rest.strip_prefix("/pitfalls/").filter(|c| safe_segment(c)) {
         format!("/pitfalls#{card}")
+    } else if let Some(id) = rest.strip_prefix("/learn/").filter(|c| safe_segment(c)) {
+        format!("/learn/{id}")
     } else if let Some(id) = rest.strip_prefix("/runs/").filter(|c| safe_segment(c)) {
         format!("/runs/{id}")
     } else {
@@ -316,6 +324,7 @@ fn TopBar() -> impl IntoView {
                     <a href="/" class="nav">"Lab"</a>
                     <a href="/generate" class="nav">"Generate"</a>
                     <a href="/pitfalls" class="nav">"Pitfalls"</a>
+                    <a href="/learn" class="nav">"Learn"</a>
                     <a href="/runs" class="nav" rel="external">"Recorded"</a>
                 </nav>
                 <p class="tagline">

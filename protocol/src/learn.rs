@@ -68,11 +68,10 @@ pub enum StepKind {
         /// A top-level key of the run's settings (`grad`, `eval`, `autocast`, `batch`, ...),
         /// or `generate.cache` on the Generate page.
         setting: String,
-        /// The setting's values, as JSON (`"no_grad"`, `8`, `false`).
-        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-        from: serde_json::Value,
-        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-        to: serde_json::Value,
+        /// The setting's values as written: `no_grad`, `8`, `false` (a number or `true` /
+        /// `false` is read as one; anything else as a string).
+        from: String,
+        to: String,
         figure: ChangeFigure,
     },
 }
@@ -102,11 +101,8 @@ pub const CHANGE_AFTER: &str = "after";
 pub const CHANGE_BEFORE: &str = "before";
 
 /// A value of a setting as a person reads it: `no_grad`, `8`, `false`.
-pub fn setting_text(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+pub fn setting_text(v: &str) -> String {
+    v.to_string()
 }
 
 impl Step {
@@ -271,6 +267,25 @@ pub struct StepAnswers {
     /// The most common wrong answer and how many gave it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub common_wrong: Option<(String, u32)>,
+}
+
+/// `GET /api/learn/{id}/answers`: every step's summary, how many answers are kept and the
+/// most a path keeps (past it the oldest are dropped).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AnswersView {
+    pub steps: Vec<StepAnswers>,
+    pub kept: usize,
+    pub max: usize,
+}
+
+/// What the server gives a `/learn/...` page to render (and embeds in it for hydration).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LearnPageData {
+    pub paths: Vec<PathSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<LearnPath>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<AnswersView>,
 }
 
 /// Bars of a value question's histogram: a log scale cut into this many bins.
