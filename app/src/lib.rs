@@ -20,6 +20,7 @@ pub mod gen_results;
 pub mod gen_settings;
 pub mod generate;
 pub mod lab;
+pub mod learn;
 pub mod pitfalls;
 mod prediction;
 pub mod records;
@@ -290,6 +291,11 @@ pub fn App() -> impl IntoView {
                         view={Lazy::<routes::EmbedRecordRoute>::new()}
                     />
                     <Route path=(StaticSegment("embed"), StaticSegment("pitfalls"), ParamSegment("id")) view={Lazy::<routes::EmbedPitfallRoute>::new()} />
+                    <Route path=StaticSegment("learn") view={Lazy::<routes::LearnIndexRoute>::new()} />
+                    <Route path=(StaticSegment("learn"), StaticSegment("new")) view={Lazy::<routes::LearnNewRoute>::new()} />
+                    <Route path=(StaticSegment("learn"), ParamSegment("id")) view={Lazy::<routes::LearnRoute>::new()} />
+                    <Route path=(StaticSegment("learn"), ParamSegment("id"), StaticSegment("answers")) view={Lazy::<routes::LearnAnswersRoute>::new()} />
+                    <Route path=(StaticSegment("embed"), StaticSegment("learn"), ParamSegment("id")) view={Lazy::<routes::EmbedLearnRoute>::new()} />
                 </Routes>
             </main>
             <BottomBar version libtorch />
@@ -341,6 +347,8 @@ pub fn full_page(embed_path: &str, query: &str) -> String {
         }
     } else if let Some(card) = rest.strip_prefix("/pitfalls/").filter(|c| safe_segment(c)) {
         format!("/pitfalls#{card}")
+    } else if let Some(id) = rest.strip_prefix("/learn/").filter(|c| safe_segment(c)) {
+        format!("/learn/{id}")
     } else if let Some(id) = rest.strip_prefix("/runs/").filter(|c| safe_segment(c)) {
         format!("/runs/{id}")
     } else {
@@ -360,6 +368,7 @@ fn TopBar() -> impl IntoView {
                     <a href="/" class="nav">"Lab"</a>
                     <a href="/generate" class="nav">"Generate"</a>
                     <a href="/pitfalls" class="nav">"Pitfalls"</a>
+                    <a href="/learn" class="nav">"Learn"</a>
                     <a href="/runs" class="nav" rel="external">"Recorded"</a>
                 </nav>
                 <p class="tagline">

@@ -16,7 +16,7 @@
 use leptos::prelude::*;
 use leptos_router::{lazy_route, LazyRoute};
 
-use crate::{generate, pitfalls, records};
+use crate::{generate, learn, pitfalls, records};
 
 /// `/generate`.
 pub struct GenerateRoute;
@@ -109,6 +109,71 @@ impl LazyRoute for CompareRoute {
     }
 }
 
+/// `/learn`: the paths this server has.
+pub struct LearnIndexRoute;
+
+#[lazy_route]
+impl LazyRoute for LearnIndexRoute {
+    fn data() -> Self {
+        LearnIndexRoute
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <learn::IndexRoute /> }.into_any()
+    }
+}
+
+/// `/learn/new`: composing a path.
+pub struct LearnNewRoute;
+
+#[lazy_route]
+impl LazyRoute for LearnNewRoute {
+    fn data() -> Self {
+        LearnNewRoute
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <learn::NewRoute /> }.into_any()
+    }
+}
+
+/// `/learn/{id}`: a path, step by step.
+pub struct LearnRoute;
+
+#[lazy_route]
+impl LazyRoute for LearnRoute {
+    fn data() -> Self {
+        LearnRoute
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <learn::LearnRoute /> }.into_any()
+    }
+}
+
+/// `/learn/{id}/answers`: what the team predicted.
+pub struct LearnAnswersRoute;
+
+#[lazy_route]
+impl LazyRoute for LearnAnswersRoute {
+    fn data() -> Self {
+        LearnAnswersRoute
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <learn::AnswersRoute /> }.into_any()
+    }
+}
+
+/// `/embed/learn/{id}`: a path in a doc page.
+pub struct EmbedLearnRoute;
+
+#[lazy_route]
+impl LazyRoute for EmbedLearnRoute {
+    fn data() -> Self {
+        EmbedLearnRoute
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <learn::EmbedLearnRoute /> }.into_any()
+    }
+}
+
 /// The lazy route a path lands on, `None` for the Lab's (main-module) pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Page {
@@ -119,6 +184,11 @@ pub enum Page {
     EmbedRecord,
     Records,
     Compare,
+    LearnIndex,
+    LearnNew,
+    Learn,
+    LearnAnswers,
+    EmbedLearn,
 }
 
 impl Page {
@@ -133,6 +203,11 @@ impl Page {
             ["runs", id] if !id.is_empty() => Some(Page::Record),
             ["embed", "runs", id] if !id.is_empty() => Some(Page::EmbedRecord),
             ["embed", "pitfalls", id] if !id.is_empty() => Some(Page::EmbedPitfall),
+            ["learn"] => Some(Page::LearnIndex),
+            ["learn", "new"] => Some(Page::LearnNew),
+            ["learn", id] if !id.is_empty() => Some(Page::Learn),
+            ["learn", id, "answers"] if !id.is_empty() => Some(Page::LearnAnswers),
+            ["embed", "learn", id] if !id.is_empty() => Some(Page::EmbedLearn),
             _ => None,
         }
     }
@@ -149,6 +224,11 @@ impl Page {
             Page::EmbedRecord => "__embed_record_route_view",
             Page::Records => "__records_route_view",
             Page::Compare => "__compare_route_view",
+            Page::LearnIndex => "__learn_index_route_view",
+            Page::LearnNew => "__learn_new_route_view",
+            Page::Learn => "__learn_route_view",
+            Page::LearnAnswers => "__learn_answers_route_view",
+            Page::EmbedLearn => "__embed_learn_route_view",
         }
     }
 
@@ -162,6 +242,11 @@ impl Page {
             Page::EmbedRecord => EmbedRecordRoute::preload().await,
             Page::Records => RecordsRoute::preload().await,
             Page::Compare => CompareRoute::preload().await,
+            Page::LearnIndex => LearnIndexRoute::preload().await,
+            Page::LearnNew => LearnNewRoute::preload().await,
+            Page::Learn => LearnRoute::preload().await,
+            Page::LearnAnswers => LearnAnswersRoute::preload().await,
+            Page::EmbedLearn => EmbedLearnRoute::preload().await,
         }
     }
 }
@@ -222,6 +307,11 @@ mod tests {
         assert_eq!(Page::of("/runs/abc"), Some(Page::Record));
         assert_eq!(Page::of("/embed/runs/abc"), Some(Page::EmbedRecord));
         assert_eq!(Page::of("/embed/pitfalls/eval"), Some(Page::EmbedPitfall));
+        assert_eq!(Page::of("/learn"), Some(Page::LearnIndex));
+        assert_eq!(Page::of("/learn/new"), Some(Page::LearnNew));
+        assert_eq!(Page::of("/learn/ten-minutes"), Some(Page::Learn));
+        assert_eq!(Page::of("/learn/ten-minutes/answers"), Some(Page::LearnAnswers));
+        assert_eq!(Page::of("/embed/learn/ten-minutes"), Some(Page::EmbedLearn));
         for main in ["/", "", "/embed/lab", "/nowhere", "/runs/a/b", "/embed/runs/", "/generate/x"] {
             assert_eq!(Page::of(main), None, "{main}");
         }

@@ -15,6 +15,7 @@ mod figure;
 mod format;
 mod generate;
 mod info;
+pub mod learn;
 mod model;
 pub mod noise;
 mod pitfall;

@@ -185,6 +185,11 @@ pub struct ServeArgs {
     /// (e.g. `https://docs.example.com`), or `*` for any. Default: this server only.
     #[arg(long, env = "GRADLESS_EMBED_ORIGINS", default_value = "")]
     pub embed_origins: String,
+    /// Onboarding paths: every NAME.toml in this folder is served at /learn/{id} (default:
+    /// the `paths/` folder inside --models-dir, when there is one). A file with an error
+    /// stops the start, naming the file and the field.
+    #[arg(long, env = "GRADLESS_PATHS_DIR")]
+    pub paths_dir: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]

@@ -17,6 +17,8 @@ pub mod embeds;
 pub mod error;
 pub mod export;
 pub mod fleet_host;
+pub mod learn;
+pub mod learn_api;
 pub mod logging;
 pub mod model_counts;
 pub mod openapi;

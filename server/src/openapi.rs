@@ -31,16 +31,18 @@ use utoipa::OpenApi;
     ),
     paths(
         info, create_run, run_events, get_run, run_emitted, list_records, get_record,
-        export_record, health, pitfalls, run_pitfall, late_prediction, workers, openapi_json, run_png,
+        export_record, health, pitfalls, run_pitfall, late_prediction, learn_paths, learn_path,
+        learn_step, learn_compose, learn_answers, workers, openapi_json, run_png,
         run_svg, compare_png, compare_svg, oembed, healthz, metrics
     ),
-    components(schemas(ApiErrorBody, WorkerCardSchema)),
+    components(schemas(ApiErrorBody, WorkerCardSchema, AnswersSchema)),
     tags(
         (name = "runs", description = "Timed runs: start one, follow it, read its report"),
         (name = "records", description = "Recorded results, kept across restarts"),
         (name = "pitfalls", description = "The pitfall cards and their live experiments"),
         (name = "server", description = "What this server offers and how it is doing"),
         (name = "embeds", description = "Pictures and link previews of recorded results"),
+        (name = "learn", description = "Onboarding paths: steps predicted before they run, and what the learners predicted"),
     )
 )]
 struct ApiDoc;
@@ -202,6 +204,81 @@ fn pitfalls() {}
     ))]
 #[allow(dead_code)]
 fn run_pitfall() {}
+
+#[utoipa::path(get, path = "/api/learn", tag = "learn",
+    responses((status = 200, description = "The onboarding paths this server serves: the shipped one, the `paths/` folder's, the composed ones", body = Vec<protocol::learn::PathSummary>)))]
+#[allow(dead_code)]
+fn learn_paths() {}
+
+#[utoipa::path(get, path = "/api/learn/{id}", tag = "learn",
+    params(("id" = String, Path, description = "The path's id (see GET /api/learn)")),
+    responses(
+        (status = 200, description = "The path: title, the lead's note, its steps in order (a card with model, batch and device, or a change of one setting from -> to)", body = protocol::learn::LearnPath),
+        (status = 404, description = "No such path", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn learn_path() {}
+
+#[utoipa::path(post, path = "/api/learn/{id}/steps/{step}", tag = "learn",
+    params(("id" = String, Path, description = "The path's id"), ("step" = u32, Path, description = "The step, from 1")),
+    request_body(content = protocol::learn::StepRequest, description = "`prediction`: the answer to the step's question, locked by this request (`\"skipped\"`: run without predicting, not kept among the answers)"),
+    responses(
+        (status = 200, description = "The prediction against the measurement (`scored`), with the card's recorded report or the change's two recorded runs; `counted` when the answer was kept", body = protocol::learn::StepOutcome),
+        (status = 400, description = "A malformed body (the field is named: `prediction...`)", body = ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = ApiErrorBody),
+        (status = 404, description = "No such path or step", body = ApiErrorBody),
+        (status = 409, description = "The experiment or a run failed (the message says why)", body = ApiErrorBody),
+        (status = 422, description = "A prediction the step's question cannot take (field `prediction`)", body = ApiErrorBody),
+        (status = 429, description = "Rate limited: runs, or answers per client per minute", body = ApiErrorBody),
+        (status = 503, description = "The queue is full", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn learn_step() {}
+
+/// The body of `POST /api/learn`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct ComposeBody {
+    /// The path as the TOML a `paths/` file holds.
+    toml: String,
+    /// Only check it; nothing is kept.
+    check: Option<bool>,
+}
+
+#[utoipa::path(post, path = "/api/learn", tag = "learn",
+    request_body(content = ComposeBody, description = "A path composed on /learn/new, as TOML"),
+    responses(
+        (status = 200, description = "Checked only (`check: true`): `{id, url, steps}`"),
+        (status = 201, description = "Kept and served from now on: `{id, url, steps}`"),
+        (status = 400, description = "The TOML breaks a rule: the field is named (`toml.step[2].card`)", body = ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = ApiErrorBody),
+        (status = 409, description = "A path with this id exists", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn learn_compose() {}
+
+/// `GET /api/learn/{id}/answers`: every step's summary.
+#[derive(utoipa::ToSchema)]
+#[schema(as = AnswersView)]
+#[allow(dead_code)]
+struct AnswersSchema {
+    /// Per step: `step`, `title`, `question`, `answers`, `right`, `measured` (the median, formatted), `bars` (`label`, `count`, `truth`), `common_wrong` (`[answer, count]`).
+    steps: Vec<serde_json::Value>,
+    /// Answers kept for this path.
+    kept: u64,
+    /// The most kept per path (the oldest are dropped past it).
+    max: u64,
+}
+
+#[utoipa::path(get, path = "/api/learn/{id}/answers", tag = "learn",
+    params(("id" = String, Path, description = "The path's id"), ("format" = Option<String>, Query, description = "`json` (default) or `csv`: every kept answer")),
+    responses(
+        (status = 200, description = "Per step, the predictions' histogram with the measured value's bar marked, the share right and the most common wrong answer (or the CSV)", body = AnswersSchema),
+        (status = 400, description = "An unknown format (field `format`)", body = ApiErrorBody),
+        (status = 404, description = "No such path", body = ApiErrorBody),
+    ))]
+#[allow(dead_code)]
+fn learn_answers() {}
 
 /// The body of a prediction sent after its run: `{"prediction": ...}`.
 #[derive(utoipa::ToSchema)]

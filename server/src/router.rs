@@ -41,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .route("/runs", post(api::create_run))
         .route("/pitfalls/{id}", post(api::run_pitfall))
         .route("/records/{id}/prediction", post(api::late_prediction))
+        .merge(crate::learn_api::drive_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), check_drive));
     let api = Router::new()
         .route("/info", get(api::info))
@@ -54,6 +55,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(api::health))
         .route("/pitfalls", get(api::pitfalls))
         .route("/openapi.json", get(crate::openapi::serve))
+        .merge(crate::learn_api::routes())
         .merge(drive)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -90,6 +92,11 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             prefetch_records,
+        ))
+        // The learn pages' paths and answers, read before rendering.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::learn_api::prefetch,
         ))
         // `/runs/{id}.png|svg`, before the page route `/runs/{id}` could take it.
         .layer(middleware::from_fn_with_state(
@@ -298,6 +305,9 @@ fn page_context(origins: &crate::origin::Origins, info: &protocol::ServerInfo) {
         )
     };
     let (nonce, prefetched) = parts.as_ref().map(extension).unwrap_or_default();
+    if let Some(learn) = parts.as_ref().and_then(|p| p.extensions.get::<protocol::learn::LearnPageData>()) {
+        provide_context(learn.clone());
+    }
     if let Some(PageNonce(nonce)) = nonce {
         provide_context(nonce);
     }

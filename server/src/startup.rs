@@ -34,6 +34,20 @@ pub fn build_state(
 
 /// `gradless serve`: serves until Ctrl-C or SIGTERM, then lets the current run finish
 /// (a second signal exits at once).
+/// The onboarding paths (the shipped one, `--paths-dir` or the `paths/` folder inside
+/// `--models-dir`, the composed ones) and the answers, in `learn.sqlite3` beside the run
+/// database. A path file with an error stops the start, naming the file and the field.
+async fn open_learn(args: &ServeArgs) -> Result<crate::learn::Learn> {
+    let dir = args.paths_dir.clone().or_else(|| {
+        args.engine.models_dir.as_ref().map(|m| m.join("paths")).filter(|p| p.is_dir())
+    });
+    let db = crate::learn::db_beside(&args.db.path());
+    tokio::task::spawn_blocking(move || crate::learn::Learn::open(dir.as_deref(), &db))
+        .await
+        .context("reading the onboarding paths panicked")?
+        .context("onboarding paths")
+}
+
 pub async fn serve(args: ServeArgs) -> Result<()> {
     let fleet = args.fleet.nats.is_some();
     if !args.site_root.join("pkg").exists() {
@@ -132,6 +146,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         // front's runs go on on their workers.
         drain_timeout: if fleet { Duration::from_secs(5) } else { run_timeout + Duration::from_secs(10) },
     };
+    let mut state = state;
+    state.learn = Arc::new(open_learn(&args).await?);
     let dispatch = state.dispatch.clone();
     let recorder = state.recorder.clone();
     let closing = dispatch.clone();

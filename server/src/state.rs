@@ -45,6 +45,9 @@ pub struct AppState {
     pub max_streams: usize,
     /// The `Content-Security-Policy: frame-ancestors` of /embed/ pages.
     pub embed_csp: Arc<str>,
+    /// The onboarding paths and their answers (the shipped path and answers in memory until
+    /// start-up opens the configured ones).
+    pub learn: Arc<crate::learn::Learn>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -113,6 +116,7 @@ impl AppState {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_streams,
             embed_csp: services.embed_csp.into(),
+            learn: Arc::new(crate::learn::Learn::ephemeral()),
         }
     }
 

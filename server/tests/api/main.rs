@@ -8,6 +8,7 @@ mod access;
 mod common;
 mod connections;
 mod embeds;
+mod learn;
 mod openapi;
 mod pages;
 mod pitfalls;

@@ -82,7 +82,8 @@ async fn every_documented_operation_is_routed() {
     for (method, path) in ops {
         let uri = path
             .replace("{id}", "r0000000000000000")
-            .replace("{format}", "json");
+            .replace("{format}", "json")
+            .replace("{step}", "1");
         let uri = match uri.as_str() {
             "/oembed" => "/oembed?url=http://127.0.0.1/runs/r0000000000000000".to_string(),
             u if u.starts_with("/compare.") => format!("{u}?runs=r0000000000000000"),
