@@ -368,7 +368,7 @@ fn TopBar() -> impl IntoView {
                     <a href="/" class="nav">"Lab"</a>
                     <a href="/generate" class="nav">"Generate"</a>
                     <a href="/pitfalls" class="nav">"Pitfalls"</a>
-                    <a href="/learn" class="nav">"Learn"</a>
+                    <a href="/learn" class="nav" rel="external">"Learn"</a>
                     <a href="/runs" class="nav" rel="external">"Recorded"</a>
                 </nav>
                 <p class="tagline">

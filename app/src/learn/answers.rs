@@ -12,7 +12,7 @@ pub fn AnswersRoute() -> impl IntoView {
     let data = super::page_data();
     let script = super::data_script(&data);
     let (Some(path), Some(view)) = (data.path, data.answers) else {
-        return view! { {script} <p class="error" role="alert">"There is no such path. " <a href="/learn">"The paths this server has"</a></p> }.into_any();
+        return view! { {script} <p class="error" role="alert">"There is no such path. " <a href="/learn" rel="external">"The paths this server has"</a></p> }.into_any();
     };
     let csv = format!("/api/learn/{}/answers?format=csv", path.id);
     let steps = view.steps.iter().map(step_view).collect_view();
@@ -25,7 +25,7 @@ pub fn AnswersRoute() -> impl IntoView {
                     {format!("{} answers kept", view.kept)}
                     {format!(" (at most {} per path: past that the oldest are dropped). ", view.max)}
                     "Each is a prediction locked in before its run, with what that run measured: no name, address or browser is kept. "
-                    <a href=format!("/learn/{}", path.id)>"Walk the path"</a>" · "
+                    <a href=format!("/learn/{}", path.id) rel="external">"Walk the path"</a>" · "
                     <a href=csv rel="external" download="" data-testid="answers-csv">"Download the answers (CSV)"</a>
                 </p>
             </section>

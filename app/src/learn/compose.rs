@@ -19,9 +19,9 @@ pub fn IndexRoute() -> impl IntoView {
         .map(|p| {
             view! {
                 <li>
-                    <a href=format!("/learn/{}", p.id)>{p.title.clone()}</a>
+                    <a href=format!("/learn/{}", p.id) rel="external">{p.title.clone()}</a>
                     {format!(" — {} steps ({}) · ", p.steps, p.source)}
-                    <a href=format!("/learn/{}/answers", p.id)>"answers"</a>
+                    <a href=format!("/learn/{}/answers", p.id) rel="external">"answers"</a>
                 </li>
             }
         })
@@ -33,7 +33,7 @@ pub fn IndexRoute() -> impl IntoView {
                 <h1>"Onboarding paths"</h1>
                 <p>"A path is a few experiments in order, each asking for a prediction before it runs. A lead composes one for the team; the answers page shows which ideas newcomers got wrong."</p>
                 <ul data-testid="paths">{rows}</ul>
-                <p><a href="/learn/new">"Compose a path"</a></p>
+                <p><a href="/learn/new" rel="external">"Compose a path"</a></p>
             </section>
         </div>
     }
@@ -124,7 +124,7 @@ pub fn NewRoute() -> impl IntoView {
             </p>
             <div aria-live="polite">
                 {move || message.get().map(|(ok, m)| view! { <p class=if ok { "explain" } else { "error" } data-testid="compose-message">{m}</p> })}
-                {move || saved.get().map(|url| view! { <p><a href=url.clone() data-testid="compose-link">{format!("Open {url}")}</a></p> })}
+                {move || saved.get().map(|url| view! { <p><a href=url.clone() rel="external" data-testid="compose-link">{format!("Open {url}")}</a></p> })}
             </div>
         </div>
     }

@@ -56,7 +56,7 @@ fn LearnPage(embed: bool) -> impl IntoView {
     let data = super::page_data();
     let script = super::data_script(&data);
     let Some(path) = data.path else {
-        return view! { {script} <p class="error" role="alert">"There is no such path. " <a href="/learn">"The paths this server has"</a></p> }.into_any();
+        return view! { {script} <p class="error" role="alert">"There is no such path. " <a href="/learn" rel="external">"The paths this server has"</a></p> }.into_any();
     };
     let info = expect_context::<ServerInfo>();
     let progress = RwSignal::new(Progress::new());
@@ -94,7 +94,7 @@ fn LearnPage(embed: bool) -> impl IntoView {
                 view! {
                     <p class="finished" role="status" data-testid="path-finished">
                         <strong>"Path finished. "</strong>{summary()}". "
-                        <a href=answers_href.clone()>"See what everyone predicted"</a>
+                        <a href=answers_href.clone() rel="external">"See what everyone predicted"</a>
                     </p>
                 }
             })
@@ -115,7 +115,7 @@ fn LearnPage(embed: bool) -> impl IntoView {
                 {(!path.note.is_empty()).then(|| view! { <p class="claim">{rich_text(&path.note)}</p> })}
                 <p class="progress-line">
                     <span data-testid="path-progress">{summary}</span>
-                    " · " <a href=answers_href>"What the team predicted"</a>
+                    " · " <a href=answers_href rel="external">"What the team predicted"</a>
                     " · " <button class="link" on:click=reset>"Start over"</button>
                 </p>
                 <p class="explain">"Your progress stays in this browser. A prediction you lock in is kept anonymously with the path's answers (no name, address or cookie); one run without predicting is not."</p>

@@ -204,7 +204,7 @@ pub fn change_specs(step: &StepKind) -> Result<(protocol::RunSpec, protocol::Run
             if e.contains("unknown field") {
                 ("setting".to_string(), format!("`{setting}` is not a run setting: {e}"))
             } else {
-                (name.to_string(), format!("{} is not a value of `{setting}`: {e}", protocol::learn::setting_text(value)))
+                (name.to_string(), format!("{text} is not a value of `{setting}`: {e}"))
             }
         })?;
         spec.check(&Default::default()).map_err(|e| (name.to_string(), format!("`{}`: {}", e.field, e.message)))?;
