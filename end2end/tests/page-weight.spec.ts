@@ -11,8 +11,8 @@ import { recordedRun } from "./recorded-run";
  * Lab's went from 0.6 MB to 625,000 B as its lessons grew (565 KB when the wasm snip landed,
  * 621,810 B before the split; the history is in docs/measuring.md, "Page weight and
  * start-up"). The route-split wasm (app/src/routes.rs: each page carries only its own code)
- * and the page's HTML without the cards' texts brought the Lab to about 551 KB, /generate
- * and /embed/runs/{id} to about 594 KB (each 622 KB before): the main module is still
+ * and the page's HTML without the cards' texts brought the Lab to 545,825 B, /generate
+ * and /embed/runs/{id} to 589,071 and 593,755 B (each about 622 KB before): the main module is still
  * 377 KB brotli, ECharts 149 KB, and every page loads both. The issue's targets (Lab
  * 450,000 B, /generate 500,000 B, an embedded run 300,000 B) are NOT met yet: these budgets
  * are the split build's figures with a little room, and docs/ARCHITECTURE.md ("How the site
