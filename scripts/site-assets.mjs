@@ -120,9 +120,9 @@ if (split) {
   for (const [file, name] of Object.entries(split.chunks)) publish(path.join(stage, file), name);
   const glueName = `gradless.${split.hash}.js`;
   const loaderName = `__wasm_split.${split.hash}.js`;
-  fs.writeFileSync(glueOut, split.glue.replace(LOADER_SLOT, `./${loaderName}`));
+  fs.writeFileSync(glueOut, split.glue.replaceAll(LOADER_SLOT, `./${loaderName}`));
   const loaderOut = path.join(stage, '__wasm_split.min.js');
-  fs.writeFileSync(loaderOut, split.loader.replace(GLUE_SLOT, `./${glueName}`));
+  fs.writeFileSync(loaderOut, split.loader.replaceAll(GLUE_SLOT, `./${glueName}`));
   publish(glueOut, glueName);
   publish(loaderOut, loaderName);
   manifest.js = `/pkg/${glueName}`;

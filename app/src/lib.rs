@@ -319,7 +319,17 @@ fn page_path() -> String {
         let p = String::new();
         p
     };
-    path.split(['?', '#']).next().unwrap_or_default().to_string()
+    path_of(&path).to_string()
+}
+
+/// The path of `url`: Leptos's server gives the request's as a full URL
+/// (`http://leptos.dev/pitfalls?x`), the browser a path.
+fn path_of(url: &str) -> &str {
+    let path = match url.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => url,
+    };
+    path.split(['?', '#']).next().unwrap_or_default()
 }
 
 /// Whether the page is an `/embed/...` page (minimal chrome, sized to its iframe).
@@ -479,6 +489,15 @@ mod tests {
             serde_json::from_str::<Vec<String>>(&json).unwrap(),
             [hostile]
         );
+    }
+
+    #[test]
+    fn a_page_path_is_read_from_a_full_url_or_a_path() {
+        assert_eq!(path_of("http://leptos.dev/pitfalls?x=1"), "/pitfalls");
+        assert_eq!(path_of("http://leptos.dev/embed/runs/abc#top"), "/embed/runs/abc");
+        assert_eq!(path_of("http://leptos.dev"), "/");
+        assert_eq!(path_of("/generate?model=x"), "/generate");
+        assert_eq!(path_of(""), "");
     }
 
     #[test]
