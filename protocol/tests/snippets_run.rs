@@ -69,7 +69,7 @@ fn every_model_snippet_runs_with_pytorch() {
                 device: protocol::DeviceChoice::Cpu,
                 batch: 2,
                 input_size: Some(5),
-                generate: Some(protocol::GenerateSpec { new_tokens: 3, cache }),
+                generate: Some(protocol::GenerateSpec { new_tokens: 3, cache, ..Default::default() }),
                 ..Default::default()
             };
             let name = format!("generate-loop-{}-{}", cache.as_str(), grad.as_str());

@@ -11,6 +11,7 @@ mod embeds;
 mod openapi;
 mod pages;
 mod pitfalls;
+mod quant;
 mod records;
 mod runs;
 
