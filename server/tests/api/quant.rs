@@ -45,7 +45,7 @@ async fn malformed_quantized_weights_get_4xx_naming_the_field() {
 
 #[tokio::test]
 async fn an_int8_generation_reports_its_weights_memory_and_drift() {
-    let body = r#"{"model": "llama_tiny", "device": "cpu", "input_size": 8, "grad": "no_grad",
+    let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
         "generate": {"new_tokens": 4, "weights": "int8"}}"#;
     let (status, _, bytes) = send(app(), post_run(body)).await;
     assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
@@ -61,4 +61,15 @@ async fn an_int8_generation_reports_its_weights_memory_and_drift() {
     assert!(g.memory_peak.is_some() && g.memory_steady.is_some());
     let d = g.drift.as_ref().unwrap();
     assert_eq!(d.tokens_compared, 4);
+}
+
+#[tokio::test]
+async fn the_openapi_document_carries_the_new_fields() {
+    let (status, _, body) = send(app(), get("/api/openapi.json")).await;
+    assert_eq!(status, StatusCode::OK);
+    // Every schema's properties, by name, wherever utoipa put them.
+    let text = String::from_utf8(body).unwrap();
+    for field in ["\"group_size\"", "\"kv_dtype\"", "\"weights_breakdown\"", "\"memory_peak\"", "\"drift\"", "\"greedy_agreement\"", "\"fp8_e4m3\"", "\"int4\""] {
+        assert!(text.contains(field), "the OpenAPI document has no {field}");
+    }
 }
