@@ -2,7 +2,7 @@
 """Generation side by side: `gradless generate` against Hugging Face transformers'
 `generate` (eager, the same config, the same threads) and a plain PyTorch hand-written
 greedy loop (the same ops in the same order as Gradless's Rust decoder,
-engine/src/models/decoder.rs), interleaved round by round, medians reported as ratios.
+engine/src/models/decoder/), interleaved round by round, medians reported as ratios.
 
     python bench/generate.py --gradless target/release/gradless [--model llama_tiny]
         [--batches 1 8] [--prompt 32] [--new-tokens 64] [--rounds 5] [--threads 1]

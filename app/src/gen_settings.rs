@@ -40,6 +40,9 @@ pub fn spec_from_query(devices: &[protocol::DeviceInfo], get: impl Fn(&str) -> O
         generate: Some(GenerateSpec {
             new_tokens: num("new_tokens", 64),
             cache: get("cache").and_then(|v| v.parse().ok()).unwrap_or_default(),
+            weights: get("weights").and_then(|v| v.parse().ok()).unwrap_or_default(),
+            group_size: get("group_size").and_then(|v| v.parse().ok()),
+            kv_dtype: get("kv_dtype").and_then(|v| v.parse().ok()).unwrap_or_default(),
         }),
         ..RunSpec::default()
     }
@@ -66,6 +69,15 @@ pub fn query_from_spec(spec: &RunSpec) -> String {
     );
     if let Some(t) = spec.threads {
         q.push_str(&format!("&threads={t}"));
+    }
+    if !g.weights.is_none() {
+        q.push_str(&format!("&weights={}", g.weights.as_str()));
+    }
+    if let Some(gs) = g.group_size {
+        q.push_str(&format!("&group_size={gs}"));
+    }
+    if !g.kv_dtype.is_default() {
+        q.push_str(&format!("&kv_dtype={}", g.kv_dtype.as_str()));
     }
     q.push_str(&crate::settings::advanced_query(&spec.advanced));
     q

@@ -405,7 +405,7 @@ mod tests {
         let spec = RunSpec {
             batch: 4,
             grad: GradMode::Enabled,
-            generate: Some(GenerateSpec { new_tokens: 17, cache: KvCacheKind::Static }),
+            generate: Some(GenerateSpec { new_tokens: 17, cache: KvCacheKind::Static, ..Default::default() }),
             ..spec_from_query(&[], |_| None)
         };
         let q = query_from_spec(&spec);

@@ -81,6 +81,28 @@ pub fn check_spec(
     if let Some(e) = spec.advanced.unsupported_on(device) {
         return Err(e);
     }
+    if spec.generate.as_ref().map(|g| g.kv_dtype) == Some(protocol::KvDtype::Fp8E4m3) {
+        return Err(SpecError {
+            field: "generate.kv_dtype".into(),
+            message: match device {
+                DeviceKind::Cpu => "fp8_e4m3 is not applicable on the CPU: an fp8 cache needs a CUDA device with fp8 (compute capability 8.9 or later); on the CPU choose bf16 or fp16".into(),
+                DeviceKind::Cuda => "fp8_e4m3 (with a per-tensor scale) is not yet measured by this build; choose bf16 or fp16".into(),
+            },
+        });
+    }
+    let quant = spec.generate.as_ref().map(|g| g.weights);
+    if device == DeviceKind::Cuda
+        && quant == Some(protocol::WeightQuant::Int4)
+        && spec.advanced.weights != protocol::WeightsDtype::Bf16
+    {
+        return Err(SpecError {
+            field: "generate.weights".into(),
+            message: format!(
+                "int4 weights on CUDA run PyTorch's tinygemm kernel (torch._weight_int4pack_mm), which takes bf16 activations only; set advanced.weights to bf16, not {}",
+                spec.advanced.weights.as_str()
+            ),
+        });
+    }
     if spec.advanced.cuda_graph {
         if let Some(message) = cuda_graph_refusal(&spec) {
             return Err(SpecError {

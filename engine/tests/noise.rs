@@ -134,7 +134,7 @@ fn a_a_pairs_on_a_busy_machine_read_as_no_difference_and_real_differences_still_
         warmup: 1,
         iters: 1,
         threads: Some(1),
-        generate: Some(GenerateSpec { new_tokens: 32, cache }),
+        generate: Some(GenerateSpec { new_tokens: 32, cache, ..Default::default() }),
         ..RunSpec::default()
     };
     let off = run(&w, generate(KvCacheKind::Off));

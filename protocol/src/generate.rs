@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::LatencyStats;
+use crate::{Drift, KvDtype, LatencyStats, LinearQuant, MemorySplit, WeightQuant, WeightsBreakdown};
 
 /// How the keys and values of past positions are kept between decode steps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -55,6 +55,17 @@ pub struct GenerateSpec {
     /// Tokens generated per sequence (greedy, fixed length: no end-of-sequence stop).
     pub new_tokens: u32,
     pub cache: KvCacheKind,
+    /// Weight-only quantization of the decoder's linear layers (none, int8, int4); the
+    /// embedding, norms and LM head stay in the activation dtype. Left out when none.
+    #[serde(skip_serializing_if = "WeightQuant::is_none")]
+    pub weights: WeightQuant,
+    /// int4's group size (32, 64 or 128; 64 when absent). Only with int4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u32>,
+    /// The KV cache's dtype (as the activations, bf16, fp16; fp8_e4m3 refused here). Left
+    /// out when as the activations.
+    #[serde(skip_serializing_if = "KvDtype::is_default")]
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for GenerateSpec {
@@ -62,6 +73,24 @@ impl Default for GenerateSpec {
         GenerateSpec {
             new_tokens: 64,
             cache: KvCacheKind::Dynamic,
+            weights: WeightQuant::None,
+            group_size: None,
+            kv_dtype: KvDtype::AsActivations,
+        }
+    }
+}
+
+impl GenerateSpec {
+    /// The quantization the decoder is built with (int4's group size resolved); none when
+    /// the spec asks for none or its group size is invalid (the spec check refuses that).
+    pub fn quant(&self) -> LinearQuant {
+        match self.weights {
+            WeightQuant::None => LinearQuant::NONE,
+            WeightQuant::Int8 => LinearQuant { weights: WeightQuant::Int8, group_size: 0 },
+            WeightQuant::Int4 => LinearQuant {
+                weights: WeightQuant::Int4,
+                group_size: self.group_size.unwrap_or(crate::DEFAULT_GROUP_SIZE),
+            },
         }
     }
 }
@@ -253,4 +282,20 @@ pub struct GenerationReport {
     pub prompt_tokens: Vec<Vec<i64>>,
     /// The generated token ids, per sequence.
     pub tokens: Vec<Vec<i64>>,
+    /// The weights split into the blocks' linear layers (quantized or not) and the rest,
+    /// measured from the tensors. `None` in records written before it was reported.
+    #[serde(default)]
+    pub weights_breakdown: Option<WeightsBreakdown>,
+    /// The same split from the config's shapes (`quant::weights_formula`).
+    #[serde(default)]
+    pub weights_formula: Option<WeightsBreakdown>,
+    /// At the step with the highest peak: weights, KV cache, activations.
+    #[serde(default)]
+    pub memory_peak: Option<MemorySplit>,
+    /// After the last step: weights, KV cache, the rest.
+    #[serde(default)]
+    pub memory_steady: Option<MemorySplit>,
+    /// With quantized weights: how far the run drifted from the same decoder unquantized.
+    #[serde(default)]
+    pub drift: Option<Drift>,
 }

@@ -22,6 +22,8 @@ mod pitfall;
 mod predict;
 mod python;
 mod python_generate;
+mod quant;
+pub use quant::*;
 pub use python_generate::{hand_written_loop as python_generate_loop, with_generate as python_generate_hf};
 mod record;
 mod report;

@@ -67,6 +67,7 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
             out.push_str("model = model.to(torch.bfloat16)  # weights stored in bf16, cast once\n")
         }
     }
+    out.push_str(&quantize_lines(spec));
     out.push_str(&format!(
         "prompt = torch.randint(0, {vocab}, ({}, {prompt}), device=device)  # random token ids\n",
         spec.batch
@@ -179,3 +180,74 @@ pub fn with_generate(spec: &RunSpec) -> String {
     out.push_str("y = out[:, prompt.shape[1]:]\n");
     out
 }
+
+/// The blocks' linear layers replaced by weight-only quantized ones that call PyTorch's
+/// packed kernels, quantized as gpt-fast's `quantize.py` does (what Gradless's engine runs;
+/// the embedding, the norms and the LM head stay as they are). Empty when unquantized.
+fn quantize_lines(spec: &RunSpec) -> String {
+    let q = spec.generate.as_ref().map_or(crate::LinearQuant::NONE, |g| g.quant());
+    let class = match q.weights {
+        crate::WeightQuant::None => return String::new(),
+        crate::WeightQuant::Int8 => INT8_LINEAR.to_string(),
+        crate::WeightQuant::Int4 => INT4_LINEAR.replace("GROUP", &q.group_size.to_string()),
+    };
+    let name = match q.weights {
+        crate::WeightQuant::Int8 => "Int8Linear",
+        _ => "Int4Linear",
+    };
+    format!(
+        "{class}\
+with torch.no_grad():  # the blocks' linear layers only: the embedding, norms and LM head stay as they are
+    for layer in model.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    setattr(parent, name, {name}(child))
+"
+    )
+}
+
+const INT8_LINEAR: &str = "# int8 weights, one scale per output channel (gpt-fast's WeightOnlyInt8Linear)
+class Int8Linear(torch.nn.Module):
+    def __init__(self, linear):
+        super().__init__()
+        w = linear.weight.detach().float()
+        top = torch.maximum(-w.amin(1).clamp(max=0), w.amax(1).clamp(min=0))
+        scales = (top / 127.5).clamp(min=torch.finfo(torch.float32).eps).to(linear.weight.dtype)
+        self.register_buffer(\"weight\", (w / scales.float()[:, None]).round().clamp(-128, 127).to(torch.int8))
+        self.register_buffer(\"scales\", scales)
+        self.bias = linear.bias
+
+    def forward(self, x):
+        y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), self.weight, self.scales)
+        y = y.view(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+";
+
+const INT4_LINEAR: &str = "# int4 weights, a scale and a zero per group of GROUP input columns (gpt-fast's WeightOnlyInt4Linear)
+class Int4Linear(torch.nn.Module):
+    def __init__(self, linear, group=GROUP):
+        super().__init__()
+        w = linear.weight.detach().float()
+        n, k = w.shape
+        g = w.reshape(n, k // group, group)
+        hi, lo = g.amax(2, keepdim=True), g.amin(2, keepdim=True)
+        scales = ((hi - lo).clamp(min=1e-6) / 15).to(linear.weight.dtype)
+        zeros = (lo + scales.float() * 8).to(linear.weight.dtype)
+        q = ((g - (zeros.float() - scales.float() * 8)) / scales.float()).round().clamp(0, 15)
+        q = q.to(torch.int32).reshape(n, k)
+        tiles = next((t for t in (8, 4, 2) if k % (t * 16) == 0), 1)
+        if w.is_cuda:
+            packed = torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), tiles)
+        else:
+            packed = torch._convert_weight_to_int4pack_for_cpu(q, tiles)
+        self.register_buffer(\"packed\", packed)
+        self.register_buffer(\"scales_and_zeros\", torch.cat([scales, zeros], 2).transpose(0, 1).contiguous())
+        self.group, self.bias = group, linear.bias
+
+    def forward(self, x):
+        mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
+        y = mm(x.reshape(-1, x.shape[-1]), self.packed, self.group, self.scales_and_zeros)
+        y = y.view(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+";

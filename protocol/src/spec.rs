@@ -367,6 +367,28 @@ impl RunSpec {
                 );
             }
         }
+        crate::check_quant(g.weights, g.group_size, &decoder.config)?;
+        if g.kv_dtype != crate::KvDtype::AsActivations && g.cache == crate::KvCacheKind::Off {
+            return err(
+                "generate.kv_dtype",
+                format!("kv_dtype {} sets the KV cache's dtype, and this run keeps no cache (cache off)", g.kv_dtype.as_str()),
+            );
+        }
+        if g.kv_dtype != crate::KvDtype::AsActivations && self.advanced.cuda_graph {
+            return err(
+                "generate.kv_dtype",
+                "a cache in another dtype than the activations is not captured in CUDA graphs here; turn advanced.cuda_graph off".into(),
+            );
+        }
+        if !g.weights.is_none() && self.autocast != Autocast::Off {
+            return err(
+                "generate.weights",
+                format!(
+                    "{} weights run PyTorch's packed kernels in the activation dtype (advanced.weights), which autocast does not cast into; turn autocast off and set advanced.weights to fp16 or bf16 for half-precision activations",
+                    g.weights.as_str()
+                ),
+            );
+        }
         if self.advanced.cuda_graph && g.cache != crate::KvCacheKind::Static {
             return err(
                 "advanced.cuda_graph",
@@ -419,6 +441,13 @@ impl RunSpec {
                 g.new_tokens,
                 g.cache.as_str()
             ));
+            let quant = g.quant().label();
+            if !quant.is_empty() {
+                parts.push(quant);
+            }
+            if !g.kv_dtype.is_default() {
+                parts.push(format!("{} KV cache", g.kv_dtype.as_str()));
+            }
         }
         parts.join(" · ")
     }

@@ -69,7 +69,7 @@ fn every_model_snippet_runs_with_pytorch() {
                 device: protocol::DeviceChoice::Cpu,
                 batch: 2,
                 input_size: Some(5),
-                generate: Some(protocol::GenerateSpec { new_tokens: 3, cache }),
+                generate: Some(protocol::GenerateSpec { new_tokens: 3, cache, ..Default::default() }),
                 ..Default::default()
             };
             let name = format!("generate-loop-{}-{}", cache.as_str(), grad.as_str());
@@ -77,6 +77,25 @@ fn every_model_snippet_runs_with_pytorch() {
             let name = format!("generate-hf-{}-{}", cache.as_str(), grad.as_str());
             snippets.push((name, protocol::python_generate_hf(&spec)));
         }
+    }
+    // Quantized linear layers (int8; int4 at two group sizes), both forms.
+    for (weights, group_size) in [
+        (protocol::WeightQuant::Int8, None),
+        (protocol::WeightQuant::Int4, Some(32)),
+        (protocol::WeightQuant::Int4, Some(64)),
+    ] {
+        let spec = RunSpec {
+            model: protocol::decoder::CPU_PRESET.parse().unwrap(),
+            grad: GradMode::NoGrad,
+            device: protocol::DeviceChoice::Cpu,
+            batch: 2,
+            input_size: Some(5),
+            generate: Some(protocol::GenerateSpec { new_tokens: 3, weights, group_size, ..Default::default() }),
+            ..Default::default()
+        };
+        let tag = format!("{}-{}", weights.as_str(), group_size.unwrap_or(0));
+        snippets.push((format!("generate-loop-{tag}"), protocol::python_generate_loop(&spec)));
+        snippets.push((format!("generate-hf-{tag}"), protocol::python_generate_hf(&spec)));
     }
     let mut child = std::process::Command::new(&python)
         .arg("-c")

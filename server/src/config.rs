@@ -296,9 +296,11 @@ pub struct SpecArgs {
 /// The advanced settings (the Lab's "Advanced" section), PyTorch's defaults unless given.
 #[derive(Debug, Clone, Args)]
 pub struct AdvancedArgs {
-    /// Weights dtype: fp32, fp16 (model.half()) or bf16 (model.to(torch.bfloat16)).
+    /// Weights dtype: fp32, fp16 (model.half()) or bf16 (model.to(torch.bfloat16)); with
+    /// `gradless generate` also int8 or int4 (weight-only quantization of the decoder's
+    /// linear layers, the rest in the --activations dtype).
     #[arg(long, default_value = "fp32")]
-    pub weights: protocol::WeightsDtype,
+    pub weights: WeightsArg,
     /// contiguous (NCHW) or channels_last (NHWC; convolution models only).
     #[arg(long, default_value = "contiguous")]
     pub memory_format: protocol::MemoryFormat,
@@ -317,10 +319,36 @@ pub struct AdvancedArgs {
     pub cuda_graph: bool,
 }
 
+/// `--weights`: a dtype for every weight, or a quantization of a decoder's linear layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightsArg {
+    Dtype(protocol::WeightsDtype),
+    Quant(protocol::WeightQuant),
+}
+
+impl std::str::FromStr for WeightsArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "int8" => Ok(WeightsArg::Quant(protocol::WeightQuant::Int8)),
+            "int4" => Ok(WeightsArg::Quant(protocol::WeightQuant::Int4)),
+            _ => s
+                .parse::<protocol::WeightsDtype>()
+                .map(WeightsArg::Dtype)
+                .map_err(|_| format!("unknown weights `{s}`; expected one of: fp32, fp16, bf16, int8, int4 (int8 and int4: `gradless generate` only)")),
+        }
+    }
+}
+
 impl AdvancedArgs {
+    /// The settings, with int8/int4 weights' activations in fp32 (the caller that allows
+    /// them sets the dtype).
     pub fn settings(&self) -> protocol::Advanced {
         protocol::Advanced {
-            weights: self.weights,
+            weights: match self.weights {
+                WeightsArg::Dtype(d) => d,
+                WeightsArg::Quant(_) => protocol::WeightsDtype::Fp32,
+            },
             memory_format: self.memory_format,
             input_source: self.input_source,
             tf32: self.tf32,
@@ -379,6 +407,16 @@ pub struct GenerateArgs {
     /// (every step recomputes the prefix).
     #[arg(long, default_value = "dynamic")]
     pub cache: protocol::KvCacheKind,
+    /// With --weights int8|int4: the dtype of the activations, the scales and every weight
+    /// left unquantized (embedding, norms, LM head): fp32 (default), fp16 or bf16.
+    #[arg(long)]
+    pub activations: Option<protocol::WeightsDtype>,
+    /// With --weights int4: the group size (32, 64 or 128; default 64).
+    #[arg(long)]
+    pub group_size: Option<u32>,
+    /// The KV cache's dtype: as_activations (default), bf16, fp16 (fp8_e4m3: not on a CPU).
+    #[arg(long, default_value = "as_activations")]
+    pub kv_dtype: protocol::KvDtype,
     /// model.eval() (the default).
     #[arg(long, conflicts_with = "train")]
     pub eval: bool,

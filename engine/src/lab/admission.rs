@@ -187,7 +187,11 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
         .map_or(protocol::KvCacheKind::Off, |g| g.cache);
     // The cache keeps keys and values in the keys' dtype, the hidden states' (RoPE's cos
     // and sin are cast to it): the weights' dtype, autocast or not.
-    let kv_elt = elt;
+    let kv_elt = match spec.generate.as_ref().map(|g| g.kv_dtype) {
+        Some(protocol::KvDtype::Bf16 | protocol::KvDtype::Fp16) => 2,
+        Some(protocol::KvDtype::Fp8E4m3) => 1,
+        _ => elt,
+    };
     let kv_cache = match cache {
         protocol::KvCacheKind::Off => 0,
         _ => c.kv_cache_bytes(p + n, b, kv_elt),
@@ -217,8 +221,11 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
         GradMode::Enabled => layers * b * ctx * (8 * h + 3 * i) * elt,
         _ => 0,
     };
+    // Quantized linear layers count at their packed bytes with their scales (and zeros).
+    let quant = spec.generate.as_ref().map_or(protocol::LinearQuant::NONE, |g| g.quant());
+    let w = protocol::weights_formula(c, quant, elt);
     Some(Footprint {
-        weights: c.parameters() * elt,
+        weights: w.linear_bytes + w.other_bytes,
         kv_cache,
         activations: layer + logits + saved,
     })

@@ -23,7 +23,8 @@ use std::time::Instant;
 
 use protocol::{
     AttentionBackends, DeviceKind, Event, FailureKind, GenPhase, GenStep, GenerationReport,
-    KvCacheKind, OutputFacts, Report, RunFailure, Sample, SdpBackend,
+    KvCacheKind, MemorySplit, OutputFacts, Report, RunFailure, Sample, SdpBackend,
+    WeightsBreakdown,
 };
 use tch::Tensor;
 
@@ -105,7 +106,7 @@ pub fn generate(
     let layers = args.decoder.config().num_hidden_layers as usize;
     let mut cache = match args.graph {
         true => KvCache::static_masked(layers, prompt_len + n),
-        false => KvCache::new(args.cache, layers, prompt_len + n),
+        false => KvCache::new(args.cache, layers, prompt_len + n).storing(kv_store(spec)),
     };
     let mut tokens: Vec<Tensor> = Vec::with_capacity(n as usize);
     // Without a cache every step feeds the whole sequence so far.
@@ -263,6 +264,15 @@ pub fn generate(
     })
 }
 
+/// The dtype the spec's KV cache stores keys and values in, when not the activations'.
+pub fn kv_store(spec: &protocol::RunSpec) -> Option<tch::Kind> {
+    match spec.generate.as_ref().map(|g| g.kv_dtype) {
+        Some(protocol::KvDtype::Bf16) => Some(tch::Kind::BFloat16),
+        Some(protocol::KvDtype::Fp16) => Some(tch::Kind::Half),
+        _ => None,
+    }
+}
+
 /// Adds the step a failure stopped at ("out of memory at step 37 of 64").
 fn at_step(f: RunFailure, step: i64, n: i64) -> RunFailure {
     let phase = if step == 0 { "the prefill" } else { "a decode step" };
@@ -302,7 +312,8 @@ impl Lab {
         tch::set_num_threads(threads as i32);
         control.check()?;
         let prompt_len = checked.input_size();
-        let index = self.model_index_as(spec.model, device, prompt_len, &spec.advanced)?;
+        let quant = g.quant();
+        let index = self.model_index_quant(spec.model, device, prompt_len, &spec.advanced, quant)?;
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);
@@ -429,6 +440,16 @@ impl Lab {
             KvCacheKind::Off => config.forward_flops(batch, mid_context, mid_context, 1),
             _ => config.forward_flops(batch, 1, mid_context, 1),
         };
+        let (linear_bytes, other_bytes) = decoder.weights_breakdown();
+        let act_bytes = super::advanced::kind_of(spec.advanced.weights).elt_size_in_bytes() as u64;
+        let formula = protocol::weights_formula(&config, quant, act_bytes);
+        let split = |s: &GenStep, total: u64| MemorySplit {
+            weights_bytes: weights,
+            kv_cache_bytes: s.kv_cache_bytes,
+            activations_bytes: total.saturating_sub(weights + s.kv_cache_bytes),
+        };
+        let memory_peak = steps.iter().max_by_key(|s| s.peak_bytes).map(|s| split(s, s.peak_bytes));
+        let memory_steady = steps.last().map(|s| split(s, s.allocated_bytes));
         let generation = GenerationReport {
             cache: g.cache,
             prompt_len,
@@ -462,6 +483,15 @@ impl Lab {
             prompt_tokens,
             tokens,
             steps,
+            weights_breakdown: Some(WeightsBreakdown {
+                linear_bytes,
+                other_bytes,
+                linear_unquantized_bytes: formula.linear_unquantized_bytes,
+            }),
+            weights_formula: Some(formula),
+            memory_peak,
+            memory_steady,
+            drift: None,
         };
         Ok(Report {
             env: self.machine.stamp(device, threads),

@@ -71,6 +71,19 @@ impl Lab {
             _ => Precision::of(spec.autocast),
         };
         let peak = self.device_peak(device, precision, report.env.threads);
+        let quant = spec.generate.as_ref().map_or(protocol::LinearQuant::NONE, |g| g.quant());
+        let kv_default = spec.generate.as_ref().is_none_or(|g| g.kv_dtype.is_default());
+        if let (Some(g), false) = (report.generation.as_ref(), quant.is_none() && kv_default) {
+            // Outside the guard too: the reference is a second model.
+            let drift = self.drift(&spec, device, g, quant, budget);
+            match drift {
+                Ok(d) => report.generation.as_mut().map(|g| g.drift = Some(d)),
+                Err(f) => {
+                    tracing::warn!("the drift from the unquantized model was not measured: {}", f.message);
+                    None
+                }
+            };
+        }
         let Some(traffic) = traffic else {
             if let Some(g) = report.generation.as_mut() {
                 super::generate::fill_rates(g, peak.as_ref());

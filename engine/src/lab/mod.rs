@@ -23,6 +23,7 @@ mod admission;
 mod advanced;
 mod control;
 pub mod cuda_graph;
+mod drift;
 mod forward;
 pub mod generate;
 mod measure;
@@ -213,6 +214,19 @@ impl Lab {
         input_size: u32,
         adv: &protocol::Advanced,
     ) -> Result<usize, RunFailure> {
+        self.model_index_quant(id, device, input_size, adv, protocol::LinearQuant::NONE)
+    }
+
+    /// [`Lab::model_index_as`], a decoder's linear layers quantized as `quant` says (once,
+    /// after building: a team decoder's checkpoint is loaded, then quantized).
+    pub fn model_index_quant(
+        &mut self,
+        id: ModelId,
+        device: DeviceKind,
+        input_size: u32,
+        adv: &protocol::Advanced,
+        quant: protocol::LinearQuant,
+    ) -> Result<usize, RunFailure> {
         let tdev = tch_device(device);
         if let Some(i) = self.models.iter().position(|m| {
             m.id == id
@@ -220,6 +234,7 @@ impl Lab {
                 && m.fits(input_size)
                 && m.weights == adv.weights
                 && m.format == adv.memory_format
+                && m.quant == quant
         }) {
             // Most recently used goes last; eviction takes from the front.
             let m = self.models.remove(i);
@@ -242,6 +257,7 @@ impl Lab {
         let before = held(&meter, device)?;
         let mut model = catch_torch(|| Model::build_in(id, tdev, input_size, adv.weights))?;
         convert_model(&mut model, adv.weights, adv.memory_format)?;
+        catch_torch(|| model.quantize(quant))?;
         model.held_bytes = held(&meter, device)?.saturating_sub(before);
         self.models.push(model);
         Ok(self.models.len() - 1)

@@ -41,6 +41,11 @@ pub trait Net: ModuleT {
     fn as_decoder(&self) -> Option<&decoder::Decoder> {
         None
     }
+
+    /// The same, to quantize its linear layers once after building.
+    fn as_decoder_mut(&mut self) -> Option<&mut decoder::Decoder> {
+        None
+    }
 }
 
 /// `ModuleT` for a [`Net`]: the forward pass with the probe off.
@@ -87,6 +92,8 @@ pub struct Model {
     /// [`crate::lab::convert_model`]).
     pub weights: protocol::WeightsDtype,
     pub format: protocol::MemoryFormat,
+    /// A decoder's linear layers' quantization (none when built; see [`Model::quantize`]).
+    pub quant: protocol::LinearQuant,
 }
 
 impl Model {
@@ -126,9 +133,22 @@ impl Model {
             held_bytes: 0,
             weights: if direct { weights } else { protocol::WeightsDtype::Fp32 },
             format: protocol::MemoryFormat::Contiguous,
+            quant: protocol::LinearQuant::NONE,
         };
         model.held_bytes = model.resident_bytes();
         model
+    }
+
+    /// Quantizes a decoder's linear layers (in place, once; see
+    /// `decoder::Decoder::quantize`). Other models are left as they are.
+    pub fn quantize(&mut self, q: protocol::LinearQuant) {
+        if q.is_none() || !self.quant.is_none() {
+            return;
+        }
+        if let Some(d) = self.net.as_decoder_mut() {
+            d.quantize(&self.vs, q);
+            self.quant = q;
+        }
     }
 
     /// Trainable parameters, as `sum(p.numel() for p in model.parameters())` counts them.

@@ -31,7 +31,7 @@ fn generate(device: DeviceKind, batch: u32, prompt: u32, new_tokens: u32, cache:
         eval: true,
         grad,
         threads: Some(1),
-        generate: Some(GenerateSpec { new_tokens, cache }),
+        generate: Some(GenerateSpec { new_tokens, cache, ..Default::default() }),
         ..RunSpec::default()
     }
 }
@@ -199,7 +199,7 @@ fn a_decoder_too_large_for_the_budget_is_refused_naming_the_bytes() {
         device: protocol::DeviceChoice::Cpu,
         batch: 1,
         input_size: Some(16),
-        generate: Some(GenerateSpec { new_tokens: 8, cache: KvCacheKind::Dynamic }),
+        generate: Some(GenerateSpec { new_tokens: 8, cache: KvCacheKind::Dynamic, ..Default::default() }),
         ..RunSpec::default()
     };
     let e = w.check(spec.clone()).map(|_| ()).and_then(|_| w.admit(spec.clone()).map(|_| ()));
@@ -406,7 +406,7 @@ fn admission_counts_the_attention_scores_only_where_math_runs() {
         eval: true,
         grad: GradMode::InferenceMode,
         advanced: protocol::Advanced { weights, ..Default::default() },
-        generate: Some(GenerateSpec { new_tokens: 64, cache: KvCacheKind::Static }),
+        generate: Some(GenerateSpec { new_tokens: 64, cache: KvCacheKind::Static, ..Default::default() }),
         ..RunSpec::default()
     };
     let cuda = engine::lab::decoder_footprint(&spec(protocol::DeviceChoice::Cuda, protocol::WeightsDtype::Bf16)).unwrap();

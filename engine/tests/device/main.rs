@@ -19,5 +19,6 @@ mod generate;
 mod guarantees;
 mod invariants;
 mod pitfalls;
+mod quant;
 mod soak;
 mod trace;

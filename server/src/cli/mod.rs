@@ -13,7 +13,7 @@ use engine::{MeasureError, Worker};
 use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
-use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, SpecArgs};
+use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, SpecArgs, WeightsArg};
 
 /// The model a command names: parsed once the models directory is loaded, so a team
 /// model's name is known.
@@ -35,6 +35,12 @@ pub(crate) fn model(name: &str) -> Result<protocol::ModelId> {
 }
 
 fn base_spec(args: &SpecArgs) -> Result<RunSpec> {
+    if let WeightsArg::Quant(q) = args.advanced.weights {
+        bail!(
+            "--weights {} quantizes a decoder's linear layers for `gradless generate`; measure and compare take fp32, fp16 or bf16",
+            q.as_str()
+        );
+    }
     Ok(RunSpec {
         model: model(&args.model)?,
         device: args.device,
@@ -79,6 +85,14 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
 
 /// `gradless generate`: the same spec the Generate page sends, through the same worker.
 pub fn generate(worker: &Worker, args: &GenerateArgs) -> Result<()> {
+    let (dtype, quant) = match (args.advanced.weights, args.activations) {
+        (WeightsArg::Quant(q), a) => (a.unwrap_or_default(), q),
+        (WeightsArg::Dtype(d), None) => (d, protocol::WeightQuant::None),
+        (WeightsArg::Dtype(d), Some(_)) => bail!(
+            "--activations goes with --weights int8 or int4; with --weights {} every weight and activation is {0}",
+            d.as_str()
+        ),
+    };
     let spec = RunSpec {
         model: model(&args.model)?,
         device: args.device,
@@ -88,10 +102,16 @@ pub fn generate(worker: &Worker, args: &GenerateArgs) -> Result<()> {
         grad: args.grad,
         autocast: args.autocast,
         threads: args.threads,
-        advanced: args.advanced.settings(),
+        advanced: protocol::Advanced {
+            weights: dtype,
+            ..args.advanced.settings()
+        },
         generate: Some(protocol::GenerateSpec {
             new_tokens: args.new_tokens,
             cache: args.cache,
+            weights: quant,
+            group_size: args.group_size,
+            kv_dtype: args.kv_dtype,
         }),
         ..RunSpec::default()
     };
@@ -178,6 +198,37 @@ fn print_generation(r: &Report) -> Result<()> {
         g.kv_cache_tokens,
         g.kv_cache_element_bytes
     )?;
+    if let Some(w) = &g.weights_breakdown {
+        writeln!(
+            out,
+            "weights       linear layers {} ({} unquantized), embedding + norms + head {}",
+            format_bytes(w.linear_bytes),
+            format_bytes(w.linear_unquantized_bytes),
+            format_bytes(w.other_bytes)
+        )?;
+    }
+    for (name, split) in [("peak", &g.memory_peak), ("steady", &g.memory_steady)] {
+        if let Some(m) = split {
+            writeln!(
+                out,
+                "{name:<14}weights {} + KV cache {} + activations {}",
+                format_bytes(m.weights_bytes),
+                format_bytes(m.kv_cache_bytes),
+                format_bytes(m.activations_bytes)
+            )?;
+        }
+    }
+    if let Some(d) = &g.drift {
+        writeln!(
+            out,
+            "drift         max |Δ logit| {:.4} at the prefill (largest |logit| {:.2}); {:.1}% of {} greedy tokens agree, vs {}",
+            d.max_abs_logit_delta,
+            d.max_abs_logit,
+            100.0 * d.greedy_agreement,
+            d.tokens_compared,
+            d.reference
+        )?;
+    }
     if let Some(last) = g.steps.last() {
         if last.graph_bytes > 0 {
             writeln!(

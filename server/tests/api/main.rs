@@ -12,6 +12,7 @@ mod learn;
 mod openapi;
 mod pages;
 mod pitfalls;
+mod quant;
 mod records;
 mod runs;
 

@@ -26,7 +26,7 @@ fn decoder(ctx: &Ctx, cpu: &str, cuda: &str) -> ModelId {
 fn gen_spec(ctx: &Ctx, model: ModelId, batch: u32, prompt: u32, new_tokens: u32, cache: KvCacheKind, grad: GradMode) -> RunSpec {
     RunSpec {
         input_size: Some(prompt),
-        generate: Some(GenerateSpec { new_tokens, cache }),
+        generate: Some(GenerateSpec { new_tokens, cache, ..Default::default() }),
         ..ctx.spec(model, batch, true, grad)
     }
 }

@@ -18,25 +18,31 @@ use std::path::PathBuf;
 use std::sync::RwLock;
 
 use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
-use protocol::{KvCacheKind, SdpBackend};
+use protocol::LinearQuant;
+use protocol::SdpBackend;
 use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 
 use super::Net;
 use crate::trace::Probe;
 
+mod cache;
+pub mod linear;
+pub use cache::KvCache;
+pub use linear::Linear;
+
 /// One decoder layer's weights.
 #[derive(Debug)]
 struct Layer {
     input_norm: Tensor,
-    q: (Tensor, Option<Tensor>),
-    k: (Tensor, Option<Tensor>),
-    v: (Tensor, Option<Tensor>),
-    o: Tensor,
+    q: (Linear, Option<Tensor>),
+    k: (Linear, Option<Tensor>),
+    v: (Linear, Option<Tensor>),
+    o: Linear,
     post_norm: Tensor,
-    gate: Tensor,
-    up: Tensor,
-    down: Tensor,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
     /// The probe's name for this layer (`model.layers.3`).
     name: String,
 }
@@ -91,7 +97,7 @@ impl Decoder {
         let proj = |p: nn::Path, out: i64, inp: i64, bias: bool| {
             let w = p.var("weight", &[out, inp], normal);
             let b = bias.then(|| p.var("bias", &[out], nn::Init::Const(0.0)));
-            (w, b)
+            (Linear::Dense(w), b)
         };
         let layers = (0..config.num_hidden_layers as i64)
             .map(|i| {
@@ -133,6 +139,64 @@ impl Decoder {
 
     pub fn config(&self) -> &DecoderConfig {
         &self.config
+    }
+
+    /// Quantizes the blocks' linear layers as `q` says (see [`linear`]), one at a time, in
+    /// place: each dense weight leaves the VarStore `vs` it was built in (and is freed) and
+    /// its quantized tensors join it under `…_proj.weight_int8` / `.scales` (int8) or
+    /// `…_proj.weight_int4pack` / `.scales_and_zeros` (int4), not trainable. The embedding,
+    /// the norms, the biases and the LM head stay as they are. A quantized decoder
+    /// is quantized once: a second call changes nothing.
+    pub fn quantize(&mut self, vs: &nn::VarStore, q: LinearQuant) {
+        if q.is_none() {
+            return;
+        }
+        for layer in self.layers.iter_mut() {
+            let name = layer.name.clone();
+            let slots: [(&str, &mut Linear); 7] = [
+                ("self_attn.q_proj", &mut layer.q.0),
+                ("self_attn.k_proj", &mut layer.k.0),
+                ("self_attn.v_proj", &mut layer.v.0),
+                ("self_attn.o_proj", &mut layer.o),
+                ("mlp.gate_proj", &mut layer.gate),
+                ("mlp.up_proj", &mut layer.up),
+                ("mlp.down_proj", &mut layer.down),
+            ];
+            for (what, slot) in slots {
+                let Some(dense) = slot.dense() else { continue };
+                let quantized = linear::quantize(dense, q);
+                let prefix = format!("{name}.{what}");
+                let mut vars = vs.variables_.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(old) = vars.named_variables.remove(&format!("{prefix}.weight")) {
+                    let ptr = old.data_ptr();
+                    vars.trainable_variables.retain(|v| v.tensor.data_ptr() != ptr);
+                }
+                for (n, t) in quantized.named(&prefix) {
+                    vars.named_variables.insert(n, t.shallow_clone());
+                }
+                drop(vars);
+                // The dense weight's last holder goes here: its storage is freed.
+                *slot = quantized;
+            }
+        }
+    }
+
+    /// The weights measured from the tensors: the blocks' linear layers (as stored, packed
+    /// and with their scales when quantized) and the rest (embedding, norms, biases, head).
+    pub fn weights_breakdown(&self) -> (u64, u64) {
+        let bytes = |t: &Tensor| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
+        let mut linear = 0;
+        let mut other = bytes(&self.embed) + bytes(&self.norm);
+        other += self.lm_head.as_ref().map_or(0, bytes);
+        for l in &self.layers {
+            for (w, b) in [&l.q, &l.k, &l.v] {
+                linear += w.bytes();
+                other += b.as_ref().map_or(0, bytes);
+            }
+            linear += l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes();
+            other += bytes(&l.input_norm) + bytes(&l.post_norm);
+        }
+        (linear, other)
     }
 
     /// The forward pass over `ids` (`[batch, tokens]`, int64) whose first token sits at
@@ -241,8 +305,8 @@ impl Decoder {
         );
         let attn_out = {
             let h = rms_norm(&x, &l.input_norm, c.rms_norm_eps);
-            let project = |w: &(Tensor, Option<Tensor>), n: i64| {
-                h.linear(&w.0, w.1.as_ref())
+            let project = |w: &(Linear, Option<Tensor>), n: i64| {
+                w.0.apply(&h, w.1.as_ref())
                     .view([b, t, n, d])
                     .transpose(1, 2)
             };
@@ -287,16 +351,16 @@ impl Decoder {
             };
             drop((q, k, v));
             let a = a.transpose(1, 2).contiguous().view([b, t, heads * d]);
-            a.linear::<&Tensor>(&l.o, None)
+            l.o.apply(&a, None)
         };
         let x = x + attn_out;
         let mlp_out = {
             let h = rms_norm(&x, &l.post_norm, c.rms_norm_eps);
-            let gate = h.linear::<&Tensor>(&l.gate, None).silu();
-            let up = h.linear::<&Tensor>(&l.up, None);
+            let gate = l.gate.apply(&h, None).silu();
+            let up = l.up.apply(&h, None);
             drop(h);
             let act = gate * up;
-            act.linear::<&Tensor>(&l.down, None)
+            l.down.apply(&act, None)
         };
         x + mlp_out
     }
@@ -381,160 +445,6 @@ fn inv_freq(c: &DecoderConfig) -> Vec<f32> {
         .collect()
 }
 
-/// The keys and values of past positions, one pair per layer, owned by whoever runs the
-/// generation.
-#[derive(Debug)]
-pub enum KvCache {
-    /// No cache (`use_cache=False`, and a forward run): each pass sees only its own tokens.
-    Off,
-    /// Grows by concatenation each step (transformers' DynamicCache).
-    Dynamic(Vec<Option<(Tensor, Tensor)>>),
-    /// Allocated once for `capacity` positions at the first update and written in place
-    /// (StaticCache, gpt-fast); `filled` positions hold values. `masked`: every pass
-    /// attends to the whole capacity under a mask (positions past the current length
-    /// hidden) and writes with `index_copy_` at device-tensor positions, so a pass's shapes
-    /// and addresses never change: what CUDA graph replay of the decode step needs.
-    Static {
-        capacity: i64,
-        filled: i64,
-        masked: bool,
-        layers: Vec<Option<(Tensor, Tensor)>>,
-    },
-}
-
-impl KvCache {
-    /// An empty cache of `kind` for a decoder of `layers` layers; a static one will hold
-    /// `capacity` positions.
-    pub fn new(kind: KvCacheKind, layers: usize, capacity: i64) -> KvCache {
-        match kind {
-            KvCacheKind::Off => KvCache::Off,
-            KvCacheKind::Dynamic => KvCache::Dynamic((0..layers).map(|_| None).collect()),
-            KvCacheKind::Static => KvCache::Static {
-                capacity,
-                filled: 0,
-                masked: false,
-                layers: (0..layers).map(|_| None).collect(),
-            },
-        }
-    }
-
-    /// A static cache of `capacity` positions attended to whole, under a mask (see
-    /// [`KvCache::Static`]).
-    pub fn static_masked(layers: usize, capacity: i64) -> KvCache {
-        KvCache::Static {
-            capacity,
-            filled: 0,
-            masked: true,
-            layers: (0..layers).map(|_| None).collect(),
-        }
-    }
-
-    /// Whether passes attend to the whole capacity under a mask.
-    pub fn is_masked(&self) -> bool {
-        matches!(self, KvCache::Static { masked: true, .. })
-    }
-
-    /// A masked cache's visibility of its positions to the new tokens at `positions`
-    /// (`[tokens]` int64): `[tokens, capacity]`, true where capacity position j <= the
-    /// token's. `None` for the other caches.
-    fn capacity_mask(&self, positions: &Tensor) -> Option<Tensor> {
-        let KvCache::Static { capacity, masked: true, .. } = self else {
-            return None;
-        };
-        let all = Tensor::arange(*capacity, (Kind::Int64, positions.device()));
-        Some(all.unsqueeze(0).le_tensor(&positions.unsqueeze(1)))
-    }
-
-    /// Stores layer `layer`'s new keys and values (`[batch, kv_heads, tokens, head_dim]`,
-    /// the first at `position`, all at `positions`) and returns every position's keys and
-    /// values to attend to. The values are kept in the keys' dtype, as transformers' caches
-    /// keep them (DynamicLayer concatenates onto an empty tensor of the keys' dtype,
-    /// StaticLayer allocates both in it): under autocast with fp32 weights the keys are
-    /// fp32 (RoPE multiplies by fp32 cos and sin) while the value projection ran in bf16.
-    fn update(
-        &mut self,
-        layer: usize,
-        k: Tensor,
-        v: Tensor,
-        position: i64,
-        positions: &Tensor,
-    ) -> (Tensor, Tensor) {
-        if matches!(self, KvCache::Off) {
-            return (k, v);
-        }
-        let v = if v.kind() == k.kind() { v } else { v.to_kind(k.kind()) };
-        match self {
-            KvCache::Off => (k, v),
-            KvCache::Dynamic(layers) => {
-                let (k, v) = match layers[layer].take() {
-                    None => (k, v),
-                    // The old tensors are freed as soon as the new ones exist, as
-                    // DynamicCache's `torch.cat` rebinding frees them.
-                    Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
-                };
-                layers[layer] = Some((k.shallow_clone(), v.shallow_clone()));
-                (k, v)
-            }
-            KvCache::Static {
-                capacity,
-                filled,
-                masked,
-                layers,
-            } => {
-                let t = k.size()[2];
-                let (ck, cv) = layers[layer].get_or_insert_with(|| {
-                    let mut shape = k.size();
-                    shape[2] = *capacity;
-                    (
-                        Tensor::zeros(&shape, (k.kind(), k.device())),
-                        Tensor::zeros(&shape, (v.kind(), v.device())),
-                    )
-                });
-                if *masked {
-                    // In place at device positions: no host number reaches the kernels.
-                    let _ = ck.index_copy_(2, positions, &k);
-                    let _ = cv.index_copy_(2, positions, &v);
-                    return (ck.shallow_clone(), cv.shallow_clone());
-                }
-                ck.narrow(2, position, t).copy_(&k);
-                cv.narrow(2, position, t).copy_(&v);
-                if layer == 0 {
-                    *filled = position + t;
-                }
-                (ck.narrow(2, 0, position + t), cv.narrow(2, 0, position + t))
-            }
-        }
-    }
-
-    /// Bytes of the cache's tensors, measured from them.
-    pub fn bytes(&self) -> u64 {
-        self.tensors()
-            .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
-            .sum()
-    }
-
-    /// Positions its tensors hold per sequence (a static cache: its whole length).
-    pub fn positions(&self) -> i64 {
-        self.tensors().next().map_or(0, |t| t.size()[2])
-    }
-
-    /// Bytes per element of its keys and of its values (0 when empty).
-    pub fn element_bytes(&self) -> (u64, u64) {
-        let mut t = self.tensors();
-        let mut elt = || t.next().map_or(0, |t| t.kind().elt_size_in_bytes() as u64);
-        (elt(), elt())
-    }
-
-    /// The tensors it holds (each layer's keys, then its values).
-    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
-        let layers: &[Option<(Tensor, Tensor)>] = match self {
-            KvCache::Off => &[],
-            KvCache::Dynamic(l) | KvCache::Static { layers: l, .. } => l,
-        };
-        layers.iter().flatten().flat_map(|(k, v)| [k, v])
-    }
-}
-
 /// A forward run on a decoder is a pass over the whole prompt without a cache, with every
 /// position's logits (what `model(ids)` computes).
 impl Net for Decoder {
@@ -543,6 +453,10 @@ impl Net for Decoder {
     }
 
     fn as_decoder(&self) -> Option<&Decoder> {
+        Some(self)
+    }
+
+    fn as_decoder_mut(&mut self) -> Option<&mut Decoder> {
         Some(self)
     }
 }

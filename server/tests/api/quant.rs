@@ -1,0 +1,75 @@
+//! Quantized weights through the API: malformed choices are a 4xx naming the field and
+//! why; a good one runs and reports the weights split, the memory split and the drift.
+
+use axum::http::StatusCode;
+use protocol::{Event, RunCreated};
+
+use crate::*;
+
+#[tokio::test]
+async fn malformed_quantized_weights_get_4xx_naming_the_field() {
+    let cases: [(&str, StatusCode, &str, &str); 4] = [
+        (
+            r#"{"model": "llama_tiny", "generate": {"weights": "int3"}}"#,
+            StatusCode::BAD_REQUEST,
+            "generate.weights",
+            "int3",
+        ),
+        (
+            r#"{"model": "llama_tiny", "generate": {"weights": "int4", "group_size": 128}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "generate.group_size",
+            "704",
+        ),
+        (
+            r#"{"model": "llama_tiny", "generate": {"weights": "int8", "group_size": 64}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "generate.group_size",
+            "int4",
+        ),
+        (
+            r#"{"model": "llama_tiny", "autocast": "bf16", "generate": {"weights": "int4"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "generate.weights",
+            "autocast",
+        ),
+    ];
+    for (body, want, field, why) in cases {
+        let (status, _, bytes) = send(app(), post_run(body)).await;
+        assert_eq!(status, want, "{body}");
+        let err = error_of(&bytes);
+        assert_eq!(err.field.as_deref(), Some(field), "{body}: {}", err.message);
+        assert!(err.message.contains(why), "{body}: {}", err.message);
+    }
+}
+
+#[tokio::test]
+async fn an_int8_generation_reports_its_weights_memory_and_drift() {
+    let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
+        "generate": {"new_tokens": 4, "weights": "int8"}}"#;
+    let (status, _, bytes) = send(app(), post_run(body)).await;
+    assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
+    let created: RunCreated = serde_json::from_slice(&bytes).unwrap();
+    let events = follow(app(), &created.events_url).await;
+    let Some(Event::Done { report }) = events.last() else {
+        panic!("no done event: {events:?}");
+    };
+    let g = report.generation.as_ref().unwrap();
+    let w = g.weights_breakdown.unwrap();
+    assert_eq!(Some(w), g.weights_formula);
+    assert!(w.linear_bytes < w.linear_unquantized_bytes / 3);
+    assert!(g.memory_peak.is_some() && g.memory_steady.is_some());
+    let d = g.drift.as_ref().unwrap();
+    assert_eq!(d.tokens_compared, 4);
+}
+
+#[tokio::test]
+async fn the_openapi_document_carries_the_new_fields() {
+    let (status, _, body) = send(app(), get("/api/openapi.json")).await;
+    assert_eq!(status, StatusCode::OK);
+    // Every schema's properties, by name, wherever utoipa put them.
+    let text = String::from_utf8(body).unwrap();
+    for field in ["\"group_size\"", "\"kv_dtype\"", "\"weights_breakdown\"", "\"memory_peak\"", "\"drift\"", "\"greedy_agreement\"", "\"fp8_e4m3\"", "\"int4\""] {
+        assert!(text.contains(field), "the OpenAPI document has no {field}");
+    }
+}
