@@ -16,6 +16,7 @@ mod format;
 mod generate;
 mod info;
 mod model;
+mod partial;
 pub mod noise;
 mod pitfall;
 mod predict;
@@ -46,6 +47,7 @@ pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;
 pub use model::*;
+pub use partial::PartialRun;
 pub use spec::*;
 pub use trace::*;
 
