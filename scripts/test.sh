@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Sets up what is missing and runs every test: the Rust tests (protocol, engine invariants on
 # CPU libtorch, a 300-run soak, the API through the router, a loopback load test, the app's
-# pure logic), the check that the browser build pulls in no server crates, the API fuzzed
-# from its OpenAPI document (schemathesis, scripts/fuzz-api.sh), and the browser
+# pure logic), the check that the browser build pulls in no server crates, and the browser
 # tests (Playwright + Debian's Chromium) against a freshly started server with an empty run
 # database. First, the links of the README and docs/ and the engine's module imports (no
 # cycle; a second together). The last line is Playwright's summary.
@@ -115,11 +114,6 @@ done
 curl -sf "http://127.0.0.1:$port/healthz" >/dev/null || {
   cat "$log"; echo "error: the server did not answer /healthz within 60 s" >&2; exit 1
 }
-
-echo "==> Fuzzing the API from its OpenAPI document (schemathesis on a fresh server, port + 23)"
-# Every operation, 25 generated requests each (seed fixed), checked against the document:
-# no 5xx, only documented statuses, content types and response schemas (scripts/fuzz-api.sh).
-scripts/fuzz-api.sh $((port + 23)) 25
 
 echo "==> Browser tests"
 # The permalink test starts its own server (restarting it); the export test runs the
