@@ -82,6 +82,8 @@ if [ -z "${LIBTORCH:-}" ]; then
   venv_package transformers 5.23.0 transformers
   # The test suite validates GET /api/openapi.json with the reference validator.
   venv_package openapi-spec-validator 0.9.0 openapi_spec_validator
+  # scripts/fuzz-api.sh fuzzes the API from that document (scripts/test.sh runs it).
+  venv_package schemathesis 4.32.5 schemathesis
 fi
 
 # --- CUDA's C runtime headers, for CUDA graph capture -----------------------------------------

@@ -5,6 +5,7 @@
 //! | a job (a run or a pitfall experiment) for one worker | stream `GRADLESS_RUNS`, subject `gradless.runs.<worker>` | work queue: until that worker acknowledges it |
 //! | a job's events | stream `GRADLESS_EVENTS`, subjects `gradless.events.<job>.ev` and, for the last one, `gradless.events.<job>.end` | a day (late viewers replay them) |
 //! | the live workers | key-value bucket `gradless-workers`, key `<worker>` | one heartbeat TTL after the last put |
+//! | the job each worker holds now (its lease) | key-value bucket `gradless-leases`, key `<job>` | renewed every third of the worker's heartbeat TTL; deleted at the job's end; [`LEASES_KEPT`] after the last put |
 //!
 //! Every message body is JSON. Job and final-event publishes carry a `Nats-Msg-Id`, so a
 //! retried publish (or two fronts declaring the same worker gone) is stored once.
@@ -22,6 +23,11 @@ use serde::{Deserialize, Serialize};
 pub const RUNS_STREAM: &str = "GRADLESS_RUNS";
 pub const EVENTS_STREAM: &str = "GRADLESS_EVENTS";
 pub const WORKERS_BUCKET: &str = "gradless-workers";
+pub const LEASES_BUCKET: &str = "gradless-leases";
+/// How long a lease that was not renewed stays readable (as lapsed) before JetStream drops
+/// it: long past any lease TTL, so a front sweeping late still tells "held, then lost"
+/// from "never taken".
+pub const LEASES_KEPT: Duration = Duration::from_secs(3600);
 /// How long a job's events stay replayable.
 pub const EVENTS_KEPT: Duration = Duration::from_secs(24 * 3600);
 
@@ -103,6 +109,10 @@ pub struct Message {
     /// When the worker (or front) emitted it, [`now_us`]: the load test measures delivery
     /// delay from it.
     pub emitted_us: u64,
+    /// On a run's `failed` from its worker: what it measured before it failed (the
+    /// recorder keeps it with the failed record; viewers have seen it as events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Box<protocol::PartialRun>>,
     #[serde(flatten)]
     pub body: Body,
 }
@@ -170,6 +180,27 @@ impl WorkerCard {
 
     pub fn is_current(&self, now_ms: u64) -> bool {
         now_ms <= self.heartbeat_ms + self.heartbeat_ttl_ms
+    }
+}
+
+/// A worker's hold on the job it runs (bucket [`LEASES_BUCKET`], key the job id): put
+/// before the job starts, renewed every third of `ttl_ms`, deleted once the job's last
+/// event is stored. A lease past its TTL whose job has no end means the worker holding it
+/// is gone (killed, cut off): any front then ends the job as "worker gone", and the
+/// recorder marks its row interrupted, whether or not anyone follows the job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lease {
+    pub worker: String,
+    /// The worker process holding it ([`WorkerCard::started_ms`]).
+    pub process_started_ms: u64,
+    /// The last renewal ([`now_ms`]).
+    pub renewed_ms: u64,
+    pub ttl_ms: u64,
+}
+
+impl Lease {
+    pub fn is_current(&self, now_ms: u64) -> bool {
+        now_ms <= self.renewed_ms + self.ttl_ms
     }
 }
 
@@ -293,17 +324,20 @@ impl Bus {
             })
             .await
             .context("creating the events stream")?;
-        if self.js.get_key_value(WORKERS_BUCKET).await.is_err() {
+        for (bucket, kept) in [(WORKERS_BUCKET, heartbeat_ttl), (LEASES_BUCKET, LEASES_KEPT)] {
+            if self.js.get_key_value(bucket).await.is_ok() {
+                continue;
+            }
             // The bucket's stream, as a key-value bucket is laid out (one message per key,
-            // expiring after the TTL), created directly: the client's `create_key_value`
+            // expiring after `kept`), created directly: the client's `create_key_value`
             // first reads the account's limits in a form nats-server 2.9 does not answer.
             self.js
                 .get_or_create_stream(stream::Config {
-                    name: format!("KV_{WORKERS_BUCKET}"),
-                    subjects: vec![format!("$KV.{WORKERS_BUCKET}.>")],
+                    name: format!("KV_{bucket}"),
+                    subjects: vec![format!("$KV.{bucket}.>")],
                     max_messages_per_subject: 1,
-                    max_age: heartbeat_ttl,
-                    duplicate_window: heartbeat_ttl.min(Duration::from_secs(120)),
+                    max_age: kept,
+                    duplicate_window: kept.min(Duration::from_secs(120)),
                     discard: stream::DiscardPolicy::New,
                     allow_rollup: true,
                     deny_delete: true,
@@ -311,9 +345,32 @@ impl Bus {
                     ..Default::default()
                 })
                 .await
-                .context("creating the workers bucket")?;
+                .with_context(|| format!("creating the bucket {bucket}"))?;
         }
         Ok(())
+    }
+
+    pub async fn leases(&self) -> Result<kv::Store> {
+        self.js
+            .get_key_value(LEASES_BUCKET)
+            .await
+            .context("opening the leases bucket")
+    }
+
+    /// Job `job`'s lease, if one is in the bucket (current or lapsed).
+    pub async fn lease(&self, job: &str) -> Result<Option<Lease>> {
+        let value = self.leases().await?.get(job).await?;
+        Ok(value.and_then(|v| serde_json::from_slice(&v).ok()))
+    }
+
+    /// The last of job `job`'s events before its end, if any.
+    pub async fn last_event(&self, job: &str) -> Result<Option<Message>> {
+        let stream = self.js.get_stream_no_info(EVENTS_STREAM).await?;
+        match stream.get_last_raw_message_by_subject(&event_subject(job, false)).await {
+            Ok(raw) => Ok(serde_json::from_slice(&raw.payload).ok()),
+            Err(e) if e.kind() == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Waits until [`Bus::ensure`] succeeds, saying why every few seconds.
@@ -413,6 +470,7 @@ mod tests {
             worker: "w".into(),
             process_started_ms: None,
             emitted_us: 5,
+            measured: None,
             body: Body::Event { event: Event::Queued { position: 2 } },
         };
         let text = serde_json::to_string(&m).unwrap();

@@ -14,6 +14,11 @@
 //! expired after the run timeout. Either
 //! failure is published to the job's stream with the job's end message id, so however many
 //! fronts notice, the stream holds one last event.
+//!
+//! A job nobody follows (its front gone, no viewer) is watched through its lease instead
+//! ([`Front::sweep_leases`]): every front looks over the unfinished jobs of the record
+//! store, and ends as "worker gone" any whose lease lapsed without an end, and as expired
+//! any that was never handed to a worker.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -223,6 +228,7 @@ impl Front {
             worker: worker.name.clone(),
             process_started_ms: None,
             emitted_us: bus::now_us(),
+            measured: None,
             body: Body::Event { event: Event::Queued { position } },
         };
         self.bus.publish_event(id, &queued, None).await.map_err(publish_error)?;
@@ -375,6 +381,7 @@ impl Front {
                                 worker: name.to_string(),
                                 process_started_ms: None,
                                 emitted_us: bus::now_us(),
+                                measured: None,
                                 body: Body::Event { event: Event::Failed { failure: RunFailure { kind, message: text } } },
                             };
                             match self.bus.publish_event(id, &message, Some(&format!("{id}-end"))).await {
@@ -404,6 +411,97 @@ impl Front {
     /// When each of job `id`'s messages relayed here was emitted ([`bus::now_us`]), in order.
     pub fn emitted(&self, id: &str) -> Option<Vec<u64>> {
         self.stamps.lock().unwrap_or_else(|e| e.into_inner()).by_job.get(id).cloned()
+    }
+
+    /// Ends the jobs whose worker is gone although nobody follows them, until the process
+    /// ends: every half lease TTL, `unfinished` lists the jobs the record store holds as
+    /// running, and each one that has no end yet is ended here when
+    /// - its lease lapsed (its worker stopped renewing it: killed, or cut off from NATS):
+    ///   "worker NAME went away during the run" (the recorder marks it interrupted);
+    /// - or it has no event at all (its front died between writing its row and handing it
+    ///   over) for longer than the run timeout since this front first saw it: expired
+    ///   without running. A queued job is left to its front's relay and its worker, which
+    ///   expire it after the submitting front's own limit.
+    ///
+    /// The lease is read before the end, so a job whose worker finished it and released
+    /// its lease in between is found ended, never declared gone.
+    pub async fn sweep_leases<F, Fut>(self: Arc<Self>, unfinished: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<String>>>,
+    {
+        let mut first_seen: std::collections::HashMap<String, Instant> = Default::default();
+        let mut tick = tokio::time::interval((self.heartbeat_ttl / 2).max(Duration::from_millis(250)));
+        loop {
+            tick.tick().await;
+            let jobs = match unfinished().await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::debug!("the lease sweep could not list the unfinished jobs: {e:#}");
+                    continue;
+                }
+            };
+            first_seen.retain(|job, _| jobs.contains(job));
+            for job in jobs {
+                let seen = *first_seen.entry(job.clone()).or_insert_with(Instant::now);
+                match self.sweep_one(&job, seen).await {
+                    Ok(Some(kind)) => tracing::warn!(job = %job, "ended by the lease sweep: {kind:?}"),
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(job = %job, "the lease sweep: {e:#}"),
+                }
+            }
+        }
+    }
+
+    /// One job of [`Front::sweep_leases`]: the failure it published, if any.
+    async fn sweep_one(&self, job: &str, first_seen: Instant) -> Result<Option<FailureKind>> {
+        let lease = self.bus.lease(job).await?;
+        if self.bus.has_ended(job).await? {
+            return Ok(None);
+        }
+        let now = bus::now_ms();
+        let last = self.bus.last_event(job).await?;
+        let (kind, worker, text) = match (&lease, &last) {
+            (Some(l), _) if l.is_current(now) => return Ok(None),
+            (Some(l), _) => (
+                FailureKind::WorkerGone,
+                l.worker.clone(),
+                format!("worker {} went away during the run", l.worker),
+            ),
+            // Its worker spoke for it, and its lease is gone without an end: long lapsed.
+            (None, Some(m)) if m.process_started_ms.is_some() => (
+                FailureKind::WorkerGone,
+                m.worker.clone(),
+                format!("worker {} went away during the run", m.worker),
+            ),
+            // Queued: its front (or a viewer's) expires it after that front's own limit, or
+            // its worker when it pulls it; this front's limit is not the submitter's.
+            (None, Some(_)) => return Ok(None),
+            // Never handed over (its front died between writing its row and publishing it):
+            // no worker will ever see it.
+            (None, None) => {
+                let waited = first_seen.elapsed();
+                if waited <= self.run_timeout {
+                    return Ok(None);
+                }
+                let text = format!(
+                    "it was never handed to a worker (the front that accepted it stopped first), and {} s passed, longer than the run time limit ({} s): expired without running",
+                    waited.as_secs(),
+                    self.run_timeout.as_secs()
+                );
+                (FailureKind::Timeout, String::new(), text)
+            }
+        };
+        metrics::global().count_failure(if kind == FailureKind::Timeout { "timeout" } else { "worker_gone" });
+        let message = Message {
+            worker,
+            process_started_ms: None,
+            emitted_us: bus::now_us(),
+            measured: None,
+            body: Body::Event { event: Event::Failed { failure: RunFailure { kind, message: text } } },
+        };
+        self.bus.publish_event(job, &message, Some(&format!("{job}-end"))).await?;
+        Ok(Some(kind))
     }
 
     /// Hands every job's last message to `save`, once per fleet: a durable consumer all

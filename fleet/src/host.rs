@@ -7,6 +7,13 @@
 //! a job is acknowledged only once its last event is stored, so a worker killed mid-run
 //! leaves the job to be redelivered — and skipped, since a front has by then published its
 //! failure (see [`crate::front`]).
+//!
+//! While it holds a job the worker keeps a lease on it ([`bus::Lease`], renewed every
+//! third of its heartbeat TTL, deleted once the job's end is stored), so that a worker that
+//! dies while no front follows its job still has that job ended (as "worker gone") by any
+//! front, once the lease runs out ([`crate::front::Front::sweep_leases`]). A worker handed
+//! a job whose lease another process of its name holds (its predecessor, killed mid-run)
+//! ends it the same way instead of running it again.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -235,10 +242,22 @@ async fn jobs(
 /// Publishes `event` for the job, retrying while NATS is away (events must arrive in
 /// order, so the next one waits).
 async fn emit(bus: &Bus, job: &Job, options: &WorkerOptions, body: Body) -> Result<()> {
+    emit_measured(bus, job, options, body, None).await
+}
+
+/// [`emit`], with what a failed run measured before it failed.
+async fn emit_measured(
+    bus: &Bus,
+    job: &Job,
+    options: &WorkerOptions,
+    body: Body,
+    measured: Option<Box<protocol::PartialRun>>,
+) -> Result<()> {
     let message = Message {
         worker: job.worker.clone(),
         process_started_ms: Some(options.started_ms),
         emitted_us: bus::now_us(),
+        measured,
         body,
     };
     let dedup = message.is_last().then(|| format!("{}-end", job.id));
@@ -275,6 +294,75 @@ async fn handle(
         tracing::info!(job = %job.id, "already ended (a front declared it failed): skipped");
         return Ok(());
     }
+    // Held by an earlier process of this worker (killed mid-run, its end not declared yet):
+    // that run is gone with it, and is never run a second time.
+    if let Some(lease) = bus.lease(&job.id).await.context("reading the job's lease")? {
+        if lease.process_started_ms != options.started_ms {
+            metrics::global().count_failure("worker_gone");
+            let text = format!("worker {} went away during the run", lease.worker);
+            tracing::warn!(job = %job.id, "held by an earlier process of this worker: ended as worker gone, not run again");
+            return emit(bus, job, options, failed(FailureKind::WorkerGone, text)).await;
+        }
+    }
+    let lease = hold(bus, &job.id, options).await?;
+    let outcome = handle_held(bus, engine, job, options, message).await;
+    lease.abort();
+    // Released only once the end is stored (or not at all when it was not: the lease
+    // then runs out, and a front ends the job).
+    if outcome.is_ok() {
+        if let Ok(kv) = bus.leases().await {
+            let _ = kv.delete(&job.id).await;
+        }
+    }
+    outcome
+}
+
+/// Puts job `id`'s lease (retrying while NATS is away: a job never runs unleased) and
+/// renews it every third of the TTL until the returned task is aborted.
+async fn hold(bus: &Bus, id: &str, options: &WorkerOptions) -> Result<tokio::task::JoinHandle<()>> {
+    let ttl = options.heartbeat_ttl;
+    let lease = |renewed_ms| bus::Lease {
+        worker: options.name.clone(),
+        process_started_ms: options.started_ms,
+        renewed_ms,
+        ttl_ms: ttl.as_millis() as u64,
+    };
+    let put = |bus: Bus, lease: bus::Lease, id: String| async move {
+        let kv = bus.leases().await?;
+        kv.put(&id, serde_json::to_vec(&lease)?.into()).await?;
+        anyhow::Ok(())
+    };
+    let mut tries = 0;
+    while let Err(e) = put(bus.clone(), lease(bus::now_ms()), id.to_string()).await {
+        tries += 1;
+        if tries > 120 {
+            return Err(e.context("putting the job's lease"));
+        }
+        tracing::warn!(job = %id, "putting the job's lease failed, retrying: {e:#}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (bus, id) = (bus.clone(), id.to_string());
+    let template = lease(0);
+    Ok(tokio::spawn(async move {
+        let mut tick = tokio::time::interval((ttl / 3).max(Duration::from_millis(200)));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let renewed = bus::Lease { renewed_ms: bus::now_ms(), ..template.clone() };
+            if let Err(e) = put(bus.clone(), renewed, id.clone()).await {
+                tracing::warn!(job = %id, "renewing the job's lease (NATS at {}): {e:#}", bus.url);
+            }
+        }
+    }))
+}
+
+async fn handle_held(
+    bus: &Bus,
+    engine: &Arc<engine::Worker>,
+    job: &Job,
+    options: &WorkerOptions,
+    message: &async_nats::jetstream::Message,
+) -> Result<()> {
     let waited_ms = bus::now_ms().saturating_sub(job.submitted_ms);
     if waited_ms > options.run_timeout.as_millis() as u64 {
         metrics::global().count_failure("timeout");
@@ -359,6 +447,7 @@ async fn run_job(
         Err(e) => return emit(bus, job, options, failed(FailureKind::Invalid, e.to_string())).await,
     };
     let mut meter = RunMeter::default();
+    let mut measured = protocol::PartialRun::default();
     // A worker cut off from NATS for longer than its heartbeat is declared gone by the
     // fronts, which end its run; once it is back it would go on measuring a run nobody
     // records, while the jobs behind it wait (and expire). So it looks, every few seconds,
@@ -385,6 +474,7 @@ async fn run_job(
                 continue;
             }
             meter.observe(&event);
+            measured.observe(&event);
             let last = event.is_terminal();
             let event = match event {
                 Event::Done { mut report } => {
@@ -393,7 +483,8 @@ async fn run_job(
                 }
                 other => other,
             };
-            emit(bus, job, options, Body::Event { event }).await?;
+            let kept = matches!(event, Event::Failed { .. }).then(|| Box::new(std::mem::take(&mut measured)));
+            emit_measured(bus, job, options, Body::Event { event }, kept).await?;
             if last {
                 return Ok(());
             }

@@ -31,6 +31,23 @@ pub enum FailureKind {
     Interrupted,
 }
 
+impl FailureKind {
+    /// Its name as the JSON says it (`out_of_memory`, `timeout`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::OutOfMemory => "out_of_memory",
+            FailureKind::Invalid => "invalid",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Torch => "torch",
+            FailureKind::Internal => "internal",
+            FailureKind::Storage => "storage",
+            FailureKind::WorkerGone => "worker_gone",
+            FailureKind::Interrupted => "interrupted",
+        }
+    }
+}
+
 /// A run's failure, readable by a person.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -17,6 +17,7 @@ mod generate;
 mod info;
 pub mod learn;
 mod model;
+mod partial;
 pub mod noise;
 mod pitfall;
 mod predict;
@@ -49,6 +50,7 @@ pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;
 pub use model::*;
+pub use partial::PartialRun;
 pub use spec::*;
 pub use trace::*;
 

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{PitfallReport, Report, RunSpec, Verdict};
+use crate::{PartialRun, PitfallReport, Report, RunFailure, RunSpec, Verdict};
 
 /// What was recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,9 +21,11 @@ pub enum RecordBody {
     Run(Box<Report>),
     /// A pitfall experiment (`POST /api/pitfalls/{id}`).
     Pitfall(Box<PitfallReport>),
-    /// A run or experiment that was started and has no report: still going, or
-    /// interrupted (its server stopped mid-way). Records written before this existed
-    /// are always `run` or `pitfall`, so they read unchanged.
+    /// A run or experiment that was started and has no report: still going, interrupted
+    /// (its server stopped mid-way), or failed (out of memory, past its time limit,
+    /// cancelled, a libtorch error: the reason and what it measured before are kept).
+    /// Records written before this existed are always `run` or `pitfall`, so they read
+    /// unchanged.
     Unfinished(Box<Unfinished>),
 }
 
@@ -39,6 +41,8 @@ pub enum RecordStatus {
     Running,
     /// It never finished: the server (or fleet worker) measuring it stopped first.
     Interrupted,
+    /// It ended without a report: the failure says why ([`Unfinished::failure`]).
+    Failed,
 }
 
 impl RecordStatus {
@@ -47,6 +51,7 @@ impl RecordStatus {
             RecordStatus::Completed => "completed",
             RecordStatus::Running => "running",
             RecordStatus::Interrupted => "interrupted",
+            RecordStatus::Failed => "failed",
         }
     }
 
@@ -61,7 +66,7 @@ impl RecordStatus {
 pub struct Unfinished {
     /// What was started: a run or an experiment.
     pub of: RecordKind,
-    /// `running` or `interrupted` (never `completed`: that record holds a report).
+    /// `running`, `interrupted` or `failed` (never `completed`: that record holds a report).
     pub status: RecordStatus,
     /// The run's settings (runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,7 +80,17 @@ pub struct Unfinished {
     /// fleet front saw the worker go (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_at: Option<String>,
-    /// What happened, in a sentence for people (see [`Unfinished::interrupted`]).
+    /// When it failed (RFC 3339, UTC): failed records only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<String>,
+    /// Why it failed, as its viewers were told: failed records only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<RunFailure>,
+    /// What a failed run measured before it failed (absent when nothing was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<PartialRun>,
+    /// What happened, in a sentence for people (see [`Unfinished::interrupted`],
+    /// [`Unfinished::failed`]).
     pub message: String,
 }
 
@@ -90,6 +105,9 @@ impl Unfinished {
             message: format!("started at {started_at} and not finished yet"),
             started_at,
             interrupted_at: None,
+            failed_at: None,
+            failure: None,
+            measured: None,
         }
     }
 
@@ -103,6 +121,9 @@ impl Unfinished {
             message: format!("started at {started_at} and not finished yet"),
             started_at,
             interrupted_at: None,
+            failed_at: None,
+            failure: None,
+            measured: None,
         }
     }
 
@@ -116,6 +137,28 @@ impl Unfinished {
         );
         self.status = RecordStatus::Interrupted;
         self.interrupted_at = Some(at);
+        self
+    }
+
+    /// This one, failed at `at` with `failure`, having measured `measured` first: kept
+    /// so its permalink says what happened and what it got to.
+    pub fn failed(mut self, at: String, failure: RunFailure, measured: PartialRun) -> Unfinished {
+        let measured = (!measured.is_empty()).then_some(measured);
+        let what = match (&measured, self.of) {
+            (Some(m), _) => m.describe(),
+            (None, RecordKind::Run) => "nothing was measured before it failed".into(),
+            (None, RecordKind::Pitfall) => "the experiment keeps no figures of a failed run".into(),
+        };
+        self.message = format!(
+            "failed at {at} ({}): {}; {what}. It was started at {}",
+            failure.kind.as_str(),
+            failure.message.trim_end_matches('.'),
+            self.started_at
+        );
+        self.status = RecordStatus::Failed;
+        self.failed_at = Some(at);
+        self.failure = Some(failure);
+        self.measured = measured;
         self
     }
 }
@@ -275,4 +318,32 @@ pub fn is_record_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_record_says_why_and_what_it_measured() {
+        use crate::{Event, FailureKind, MemorySource, Sample};
+        let sample = |i, ms, peak| Sample { iteration: i, latency_ms: ms, allocated_bytes: 100, peak_bytes: peak, reserved_bytes: None };
+        for kind in [FailureKind::OutOfMemory, FailureKind::Timeout, FailureKind::WorkerGone, FailureKind::Cancelled] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str(), "as_str is the JSON name");
+        }
+        let mut p = PartialRun::default();
+        p.observe(&Event::Started { device_name: "cpu".into(), baseline_bytes: 0, memory_source: MemorySource::CpuTensorMemory, total: 3 });
+        p.observe(&Event::Sample { sample: sample(0, 1.5, 1024) });
+        let failure = RunFailure { kind: FailureKind::Timeout, message: "the run went past the server's time limit".into() };
+        let u = Unfinished::run(crate::RunSpec::default(), "2026-12-01T10:00:00Z".into()).failed("2026-12-01T10:00:05Z".into(), failure.clone(), p.clone());
+        assert_eq!(u.status, RecordStatus::Failed);
+        assert_eq!((u.failure.as_ref(), u.measured.as_ref()), (Some(&failure), Some(&p)));
+        assert_eq!(
+            u.message,
+            "failed at 2026-12-01T10:00:05Z (timeout): the run went past the server's time limit; before it failed it measured 1 timed pass after 0 warm-up passes (median 1.500 ms, peak +1.0 KiB above the baseline). It was started at 2026-12-01T10:00:00Z"
+        );
+        // Nothing measured: no figures kept, and it says so.
+        let u = Unfinished::run(crate::RunSpec::default(), "S".into()).failed("T".into(), failure, PartialRun::default());
+        assert!(u.measured.is_none() && u.message.contains("nothing was measured before it failed"), "{}", u.message);
+    }
 }

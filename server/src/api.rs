@@ -154,26 +154,29 @@ pub async fn get_run(
         return Ok(Json(report));
     }
     Err(match run.outcome() {
-        Some(Event::Failed { failure }) => {
-            ApiError::NoReport(format!("the run failed: {}", failure.message))
-        }
+        Some(Event::Failed { failure }) => ApiError::Failed(format!(
+            "the run failed: {} (its record, GET /api/records/{id}, keeps what it measured before)",
+            failure.message
+        )),
         _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
     })
 }
 
 /// What asking for the report of an unfinished run answers: 410 when it was interrupted
-/// (there will never be one), 409 while it is still going.
+/// or failed (there will never be one), 409 while it is still going.
 fn unfinished_error(u: &Unfinished) -> ApiError {
     match u.status {
         RecordStatus::Interrupted => ApiError::Interrupted(u.message.clone()),
+        RecordStatus::Failed => ApiError::Failed(u.message.clone()),
         _ => ApiError::NoReport("the run has not finished yet; follow its events".into()),
     }
 }
 
 /// The events of recorded run `id`, which is not live in this process: an interrupted
-/// run's stream is its one `failed` event (kind `interrupted`, saying when), so a viewer
-/// holding the link learns what happened. A finished or unknown run is 404, as before
-/// runs were recorded at their start.
+/// run's stream is its one `failed` event (kind `interrupted`, saying when), a failed
+/// run's what it measured before (`started`, its passes or steps) and its `failed`, so a
+/// viewer holding the link learns what happened. A finished or unknown run is 404, as
+/// before runs were recorded at their start.
 async fn recorded_events(state: &AppState, id: &str) -> Result<Arc<RunState>, ApiError> {
     let record = find_record(state, id).await?;
     match record.body {
@@ -186,6 +189,12 @@ async fn recorded_events(state: &AppState, id: &str) -> Result<Arc<RunState>, Ap
                 },
             },
         )),
+        RecordBody::Unfinished(u) if u.status == RecordStatus::Failed => {
+            let failure = u.failure.clone().unwrap_or(RunFailure { kind: FailureKind::Internal, message: u.message.clone() });
+            let mut events = u.measured.as_ref().map(protocol::PartialRun::events).unwrap_or_default();
+            events.push(Event::Failed { failure });
+            Ok(RunState::replayed(id, events))
+        }
         RecordBody::Unfinished(_) => Err(ApiError::NoReport(
             "the run is being measured by another server process; its events are not relayed here".into(),
         )),
@@ -296,7 +305,7 @@ pub async fn workers(State(state): State<AppState>) -> Json<Vec<fleet::bus::Work
 
 /// `GET /api/runs/{id}/emitted`: when each event of the run was emitted by its fleet
 /// worker (microseconds since the Unix epoch), as relayed by this front: what the fleet
-/// load test measures delivery delays against (503 on a single server).
+/// load test measures delivery delays against (404, code `fleet_only`, on a single server).
 pub async fn run_emitted(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Vec<u64>>, ApiError> {
     state.dispatch.emitted(&id).map(Json)
 }
@@ -523,7 +532,11 @@ pub async fn late_prediction(
             None => "it was run without a question".into(),
         },
         RecordBody::Run(_) => "a run of the Lab records no prediction of its own".into(),
-        RecordBody::Unfinished(_) => "it is running or was interrupted".into(),
+        RecordBody::Unfinished(u) => format!("it is {}", match u.status {
+            RecordStatus::Failed => "failed",
+            RecordStatus::Interrupted => "interrupted",
+            _ => "running",
+        }),
     };
     Err(ApiError::PredictionLocked(format!(
         "the run of {id} has already started, so its prediction is locked ({locked}): a prediction is sent with the request that starts the run, POST /api/pitfalls/{{card}} with \"prediction\""

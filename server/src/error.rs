@@ -40,6 +40,10 @@ pub enum ApiError {
     /// The run never finished: its server stopped mid-way (the message says when).
     #[error("{0}")]
     Interrupted(String),
+    /// The run failed (out of memory, past its time limit, cancelled, a libtorch error):
+    /// the message says why and what it measured before; its record keeps that.
+    #[error("{0}")]
+    Failed(String),
     /// The device worker is gone (shutting down).
     #[error("the measurement worker is not available")]
     Unavailable,
@@ -74,6 +78,9 @@ pub enum ApiError {
     /// the request that starts the run (the message says what was locked).
     #[error("{0}")]
     PredictionLocked(String),
+    /// A fleet front's route asked of a single server (the message says which).
+    #[error("{0}")]
+    FleetOnly(String),
     /// Too many event streams are open at once.
     #[error("too many event streams are open on this server ({0}); try again shortly")]
     TooManyStreams(usize),
@@ -121,11 +128,13 @@ impl ApiError {
             ApiError::InvalidSpec(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_spec"),
             ApiError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::FleetOnly(_) => (StatusCode::NOT_FOUND, "fleet_only"),
             ApiError::UnknownPitfall(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
             ApiError::PredictionLocked(_) => (StatusCode::CONFLICT, "prediction_locked"),
             // Gone for good: there will never be a report.
             ApiError::Interrupted(_) => (StatusCode::GONE, "interrupted"),
+            ApiError::Failed(_) => (StatusCode::GONE, "failed"),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),

@@ -135,7 +135,13 @@ pub fn export(record: &Record, format: Format) -> Result<Export, String> {
 
 /// Why a run with no figures has no figures to export (its JSON export says the same).
 fn unfinished_export(u: &protocol::Unfinished) -> String {
-    format!("{}: there are no figures to export (its JSON export and its Python script still work)", u.message)
+    match u.measured {
+        Some(_) => format!(
+            "{}: it has no report to export as a table (what it measured before it failed is in its JSON export, `measured`; its Python script works too)",
+            u.message
+        ),
+        None => format!("{}: there are no figures to export (its JSON export and its Python script still work)", u.message),
+    }
 }
 
 /// Every sample of a run, warm-up first: one row per forward pass. Iterations are numbered

@@ -111,8 +111,9 @@ fn create_run() {}
 #[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "The run's id")),
     responses(
-        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done` or `failed` (a run interrupted by a server restart answers one `failed` event of kind `interrupted`)", content_type = "text/event-stream", body = Event),
+        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done` or `failed` (a run interrupted by a server restart answers one `failed` event of kind `interrupted`; a recorded failed run replays what it measured, then its `failed`)", content_type = "text/event-stream", body = Event),
         (status = 404, description = "No such run", body = ApiErrorBody),
+        (status = 409, description = "A run another server process is measuring (its events are not relayed here)", body = ApiErrorBody),
         (status = 503, description = "Too many event streams are open", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
@@ -123,8 +124,8 @@ fn run_events() {}
     responses(
         (status = 200, description = "The finished run's report, live or from the database", body = Report),
         (status = 404, description = "No such run", body = ApiErrorBody),
-        (status = 409, description = "Still running, or failed: no report (the message says which)", body = ApiErrorBody),
-        (status = 410, description = "Interrupted by a server restart (code `interrupted`; the message gives the times); its record, `GET /api/records/{id}`, keeps its settings", body = ApiErrorBody),
+        (status = 409, description = "Still running: no report yet", body = ApiErrorBody),
+        (status = 410, description = "There will never be a report: interrupted by a server restart or the loss of its fleet worker (code `interrupted`; the message gives the times), or failed (code `failed`: out of memory, past its time limit, cancelled, a libtorch error; the message says why and what it measured first). Its record, `GET /api/records/{id}`, keeps its settings, and a failed run's `measured` figures", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn get_run() {}
@@ -133,7 +134,7 @@ fn get_run() {}
     params(("id" = String, Path, description = "The run's id")),
     responses(
         (status = 200, description = "On a fleet front: when each of the run's events was emitted by its worker (ms since the Unix epoch); the load test reads emit-to-viewer delays from it", body = Vec<u64>),
-        (status = 404, description = "No such run on this front", body = ApiErrorBody),
+        (status = 404, description = "No such run on this front; on a single server, code `fleet_only` (it has no fleet workers)", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn run_emitted() {}
@@ -141,7 +142,7 @@ fn run_emitted() {}
 #[utoipa::path(get, path = "/api/records", tag = "records",
     params(
         ("kind" = Option<RecordKind>, Query, description = "Only runs or only pitfall results"),
-        ("limit" = Option<u32>, Query, description = "How many, newest first (1 to 1000; 50 by default)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "How many, newest first (1 to 1000; 50 by default)"),
     ),
     responses(
         (status = 200, description = "Recorded results, newest first", body = Vec<RecordSummary>),
@@ -172,6 +173,7 @@ fn get_record() {}
         )),
         (status = 400, description = "An unknown format", body = ApiErrorBody),
         (status = 404, description = "No such record, or nothing of that kind to export", body = ApiErrorBody),
+        (status = 422, description = "Nothing of that kind in this record (a pitfall result has no script; a run without a report no table; a run without a traced pass no trace): the message says what it has (field `format`)", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn export_record() {}
@@ -194,9 +196,11 @@ fn pitfalls() {}
     request_body(content = Option<PitfallOptions>, description = "Optional: device, model, batch, memory budget, and `prediction`, the answer to the card's `question` (`\"skipped\"`, `{\"value\": 0.5}` or `{\"choice\": \"lower\"}`), locked by this request and scored in the report"),
     responses(
         (status = 200, description = "The experiment's report, recorded: its permalink is `/runs/{record_id}`", body = PitfallReport),
+        (status = 400, description = "The body is not a JSON object of the card's options (the field is named)", body = ApiErrorBody),
         (status = 401, description = "This server wants its token", body = ApiErrorBody),
         (status = 403, description = "A page of another origin may not start work here", body = ApiErrorBody),
         (status = 404, description = "No such card", body = ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
         (status = 409, description = "The experiment failed (the message says why)", body = ApiErrorBody),
         (status = 422, description = "Options this card cannot take, or a prediction its question cannot take (field `prediction`: out of the scale, or the wrong kind of answer)", body = ApiErrorBody),
         (status = 429, description = "Rate limited", body = ApiErrorBody),
@@ -292,7 +296,9 @@ struct LatePrediction {
     request_body(content = LatePrediction, description = "`{\"prediction\": {\"value\": 0.5}}`"),
     responses(
         (status = 400, description = "Not a prediction (the field is named)", body = ApiErrorBody),
+        (status = 403, description = "A page of another origin may not send it", body = ApiErrorBody),
         (status = 404, description = "No such record", body = ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
         (status = 409, description = "Its run has started: a prediction is locked by the request that starts the run (`POST /api/pitfalls/{id}` with `prediction`) and cannot be sent or changed later", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
@@ -315,6 +321,7 @@ fn openapi_json() {}
         (status = 304, description = "Not modified (If-None-Match)"),
         (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
         (status = 404, description = "No such record", body = ApiErrorBody),
+        (status = 409, description = "The record has no report to draw (running, interrupted or failed; the message says which)", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn run_png() {}
@@ -326,6 +333,7 @@ fn run_png() {}
         (status = 304, description = "Not modified (If-None-Match)"),
         (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
         (status = 404, description = "No such record", body = ApiErrorBody),
+        (status = 409, description = "The record has no report to draw (running, interrupted or failed; the message says which)", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn run_svg() {}
@@ -356,24 +364,36 @@ fn compare_svg() {}
 #[allow(dead_code)]
 struct PictureQuery {
     /// `light` or `dark` (the page's default: light).
-    theme: Option<String>,
+    #[param(inline)]
+    theme: Option<PictureTheme>,
     /// Width in CSS pixels, 300 to 2400.
+    #[param(minimum = 300, maximum = 2400)]
     width: Option<u32>,
     /// 1 or 2: the PNG's pixels per CSS pixel.
+    #[param(minimum = 1, maximum = 2)]
     scale: Option<u32>,
+}
+
+/// A picture's colours, as `?theme=` takes them.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum PictureTheme {
+    Light,
+    Dark,
 }
 
 #[utoipa::path(get, path = "/oembed", tag = "embeds",
     params(
         ("url" = String, Query, description = "A permalink of this server"),
         ("format" = Option<String>, Query, description = "Only `json`"),
-        ("maxwidth" = Option<u32>, Query),
-        ("maxheight" = Option<u32>, Query),
+        ("maxwidth" = Option<u32>, Query, minimum = 1),
+        ("maxheight" = Option<u32>, Query, minimum = 1),
     ),
     responses(
         (status = 200, description = "The oEmbed answer (`rich` or `photo`)", body = Object),
+        (status = 400, description = "No `url`, a format other than JSON, or a malformed `maxwidth`/`maxheight` (the field is named)", body = ApiErrorBody),
         (status = 404, description = "A URL this server does not serve", body = ApiErrorBody),
-        (status = 501, description = "A format other than JSON", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn oembed() {}

@@ -1,6 +1,6 @@
 //! Every write to the record store, on a thread of its own: a run's start (its intent,
-//! `running`), its end (the report, or the row discarded when it failed) and experiments'
-//! reports. A run's events come
+//! `running`), its end (the report, or `failed` with the reason and what it measured
+//! before) and experiments' reports. A run's events come
 //! from a sink the device thread calls, which must not block: a SQLite write (a busy
 //! database, a slow disk) would hold up every run behind it. The sink hands the record to
 //! this writer instead, and the writer, once the save succeeded or failed, delivers the
@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use protocol::{Event, FailureKind, Record, RecordBody, Report, RunFailure, RunSpec, Unfinished};
+use protocol::{Event, FailureKind, PartialRun, Record, RecordBody, Report, RunFailure, RunSpec, Unfinished};
 
 use crate::store::RecordStore;
 
@@ -115,6 +115,30 @@ impl Recorder {
         }
     }
 
+    /// Records that run (or experiment) `id` failed with `failure`, having measured
+    /// `measured` first, then hands `deliver` its `failed` event: a viewer told it failed
+    /// finds the record saying so. Never blocks: the device thread's sink calls it.
+    pub fn fail_run(&self, id: &str, failure: RunFailure, measured: PartialRun, deliver: impl FnOnce(Event) + Send + 'static) {
+        let id = id.to_string();
+        let event = Event::Failed { failure: failure.clone() };
+        let deliver = Arc::new(Mutex::new(Some(deliver)));
+        let later = deliver.clone();
+        let last = event.clone();
+        let handed = self.submit(move |store| {
+            if let Err(e) = save_failure(store, &id, failure, measured) {
+                tracing::error!(run = %id, "could not record the run's failure: {e:#}");
+            }
+            if let Some(deliver) = later.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                deliver(last);
+            }
+        });
+        if handed.is_err() {
+            if let Some(deliver) = deliver.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                deliver(event);
+            }
+        }
+    }
+
     /// Records that a run (or experiment) was accepted, without waiting: its row says
     /// `running` until its end is saved, so a process killed before then leaves a trace
     /// the next start marks interrupted (see [`crate::store::interrupt_unfinished`]).
@@ -126,7 +150,8 @@ impl Recorder {
         });
     }
 
-    /// Removes the `running` row of a run that failed, without waiting.
+    /// Removes the `running` row of a run that was never accepted (its submission was
+    /// refused after the row was written), without waiting.
     pub fn discard(&self, id: &str) {
         let id = id.to_string();
         let _ = self.submit(move |store| {
@@ -144,6 +169,17 @@ impl Recorder {
         }
         self.store.close();
     }
+}
+
+/// Marks record `id` (written `running` when it was accepted) `failed` with `failure` and
+/// what it measured before; a record already finished is left as it is (a row's status
+/// only moves forward), and one that was never written stays unwritten.
+pub fn save_failure(store: &dyn RecordStore, id: &str, failure: RunFailure, measured: PartialRun) -> anyhow::Result<()> {
+    let Some(RecordBody::Unfinished(u)) = store.get(id)?.map(|r| r.body) else {
+        return Ok(());
+    };
+    let failed = u.failed(engine::device::rfc3339_now(), failure, measured);
+    store.save(&Record { id: id.to_string(), body: RecordBody::Unfinished(Box::new(failed)) })
 }
 
 /// The final event of a run that finished but whose record could not be saved, `why`.

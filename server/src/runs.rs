@@ -54,8 +54,16 @@ impl RunState {
     /// A run that is over before anyone follows it: `last` is its only event (a run a
     /// restarted server found interrupted). Not registered with [`Runs`].
     pub fn ended(id: &str, last: Event) -> Arc<RunState> {
+        RunState::replayed(id, [last])
+    }
+
+    /// A run not live here whose events are known (a recorded failure's figures and its
+    /// `failed`): its stream replays them, the last one terminal.
+    pub fn replayed(id: &str, events: impl IntoIterator<Item = Event>) -> Arc<RunState> {
         let run = RunState::new(id);
-        run.push(last);
+        for event in events {
+            run.push(event);
+        }
         run
     }
 

@@ -5,8 +5,10 @@
 //! A row is written twice: as `running` when the run is accepted (its spec and start time:
 //! the intent, written first), then completed with its report. A process killed in between
 //! leaves the `running` row, which the next `gradless serve` on the file marks
-//! `interrupted` ([`interrupt_unfinished`]), so the permalink says what happened. A row's
-//! status only moves forward (running → interrupted → completed; see [`RecordStore::save`]).
+//! `interrupted` ([`interrupt_unfinished`]), so the permalink says what happened. A run
+//! that fails (out of memory, past its time limit, cancelled, a libtorch error) is kept as
+//! `failed`, with the reason and what it measured before. A row's status only moves
+//! forward (running → interrupted → completed or failed; see [`RecordStore::save`]).
 //!
 //! Each save is its own transaction in WAL mode, so a crash or a shutdown never leaves a
 //! half-written row; [`Store::close`] checkpoints the log into the main file.
@@ -23,9 +25,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 /// the same records. Calls block: callers use `spawn_blocking` or the recorder's thread.
 pub trait RecordStore: Send + Sync {
     /// Writes `record` unless its id holds one as far along already: a `running` row is
-    /// replaced by an `interrupted` or completed one, an `interrupted` one by a completed
-    /// one, a completed one never (so several fronts may each record a run's end, and the
-    /// first report stays).
+    /// replaced by an `interrupted`, failed or completed one, an `interrupted` one by a
+    /// failed or completed one, a completed or failed one never (so several fronts may
+    /// each record a run's end, and the first end stays).
     fn save(&self, record: &Record) -> Result<()>;
     fn get(&self, id: &str) -> Result<Option<Record>>;
     /// The newest records first, at most `limit`, optionally of one kind (an unfinished
@@ -34,8 +36,9 @@ pub trait RecordStore: Send + Sync {
     fn count(&self) -> Result<u64>;
     /// The records still `running`, oldest first.
     fn running(&self) -> Result<Vec<Record>>;
-    /// Removes `id` if it is still `running`: the run failed (cancelled, out of memory...),
-    /// and, as before runs were recorded at their start, a failure keeps no record.
+    /// Removes `id` if it is still `running`: the run was never accepted (its submission
+    /// was refused after the row was written). A run that was accepted and failed is kept
+    /// as `failed` instead (`recorder::save_failure`).
     fn discard_running(&self, id: &str) -> Result<()>;
     /// Whether the store answers now (a fleet front refuses new runs while it does not).
     fn ping(&self) -> Result<()> {
@@ -126,7 +129,7 @@ pub fn interrupt_unfinished(store: &dyn RecordStore, at: &str) -> Result<Vec<Str
 /// How far along a status is; a save never moves a row back (see [`RecordStore::save`]).
 /// The same expression in both stores' SQL.
 pub(crate) const STATUS_RANK: &str =
-    "CASE {}status WHEN 'running' THEN 0 WHEN 'interrupted' THEN 1 ELSE 2 END";
+    "CASE {}status WHEN 'running' THEN 0 WHEN 'interrupted' THEN 1 WHEN 'failed' THEN 2 ELSE 2 END";
 
 /// [`STATUS_RANK`] of the column of table (or alias) `table`.
 pub(crate) fn status_rank(table: &str) -> String {

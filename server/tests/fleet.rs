@@ -8,7 +8,9 @@
 //! front A follows a run submitted on front B; each record is written exactly once; a worker
 //! killed mid-run fails its run with "worker NAME went away during the run" within its
 //! heartbeat, and records nothing, while the runs queued behind it stay queued and start when
-//! it returns, or expire after the submitting front's `--run-timeout-s`; a front killed mid-run loses no record; NATS stopped gives
+//! it returns, or expire after the submitting front's `--run-timeout-s` (kept as failed); a front killed mid-run loses no record;
+//! a worker killed while no front follows its run has that run marked interrupted within its
+//! lease by the other front's sweep, and never runs it again once back; NATS stopped gives
 //! 503 naming it, and runs go again once it is back; PostgreSQL stopped likewise (a front
 //! started meanwhile serves pages and gives the same 503; the run after its return
 //! recorded once); then ~200 viewers across both fronts
@@ -412,7 +414,12 @@ async fn two_fronts_three_workers_and_their_faults() {
     // slack for a loaded CI machine.
     assert!(noticed < Duration::from_secs_f64(HEARTBEAT_S * 3.0 + 2.0), "noticed after {noticed:?}");
     println!("worker killed mid-run: failure seen by the viewer after {:.2} s (heartbeat {HEARTBEAT_S} s)", noticed.as_secs_f64());
-    assert!(live_workers(a).await.iter().all(|w| w != "w3"), "w3 left the list");
+    // The lease sweep may end the run before the list drops w3 (its lease and its card
+    // lapse after the same TTL, the list is re-read a third of it later): it leaves soon.
+    wait_for("w3 to leave the list", Duration::from_secs_f64(HEARTBEAT_S * 2.0 + 2.0), async || {
+        live_workers(a).await.iter().all(|w| w != "w3")
+    })
+    .await;
     assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 0, "a failed run is not recorded");
     // Its row, written when it was accepted, is marked interrupted by the fleet's recorder
     // (the worker's loss is what interrupts a fleet run), and its permalink says so.
@@ -472,7 +479,8 @@ async fn two_fronts_three_workers_and_their_faults() {
         rows_with_id(&database, &waits.id).await == 1
     })
     .await;
-    assert_eq!(rows_with_id(&fleet.env.database, &expires.id).await, 0, "an expired run is not recorded");
+    assert_eq!(rows_with_id(&fleet.env.database, &expires.id).await, 0, "an expired run has no report");
+    assert_eq!(status_of(&fleet.env.database, &expires.id).await.as_deref(), Some("failed"), "an expired run is kept as failed");
     let w3_metrics = fleet.workers["w3"].1;
     assert_eq!(
         metric(w3_metrics, "gradless_runs_finished_total").await,
@@ -498,6 +506,53 @@ async fn two_fronts_three_workers_and_their_faults() {
     assert_eq!(rows_with_id(&fleet.env.database, &created.id).await, 1);
     let (status, _) = get_text(b, &format!("/api/records/{}", created.id)).await.unwrap();
     assert_eq!(status, 200, "the restarted front reads it too");
+
+    // 4b. The run a dead worker held while no front followed it: front B (which accepted
+    // it, and so followed it) is killed, then its worker; its lease runs out, front A's
+    // sweep ends it as "worker gone", and its row reads interrupted within the lease.
+    let created = submit(b, "w1", LONG).await;
+    wait_for("w1 holding the run", Duration::from_secs(60), async || {
+        let Some((200, body)) = get_text(a, "/api/workers").await else { return false };
+        let cards: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap_or_default();
+        cards.iter().any(|c| c["name"] == "w1" && c["running"] == created.id.as_str())
+    })
+    .await;
+    // Its lease is put as the job is taken, before the heartbeat says so; the model built
+    // and timing under way a moment later.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fleet.kill_front(1);
+    let (mut w1, _) = fleet.workers.remove("w1").unwrap();
+    w1.kill().unwrap();
+    let killed = Instant::now();
+    w1.wait().unwrap();
+    assert_eq!(status_of(&fleet.env.database, &created.id).await.as_deref(), Some("running"));
+    while status_of(&fleet.env.database, &created.id).await.as_deref() != Some("interrupted") {
+        assert!(killed.elapsed() < Duration::from_secs(30), "the unfollowed run of a dead worker was not marked interrupted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let marked = killed.elapsed();
+    println!("a dead worker's unfollowed run marked interrupted after {:.2} s (lease {HEARTBEAT_S} s)", marked.as_secs_f64());
+    // Stated bound: the lease TTL (the heartbeat's), plus one sweep (half of it), plus the
+    // recorder's write and slack for a loaded CI machine.
+    assert!(marked < Duration::from_secs_f64(HEARTBEAT_S * 1.5 + 4.0), "marked after {marked:?}");
+    let (status, body) = get_text(a, &format!("/api/records/{}", created.id)).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("interrupted by the loss of its fleet worker (worker w1 went away during the run) at"), "{body}");
+    // Its viewers, late, are told the same; the worker back runs it no second time.
+    let (_, events) = follow(a, &created.id, |_| {}).await;
+    match events.last() {
+        Some((_, Event::Failed { failure })) => assert_eq!(failure.kind, protocol::FailureKind::WorkerGone, "{failure:?}"),
+        other => panic!("expected the worker-gone failure, got {other:?}"),
+    }
+    fleet.start_worker("w1");
+    fleet.start_front(1);
+    for front in [a, b] {
+        wait_for("w1 and front B back", Duration::from_secs(60), async || live_workers(front).await.len() == 3).await;
+    }
+    let w1_metrics = fleet.workers["w1"].1;
+    tokio::time::sleep(Duration::from_secs_f64(HEARTBEAT_S * 2.0)).await;
+    assert_eq!(metric(w1_metrics, "gradless_runs_finished_total").await, 0.0, "the returned w1 did not run it again");
+    assert_eq!(metric(w1_metrics, "gradless_runs_started_total").await, 0.0, "the returned w1 did not start it again");
 
     // 5. NATS stopped: 503 naming it, with Retry-After; runs go again once it is back.
     services(&fleet.env, "stop-nats");

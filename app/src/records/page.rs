@@ -102,8 +102,9 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
     }
 }
 
-/// A run or experiment that has no figures: interrupted (its server stopped mid-way), or
-/// still going on another process. Says so first, then what was asked for.
+/// A run or experiment that has no report: interrupted (its server stopped mid-way),
+/// failed (the message says why and what it measured first), or still going on another
+/// process. Says so first, then what was asked for.
 fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use<> {
     let heading = match (&u.spec, &u.pitfall) {
         (Some(spec), _) => format!("{} · {}", spec.model.display_name(), spec.label()),
@@ -112,8 +113,14 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
     };
     let status = match u.status {
         RecordStatus::Interrupted => "Interrupted",
+        RecordStatus::Failed => "Failed",
         _ => "Not finished",
     };
+    let kept = match &u.measured {
+        Some(_) => "No report: it did not run to the end. What it measured before it failed is kept in its record (",
+        None => "No figures were kept: nothing here was measured to the end. ",
+    };
+    let json = format!("/api/records/{id}/export/json");
     let again = match (&u.spec, &u.pitfall) {
         (Some(spec), _) => Some(again(spec)),
         (None, Some(card)) => Some((format!("/pitfalls#{card}"), "Run this experiment again")),
@@ -130,7 +137,8 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
                 }
             </p>
             <p class="explain">
-                "No figures were kept: nothing here was measured to the end. "
+                {kept}
+                {u.measured.is_some().then(|| view! { <a href=json rel="external">"JSON"</a>"). " })}
                 {(!embed).then(|| again.map(|(href, text)| view! { <a href=href rel="external">{text}</a> }))}
             </p>
         </section>

@@ -84,9 +84,19 @@ impl FleetLink {
     }
 
     /// The front's background work, once the state exists: the page's [`ServerInfo`]
-    /// kept from the live workers, and the fleet-wide recorder consumer.
+    /// kept from the live workers, the fleet-wide recorder consumer, and the lease sweep
+    /// that ends the jobs of dead workers nobody follows (their rows then marked
+    /// interrupted by the recorder).
     pub fn spawn_background(&self, info: Arc<InfoCell>, auth_required: bool, recorder: Arc<Recorder>) {
         tokio::spawn(keep_info(self.front.clone(), info, auth_required));
+        let store = recorder.store().clone();
+        tokio::spawn(self.front.clone().sweep_leases(move || {
+            let store = store.clone();
+            async move {
+                let running = tokio::task::spawn_blocking(move || store.running()).await??;
+                anyhow::Ok(running.into_iter().map(|r| r.id).collect())
+            }
+        }));
         tokio::spawn(
             self.front
                 .clone()
@@ -255,7 +265,8 @@ fn attach(front: &Arc<Front>, recorder: &Arc<Recorder>, id: &str, run: Arc<RunSt
 /// worker went away is marked interrupted — in a fleet that is what interrupts a run, not
 /// a front's restart (the job lives on in JetStream and on its worker, and any front can
 /// follow and record it), so fronts never mark `running` rows at start-up; any other
-/// failure discards the row, as on a single server.
+/// failure marks the row `failed` with its reason and what the worker measured before, as
+/// on a single server.
 async fn record_end(recorder: Arc<Recorder>, job: String, message: Message) -> Result<()> {
     let body = match message.body {
         Body::Event { event: Event::Done { report } } => RecordBody::Run(report),
@@ -273,8 +284,9 @@ async fn record_end(recorder: Arc<Recorder>, job: String, message: Message) -> R
                 })
                 .await;
         }
-        Body::Event { event: Event::Failed { .. } } => {
-            return recorder.write(move |store| store.discard_running(&job)).await;
+        Body::Event { event: Event::Failed { failure } } => {
+            let measured = message.measured.map(|m| *m).unwrap_or_default();
+            return recorder.write(move |store| crate::recorder::save_failure(store, &job, failure, measured)).await;
         }
         Body::Event { .. } => return Ok(()),
     };

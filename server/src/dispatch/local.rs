@@ -92,7 +92,8 @@ pub fn server_info(worker: &Worker, counts: Option<&CountCache>, auth_required: 
 
 /// Submits run `id` to `worker`, its start recorded first. The sink, called on the device
 /// thread, hands the report to the recorder, which sends `done` once it is saved (or
-/// `failed` with kind `storage`: a result that is gone on reload is not `done`).
+/// `failed` with kind `storage`: a result that is gone on reload is not `done`); a run
+/// that fails is recorded `failed` with what it measured, then its `failed` goes out.
 pub(super) fn start_run(
     worker: &Worker,
     recorder: &Arc<Recorder>,
@@ -106,19 +107,22 @@ pub(super) fn start_run(
     let mut meter = ::fleet::metrics::RunMeter::default();
     let sink_recorder = recorder.clone();
     let record_id = id.to_string();
+    // What it measured so far, kept with its record if it fails.
+    let mut measured = protocol::PartialRun::default();
     let sink = move |event: Event| {
         meter.observe(&event);
+        measured.observe(&event);
         match event {
             Event::Done { report } => {
                 let run = sink_run.clone();
                 sink_recorder.finish_run(&record_id, report, move |last| run.push(last));
             }
-            event => {
-                if matches!(event, Event::Failed { .. }) {
-                    sink_recorder.discard(&record_id);
-                }
-                sink_run.push(event);
+            Event::Failed { failure } => {
+                let run = sink_run.clone();
+                let measured = std::mem::take(&mut measured);
+                sink_recorder.fail_run(&record_id, failure, measured, move |last| run.push(last));
             }
+            event => sink_run.push(event),
         }
     };
     // In the run's span: the engine runs the task in the span it was submitted in, and

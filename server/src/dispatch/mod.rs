@@ -153,7 +153,9 @@ impl Dispatch {
     /// When each event of run `id` was emitted by its fleet worker (µs since the epoch).
     pub fn emitted(&self, id: &str) -> Result<Vec<u64>, ApiError> {
         match self {
-            Dispatch::Local(_) => Err(ApiError::Unavailable),
+            Dispatch::Local(_) => Err(ApiError::FleetOnly(
+                "GET /api/runs/{id}/emitted is a fleet front's: when a fleet worker emitted each event, and this is a single server, whose runs no worker relays".into(),
+            )),
             Dispatch::Fleet(link) => link.front.emitted(id).ok_or_else(|| ApiError::NotFound(id.to_string())),
         }
     }

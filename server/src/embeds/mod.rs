@@ -7,7 +7,7 @@
 //!   the bytes. A missing id is 404, a malformed option 400 naming it (JSON, as the API).
 //! - `GET /oembed?url=...&format=json`: the oEmbed answer for a permalink (`rich`: the
 //!   iframe, with the PNG as thumbnail; `photo`: the PNG, with `type=photo` or a URL of the
-//!   PNG itself); 404 for a URL this server does not serve, 501 for another format.
+//!   PNG itself); 404 for a URL this server does not serve, 400 naming `format` for another format.
 //! - [`head_tags`]: the Open Graph / Twitter-card tags and the oEmbed link of a permalink
 //!   page, and an embed's pinned `?theme=`, which the router's page context hands the shell.
 //!

@@ -80,11 +80,14 @@ pub(super) async fn answer_oembed(
         .get("url")
         .ok_or_else(|| bad("url", "url= names the permalink to embed").into_response())?;
     match query.get("format").map(String::as_str) {
-        None | Some("json") => {}
+        // Empty: as if absent. Another format is the request's mistake, a 400 naming the
+        // field like every other (oEmbed's own answer would be 501, which reads as the
+        // server failing).
+        None | Some("json") | Some("") => {}
         Some(other) => {
             return Err(error_with(
-                StatusCode::NOT_IMPLEMENTED,
-                "not_implemented",
+                StatusCode::BAD_REQUEST,
+                "bad_request",
                 format!(
                     "format `{}` is not served: this server answers oEmbed in json only",
                     other.chars().take(40).collect::<String>()

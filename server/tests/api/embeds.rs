@@ -404,7 +404,7 @@ async fn oembed_answers_rich_and_photo_and_refuses_what_it_does_not_serve() {
     for (query, status, field) in [
         (
             format!("url={url}&format=xml"),
-            StatusCode::NOT_IMPLEMENTED,
+            StatusCode::BAD_REQUEST,
             Some("format"),
         ),
         (

@@ -171,3 +171,95 @@ fn recorded_repeats_count_towards_the_next_workers_run_to_run_noise() {
     store.close();
     let _ = std::fs::remove_file(&path);
 }
+
+/// A run that fails keeps its record: status `failed`, its spec, the reason, and exactly
+/// the figures it streamed before (here: a run on a worker whose time limit it exceeds).
+/// Its permalink, its API and its replayed events say so.
+#[tokio::test]
+async fn a_run_past_its_time_limit_is_kept_as_failed_with_what_it_measured() {
+    // Long enough for the model's first pass on a loaded machine, far shorter than 1000
+    // passes of it (about 40 ms each on one idle core).
+    let limit = std::time::Duration::from_secs(12);
+    let worker = server::start_worker(server::worker_config(&engine_args(), 4, Some(limit))).unwrap();
+    let mut state = state();
+    state.dispatch = server::dispatch::Dispatch::Local(std::sync::Arc::new(worker));
+    let router = server::router(state.clone());
+    // The model built once within the limit, so the long run's limit is spent measuring.
+    let warm = r#"{"model": "resnet18", "batch": 1, "warmup": 0, "iters": 1, "device": "cpu"}"#;
+    let (status, _, body) = send(router.clone(), post_run(warm)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&body));
+    let created: RunCreated = serde_json::from_slice(&body).unwrap();
+    let events = follow(router.clone(), &created.events_url).await;
+    assert!(events.last().is_some_and(Event::is_terminal), "{events:?}");
+
+    let long = r#"{"model": "resnet18", "batch": 2, "warmup": 1, "iters": 1000, "device": "cpu"}"#;
+    let (status, _, body) = send(router.clone(), post_run(long)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let created: RunCreated = serde_json::from_slice(&body).unwrap();
+    let id = created.id.clone();
+    let events = follow(router.clone(), &created.events_url).await;
+    let Some(Event::Failed { failure }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(failure.kind, protocol::FailureKind::Timeout, "{failure:?}");
+    let streamed: Vec<protocol::Sample> = events
+        .iter()
+        .filter_map(|e| match e { Event::Sample { sample } => Some(sample.clone()), _ => None })
+        .collect();
+    assert!(!streamed.is_empty() && streamed.len() < 1000, "{} timed passes before the limit", streamed.len());
+
+    // The record, written before the viewer was told: failed, the spec, the reason, and
+    // the very samples the viewer saw (none invented, none lost).
+    let (status, _, body) = send(router.clone(), get(&format!("/api/records/{id}"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let record: protocol::Record = serde_json::from_slice(&body).unwrap();
+    assert_eq!(record.status(), protocol::RecordStatus::Failed);
+    let u = record.unfinished().expect("a record without a report");
+    assert_eq!(u.spec.as_ref().map(|s| s.iters), Some(1000));
+    assert_eq!(u.failure.as_ref(), Some(failure));
+    let measured = u.measured.as_ref().expect("what it measured");
+    assert_eq!(measured.samples, streamed);
+    assert_eq!(measured.warmup.len(), 1);
+    assert_eq!(measured.planned, Some(1001), "one warm-up and 1000 timed passes were planned");
+    // Physical: every pass took time, and its peak holds at least the weights and input
+    // (the baseline) plus the output alive after it.
+    let baseline = measured.baseline_bytes.expect("its start was kept");
+    assert!(
+        measured.samples.iter().all(|s| s.latency_ms > 0.0 && s.peak_bytes >= s.allocated_bytes && s.allocated_bytes > baseline),
+        "baseline {baseline}: {:?}",
+        measured.samples
+    );
+    assert!(u.started_at <= *u.failed_at.as_ref().unwrap(), "{u:?}");
+    assert!(u.message.starts_with("failed at 20") && u.message.contains("(timeout): the run went past the server's time limit"), "{}", u.message);
+    assert!(u.message.contains(&format!("it measured {} timed passes after 1 warm-up pass", streamed.len())), "{}", u.message);
+
+    // The report API: gone for good, code `failed`, saying why (live, and from the record).
+    let (status, _, body) = send(router.clone(), get(&format!("/api/runs/{id}"))).await;
+    assert_eq!(status, StatusCode::GONE);
+    assert_eq!(error_of(&body).code, "failed");
+    state.runs.remove(&id);
+    let (status, _, body) = send(router.clone(), get(&format!("/api/runs/{id}"))).await;
+    assert_eq!(status, StatusCode::GONE);
+    let error = error_of(&body);
+    assert_eq!((error.code.as_str(), error.message.as_str()), ("failed", u.message.as_str()));
+    // Its events, from the record: what it measured, then its failure, as first streamed.
+    let replayed = follow(router.clone(), &created.events_url).await;
+    let live: Vec<&Event> = events.iter().filter(|e| !matches!(e, Event::Queued { .. })).collect();
+    assert_eq!(replayed.iter().collect::<Vec<_>>(), live);
+
+    // The listing and the permalink page.
+    let (_, _, body) = send(router.clone(), get("/api/records?kind=run&limit=1000")).await;
+    let list: Vec<protocol::RecordSummary> = serde_json::from_slice(&body).unwrap();
+    let listed = list.iter().find(|s| s.id == id).expect("listed");
+    assert_eq!(listed.status, protocol::RecordStatus::Failed);
+    assert_eq!(listed.note.as_deref(), Some(u.message.as_str()));
+    let (status, _, page) = send(router.clone(), get(&format!("/runs/{id}"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let page = String::from_utf8(page).unwrap().replace("<!>", "");
+    assert!(page.contains("data-status=\"failed\""), "{page}");
+    assert!(page.contains("Failed</strong> at 20"), "{page}");
+    assert!(page.contains("the run went past the server&#x27;s time limit") || page.contains("the run went past the server's time limit"), "{page}");
+    assert!(page.contains(&format!("/api/records/{id}/export/json")), "the page links what it measured: {page}");
+    // The JSON export carries the figures; the table export says where they are.
+    let (status, _, body) = send(router.clone(), get(&format!("/api/records/{id}/export/csv"))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(error_of(&body).message.contains("`measured`"));
+}

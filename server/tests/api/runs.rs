@@ -335,10 +335,12 @@ async fn a_run_that_cannot_be_recorded_fails_with_storage() {
         }
         other => panic!("the viewer was told {other:?}, not that the record was lost"),
     }
-    // Nobody is told `done` later either.
+    // Nobody is told `done` later either: there will never be a report (410, code `failed`).
     let (status, _, body) = send(router, get(&format!("/api/runs/{}", created.id))).await;
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert!(error_of(&body).message.contains("could not be recorded"));
+    assert_eq!(status, StatusCode::GONE);
+    let error = error_of(&body);
+    assert_eq!(error.code, "failed");
+    assert!(error.message.contains("could not be recorded"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
