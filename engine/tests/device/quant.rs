@@ -151,8 +151,10 @@ fn the_drift_from_the_unquantized_model_grows_as_the_levels_shrink(device) {
         assert_eq!(d.tokens_compared, 2 * 12);
         assert!((0.0..=1.0).contains(&d.greedy_agreement));
         assert!(d.max_abs_logit_delta.is_finite() && d.max_abs_logit_delta > 0.0, "{d:?}");
-        assert!(d.max_abs_logit_delta < d.max_abs_logit, "{d:?}");
     }
+    // Per-channel int8 stays well inside the logits' own scale. Int4 on random weights need
+    // not: a flipped logit moves by up to twice the largest one.
+    assert!(d8.max_abs_logit_delta < d8.max_abs_logit, "{d8:?}");
     assert!(d4.max_abs_logit_delta > d8.max_abs_logit_delta, "int4 {d4:?} vs int8 {d8:?}");
 }
 }
