@@ -24,6 +24,11 @@ pub struct LearnDb(Mutex<Connection>);
 
 impl LearnDb {
     pub fn open(path: &Path) -> Result<LearnDb> {
+        // Beside the run database, whose folder may not exist yet: a fleet front keeps its
+        // runs in PostgreSQL and has never made it.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && path != Path::new(":memory:")) {
+            std::fs::create_dir_all(dir).with_context(|| format!("could not create the folder {}", dir.display()))?;
+        }
         let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(
