@@ -434,6 +434,18 @@ impl Front {
         let mut tick = tokio::time::interval((self.heartbeat_ttl / 2).max(Duration::from_millis(250)));
         loop {
             tick.tick().await;
+            // Within a TTL of this front's own trouble with NATS (a restart), every lease has
+            // lapsed for want of a store, not of a worker: as with the worker list, an
+            // absence proves nothing yet.
+            let trusted = self
+                .workers
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .absence_proves_from
+                .is_some_and(|from| Instant::now() >= from);
+            if !trusted {
+                continue;
+            }
             let jobs = match unfinished().await {
                 Ok(jobs) => jobs,
                 Err(e) => {
