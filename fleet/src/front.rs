@@ -138,6 +138,10 @@ impl Front {
             }
         }
         cards.sort_by(|a, b| a.name.cmp(&b.name));
+        // The bucket's key listing can name a key twice when a heartbeat lands while it is
+        // read (the page then listed a worker twice, and "run on every device" ran on it
+        // twice): one card per worker.
+        cards.dedup_by(|a, b| a.name == b.name);
         Ok(cards)
     }
 
