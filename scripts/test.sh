@@ -139,6 +139,11 @@ if [ -n "$rebuilt" ]; then
 fi
 echo "ok: nothing compiled"
 
+echo "==> The API fuzzed from its own OpenAPI document (schemathesis; a fresh server on port + 24)"
+# Every operation, 10 generated requests each, fixed seed: never a 5xx, and every answer
+# (status, content type, body, each SSE message) as the document says.
+(cd .. && scripts/fuzz-api.sh $((port + 24)) 10)
+
 echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads, 3 warm starts)"
 # The warm starts run scripts/run.sh on port + 20 ... + 22: past NATS and PostgreSQL
 # (port + 3, + 4, still up) and the fleet tests' ports (port + 5 ... + 19).

@@ -5,12 +5,13 @@
 //! | a job (a run or a pitfall experiment) for one worker | stream `GRADLESS_RUNS`, subject `gradless.runs.<worker>` | work queue: until that worker acknowledges it |
 //! | a job's events | stream `GRADLESS_EVENTS`, subjects `gradless.events.<job>.ev` and, for the last one, `gradless.events.<job>.end` | a day (late viewers replay them) |
 //! | the live workers | key-value bucket `gradless-workers`, key `<worker>` | one heartbeat TTL after the last put |
-//! | the job each worker holds now (its lease) | key-value bucket `gradless-leases`, key `<job>` | renewed every third of the worker's heartbeat TTL; deleted at the job's end; [`LEASES_KEPT`] after the last put |
+//! | the job each worker holds now (its lease) | key-value bucket `gradless-leases`, key `<job>` | renewed every third of the worker's heartbeat TTL; created by the worker as it takes the job (or by a front expiring the job first: whoever creates the key decides), renewed every third of the worker's heartbeat TTL, deleted at the job's end; [`LEASES_KEPT`] after the last put |
 //!
 //! Every message body is JSON. Job and final-event publishes carry a `Nats-Msg-Id`, so a
 //! retried publish (or two fronts declaring the same worker gone) is stored once.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
 use async_nats::jetstream::{self, kv, stream};
@@ -196,11 +197,24 @@ pub struct Lease {
     /// The last renewal ([`now_ms`]).
     pub renewed_ms: u64,
     pub ttl_ms: u64,
+    /// Set (to the front's name) when this is no worker's lease but a front's claim that
+    /// the job expired before any worker took it. Job and front race for the key: the
+    /// one that creates it decides the job's fate, so a job is never both run and
+    /// declared "expired without running".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_by: Option<String>,
 }
 
 impl Lease {
     pub fn is_current(&self, now_ms: u64) -> bool {
         now_ms <= self.renewed_ms + self.ttl_ms
+    }
+
+    /// The same holder: one worker process, or one front's expiry claim.
+    fn same_holder(&self, other: &Lease) -> bool {
+        self.worker == other.worker
+            && self.process_started_ms == other.process_started_ms
+            && self.expired_by == other.expired_by
     }
 }
 
@@ -247,6 +261,8 @@ pub struct Bus {
     pub js: jetstream::Context,
     /// The server's URL without its password or token ([`redact`]): what messages name.
     pub url: String,
+    /// When the connection was last made (first or again); `None` while it is down.
+    connected_since: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Bus {
@@ -264,6 +280,19 @@ impl Bus {
                 Duration::from_millis((250 * attempt as u64).min(2000))
             })
             .connection_timeout(Duration::from_secs(3));
+        let connected_since = Arc::new(Mutex::new(None));
+        let since = connected_since.clone();
+        options = options.event_callback(move |event| {
+            let since = since.clone();
+            async move {
+                let mut since = since.lock().unwrap_or_else(|e| e.into_inner());
+                match event {
+                    async_nats::Event::Connected => *since = Some(Instant::now()),
+                    async_nats::Event::Disconnected => *since = None,
+                    _ => {}
+                }
+            }
+        });
         // async-nats does not send a URL's user and password (or token) itself: taken from
         // the URL here, so `nats://user:pass@host` authenticates as docs/operating.md says.
         if let Some((user, pass)) = url_credentials(url)? {
@@ -294,7 +323,21 @@ impl Bus {
             client,
             js,
             url: redact(url, true),
+            connected_since,
         })
+    }
+
+    /// When this process's connection to NATS last came up, `None` while it is down. What
+    /// a front concludes from absences (a lapsed lease, a worker missing from the list)
+    /// waits a TTL past it: while the connection was down nothing could be renewed or read.
+    pub fn connected_since(&self) -> Option<Instant> {
+        if !self.is_connected() {
+            return None;
+        }
+        // Connected, but the event not handled yet (events come through a channel): now,
+        // the cautious answer.
+        let since = *self.connected_since.lock().unwrap_or_else(|e| e.into_inner());
+        Some(since.unwrap_or_else(Instant::now))
     }
 
     pub fn is_connected(&self) -> bool {
@@ -355,6 +398,24 @@ impl Bus {
             .get_key_value(LEASES_BUCKET)
             .await
             .context("opening the leases bucket")
+    }
+
+    /// Claims job `job`'s lease key with `lease`: `None` when the key now holds it (it was
+    /// free, or held by this same holder already: a create whose answer was lost to the
+    /// network), else the lease or claim that holds the key. Atomic in JetStream (a create
+    /// expects no revision), so of a worker starting the job and a front expiring it,
+    /// exactly one wins.
+    pub async fn claim(&self, job: &str, lease: &Lease) -> Result<Option<Lease>> {
+        let kv = self.leases().await?;
+        match kv.create(job, serde_json::to_vec(lease)?.into()).await {
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let held = kv.get(job).await?.context("the lease vanished while it was claimed")?;
+                let held: Lease = serde_json::from_slice(&held).context("an unreadable lease")?;
+                Ok((!held.same_holder(lease)).then_some(held))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Job `job`'s lease, if one is in the bucket (current or lapsed).

@@ -41,6 +41,8 @@ pub struct Front {
     stamps: std::sync::Mutex<Stamps>,
     pub heartbeat_ttl: Duration,
     pub run_timeout: Duration,
+    /// Names this front process in the expiry claims it writes ([`bus::Lease::expired_by`]).
+    name: String,
 }
 
 /// The live workers as last read from the bucket, and when that read began.
@@ -82,6 +84,7 @@ impl Front {
             stamps: Default::default(),
             heartbeat_ttl,
             run_timeout,
+            name: format!("front {} (pid {}, started {})", crate::host::hostname(), std::process::id(), bus::now_ms()),
         });
         let watcher = Arc::downgrade(&front);
         tokio::spawn(async move {
@@ -92,8 +95,11 @@ impl Front {
             loop {
                 let Some(front) = watcher.upgrade() else { return };
                 let read_at = Instant::now();
-                if !front.bus.is_connected() {
-                    trouble_at = read_at;
+                // The connection's own record: a read can fail long after the connection
+                // dropped (its timeout), or not at all within a short outage.
+                match front.bus.connected_since() {
+                    None => trouble_at = read_at,
+                    Some(since) => trouble_at = trouble_at.max(since),
                 }
                 match front.read_workers().await {
                     Ok(cards) => {
@@ -109,6 +115,9 @@ impl Front {
                     }
                     Err(e) => {
                         trouble_at = Instant::now();
+                        // Absences stop proving anything now, not at the next good read.
+                        front.workers.write().unwrap_or_else(|e| e.into_inner()).absence_proves_from =
+                            Some(trouble_at + heartbeat_ttl);
                         if !said {
                             said = true;
                             tracing::warn!("reading the workers bucket: {e:#}");
@@ -355,10 +364,19 @@ impl Front {
                             // (a worker is listed before it takes a job, and unlisted a TTL
                             // after its last heartbeat).
                             Some((process, seen)) => {
-                                let gone = match &card {
+                                let mut gone = match &card {
                                     Some(c) => c.started_ms > process,
                                     None => listed_at.is_some_and(|t| t > seen),
                                 };
+                                // Unlisted is not gone while that process still renews the
+                                // job's lease: on a lossy link a heartbeat can come too late
+                                // while the run goes on (the fault test's 5% loss ended two
+                                // finishing runs as "worker gone").
+                                if gone && card.is_none() {
+                                    if let Ok(Some(lease)) = self.bus.lease(id).await {
+                                        gone = !(lease.process_started_ms == process && lease.is_current(bus::now_ms()));
+                                    }
+                                }
                                 gone.then(|| {
                                     metrics::global().count_failure("worker_gone");
                                     (FailureKind::WorkerGone, format!("worker {name} went away during the run"))
@@ -380,6 +398,20 @@ impl Front {
                                 })
                             }
                         };
+                        // "Expired without running" only once this front holds the job's
+                            // lease key: a worker that took the job first holds it instead,
+                            // and the job goes on (its lease, if it lapses, ends it).
+                            let failure = match failure {
+                                Some((FailureKind::Timeout, text)) if !started => match self.claim_expiry(id, name).await {
+                                    Ok(true) => Some((FailureKind::Timeout, text)),
+                                    Ok(false) => None,
+                                    Err(e) => {
+                                        tracing::debug!(job = %id, "claiming the job's expiry: {e:#}");
+                                        None
+                                    }
+                                },
+                                other => other,
+                            };
                         if let Some((kind, text)) = failure {
                             let message = Message {
                                 worker: name.to_string(),
@@ -397,6 +429,23 @@ impl Front {
                 }
             }
         }
+    }
+
+    /// Claims job `id`'s lease key for its expiry ([`bus::Bus::claim`]): `true` when the
+    /// job may be declared expired (this front's claim, or another front's, holds the key),
+    /// `false` when worker `worker` took the job first.
+    async fn claim_expiry(&self, id: &str, worker: &str) -> Result<bool> {
+        let claim = bus::Lease {
+            worker: worker.to_string(),
+            process_started_ms: 0,
+            renewed_ms: bus::now_ms(),
+            ttl_ms: self.heartbeat_ttl.as_millis() as u64,
+            expired_by: Some(self.name.clone()),
+        };
+        Ok(match self.bus.claim(id, &claim).await? {
+            None => true,
+            Some(held) => held.expired_by.is_some(),
+        })
     }
 
     fn stamp(&self, id: &str, emitted_us: u64) {
@@ -441,12 +490,14 @@ impl Front {
             // Within a TTL of this front's own trouble with NATS (a restart), every lease has
             // lapsed for want of a store, not of a worker: as with the worker list, an
             // absence proves nothing yet.
+            let now = Instant::now();
             let trusted = self
                 .workers
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .absence_proves_from
-                .is_some_and(|from| Instant::now() >= from);
+                .is_some_and(|from| now >= from)
+                && self.bus.connected_since().is_some_and(|since| now >= since + self.heartbeat_ttl);
             if !trusted {
                 continue;
             }
@@ -479,6 +530,17 @@ impl Front {
         let last = self.bus.last_event(job).await?;
         let (kind, worker, text) = match (&lease, &last) {
             (Some(l), _) if l.is_current(now) => return Ok(None),
+            // A front's expiry claim whose end never followed (that front stopped between
+            // the two): the end it meant to publish.
+            (Some(l), _) if l.expired_by.is_some() => (
+                FailureKind::Timeout,
+                l.worker.clone(),
+                format!(
+                    "it waited for worker {} longer than the run time limit ({} s): expired without running",
+                    l.worker,
+                    self.run_timeout.as_secs()
+                ),
+            ),
             (Some(l), _) => (
                 FailureKind::WorkerGone,
                 l.worker.clone(),

@@ -294,17 +294,23 @@ async fn handle(
         tracing::info!(job = %job.id, "already ended (a front declared it failed): skipped");
         return Ok(());
     }
-    // Held by an earlier process of this worker (killed mid-run, its end not declared yet):
-    // that run is gone with it, and is never run a second time.
-    if let Some(lease) = bus.lease(&job.id).await.context("reading the job's lease")? {
-        if lease.process_started_ms != options.started_ms {
+    match claim(bus, &job.id, options).await? {
+        None => {}
+        // A front found it waiting past the run time limit first, and ends it as expired.
+        Some(held) if held.expired_by.is_some() => {
+            tracing::info!(job = %job.id, "expired by a front before this worker took it: skipped");
+            return Ok(());
+        }
+        // Held by an earlier process of this worker (killed mid-run, its end not declared
+        // yet): that run is gone with it, and is never run a second time.
+        Some(held) => {
             metrics::global().count_failure("worker_gone");
-            let text = format!("worker {} went away during the run", lease.worker);
+            let text = format!("worker {} went away during the run", held.worker);
             tracing::warn!(job = %job.id, "held by an earlier process of this worker: ended as worker gone, not run again");
             return emit(bus, job, options, failed(FailureKind::WorkerGone, text)).await;
         }
     }
-    let lease = hold(bus, &job.id, options).await?;
+    let lease = hold(bus, &job.id, options);
     let outcome = handle_held(bus, engine, job, options, message).await;
     lease.abort();
     // Released only once the end is stored (or not at all when it was not: the lease
@@ -317,33 +323,46 @@ async fn handle(
     outcome
 }
 
-/// Puts job `id`'s lease (retrying while NATS is away: a job never runs unleased) and
-/// renews it every third of the TTL until the returned task is aborted.
-async fn hold(bus: &Bus, id: &str, options: &WorkerOptions) -> Result<tokio::task::JoinHandle<()>> {
-    let ttl = options.heartbeat_ttl;
-    let lease = |renewed_ms| bus::Lease {
+/// This worker process's lease on a job, renewed at `renewed_ms`.
+fn lease(options: &WorkerOptions, renewed_ms: u64) -> bus::Lease {
+    bus::Lease {
         worker: options.name.clone(),
         process_started_ms: options.started_ms,
         renewed_ms,
-        ttl_ms: ttl.as_millis() as u64,
-    };
+        ttl_ms: options.heartbeat_ttl.as_millis() as u64,
+        expired_by: None,
+    }
+}
+
+/// Claims job `id`'s lease for this process ([`Bus::claim`]), retrying while NATS is away
+/// (a job never runs unleased): `None` once held, else what holds it instead.
+async fn claim(bus: &Bus, id: &str, options: &WorkerOptions) -> Result<Option<bus::Lease>> {
+    let mut tries = 0;
+    loop {
+        match bus.claim(id, &lease(options, bus::now_ms())).await {
+            Ok(held) => return Ok(held),
+            Err(e) if tries < 120 => {
+                tries += 1;
+                tracing::warn!(job = %id, "claiming the job's lease failed, retrying: {e:#}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.context("claiming the job's lease")),
+        }
+    }
+}
+
+/// Renews job `id`'s lease (claimed by [`claim`]) every third of the TTL until the
+/// returned task is aborted.
+fn hold(bus: &Bus, id: &str, options: &WorkerOptions) -> tokio::task::JoinHandle<()> {
+    let ttl = options.heartbeat_ttl;
     let put = |bus: Bus, lease: bus::Lease, id: String| async move {
         let kv = bus.leases().await?;
         kv.put(&id, serde_json::to_vec(&lease)?.into()).await?;
         anyhow::Ok(())
     };
-    let mut tries = 0;
-    while let Err(e) = put(bus.clone(), lease(bus::now_ms()), id.to_string()).await {
-        tries += 1;
-        if tries > 120 {
-            return Err(e.context("putting the job's lease"));
-        }
-        tracing::warn!(job = %id, "putting the job's lease failed, retrying: {e:#}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
     let (bus, id) = (bus.clone(), id.to_string());
-    let template = lease(0);
-    Ok(tokio::spawn(async move {
+    let template = lease(options, 0);
+    tokio::spawn(async move {
         let mut tick = tokio::time::interval((ttl / 3).max(Duration::from_millis(200)));
         tick.tick().await;
         loop {
@@ -353,7 +372,7 @@ async fn hold(bus: &Bus, id: &str, options: &WorkerOptions) -> Result<tokio::tas
                 tracing::warn!(job = %id, "renewing the job's lease (NATS at {}): {e:#}", bus.url);
             }
         }
-    }))
+    })
 }
 
 async fn handle_held(
@@ -527,7 +546,7 @@ pub fn card(name: &str, engine: &engine::Worker, models: Vec<protocol::ModelInfo
     }
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

@@ -78,7 +78,10 @@ pub fn latency_chart_with(
                     .label(
                         Label::new()
                             .position(position)
-                            .formatter(format!("{name} {{c}}").as_str()),
+                            // The text is written here, from the figure itself: ECharts'
+                            // `{c}` would round the already rounded line value a second time
+                            // (3.3447 → 3.345 → "3.35").
+                            .formatter(format!("{name} {}", mark_text(p)).as_str()),
                     ),
             ));
         }
@@ -323,4 +326,10 @@ pub(super) fn memory_description(
         s.push_str(&format!(" Against the previous run: {r}."));
     }
     s
+}
+
+/// A mark line's figure in milliseconds, to two decimals (three below 0.1 ms, where two
+/// would read 0.00), rounded once, from the measured value.
+fn mark_text(ms: f64) -> String {
+    if ms < 0.1 { format!("{ms:.3}") } else { format!("{ms:.2}") }
 }
