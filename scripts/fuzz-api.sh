@@ -7,7 +7,7 @@
 # statuses, content types and response schemas. What it finds is fixed in the code or in
 # the document (server/src/openapi.rs), never silenced.
 #
-# Usage: scripts/fuzz-api.sh PORT [EXAMPLES]   (EXAMPLES: 25; scripts/test.sh runs it with 10).
+# Usage: scripts/fuzz-api.sh PORT [EXAMPLES]   (EXAMPLES: 25, as scripts/test.sh runs it).
 # Needs the release binary ($CARGO_TARGET_DIR/release/gradless) and target/site.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -140,9 +140,9 @@ fi
 echo "ok: nothing compiled"
 
 echo "==> The API fuzzed from its own OpenAPI document (schemathesis; a fresh server on port + 24)"
-# Every operation, 10 generated requests each, fixed seed: never a 5xx, and every answer
+# Every operation, 25 generated requests each, fixed seed: never a 5xx, and every answer
 # (status, content type, body, each SSE message) as the document says.
-(cd .. && scripts/fuzz-api.sh $((port + 24)) 10)
+(cd .. && scripts/fuzz-api.sh $((port + 24)) 25)
 
 echo "==> Load figures (a benchmark, not a test: medians of 5 cold loads, 3 warm starts)"
 # The warm starts run scripts/run.sh on port + 20 ... + 22: past NATS and PostgreSQL

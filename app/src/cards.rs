@@ -1,6 +1,7 @@
 //! The pitfall cards' texts (claims, code, thresholds, questions: about 48 KB of the page's
 //! 70 KB of HTML) go into the page only where it shows them: the Pitfalls pages and the
-//! permalinks, which name a recorded experiment by its card's title. Other pages carry the
+//! permalinks, which name a recorded experiment by its card's title, and the learn pages,
+//! whose steps ask the cards' questions. Other pages carry the
 //! ServerInfo without them, and a page reached from there by client-side navigation reads
 //! them once from `GET /api/pitfalls` ([`with_cards`]).
 
@@ -14,6 +15,12 @@ pub fn needs_cards(path: &str) -> bool {
         || path.starts_with("/embed/pitfalls/")
         || path.starts_with("/runs/")
         || path.starts_with("/embed/runs/")
+        // A path's steps ask the cards' questions, and the composer lists the cards (the
+        // learn pages load in full: their data comes with the page). Without them a step
+        // rendered "no such card" in the browser where the server had rendered the card,
+        // and the page never hydrated.
+        || path.starts_with("/learn/")
+        || path.starts_with("/embed/learn/")
 }
 
 /// The ServerInfo to put into the page at `path`: without the cards where it does not
@@ -93,10 +100,10 @@ mod tests {
 
     #[test]
     fn only_the_pages_that_show_cards_carry_them() {
-        for yes in ["/pitfalls", "/pitfalls/", "/embed/pitfalls/eval-not-nograd", "/runs/abc", "/embed/runs/abc"] {
+        for yes in ["/pitfalls", "/pitfalls/", "/embed/pitfalls/eval-not-nograd", "/runs/abc", "/embed/runs/abc", "/learn/inference-settings", "/embed/learn/x", "/learn/new"] {
             assert!(needs_cards(yes), "{yes}");
         }
-        for no in ["/", "/generate", "/compare", "/runs", "/embed/lab", "/pitfallsx"] {
+        for no in ["/", "/generate", "/compare", "/runs", "/embed/lab", "/pitfallsx", "/learn"] {
             assert!(!needs_cards(no), "{no}");
         }
     }

@@ -273,7 +273,7 @@ pub fn chart_readings(latest: &Report, previous: &Report) -> (String, String) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -302,7 +302,8 @@ mod tests {
         );
     }
 
-    fn report(model: &str, batch: u32, peak: u64, latencies: &[f64]) -> Report {
+    /// A report for tests: `model` at `batch`, `peak` bytes above baseline, these latencies.
+    pub(crate) fn report(model: &str, batch: u32, peak: u64, latencies: &[f64]) -> Report {
         let samples: Vec<serde_json::Value> = latencies
             .iter()
             .enumerate()

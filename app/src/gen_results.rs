@@ -229,6 +229,7 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             let replay = if g.decode_graph { "; decode steps replayed one CUDA graph" } else { "" };
             format!("{}{replay}", a.describe(r.env.device))
         });
+        let (weights, split, drift) = quant_lines(&g);
         let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
         let compute_peak = match (g.prefill_percent_of_peak, g.bandwidth_source.as_deref()) {
             (Some(p), Some(s)) if s.starts_with("measured") => format!(" ({p:.1}% of the matmul peak measured on this device)"),
@@ -243,6 +244,9 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
                 <tr><th>"Tokens/s"</th><td>{format!("{:.1} per sequence, {:.1} in total", g.tokens_per_s, g.tokens_per_s_total)}</td></tr>
                 <tr><th>"KV cache"</th><td data-testid="gen-kv">{kv}</td></tr>
                 <tr><th>"Memory"</th><td>{format!("weights + prompt {}, peak {}, after release {} ({source})", format_bytes(r.memory.baseline_bytes), format_bytes(r.memory.peak_allocated_bytes), format_bytes(r.memory.after_release_bytes))}</td></tr>
+                {weights.map(|w| view! { <tr><th>"Weights"</th><td data-testid="gen-weights-split">{w}</td></tr> })}
+                {split.map(|m| view! { <tr><th>"At the peak"</th><td data-testid="gen-memory-split">{m}</td></tr> })}
+                {drift.map(|d| view! { <tr><th>"Drift from unquantized"</th><td data-testid="gen-drift">{d}</td></tr> })}
                 {(graph > 0).then(|| view! { <tr><th>"Autograd graph"</th><td data-testid="gen-graph">{format!("{} held after the last step, on top of the cache", format_bytes(graph))}</td></tr> })}
                 {bandwidth.map(|b| view! { <tr><th>"Decode bandwidth"</th><td data-testid="gen-bandwidth">{b}</td></tr> })}
                 {attention.map(|a| view! { <tr><th>"Attention (SDPA backend)"</th><td data-testid="gen-attention">{a}</td></tr> })}
@@ -252,6 +256,50 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>
         }
     })
+}
+
+/// The weights split (linear layers against the rest, beside the formula), memory at the
+/// peak split by what holds it, and the drift from the unquantized model: the lines of a
+/// generation that carries them (`None` each where it does not).
+fn quant_lines(g: &protocol::GenerationReport) -> (Option<String>, Option<String>, Option<String>) {
+    let weights = g.weights_breakdown.map(|b| {
+        let formula = match g.weights_formula {
+            Some(f) if f.linear_bytes == b.linear_bytes && f.other_bytes == b.other_bytes => "; both equal to their formula, to the byte".to_string(),
+            Some(f) => format!("; the formula says {} and {}", format_bytes(f.linear_bytes), format_bytes(f.other_bytes)),
+            None => String::new(),
+        };
+        let share = if b.linear_unquantized_bytes > 0 {
+            format!(" ({:.3}× their {} unquantized)", b.linear_bytes as f64 / b.linear_unquantized_bytes as f64, format_bytes(b.linear_unquantized_bytes))
+        } else {
+            String::new()
+        };
+        let total = b.linear_bytes + b.other_bytes;
+        let other_share = if total > 0 { 100.0 * b.other_bytes as f64 / total as f64 } else { 0.0 };
+        format!(
+            "the blocks' linear layers {}{share}; everything else {} ({other_share:.0}% of the weights: embeddings, norms, head, in the activation dtype){formula}",
+            format_bytes(b.linear_bytes),
+            format_bytes(b.other_bytes)
+        )
+    });
+    let split = g.memory_peak.map(|m| {
+        format!(
+            "weights {}, KV cache {}, activations and logits {}",
+            format_bytes(m.weights_bytes),
+            format_bytes(m.kv_cache_bytes),
+            format_bytes(m.activations_bytes)
+        )
+    });
+    let drift = g.drift.as_ref().map(|d| {
+        format!(
+            "max |Δ logit| {:.4} at the prefill (its largest |logit| {:.2}); the unquantized model picks the same greedy token for {:.1}% of {} tokens ({})",
+            d.max_abs_logit_delta,
+            d.max_abs_logit,
+            100.0 * d.greedy_agreement,
+            d.tokens_compared,
+            d.reference
+        )
+    });
+    (weights, split, drift)
 }
 
 #[cfg(test)]

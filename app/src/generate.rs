@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use protocol::{
-    format_bytes, GenerateSpec, GradMode, KvCacheKind,
+    format_bytes, GenerateSpec, GradMode, KvCacheKind, KvDtype, WeightQuant,
     ModelId, Report, RunSpec, ServerInfo, WeightsDtype,
 };
 
@@ -47,6 +47,33 @@ pub enum Comparison {
 }
 
 /// What each control does, in a sentence or two.
+/// The quantization choice as the select names it: `none`, `int8`, `int4-64`.
+fn quant_value(s: &RunSpec) -> String {
+    match s.generate.as_ref().map(|g| (g.weights, g.group_size)) {
+        Some((WeightQuant::Int8, _)) => "int8".into(),
+        Some((WeightQuant::Int4, gs)) => format!("int4-{}", gs.unwrap_or(protocol::DEFAULT_GROUP_SIZE)),
+        _ => "none".into(),
+    }
+}
+
+/// Sets the quantization from the select's value (see [`quant_value`]).
+fn set_quant(s: &mut RunSpec, v: &str) {
+    let Some(g) = s.generate.as_mut() else { return };
+    let (kind, group) = v.split_once('-').unwrap_or((v, ""));
+    if let Ok(w) = kind.parse::<WeightQuant>() {
+        g.weights = w;
+        g.group_size = (w == WeightQuant::Int4).then(|| group.parse().ok()).flatten();
+    }
+}
+
+pub fn explain_quant(q: WeightQuant) -> &'static str {
+    match q {
+        WeightQuant::None => "The blocks' linear layers in the weights' dtype. Quantized, they are stored as int8 or int4 and multiplied by PyTorch's packed kernels; the embeddings, norms and head stay as they are (as gpt-fast does).",
+        WeightQuant::Int8 => "int8 weight-only: one byte a weight plus a scale per output channel, multiplied by torch._weight_int8pack_mm. The KV cache and the activations keep their dtype.",
+        WeightQuant::Int4 => "int4 weight-only: half a byte a weight plus a scale and a zero point per group, multiplied by torch._weight_int4pack_mm. Smaller groups follow the weights more closely and cost more bytes.",
+    }
+}
+
 pub fn explain_cache(cache: KvCacheKind) -> &'static str {
     match cache {
         KvCacheKind::Dynamic => "Dynamic: each step appends the new token's keys and values to every layer's cache by concatenation (transformers' DynamicCache). Each step feeds one token; the cache grows by the formula's bytes per token.",
@@ -218,6 +245,14 @@ pub fn GeneratePage() -> impl IntoView {
                     |s| s.advanced.weights.as_str().to_string(),
                     |s, v| { if let Ok(w) = v.parse::<WeightsDtype>() { s.advanced.weights = w } },
                     Box::new(move || "The weights' dtype, cast once when the model is built: decode reads every weight each step, so bytes per weight set its speed.".to_string()))}
+                {select("Quantized linear layers", "gen-quant", vec![("none", "none (as the weights)"), ("int8", "int8, a scale per output channel"), ("int4-32", "int4, groups of 32"), ("int4-64", "int4, groups of 64"), ("int4-128", "int4, groups of 128")],
+                    quant_value,
+                    set_quant,
+                    Box::new(move || explain_quant(spec.get().generate.as_ref().map_or(WeightQuant::None, |g| g.weights)).to_string()))}
+                {select("KV cache dtype", "gen-kv-dtype", vec![("as_activations", "as the activations"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp8_e4m3", "fp8 e4m3 (CUDA only)")],
+                    |s| s.generate.as_ref().map_or(KvDtype::AsActivations, |g| g.kv_dtype).as_str().to_string(),
+                    |s, v| { if let (Some(g), Ok(k)) = (s.generate.as_mut(), v.parse()) { g.kv_dtype = k } },
+                    Box::new(move || "The dtype the cache stores keys and values in, cast back for attention: bf16 or fp16 halve an fp32 cache, not the weights. fp8 needs a CUDA device that has it; this build refuses it elsewhere.".to_string()))}
                 <p class="settings-line" data-testid="gen-settings">{settings_line}</p>
                 {auth_required.then(|| view! { <TokenField /> })}
                 <div class="actions">

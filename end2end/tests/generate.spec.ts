@@ -32,6 +32,37 @@ test("a generation streams its steps into the per-step charts", async ({ page })
   expect(errors).toEqual([]);
 });
 
+test("int8 and int4 weights: the weights split beside its formula, memory by holder, the drift", async ({ page }) => {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto("/generate?model=llama_tiny&device=cpu&batch=1&prompt=16&new_tokens=16&cache=dynamic&eval=1&grad=no_grad&autocast=off");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  for (const [choice, ratio] of [["int8", 0.3], ["int4-32", 0.2]] as const) {
+    await page.getByTestId("gen-quant").selectOption(choice);
+    await expect(page).toHaveURL(new RegExp(`weights=${choice.split("-")[0]}`));
+    await expect(page.getByTestId("gen-quant")).toHaveValue(choice);
+    await page.getByTestId("gen-run").click();
+    const split = page.getByTestId("gen-weights-split");
+    await expect(split).toContainText("equal to their formula, to the byte", { timeout: 90_000 });
+    // The linear layers' bytes against their unquantized bytes: under 0.3× (int8), 0.2× (int4).
+    const factor = parseFloat((await split.innerText()).match(/\(([0-9.]+)× their/)![1]);
+    expect(factor).toBeLessThan(ratio);
+    await expect(page.getByTestId("gen-memory-split")).toContainText(/weights .+, KV cache .+, activations and logits /);
+    await expect(page.getByTestId("gen-drift")).toContainText(/max \|Δ logit\| [0-9.]+ at the prefill/);
+    await expect(page.getByTestId("gen-drift")).toContainText(/same greedy token for [0-9.]+% of 16 tokens/);
+  }
+  // Pictures of the new choices and rows, at 1440 and 390 px, for a person to look at.
+  const shots = process.env.GRADLESS_SHOTS ?? "test-results/shots";
+  for (const [name, width, height] of [["1440", 1440, 900], ["390", 390, 844]] as const) {
+    await page.setViewportSize({ width, height });
+    await page.getByTestId("gen-quant").scrollIntoViewIfNeeded();
+    await page.screenshot({ path: `${shots}/generate-quant-controls-${name}.png` });
+    await page.getByTestId("gen-weights-split").scrollIntoViewIfNeeded();
+    await page.screenshot({ path: `${shots}/generate-quant-rows-${name}.png` });
+  }
+  expect(errors).toEqual([]);
+});
+
 test("Compare cache modes overlays dynamic, static and no cache", async ({ page }) => {
   await page.goto("/generate?model=llama_tiny&device=cpu&batch=1&prompt=8&new_tokens=24&cache=dynamic&eval=1&grad=no_grad&autocast=off");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);

@@ -61,7 +61,7 @@ async function checkAnswers(page: Page, before: Summary, right: boolean[]) {
     const a = after.steps[n - 1], b = before.steps[n - 1];
     expect(a.answers, `step ${n}`).toBe(b.answers + 1);
     expect(a.right, `step ${n}`).toBe(b.right + (right[n - 1] ? 1 : 0));
-    await expect(page.getByTestId(`share-${n}`)).toContainText(`${a.answers} answers, ${a.right} right`);
+    await expect(page.getByTestId(`share-${n}`)).toContainText(`${a.answers} answer${a.answers === 1 ? "" : "s"}, ${a.right} right`);
     await expect(page.getByTestId(`answers-${n}`).locator(".bar-row.truth")).toHaveCount(1);
     if (a.right < a.answers) await expect(page.getByTestId(`common-wrong-${n}`)).toContainText("Most common wrong answer");
   }

@@ -269,6 +269,7 @@ fn learn_path() {}
         (status = 401, description = "This server wants its token", body = ApiErrorBody),
         (status = 404, description = "No such path or step", body = ApiErrorBody),
         (status = 409, description = "The experiment or a run failed (the message says why)", body = ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
         (status = 422, description = "A prediction the step's question cannot take (field `prediction`)", body = ApiErrorBody),
         (status = 429, description = "Rate limited: runs, or answers per client per minute", body = ApiErrorBody),
         (status = 503, description = "The queue is full", body = ApiErrorBody),
@@ -294,6 +295,7 @@ struct ComposeBody {
         (status = 400, description = "The TOML breaks a rule: the field is named (`toml.step[2].card`)", body = ApiErrorBody),
         (status = 401, description = "This server wants its token", body = ApiErrorBody),
         (status = 409, description = "A path with this id exists", body = ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
     ))]
 #[allow(dead_code)]
 fn learn_compose() {}

@@ -16,6 +16,7 @@ pub mod advanced;
 pub mod controls;
 pub mod guide;
 pub mod inside;
+pub mod predict;
 pub mod results;
 pub mod run;
 
@@ -141,7 +142,22 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
         }
     });
 
-    let run_one = move |s: RunSpec| start_run(s, runs);
+    // The finished run on the charts: what a change of one setting is predicted against.
+    let shown = Signal::derive(move || {
+        view_state.with(|v| v.report.clone().filter(|_| v.phase == crate::run_view::Phase::Done))
+    });
+    let prediction = predict::BoxArgs {
+        spec,
+        shown,
+        pending: RwSignal::new(None),
+        locked: Signal::derive(move || busy.get()),
+        loaded: RwSignal::new(false),
+    };
+    let run_one = move |s: RunSpec| {
+        // The answers in the prediction box, if it asks, go with this run.
+        prediction.pending.set(predict::pending(prediction, &s));
+        start_run(s, runs)
+    };
     let can_start = move || !busy.get_untracked() && validity.problem_untracked().is_none();
     // The buttons stay focusable while a run goes on (a disabled button drops keyboard
     // focus to the page body): a click then does nothing, and aria-disabled says so.
@@ -160,6 +176,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
             .into_iter()
             .filter(|s| info.with_value(|i| autocast_support(i, s, s.autocast).0))
             .collect();
+        prediction.pending.set(None);
         start_sequence(rows, runs);
     };
     let on_compare = move |_| compare_all();
@@ -331,6 +348,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
                 <AdvancedControl lab validity />
 
                 {auth_required.then(|| view! { <TokenField /> })}
+                {(!embed).then(|| view! { <predict::LazyPrediction args=prediction /> })}
                 <div class="actions">
                     <button
                         class="primary"

@@ -40,7 +40,7 @@ fn step_view(s: &StepAnswers) -> impl IntoView + use<> {
     let share = if s.answers == 0 {
         "no answers yet".to_string()
     } else {
-        format!("{} answers, {} right ({:.0}%)", s.answers, s.right, 100.0 * f64::from(s.right) / f64::from(s.answers))
+        format!("{} answer{}, {} right ({:.0}%)", s.answers, if s.answers == 1 { "" } else { "s" }, s.right, 100.0 * f64::from(s.right) / f64::from(s.answers))
     };
     let bars = s
         .bars

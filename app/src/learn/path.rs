@@ -235,6 +235,8 @@ fn StepCard(path: LearnPath, step: Step, n: usize, progress: RwSignal<Progress>,
 fn outcome(o: &StepOutcome) -> impl IntoView + use<> {
     let scored = crate::prediction::scored_html(&o.scored);
     let report = o.report.as_ref().map(|r| {
+        // Its prediction is the one shown above, on its axis: not a second time.
+        let r = &protocol::PitfallReport { prediction: None, ..(**r).clone() };
         let permalink = r.record_id.clone().map(|rid| view! {
             <p class="explain"><a href=format!("/runs/{rid}") rel="external">"Permalink to this result"</a></p>
         });

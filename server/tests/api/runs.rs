@@ -344,6 +344,42 @@ async fn a_run_that_cannot_be_recorded_fails_with_storage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A run that runs out of memory keeps its record (status failed, kind out_of_memory), and
+/// its permalink says so: "Failed", and why, in the budget's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_out_of_memory_keeps_a_permalink_that_says_so() {
+    // A 160 MiB budget: ResNet-50 training at 448 px, batch 4, keeps gigabytes of
+    // activations, and is at or below the probe batch, so it is stopped during its pass.
+    let args = server::config::EngineArgs { memory_limit_mib: Some(160), ..engine_args() };
+    let worker = server::start_worker(server::worker_config(&args, 4, None)).unwrap();
+    let mut state = state();
+    state.dispatch = server::dispatch::Dispatch::Local(std::sync::Arc::new(worker));
+    let router = server::router(state);
+    let (status, _, body) = send(
+        router.clone(),
+        post_run(r#"{"model": "resnet50", "batch": 4, "input_size": 448, "eval": false, "grad": "enabled", "warmup": 0, "iters": 1, "device": "cpu"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&body));
+    let created: RunCreated = serde_json::from_slice(&body).unwrap();
+    let events = follow(router.clone(), &created.events_url).await;
+    let message = match events.last() {
+        Some(Event::Failed { failure }) if failure.kind == protocol::FailureKind::OutOfMemory => failure.message.clone(),
+        other => panic!("expected out of memory, got {other:?}"),
+    };
+    let (status, _, body) = send(router.clone(), get(&format!("/api/records/{}", created.id))).await;
+    assert_eq!(status, StatusCode::OK);
+    let record: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(record["report"]["status"], "failed", "{record}");
+    assert_eq!(record["report"]["failure"]["kind"], "out_of_memory", "{record}");
+    let (status, _, body) = send(router, get(&format!("/runs/{}", created.id))).await;
+    assert_eq!(status, StatusCode::OK);
+    let page = String::from_utf8_lossy(&body);
+    assert!(page.contains(r#"data-status="failed""#), "the permalink does not say failed");
+    assert!(page.contains("out of memory"), "the permalink does not say out of memory");
+    assert!(message.contains("out of memory"), "{message}");
+}
+
 /// Holds the device for `secs` (a long task ahead of the queue), so runs submitted now wait.
 fn occupy_device(state: &server::state::AppState, secs: f64) -> tokio::task::JoinHandle<()> {
     let worker = state.dispatch.local().cloned().expect("a single-process state");

@@ -1,0 +1,63 @@
+// Predict, then measure, in the Lab: after a run, changing exactly one setting asks what the
+// change does to peak memory and p50; Run scores both against the two runs. Two settings at
+// once ask nothing. Screenshots of the question and of the score (1440 and 390 px) land in
+// end2end/test-results/shots/ (GRADLESS_SHOTS).
+import { expect, test } from "@playwright/test";
+import { LabPage } from "./lab-page";
+
+const shots = process.env.GRADLESS_SHOTS ?? "test-results/shots";
+
+for (const [name, viewport] of [["1440", { width: 1440, height: 900 }], ["390", { width: 390, height: 844 }]] as const) {
+  test(`a change of one setting is predicted, then scored against the run before (${name} px)`, async ({ page }) => {
+    await page.setViewportSize(viewport);
+    const lab = new LabPage(page);
+    await lab.open("model=tiny_mlp&device=cpu&eval=1&grad=enabled&autocast=off&batch=64&warmup=1&iters=20");
+    await expect(lab.testid("lab-predict")).toHaveCount(0);
+    await lab.run();
+    await lab.waitDone();
+    // Nothing changed yet: nothing to predict.
+    await expect(lab.testid("lab-predict")).toHaveCount(0);
+
+    // One setting: autograd off. The box names the change and asks both questions.
+    await lab.testid("grad-no_grad").check();
+    const box = lab.testid("lab-predict");
+    await expect(box).toContainText("grad from enabled to no_grad");
+    await expect(box.getByTestId("predict-lab-peak")).toContainText("peak memory");
+    await expect(box.getByTestId("predict-lab-p50")).toContainText("median latency");
+    await box.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: `${shots}/lab-predict-before-${name}.png` });
+
+    // Two settings at once: no single change, no question.
+    await lab.testid("batch").fill("32");
+    await lab.testid("batch").press("Enter");
+    await expect(page).toHaveURL(/batch=32/);
+    await expect(lab.testid("lab-predict")).toHaveCount(0);
+    // Back to one change from the run on the charts.
+    await lab.testid("batch").fill("64");
+    await lab.testid("batch").press("Enter");
+    await expect(page).toHaveURL(/batch=64/);
+    await expect(box).toContainText("grad from enabled to no_grad");
+    // Keyboard: the choice is a radio, picked with the keyboard like any other.
+    await box.getByTestId("predict-lab-peak").getByLabel("lower").check();
+    await box.getByTestId("predict-lab-p50").getByLabel("about the same").focus();
+    await page.keyboard.press("Space");
+    await lab.run();
+    await lab.waitDone();
+
+    const scored = lab.testid("lab-predict-scored");
+    await expect(scored).toBeVisible();
+    await expect(scored.getByTestId("scored")).toHaveCount(2);
+    // no_grad frees the activations autograd kept: peak memory is lower, and "lower" is right.
+    const peak = scored.getByTestId("scored").first();
+    await expect(peak).toContainText("Right");
+    await expect(peak).toContainText(/predicted lower, measured ×0\.\d+/);
+    await expect(scored.locator(".axis .marker.measured")).toHaveCount(2);
+    // The latency answer is scored one way or the other, and the noise-aware reading follows.
+    const word = (await scored.getByTestId("scored").nth(1).locator("strong").first().innerText()).trim();
+    expect(["Right", "Wrong"]).toContain(word);
+    await expect(scored).toContainText("Against the runs' noise, the median latency:");
+    await expect(scored.locator("h2")).toContainText(/Your prediction: [12] of 2 right/);
+    await scored.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: `${shots}/lab-predict-after-${name}.png` });
+  });
+}
