@@ -130,9 +130,29 @@ pub fn GeneratePage() -> impl IntoView {
         #[cfg(not(feature = "hydrate"))]
         let _ = (rows, view_state, finished, compared);
     };
-    let run_one = move |_| run_specs(vec![spec.get_untracked()]);
-    let compare_cache = move |_| run_specs(comparison(&spec.get_untracked(), Comparison::Cache));
-    let compare_grad = move |_| run_specs(comparison(&spec.get_untracked(), Comparison::Grad));
+    // A change of one setting since the generation on the charts is predicted first (the
+    // Lab's box, with this page's settings).
+    let prediction = crate::lab::predict::BoxArgs {
+        spec,
+        shown: Signal::derive(move || view_state.with(|v| v.report.clone().filter(|_| v.phase == Phase::Done))),
+        pending: RwSignal::new(None),
+        locked: Signal::derive(move || busy.get()),
+        loaded: RwSignal::new(false),
+        generate: true,
+    };
+    let run_one = move |_| {
+        let s = spec.get_untracked();
+        prediction.pending.set(crate::lab::predict::pending(prediction, &s));
+        run_specs(vec![s])
+    };
+    let compare_cache = move |_| {
+        prediction.pending.set(None);
+        run_specs(comparison(&spec.get_untracked(), Comparison::Cache))
+    };
+    let compare_grad = move |_| {
+        prediction.pending.set(None);
+        run_specs(comparison(&spec.get_untracked(), Comparison::Grad))
+    };
 
     // A link with `&run=1` starts the run on arrival; a bare address shows the newest
     // recorded default generation, labelled, or runs the default once on a fresh server.
@@ -255,6 +275,7 @@ pub fn GeneratePage() -> impl IntoView {
                     Box::new(move || "The dtype the cache stores keys and values in, cast back for attention: bf16 or fp16 halve an fp32 cache, not the weights. fp8 needs a CUDA device that has it; this build refuses it elsewhere.".to_string()))}
                 <p class="settings-line" data-testid="gen-settings">{settings_line}</p>
                 {auth_required.then(|| view! { <TokenField /> })}
+                <crate::lab::predict::LazyPrediction args=prediction />
                 <div class="actions">
                     <button class="primary" data-testid="gen-run" on:click=run_one disabled=move || busy.get()>"Generate"</button>
                     <button data-testid="gen-compare-cache" on:click=compare_cache disabled=move || busy.get()>"Compare cache modes"</button>

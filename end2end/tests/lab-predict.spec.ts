@@ -61,3 +61,24 @@ for (const [name, viewport] of [["1440", { width: 1440, height: 900 }], ["390", 
     await page.screenshot({ path: `${shots}/lab-predict-after-${name}.png` });
   });
 }
+
+test("the Generate page asks the same before a change of one of its settings", async ({ page }) => {
+  await page.goto("/generate?model=llama_tiny&device=cpu&batch=1&prompt=16&new_tokens=16&cache=dynamic&eval=1&grad=no_grad&autocast=off");
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await page.getByTestId("gen-run").click();
+  await expect(page.getByTestId("gen-summary")).toBeVisible({ timeout: 90_000 });
+  await page.getByTestId("gen-grad").selectOption("enabled");
+  const box = page.getByTestId("lab-predict");
+  await expect(box).toContainText("grad from no_grad to enabled");
+  await expect(box).toContainText("press Generate");
+  // Autograd on in a generation loop keeps every step's graph: peak memory is higher.
+  await box.getByTestId("predict-lab-peak").getByLabel("higher").check();
+  await page.getByTestId("gen-run").click();
+  const scored = page.getByTestId("lab-predict-scored");
+  await expect(scored).toBeVisible({ timeout: 90_000 });
+  await expect(scored.getByTestId("scored")).toHaveCount(2);
+  await expect(scored.getByTestId("scored").first()).toContainText(/Right — predicted higher, measured ×\d/);
+  // Not answered: shown, not scored.
+  await expect(scored.getByTestId("scored").nth(1)).toContainText("Not scored");
+  await expect(scored.locator("h2")).toContainText("Your prediction: 1 of 1 right");
+});

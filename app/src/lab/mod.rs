@@ -152,6 +152,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
         pending: RwSignal::new(None),
         locked: Signal::derive(move || busy.get()),
         loaded: RwSignal::new(false),
+        generate: false,
     };
     let run_one = move |s: RunSpec| {
         // The answers in the prediction box, if it asks, go with this run.

@@ -1,10 +1,11 @@
-//! Predict, then measure, in the Lab: once a run is on the charts and the reader changes
-//! exactly one setting, the page asks what the change will do to peak memory and to p50
-//! before the next run, then scores both against the two runs. The questions are the
+//! Predict, then measure, in the Lab and on the Generate page: once a run is on the charts
+//! and the reader changes exactly one setting, the page asks what the change will do to
+//! peak memory and to p50 (per token, for a generation) before the next run, then scores
+//! both against the two runs. The questions are the
 //! onboarding paths' own for a change of one setting ([`protocol::learn`]): "lower / about
 //! the same / higher", the band of "about the same" stated first (×0.95–×1.05 for memory,
 //! which is exact to the byte; ×0.9–×1.1 for latency). Answering is optional: Run without
-//! a choice runs as before. Nothing is sent or kept: the Lab's predictions live on the page.
+//! a choice runs as before. Nothing is sent or kept: these predictions live on the page.
 //!
 //! The box and the scoring are lazy functions (their own wasm chunk, as the embed dialog's):
 //! fetched once a run is on the charts, so a cold visit to the Lab does not carry them.
@@ -13,21 +14,22 @@ use leptos::prelude::*;
 use protocol::learn::{ChangeFigure, Step, StepKind, CHANGE_AFTER, CHANGE_BEFORE};
 use protocol::{Figure, Prediction, Question, Report, RunSpec, Scored};
 
-use crate::settings::query_from_spec;
 
 /// Settings that are not a lesson's change: where the run goes (device, threads) and how
 /// long it is timed (warm-up, iterations). The model is no setting of a model.
 const NOT_A_CHANGE: [&str; 5] = ["device", "threads", "warmup", "iters", "model"];
 
 /// The one setting that differs between `before` (the run on the charts) and `now` (the
-/// settings shown), as `(setting, from, to)` in the link's words; `None` when none or more
-/// than one differ, or when the model does.
-pub fn one_change(now: &RunSpec, before: &RunSpec) -> Option<(String, String, String)> {
+/// settings shown), as `(setting, from, to)` in the link's words (the Lab's, or with
+/// `generate` the Generate page's); `None` when none or more than one differ, or when the
+/// model does.
+pub fn one_change(now: &RunSpec, before: &RunSpec, generate: bool) -> Option<(String, String, String)> {
     if now.model != before.model {
         return None;
     }
+    let query: fn(&RunSpec) -> String = if generate { crate::gen_settings::query_from_spec } else { crate::settings::query_from_spec };
     let pairs = |s: &RunSpec| -> Vec<(String, String)> {
-        query_from_spec(s)
+        query(s)
             .split('&')
             .filter_map(|kv| kv.split_once('='))
             .filter(|(k, _)| !NOT_A_CHANGE.contains(k))
@@ -68,14 +70,14 @@ fn words(key: &str, value: Option<String>) -> String {
 }
 
 /// The two questions of a change: peak memory, then p50, the new run's over the old's.
-pub fn questions(change: &(String, String, String), spec: &RunSpec) -> [Question; 2] {
+pub fn questions(change: &(String, String, String), spec: &RunSpec, generate: bool) -> [Question; 2] {
     let (setting, from, to) = change.clone();
     let ask = |figure| {
         let step = Step {
             title: String::new(),
             note: String::new(),
             kind: StepKind::Change {
-                generate: false,
+                generate,
                 model: spec.model.clone(),
                 device: spec.device,
                 setting: setting.clone(),
@@ -170,17 +172,23 @@ pub struct BoxArgs {
     pub locked: Signal<bool>,
     /// The box's code is here ([`LazyPrediction`]).
     pub loaded: RwSignal<bool>,
+    /// On the Generate page (its settings, its button).
+    pub generate: bool,
 }
 
-/// The box, once its code is here: fetched when the first run is on the charts (before
-/// that there is nothing to predict against).
+/// The box, once its code is here: fetched when a setting changes while a run is on the
+/// charts (before that there is nothing to predict), so a visit that changes nothing
+/// never downloads it (a cold Lab visit shows a recorded run: fetching it then would put
+/// its bytes in every first visit).
 #[component]
 pub fn LazyPrediction(args: BoxArgs) -> impl IntoView {
     #[cfg(feature = "hydrate")]
     {
         let asked = StoredValue::new(false);
-        Effect::new(move |_| {
-            if args.shown.with(|r| r.is_some()) && !asked.get_value() {
+        Effect::new(move |before: Option<RunSpec>| {
+            let now = args.spec.get();
+            let changed = before.is_some_and(|b| b != now);
+            if changed && !asked.get_value() && args.shown.with_untracked(|r| r.is_some()) {
                 asked.set_value(true);
                 leptos::task::spawn_local(async move {
                     __preload_prediction_box().await;
@@ -188,6 +196,7 @@ pub fn LazyPrediction(args: BoxArgs) -> impl IntoView {
                     args.loaded.set(true);
                 });
             }
+            now
         });
     }
     move || {
@@ -213,7 +222,7 @@ pub fn pending(args: BoxArgs, spec: &RunSpec) -> Option<Pending> {
     #[cfg(feature = "hydrate")]
     {
         use futures::FutureExt;
-        pending_for((args.shown.get_untracked(), spec.clone())).now_or_never().flatten()
+        pending_for((args.shown.get_untracked(), spec.clone(), args.generate)).now_or_never().flatten()
     }
     #[cfg(not(feature = "hydrate"))]
     {
@@ -224,11 +233,11 @@ pub fn pending(args: BoxArgs, spec: &RunSpec) -> Option<Pending> {
 
 #[leptos::lazy]
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
-fn pending_for(args: (Option<Report>, RunSpec)) -> Option<Pending> {
-    let (before, spec) = args;
+fn pending_for(args: (Option<Report>, RunSpec, bool)) -> Option<Pending> {
+    let (before, spec, generate) = args;
     let before = before?;
-    let change = one_change(&spec, &before.spec)?;
-    let questions = questions(&change, &spec);
+    let change = one_change(&spec, &before.spec, generate)?;
+    let questions = questions(&change, &spec, generate);
     let predicted = read(&questions);
     predicted.iter().any(|p| *p != Prediction::Skipped).then(|| Pending { questions, predicted, before, setting: change.0 })
 }
@@ -236,23 +245,24 @@ fn pending_for(args: (Option<Report>, RunSpec)) -> Option<Pending> {
 #[leptos::lazy]
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 fn prediction_box(args: BoxArgs) -> AnyView {
-    let BoxArgs { spec, shown, pending, locked, .. } = args;
-    view! { <LabPrediction spec shown pending locked /> }.into_any()
+    let BoxArgs { spec, shown, pending, locked, generate, .. } = args;
+    view! { <LabPrediction spec shown pending locked generate /> }.into_any()
 }
 
 /// The box above the Run button: the two questions when one setting changed since the run
 /// on the charts, then, once the next run is done, both predictions against it.
 #[component]
-fn LabPrediction(spec: Memo<RunSpec>, shown: Signal<Option<Report>>, pending: RwSignal<Option<Pending>>, locked: Signal<bool>) -> impl IntoView {
+fn LabPrediction(spec: Memo<RunSpec>, shown: Signal<Option<Report>>, pending: RwSignal<Option<Pending>>, locked: Signal<bool>, generate: bool) -> impl IntoView {
     let asked = Memo::new(move |_| {
         let now = spec.get();
-        shown.with(|r| r.as_ref().and_then(|r| one_change(&now, &r.spec).map(|c| (questions(&c, &now), c))))
+        shown.with(|r| r.as_ref().and_then(|r| one_change(&now, &r.spec, generate).map(|c| (questions(&c, &now, generate), c))))
     });
+    let button = if generate { "Generate" } else { "Run" };
     // The scores, once the run started with a prediction is the one on the charts.
     let scored = move || {
         let p = pending.get()?;
         let after = shown.get()?;
-        let same_change = one_change(&after.spec, &p.before.spec).is_some_and(|(s, ..)| s == p.setting);
+        let same_change = one_change(&after.spec, &p.before.spec, generate).is_some_and(|(s, ..)| s == p.setting);
         (after != p.before && same_change).then(|| (score(&p.questions, &p.predicted, &p.before, &after), p))
     };
     view! {
@@ -276,7 +286,7 @@ fn LabPrediction(spec: Memo<RunSpec>, shown: Signal<Option<Report>>, pending: Rw
                 <section class="lab-predict" data-testid="lab-predict" aria-label="Predict first">
                     <p class="explain">
                         <strong>{format!("You changed one setting: {setting} from {from} to {to}.")}</strong>
-                        " Predict what it does against the run on the charts, then press Run (or just run)."
+                        {format!(" Predict what it does against the run on the charts, then press {button} (or just run it).")}
                     </p>
                     <crate::prediction::PredictControls question=peak answered=a1 locked id=IDS[0].to_string() />
                     <crate::prediction::PredictControls question=p50 answered=a2 locked id=IDS[1].to_string() />
@@ -298,31 +308,44 @@ mod tests {
     #[test]
     fn one_setting_changed_is_named_and_two_are_not() {
         let before = spec();
-        assert_eq!(one_change(&before, &before), None);
+        assert_eq!(one_change(&before, &before, false), None);
         let now = RunSpec { grad: GradMode::NoGrad, ..before.clone() };
-        assert_eq!(one_change(&now, &before), Some(("grad".into(), "enabled".into(), "no_grad".into())));
+        assert_eq!(one_change(&now, &before, false), Some(("grad".into(), "enabled".into(), "no_grad".into())));
         let now = RunSpec { eval: !before.eval, ..before.clone() };
-        let (setting, from, to) = one_change(&now, &before).unwrap();
+        let (setting, from, to) = one_change(&now, &before, false).unwrap();
         assert_eq!(setting, "eval");
         assert_ne!(from, to);
         // Two at once, or another model: no single change to predict.
         let two = RunSpec { grad: GradMode::NoGrad, batch: 8, ..before.clone() };
-        assert_eq!(one_change(&two, &before), None);
+        assert_eq!(one_change(&two, &before, false), None);
         let other = RunSpec { model: ModelId::Resnet18, ..before.clone() };
-        assert_eq!(one_change(&other, &before), None);
+        assert_eq!(one_change(&other, &before, false), None);
         // A report's spec has the input size filled in: that is no change either.
         let resolved = RunSpec { input_size: Some(64), ..before.clone() };
-        assert_eq!(one_change(&before, &resolved), None);
+        assert_eq!(one_change(&before, &resolved, false), None);
         // Timing and placement are not lessons: iterations alone is no change.
         let longer = RunSpec { iters: before.iters + 10, threads: Some(1), ..before.clone() };
-        assert_eq!(one_change(&longer, &before), None);
+        assert_eq!(one_change(&longer, &before, false), None);
+    }
+
+    #[test]
+    fn on_the_generate_page_its_own_settings_are_the_changes() {
+        let before = crate::gen_settings::spec_from_query(&[], |_| None);
+        let mut now = before.clone();
+        now.generate.as_mut().unwrap().cache = protocol::KvCacheKind::Static;
+        assert_eq!(one_change(&now, &before, true), Some(("cache".into(), "dynamic".into(), "static".into())));
+        let q = questions(&one_change(&now, &before, true).unwrap(), &now, true);
+        assert!(q[0].text.starts_with("Switching cache from dynamic to static"), "{}", q[0].text);
+        let mut both = now.clone();
+        both.generate.as_mut().unwrap().new_tokens += 8;
+        assert_eq!(one_change(&both, &before, true), None);
     }
 
     #[test]
     fn predictions_are_scored_on_the_new_run_over_the_old() {
         let before = spec();
         let now = RunSpec { grad: GradMode::NoGrad, ..before.clone() };
-        let q = questions(&one_change(&now, &before).unwrap(), &now);
+        let q = questions(&one_change(&now, &before, false).unwrap(), &now, false);
         assert!(q[0].text.contains("peak memory") && q[1].text.contains("p50"), "{:?}", q);
         let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &[2.0, 2.0, 2.0]);
         let new = crate::explain::tests::report("tiny_mlp", 4, 400, &[2.02, 2.02, 2.02]);
@@ -340,7 +363,7 @@ mod tests {
     fn a_latency_change_inside_the_noise_is_called_noise_whatever_the_band_says() {
         let before = spec();
         let now = RunSpec { grad: GradMode::NoGrad, ..before.clone() };
-        let q = questions(&one_change(&now, &before).unwrap(), &now);
+        let q = questions(&one_change(&now, &before, false).unwrap(), &now, false);
         // Half the iterations three times slower than the rest: medians ×0.8 apart, and
         // an interval that spans far more.
         let noisy = |f: f64| (0..20).map(|i| if i % 2 == 0 { f } else { 3.0 * f }).collect::<Vec<_>>();

@@ -186,6 +186,7 @@ fn a_static_cache_never_grows(device) {
 
 #[test]
 fn a_decoder_too_large_for_the_budget_is_refused_naming_the_bytes() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig {
         lab: engine::LabConfig {
             memory_limit_bytes: Some(512 << 20),
@@ -398,6 +399,7 @@ fn cuda_graph_replay_of_the_decode_step_is_accepted_on_cuda_only(device) {
 
 #[test]
 fn admission_counts_the_attention_scores_only_where_math_runs() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let spec = |device, weights| RunSpec {
         model: "llama_3_1_8b".parse().unwrap(),
         device,
@@ -436,6 +438,7 @@ fn admission_counts_the_attention_scores_only_where_math_runs() {
 
 #[test]
 fn a_decoder_is_built_in_its_dtype_without_an_fp32_transient() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let counter = engine::torch_ext::CpuMemoryCounter::install().unwrap();
     let before = counter.read().unwrap().current;
     counter.reset_peak().unwrap();

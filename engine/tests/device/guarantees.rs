@@ -36,6 +36,7 @@ fn measure(w: &Worker, s: RunSpec) -> Report {
 
 #[test]
 fn a_panic_in_any_task_fails_that_task_and_the_worker_goes_on() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig::default()).unwrap();
     match w.call(|_| -> u32 { panic!("injected for the test") }) {
         Err(EngineError::TaskPanicked(reason)) => {
@@ -52,6 +53,7 @@ fn a_panic_in_any_task_fails_that_task_and_the_worker_goes_on() {
 
 #[test]
 fn threads_are_capped_at_the_cpu_count_naming_the_field() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig::default()).unwrap();
     let cpus = engine::spec::cpu_count();
     let over = RunSpec {
@@ -77,6 +79,7 @@ fn threads_are_capped_at_the_cpu_count_naming_the_field() {
 
 #[test]
 fn experiments_go_through_the_checked_path() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig {
         limits: protocol::Limits {
             max_batch: 64,
@@ -140,6 +143,7 @@ fn experiments_go_through_the_checked_path() {
 
 #[test]
 fn experiments_have_the_run_deadline() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig {
         run_timeout: Some(Duration::from_millis(1)),
         ..Default::default()
@@ -161,6 +165,7 @@ fn experiments_have_the_run_deadline() {
 
 #[test]
 fn a_cancelled_experiment_never_runs() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig::default()).unwrap();
     common::with_device_busy(&w, |busy| {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -183,6 +188,7 @@ fn a_cancelled_experiment_never_runs() {
 
 #[test]
 fn a_run_past_its_deadline_stops_within_the_pass() {
+    let _one_at_a_time = crate::common::cpu_lock();
     // ResNet-50 at 512 px, batch 4, one thread: one pass is tens of GFLOPs, seconds here.
     let timeout = Duration::from_millis(400);
     let w = Worker::start(WorkerConfig {
@@ -231,6 +237,7 @@ fn a_run_past_its_deadline_stops_within_the_pass() {
 
 #[test]
 fn a_pass_predicted_past_the_deadline_is_refused_up_front() {
+    let _one_at_a_time = crate::common::cpu_lock();
     // 60 s: the small run below must finish on a busy 2-core machine (it failed once at 20 s
     // under a load of 7.7), while one batch-4096 pass at 224 px, minutes long on a CPU, is
     // still predicted far past it.

@@ -224,6 +224,7 @@ fn batchnorm_couples_batch_mates_in_train_mode_only_and_updates_running_stats(de
 
 #[test]
 fn inference_tensors_cannot_be_saved_for_backward_until_cloned() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = worker();
     let r = measure(&w, spec(ModelId::TinyMlp, 4, true, GradMode::InferenceMode));
     assert!(r.output.is_inference);
@@ -245,6 +246,7 @@ fn inference_tensors_cannot_be_saved_for_backward_until_cloned() {
 
 #[test]
 fn invalid_specs_are_rejected_naming_the_field() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = worker();
     let cases = [
         (
@@ -358,6 +360,7 @@ fn a_full_queue_refuses_and_a_cancelled_run_never_runs(device) {
 
 #[test]
 fn shutting_down_finishes_the_current_run_and_cancels_the_queued_ones() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let w = Worker::start(WorkerConfig {
         queue_capacity: 4,
         ..Default::default()

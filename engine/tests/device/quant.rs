@@ -161,6 +161,7 @@ fn the_drift_from_the_unquantized_model_grows_as_the_levels_shrink(device) {
 
 #[test]
 fn the_admission_footprint_counts_the_quantized_bytes() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let dense = spec(DeviceKind::Cpu, WeightQuant::None, None, WeightsDtype::Fp32);
     let int4 = spec(DeviceKind::Cpu, WeightQuant::Int4, Some(64), WeightsDtype::Fp32);
     let (fd, f4) = (
@@ -207,6 +208,7 @@ fn a_half_precision_cache_halves_the_cache_not_the_weights(device) {
 
 #[test]
 fn an_fp8_cache_is_not_applicable_on_the_cpu() {
+    let _one_at_a_time = crate::common::cpu_lock();
     let (w, _turn) = worker();
     let s = RunSpec {
         device: protocol::DeviceChoice::Cpu,

@@ -150,6 +150,7 @@ fn flops_are_linear_in_the_batch_and_independent_of_the_grad_mode(device) {
 
 #[test]
 fn resnet18_at_224_counts_torchvisions_published_operations() {
+    let _one_at_a_time = crate::common::cpu_lock();
     // torchvision's model card gives ResNet-18 1.81 GFLOPS, counting a multiply-add as one:
     // twice that in Gradless's convention, to the card's three digits.
     let w = worker();

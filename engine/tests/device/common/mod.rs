@@ -48,6 +48,18 @@ pub fn require(device: DeviceKind) {
     }
 }
 
+/// Held by each CPU test for its whole body: one test at a time builds models and runs
+/// passes on the CPU. libtorch has one CPU random generator per process, and a model's
+/// weights are drawn from it right after it is seeded; two tests at once draw each other's
+/// numbers (or reseed it mid-build), so two builds of one seeded model could differ. The
+/// drift test caught it: its quantized decoder and its unquantized reference, built from
+/// the same seed while other tests ran, had different weights (max |Δ logit| 17 against
+/// logits of 13, with int8).
+pub fn cpu_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Held by each CUDA test for its whole body: the CUDA half runs one test at a time even
 /// when the harness is given more threads (scripts/gpu-check.sh also passes
 /// --test-threads=1, which covers tests outside `per_device!`).
@@ -96,6 +108,7 @@ macro_rules! per_device {
             fn body($device: protocol::DeviceKind) $body
             #[test]
             fn cpu() {
+                let _one_at_a_time = $crate::common::cpu_lock();
                 body(protocol::DeviceKind::Cpu)
             }
             #[test]
@@ -115,6 +128,7 @@ macro_rules! per_device {
         mod cpu {
             $(#[test]
             fn $name() {
+                let _one_at_a_time = $crate::common::cpu_lock();
                 super::$name(protocol::DeviceKind::Cpu)
             })+
         }
