@@ -124,7 +124,7 @@ fn latency_note(scored: &Scored, after: &Report, before: &Report) -> Option<Stri
             " By the stated band the latency went {}, but that is within the noise: at these settings a latency answer is a coin toss, not a lesson (more iterations, or a bigger batch, make the change measurable).",
             band.as_str()
         ),
-        (Some(protocol::Choice::Same), Some(noise)) => format!(
+        (Some(protocol::Choice::Same), Some(noise)) if noise != protocol::Choice::Same => format!(
             " By the stated band that is about the same, yet beyond the noise it is {}: a small change, measured.",
             noise.as_str()
         ),
@@ -373,6 +373,11 @@ mod tests {
         assert_eq!(s[1].right, Some(true), "by the stated band, ×0.8 is lower");
         let note = latency_note(&s[1], &new, &old).unwrap();
         assert!(note.contains("within the noise") && note.contains("coin toss"), "{note}");
+        // Both say "about the same": nothing more is said.
+        let same = crate::explain::tests::report("tiny_mlp", 4, 400, &noisy(1.02));
+        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Same)], &old, &same);
+        let note = latency_note(&s[1], &same, &old).unwrap();
+        assert!(!note.contains("By the stated band"), "{note}");
         // Quiet runs: the band and the noise agree, and nothing more is said.
         let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &[2.0; 20]);
         let new = crate::explain::tests::report("tiny_mlp", 4, 400, &[1.0; 20]);
