@@ -8,7 +8,7 @@
 use crate::common;
 
 use engine::lab::{convert_model, is_channels_last, make_input, parameter_bytes, LabConfig};
-use engine::{MeasureError, Worker, WorkerConfig};
+use engine::{MeasureError, Worker};
 use engine::models::Model;
 use engine::torch_call::tch_device;
 use protocol::{
@@ -31,9 +31,7 @@ fn spec(device: DeviceKind, model: ModelId, advanced: Advanced) -> RunSpec {
     }
 }
 
-fn worker() -> Worker {
-    Worker::start(WorkerConfig::default()).expect("worker starts")
-}
+use crate::common::worker;
 
 fn measure(w: &Worker, s: RunSpec) -> Report {
     w.measure(s, |_| {}).expect("run succeeds")

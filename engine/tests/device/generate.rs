@@ -38,11 +38,7 @@ fn generate(device: DeviceKind, batch: u32, prompt: u32, new_tokens: u32, cache:
 
 /// One generation at a time in this binary: the timing test must not share the two cores
 /// with the others' device threads.
-fn worker() -> (Worker, std::sync::MutexGuard<'static, ()>) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    (Worker::start(WorkerConfig::default()).expect("worker starts"), turn)
-}
+use crate::common::worker;
 
 fn run(w: &Worker, spec: RunSpec) -> Report {
     let mut steps = 0;
@@ -64,7 +60,7 @@ use engine::pitfalls::generation::rules::rank_correlation;
 
 per_device! {
 fn kv_cache_bytes_equal_the_formula_at_every_step(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let (batch, prompt, n) = (2, 12, 9);
     let r = run(&w, generate(device, batch, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad));
     let g = r.generation.unwrap();
@@ -86,7 +82,7 @@ fn kv_cache_bytes_equal_the_formula_at_every_step(device) {
 
 per_device! {
 fn dynamic_static_and_no_cache_generate_the_same_tokens(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let runs: Vec<Report> = KvCacheKind::ALL
         .into_iter()
         .map(|cache| run(&w, generate(device, 2, 10, 12, cache, GradMode::NoGrad)))
@@ -106,7 +102,7 @@ fn dynamic_static_and_no_cache_generate_the_same_tokens(device) {
 
 per_device! {
 fn without_a_cache_step_time_rises_with_the_position(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     // From 9 to 103 tokens per uncached step: compute, not the per-op dispatch, then
     // decides the step's time, and its growth stands out of a busy machine's noise.
     let (prompt, n) = (8, 96);
@@ -142,7 +138,7 @@ fn without_a_cache_step_time_rises_with_the_position(device) {
 
 per_device! {
 fn grad_keeps_a_growing_graph_on_top_of_the_cache(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let (prompt, n) = (16, 16);
     let grad = run(&w, generate(device, 1, prompt, n, KvCacheKind::Dynamic, GradMode::Enabled));
     let no_grad = run(&w, generate(device, 1, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad));
@@ -166,7 +162,7 @@ fn grad_keeps_a_growing_graph_on_top_of_the_cache(device) {
 
 per_device! {
 fn a_static_cache_never_grows(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let (batch, prompt, n) = (2, 8, 12);
     let r = run(&w, generate(device, batch, prompt, n, KvCacheKind::Static, GradMode::NoGrad));
     let g = r.generation.unwrap();
@@ -224,7 +220,7 @@ fn a_decoder_too_large_for_the_budget_is_refused_naming_the_bytes() {
 
 per_device! {
 fn every_step_holds_exactly_its_cache_and_tokens(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let (batch, prompt, n) = (2u64, 12u64, 6u64);
     let config = &tiny().decoder().unwrap().config;
     let layers = config.num_hidden_layers as u64;
@@ -253,7 +249,7 @@ fn every_step_holds_exactly_its_cache_and_tokens(device) {
 
 per_device! {
 fn under_autocast_the_kv_formula_equals_the_measured_cache(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let (batch, prompt, n) = (1, 16, 8);
     for cache in [KvCacheKind::Dynamic, KvCacheKind::Static] {
         let spec = RunSpec {
@@ -272,7 +268,7 @@ fn under_autocast_the_kv_formula_equals_the_measured_cache(device) {
 
 per_device! {
 fn each_phase_names_the_attention_backend_it_ran(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let g = run(&w, generate(device, 1, 12, 4, KvCacheKind::Dynamic, GradMode::NoGrad)).generation.unwrap();
     let a = g.attention.expect("the backends are reported");
     let decode = a.decode.expect("a decode step ran");
@@ -298,7 +294,7 @@ fn each_phase_names_the_attention_backend_it_ran(device) {
 
 per_device! {
 fn the_bandwidth_counts_the_positions_attended_not_the_capacity(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let (prompt, n) = (8, 10);
     let st = run(&w, generate(device, 1, prompt, n, KvCacheKind::Static, GradMode::NoGrad)).generation.unwrap();
     let dy = run(&w, generate(device, 1, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad)).generation.unwrap();
@@ -364,7 +360,7 @@ fn the_masked_whole_capacity_path_gives_todays_tokens(device) {
 
 per_device! {
 fn cuda_graph_replay_of_the_decode_step_is_accepted_on_cuda_only(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let graph = |cache| RunSpec {
         advanced: protocol::Advanced { cuda_graph: true, ..Default::default() },
         ..generate(device, 2, 10, 12, cache, GradMode::NoGrad)

@@ -23,9 +23,7 @@ fn on(device: DeviceKind, model: ModelId, batch: u32, eval: bool, grad: GradMode
     }
 }
 
-fn worker() -> Worker {
-    Worker::start(WorkerConfig::default()).expect("worker starts")
-}
+use crate::common::worker;
 
 fn measure(w: &Worker, s: RunSpec) -> Report {
     w.measure(s, |_| {}).expect("run succeeds")

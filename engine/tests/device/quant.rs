@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use engine::{Worker, WorkerConfig};
+use engine::Worker;
 use protocol::{
     DeviceKind, GenerateSpec, GradMode, KvCacheKind, ModelId, Report, RunSpec, WeightQuant, WeightsDtype,
 };
@@ -41,11 +41,7 @@ fn spec(device: DeviceKind, weights: WeightQuant, group_size: Option<u32>, dtype
     }
 }
 
-fn worker() -> (Worker, std::sync::MutexGuard<'static, ()>) {
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    (Worker::start(WorkerConfig::default()).expect("worker starts"), turn)
-}
+use crate::common::worker;
 
 fn run(w: &Worker, spec: RunSpec) -> Report {
     w.measure(spec, |_| {}).expect("generation succeeds")
@@ -84,7 +80,7 @@ fn expected(weights: WeightQuant, group: u64, elt: u64) -> (u64, u64) {
 
 per_device! {
 fn the_weights_split_equals_the_formula_and_the_linear_layers_shrink(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let dtype = act(device);
     let elt = match dtype { WeightsDtype::Fp32 => 4, _ => 2 };
     let dense = run(&w, spec(device, WeightQuant::None, None, dtype)).generation.unwrap();
@@ -124,7 +120,7 @@ fn the_weights_split_equals_the_formula_and_the_linear_layers_shrink(device) {
 
 per_device! {
 fn memory_splits_into_weights_cache_and_activations(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let g = run(&w, spec(device, WeightQuant::Int8, None, act(device))).generation.unwrap();
     let peak = g.memory_peak.unwrap();
     let steady = g.memory_steady.unwrap();
@@ -140,7 +136,7 @@ fn memory_splits_into_weights_cache_and_activations(device) {
 
 per_device! {
 fn the_drift_from_the_unquantized_model_grows_as_the_levels_shrink(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let dtype = act(device);
     let int8 = run(&w, spec(device, WeightQuant::Int8, None, dtype)).generation.unwrap();
     let int4 = run(&w, spec(device, WeightQuant::Int4, Some(32), dtype)).generation.unwrap();
@@ -185,7 +181,7 @@ fn with_kv(device: DeviceKind, cache: KvCacheKind, kv: protocol::KvDtype) -> Run
 
 per_device! {
 fn a_half_precision_cache_halves_the_cache_not_the_weights(device) {
-    let (w, _turn) = worker();
+    let w = worker();
     let config = &tiny().decoder().unwrap().config;
     for cache in [KvCacheKind::Dynamic, KvCacheKind::Static] {
         let base = run(&w, with_kv(device, cache, protocol::KvDtype::AsActivations)).generation.unwrap();
@@ -209,7 +205,7 @@ fn a_half_precision_cache_halves_the_cache_not_the_weights(device) {
 #[test]
 fn an_fp8_cache_is_not_applicable_on_the_cpu() {
     let _one_at_a_time = crate::common::cpu_lock();
-    let (w, _turn) = worker();
+    let w = worker();
     let s = RunSpec {
         device: protocol::DeviceChoice::Cpu,
         ..with_kv(DeviceKind::Cpu, KvCacheKind::Dynamic, protocol::KvDtype::Fp8E4m3)

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use engine::{Worker, WorkerConfig};
+use engine::Worker;
 use protocol::{trace_peak, DeviceKind, GradMode, ModelId, Report, RunSpec};
 
 fn on(
@@ -26,9 +26,7 @@ fn measure(w: &Worker, s: RunSpec) -> Report {
     w.measure(s, |_| {}).expect("run succeeds")
 }
 
-fn worker() -> Worker {
-    Worker::start(WorkerConfig::default()).expect("worker starts")
-}
+use crate::common::worker;
 
 /// `a` and `b` within 2% of the larger.
 fn within_2_percent(a: u64, b: u64) -> bool {

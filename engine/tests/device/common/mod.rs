@@ -48,6 +48,12 @@ pub fn require(device: DeviceKind) {
     }
 }
 
+/// A worker with the default configuration. Its tests need no lock of their own: each
+/// holds [`cpu_lock`] or [`cuda_lock`] for its whole body.
+pub fn worker() -> engine::Worker {
+    engine::Worker::start(engine::WorkerConfig::default()).expect("worker starts")
+}
+
 /// Held by each CPU test for its whole body: one test at a time builds models and runs
 /// passes on the CPU. libtorch has one CPU random generator per process, and a model's
 /// weights are drawn from it right after it is seeded; two tests at once draw each other's
