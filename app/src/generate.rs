@@ -272,7 +272,7 @@ pub fn GeneratePage() -> impl IntoView {
                 {select("KV cache dtype", "gen-kv-dtype", vec![("as_activations", "as the activations"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp8_e4m3", "fp8 e4m3 (CUDA only)")],
                     |s| s.generate.as_ref().map_or(KvDtype::AsActivations, |g| g.kv_dtype).as_str().to_string(),
                     |s, v| { if let (Some(g), Ok(k)) = (s.generate.as_mut(), v.parse()) { g.kv_dtype = k } },
-                    Box::new(move || "The dtype the cache stores keys and values in, cast back for attention: bf16 or fp16 halve an fp32 cache, not the weights. fp8 needs a CUDA device that has it; this build refuses it elsewhere.".to_string()))}
+                    Box::new(move || "The dtype the cache stores keys and values in, cast back for attention: bf16 or fp16 halve an fp32 cache, not the weights. fp8 e4m3 (one byte, with a per-layer scale set by the prefill) needs a CUDA device with fp8, compute capability 8.9 or later; it is refused elsewhere, with the reason.".to_string()))}
                 <p class="settings-line" data-testid="gen-settings">{settings_line}</p>
                 {auth_required.then(|| view! { <TokenField /> })}
                 <crate::lab::predict::LazyPrediction args=prediction />

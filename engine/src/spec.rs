@@ -81,12 +81,20 @@ pub fn check_spec(
     if let Some(e) = spec.advanced.unsupported_on(device) {
         return Err(e);
     }
-    if spec.generate.as_ref().map(|g| g.kv_dtype) == Some(protocol::KvDtype::Fp8E4m3) {
+    // fp8 where the hardware has it (Ada, Hopper and later): elsewhere an fp8 cache is a
+    // lesson about bytes only, and the page says so instead of running it.
+    let fp8 = spec.generate.as_ref().map(|g| g.kv_dtype) == Some(protocol::KvDtype::Fp8E4m3);
+    let cc = machine.compute_capability();
+    if fp8 && (device == DeviceKind::Cpu || cc.is_some_and(|cc| cc < 89)) {
         return Err(SpecError {
             field: "generate.kv_dtype".into(),
             message: match device {
                 DeviceKind::Cpu => "fp8_e4m3 is not applicable on the CPU: an fp8 cache needs a CUDA device with fp8 (compute capability 8.9 or later); on the CPU choose bf16 or fp16".into(),
-                DeviceKind::Cuda => "fp8_e4m3 (with a per-tensor scale) is not yet measured by this build; choose bf16 or fp16".into(),
+                DeviceKind::Cuda => format!(
+                    "fp8_e4m3 needs a CUDA device with fp8 (compute capability 8.9 or later); this one is {}.{}; choose bf16 or fp16",
+                    cc.unwrap_or(0) / 10,
+                    cc.unwrap_or(0) % 10
+                ),
             },
         });
     }

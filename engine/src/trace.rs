@@ -24,6 +24,18 @@ use crate::torch_call::{synchronize, torch_failure};
 /// iterations, on (recording) for the traced pass.
 pub struct Probe<'a> {
     recorder: Option<Recorder<'a>>,
+    /// A values probe's points ([`Probe::values`]).
+    values: Option<Vec<ValuePoint>>,
+}
+
+/// What a [`Probe::values`] probe saw in one module's output: how many elements were not
+/// finite (inf or NaN) and the largest finite magnitude.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValuePoint {
+    pub module: String,
+    pub elements: u64,
+    pub non_finite: u64,
+    pub max_abs: f64,
 }
 
 struct Recorder<'a> {
@@ -39,7 +51,19 @@ struct Recorder<'a> {
 impl<'a> Probe<'a> {
     /// A probe that records nothing and costs nothing.
     pub fn off() -> Probe<'static> {
-        Probe { recorder: None }
+        Probe { recorder: None, values: None }
+    }
+
+    /// A probe that reads every marked output's values instead of time and memory (for the
+    /// fp16 overflow experiment: where a pass first leaves a dtype's range). Each mark
+    /// reads the output back, so it is for one untimed pass.
+    pub fn values() -> Probe<'static> {
+        Probe { recorder: None, values: Some(Vec::new()) }
+    }
+
+    /// A values probe's points, in pass order (empty for the other kinds).
+    pub fn finish_values(self) -> Vec<ValuePoint> {
+        self.values.unwrap_or_default()
     }
 
     /// A recording probe. `offset` is what the meter reads at the run's baseline; the meter's
@@ -52,6 +76,7 @@ impl<'a> Probe<'a> {
         synchronize(device)?;
         meter.reset_peak().map_err(torch_failure)?;
         Ok(Probe {
+            values: None,
             recorder: Some(Recorder {
                 meter,
                 device,
@@ -67,6 +92,19 @@ impl<'a> Probe<'a> {
     /// Time runs from the previous mark to this one (after synchronising on CUDA); the probe's
     /// own reading is left out of the next module's time.
     pub fn mark(&mut self, module: &str, out: &Tensor, flops: impl FnOnce() -> u64) {
+        if let Some(points) = self.values.as_mut() {
+            let wide = out.to_kind(tch::Kind::Float);
+            let finite = wide.isfinite();
+            let elements = out.numel() as u64;
+            let non_finite = elements - finite.sum(tch::Kind::Int64).int64_value(&[]) as u64;
+            let max_abs = if elements == 0 {
+                0.0
+            } else {
+                wide.abs().where_scalarother(&finite, 0.0).max().double_value(&[])
+            };
+            points.push(ValuePoint { module: module.to_string(), elements, non_finite, max_abs });
+            return;
+        }
         let Some(r) = self.recorder.as_mut() else {
             return;
         };

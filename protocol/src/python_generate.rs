@@ -123,15 +123,7 @@ pub fn hand_written_loop(spec: &RunSpec) -> String {
             out.push_str(&format!("{i}y = ids[:, prompt.shape[1]:]\n"));
         }
         KvCacheKind::Dynamic | KvCacheKind::Static => {
-            if cache == KvCacheKind::Dynamic {
-                out.push_str(&format!(
-                    "{i}cache = transformers.DynamicCache(config=model.config)  # grows by concatenation each step\n"
-                ));
-            } else {
-                out.push_str(&format!(
-                    "{i}cache = transformers.StaticCache(config=model.config, max_cache_len=prompt.shape[1] + new_tokens)  # allocated once, written in place\n"
-                ));
-            }
+            out.push_str(&cache_lines(spec, &i));
             out.push_str(&format!("{i}position = torch.arange(prompt.shape[1], device=device)\n"));
             out.push_str(&format!(
                 "{i}logits = model(prompt, past_key_values=cache, cache_position=position, logits_to_keep=1).logits  # prefill\n"
@@ -167,7 +159,13 @@ pub fn with_generate(spec: &RunSpec) -> String {
         _ => open,
     };
     out.push_str(&open);
+    let stored = spec.generate.as_ref().is_some_and(|g| !g.kv_dtype.is_default()) && cache != KvCacheKind::Off;
+    if stored {
+        // A cache of another dtype is made here and handed to generate().
+        out.push_str(&cache_lines(spec, &i));
+    }
     let cache_args = match cache {
+        _ if stored => "past_key_values=cache",
         KvCacheKind::Dynamic => "use_cache=True",
         KvCacheKind::Static => "use_cache=True, cache_implementation=\"static\"",
         KvCacheKind::Off => "use_cache=False",
@@ -179,6 +177,41 @@ pub fn with_generate(spec: &RunSpec) -> String {
     out.push_str(&format!("{i})\n"));
     out.push_str("y = out[:, prompt.shape[1]:]\n");
     out
+}
+
+/// The lines that make the loop's cache, `cache`, at indent `i`: transformers' dynamic or
+/// static cache, its layers storing keys and values in `kv_dtype` when the spec sets one
+/// (cast on the way in, back to the activations' dtype for attention, as Gradless's cache
+/// does); fp8 is transformers' own per-tensor-scaled fp8 cache.
+fn cache_lines(spec: &RunSpec, i: &str) -> String {
+    let g = spec.generate.clone().unwrap_or_default();
+    let make = match g.cache {
+        KvCacheKind::Static => "transformers.StaticCache(config=model.config, max_cache_len=prompt.shape[1] + new_tokens)  # allocated once, written in place",
+        _ => "transformers.DynamicCache(config=model.config)  # grows by concatenation each step",
+    };
+    let dtype = match g.kv_dtype {
+        crate::KvDtype::AsActivations => return format!("{i}cache = {make}\n"),
+        crate::KvDtype::Fp8E4m3 => {
+            return format!(
+                "{i}# fp8 e4m3 keys and values, one scale per layer's keys and values, set by the prefill\n\
+{i}cache = transformers.QuantizedCache(backend=\"fp8\", config=model.config)\n"
+            )
+        }
+        crate::KvDtype::Bf16 => "torch.bfloat16",
+        crate::KvDtype::Fp16 => "torch.float16",
+    };
+    let (base, args) = match g.cache {
+        KvCacheKind::Static => ("StaticLayer", "max_cache_len=layer.max_cache_len"),
+        _ => ("DynamicLayer", ""),
+    };
+    format!(
+        "{i}class StoredLayer(transformers.cache_utils.{base}):  # keys and values kept in {dtype}, attended to in the activations' dtype\n\
+{i}    def update(self, key_states, value_states, *args, **kwargs):\n\
+{i}        keys, values = super().update(key_states.to({dtype}), value_states.to({dtype}), *args, **kwargs)\n\
+{i}        return keys.to(key_states.dtype), values.to(value_states.dtype)\n\
+{i}cache = {make}\n\
+{i}cache.layers = [StoredLayer({args}) for layer in cache.layers]\n"
+    )
 }
 
 /// The blocks' linear layers replaced by weight-only quantized ones that call PyTorch's

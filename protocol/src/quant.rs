@@ -69,8 +69,9 @@ pub enum KvDtype {
     Bf16,
     /// fp16, the same way.
     Fp16,
-    /// fp8 e4m3 with a per-tensor scale: CUDA devices that have it (not yet measured by
-    /// this build; not applicable on a CPU).
+    /// fp8 e4m3 with a per-tensor scale for each layer's keys and values (set from the
+    /// prefill): CUDA devices that have fp8 (compute capability 8.9 or later); not
+    /// applicable on a CPU.
     Fp8E4m3,
 }
 

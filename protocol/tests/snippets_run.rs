@@ -97,6 +97,25 @@ fn every_model_snippet_runs_with_pytorch() {
         snippets.push((format!("generate-loop-{tag}"), protocol::python_generate_loop(&spec)));
         snippets.push((format!("generate-hf-{tag}"), protocol::python_generate_hf(&spec)));
     }
+    // The KV cache's dtype (bf16, fp16; fp8 is CUDA-only), dynamic and static, both forms.
+    for kv_dtype in [protocol::KvDtype::Bf16, protocol::KvDtype::Fp16] {
+        for cache in [protocol::KvCacheKind::Dynamic, protocol::KvCacheKind::Static] {
+            let spec = RunSpec {
+                model: protocol::decoder::CPU_PRESET.parse().unwrap(),
+                grad: GradMode::NoGrad,
+                device: protocol::DeviceChoice::Cpu,
+                batch: 2,
+                input_size: Some(5),
+                generate: Some(protocol::GenerateSpec { new_tokens: 3, cache, kv_dtype, ..Default::default() }),
+                ..Default::default()
+            };
+            let tag = format!("{}-{}", kv_dtype.as_str(), cache.as_str());
+            let (looped, hf) = (protocol::python_generate_loop(&spec), protocol::python_generate_hf(&spec));
+            assert!(looped.contains("StoredLayer") && hf.contains("past_key_values=cache"), "{tag}: no cache of the dtype");
+            snippets.push((format!("generate-loop-kv-{tag}"), looped));
+            snippets.push((format!("generate-hf-kv-{tag}"), hf));
+        }
+    }
     let mut child = std::process::Command::new(&python)
         .arg("-c")
         .arg(RUNNER)

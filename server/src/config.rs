@@ -414,7 +414,7 @@ pub struct GenerateArgs {
     /// With --weights int4: the group size (32, 64 or 128; default 64).
     #[arg(long)]
     pub group_size: Option<u32>,
-    /// The KV cache's dtype: as_activations (default), bf16, fp16 (fp8_e4m3: not on a CPU).
+    /// The KV cache's dtype: as_activations (default), bf16, fp16, fp8_e4m3 (CUDA with compute capability 8.9+).
     #[arg(long, default_value = "as_activations")]
     pub kv_dtype: protocol::KvDtype,
     /// model.eval() (the default).

@@ -269,6 +269,8 @@ pub fn kv_store(spec: &protocol::RunSpec) -> Option<tch::Kind> {
     match spec.generate.as_ref().map(|g| g.kv_dtype) {
         Some(protocol::KvDtype::Bf16) => Some(tch::Kind::BFloat16),
         Some(protocol::KvDtype::Fp16) => Some(tch::Kind::Half),
+        // One byte per element and a per-tensor scale per layer (`KvCache::storing`).
+        Some(protocol::KvDtype::Fp8E4m3) => Some(tch::Kind::Float8e4m3fn),
         _ => None,
     }
 }

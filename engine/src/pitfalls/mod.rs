@@ -106,7 +106,7 @@ pub const SAME_BYTES: Ask = Ask::Choice { below: 0.95, above: 1.05 };
 pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 30] = [
+pub static CARDS: [&Card; 35] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -138,6 +138,12 @@ pub static CARDS: [&Card; 30] = [
     &generation::INFERENCE_TENSOR_CACHE,
     &generation::AUTOCAST_DECODE,
     &generation::DECODER_TABLE,
+    // The settings LLM teams choose today (see `generation`).
+    &generation::QUANTIZED_WEIGHTS_NOT_KV,
+    &generation::INT8_SPEED_DEPENDS,
+    &generation::KV_DTYPE,
+    &generation::FP16_OVERFLOW,
+    &generation::SDPA_BACKEND,
 ];
 
 /// Every card, in tour order.

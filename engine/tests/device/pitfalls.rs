@@ -439,13 +439,56 @@ fn cuda_only_cards(device: DeviceKind) {
 /// Every generation card ends with a verdict on the CPU, and the ones decided by exact
 /// byte counts (no timing) are confirmed there.
 fn generation_cards(device: DeviceKind) {
-    let exact = ["generate-no-grad", "kv-cache-size", "gqa", "static-cache", "padding-waste", "inference-tensor-cache"];
+    let exact = [
+        "generate-no-grad",
+        "kv-cache-size",
+        "gqa",
+        "static-cache",
+        "padding-waste",
+        "inference-tensor-cache",
+        "quantized-weights-not-kv",
+        "kv-dtype",
+        "fp16-overflow",
+        "sdpa-backend",
+    ];
     for card in engine::pitfalls::generation::CARDS {
         let r = run(device, card.id, defaults());
         if exact.contains(&card.id) {
             assert_eq!(r.verdict, Verdict::Confirmed, "{}: {}", card.id, r.reason);
         }
         assert!(!r.reason.is_empty() && (!r.series.is_empty() || !r.figures.is_empty()), "{}", card.id);
+        decoder_settings_physics(&r);
+    }
+}
+
+/// The physical facts under the decoder-settings cards' verdicts, checked on the figures
+/// themselves (not only through the verdict).
+fn decoder_settings_physics(r: &PitfallReport) {
+    let f = |name: &str| figure(r, name);
+    match r.id.as_str() {
+        "quantized-weights-not-kv" => {
+            assert_eq!(f("int4: KV cache"), f("unquantized: KV cache"), "int4 changed the cache");
+            assert_eq!(f("int4: other weights"), f("unquantized: other weights"));
+            assert!(f("int4: linear layers") < 0.2 * f("unquantized: linear layers"), "int4 from fp32 is under 0.2×");
+        }
+        "kv-dtype" => {
+            assert_eq!(2.0 * f("bf16 cache: KV cache"), f("fp32 cache: KV cache"));
+            assert_eq!(2.0 * f("fp16 cache: KV cache"), f("fp32 cache: KV cache"));
+        }
+        "fp16-overflow" => {
+            assert!(f("fp32: largest |activation|") > 65504.0);
+            assert!(f("fp16: non-finite values") > 0.0 && f("bf16: non-finite values") == 0.0);
+        }
+        "sdpa-backend" => {
+            assert!(f("math only: peak above the inputs") >= f("score matrix"));
+            assert!(4.0 * f("is_causal: peak above the inputs") < f("score matrix"));
+        }
+        "int8-speed-depends" => {
+            assert_ne!(r.verdict, Verdict::NotApplicable, "{}", r.reason);
+            // int8 reads about a quarter of fp32's linear bytes (the rest is unquantized).
+            assert!(f("int8: weights read per step") < f("unquantized: weights read per step"));
+        }
+        _ => {}
     }
 }
 

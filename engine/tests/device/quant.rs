@@ -218,3 +218,26 @@ fn an_fp8_cache_is_not_applicable_on_the_cpu() {
         other => panic!("an fp8 cache ran on the CPU: {:?}", other.map(|r| r.spec)),
     }
 }
+
+/// On a GPU with fp8 (compute capability 8.9+: the H200 the GPU check runs on), an fp8
+/// cache holds one byte per element — a quarter of the fp32 cache, to the byte and equal to
+/// the formula — the weights do not move, and its drift is finite and smaller than the
+/// logits. (On the CPU it is refused: the test above.)
+#[test]
+#[ignore = "needs a CUDA device with fp8: scripts/gpu-check.sh runs it on one"]
+fn an_fp8_cache_holds_one_byte_per_element_on_a_gpu() {
+    let _one_at_a_time = crate::common::cuda_lock();
+    crate::common::require(DeviceKind::Cuda);
+    let w = worker();
+    let config = &tiny().decoder().unwrap().config;
+    for cache in [KvCacheKind::Dynamic, KvCacheKind::Static] {
+        let base = run(&w, with_kv(DeviceKind::Cuda, cache, protocol::KvDtype::AsActivations)).generation.unwrap();
+        let g = run(&w, with_kv(DeviceKind::Cuda, cache, protocol::KvDtype::Fp8E4m3)).generation.unwrap();
+        assert_eq!(g.kv_cache_element_bytes, 1, "{cache:?}");
+        assert_eq!(g.kv_cache_bytes, config.kv_cache_bytes(g.kv_cache_tokens as u64, 2, 1), "{cache:?}");
+        assert_eq!(g.kv_cache_bytes * 4, base.kv_cache_bytes, "{cache:?}: a quarter of fp32's");
+        assert_eq!(g.weights_bytes, base.weights_bytes, "the weights do not move");
+        let d = g.drift.expect("an fp8 cache reports its drift");
+        assert!(d.max_abs_logit_delta.is_finite() && d.max_abs_logit_delta < d.max_abs_logit, "{d:?}");
+    }
+}

@@ -111,7 +111,7 @@ struct CardOutcome {
 
 /// `gradless pitfall all`: every card's experiment, one after the other, in this one
 /// process, so the device is initialised, its libraries primed and its facts probed once
-/// (thirty processes would pay CUDA's start-up thirty times). A card that fails is reported
+/// (35 processes would pay CUDA's start-up 35 times). A card that fails is reported
 /// with its reason and the others still run; the command fails if any card did.
 ///
 /// `--json` prints one JSON array at the end; `--jsonl` prints each card's outcome as one

@@ -15,6 +15,8 @@ pub enum KvCache {
         layers: Vec<Option<(Tensor, Tensor)>>,
         /// The dtype keys and values are stored in when not the keys' own.
         store: Option<Kind>,
+        /// An fp8 store's per-tensor scales, per layer (see [`KvCache::storing`]).
+        scales: Vec<Option<(Tensor, Tensor)>>,
     },
     /// Allocated once for `capacity` positions at the first update and written in place
     /// (StaticCache, gpt-fast); `filled` positions hold values. `masked`: every pass
@@ -27,6 +29,7 @@ pub enum KvCache {
         masked: bool,
         layers: Vec<Option<(Tensor, Tensor)>>,
         store: Option<Kind>,
+        scales: Vec<Option<(Tensor, Tensor)>>,
     },
 }
 
@@ -39,6 +42,7 @@ impl KvCache {
             KvCacheKind::Dynamic => KvCache::Dynamic {
                 layers: (0..layers).map(|_| None).collect(),
                 store: None,
+                scales: (0..layers).map(|_| None).collect(),
             },
             KvCacheKind::Static => KvCache::Static {
                 capacity,
@@ -46,6 +50,7 @@ impl KvCache {
                 masked: false,
                 layers: (0..layers).map(|_| None).collect(),
                 store: None,
+                scales: (0..layers).map(|_| None).collect(),
             },
         }
     }
@@ -54,6 +59,13 @@ impl KvCache {
     /// They are cast on the way in and back to the keys' dtype for attention, which needs
     /// one dtype for query, keys and values: the cache's bytes halve, and every step pays
     /// a cast of what it attends to.
+    ///
+    /// `Float8e4m3fn` stores one byte per element with a per-tensor scale for each layer's
+    /// keys and for its values (fp32, on the device, beside the cache and not counted in
+    /// [`KvCache::bytes`]): set from the layer's first write (the prefill) as its largest
+    /// |value| / 448, e4m3's largest finite value, as vLLM's dynamic KV scales do; later
+    /// positions beyond it saturate at ±448 × scale. The fp8 bits are kept as uint8 (the
+    /// same bytes), so concatenation and in-place writes need no fp8 kernels.
     pub fn storing(mut self, kind: Option<Kind>) -> KvCache {
         match &mut self {
             KvCache::Off => {}
@@ -71,6 +83,7 @@ impl KvCache {
             masked: true,
             layers: (0..layers).map(|_| None).collect(),
             store: None,
+            scales: (0..layers).map(|_| None).collect(),
         }
     }
 
@@ -109,9 +122,23 @@ impl KvCache {
         }
         let v = if v.kind() == k.kind() { v } else { v.to_kind(k.kind()) };
         let compute = k.kind();
-        let back = |t: Tensor| if t.kind() == compute { t } else { t.to_kind(compute) };
-        let (k, v) = match self {
-            KvCache::Dynamic { store: Some(s), .. } | KvCache::Static { store: Some(s), .. }
+        let fp8_scales = match self {
+            KvCache::Dynamic { store: Some(Kind::Float8e4m3fn), scales, .. }
+            | KvCache::Static { store: Some(Kind::Float8e4m3fn), scales, .. } => {
+                let (sk, sv) = scales[layer].get_or_insert_with(|| (fp8_scale(&k), fp8_scale(&v)));
+                Some((sk.shallow_clone(), sv.shallow_clone()))
+            }
+            _ => None,
+        };
+        // Keys (0) and values (1) back in the dtype attention computes in.
+        let back = |t: Tensor, which: usize| match &fp8_scales {
+            Some((sk, sv)) => from_fp8(&t, if which == 0 { sk } else { sv }, compute),
+            None if t.kind() == compute => t,
+            None => t.to_kind(compute),
+        };
+        let (k, v) = match (&*self, &fp8_scales) {
+            (_, Some((sk, sv))) => (to_fp8(&k, sk), to_fp8(&v, sv)),
+            (KvCache::Dynamic { store: Some(s), .. } | KvCache::Static { store: Some(s), .. }, None)
                 if *s != compute =>
             {
                 (k.to_kind(*s), v.to_kind(*s))
@@ -128,7 +155,7 @@ impl KvCache {
                     Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
                 };
                 layers[layer] = Some((k.shallow_clone(), v.shallow_clone()));
-                (back(k), back(v))
+                (back(k, 0), back(v, 1))
             }
             KvCache::Static {
                 capacity,
@@ -150,14 +177,14 @@ impl KvCache {
                     // In place at device positions: no host number reaches the kernels.
                     let _ = ck.index_copy_(2, positions, &k);
                     let _ = cv.index_copy_(2, positions, &v);
-                    return (back(ck.shallow_clone()), back(cv.shallow_clone()));
+                    return (back(ck.shallow_clone(), 0), back(cv.shallow_clone(), 1));
                 }
                 ck.narrow(2, position, t).copy_(&k);
                 cv.narrow(2, position, t).copy_(&v);
                 if layer == 0 {
                     *filled = position + t;
                 }
-                (back(ck.narrow(2, 0, position + t)), back(cv.narrow(2, 0, position + t)))
+                (back(ck.narrow(2, 0, position + t), 0), back(cv.narrow(2, 0, position + t), 1))
             }
         }
     }
@@ -188,5 +215,56 @@ impl KvCache {
             KvCache::Dynamic { layers: l, .. } | KvCache::Static { layers: l, .. } => l,
         };
         layers.iter().flatten().flat_map(|(k, v)| [k, v])
+    }
+}
+
+/// e4m3's largest finite value.
+const E4M3_MAX: f64 = 448.0;
+
+/// A per-tensor fp8 scale for `t`: its largest |value| / 448 (fp32, 0-d, on its device;
+/// never 0, so an all-zero first write still divides).
+fn fp8_scale(t: &Tensor) -> Tensor {
+    (t.abs().max().to_kind(Kind::Float) / E4M3_MAX).clamp_min(1e-12)
+}
+
+/// `t / scale` in e4m3 (saturated at ±448: a plain cast would turn larger values into
+/// NaN), its bits as uint8.
+fn to_fp8(t: &Tensor, scale: &Tensor) -> Tensor {
+    (t.to_kind(Kind::Float) / scale)
+        .clamp(-E4M3_MAX, E4M3_MAX)
+        .to_kind(Kind::Float8e4m3fn)
+        .view_dtype(Kind::Uint8)
+}
+
+/// The inverse of [`to_fp8`], in `kind`.
+fn from_fp8(t: &Tensor, scale: &Tensor, kind: Kind) -> Tensor {
+    (t.view_dtype(Kind::Float8e4m3fn).to_kind(Kind::Float) * scale).to_kind(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_fp8_cache_holds_one_byte_per_element_and_gives_back_what_it_was_given() {
+        tch::manual_seed(7);
+        let mut cache = KvCache::new(KvCacheKind::Dynamic, 1, 0).storing(Some(Kind::Float8e4m3fn));
+        let k = Tensor::randn([1, 2, 5, 8], (Kind::Float, tch::Device::Cpu)) * 30.0;
+        let v = Tensor::randn([1, 2, 5, 8], (Kind::Float, tch::Device::Cpu));
+        let positions = Tensor::arange(5, (Kind::Int64, tch::Device::Cpu));
+        let (bk, bv) = cache.update(0, k.shallow_clone(), v.shallow_clone(), 0, &positions);
+        assert_eq!(cache.bytes(), 2 * 2 * 5 * 8, "one byte per element");
+        assert_eq!((bk.kind(), bv.kind()), (Kind::Float, Kind::Float));
+        // e4m3 keeps 3 mantissa bits: within 1/16 of each value, relative, after scaling.
+        let rel = |a: &Tensor, b: &Tensor| ((a - b).abs().max().double_value(&[])) / b.abs().max().double_value(&[]);
+        assert!(rel(&bk, &k) < 0.07 && rel(&bv, &v) < 0.07, "{} {}", rel(&bk, &k), rel(&bv, &v));
+        assert!(rel(&bk, &k) > 0.0, "fp8 rounds");
+        // A later position far beyond the prefill's range saturates instead of becoming NaN.
+        let big = Tensor::ones([1, 2, 1, 8], (Kind::Float, tch::Device::Cpu)) * 1e6;
+        let next = Tensor::from_slice(&[5i64]);
+        let (bk, _) = cache.update(0, big.shallow_clone(), big, 5, &next);
+        assert_eq!(bk.size()[2], 6);
+        assert!(bk.isfinite().all().int64_value(&[]) == 1, "saturated, not NaN");
+        assert_eq!(cache.bytes(), 2 * 2 * 6 * 8);
     }
 }

@@ -2,12 +2,16 @@
 //! live generate run on a decoder (the CPU preset on a CPU, the Llama-3.2-1B shape on a
 //! GPU). Every rule is a pure function of the measured figures ([`rules`]), tested against
 //! CPU-like and CUDA-like figures; the experiments gather those figures: `memory` (what the
-//! cache and the graph hold) and `speed` (what the steps cost), one card family each.
+//! cache and the graph hold), `speed` (what the steps cost) and `settings` (the settings
+//! LLM teams choose today: quantized weights, the cache's dtype, fp16's range, the
+//! attention kernel), one card family each.
 
 mod memory;
+mod settings;
 mod speed;
 
 pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, PADDING_WASTE, STATIC_CACHE};
+pub use settings::{FP16_OVERFLOW, INT8_SPEED_DEPENDS, KV_DTYPE, QUANTIZED_WEIGHTS_NOT_KV, SDPA_BACKEND};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
 
 use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, ModelId, Report, RunFailure, RunSpec};
@@ -171,7 +175,7 @@ pub mod rules {
 }
 
 /// Every generation card, in tour order.
-pub const CARDS: [&Card; 11] = [
+pub const CARDS: [&Card; 16] = [
     &GENERATE_NO_GRAD,
     &KV_CACHE_SIZE,
     &GQA,
@@ -183,6 +187,11 @@ pub const CARDS: [&Card; 11] = [
     &INFERENCE_TENSOR_CACHE,
     &AUTOCAST_DECODE,
     &DECODER_TABLE,
+    &QUANTIZED_WEIGHTS_NOT_KV,
+    &INT8_SPEED_DEPENDS,
+    &KV_DTYPE,
+    &FP16_OVERFLOW,
+    &SDPA_BACKEND,
 ];
 
 #[cfg(test)]
