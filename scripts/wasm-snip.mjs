@@ -107,7 +107,7 @@ for (let pos = 8; pos < bytes.length; ) {
             let index, n;
             [index, q] = leb(q);
             [n, q] = leb(q);
-            names.set(index, bytes.toString('utf8', q, q + n));
+            names.set(index, demangle(bytes.toString('utf8', q, q + n)));
             q += n;
           }
         }
@@ -118,6 +118,35 @@ for (let pos = 8; pos < bytes.length; ) {
   pos = end;
 }
 if (names.size === 0) throw new Error(`${input} has no function names: snip before wasm-opt`);
+
+/**
+ * A symbol name as rustc-demangle writes it, for the linker's output (wasm-bindgen writes
+ * its names demangled already): Rust's legacy mangling (`_ZN...E`, which the crates
+ * here use) is read; any other name is left as it is.
+ */
+function demangle(name) {
+  if (!name.startsWith('_ZN')) return name;
+  const parts = [];
+  let p = 3;
+  while (p < name.length && name[p] !== 'E') {
+    const m = /^\d+/.exec(name.slice(p));
+    if (!m) return name;
+    p += m[0].length;
+    parts.push(name.slice(p, p + Number(m[0])));
+    p += Number(m[0]);
+  }
+  if (parts.length && /^h[0-9a-f]{16}$/.test(parts[parts.length - 1])) parts.pop();
+  const escapes = { SP: '@', BP: '*', RF: '&', LT: '<', GT: '>', LP: '(', RP: ')', C: ',' };
+  return parts
+    .map((part) =>
+      part
+        .replace(/^_\$/, '$')
+        .replace(/\$(SP|BP|RF|LT|GT|LP|RP|C)\$/g, (_, e) => escapes[e])
+        .replace(/\$u([0-9a-f]+)\$/g, (_, hex) => String.fromCodePoint(parseInt(hex, 16)))
+        .replace(/\.\./g, '::'),
+    )
+    .join('::');
+}
 
 const code = sections.find((s) => s.id === 10);
 if (!code) throw new Error(`${input} has no code section`);
@@ -299,13 +328,72 @@ const parts = bodies.map((b) => {
   return trap;
 });
 const payload = Buffer.concat([encodeLeb(bodies.length), ...parts]);
+// A linker's output kept with its relocations (`--emit-relocs`, which wasm-split-cli reads
+// to cut the module, scripts/build-site.sh): the code's relocations name offsets in the
+// code section, so those in a replaced body go and the others move with their body.
+const relocated = relocateCode();
 const out = Buffer.concat([
   bytes.subarray(0, code.from),
   Buffer.from([10]),
   encodeLeb(payload.length),
   payload,
-  bytes.subarray(code.end),
+  ...relocated,
 ]);
+
+/** The sections after the code, with `reloc.CODE` (if any) rewritten for the new bodies. */
+function relocateCode() {
+  const after = sections.filter((s) => s.from >= code.end);
+  const codeIndex = sections.indexOf(code);
+  // Where each body starts in the old and the new section payload.
+  const moves = [];
+  let at = encodeLeb(bodies.length).length;
+  for (let i = 0; i < bodies.length; i++) {
+    moves.push({ from: bodies[i].from - code.start, end: bodies[i].end - code.start, to: at, gone: snip.has(bodies[i].index) });
+    at += parts[i].length;
+  }
+  const moved = (offset) => {
+    let lo = 0, hi = moves.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (moves[mid].from <= offset) lo = mid; else hi = mid - 1;
+    }
+    const m = moves[lo];
+    if (!m || offset < m.from || offset >= m.end) throw new Error(`a relocation at ${offset} is in no function body`);
+    return m.gone ? null : m.to + (offset - m.from);
+  };
+  // The relocation types with an addend (WebAssembly/tool-conventions, Linking.md).
+  const withAddend = new Set([3, 4, 5, 8, 9, 11, 14, 15, 16, 17, 21, 22, 23, 25]);
+  return after.map((s) => {
+    const original = bytes.subarray(s.from, s.end);
+    if (s.id !== 0) return original;
+    let [len, p] = leb(s.start);
+    if (bytes.toString('utf8', p, p + len) !== 'reloc.CODE') return original;
+    const nameBytes = bytes.subarray(s.start, p + len);
+    p += len;
+    let target, count;
+    [target, p] = leb(p);
+    if (target !== codeIndex) throw new Error(`reloc.CODE names section ${target}, the code is section ${codeIndex}`);
+    [count, p] = leb(p);
+    const kept = [];
+    for (let i = 0; i < count; i++) {
+      const type = bytes[p++];
+      let offset, index;
+      [offset, p] = leb(p);
+      [index, p] = leb(p);
+      let addendBytes = Buffer.alloc(0);
+      if (withAddend.has(type)) {
+        const q = p;
+        while (bytes[p] & 0x80) p++;
+        p++;
+        addendBytes = bytes.subarray(q, p);
+      }
+      const to = moved(offset);
+      if (to !== null) kept.push(Buffer.concat([Buffer.from([type]), encodeLeb(to), encodeLeb(index), addendBytes]));
+    }
+    const body = Buffer.concat([nameBytes, encodeLeb(target), encodeLeb(kept.length), ...kept]);
+    return Buffer.concat([Buffer.from([0]), encodeLeb(body.length), body]);
+  });
+}
 fs.writeFileSync(output, out);
 console.log(
   `wasm-snip: ${snip.size} functions replaced by a trap (${saved} code bytes; ${drops} of them drop glue); ` +
