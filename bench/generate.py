@@ -23,6 +23,26 @@ eval + no_grad, fp32):
 
 Weights: random (transformers' initialisation, seeded); the timing does not depend on
 their values. The configuration comes from `gradless models --json`, never the Hub.
+
+Quantized linear layers, against a plain-PyTorch peer on the same weights:
+
+    python bench/generate.py --gradless target/release/gradless --batches 1
+        --quant [none] int8 int4:32 int4:64 [--rounds 15] [--threads 1] [--check] [--json OUT.json]
+
+writes the model's fp32 weights as a team decoder folder (`save_pretrained`: config.json +
+model.safetensors, `<model>_peer`, in a temporary models directory or `--models-dir`).
+Gradless loads it (`--models-dir`) and quantizes those weights at load; the peer reads the
+same file, quantizes the blocks' linear layers with linear.rs's formula (gpt-fast's
+`quantize.py`, the statistics in fp32) and runs the plain loop above with them through the
+same kernels (`torch._weight_int8pack_mm`, `torch._convert_weight_to_int4pack_for_cpu` +
+`torch._weight_int4pack_mm_for_cpu`), on Gradless's seeded prompt ids. Compared: the linear
+layers' and the other weights' bytes (to the byte), the weights at the peak, the greedy
+tokens of every round, and the drift figures (Gradless's JSON has no logits: the peer
+computes engine/src/lab/drift.rs's max |Δ logit| at the prefill, the largest |logit| and
+the teacher-forced agreement on its own two models); timed: decode per token (p50 of each
+run, medians over rounds, the ratio with its per-round range, and the fastest step of each
+run). Rounds outside, settings inside, the side that goes first alternating. `--check` exits
+1 unless the bytes, tokens and drift agree (within 1e-4); it never judges the timings.
 """
 
 from __future__ import annotations
@@ -64,11 +84,86 @@ def hf_model(c: dict):
     return cls[0](cls[1](**kwargs)).eval()
 
 
-class PlainDecoder:
-    """The Rust decoder's ops in its order, in plain PyTorch, on the HF model's weights."""
+LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+DRIFT = ("max_abs_logit_delta", "max_abs_logit", "greedy_agreement")
 
-    def __init__(self, model, c: dict):
-        sd = {k: v.detach() for k, v in model.state_dict().items()}
+
+def inner_k_tiles(k: int) -> int:
+    """int4's packing tile along the input width, as linear.rs chooses it."""
+    return next((t for t in (8, 4, 2) if k % (t * 16) == 0), 1)
+
+
+def quantize_int8(w):
+    """gpt-fast's `dynamically_quantize_per_channel` (quantize.py), int8 symmetric per output
+    channel, with linear.rs's casts: the statistics in fp32, the scales in the weight's dtype."""
+    act, w32 = w.dtype, w.detach().float()
+    lo = torch.minimum(w32.amin(1), torch.zeros(1))
+    hi = torch.maximum(w32.amax(1), torch.zeros(1))
+    scales = (torch.maximum(-lo, hi) / 127.5).clamp(min=torch.finfo(torch.float32).eps).to(act)
+    q = (w32 / scales.float().unsqueeze(1)).round().clamp(-128, 127).to(torch.int8)
+    return q, scales
+
+
+def quantize_int4(w, group: int):
+    """gpt-fast's `get_group_qparams` + `group_quantize_tensor_from_qparams` +
+    `pack_tinygemm_scales_and_zeros` (4 bits, asymmetric per group of `group` input
+    columns), with linear.rs's casts; packed by `_convert_weight_to_int4pack_for_cpu`."""
+    act, w32 = w.dtype, w.detach().float()
+    n, k = w32.shape
+    groups = w32.reshape(n, k // group, group)
+    hi = groups.amax(2, keepdim=True)
+    lo = groups.amin(2, keepdim=True)
+    scales = ((hi - lo).clamp(min=1e-6) / 15).to(act)
+    zeros = (lo + scales.float() * 8).to(act)
+    s32, z32 = scales.float(), zeros.float()
+    lo_q = z32 - s32 * 8
+    ints = ((groups - lo_q) / s32).round().clamp(0, 15).to(torch.int32).reshape(n, k)
+    packed = torch._convert_weight_to_int4pack_for_cpu(ints, inner_k_tiles(k))
+    scales_zeros = torch.cat([scales, zeros], 2).transpose(0, 1).contiguous()
+    return packed, scales_zeros
+
+
+class QuantLinear:
+    """A block's linear layer quantized as linear.rs quantizes it, run by the same packed
+    kernel (`torch._weight_int8pack_mm`, `torch._weight_int4pack_mm_for_cpu`)."""
+
+    def __init__(self, w, kind: str, group):
+        self.kind, self.group, self.out = kind, group, w.shape[0]
+        if kind == "int8":
+            self.tensors = quantize_int8(w)
+        elif kind == "int4":
+            self.tensors = quantize_int4(w, group)
+        else:
+            raise ValueError(kind)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors)
+
+    def __call__(self, x, bias=None):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if self.kind == "int8":
+            y = torch._weight_int8pack_mm(x2, *self.tensors)
+        else:
+            packed, scales_zeros = self.tensors
+            y = torch._weight_int4pack_mm_for_cpu(x2, packed, self.group, scales_zeros)
+        y = y.view(*shape[:-1], self.out)
+        return y if bias is None else y + bias
+
+
+def linear(x, w, bias=None):
+    return w(x, bias) if isinstance(w, QuantLinear) else F.linear(x, w, bias)
+
+
+class PlainDecoder:
+    """The Rust decoder's ops in its order, in plain PyTorch, on the HF model's weights (or
+    `sd`, a state dict by transformers' names, e.g. a `model.safetensors` read back), its
+    blocks' linear layers dense or quantized (`quant`: None, ("int8", None), ("int4", g))."""
+
+    def __init__(self, model, c: dict, sd=None, quant=None):
+        if sd is None:
+            sd = model.state_dict()
+        sd = {k: v.detach() for k, v in sd.items()}
         self.c = c
         self.embed = sd["model.embed_tokens.weight"]
         self.norm = sd["model.norm.weight"]
@@ -86,6 +181,10 @@ class PlainDecoder:
                 ("v", "self_attn.v_proj.weight"), ("vb", "self_attn.v_proj.bias"),
                 ("o", "self_attn.o_proj.weight"), ("gate", "mlp.gate_proj.weight"),
                 ("up", "mlp.up_proj.weight"), ("down", "mlp.down_proj.weight")]})
+        if quant is not None:
+            for L in self.layers:
+                for k in LINEARS:
+                    L[k] = QuantLinear(L[k], *quant)
         d = c["head_dim"]
         self.inv_freq = model.model.rotary_emb.inv_freq.detach().float()
         assert self.inv_freq.numel() == d // 2
@@ -110,7 +209,17 @@ class PlainDecoder:
         del rotated
         return a + r
 
-    def forward(self, ids, position, cache):
+    def weights_breakdown(self):
+        """(linear_bytes, other_bytes) measured from the tensors, as Gradless splits them:
+        the blocks' seven linear layers (packed, with their scales) against the rest."""
+        nb = lambda t: 0 if t is None else t.numel() * t.element_size()  # noqa: E731
+        linear = sum(L[k].nbytes() if isinstance(L[k], QuantLinear) else nb(L[k])
+                     for L in self.layers for k in LINEARS)
+        other = nb(self.embed) + nb(self.norm) + (0 if self.head is self.embed else nb(self.head))
+        other += sum(nb(L[k]) for L in self.layers for k in ("in_norm", "post_norm", "qb", "kb", "vb"))
+        return linear, other
+
+    def forward(self, ids, position, cache, all_logits=False):
         c = self.c
         b, t = ids.shape
         heads, kvh, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
@@ -121,39 +230,40 @@ class PlainDecoder:
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
         for i, L in enumerate(self.layers):
             h = self.rms(x, L["in_norm"], c["rms_norm_eps"])
-            q = F.linear(h, L["q"], L["qb"]).view(b, t, heads, d).transpose(1, 2)
-            k = F.linear(h, L["k"], L["kb"]).view(b, t, kvh, d).transpose(1, 2)
-            v = F.linear(h, L["v"], L["vb"]).view(b, t, kvh, d).transpose(1, 2)
+            q = linear(h, L["q"], L["qb"]).view(b, t, heads, d).transpose(1, 2)
+            k = linear(h, L["k"], L["kb"]).view(b, t, kvh, d).transpose(1, 2)
+            v = linear(h, L["v"], L["vb"]).view(b, t, kvh, d).transpose(1, 2)
             del h
             # Rotary embeddings inlined: the Rust code moves q and k into its rope, so their
             # pre-rotation values are freed as soon as the rotated ones exist.
             qs, ks = [q], [k]
             del q, k
             q, k = self.rope_owned(qs, cos, sin), self.rope_owned(ks, cos, sin)
-            if cache[i] is not None:
-                k = torch.cat([cache[i][0], k], 2)
-                v = torch.cat([cache[i][1], v], 2)
-            cache[i] = (k, v)
+            if cache is not None:
+                if cache[i] is not None:
+                    k = torch.cat([cache[i][0], k], 2)
+                    v = torch.cat([cache[i][1], v], 2)
+                cache[i] = (k, v)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=heads != kvh)
             del q, k, v
             a = a.transpose(1, 2).contiguous().view(b, t, heads * d)
-            o = F.linear(a, L["o"])
+            o = linear(a, L["o"])
             del a  # freed before the residual add, as the Rust block ends
             x = x + o
             del o
             h = self.rms(x, L["post_norm"], c["rms_norm_eps"])
-            gate = F.silu(F.linear(h, L["gate"]))
-            up = F.linear(h, L["up"])
+            gate = F.silu(linear(h, L["gate"]))
+            up = linear(h, L["up"])
             del h  # the Rust code drops h before the product
             act = gate * up
             del gate, up
-            down = F.linear(act, L["down"])
+            down = linear(act, L["down"])
             del act
             x = x + down
             del down
         h = self.rms(x, self.norm, c["rms_norm_eps"])
         del x
-        return F.linear(h[:, t - 1:], self.head)
+        return F.linear(h if all_logits else h[:, t - 1:], self.head)
 
 
 def plain_generate(dec: PlainDecoder, prompt, n, label=False):
@@ -244,6 +354,173 @@ def gradless(binary, model, batch, prompt, n, threads):
     }
 
 
+def parse_quant(text: str):
+    """`int8`, `int4:32`, `int4:64`, `int4:128` → ("int8", None), ("int4", 32), ...; `none`:
+    the same weights unquantized (fp32), the reference row measured in the same rounds."""
+    kind, _, group = text.partition(":")
+    if kind == "none" and not group:
+        return ("none", None)
+    if kind == "int8" and not group:
+        return ("int8", None)
+    if kind == "int4" and group in ("32", "64", "128"):
+        return ("int4", int(group))
+    raise argparse.ArgumentTypeError(f"{text!r}: none, int8, int4:32, int4:64 or int4:128")
+
+
+def write_team_decoder(model, models_dir: str, name: str) -> str:
+    """The fp32 weights as a team would save them (config.json + model.safetensors): what
+    both sides load, Gradless as a team decoder of its models directory."""
+    folder = os.path.join(models_dir, name)
+    transformers.utils.logging.disable_progress_bar()
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def gradless_quant(binary, models_dir, name, quant, batch, prompt, n, threads):
+    kind, group = quant
+    cmd = [binary, "generate", "--models-dir", models_dir, "--model", name, "--batch", str(batch),
+           "--prompt", str(prompt), "--new-tokens", str(n), "--cache", "dynamic", "--eval", "--grad", "no_grad",
+           "--weights", "fp32" if kind == "none" else kind, "--device", "cpu", "--threads", str(threads), "--json"]
+    if group:
+        cmd[cmd.index("--device"):cmd.index("--device")] = ["--group-size", str(group)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    r = json.loads(out.stdout)
+    g = r["generation"]
+    decode = [s["latency_ms"] for s in g["steps"] if s["phase"] == "decode"]
+    return {"cmd": cmd, "decode_p50_ms": g["decode_ms_per_token"]["p50"], "prefill_ms": g["prefill_ms"],
+            "decode_min_ms": min(decode),
+            "tokens": g["tokens"], "prompt_tokens": g["prompt_tokens"],
+            "weights_breakdown": g["weights_breakdown"], "weights_formula": g["weights_formula"],
+            "memory_peak": g["memory_peak"], "drift": g["drift"],
+            "memory_source": r["memory"]["source"], "device": r["env"]["device_name"]}
+
+
+def peer_drift(quantized: PlainDecoder, dense: PlainDecoder, prompt, tokens):
+    """What engine/src/lab/drift.rs computes, on the peer's two models: one pass (no cache,
+    every position's logits) over prompt ++ tokens[:-1]; the prefill's logits at the prompt's
+    last position; the dense model's teacher-forced greedy picks against `tokens`."""
+    p, n = prompt.shape[1], tokens.shape[1]
+    fed = torch.cat([prompt, tokens[:, :-1]], 1)
+    lq = quantized.forward(fed, 0, None, all_logits=True).float()
+    lr = dense.forward(fed, 0, None, all_logits=True).float()
+    picks = lr[:, p - 1:p - 1 + n].argmax(-1)
+    return {"max_abs_logit_delta": (lq[:, p - 1] - lr[:, p - 1]).abs().max().item(),
+            "max_abs_logit": lr[:, p - 1].abs().max().item(),
+            "greedy_agreement": (picks == tokens).float().mean().item(),
+            "prefill_logits": lq[:, p - 1]}
+
+
+def spread(xs):
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def run_quant(a, c, model):
+    """The quantized runs: Gradless against the plain loop on the same fp32 weights (a team
+    decoder folder), each quantizing them at load with linear.rs's formula and calling the
+    same packed kernels. Checked: the weight bytes to the byte, the greedy tokens, the drift
+    figures (the logits' only trace in Gradless's JSON); timed: decode per token, interleaved."""
+    import tempfile
+
+    import safetensors.torch
+    if not a.models_dir:
+        with tempfile.TemporaryDirectory(prefix="gradless-quant-peer-") as d:
+            a.models_dir = d
+            try:
+                return run_quant(a, c, model)
+            finally:
+                a.models_dir = None
+    models_dir = a.models_dir
+    name = f"{a.model}_peer"
+    folder = write_team_decoder(model, models_dir, name)
+    sd = safetensors.torch.load_file(os.path.join(folder, "model.safetensors"))
+    dense = PlainDecoder(model, c, sd=sd)
+    peers = {q: dense if q[0] == "none" else PlainDecoder(model, c, sd=sd, quant=q) for q in a.quant}
+    cells = [(q, b) for b in a.batches for q in a.quant]
+    rows = {cell: {"gradless": [], "peer": []} for cell in cells}
+    prompts = {}
+
+    def peer_round(cell):
+        t, toks, _ = plain_generate(peers[cell[0]], prompts[cell[1]], a.new_tokens)
+        rows[cell]["peer"].append({"decode_p50_ms": statistics.median(t[1:]), "prefill_ms": t[0], "decode_min_ms": min(t[1:]),
+                                   "tokens": toks.tolist()})
+
+    with torch.no_grad():
+        # Rounds outside, settings inside, so every setting sees the machine's load of the same
+        # minutes; within a round the side that goes first alternates.
+        for r in range(a.rounds):
+            for cell in cells:
+                quant, batch = cell
+                if r % 2 == 1:
+                    peer_round(cell)
+                g = gradless_quant(a.gradless, models_dir, name, quant, batch, a.prompt, a.new_tokens, a.threads)
+                rows[cell]["gradless"].append(g)
+                if batch not in prompts:
+                    # Gradless's seeded prompt, fed to the peer as ids.
+                    prompts[batch] = torch.tensor(g["prompt_tokens"], dtype=torch.int64)
+                if r == 0:
+                    plain_generate(peers[quant], prompts[batch], 4)  # the peer's warm-up, outside the figures
+                if r % 2 == 0:
+                    peer_round(cell)
+    results = []
+    for cell in cells:
+        quant, batch = cell
+        peer, prompt = peers[quant], prompts[batch]
+        label = {"none": "fp32 (unquantized)"}.get(quant[0], quant[0]) + (f", groups of {quant[1]}" if quant[1] else "")
+        g0, p0 = rows[cell]["gradless"][0], rows[cell]["peer"][0]
+        with torch.no_grad():
+            tokens_ref = torch.tensor(p0["tokens"], dtype=torch.int64)
+            drift = peer_drift(peer, dense, prompt, tokens_ref) if quant[0] != "none" else None
+            # The peer's own prefill logits from the generation against its drift pass's.
+            prefill = peer.forward(prompt, 0, [None] * c["num_hidden_layers"])[:, -1].float()
+        linear_b, other_b = peer.weights_breakdown()
+        gb = g0["weights_breakdown"]
+        gd = g0["drift"]
+        rc = rows[cell]
+        ratios = [gr["decode_p50_ms"] / pr["decode_p50_ms"] for gr, pr in zip(rc["gradless"], rc["peer"])]
+        med = {side: {k: statistics.median(x[k] for x in rs) for k in ("decode_p50_ms", "prefill_ms", "decode_min_ms")}
+               for side, rs in rc.items()}
+        result = {
+            "model": a.model, "team_folder": name, "weights": quant[0], "group_size": quant[1],
+            "batch": batch, "prompt": a.prompt, "new_tokens": a.new_tokens, "threads": a.threads,
+            "rounds": a.rounds, "device": g0["device"], "memory_source": g0["memory_source"],
+            "gradless_cmd": " ".join(g0["cmd"]),
+            "weights_bytes": {"gradless": {"linear": gb["linear_bytes"], "other": gb["other_bytes"]},
+                              "gradless_formula": {"linear": g0["weights_formula"]["linear_bytes"],
+                                                   "other": g0["weights_formula"]["other_bytes"]},
+                              "peer": {"linear": linear_b, "other": other_b},
+                              "linear_unquantized": gb["linear_unquantized_bytes"]},
+            "weights_equal_to_the_byte": (gb["linear_bytes"], gb["other_bytes"]) == (linear_b, other_b),
+            # What the run holds as weights at its peak: the tensors above and the rotary frequencies.
+            "memory_peak_weights_equal": g0["memory_peak"]["weights_bytes"] == linear_b + other_b + peer.inv_freq.nbytes,
+            "tokens_identical_every_round": all(gr["tokens"] == pr["tokens"]
+                                                for gr in rc["gradless"] for pr in rc["peer"]),
+            "drift": drift and {"gradless": {k: gd[k] for k in DRIFT}, "peer": {k: drift[k] for k in DRIFT}},
+            "drift_abs_difference": drift and {k: abs(gd[k] - drift[k]) for k in DRIFT},
+            "peer_prefill_vs_drift_pass_max_abs": drift and (prefill - drift["prefill_logits"]).abs().max().item(),
+            "median": med,
+            "decode_ratio": med["gradless"]["decode_p50_ms"] / med["peer"]["decode_p50_ms"],
+            "decode_ratio_per_round": spread(ratios),
+            # The fastest decode step of each run (median over rounds): what a step costs when the
+            # scheduler did not preempt it, the companion figure on a loaded machine.
+            "decode_min_ratio": med["gradless"]["decode_min_ms"] / med["peer"]["decode_min_ms"],
+            "decode_p50_ms_per_round": {side: [x["decode_p50_ms"] for x in rs] for side, rs in rc.items()},
+        }
+        results.append(result)
+        dd = result["drift_abs_difference"]
+        drift_text = "" if not drift else (
+            f"drift |Δ| gradless {gd['max_abs_logit_delta']:.6f} peer {drift['max_abs_logit_delta']:.6f} "
+            f"(diff {dd['max_abs_logit_delta']:.2e}; max|logit| diff {dd['max_abs_logit']:.2e}; "
+            f"agreement {gd['greedy_agreement']:.4f} / {drift['greedy_agreement']:.4f}); ")
+        print(f"{label}, batch {batch}: weights linear {gb['linear_bytes']} B / peer {linear_b} B, "
+              f"other {gb['other_bytes']} B / peer {other_b} B (equal: {result['weights_equal_to_the_byte']}); "
+              f"tokens identical: {result['tokens_identical_every_round']}; " + drift_text +
+              f"decode/token gradless {med['gradless']['decode_p50_ms']:.3f} ms, peer "
+              f"{med['peer']['decode_p50_ms']:.3f} ms: {result['decode_ratio']:.2f}x "
+              f"(per round {min(ratios):.2f}-{max(ratios):.2f}); fastest step {med['gradless']['decode_min_ms']:.3f} / "
+              f"{med['peer']['decode_min_ms']:.3f} ms: {result['decode_min_ratio']:.2f}x", flush=True)
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gradless", required=True)
@@ -254,12 +531,35 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json")
+    ap.add_argument("--quant", type=parse_quant, nargs="+", metavar="int8|int4:G",
+                    help="the quantized runs against the plain loop on the same weights, instead of transformers")
+    ap.add_argument("--models-dir", help="with --quant: where the team decoder folder is written (default: a temporary one)")
+    ap.add_argument("--check", action="store_true",
+                    help="with --quant: exit 1 unless the bytes, the greedy tokens and the drift agree (not the timings)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     infos = json.loads(subprocess.run([a.gradless, "models", "--json"], check=True, capture_output=True, text=True).stdout)
     info = next(m for m in infos if m["id"] == a.model)
     c = info["decoder"]["config"]
     model = hf_model(c)
+    if a.quant:
+        results = run_quant(a, c, model)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(results, f, indent=2)
+        if a.check:
+            bad = [f"{r['weights']}:{r['group_size']} batch {r['batch']}: {what}" for r in results for what, ok in [
+                ("weight bytes differ", r["weights_equal_to_the_byte"]),
+                ("the weights at the peak differ from the tensors'", r["memory_peak_weights_equal"]),
+                ("greedy tokens differ", r["tokens_identical_every_round"]),
+                ("drift differs by more than 1e-4", not r["drift"] or max(r["drift_abs_difference"].values()) <= 1e-4),
+            ] if not ok]
+            if bad:
+                print("error: " + "; ".join(bad), file=sys.stderr)
+                return 1
+            print(f"ok: {len(results)} settings, weight bytes equal to the byte, greedy tokens identical, "
+                  "drift within 1e-4 of the peer's")
+        return 0
     plain = PlainDecoder(model, c)
     results = []
     for batch in a.batches:

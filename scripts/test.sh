@@ -24,6 +24,12 @@ for f in gradless-load.json gradless-viewers.json gradless-soak.json gradless-ho
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
 done
 
+echo "==> Quantized linear layers against a plain-PyTorch peer on the same weights (bench/generate.py --check; about 20 s)"
+# The peer quantizes the same safetensors with linear.rs's formula and calls the same packed
+# kernels: the weights' bytes, the greedy tokens and the drift must agree (never the timings).
+"$GRADLESS_PYTHON" bench/generate.py --gradless "$CARGO_TARGET_DIR/release/gradless" --batches 1 \
+  --quant int8 int4:64 --rounds 1 --prompt 8 --new-tokens 8 --threads 1 --check
+
 echo "==> Fleet tests (nats-server and PostgreSQL on loopback; 2 fronts and 3 CPU workers as processes)"
 # Ports after the browser tests' (port, port + 2): NATS, PostgreSQL, then the fronts and
 # the workers' metrics (port + 5 ...). The services stay up for the browser tests' fleet
