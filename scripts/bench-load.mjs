@@ -53,9 +53,10 @@ const watchHydration = () => {
 };
 
 // The page-weight test's budgets (end2end/tests/page-weight.spec.ts), by page.
-// The split build's figures with a little room; the issue's targets (450,000, 500,000 and
-// 300,000 B) need a smaller main module (docs/ARCHITECTURE.md, "How the site is split").
-const BUDGETS = { '/': 570_000, '/generate': 620_000, '/embed/runs/{id}': 640_000 };
+// This build's figures with a little room; the issue's targets (450,000, 500,000 and
+// 300,000 B) are not met: they need a smaller wasm as a whole (docs/ARCHITECTURE.md, "How the
+// site is split").
+const BUDGETS = { '/': 566_000, '/generate': 614_000, '/embed/runs/{id}': 616_000 };
 
 async function openLab(page, query = '') {
   return openPage(page, `/${query ? '?' + query : ''}`);

@@ -79,7 +79,7 @@ else
     # Every module, as many at once as there are cores (most of a small module's time is
     # binaryen's start-up).
     ls "$STAGE/gradless_bg.wasm" "$STAGE"/split_*.wasm "$STAGE"/chunk_*.wasm 2>/dev/null \
-      | xargs -P "$(nproc)" -I{} node_modules/binaryen/bin/wasm-opt -Os --enable-bulk-memory \
+      | xargs -P "$(nproc)" -I{} node_modules/binaryen/bin/wasm-opt -Os --strip-producers --strip-target-features --enable-bulk-memory \
         --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals \
         --enable-reference-types --enable-multivalue {} -o {}
   fi

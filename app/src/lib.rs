@@ -264,7 +264,11 @@ fn server_info() -> ServerInfo {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let info = server_info();
-    let info_json = script_json(&cards::for_page(&info, &page_path()));
+    let path = page_path();
+    let info_json = script_json(&cards::for_page(&info, &path));
+    // A permalink names an experiment by its card's title: the titles only, not the cards.
+    let titles = cards::titles_for_page(&info, &path)
+        .map(|json| view! { <script type="application/json" id=cards::TITLES_ELEMENT inner_html=json></script> });
     // A CUDA build of libtorch on a server without a GPU is said to be one.
     let no_gpu = !info.devices.iter().any(|d| d.kind == protocol::DeviceKind::Cuda);
     let libtorch = widgets::libtorch_line(&info.libtorch_version, no_gpu.then_some("this server has no GPU"));
@@ -273,6 +277,7 @@ pub fn App() -> impl IntoView {
     view! {
         <Title text="Gradless — what PyTorch's inference settings really do" />
         <script type="application/json" id=INFO_ELEMENT inner_html=info_json></script>
+        {titles}
         <Router>
             <TopBar />
             <main>
