@@ -214,7 +214,11 @@ fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let bound = |g: &GenerationReport| {
         let bw = g.decode_bandwidth_gb_s.map_or("?".to_string(), |b| format!("{b:.1} GB/s"));
-        let pct = g.decode_bandwidth_percent.map_or(String::new(), |p| format!(", {p:.0}% of the device's"));
+        // A CPU's small model sits in its caches: a share of DRAM's bandwidth says nothing.
+        let pct = match g.decode_bandwidth_percent {
+            Some(p) if ctx.cuda() => format!(", {p:.0}% of the device's"),
+            _ => String::new(),
+        };
         format!("{} of weights per step at {bw}{pct}", protocol::format_bytes(g.weights_bytes))
     };
     let reads = format!("unquantized read {}; int8 {}", bound(&plain), bound(&int8));
@@ -261,7 +265,7 @@ pub const KV_DTYPE: Card = Card {
     source: "https://huggingface.co/docs/transformers/kv_cache",
     pitfall: "# \"an fp8 cache halves the model's memory\"\nmodel.generate(ids, cache_implementation=\"quantized\", ...)  # at 512 tokens on an 8B model: the weights are 16 GB, the cache 64 MB",
     fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * cache_dtype_bytes\n# shrink the cache when kv_bytes is a large share of weights + kv_bytes + activations",
-    threshold: "confirmed when, with fp32 weights on the same prompt and tokens, the bf16 and fp16 caches each hold exactly half the fp32 cache's bytes (each equal to the formula) while the weights are the same to the byte; the peaks and the drift from the fp32 cache (max |Δ logit| at the prefill, greedy agreement) are reported beside them. Regime: any device; bytes repeat exactly",
+    threshold: "confirmed when, with fp32 weights on the same prompt and tokens, the bf16 and fp16 caches each hold exactly half the fp32 cache's bytes (each equal to the formula), and on a GPU with fp8 (compute capability 8.9+) an fp8 e4m3 cache exactly a quarter, while the weights are the same to the byte; the peaks and the drift from the fp32 cache (max |Δ logit| at the prefill, greedy agreement) are reported beside them. Regime: any device; bytes repeat exactly",
     question: ratio("A bf16 KV cache under fp32 weights: the run's peak memory as a multiple of the fp32 cache's?", "bf16 cache: peak allocated", "fp32 cache: peak allocated", SAME_BYTES),
     experiment: kv_dtype,
 };
@@ -274,7 +278,12 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut cells: Vec<(&str, u64, u64, u64)> = vec![];
     let mut exact = true;
     let mut drifts = vec![];
-    for (name, kv) in [("fp32", KvDtype::AsActivations), ("bf16", KvDtype::Bf16), ("fp16", KvDtype::Fp16)] {
+    let fp8 = ctx.cuda() && lab.machine().compute_capability().is_some_and(|cc| cc >= 89);
+    let mut variants = vec![("fp32", KvDtype::AsActivations), ("bf16", KvDtype::Bf16), ("fp16", KvDtype::Fp16)];
+    if fp8 {
+        variants.push(("fp8 e4m3", KvDtype::Fp8E4m3));
+    }
+    for (name, kv) in variants {
         ctx.check()?;
         let (report, g) = generate(lab, ctx, with(base.clone(), WeightsDtype::Fp32, |s| s.kv_dtype = kv))?;
         exact &= g.kv_cache_bytes == g.kv_cache_formula_bytes;
@@ -294,9 +303,11 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         cells.push((name, g.kv_cache_bytes, g.weights_bytes, report.memory.peak_allocated_bytes));
     }
     let (full_kv, full_w, full_peak) = (cells[0].1, cells[0].2, cells[0].3);
-    let halves: Vec<u64> = cells[1..].iter().map(|c| c.1).collect();
+    let halves: Vec<u64> = cells[1..3].iter().map(|c| c.1).collect();
     let weights: Vec<u64> = cells[1..].iter().map(|c| c.2).collect();
-    let holds = exact && rules::the_cache_halves_not_the_weights(full_kv, &halves, full_w, &weights);
+    // fp8: one byte, a quarter of fp32's.
+    let quarter = cells.get(3).is_none_or(|c| 4 * c.1 == full_kv);
+    let holds = exact && quarter && rules::the_cache_halves_not_the_weights(full_kv, &halves, full_w, &weights);
     let reason = format!(
         "the fp32 cache held {}, bf16 {} and fp16 {}; the weights {} in every run; the peak went from {} to {} ({:.3}×)",
         protocol::format_bytes(full_kv),
@@ -308,7 +319,11 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         cells[1].3 as f64 / full_peak.max(1) as f64,
     );
     let mut notes = drifts;
-    notes.push("An fp8 e4m3 cache (CUDA, under bf16 weights) halves a 16-bit cache the same way; this build does not store one yet, so it is not measured here.".into());
+    if let Some(c) = cells.get(3) {
+        notes.push(format!("The fp8 e4m3 cache (one byte, a scale per layer's keys and values set by the prefill) held {}: a quarter of fp32's.", protocol::format_bytes(c.1)));
+    } else {
+        notes.push("An fp8 e4m3 cache (one byte per element) halves a 16-bit cache again; it needs a CUDA device with fp8 (compute capability 8.9 or later), so it is not measured here.".into());
+    }
     let decision = Decision::rule(holds, format!("{reason}: only the cache halved."), format!("{reason}."));
     let x: Vec<String> = cells.iter().map(|c| format!("{} cache", c.0)).collect();
     Ok(Outcome::new(decision, format!("{}, fp32 weights", setup(&base)), ChartKind::Bar)
@@ -319,7 +334,10 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             fig("fp32 cache: peak allocated", full_peak as f64, "bytes"),
             fig("bf16 cache: peak allocated", cells[1].3 as f64, "bytes"),
             fig("fp16 cache: peak allocated", cells[2].3 as f64, "bytes"),
-        ])
+        ]
+        .into_iter()
+        .chain(cells.get(3).map(|c| fig("fp8 e4m3 cache: KV cache", c.1 as f64, "bytes")))
+        .collect())
         .series(vec![
             series("KV cache", "MiB", x.clone(), cells.iter().map(|c| mib(c.1)).collect()),
             series("weights", "MiB", x, cells.iter().map(|c| mib(c.2)).collect()),
@@ -433,7 +451,7 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let log = |points: &[ValuePoint]| points.iter().map(|p| (1.0 + p.max_abs).log10()).collect::<Vec<_>>();
     Ok(Outcome::new(decision, format!("{}{scaled}, batch 1, a prompt of {tokens} tokens, one pass, no_grad", model.display_name()), ChartKind::Line)
         .figures(vec![
-            fig("fp32: largest |activation|", largest(&fp32), "count"),
+            fig("fp32: largest |activation|", largest(&fp32), "magnitude"),
             fig("fp16: non-finite values", non_finite(&fp16) as f64, "count"),
             fig("bf16: non-finite values", non_finite(&bf16) as f64, "count"),
             fig("fp16: non-finite values in the logits", logits_bad(&fp16) as f64, "count"),
