@@ -37,12 +37,14 @@ same file, quantizes the blocks' linear layers with linear.rs's formula (gpt-fas
 same kernels (`torch._weight_int8pack_mm`, `torch._convert_weight_to_int4pack_for_cpu` +
 `torch._weight_int4pack_mm_for_cpu`), on Gradless's seeded prompt ids. Compared: the linear
 layers' and the other weights' bytes (to the byte), the weights at the peak, the greedy
-tokens of every round, and the drift figures (Gradless's JSON has no logits: the peer
-computes engine/src/lab/drift.rs's max |Δ logit| at the prefill, the largest |logit| and
-the teacher-forced agreement on its own two models); timed: decode per token (p50 of each
-run, medians over rounds, the ratio with its per-round range, and the fastest step of each
-run). Rounds outside, settings inside, the side that goes first alternating. `--check` exits
-1 unless the bytes, tokens and drift agree (within 1e-4); it never judges the timings.
+tokens of every round, the prefill's logits number for number (`gradless generate
+--prefill-logits` against the peer's own prefill) and the drift figures (the peer computes
+engine/src/lab/drift.rs's max |Δ logit| at the prefill, the largest |logit| and the
+teacher-forced agreement on its own two models); timed: decode per token (p50 of each run,
+medians over rounds, the ratio with its per-round range, and the fastest step of each run).
+Rounds outside, settings inside, the side that goes first alternating. `--check` exits 1
+unless the bytes, tokens, prefill logits and drift agree (within 1e-4); it never judges the
+timings.
 """
 
 from __future__ import annotations
@@ -380,7 +382,8 @@ def gradless_quant(binary, models_dir, name, quant, batch, prompt, n, threads):
     kind, group = quant
     cmd = [binary, "generate", "--models-dir", models_dir, "--model", name, "--batch", str(batch),
            "--prompt", str(prompt), "--new-tokens", str(n), "--cache", "dynamic", "--eval", "--grad", "no_grad",
-           "--weights", "fp32" if kind == "none" else kind, "--device", "cpu", "--threads", str(threads), "--json"]
+           "--weights", "fp32" if kind == "none" else kind, "--device", "cpu", "--threads", str(threads), "--json",
+           "--prefill-logits"]
     if group:
         cmd[cmd.index("--device"):cmd.index("--device")] = ["--group-size", str(group)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -391,7 +394,7 @@ def gradless_quant(binary, models_dir, name, quant, batch, prompt, n, threads):
             "decode_min_ms": min(decode),
             "tokens": g["tokens"], "prompt_tokens": g["prompt_tokens"],
             "weights_breakdown": g["weights_breakdown"], "weights_formula": g["weights_formula"],
-            "memory_peak": g["memory_peak"], "drift": g["drift"],
+            "memory_peak": g["memory_peak"], "drift": g["drift"], "prefill_logits": g["prefill_logits"],
             "memory_source": r["memory"]["source"], "device": r["env"]["device_name"]}
 
 
@@ -497,6 +500,9 @@ def run_quant(a, c, model):
             "drift": drift and {"gradless": {k: gd[k] for k in DRIFT}, "peer": {k: drift[k] for k in DRIFT}},
             "drift_abs_difference": drift and {k: abs(gd[k] - drift[k]) for k in DRIFT},
             "peer_prefill_vs_drift_pass_max_abs": drift and (prefill - drift["prefill_logits"]).abs().max().item(),
+            # Gradless's prefill logits (`--prefill-logits`) against the peer's, number for number.
+            "prefill_logits_max_abs_difference": (torch.tensor(g0["prefill_logits"]) - prefill).abs().max().item(),
+            "prefill_logits_max_abs": prefill.abs().max().item(),
             "median": med,
             "decode_ratio": med["gradless"]["decode_p50_ms"] / med["peer"]["decode_p50_ms"],
             "decode_ratio_per_round": spread(ratios),
@@ -513,7 +519,9 @@ def run_quant(a, c, model):
             f"agreement {gd['greedy_agreement']:.4f} / {drift['greedy_agreement']:.4f}); ")
         print(f"{label}, batch {batch}: weights linear {gb['linear_bytes']} B / peer {linear_b} B, "
               f"other {gb['other_bytes']} B / peer {other_b} B (equal: {result['weights_equal_to_the_byte']}); "
-              f"tokens identical: {result['tokens_identical_every_round']}; " + drift_text +
+              f"tokens identical: {result['tokens_identical_every_round']}; "
+              f"prefill logits max |Δ| {result['prefill_logits_max_abs_difference']:.2e} (of |logit| up to "
+              f"{result['prefill_logits_max_abs']:.2f}); " + drift_text +
               f"decode/token gradless {med['gradless']['decode_p50_ms']:.3f} ms, peer "
               f"{med['peer']['decode_p50_ms']:.3f} ms: {result['decode_ratio']:.2f}x "
               f"(per round {min(ratios):.2f}-{max(ratios):.2f}); fastest step {med['gradless']['decode_min_ms']:.3f} / "
@@ -553,12 +561,13 @@ def main():
                 ("the weights at the peak differ from the tensors'", r["memory_peak_weights_equal"]),
                 ("greedy tokens differ", r["tokens_identical_every_round"]),
                 ("drift differs by more than 1e-4", not r["drift"] or max(r["drift_abs_difference"].values()) <= 1e-4),
+                ("prefill logits differ by more than 1e-4", r["prefill_logits_max_abs_difference"] <= 1e-4),
             ] if not ok]
             if bad:
                 print("error: " + "; ".join(bad), file=sys.stderr)
                 return 1
             print(f"ok: {len(results)} settings, weight bytes equal to the byte, greedy tokens identical, "
-                  "drift within 1e-4 of the peer's")
+                  "prefill logits and drift within 1e-4 of the peer's")
         return 0
     plain = PlainDecoder(model, c)
     results = []

@@ -43,6 +43,7 @@ pub fn spec_from_query(devices: &[protocol::DeviceInfo], get: impl Fn(&str) -> O
             weights: get("weights").and_then(|v| v.parse().ok()).unwrap_or_default(),
             group_size: get("group_size").and_then(|v| v.parse().ok()),
             kv_dtype: get("kv_dtype").and_then(|v| v.parse().ok()).unwrap_or_default(),
+            prefill_logits: false,
         }),
         ..RunSpec::default()
     }

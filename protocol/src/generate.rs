@@ -66,6 +66,12 @@ pub struct GenerateSpec {
     /// out when as the activations.
     #[serde(skip_serializing_if = "KvDtype::is_default")]
     pub kv_dtype: KvDtype,
+    /// Report the prefill's last-position logits (`generation.prefill_logits`, batch ×
+    /// vocab in fp32), to compare a run with a peer's number for number. Off by default:
+    /// for a real vocabulary they are megabytes (batch × vocab is capped at
+    /// [`crate::MAX_PREFILL_LOGITS`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefill_logits: bool,
 }
 
 impl Default for GenerateSpec {
@@ -76,6 +82,7 @@ impl Default for GenerateSpec {
             weights: WeightQuant::None,
             group_size: None,
             kv_dtype: KvDtype::AsActivations,
+            prefill_logits: false,
         }
     }
 }
@@ -298,4 +305,9 @@ pub struct GenerationReport {
     /// With quantized weights: how far the run drifted from the same decoder unquantized.
     #[serde(default)]
     pub drift: Option<Drift>,
+    /// The prefill's last-position logits per sequence (fp32), when the spec asked for
+    /// them: one prefill pass of the run's model (eval, no grad, a fresh cache of the
+    /// run's kind and dtype, no autocast) after the run, outside its figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_logits: Option<Vec<Vec<f32>>>,
 }

@@ -108,6 +108,9 @@ pub const GROUP_SIZES: [u32; 3] = [32, 64, 128];
 /// int4's group size when the spec names none.
 pub const DEFAULT_GROUP_SIZE: u32 = 64;
 
+/// The most numbers `generate.prefill_logits` returns (batch × vocab): 16 MiB of fp32.
+pub const MAX_PREFILL_LOGITS: u64 = 1 << 22;
+
 /// The quantization a decoder is built with: the kind and, for int4, the group size
 /// (0 otherwise). What the model cache keys a quantized model by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -368,6 +368,18 @@ impl RunSpec {
             }
         }
         crate::check_quant(g.weights, g.group_size, &decoder.config)?;
+        let logits = self.batch as u64 * decoder.config.vocab_size as u64;
+        if g.prefill_logits && logits > crate::MAX_PREFILL_LOGITS {
+            return err(
+                "generate.prefill_logits",
+                format!(
+                    "prefill_logits would return batch {} × vocab {} = {logits} numbers, above the {} this server returns; use a smaller batch",
+                    self.batch,
+                    decoder.config.vocab_size,
+                    crate::MAX_PREFILL_LOGITS
+                ),
+            );
+        }
         if g.kv_dtype != crate::KvDtype::AsActivations && g.cache == crate::KvCacheKind::Off {
             return err(
                 "generate.kv_dtype",

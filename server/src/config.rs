@@ -417,6 +417,10 @@ pub struct GenerateArgs {
     /// The KV cache's dtype: as_activations (default), bf16, fp16, fp8_e4m3 (CUDA with compute capability 8.9+).
     #[arg(long, default_value = "as_activations")]
     pub kv_dtype: protocol::KvDtype,
+    /// Report the prefill's last-position logits (generation.prefill_logits, batch × vocab
+    /// fp32) in --json, to compare with a peer number for number (bench/generate.py --quant).
+    #[arg(long)]
+    pub prefill_logits: bool,
     /// model.eval() (the default).
     #[arg(long, conflicts_with = "train")]
     pub eval: bool,

@@ -104,3 +104,42 @@ impl Lab {
         })
     }
 }
+
+impl Lab {
+    /// The prefill's last-position logits of the run's own model (its quantization, its
+    /// cache's kind and dtype) on the prompt `g` recorded, one row per sequence, in fp32:
+    /// one pass in eval mode without grad or autocast, after the run (`generate.prefill_logits`).
+    pub(super) fn prefill_logits(
+        &mut self,
+        spec: &RunSpec,
+        device: DeviceKind,
+        g: &GenerationReport,
+        quant: LinearQuant,
+    ) -> Result<Vec<Vec<f32>>, RunFailure> {
+        let rows = g.batch as i64;
+        let prompt = g.prompt_len as i64;
+        if g.prompt_tokens.len() as i64 != rows {
+            return Err(failure(FailureKind::Internal, "the generation's prompt does not match its batch"));
+        }
+        let flat: Vec<i64> = g.prompt_tokens.iter().flatten().copied().collect();
+        let ids = catch_torch(|| Tensor::from_slice(&flat).view([rows, prompt]).to_device(tch_device(device)))?;
+        let index = self.model_index_quant(spec.model, device, spec.resolved_input_size(), &spec.advanced, quant)?;
+        let decoder = self
+            .model(index)
+            .net
+            .as_decoder()
+            .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
+        let store = super::generate::kv_store(spec);
+        let layers = decoder.config().num_hidden_layers as usize;
+        let values = catch_torch(|| {
+            let _no_grad = tch::no_grad_guard();
+            let mut cache = KvCache::new(g.cache, layers, prompt + g.new_tokens as i64).storing(store);
+            let logits = decoder.forward(&ids, 0, &mut cache, false, Logits::Last, &mut Probe::off());
+            let flat = logits.to_kind(Kind::Float).to_device(tch::Device::Cpu).reshape([-1]);
+            Vec::<f32>::try_from(&flat)
+        })?
+        .map_err(|e| failure(FailureKind::Internal, e.to_string()))?;
+        let vocab = values.len() / rows.max(1) as usize;
+        Ok(values.chunks(vocab.max(1)).map(|c| c.to_vec()).collect())
+    }
+}

@@ -464,6 +464,7 @@ impl Lab {
             kv_cache_element_bytes: key_elt as u32,
             kv_cache_value_element_bytes: value_elt as u32,
             attention,
+            prefill_logits: None,
             decode_graph: spec.advanced.cuda_graph,
             decode_ms_per_token,
             tokens_per_s,

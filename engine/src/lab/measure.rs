@@ -84,6 +84,16 @@ impl Lab {
                 }
             };
         }
+        if spec.generate.as_ref().is_some_and(|g| g.prefill_logits) {
+            // Asked for: failing to produce them fails the run (a peer comparison would
+            // otherwise read a missing field as a pass).
+            if let Some(g) = report.generation.as_ref() {
+                let logits = self.prefill_logits(&spec, device, g, quant)?;
+                if let Some(g) = report.generation.as_mut() {
+                    g.prefill_logits = Some(logits);
+                }
+            }
+        }
         let Some(traffic) = traffic else {
             if let Some(g) = report.generation.as_mut() {
                 super::generate::fill_rates(g, peak.as_ref());

@@ -112,6 +112,7 @@ pub fn generate(worker: &Worker, args: &GenerateArgs) -> Result<()> {
             weights: quant,
             group_size: args.group_size,
             kv_dtype: args.kv_dtype,
+            prefill_logits: args.prefill_logits,
         }),
         ..RunSpec::default()
     };

@@ -8,7 +8,7 @@ use crate::*;
 
 #[tokio::test]
 async fn malformed_quantized_weights_get_4xx_naming_the_field() {
-    let cases: [(&str, StatusCode, &str, &str); 4] = [
+    let cases: [(&str, StatusCode, &str, &str); 5] = [
         (
             r#"{"model": "llama_tiny", "generate": {"weights": "int3"}}"#,
             StatusCode::BAD_REQUEST,
@@ -33,6 +33,13 @@ async fn malformed_quantized_weights_get_4xx_naming_the_field() {
             "generate.weights",
             "autocast",
         ),
+        (
+            // 32 × 151,936 logits: above the 4,194,304 numbers a run returns.
+            r#"{"model": "qwen2_5_0_5b", "batch": 32, "generate": {"prefill_logits": true}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "generate.prefill_logits",
+            "smaller batch",
+        ),
     ];
     for (body, want, field, why) in cases {
         let (status, _, bytes) = send(app(), post_run(body)).await;
@@ -46,7 +53,7 @@ async fn malformed_quantized_weights_get_4xx_naming_the_field() {
 #[tokio::test]
 async fn an_int8_generation_reports_its_weights_memory_and_drift() {
     let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
-        "generate": {"new_tokens": 4, "weights": "int8"}}"#;
+        "generate": {"new_tokens": 4, "weights": "int8", "prefill_logits": true}}"#;
     let (status, _, bytes) = send(app(), post_run(body)).await;
     assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
     let created: RunCreated = serde_json::from_slice(&bytes).unwrap();
@@ -57,6 +64,14 @@ async fn an_int8_generation_reports_its_weights_memory_and_drift() {
     let g = report.generation.as_ref().unwrap();
     let w = g.weights_breakdown.unwrap();
     assert_eq!(Some(w), g.weights_formula);
+    // Asked for: one row of the vocabulary's logits per sequence, finite, whose argmax is
+    // the first generated token (the same model, the same prompt).
+    let logits = g.prefill_logits.as_ref().expect("prefill_logits asked for");
+    assert_eq!(logits.len(), 1);
+    assert_eq!(logits[0].len(), 8192);
+    assert!(logits[0].iter().all(|x| x.is_finite()));
+    let argmax = logits[0].iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+    assert_eq!(argmax as i64, g.tokens[0][0], "the logits pick the first token");
     assert!(w.linear_bytes < w.linear_unquantized_bytes / 3);
     assert!(g.memory_peak.is_some() && g.memory_steady.is_some());
     let d = g.drift.as_ref().unwrap();
