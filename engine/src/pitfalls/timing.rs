@@ -25,7 +25,7 @@ pub const WARM_UP: Card = Card {
     pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
     fix: "for _ in range(3): model(x)  # warm up, then time many runs",
     threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
-    question: super::ratio("What is the first iteration's time as a multiple of the steady median?", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
+    question: super::ratio("What is the first iteration's time as a multiple of the steady median?", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
     experiment: warm_up,
 };
 

@@ -355,7 +355,7 @@ pub const FP16_OVERFLOW: Card = Card {
     pitfall: "model = model.half()  # or torch.autocast(\"cuda\", dtype=torch.float16)\nlogits = model(ids).logits  # inf / NaN once a hidden state passes 65504",
     fix: "model = model.to(torch.bfloat16)  # fp32's range\n# or find the layer: count non-finite values per layer with forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
     threshold: "one untimed forward pass over the same prompt in fp32, fp16 and bf16 weights, each layer's output read by a probe; confirmed when the fp32 pass's largest |activation| passes 65504 with every value finite, the fp16 pass has non-finite values and the bf16 pass none. A team checkpoint is run as it is; a preset's weights are random, and the first layer's MLP (up and down projections) is scaled so that the residual stream carries one massive activation past fp16's range, as trained models do (stated in the result). Regime: any device",
-    question: value("In fp16, does the pass produce any inf or NaN?", "fp16: non-finite values in the logits", "count", Ask::YesNo),
+    question: value("In fp16, does the pass produce any inf or NaN?", "fp16: any inf or NaN", "bool", Ask::YesNo),
     experiment: fp16_overflow,
 };
 
@@ -383,8 +383,8 @@ fn probe_values(m: &Model, ids: &Tensor) -> Result<Vec<ValuePoint>, RunFailure> 
         let _guard = tch::no_grad_guard();
         let mut probe = Probe::values();
         let mut cache = KvCache::new(protocol::KvCacheKind::Off, d.config().num_hidden_layers as usize, 0);
-        let logits = d.forward(ids, 0, &mut cache, false, Logits::All, &mut probe);
-        probe.mark("logits", &logits, || 0);
+        // The decoder marks its LM head last: that point is the logits.
+        drop(d.forward(ids, 0, &mut cache, false, Logits::All, &mut probe));
         probe.finish_values()
     })
 }
@@ -452,6 +452,7 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     Ok(Outcome::new(decision, format!("{}{scaled}, batch 1, a prompt of {tokens} tokens, one pass, no_grad", model.display_name()), ChartKind::Line)
         .figures(vec![
             fig("fp32: largest |activation|", largest(&fp32), "magnitude"),
+            fig("fp16: any inf or NaN", f64::from(u8::from(non_finite(&fp16) > 0)), "bool"),
             fig("fp16: non-finite values", non_finite(&fp16) as f64, "count"),
             fig("bf16: non-finite values", non_finite(&bf16) as f64, "count"),
             fig("fp16: non-finite values in the logits", logits_bad(&fp16) as f64, "count"),
