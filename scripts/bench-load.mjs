@@ -42,21 +42,23 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking'],
 });
 
-/** Records when the page becomes hydrated, from the first byte of the document on. */
+/** Records when the page becomes live, from the first byte of the document on: hydrated,
+ *  or (an embedded recorded run, served without the wasm) drawn by its script. */
 const watchHydration = () => {
   const mark = () => {
-    if (document.documentElement?.getAttribute('data-hydrated') === 'true' && !window.__hydratedAt) {
-      window.__hydratedAt = performance.now();
-    }
+    const root = document.documentElement;
+    const live = root?.getAttribute('data-hydrated') === 'true' || root?.getAttribute('data-static') === 'drawn';
+    if (live && !window.__hydratedAt) window.__hydratedAt = performance.now();
   };
-  new MutationObserver(mark).observe(document, { attributes: true, subtree: true, attributeFilter: ['data-hydrated'] });
+  new MutationObserver(mark).observe(document, { attributes: true, subtree: true, attributeFilter: ['data-hydrated', 'data-static'] });
 };
 
 // The page-weight test's budgets (end2end/tests/page-weight.spec.ts), by page.
-// This build's figures with a little room; the issue's targets (450,000, 500,000 and
-// 300,000 B) are not met: they need a smaller wasm as a whole (docs/ARCHITECTURE.md, "How the
-// site is split").
-const BUDGETS = { '/': 566_000, '/generate': 614_000, '/embed/runs/{id}': 616_000 };
+// This build's figures with a little room, and the issue's target for an embedded run
+// (300,000 B: it is served without the wasm); the Lab's and Generate's targets (450,000 and
+// 500,000 B) are not met: they need a smaller wasm as a whole (docs/ARCHITECTURE.md, "How
+// the site is split").
+const BUDGETS = { '/': 566_000, '/generate': 614_000, '/embed/runs/{id}': 300_000 };
 
 async function openLab(page, query = '') {
   return openPage(page, `/${query ? '?' + query : ''}`);
@@ -267,7 +269,7 @@ if (flag('--json')) {
   console.log(`  warm start (scripts/run.sh, nothing to rebuild, to /healthz): ${warm}`);
   console.log(`  from the Lab, click Generate (chunk prefetched) to its page drawn: ${fmt(summary.lab_to_generate_ms, 'ms')}`);
   console.log('');
-  console.log('  cold visit, every page      bytes     budget   wasm files   FCP ms   hydrated ms');
+  console.log('  cold visit, every page      bytes     budget   wasm files   FCP ms   live ms (hydrated, or drawn without wasm)');
   for (const [route, p] of Object.entries(summary.pages)) {
     const budget = p.budget_bytes === null ? '-' : `${p.budget_bytes}${p.cold_bytes <= p.budget_bytes ? ' ok' : ' OVER'}`;
     console.log(`  ${route.padEnd(24)} ${String(Math.round(p.cold_bytes)).padStart(8)}  ${budget.padStart(10)}   ${String(p.wasm_files).padStart(10)}   ${p.fcp_ms.toFixed(0).padStart(6)}   ${p.hydrated_ms.toFixed(0).padStart(11)}`);

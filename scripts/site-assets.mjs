@@ -6,7 +6,8 @@
 //  1. builds the site's ECharts from npm's `echarts` with esbuild (a prebuilt binary in its
 //     npm package) and terser, both from npm: only the chart types and components
 //     app/src/charts.rs draws, not the 1 MB full build;
-//  2. minifies style/main.css and wasm-bindgen's glue with the same esbuild;
+//  2. minifies style/main.css, wasm-bindgen's glue and app/js/record-embed.js (what draws a
+//     page served without the wasm) with the same esbuild;
 //  3. gives every asset a content-hashed name (pkg/gradless.<hash>.js, ...), so the server
 //     can tell browsers to keep it for a year (`immutable`): a changed file has a new name;
 //     and writes each one precompressed beside it, brotli (.br) and gzip (.gz), at the highest
@@ -92,12 +93,16 @@ if (!fs.existsSync(echartsOut) || read(echartsStamp) !== echartsWant) {
 // kept (esbuild renames locals only). No syntax is lowered (no target).
 const cssOut = path.join(stage, 'main.min.css');
 const glueOut = path.join(stage, 'gradless.min.js');
+// The script that draws a page served without the wasm (app/src/static_page.rs), minified too.
+const recordEmbedOut = path.join(stage, 'record-embed.min.js');
 {
   const { transform } = await import('esbuild');
   const css = await transform(fs.readFileSync('style/main.css', 'utf8'), { loader: 'css', minify: true, legalComments: 'none' });
   if (read(cssOut) !== css.code) fs.writeFileSync(cssOut, css.code);
   const glue = await transform(fs.readFileSync(path.join(stage, 'gradless.js'), 'utf8'), { loader: 'js', format: 'esm', minify: true, legalComments: 'none' });
   if (read(glueOut) !== glue.code) fs.writeFileSync(glueOut, glue.code);
+  const recordEmbed = await transform(fs.readFileSync('app/js/record-embed.js', 'utf8'), { loader: 'js', minify: true, legalComments: 'none' });
+  if (read(recordEmbedOut) !== recordEmbed.code) fs.writeFileSync(recordEmbedOut, recordEmbed.code);
 }
 const LOADER_SLOT = '@@gradless-split-loader@@';
 const GLUE_SLOT = '@@gradless-glue@@';
@@ -110,6 +115,7 @@ const assets = {
   wasm: [path.join(stage, 'gradless_bg.wasm'), 'gradless_bg', '.wasm'],
   css: [cssOut, 'gradless', '.css'],
   echarts: [echartsOut, 'echarts', '.js'],
+  record_embed: [recordEmbedOut, 'record-embed', '.js'],
 };
 // The split wasm (build-site.sh): each lazy module (split_*.wasm, chunk_*.wasm) by its own
 // hash; the loader (__wasm_split.js) names them, and it and the glue import each other, so

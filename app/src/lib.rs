@@ -27,6 +27,7 @@ pub mod records;
 pub mod routes;
 pub mod run_view;
 pub mod settings;
+pub mod static_page;
 pub mod widgets;
 
 use leptos::prelude::*;
@@ -57,15 +58,32 @@ const INFO_ELEMENT: &str = "gradless-info";
 /// (e.g. a `cargo leptos` build), Leptos' own unhashed hydration scripts.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     let assets = AssetNames::of_site(&options.site_root);
-    let head = match assets {
-        Some(a) => {
+    let path = page_path();
+    let page = routes::Page::of(&path);
+    // An embedded recorded run is drawn by a small script instead of the wasm
+    // (static_page.rs), where the build made that script.
+    let record_embed = assets
+        .as_ref()
+        .and_then(|a| a.record_embed.clone())
+        .filter(|_| page.is_some_and(routes::Page::is_static));
+    let head = match (assets, record_embed) {
+        (Some(a), Some(script)) => {
+            provide_context(static_page::StaticPage);
+            view! {
+                <link rel="stylesheet" href=a.css />
+                <script src=a.echarts async></script>
+                <script src=script async></script>
+            }
+            .into_any()
+        }
+        (Some(a), None) => {
             let boot = hydration_module(&a);
             // The page's CSP allows inline scripts by the per-page nonce only (the server
             // puts it in context, as Leptos' own hydration scripts use it).
             let nonce = leptos::nonce::use_nonce();
             // A visit that lands on a lazy page needs its chunks before it hydrates: fetched
             // beside the main module rather than after it.
-            let chunks: Vec<String> = routes::Page::of(&page_path())
+            let chunks: Vec<String> = page
                 .and_then(|p| a.chunks.get(p.split_name()).cloned())
                 .unwrap_or_default();
             let chunks = chunks
@@ -84,7 +102,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             }
             .into_any()
         }
-        None => view! {
+        (None, _) => view! {
             <link rel="stylesheet" href="/pkg/gradless.css" />
             <script src="/echarts.min.js" defer></script>
             <HydrationScripts options />
@@ -129,6 +147,10 @@ pub struct AssetNames {
     /// The split wasm's loader, which the glue imports (absent from an unsplit build).
     #[serde(default)]
     pub split: Option<String>,
+    /// The script that draws a page served without the wasm (`app/js/record-embed.js`,
+    /// see [`static_page`]); absent, such a page hydrates like the others.
+    #[serde(default)]
+    pub record_embed: Option<String>,
     /// The wasm modules each lazy function needs (its own and the shared ones), by the
     /// function's name ([`routes::Page::split_name`]).
     #[serde(default)]
@@ -181,6 +203,7 @@ impl AssetNames {
         let all_plain = [&names.js, &names.wasm, &names.css, &names.echarts]
             .into_iter()
             .chain(&names.split)
+            .chain(&names.record_embed)
             .chain(names.chunks.values().flatten())
             .all(|p| plain(p));
         all_plain.then_some(names)
@@ -265,9 +288,14 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     let info = server_info();
     let path = page_path();
-    let info_json = script_json(&cards::for_page(&info, &path));
+    // What the hydrating app reads from the page; a page that does not hydrate needs none.
+    let hydrates = !static_page::is_static();
+    let info_json = hydrates.then(|| script_json(&cards::for_page(&info, &path)));
+    let info_element = info_json
+        .map(|json| view! { <script type="application/json" id=INFO_ELEMENT inner_html=json></script> });
     // A permalink names an experiment by its card's title: the titles only, not the cards.
     let titles = cards::titles_for_page(&info, &path)
+        .filter(|_| hydrates)
         .map(|json| view! { <script type="application/json" id=cards::TITLES_ELEMENT inner_html=json></script> });
     // A CUDA build of libtorch on a server without a GPU is said to be one.
     let no_gpu = !info.devices.iter().any(|d| d.kind == protocol::DeviceKind::Cuda);
@@ -276,7 +304,7 @@ pub fn App() -> impl IntoView {
     provide_context(info);
     view! {
         <Title text="Gradless — what PyTorch's inference settings really do" />
-        <script type="application/json" id=INFO_ELEMENT inner_html=info_json></script>
+        {info_element}
         {titles}
         <Router>
             <TopBar />

@@ -232,6 +232,12 @@ impl Page {
         }
     }
 
+    /// Whether the page is served without the wasm where the site can ([`crate::static_page`]):
+    /// an embedded recorded run, which a reader reads and does not operate.
+    pub fn is_static(self) -> bool {
+        matches!(self, Page::EmbedRecord)
+    }
+
     /// Loads the page's chunk (at once when it is already loaded).
     pub async fn preload(self) {
         match self {

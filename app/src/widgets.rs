@@ -124,13 +124,16 @@ pub fn RecordActions(
         .into_iter()
         .map(|(chart, name)| {
             let filename = format!("gradless-{id}-{name}.png");
+            let file_attr = filename.clone();
             let on_click = move |_| {
                 #[cfg(feature = "hydrate")]
                 crate::charts::download_png(chart, &filename);
                 #[cfg(not(feature = "hydrate"))]
                 let _ = (chart, &filename);
             };
-            view! { <button data-testid=format!("png-{name}") on:click=on_click>{format!("PNG: {name}")}</button> }
+            // The chart and the file name are in the markup too: a page that does not hydrate
+            // saves the picture with its script (static_page.rs).
+            view! { <button data-testid=format!("png-{name}") data-png-of=chart data-png-file=file_attr on:click=on_click>{format!("PNG: {name}")}</button> }
         })
         .collect_view();
     view! {
@@ -142,7 +145,11 @@ pub fn RecordActions(
                 {run.then(|| view! { <a class="button" href=export("py") download="" data-testid="export-py" title="A standalone PyTorch script that measures this run again, the same way">"Export as Python script"</a> })}
                 {png_buttons}
             </div>
-            <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" image=RwSignal::new(Some(format!("/runs/{id}.png"))) />
+            // A page that does not hydrate could not open the dialog: its full page (the
+            // permalink) has it.
+            {(!crate::static_page::is_static()).then(|| view! {
+                <EmbedSnippet path=Signal::derive({ let id = id.clone(); move || format!("/embed/runs/{id}") }) title="Gradless: a recorded run" image=RwSignal::new(Some(format!("/runs/{id}.png"))) />
+            })}
         </section>
     }
 }

@@ -3,20 +3,18 @@
 import { expect, test } from "@playwright/test";
 import { createServer } from "node:http";
 
-test("the lab embedded in a doc page resizes its iframe and runs", async ({ page, baseURL }) => {
-  // A docs site on another origin, served from this machine (Chromium keeps public sites
-  // from framing loopback ones, as it should); scripts/test.sh lets it frame embeds with
-  // --embed-origins http://127.0.0.1:$GRADLESS_DOCS_PORT.
+/**
+ * A docs site on another origin, served from this machine (Chromium keeps public sites from
+ * framing loopback ones, as it should); scripts/test.sh lets it frame embeds with
+ * --embed-origins http://127.0.0.1:$GRADLESS_DOCS_PORT. Its page holds `frames` and the
+ * listener the embed snippets paste, which sizes each frame to the height it posts.
+ */
+async function docsSite(baseURL: string, frames: string) {
   const docsPort = Number(process.env.GRADLESS_DOCS_PORT ?? 3139);
-  const DOCS = `http://127.0.0.1:${docsPort}`;
-  const src = `${baseURL}/embed/lab?model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=8&hide=snippet,advanced,history&lock=model,batch`;
-  // The doc page pastes the snippet the Embed button hands out; here it is built the same way.
-  const origin = new URL(baseURL!).origin;
+  const origin = new URL(baseURL).origin;
   const html = `<!doctype html><html><body style="margin:0">
         <h1>Onboarding: inference settings</h1>
-        <iframe id="g" src="${src}" title="Gradless" style="width:100%;border:0" height="150"></iframe>
-        <p id="after">Text after the embed.</p>
-        <iframe id="n" src="${baseURL}/pitfalls" title="not an embed" height="100"></iframe>
+        ${frames}
         <script>
           addEventListener("message", (e) => {
             if (e.origin !== ${JSON.stringify(origin)} || !e.data || e.data.type !== "gradless:height") return;
@@ -26,10 +24,20 @@ test("the lab embedded in a doc page resizes its iframe and runs", async ({ page
         </script></body></html>`;
   const docs = createServer((_, res) => res.writeHead(200, { "content-type": "text/html" }).end(html));
   await new Promise<void>((r) => docs.listen(docsPort, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${docsPort}/docs/guide.html`, close: () => docs.close() };
+}
+
+test("the lab embedded in a doc page resizes its iframe and runs", async ({ page, baseURL }) => {
+  const src = `${baseURL}/embed/lab?model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=8&hide=snippet,advanced,history&lock=model,batch`;
+  // The doc page pastes the snippet the Embed button hands out; here it is built the same way.
+  const docs = await docsSite(baseURL!, `
+        <iframe id="g" src="${src}" title="Gradless" style="width:100%;border:0" height="150"></iframe>
+        <p id="after">Text after the embed.</p>
+        <iframe id="n" src="${baseURL}/pitfalls" title="not an embed" height="100"></iframe>`);
   // A narrow doc column: the lab stacks in one column, so results make the embed taller.
   await page.setViewportSize({ width: 720, height: 900 });
   try {
-    await page.goto(`${DOCS}/docs/guide.html`);
+    await page.goto(docs.url);
     const frame = page.frameLocator("#g");
     await expect(frame.locator("html[data-hydrated=true]")).toHaveCount(1);
 
@@ -64,16 +72,48 @@ test("the lab embedded in a doc page resizes its iframe and runs", async ({ page
   }
 });
 
-test("a pitfall card and a recorded run embed too", async ({ page, request }) => {
+test("a pitfall card and a recorded run embed too", async ({ page, request, baseURL }) => {
   const res = await request.post("/api/runs", { data: { model: "tiny_mlp", batch: 2, warmup: 0, iters: 3 } });
   expect(res.status()).toBe(202);
   const { id } = await res.json();
   await expect.poll(async () => (await request.get(`/api/runs/${id}`)).status()).toBe(200);
+  // A recorded run is read, not operated: served without the wasm, drawn by its own script.
+  const wasm: string[] = [];
+  page.on("request", (r) => r.url().endsWith(".wasm") && wasm.push(r.url()));
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
   await page.goto(`/embed/runs/${id}`);
-  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  await expect(page.locator("html[data-static=drawn]")).toHaveCount(1);
   await expect(page.getByTestId("provenance")).toContainText("Recorded");
   await expect(page.getByTestId("summary")).toBeVisible();
   await expect(page.locator("header.top")).toHaveCount(0);
+  await expect(page.locator("#latency-chart canvas")).toHaveCount(1);
+  await expect(page.locator("#memory-chart canvas")).toHaveCount(1);
+  // Its exports work without the app: a chart saved as PNG, the full page one click away.
+  const download = page.waitForEvent("download");
+  await page.getByTestId("png-latency").click();
+  expect((await download).suggestedFilename()).toBe(`gradless-${id}-latency.png`);
+  await expect(page.getByText("open the full page")).toHaveAttribute("href", `/runs/${id}`);
+  // A phone's width: the charts are drawn again to fit, never wider than the page.
+  await page.setViewportSize({ width: 360, height: 800 });
+  await expect.poll(() => page.locator("#latency-chart canvas").evaluate((c) => c.getBoundingClientRect().width)).toBeLessThanOrEqual(360);
+  expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(360);
+  expect(wasm).toEqual([]);
+  expect(errors).toEqual([]);
+  // Framed in a doc page, it sizes its frame as the Lab's embed does.
+  await page.setViewportSize({ width: 720, height: 900 });
+  const docs = await docsSite(baseURL!, `<iframe id="r" src="${baseURL}/embed/runs/${id}" title="Gradless: a recorded run" style="width:100%;border:0" height="150"></iframe>`);
+  try {
+    await page.goto(docs.url);
+    const frame = page.frameLocator("#r");
+    await expect(frame.locator("html[data-static=drawn]")).toHaveCount(1);
+    const iframeHeight = () => page.locator("#r").evaluate((f: HTMLIFrameElement) => f.getBoundingClientRect().height);
+    const contentHeight = () => frame.locator("body").evaluate((b) => b.scrollHeight);
+    await expect.poll(iframeHeight).toBeGreaterThan(400);
+    await expect.poll(async () => Math.abs((await iframeHeight()) - (await contentHeight()))).toBeLessThanOrEqual(2);
+  } finally {
+    docs.close();
+  }
 
   await page.goto("/embed/pitfalls/nograd-not-eval");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);

@@ -23,7 +23,6 @@ mod generate;
 mod option;
 #[cfg(feature = "hydrate")]
 mod draw;
-#[cfg(any(feature = "hydrate", test))]
 mod fit;
 mod runs;
 #[cfg(test)]
@@ -49,6 +48,25 @@ const PREVIOUS_COLOUR: &str = "#8a8f98";
 pub struct ChartOption(pub serde_json::Value);
 
 impl ChartOption {
+    /// The widths a chart drawn without the app (an embedded recorded run,
+    /// `app/js/record-embed.js`) is laid out for: the page picks the widest that is no wider
+    /// than its element, so a legend or subtitle never has less room than it was fitted to.
+    pub const FIT_WIDTHS: [u32; 9] = [280, 340, 400, 480, 560, 640, 760, 900, 1100];
+
+    /// This chart fitted to each of [`Self::FIT_WIDTHS`] (`fit::fit_to_width`, as the app
+    /// fits it at drawing time), narrowest first, a width left out where it lays out as the
+    /// narrower one before it.
+    pub fn fitted_by_width(&self) -> Vec<(u32, serde_json::Value)> {
+        let mut out: Vec<(u32, serde_json::Value)> = Vec::new();
+        for width in Self::FIT_WIDTHS {
+            let fitted = fit::fit_to_width(&self.0, f64::from(width));
+            if out.last().is_none_or(|(_, last)| *last != fitted) {
+                out.push((width, fitted));
+            }
+        }
+        out
+    }
+
     /// The sentence a screen reader reads for this chart.
     pub fn description(&self) -> Option<&str> {
         self.0["aria"]["label"]["description"].as_str()

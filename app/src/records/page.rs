@@ -6,7 +6,9 @@ use leptos_router::hooks::use_params_map;
 use protocol::{python_snippet, Record, RecordBody, RecordStatus, Report, RunSpec, Unfinished};
 
 use super::{load, Loaded, RECORDS_ELEMENT};
+use crate::charts;
 use crate::settings::query_from_spec;
+use crate::static_page::chart_data;
 use crate::widgets::{provenance, summary_table, RecordActions};
 
 /// `/runs/{id}` and `/embed/runs/{id}`: one recorded result, exactly as measured.
@@ -16,8 +18,11 @@ pub fn RecordPage(#[prop(optional)] embed: bool) -> impl IntoView {
         .with_untracked(|p| p.get("id"))
         .unwrap_or_default();
     let (state, json) = load(vec![id]);
+    // The record's JSON is for the hydrating app; a page drawn without it needs none.
+    let json = (!crate::static_page::is_static())
+        .then(|| view! { <script type="application/json" id=RECORDS_ELEMENT inner_html=json></script> });
     view! {
-        <script type="application/json" id=RECORDS_ELEMENT inner_html=json></script>
+        {json}
         <div class="record" class:embedded=embed>
             {move || {
                 state.with(|s| match s.as_ref().and_then(|v| v.first()) {
@@ -93,6 +98,7 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
                 <section class="panel">
                     {crate::widgets::outcome_view(&report)}
                     <div id=chart_id class="chart" class:hidden=!has_chart></div>
+                    {chart_data("pitfall-chart", || charts::pitfall_chart(&report))}
                 </section>
                 <RecordActions id=id.clone() run=false charts=if has_chart { vec![("pitfall-chart", "chart")] } else { vec![] } />
             }
@@ -163,69 +169,63 @@ pub fn again(spec: &RunSpec) -> (String, &'static str) {
     }
 }
 
-/// The charts of a recorded run: a generation's per-step charts (its prefill is a step, not
-/// a warm-up), or a forward run's latency and memory per iteration.
+/// The charts of a recorded run, by the element each is drawn in: a generation's per-step
+/// charts (its prefill is a step, not a warm-up; drawn as the Generate page draws them),
+/// or a forward run's latency and memory per iteration.
+fn recorded_charts(r: &Report) -> Vec<(&'static str, charts::ChartOption)> {
+    if let Some(g) = &r.generation {
+        // One run: the heading names it; a short series name fits under the bar.
+        let name = "this generation".to_string();
+        let runs = [charts::GenRun { name: &name, steps: &g.steps, baseline: Some(r.memory.baseline_bytes) }];
+        return vec![
+            ("gen-latency-chart", charts::step_latency_chart(&runs)),
+            ("gen-memory-chart", charts::step_memory_chart(&runs)),
+            ("gen-prefill-chart", charts::prefill_decode_chart(&runs)),
+        ];
+    }
+    vec![
+        ("latency-chart", charts::latency_chart(&r.warmup, &r.samples, Some(r.latency_ms.p50), Some(r.latency_ms.p95))),
+        ("memory-chart", charts::memory_chart(&r.warmup, &r.samples, Some(r.memory.baseline_bytes))),
+    ]
+}
+
+/// The elements [`recorded_charts`] draws in; drawn by the app once hydrated, or by
+/// `record-embed.js` from the options written beside them on a page that does not hydrate.
 #[component]
 fn RecordedCharts(report: Report) -> impl IntoView {
-    if report.generation.is_some() {
-        return view! { <RecordedGeneration report /> }.into_any();
-    }
     #[cfg(feature = "hydrate")]
     {
-        use crate::charts;
         let r = report.clone();
         Effect::new(move |_| {
-            charts::render(
-                "latency-chart",
-                charts::latency_chart(
-                    &r.warmup,
-                    &r.samples,
-                    Some(r.latency_ms.p50),
-                    Some(r.latency_ms.p95),
-                ),
-            );
-            charts::render(
-                "memory-chart",
-                charts::memory_chart(&r.warmup, &r.samples, Some(r.memory.baseline_bytes)),
-            );
+            for (id, chart) in recorded_charts(&r) {
+                charts::render(id, chart);
+            }
         });
     }
-    let _ = &report;
+    let options = crate::static_page::is_static()
+        .then(|| recorded_charts(&report))
+        .unwrap_or_default();
+    let data = |id: &'static str| {
+        let chart = options.iter().find(|(i, _)| *i == id).map(|(_, c)| c.clone());
+        chart_data(id, || chart)
+    };
+    if report.generation.is_some() {
+        return view! {
+            <div class="charts">
+                <figure><div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>{data("gen-latency-chart")}</figure>
+                <figure><div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>{data("gen-memory-chart")}</figure>
+                <figure><div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div>{data("gen-prefill-chart")}</figure>
+            </div>
+        }
+        .into_any();
+    }
     view! {
         <div class="charts">
-            <figure><div id="latency-chart" class="chart" data-testid="latency-chart"></div></figure>
-            <figure><div id="memory-chart" class="chart" data-testid="memory-chart"></div></figure>
+            <figure><div id="latency-chart" class="chart" data-testid="latency-chart"></div>{data("latency-chart")}</figure>
+            <figure><div id="memory-chart" class="chart" data-testid="memory-chart"></div>{data("memory-chart")}</figure>
         </div>
     }
     .into_any()
-}
-
-/// A recorded generation drawn as the Generate page draws it: latency and memory per step,
-/// prefill against decode.
-#[component]
-fn RecordedGeneration(report: Report) -> impl IntoView {
-    #[cfg(feature = "hydrate")]
-    {
-        use crate::charts::{prefill_decode_chart, render, step_latency_chart, step_memory_chart, GenRun};
-        let r = report.clone();
-        Effect::new(move |_| {
-            // One run: the heading names it; a short series name fits under the bar.
-            let name = "this generation".to_string();
-            let steps = r.generation.as_ref().map(|g| g.steps.clone()).unwrap_or_default();
-            let runs = [GenRun { name: &name, steps: &steps, baseline: Some(r.memory.baseline_bytes) }];
-            render("gen-latency-chart", step_latency_chart(&runs));
-            render("gen-memory-chart", step_memory_chart(&runs));
-            render("gen-prefill-chart", prefill_decode_chart(&runs));
-        });
-    }
-    let _ = &report;
-    view! {
-        <div class="charts">
-            <figure><div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div></figure>
-            <figure><div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div></figure>
-            <figure><div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div></figure>
-        </div>
-    }
 }
 
 /// Paste another permalink to see both side by side.

@@ -530,3 +530,59 @@ async fn drawing_does_not_slow_a_run() {
         "{during} ms while drawing against {alone} ms alone"
     );
 }
+
+/// A site as scripts/build-site.sh leaves it, as far as the page shell reads it: its
+/// manifest (the files themselves are not needed to render a page).
+fn built_site(record_embed: bool) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gradless-site-{}-{record_embed}", std::process::id()));
+    std::fs::create_dir_all(dir.join("pkg")).unwrap();
+    let mut manifest = serde_json::json!({
+        "js": "/pkg/gradless.0123abcd.js", "wasm": "/pkg/gradless_bg.0123abcd.wasm",
+        "css": "/pkg/gradless.0123abcd.css", "echarts": "/pkg/echarts.0123abcd.js",
+    });
+    if record_embed {
+        manifest["record_embed"] = "/pkg/record-embed.0123abcd.js".into();
+    }
+    std::fs::write(dir.join("asset-manifest.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+async fn page_on_site(site: &std::path::Path, uri: &str) -> String {
+    let mut state = state();
+    state.leptos.site_root = site.to_string_lossy().to_string().into();
+    let (status, _, body) = send(server::router(state), get_on_host(uri)).await;
+    assert_eq!(status, StatusCode::OK, "{uri}");
+    String::from_utf8(body).unwrap()
+}
+
+#[tokio::test]
+async fn an_embedded_run_is_drawn_without_the_wasm_where_the_site_has_its_script() {
+    let (id, _) = saved_run("no_grad", 9.1, 24.5, 12);
+    let site = built_site(true);
+    let embed = page_on_site(&site, &format!("/embed/runs/{id}")).await;
+    // ECharts and the script that draws; no wasm, and nothing only a hydrating app reads.
+    assert!(embed.contains(r#"<script src="/pkg/record-embed.0123abcd.js""#), "{embed}");
+    assert!(embed.contains(r#"<script src="/pkg/echarts.0123abcd.js""#));
+    assert!(!embed.contains(".wasm") && !embed.contains("/pkg/gradless.0123abcd.js"), "{embed}");
+    for only_for_the_app in ["gradless-info", "gradless-records", "gradless-card-titles", "data-testid=\"embed\""] {
+        assert!(!embed.contains(only_for_the_app), "{only_for_the_app} in {embed}");
+    }
+    // Each chart's options, fitted to widths narrowest first, beside the element it is drawn in.
+    for chart in ["latency-chart", "memory-chart"] {
+        let marker = format!(r#"data-chart-for="{chart}">"#);
+        let json = embed.split(&marker).nth(1).unwrap_or_else(|| panic!("no {marker}")).split("</script>").next().unwrap();
+        let fits: Vec<(u32, serde_json::Value)> = serde_json::from_str(json).unwrap_or_else(|e| panic!("{chart}: {e}: {json}"));
+        assert!(!fits.is_empty() && fits.windows(2).all(|w| w[0].0 < w[1].0), "{chart}");
+        assert!(fits.iter().all(|(_, o)| o["series"].as_array().is_some_and(|s| !s.is_empty())), "{chart}");
+        assert!(embed.contains(&format!(r#"id="{chart}""#)));
+    }
+    // Its PNG buttons name what they save, for the script.
+    assert!(embed.contains(&format!(r#"data-png-of="latency-chart" data-png-file="gradless-{id}-latency.png""#)), "{embed}");
+    // The full page hydrates as before, and carries no options for a script.
+    let full = page_on_site(&site, &format!("/runs/{id}")).await;
+    assert!(full.contains("/pkg/gradless_bg.0123abcd.wasm") && full.contains("gradless-records"));
+    assert!(!full.contains("data-chart-for") && !full.contains("record-embed"));
+    // A site built without the script (an older build) hydrates the embed as before.
+    let older = page_on_site(&built_site(false), &format!("/embed/runs/{id}")).await;
+    assert!(older.contains("/pkg/gradless_bg.0123abcd.wasm") && !older.contains("data-chart-for"));
+}
