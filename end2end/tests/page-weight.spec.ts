@@ -19,8 +19,10 @@ import { recordedRun } from "./recorded-run";
  * a server with a few records, Lab 559,464 B (its first view's record 3.4 KB of it),
  * /generate 606,750 B, /embed/runs/{id} 609,400 B.
  *
- * The issue's targets (Lab 450,000 B, /generate 500,000 B, an embedded run 300,000 B) are
- * NOT met: every page loads the main module (384.8 KB brotli) and ECharts (148.5 KB), and
+ * An embedded recorded run is served without the wasm (app/src/static_page.rs): 158,525 B,
+ * within the issue's 300,000 B, which is its budget. The Lab's and Generate's targets
+ * (450,000 B, 500,000 B) are NOT met: both load the main module (384.8 KB brotli) and
+ * ECharts (148.5 KB), and
  * making the Lab a lazy route as well made it 40% heavier (docs/ARCHITECTURE.md, "How the
  * site is split", says what was measured and what remains). These budgets are this build's
  * figures with a little room. A page's budget covers what it needs to be live: the main
