@@ -5,6 +5,7 @@
 // (app/src/charts/draw.rs): redrawn on a resize or a change of the colour scheme, a chart
 // that cannot be drawn replaced by a sentence saying why, PNG export at twice the screen's
 // resolution, and the page's height posted to the document that frames it.
+// Loaded `defer` (the page shell in app/src/lib.rs): it runs once the document is parsed.
 // scripts/site-assets.mjs minifies it and gives it a content-hashed name.
 (() => {
   const root = document.documentElement;

@@ -69,10 +69,12 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     let head = match (assets, record_embed) {
         (Some(a), Some(script)) => {
             provide_context(static_page::StaticPage);
+            // Deferred, not async: it reads the charts' options and the page's body, so it
+            // runs once the document is parsed; ECharts may come before or after it.
             view! {
                 <link rel="stylesheet" href=a.css />
                 <script src=a.echarts async></script>
-                <script src=script async></script>
+                <script src=script defer></script>
             }
             .into_any()
         }
