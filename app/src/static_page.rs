@@ -26,11 +26,8 @@ pub fn is_static() -> bool {
     use_context::<StaticPage>().is_some()
 }
 
-/// The attribute `record-embed.js` finds a chart's options by: the id of the element
-/// the chart is drawn in.
-pub const CHART_ATTRIBUTE: &str = "data-chart-for";
-
-/// The options of the chart drawn in element `id`, for `record-embed.js`: the chart fitted
+/// The options of the chart drawn in element `id`, for `record-embed.js` (which finds them by
+/// `data-chart-for`, the element's id): the chart fitted
 /// to each of [`ChartOption::FIT_WIDTHS`], as `[[width, option], ...]`. Nothing on a page
 /// that hydrates (the app draws its charts itself), where `chart` is not called.
 pub fn chart_data(id: &'static str, chart: impl FnOnce() -> Option<ChartOption>) -> impl IntoView {
@@ -69,7 +66,7 @@ mod tests {
         let owner = Owner::new();
         owner.with(|| {
             let html = chart_data("latency-chart", || panic!("not called on a page that hydrates")).to_html();
-            assert!(!html.contains(CHART_ATTRIBUTE), "{html}");
+            assert!(!html.contains("data-chart-for"), "{html}");
             provide_context(StaticPage);
             let html = chart_data("latency-chart", || Some(ChartOption(serde_json::json!({"a": "</script>"})))).to_html();
             assert!(html.contains("data-chart-for=\"latency-chart\""), "{html}");

@@ -1,6 +1,6 @@
 // An internal doc page embeds the lab in an iframe: the frame sizes itself to its content
 // through the height message, and a run started inside it measures for real.
-import { expect, test } from "@playwright/test";
+import { expect, test, Page } from "@playwright/test";
 import { createServer } from "node:http";
 
 /**
@@ -27,6 +27,16 @@ async function docsSite(baseURL: string, frames: string) {
   return { url: `http://127.0.0.1:${docsPort}/docs/guide.html`, close: () => docs.close() };
 }
 
+/** The height of the iframe `#id` on the doc page, and of the embed's content inside it. */
+function frameHeights(page: Page, id: string) {
+  const frame = page.frameLocator(`#${id}`);
+  return {
+    frame,
+    iframeHeight: () => page.locator(`#${id}`).evaluate((f: HTMLIFrameElement) => f.getBoundingClientRect().height),
+    contentHeight: () => frame.locator("body").evaluate((b) => b.scrollHeight),
+  };
+}
+
 test("the lab embedded in a doc page resizes its iframe and runs", async ({ page, baseURL }) => {
   const src = `${baseURL}/embed/lab?model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=8&hide=snippet,advanced,history&lock=model,batch`;
   // The doc page pastes the snippet the Embed button hands out; here it is built the same way.
@@ -38,12 +48,10 @@ test("the lab embedded in a doc page resizes its iframe and runs", async ({ page
   await page.setViewportSize({ width: 720, height: 900 });
   try {
     await page.goto(docs.url);
-    const frame = page.frameLocator("#g");
+    const { frame, iframeHeight, contentHeight } = frameHeights(page, "g");
     await expect(frame.locator("html[data-hydrated=true]")).toHaveCount(1);
 
     // The frame grew from its 150 px to the embed's full height: no inner scrollbar.
-    const iframeHeight = () => page.locator("#g").evaluate((f: HTMLIFrameElement) => f.getBoundingClientRect().height);
-    const contentHeight = () => frame.locator("body").evaluate((b) => b.scrollHeight);
     await expect.poll(iframeHeight).toBeGreaterThan(400);
     expect(Math.abs((await iframeHeight()) - (await contentHeight()))).toBeLessThanOrEqual(2);
 
@@ -105,10 +113,8 @@ test("a pitfall card and a recorded run embed too", async ({ page, request, base
   const docs = await docsSite(baseURL!, `<iframe id="r" src="${baseURL}/embed/runs/${id}" title="Gradless: a recorded run" style="width:100%;border:0" height="150"></iframe>`);
   try {
     await page.goto(docs.url);
-    const frame = page.frameLocator("#r");
+    const { frame, iframeHeight, contentHeight } = frameHeights(page, "r");
     await expect(frame.locator("html[data-static=drawn]")).toHaveCount(1);
-    const iframeHeight = () => page.locator("#r").evaluate((f: HTMLIFrameElement) => f.getBoundingClientRect().height);
-    const contentHeight = () => frame.locator("body").evaluate((b) => b.scrollHeight);
     await expect.poll(iframeHeight).toBeGreaterThan(400);
     await expect.poll(async () => Math.abs((await iframeHeight()) - (await contentHeight()))).toBeLessThanOrEqual(2);
   } finally {

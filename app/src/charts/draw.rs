@@ -1,5 +1,8 @@
 //! Drawing in the browser (hydrate builds only): options handed to ECharts at the next
-//! animation frame, every call into JavaScript caught, and PNG export.
+//! animation frame, every call into JavaScript caught, and PNG export. A page served
+//! without the wasm draws with `app/js/record-embed.js` instead, which follows the same
+//! rules (theme, a fresh chart per theme, the failure sentence, the PNG's background):
+//! a change here belongs there too.
 
 use super::ChartOption;
 

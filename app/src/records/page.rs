@@ -205,27 +205,31 @@ fn RecordedCharts(report: Report) -> impl IntoView {
     let options = crate::static_page::is_static()
         .then(|| recorded_charts(&report))
         .unwrap_or_default();
-    let data = |id: &'static str| {
+    // A generation's third chart (prefill against decode, two bars) is drawn smaller.
+    let figure = |id: &'static str, small: bool| {
         let chart = options.iter().find(|(i, _)| *i == id).map(|(_, c)| c.clone());
-        chart_data(id, || chart)
+        view! {
+            <figure>
+                <div id=id class=if small { "chart chart-small" } else { "chart" } data-testid=id></div>
+                {chart_data(id, || chart)}
+            </figure>
+        }
     };
     if report.generation.is_some() {
-        return view! {
+        view! {
             <div class="charts">
-                <figure><div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>{data("gen-latency-chart")}</figure>
-                <figure><div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>{data("gen-memory-chart")}</figure>
-                <figure><div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div>{data("gen-prefill-chart")}</figure>
+                {figure("gen-latency-chart", false)}
+                {figure("gen-memory-chart", false)}
+                {figure("gen-prefill-chart", true)}
             </div>
         }
-        .into_any();
+        .into_any()
+    } else {
+        view! {
+            <div class="charts">{figure("latency-chart", false)}{figure("memory-chart", false)}</div>
+        }
+        .into_any()
     }
-    view! {
-        <div class="charts">
-            <figure><div id="latency-chart" class="chart" data-testid="latency-chart"></div>{data("latency-chart")}</figure>
-            <figure><div id="memory-chart" class="chart" data-testid="memory-chart"></div>{data("memory-chart")}</figure>
-        </div>
-    }
-    .into_any()
 }
 
 /// Paste another permalink to see both side by side.
