@@ -25,6 +25,9 @@ fn base(title: &str, x: &str, y: &str, description: String, series: Vec<Value>, 
     ChartOption(json!({
         "title": { "text": title, "left": "center", "textStyle": { "fontSize": 14 } },
         "animation": false,
+        // The panel's own colour shows through, as under the Lab's charts (ECharts' dark
+        // theme would paint its navy otherwise).
+        "backgroundColor": "transparent",
         "tooltip": { "trigger": "axis" },
         "legend": { "show": legend, "top": 24 },
         "grid": { "left": 64, "right": 24, "top": if legend { 64 } else { 40 }, "bottom": 48 },
@@ -159,6 +162,7 @@ pub fn prefill_decode_chart(runs: &[GenRun<'_>]) -> ChartOption {
     ChartOption(json!({
         "title": { "text": "Prefill and decode", "left": "center", "textStyle": { "fontSize": 14 } },
         "animation": false,
+        "backgroundColor": "transparent",
         "tooltip": { "trigger": "axis" },
         "legend": { "top": 24 },
         "grid": { "left": 64, "right": 24, "top": 64, "bottom": 48, "containLabel": true },
@@ -187,6 +191,16 @@ mod tests {
             peak_bytes: 2 << 20,
             kv_cache_bytes: kv,
             graph_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn the_page_background_shows_under_every_generation_chart() {
+        // ECharts' dark theme paints its own navy unless a chart says otherwise.
+        let steps = vec![step(0, 7, 9.0, 100), step(1, 8, 1.5, 120)];
+        let run = GenRun { name: "dynamic", steps: &steps, baseline: None };
+        for chart in [step_latency_chart(&[run]), step_memory_chart(&[run]), prefill_decode_chart(&[run])] {
+            assert_eq!(chart.0["backgroundColor"], "transparent", "{}", chart.0["title"]);
         }
     }
 

@@ -253,3 +253,18 @@ fn every_chart_describes_itself_in_words() {
     // Bars carry patterns, not colour alone.
     assert_eq!(card.0["aria"]["decal"]["show"], true);
 }
+
+#[test]
+fn every_chart_lets_the_page_background_show_in_either_theme() {
+    // (The generation charts: generate.rs's own test.)
+    let timed: Vec<Sample> = (0..4).map(|i| sample(i, 5.0, 1 << 20)).collect();
+    let s = protocol::Series { name: "a".into(), unit: "ms".into(), x: vec!["1".into()], y: vec![Some(1.0)] };
+    let charts = [
+        ("latency", latency_chart(&[], &timed, Some(5.0), Some(5.0))),
+        ("memory", memory_chart(&[], &timed, Some(1 << 20))),
+        ("pitfall", pitfall_chart(&pitfall(vec![s])).unwrap()),
+    ];
+    for (name, chart) in charts {
+        assert_eq!(chart.0["backgroundColor"], "transparent", "{name}");
+    }
+}
