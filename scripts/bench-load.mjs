@@ -66,7 +66,16 @@ async function openLab(page, query = '') {
 
 async function openPage(page, pathAndQuery) {
   await page.goto(`${url}${pathAndQuery}`, { waitUntil: 'load' });
-  await page.waitForFunction(() => window.__hydratedAt !== undefined && typeof window.echarts?.init === 'function', null, { timeout: 60_000 });
+  // Live and its charts shown: ECharts there, or (the Lab's and Generate's bare addresses,
+  // which fetch ECharts when the visitor acts) the recorded run's pictures drawn.
+  await page.waitForFunction(
+    () =>
+      window.__hydratedAt !== undefined &&
+      (typeof window.echarts?.init === 'function' ||
+        [...document.querySelectorAll('.chart-picture img')].some((i) => i.complete && i.naturalWidth > 0)),
+    null,
+    { timeout: 60_000 },
+  );
   // The paint entry and the resource list are complete once the page has settled.
   await page.waitForLoadState('networkidle');
   return page.evaluate(() => {

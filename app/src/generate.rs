@@ -157,6 +157,14 @@ pub fn GeneratePage() -> impl IntoView {
     // A link with `&run=1` starts the run on arrival; a bare address shows the newest
     // recorded default generation, labelled, or runs the default once on a fresh server.
     let shown_note = RwSignal::new(None::<String>);
+    // A bare address's recorded generation is shown as the server's pictures until the
+    // visitor acts (charts::defer_until_wanted); leaving the page lets its charts draw.
+    #[cfg(feature = "hydrate")]
+    if query.with_untracked(|q| q.get("model").is_none() && q.get("run").is_none())
+        && crate::charts::defer_until_wanted()
+    {
+        on_cleanup(crate::charts::want_echarts);
+    }
     Effect::new(move |done: Option<bool>| {
         if done == Some(true) {
             return true;
@@ -335,6 +343,8 @@ async fn execute(
     finished: RwSignal<Vec<(String, Report)>>,
     compared: RwSignal<Vec<(String, Report)>>,
 ) {
+    // A generation's steps are drawn live: ECharts, if the first view held it back, comes now.
+    crate::charts::want_echarts();
     let comparing = rows.len() > 1;
     compared.set(vec![]);
     for spec in rows {
@@ -397,11 +407,20 @@ async fn first_view(
                     v.report = Some(report.clone());
                     view_state.set(v);
                     finished.update(|h| h.push((record.id.clone(), report.clone())));
+                    crate::charts::show_pictures(
+                        &record.id,
+                        &[
+                            ("gen-latency-chart", "step-latency"),
+                            ("gen-memory-chart", "step-memory"),
+                            ("gen-prefill-chart", "prefill-decode"),
+                        ],
+                    );
                 }
                 return;
             }
         }
     }
+    crate::charts::want_echarts();
     if view_state.with_untracked(|v| v.report.is_none() && !v.phase.busy()) {
         note.set(Some("First visit on this server: nothing is recorded yet, so the page generates once with the default settings.".into()));
         execute(vec![default], view_state, finished, RwSignal::new(vec![])).await;

@@ -50,7 +50,9 @@ const INFO_ELEMENT: &str = "gradless-info";
 ///   the server's `application/wasm`), and its js glue (`modulepreload`);
 /// - ECharts `async`: downloaded in parallel and run whenever it arrives, so neither the
 ///   parse, the first paint nor hydration waits for it; a chart the app draws before it has
-///   run waits for the window's `load` event (`charts::render`);
+///   run waits for the window's `load` event (`charts::render`). The Lab's and Generate's
+///   bare addresses name it in a `<meta>` instead: their first view is a recorded run, shown
+///   as the server's pictures, and the app fetches ECharts when the visitor acts;
 /// - the module script that instantiates the wasm and hydrates.
 ///
 /// With `asset-manifest.json` in the site root (written by scripts/build-site.sh) the files
@@ -93,13 +95,19 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 .map(|href| view! { <link rel="preload" href=href r#as="fetch" r#type="application/wasm" crossorigin="" /> })
                 .collect_view();
             let split = a.split.clone().map(|href| view! { <link rel="modulepreload" href=href /> });
+            // ECharts with the page, or named for the app to fetch when the visitor acts.
+            let echarts = if draws_first_view_as_pictures() {
+                view! { <meta name="gradless-echarts" content=a.echarts /> }.into_any()
+            } else {
+                view! { <script src=a.echarts async></script> }.into_any()
+            };
             view! {
                 <link rel="stylesheet" href=a.css />
                 <link rel="preload" href=a.wasm r#as="fetch" r#type="application/wasm" crossorigin="" />
                 {chunks}
                 <link rel="modulepreload" href=a.js />
                 {split}
-                <script src=a.echarts async></script>
+                {echarts}
                 <script type="module" nonce=nonce inner_html=boot></script>
             }
             .into_any()
@@ -340,6 +348,21 @@ pub fn App() -> impl IntoView {
 
 /// The path of the page being rendered (the request's on the server).
 fn page_path() -> String {
+    path_of(&page_url()).to_string()
+}
+
+/// Whether this page is the Lab's or the Generate page's bare address: its first view is a
+/// recorded run, drawn as the server's pictures, so ECharts is fetched on demand
+/// (charts::defer_until_wanted) rather than with the page.
+fn draws_first_view_as_pictures() -> bool {
+    let url = page_url();
+    let bare = url.split_once('?').is_none_or(|(_, q)| q.split('#').next().unwrap_or_default().is_empty());
+    bare && matches!(path_of(&url), "/" | "/generate")
+}
+
+/// The page's URL, as Leptos's server gives it (a full URL with its query) or as the
+/// browser's location has it.
+fn page_url() -> String {
     #[cfg(feature = "ssr")]
     let path = use_context::<leptos_router::location::RequestUrl>()
         .map(|u| u.as_ref().to_string())
@@ -348,13 +371,16 @@ fn page_path() -> String {
     let path = {
         #[cfg(feature = "hydrate")]
         let p = web_sys::window()
-            .and_then(|w| w.location().pathname().ok())
+            .and_then(|w| {
+                let l = w.location();
+                Some(format!("{}{}", l.pathname().ok()?, l.search().ok()?))
+            })
             .unwrap_or_default();
         #[cfg(not(feature = "hydrate"))]
         let p = String::new();
         p
     };
-    path_of(&path).to_string()
+    path
 }
 
 /// The path of `url`: Leptos's server gives the request's as a full URL

@@ -42,7 +42,16 @@ test("first view, then the guided start clicked through", async ({ page, browser
   const other = await browser.newPage();
   await other.goto(`${server.url}/`);
   await expect(other.getByTestId("shown-note")).toContainText(/Recorded \d{4}-\d\d-\d\d \d\d:\d\d UTC on .+\(cpu\)/);
+  // Its charts are the server's pictures of that record, described by the charts' own
+  // sentences; ECharts is not fetched until the visitor acts.
+  const picture = other.locator("#latency-chart [data-testid=chart-picture] img");
+  await expect(picture).toHaveJSProperty("complete", true);
+  await expect(picture).toHaveAttribute("alt", /p50 .* ms/);
+  expect(await other.evaluate(() => typeof (window as any).echarts)).toBe("undefined");
+  // A pointer over a chart brings ECharts, which draws the record over its picture.
+  await other.locator("#latency-chart").hover();
   await expect.poll(async () => (await new LabPage(other).chartData("latency-chart")).length).toBeGreaterThan(0);
+  await expect(other.locator("#latency-chart [data-testid=chart-picture]")).toHaveCount(0);
   await expect(other.getByTestId("shown")).toContainText("Showing a recorded run");
   await expect(other.getByTestId("load-shown")).toHaveCount(0);
   await other.close();

@@ -27,7 +27,7 @@ export class LabPage {
     return this.page.evaluate(
       ([id, index]) => {
         const el = document.getElementById(id as string);
-        const chart = el && (window as any).echarts.getInstanceByDom(el);
+        const chart = el && (window as any).echarts?.getInstanceByDom(el);
         const series = chart?.getOption()?.series ?? [];
         return (series[index as number]?.data ?? []) as unknown[];
       },
@@ -38,7 +38,7 @@ export class LabPage {
   async chartSeriesCount(id: string): Promise<number> {
     return this.page.evaluate((id) => {
       const el = document.getElementById(id);
-      const chart = el && (window as any).echarts.getInstanceByDom(el);
+      const chart = el && (window as any).echarts?.getInstanceByDom(el);
       return (chart?.getOption()?.series ?? []).length;
     }, id);
   }

@@ -3,7 +3,7 @@
 // for each response, headers and encoded body), so compression and caching are counted as a
 // browser sees them. Deterministic for a given build: no timing is asserted here (timings
 // come from scripts/bench-load.mjs).
-import { expect, test, Page } from "@playwright/test";
+import { expect, test, Browser, Page } from "@playwright/test";
 import { recordedRun } from "./recorded-run";
 
 /**
@@ -70,14 +70,48 @@ async function recordTransfers(page: Page): Promise<Transfer[]> {
   return done;
 }
 
-/** Opens `path` and waits until it is hydrated, ECharts is there and the network is quiet. */
+/** Opens `path` and waits until it is live and its charts are shown (ECharts there, or the
+ *  recorded run's pictures drawn: the Lab's and Generate's bare addresses fetch ECharts
+ *  only when the visitor acts) and the network is quiet. */
 async function open(page: Page, path: string) {
   await page.goto(path, { waitUntil: "networkidle" });
   // Live: hydrated, or (an embedded recorded run, served without the wasm) drawn.
   await expect(page.locator("html[data-hydrated=true], html[data-static=drawn]")).toHaveCount(1);
-  await page.waitForFunction(() => typeof (window as any).echarts?.init === "function");
+  await page.waitForFunction(
+    () =>
+      typeof (window as any).echarts?.init === "function" ||
+      [...document.querySelectorAll<HTMLImageElement>(".chart-picture img")].some((i) => i.complete && i.naturalWidth > 0),
+  );
   // Anything fetched after hydration (a chunk, the first view's record) is part of the visit.
   await page.waitForLoadState("networkidle");
+}
+
+/** Makes sure the bare page `path` (the Lab or Generate) has a recorded run of its
+ *  defaults to show: a server's first visitor runs them once; later ones see the record. */
+async function firstViewRecorded(browser: Browser, path: string) {
+  const page = await browser.newPage();
+  await page.goto(path);
+  await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
+  const [note, finished] =
+    path === "/"
+      ? [page.getByTestId("shown-note"), page.getByTestId("status").filter({ hasText: "Done" })]
+      : [page.getByTestId("gen-status"), page.getByTestId("gen-permalink")];
+  await expect(note).toContainText(/Recorded|First visit/, { timeout: 30_000 });
+  if (/First visit/.test(await note.innerText())) await expect(finished).toBeVisible({ timeout: 120_000 });
+  await page.close();
+}
+
+/** The visitor acts on the chart in `id` (a pointer over it): ECharts comes and draws over
+ *  the picture, with the recorded run's data. */
+async function chartComesOnIntent(page: Page, id: string) {
+  await page.locator(`#${id}`).hover();
+  await page.waitForFunction((id) => {
+    const el = document.getElementById(id);
+    const chart = el && (window as any).echarts?.getInstanceByDom(el);
+    return (chart?.getOption()?.series?.[0]?.data?.length ?? 0) > 0;
+  }, id);
+  await expect(page.locator(`#${id} [data-testid=chart-picture]`)).toHaveCount(0);
+  await expect(page.locator(`#${id} canvas`)).toHaveCount(1);
 }
 
 const openLab = (page: Page) => open(page, "/");
@@ -104,21 +138,29 @@ function table(transfers: Transfer[]): string {
     .join("\n");
 }
 
-test("a cold visit to the Lab stays within its byte budget, compressed", async ({ page }) => {
+test("a cold visit to the Lab stays within its byte budget, compressed", async ({ page, browser }) => {
+  test.setTimeout(180_000);
+  // Its first view is the newest recorded run of the defaults (run once if there is none).
+  await firstViewRecorded(browser, "/");
   // Playwright gives each test a fresh browser context: an empty cache.
   const transfers = await recordTransfers(page);
   await openLab(page);
-  // A server's first visitor also starts the default run (the guided first view) when no
-  // recorded one exists yet: its submission and event stream are the run's data, as long
-  // as the run takes, not the page's weight; they are listed and left out of the total.
+  // A run's own requests (none here: the first view is recorded) are the run's data, not
+  // the page's weight: they are listed and left out of the total.
   const total = pageBytes(transfers);
   console.log(`cold Lab visit: ${total} bytes transferred (a run's own requests listed, not counted)\n${table(transfers)}`);
 
-  // What the page needs did come over the network: the document, the app and ECharts.
+  // What the page needs did come over the network: the document and the app; the first
+  // view's charts as the server's pictures, and no ECharts until the visitor acts.
   const wasm = transfers.find((t) => /\/gradless_bg\.\w+\.wasm$/.test(t.url));
   expect(wasm, "the app's main wasm was loaded").toBeTruthy();
   expect(transfers.some((t) => t.type === "Document")).toBe(true);
-  expect(transfers.some((t) => /\/echarts[.\w]*\.js$/.test(t.url)), "ECharts was loaded").toBe(true);
+  await expect(page.getByTestId("shown-note")).toContainText("Recorded");
+  for (const id of ["latency-chart", "memory-chart"]) {
+    await expect(page.locator(`#${id} [data-testid=chart-picture] img`)).toHaveJSProperty("complete", true);
+    expect(transfers.some((t) => new URL(t.url).pathname.endsWith(".svg") && t.url.includes(`chart=${id.split("-")[0]}`)), table(transfers)).toBe(true);
+  }
+  expect(transfers.filter((t) => /\/echarts[.\w]*\.js$/.test(t.url)), "no ECharts before the visitor acts").toEqual([]);
   expectCompressed(transfers);
   // The page's HTML is compressed too, and carries no pitfall card texts (the Lab shows none).
   const doc = transfers.find((t) => t.type === "Document")!;
@@ -126,9 +168,14 @@ test("a cold visit to the Lab stays within its byte budget, compressed", async (
   const info = await page.evaluate(() => JSON.parse(document.getElementById("gradless-info")!.textContent!));
   expect(info.pitfalls, "the Lab's page carries no card texts").toEqual([]);
   expect(total, `cold Lab visit transfers ${total} bytes:\n${table(transfers)}`).toBeLessThanOrEqual(BUDGETS.lab);
+  // A pointer over a chart brings ECharts, which draws the recorded run over its picture.
+  await chartComesOnIntent(page, "latency-chart");
+  await expect(page.locator("#memory-chart canvas")).toHaveCount(1);
 });
 
-test("a cold visit to the Generate page stays within its byte budget", async ({ page }) => {
+test("a cold visit to the Generate page stays within its byte budget", async ({ page, browser }) => {
+  test.setTimeout(240_000);
+  await firstViewRecorded(browser, "/generate");
   const transfers = await recordTransfers(page);
   await open(page, "/generate");
   const total = pageBytes(transfers);
@@ -136,8 +183,14 @@ test("a cold visit to the Generate page stays within its byte budget", async ({ 
   // The page's own chunk came with it: the main module alone does not draw Generate.
   expect(transfers.filter((t) => t.url.endsWith(".wasm")).length, table(transfers)).toBeGreaterThan(1);
   await expect(page.getByTestId("gen-run")).toBeEnabled();
+  // The recorded generation's charts are the server's pictures; ECharts waits for the visitor.
+  await expect(page.getByTestId("gen-status")).toContainText("Recorded generation");
+  for (const id of ["gen-latency-chart", "gen-memory-chart", "gen-prefill-chart"])
+    await expect(page.locator(`#${id} [data-testid=chart-picture] img`)).toHaveJSProperty("complete", true);
+  expect(transfers.filter((t) => /\/echarts[.\w]*\.js$/.test(t.url)), table(transfers)).toEqual([]);
   expectCompressed(transfers);
   expect(total, `cold /generate visit transfers ${total} bytes:\n${table(transfers)}`).toBeLessThanOrEqual(BUDGETS.generate);
+  await chartComesOnIntent(page, "gen-latency-chart");
 });
 
 test("a cold visit to an embedded recorded run stays within its byte budget", async ({ page, request }) => {

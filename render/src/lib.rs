@@ -10,6 +10,7 @@
 //! threads. The browser build never links this crate (only `server` depends on it).
 
 mod chart;
+mod part;
 mod picture;
 pub mod preview;
 mod raster;
@@ -18,6 +19,7 @@ pub mod text;
 
 use std::collections::BTreeMap;
 
+pub use part::run_chart_svg;
 pub use picture::{compare_svg, pitfall_svg, run_svg};
 pub use raster::png;
 
@@ -29,6 +31,10 @@ pub const VIEW_HEIGHT: u32 = 630;
 /// Widths a caller may ask for, in px (before `scale`).
 pub const MIN_WIDTH: u32 = 300;
 pub const MAX_WIDTH: u32 = 2400;
+
+/// Heights a caller may ask for one chart alone (`?chart=...&height=N`), in px.
+pub const MIN_HEIGHT: u32 = 150;
+pub const MAX_HEIGHT: u32 = 1600;
 
 /// Bumped whenever a picture's drawing changes, so caches (ETags) see new bytes as new.
 pub const DRAWING_VERSION: u32 = 1;
@@ -63,7 +69,58 @@ impl std::str::FromStr for Theme {
     }
 }
 
-/// How a picture is asked for: `?theme=light|dark&width=N&scale=1|2`.
+/// One chart of a recorded run alone, as the page lays it out (`?chart=`): what a page
+/// shows in a chart's place until the chart library has come (the Lab's and Generate's
+/// first view of a recorded run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// Latency per iteration, warm-up shaded, p50 marked.
+    Latency,
+    /// Memory above the baseline per iteration.
+    Memory,
+    /// A generation's latency per decode step against the position.
+    StepLatency,
+    /// A generation's memory beyond the weights and prompt after each step.
+    StepMemory,
+    /// A generation's prefill beside all its decode steps.
+    PrefillDecode,
+}
+
+impl Part {
+    pub const ALL: [Part; 5] = [
+        Part::Latency,
+        Part::Memory,
+        Part::StepLatency,
+        Part::StepMemory,
+        Part::PrefillDecode,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::Latency => "latency",
+            Part::Memory => "memory",
+            Part::StepLatency => "step-latency",
+            Part::StepMemory => "step-memory",
+            Part::PrefillDecode => "prefill-decode",
+        }
+    }
+}
+
+impl std::str::FromStr for Part {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Part, String> {
+        Part::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
+            format!(
+                "chart `{}` is not one of {}",
+                s.chars().take(40).collect::<String>(),
+                Part::ALL.map(Part::as_str).join(", ")
+            )
+        })
+    }
+}
+
+/// How a picture is asked for: `?theme=light|dark&width=N&scale=1|2`, and for one chart
+/// of a run alone `&chart=NAME&height=N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ImageOptions {
     pub theme: Theme,
@@ -71,6 +128,10 @@ pub struct ImageOptions {
     pub width: u32,
     /// Device pixels per CSS px of a PNG (1 or 2); an SVG is sharp at any scale.
     pub scale: u32,
+    /// One chart alone instead of the whole picture.
+    pub chart: Option<Part>,
+    /// The height of that chart alone, [`MIN_HEIGHT`]..=[`MAX_HEIGHT`] (only with `chart`).
+    pub chart_height: Option<u32>,
 }
 
 impl Default for ImageOptions {
@@ -79,6 +140,8 @@ impl Default for ImageOptions {
             theme: Theme::Light,
             width: VIEW_WIDTH,
             scale: 1,
+            chart: None,
+            chart_height: None,
         }
     }
 }
@@ -131,12 +194,43 @@ impl ImageOptions {
                 }
             };
         }
+        if let Some(c) = query.get("chart") {
+            o.chart = Some(c.parse().map_err(|m| bad("chart", m))?);
+        }
+        if let Some(h) = query.get("height") {
+            if o.chart.is_none() {
+                return Err(bad(
+                    "height",
+                    "a height is taken with `chart` only: a whole picture's height follows its width (1.91:1)".into(),
+                ));
+            }
+            o.chart_height = Some(
+                h.parse::<u32>()
+                    .ok()
+                    .filter(|h| (MIN_HEIGHT..=MAX_HEIGHT).contains(h))
+                    .ok_or_else(|| {
+                        bad(
+                            "height",
+                            format!(
+                                "height `{}` must be a whole number of px from {MIN_HEIGHT} to {MAX_HEIGHT}",
+                                h.chars().take(40).collect::<String>()
+                            ),
+                        )
+                    })?,
+            );
+        }
         Ok(o)
     }
 
-    /// The picture's height in CSS px.
+    /// The picture's height in CSS px: a chart alone's as asked (else half its width),
+    /// a whole picture's 1.91:1.
     pub fn height(&self) -> u32 {
-        height_for(self.width)
+        match self.chart {
+            Some(_) => self
+                .chart_height
+                .unwrap_or((self.width / 2).clamp(MIN_HEIGHT, MAX_HEIGHT)),
+            None => height_for(self.width),
+        }
     }
 
     /// The query string that asks for these options (empty for the defaults), for links.
@@ -150,6 +244,12 @@ impl ImageOptions {
         }
         if self.scale != 1 {
             parts.push(format!("scale={}", self.scale));
+        }
+        if let Some(c) = self.chart {
+            parts.push(format!("chart={}", c.as_str()));
+        }
+        if let Some(h) = self.chart_height {
+            parts.push(format!("height={h}"));
         }
         if parts.is_empty() {
             String::new()
@@ -230,10 +330,30 @@ mod tests {
             ("width", "-1"),
             ("width", "1e3"),
             ("scale", "3"),
+            ("chart", "pie"),
         ] {
             let e = ImageOptions::from_query(&q(&[(k, v)])).unwrap_err();
             assert_eq!(e.field, k, "{e:?}");
             assert!(e.message.contains(v), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn one_chart_alone_takes_a_height_and_a_whole_picture_does_not() {
+        let o = ImageOptions::from_query(&q(&[("chart", "memory"), ("width", "640"), ("height", "320")])).unwrap();
+        assert_eq!((o.chart, o.width, o.height()), (Some(Part::Memory), 640, 320));
+        assert_eq!(o.to_query(), "?width=640&chart=memory&height=320");
+        // Without a height, half the width.
+        let o = ImageOptions::from_query(&q(&[("chart", "latency"), ("width", "500")])).unwrap();
+        assert_eq!(o.height(), 250);
+        let e = ImageOptions::from_query(&q(&[("height", "320")])).unwrap_err();
+        assert_eq!(e.field, "height");
+        for h in ["149", "1601", "x"] {
+            let e = ImageOptions::from_query(&q(&[("chart", "latency"), ("height", h)])).unwrap_err();
+            assert_eq!(e.field, "height", "{e:?}");
+        }
+        for p in Part::ALL {
+            assert_eq!(p.as_str().parse::<Part>(), Ok(p));
         }
     }
 

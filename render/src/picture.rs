@@ -146,6 +146,37 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
         );
     }
 
+    let latency = latency_chart(r, &pal);
+    let memory = memory_chart(r, &pal);
+    let half = (W - 2.0 * MARGIN - 48.0) / 2.0;
+    let top = 232.0;
+    latency.draw(
+        &mut svg,
+        Rect {
+            x: MARGIN,
+            y: top,
+            w: half,
+            h: bottom - top,
+        },
+        &pal,
+    );
+    memory.draw(
+        &mut svg,
+        Rect {
+            x: MARGIN + half + 48.0,
+            y: top,
+            w: half,
+            h: bottom - top,
+        },
+        &pal,
+    );
+    footer(&mut svg, &pal, &provenance(&r.env));
+    svg.finish()
+}
+
+/// A run's iterations as the page names them (`w1`.. for the warm-up, then 1..), and the
+/// warm-up band.
+fn iterations(r: &Report) -> (Vec<String>, Option<(usize, usize, String)>, Vec<&protocol::Sample>) {
     let warm = r.warmup.len();
     let categories: Vec<String> = (1..=warm)
         .map(|i| format!("w{i}"))
@@ -153,10 +184,16 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
         .collect();
     let shade = (warm > 0).then(|| (0, warm - 1, "warm-up".to_string()));
     let all: Vec<&protocol::Sample> = r.warmup.iter().chain(&r.samples).collect();
-    let latency = Chart {
+    (categories, shade, all)
+}
+
+/// Latency per iteration, warm-up shaded, p50 marked.
+pub(crate) fn latency_chart(r: &Report, pal: &Palette) -> Chart {
+    let (categories, shade, all) = iterations(r);
+    Chart {
         title: "Latency per iteration".into(),
         kind: Kind::Line,
-        categories: categories.clone(),
+        categories,
         axes: vec![Axis {
             unit: "ms".into(),
             may_zoom: true,
@@ -174,9 +211,15 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
             value: r.latency_ms.p50,
             color: pal.accent,
         }],
-        shade: shade.clone(),
+        shade,
         legend: false,
-    };
+    }
+}
+
+/// Memory above the baseline per iteration: the pass's peak, what it left allocated and
+/// (a caching allocator's) reserved.
+pub(crate) fn memory_chart(r: &Report, pal: &Palette) -> Chart {
+    let (categories, shade, all) = iterations(r);
     let base = r.memory.baseline_bytes as f64;
     let above = |b: u64| ((b as f64 - base).max(0.0)) / MIB;
     let mut memory_series = vec![
@@ -207,7 +250,7 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
             markers: false,
         });
     }
-    let memory = Chart {
+    Chart {
         title: format!(
             "Memory above the {} baseline",
             format_bytes(r.memory.baseline_bytes)
@@ -222,31 +265,7 @@ pub fn run_svg(r: &Report, o: &ImageOptions) -> String {
         marks: vec![],
         shade,
         legend: true,
-    };
-    let half = (W - 2.0 * MARGIN - 48.0) / 2.0;
-    let top = 232.0;
-    latency.draw(
-        &mut svg,
-        Rect {
-            x: MARGIN,
-            y: top,
-            w: half,
-            h: bottom - top,
-        },
-        &pal,
-    );
-    memory.draw(
-        &mut svg,
-        Rect {
-            x: MARGIN + half + 48.0,
-            y: top,
-            w: half,
-            h: bottom - top,
-        },
-        &pal,
-    );
-    footer(&mut svg, &pal, &provenance(&r.env));
-    svg.finish()
+    }
 }
 
 /// `#1 eval · no_grad · batch 8` (with the model when the runs' models differ).

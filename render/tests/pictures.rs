@@ -5,7 +5,7 @@
 mod common;
 
 use protocol::format_bytes;
-use render::{compare_svg, pitfall_svg, png, run_svg, ImageOptions, Theme};
+use render::{compare_svg, pitfall_svg, png, run_chart_svg, run_svg, ImageOptions, Part, Theme};
 
 fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
@@ -143,4 +143,44 @@ fn odd_records_still_draw() {
         .collect();
     let refs: Vec<&protocol::Report> = runs.iter().collect();
     decode(&png(&compare_svg(&refs, &ImageOptions::default()), 1).unwrap());
+}
+
+#[test]
+fn one_chart_alone_is_drawn_at_the_size_asked_for_on_the_pages_background() {
+    let r = common::run("no_grad", 8, 11.234, 24.5, 4);
+    for (part, title) in [(Part::Latency, "Latency per iteration"), (Part::Memory, "Memory above the")] {
+        let o = ImageOptions {
+            width: 640,
+            chart: Some(part),
+            chart_height: Some(320),
+            ..Default::default()
+        };
+        let svg = run_chart_svg(&r, part, &o).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("width=\"640\" height=\"320\""), "{part:?}");
+        assert!(svg.contains(title), "{part:?}");
+        // The page's panel shows through, as under ECharts.
+        assert!(svg.contains("fill=\"none\""), "{part:?}");
+        // Only the chart: not the whole picture's headline figures or provenance.
+        assert!(!svg.contains("measured by Gradless"), "{part:?}");
+        let (w, h, _) = decode(&png(&svg, 1).unwrap());
+        assert_eq!((w, h), (640, 320));
+    }
+    // The latency chart marks the run's own p50, as the page prints it.
+    let o = ImageOptions { chart: Some(Part::Latency), ..Default::default() };
+    let latency = run_chart_svg(&r, Part::Latency, &o).unwrap();
+    assert!(latency.contains(&format!("p50 {:.3} ms", r.latency_ms.p50)));
+    // Themes differ; the same record gives the same bytes.
+    let dark = ImageOptions { theme: Theme::Dark, ..o };
+    assert_ne!(run_chart_svg(&r, Part::Latency, &dark).unwrap(), latency);
+    assert_eq!(run_chart_svg(&r, Part::Latency, &o).unwrap(), latency);
+}
+
+#[test]
+fn a_forward_run_has_no_generation_chart_and_says_so() {
+    let r = common::run("no_grad", 8, 11.234, 24.5, 5);
+    for part in [Part::StepLatency, Part::StepMemory, Part::PrefillDecode] {
+        let o = ImageOptions { chart: Some(part), ..Default::default() };
+        let e = run_chart_svg(&r, part, &o).unwrap_err();
+        assert!(e.contains(part.as_str()) && e.contains("not a generation"), "{e}");
+    }
 }

@@ -411,6 +411,27 @@ struct PictureQuery {
     /// 1 or 2: the PNG's pixels per CSS pixel.
     #[param(minimum = 1, maximum = 2)]
     scale: Option<u32>,
+    /// One chart of a recorded run alone, instead of the whole picture: `latency` and
+    /// `memory` (a forward run's), `step-latency`, `step-memory` and `prefill-decode` (a
+    /// generation's). What the Lab and the Generate page show in a chart's place until the
+    /// chart library has come. Not for a pitfall result or runs side by side (400).
+    #[param(inline)]
+    chart: Option<PictureChart>,
+    /// With `chart` only: its height in CSS pixels, 150 to 1600 (default: half the width).
+    #[param(minimum = 150, maximum = 1600)]
+    height: Option<u32>,
+}
+
+/// One chart of a run, as `?chart=` takes it.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code)]
+enum PictureChart {
+    Latency,
+    Memory,
+    StepLatency,
+    StepMemory,
+    PrefillDecode,
 }
 
 /// A picture's colours, as `?theme=` takes them.

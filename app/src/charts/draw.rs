@@ -3,6 +3,15 @@
 //! without the wasm draws with `app/js/record-embed.js` instead, which follows the same
 //! rules (theme, a fresh chart per theme, the failure sentence, the PNG's background):
 //! a change here belongs there too.
+//!
+//! ECharts on demand: the Lab and the Generate page at their bare addresses load no
+//! ECharts (the shell names its file in `<meta name="gradless-echarts">` instead of a
+//! script), since their first view is a recorded run, which the server draws as pictures
+//! ([`show_pictures`]: `/runs/{id}.svg?chart=...` at each element's size). The charts'
+//! options wait here, newest kept, until the visitor acts ([`want_echarts`]: a run starts,
+//! a pointer or key press anywhere, a pointer over a chart) or the page leaves; then
+//! ECharts is fetched and every waiting chart is drawn over its picture. A visit that only
+//! looks transfers 149 KB less (docs/ARCHITECTURE.md, "How the site is split").
 
 use super::ChartOption;
 
@@ -44,6 +53,194 @@ thread_local! {
     static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether a flush waits for the window's `load` event (ECharts not run yet).
     static WAITING_FOR_LOAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether the page's charts wait for [`want_echarts`] (a first view shown as pictures).
+    static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether the on-demand ECharts script was added to the page, and whether it failed.
+    static FETCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static FETCH_FAILED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// ECharts' file, where the shell left it to be fetched on demand.
+fn on_demand_url() -> Option<String> {
+    web_sys::window()?
+        .document()?
+        .query_selector("meta[name=gradless-echarts]")
+        .ok()??
+        .get_attribute("content")
+}
+
+fn echarts_loaded(window: &web_sys::Window) -> bool {
+    js_sys::Reflect::get(window, &"echarts".into()).is_ok_and(|e| !e.is_undefined())
+}
+
+/// Holds this page's charts back until the visitor acts ([`want_echarts`]), where the
+/// shell left ECharts to be fetched on demand and it has not come yet; says whether it
+/// does. Until then a chart shows the picture [`show_pictures`] put there, if any. The
+/// first press of a key or pointer anywhere on the page ends the wait.
+pub fn defer_until_wanted() -> bool {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let Some(window) = web_sys::window() else {
+        return false;
+    };
+    if echarts_loaded(&window) || on_demand_url().is_none() || FETCHING.with(|f| f.get()) {
+        return false;
+    }
+    if !DEFERRED.with(|d| d.replace(true)) {
+        let once = web_sys::AddEventListenerOptions::new();
+        once.set_once(true);
+        once.set_passive(true);
+        for event in ["pointerdown", "keydown", "touchstart"] {
+            let act = Closure::once_into_js(want_echarts);
+            let _ = window.add_event_listener_with_callback_and_add_event_listener_options(
+                event,
+                act.unchecked_ref(),
+                &once,
+            );
+        }
+    }
+    true
+}
+
+/// Fetches ECharts now, if the page left it to be fetched on demand, and draws every
+/// waiting chart once it has run. Called when a run starts (its samples need it), on
+/// intent (a pointer over a chart's picture) and when a deferring page leaves.
+pub fn want_echarts() {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    DEFERRED.with(|d| d.set(false));
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    if echarts_loaded(&window) {
+        flush();
+        return;
+    }
+    let Some(url) = on_demand_url() else {
+        return;
+    };
+    if FETCHING.with(|f| f.replace(true)) {
+        return;
+    }
+    let script = window.document().and_then(|d| d.create_element("script").ok());
+    let Some(script) = script else {
+        FETCH_FAILED.with(|f| f.set(true));
+        flush();
+        return;
+    };
+    let _ = script.set_attribute("src", &url);
+    let _ = script.set_attribute("async", "");
+    let loaded = Closure::once_into_js(flush);
+    let _ = script.add_event_listener_with_callback("load", loaded.unchecked_ref());
+    // A failed fetch leaves each waiting chart a sentence saying so (`draw`).
+    let failed = Closure::once_into_js(|| {
+        FETCH_FAILED.with(|f| f.set(true));
+        flush();
+    });
+    let _ = script.add_event_listener_with_callback("error", failed.unchecked_ref());
+    if let Some(head) = window
+        .document()
+        .and_then(|d| d.query_selector("head").ok().flatten())
+    {
+        let _ = head.append_child(&script);
+    }
+}
+
+/// Whether drawing must wait for ECharts fetched on demand (asked for or held back).
+fn waits_on_demand() -> bool {
+    let Some(window) = web_sys::window() else {
+        return false;
+    };
+    if echarts_loaded(&window) || FETCH_FAILED.with(|f| f.get()) || on_demand_url().is_none() {
+        return false;
+    }
+    if !DEFERRED.with(|d| d.get()) {
+        want_echarts();
+    }
+    true
+}
+
+/// Puts pictures of recorded run `record`'s charts in the charts' places while ECharts is
+/// held back: for each `(element id, chart name)`, `/runs/{record}.svg?chart=NAME` at the
+/// element's size, in both themes (the page's scheme picks one), described by the chart's
+/// own accessible sentence. A pointer over one fetches ECharts, which draws over it. Does
+/// nothing once ECharts is there.
+pub fn show_pictures(record: &str, charts: &[(&'static str, &'static str)]) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    // At the next frame: the record's charts have been handed to `render` by then (their
+    // effects run after the change that shows the record), so each picture is described
+    // by its chart's own sentence, and the elements are laid out.
+    let (record, charts) = (record.to_string(), charts.to_vec());
+    let later = Closure::once_into_js(move || put_pictures(&record, &charts));
+    if window.request_animation_frame(later.unchecked_ref()).is_err() {
+        leptos::logging::warn!("no animation frame: the recorded run's pictures are not shown");
+    }
+}
+
+fn put_pictures(record: &str, charts: &[(&str, &str)]) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    if !DEFERRED.with(|d| d.get()) || echarts_loaded(&window) {
+        return;
+    }
+    let Some(document) = window.document() else {
+        return;
+    };
+    for (id, chart) in charts {
+        let Some(el) = document.get_element_by_id(id) else {
+            continue;
+        };
+        let (w, h) = (el.client_width().max(0) as u32, el.client_height().max(0) as u32);
+        if w == 0 || h == 0 {
+            continue;
+        }
+        // The server draws 300..=2400 px wide and 150..=1600 high; the image is scaled to
+        // the element by CSS where that is narrower.
+        let size = format!(
+            "chart={chart}&width={}&height={}",
+            w.clamp(render_limits::MIN_WIDTH, render_limits::MAX_WIDTH),
+            h.clamp(render_limits::MIN_HEIGHT, render_limits::MAX_HEIGHT)
+        );
+        let alt = PENDING
+            .with(|p| p.borrow().get(*id).and_then(|c| c.description().map(str::to_string)))
+            .unwrap_or_else(|| format!("The recorded run's {chart} chart"));
+        let html = format!(
+            "<picture class=\"chart-picture\" data-testid=\"chart-picture\">\
+             <source srcset=\"/runs/{record}.svg?theme=dark&amp;{size}\" media=\"(prefers-color-scheme: dark)\">\
+             <img src=\"/runs/{record}.svg?{size}\" alt=\"{}\" width=\"{w}\" height=\"{h}\" decoding=\"async\"></picture>",
+            attr_escape(&alt)
+        );
+        // The element is ECharts' (or empty): a drawn chart would clear it (`draw`).
+        el.set_inner_html(&html);
+        let once = web_sys::AddEventListenerOptions::new();
+        once.set_once(true);
+        let hover = Closure::once_into_js(want_echarts);
+        let _ = el.add_event_listener_with_callback_and_add_event_listener_options(
+            "pointerenter",
+            hover.unchecked_ref(),
+            &once,
+        );
+    }
+}
+
+/// The server's limits on a chart's picture (render/src/lib.rs: MIN_WIDTH..MAX_HEIGHT),
+/// which the browser build does not link.
+mod render_limits {
+    pub const MIN_WIDTH: u32 = 300;
+    pub const MAX_WIDTH: u32 = 2400;
+    pub const MIN_HEIGHT: u32 = 150;
+    pub const MAX_HEIGHT: u32 = 1600;
+}
+
+fn attr_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;")
 }
 
 /// ECharts is loaded `async` (see the page shell in `lib.rs`), so the app may hydrate and
@@ -157,7 +354,7 @@ fn watch_window() {
 
 fn flush() {
     SCHEDULED.with(|s| s.set(false));
-    if wait_for_echarts() {
+    if waits_on_demand() || wait_for_echarts() {
         return;
     }
     watch_window();

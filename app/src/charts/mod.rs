@@ -32,7 +32,7 @@ mod trace;
 pub use compare::*;
 pub use generate::*;
 #[cfg(feature = "hydrate")]
-pub use draw::{bring_into_view, download_png, render};
+pub use draw::{bring_into_view, defer_until_wanted, download_png, render, show_pictures, want_echarts};
 pub use runs::*;
 pub use trace::*;
 

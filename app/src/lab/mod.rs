@@ -258,6 +258,12 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
         .get_untracked()
         .trim_start_matches('?')
         .is_empty();
+    // That first view is a recorded run, shown as the server's pictures until the visitor
+    // acts (charts::defer_until_wanted); leaving the page lets its charts draw.
+    #[cfg(feature = "hydrate")]
+    if bare && !embed && crate::charts::defer_until_wanted() {
+        on_cleanup(crate::charts::want_echarts);
+    }
     Effect::new(move |done: Option<bool>| {
         if done == Some(true) {
             return true;
@@ -422,11 +428,17 @@ async fn first_view(default: RunSpec, device: DeviceKind, runs: Runs, can_run: b
                 {
                     let note = guide::recorded_label(report);
                     runs.show(Some(record.id.clone()), report.clone(), note);
+                    crate::charts::show_pictures(
+                        &record.id,
+                        &[("latency-chart", "latency"), ("memory-chart", "memory")],
+                    );
                 }
                 return;
             }
         }
     }
+    // Nothing recorded to show as pictures: the charts draw (empty, or the run below).
+    crate::charts::want_echarts();
     if can_run
         && runs
             .view_state

@@ -127,6 +127,8 @@ async fn execute(spec: RunSpec, runs: Runs, automatic: Option<String>) {
         shown_note,
         ..
     } = runs;
+    // A run's samples are drawn live: ECharts, if the first view held it back, comes now.
+    crate::charts::want_echarts();
     // What was on the charts becomes the faint "previous run" behind the new one.
     if let Some(shown) = view_state.with_untracked(|v| v.report.clone()) {
         previous.set(Some(shown));

@@ -2,7 +2,8 @@
 //!
 //! - `GET /runs/{id}.svg|png` (a run or a pitfall result: both are permalinked at
 //!   `/runs/{id}`) and `GET /compare.svg|png?runs=ID,ID`: the `render` crate's pictures,
-//!   with `?theme=light|dark&width=N&scale=1|2`. A record never changes, so neither does
+//!   with `?theme=light|dark&width=N&scale=1|2`; a run's `?chart=NAME&height=N` is one of
+//!   its charts alone, at the size of the page's element it stands in for. A record never changes, so neither does
 //!   its picture: `Cache-Control: immutable`, an ETag (answered 304), and a small cache of
 //!   the bytes. A missing id is 404, a malformed option 400 naming it (JSON, as the API).
 //! - `GET /oembed?url=...&format=json`: the oEmbed answer for a permalink (`rich`: the
@@ -228,13 +229,14 @@ fn fnv(text: &str) -> u64 {
 
 fn etag(subject: &Subject, o: &ImageOptions, format: Format) -> String {
     let key = format!(
-        "{}|{}|{}|{}|{}|{}|{}",
+        "{}|{}|{}|{}|{}|{}|{}|{}",
         render::DRAWING_VERSION,
         env!("CARGO_PKG_VERSION"),
         format.ext(),
         o.theme.as_str(),
         o.width,
         o.scale,
+        o.to_query(),
         subject.ids().join(",")
     );
     format!("\"g{:016x}\"", fnv(&key))
@@ -380,8 +382,26 @@ fn draw(
     format: Format,
     info: &ServerInfo,
 ) -> Result<Vec<u8>, ApiError> {
-    let svg = match (subject, records) {
-        (Subject::Record(_), [record]) => match &record.body {
+    let svg = match (subject, records, o.chart) {
+        // One chart of a run alone: what the Lab and Generate show in a chart's place
+        // until ECharts has come (app/src/charts/draw.rs).
+        (Subject::Record(_), [record], Some(part)) => match &record.body {
+            RecordBody::Run(r) => render::run_chart_svg(r, part, o).map_err(|m| bad("chart", m))?,
+            RecordBody::Pitfall(_) => {
+                return Err(bad(
+                    "chart",
+                    "a pitfall result is drawn whole: leave out `chart`",
+                ))
+            }
+            RecordBody::Unfinished(u) => return Err(ApiError::NoReport(format!("{}: there is nothing to draw", u.message))),
+        },
+        (Subject::Compare(_), _, Some(_)) => {
+            return Err(bad(
+                "chart",
+                "runs side by side are drawn whole: leave out `chart`",
+            ))
+        }
+        (Subject::Record(_), [record], None) => match &record.body {
             RecordBody::Run(r) => render::run_svg(r, o),
             RecordBody::Pitfall(p) => render::pitfall_svg(p, &card_title(info, &p.id), o),
             RecordBody::Unfinished(u) => return Err(ApiError::NoReport(format!("{}: there is nothing to draw", u.message))),
@@ -454,6 +474,13 @@ mod tests {
             etag(&s, &dark, Format::Png),
             etag(&s, &o, Format::Svg),
             etag(&s, &ImageOptions { scale: 2, ..o }, Format::Png),
+            etag(&s, &ImageOptions { chart: Some(render::Part::Latency), ..o }, Format::Svg),
+            etag(&s, &ImageOptions { chart: Some(render::Part::Memory), ..o }, Format::Svg),
+            etag(
+                &s,
+                &ImageOptions { chart: Some(render::Part::Memory), chart_height: Some(300), ..o },
+                Format::Svg,
+            ),
         ];
         for (i, a) in tags.iter().enumerate() {
             assert!(tags[i + 1..].iter().all(|b| a != b), "{tags:?}");

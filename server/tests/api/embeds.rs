@@ -588,3 +588,60 @@ async fn an_embedded_run_is_drawn_without_the_wasm_where_the_site_has_its_script
     let older = page_on_site(&built_site(false), &format!("/embed/runs/{id}")).await;
     assert!(older.contains("/pkg/gradless_bg.0123abcd.wasm") && !older.contains("data-chart-for"));
 }
+
+/// One chart of a run alone, at the size of the page's element it stands in for (the Lab's
+/// first view of a recorded run, until ECharts has come); what does not apply is a 400
+/// naming `chart` or `height`.
+#[tokio::test]
+async fn a_runs_charts_are_drawn_alone_at_the_size_asked_for() {
+    let (id, report) = saved_run("no_grad", 9.1, 24.5, 13);
+    let (_, whole_headers, _) = send(app(), get(&format!("/runs/{id}.svg"))).await;
+    for chart in ["latency", "memory"] {
+        let (status, headers, svg) = send(app(), get(&format!("/runs/{id}.svg?chart={chart}&width=640&height=300"))).await;
+        assert_eq!(status, StatusCode::OK, "{chart}");
+        assert_eq!(headers[header::CONTENT_TYPE], "image/svg+xml");
+        assert_ne!(headers[header::ETAG], whole_headers[header::ETAG], "{chart}: its own ETag");
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("width=\"640\" height=\"300\""), "{chart}");
+        // Only the chart: no headline figures or provenance line.
+        assert!(!svg.contains("measured by Gradless"), "{chart}");
+        let (_, _, png) = send(app(), get(&format!("/runs/{id}.png?chart={chart}&width=640&height=300"))).await;
+        assert_eq!(png_size(&png), (640, 300), "{chart}");
+    }
+    let (_, _, latency) = send(app(), get(&format!("/runs/{id}.svg?chart=latency&width=640&height=300"))).await;
+    let latency = String::from_utf8(latency).unwrap();
+    assert!(latency.contains(&format!("p50 {:.3} ms", report.latency_ms.p50)), "the run's own p50");
+
+    let pitfall = saved_pitfall();
+    let (a, _) = saved_run("enabled", 9.0, 30.0, 14);
+    for (uri, field) in [
+        (format!("/runs/{id}.svg?chart=pie"), "chart"),
+        (format!("/runs/{id}.svg?chart=step-latency"), "chart"),
+        (format!("/runs/{id}.svg?height=300"), "height"),
+        (format!("/runs/{id}.svg?chart=memory&height=20"), "height"),
+        (format!("/runs/{pitfall}.svg?chart=latency"), "chart"),
+        (format!("/compare.svg?runs={a},{id}&chart=latency"), "chart"),
+    ] {
+        let (status, _, body) = send(app(), get(&uri)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+        assert_eq!(error_of(&body).field.as_deref(), Some(field), "{uri}");
+    }
+}
+
+/// The Lab's and Generate's bare addresses name ECharts for the app to fetch on demand
+/// (their first view is a recorded run, shown as the pictures above); every other page,
+/// and those pages with settings in the address, load it with the page.
+#[tokio::test]
+async fn a_bare_lab_or_generate_page_leaves_echarts_to_be_fetched_on_demand() {
+    let site = built_site(false);
+    let meta = r#"<meta name="gradless-echarts" content="/pkg/echarts.0123abcd.js""#;
+    let script = r#"<script src="/pkg/echarts.0123abcd.js" async"#;
+    for uri in ["/", "/generate"] {
+        let page = page_on_site(&site, uri).await;
+        assert!(page.contains(meta) && !page.contains(script), "{uri}: {page}");
+    }
+    for uri in ["/?grad=no_grad", "/generate?model=llama_tiny", "/runs", "/pitfalls", "/embed/lab"] {
+        let page = page_on_site(&site, uri).await;
+        assert!(page.contains(script) && !page.contains(meta), "{uri}");
+    }
+}

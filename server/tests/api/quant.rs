@@ -88,3 +88,33 @@ async fn the_openapi_document_carries_the_new_fields() {
         assert!(text.contains(field), "the OpenAPI document has no {field}");
     }
 }
+
+/// A recorded generation's charts alone, as the Generate page shows them until ECharts has
+/// come: drawn from its measured steps; a forward run's charts refused for it by name.
+#[tokio::test]
+async fn a_recorded_generation_has_its_charts_as_pictures() {
+    let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
+        "generate": {"new_tokens": 6}}"#;
+    let (status, _, bytes) = send(app(), post_run(body)).await;
+    assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
+    let created: RunCreated = serde_json::from_slice(&bytes).unwrap();
+    let events = follow(app(), &created.events_url).await;
+    assert!(matches!(events.last(), Some(Event::Done { .. })), "{events:?}");
+    for (chart, title) in [
+        ("step-latency", "Latency per decode step"),
+        ("step-memory", "Memory beyond weights + prompt"),
+        ("prefill-decode", "Prefill and decode"),
+    ] {
+        let (status, headers, svg) =
+            send(app(), get(&format!("/runs/{}.svg?chart={chart}&width=480&height=240&theme=dark", created.id))).await;
+        let svg = String::from_utf8(svg).unwrap();
+        assert_eq!(status, StatusCode::OK, "{chart}: {svg}");
+        assert_eq!(headers[axum::http::header::CONTENT_TYPE], "image/svg+xml");
+        assert!(svg.contains(title) && svg.contains("width=\"480\" height=\"240\""), "{chart}: {svg}");
+    }
+    let (status, _, body) = send(app(), get(&format!("/runs/{}.svg?chart=latency", created.id))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let e = error_of(&body);
+    assert_eq!(e.field.as_deref(), Some("chart"));
+    assert!(e.message.contains("is a generation"), "{e:?}");
+}
