@@ -140,6 +140,17 @@ pub fn GeneratePage() -> impl IntoView {
         loaded: RwSignal::new(false),
         generate: true,
     };
+    // The setting changed since the generation on the charts while its prediction is
+    // asked: its help stays folded until the run (client-side, as the box itself).
+    let awaiting = RwSignal::new(None::<String>);
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let now = spec.get();
+        let changed = prediction.shown.with(|r| r.as_ref().and_then(|r| crate::lab::predict::one_change(&now, &r.spec, true)).map(|c| c.0));
+        if awaiting.get_untracked() != changed {
+            awaiting.set(changed);
+        }
+    });
     let run_one = move |_| {
         let s = spec.get_untracked();
         prediction.pending.set(crate::lab::predict::pending(prediction, &s));
@@ -196,7 +207,7 @@ pub fn GeneratePage() -> impl IntoView {
                             }
                         }
                     } />
-                <span class="explain">{help}</span>
+                {folded_help(awaiting, id, move || help.to_string())}
             </label>
         }
     };
@@ -209,7 +220,7 @@ pub fn GeneratePage() -> impl IntoView {
                         view! { <option value=value selected=move || get(&spec.get()) == value>{text}</option> }
                     }).collect_view()}
                 </select>
-                <span class="explain">{help}</span>
+                {folded_help(awaiting, id, help)}
             </label>
         }
     };
@@ -294,6 +305,28 @@ pub fn GeneratePage() -> impl IntoView {
             <GenResults view_state finished compared />
             <GenSnippets spec />
         </div>
+    }
+}
+
+/// A control's help (`id` as `gen-kv-dtype`), folded while a change of its setting awaits
+/// its prediction: the help would answer the question asked.
+fn folded_help(awaiting: RwSignal<Option<String>>, id: &'static str, help: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
+    // The control's query key, as `one_change` names it ("gen-kv-dtype" is `kv_dtype`; the
+    // quantization writes `weights` and `group_size`).
+    let key = id.trim_start_matches("gen-").replace('-', "_");
+    move || {
+        let asked = awaiting.with(|a| a.as_deref().is_some_and(|a| a == key || (key == "quant" && (a == "weights" || a == "group_size"))));
+        if asked {
+            view! {
+                <details class="explain folded" data-testid=format!("{id}-explain")>
+                    <summary>"Predict first: what this setting does opens after the run"</summary>
+                    <span>{help()}</span>
+                </details>
+            }
+            .into_any()
+        } else {
+            view! { <span class="explain" data-testid=format!("{id}-explain")>{help()}</span> }.into_any()
+        }
     }
 }
 

@@ -1,8 +1,16 @@
-//! The Pitfalls page: one card per lesson — the claim, why it happens (with the PyTorch
-//! doc it rests on), the code that falls in and the code that avoids it, and a live
-//! experiment whose verdict is computed from what it measured. A guided tour walks the
-//! cards in order and remembers, in this browser, which ones were run; a contents list
-//! (sticky beside the cards on wide screens) names every card with its verdict once run.
+//! The Pitfalls page: one card per lesson, in two states. First the question: a neutral
+//! title, what will be measured, the two code variants under neutral labels, and the
+//! question to predict. Then, once the learner locks in (or asks for the lesson without
+//! predicting), the lesson: the claim, why it happens (with the PyTorch doc it rests on),
+//! the code that falls in and the code that avoids it, the rule, and a live experiment
+//! whose verdict is computed from what it measured. Nothing shown before the lock-in gives
+//! the answer away (`end2end/tests/unspoiled.spec.ts` reads the page's visible text).
+//!
+//! A guided tour walks the cards in order and remembers, in this browser, which ones were
+//! run and what was predicted: a card answered before opens in its lesson state, its
+//! answer back in its control. "Show every lesson" opens them all, for reading later. A
+//! contents list (sticky beside the cards on wide screens) names every card with its
+//! verdict once run.
 
 use leptos::prelude::*;
 use protocol::{PitfallInfo, PitfallReport, ServerInfo, Verdict};
@@ -12,6 +20,66 @@ use crate::widgets::{outcome_view, rich_text, EmbedSnippet, TokenField};
 /// Where the tour's progress is kept in the browser.
 #[cfg(feature = "hydrate")]
 const TOUR_KEY: &str = "gradless-tour";
+/// Where each card's locked answer is kept in the browser (`"skipped"`: the lesson was
+/// opened without predicting).
+#[cfg(feature = "hydrate")]
+const ANSWERS_KEY: &str = "gradless-answers";
+
+/// The answers locked in this browser, card by card.
+type Answers = Vec<(String, protocol::Prediction)>;
+
+fn answer_of(answers: &Answers, id: &str) -> Option<protocol::Prediction> {
+    answers.iter().find(|(card, _)| card == id).map(|(_, p)| *p)
+}
+
+/// Keeps `p` as card `id`'s answer (a new lock-in replaces the old) and saves them all.
+fn keep_answer(answers: RwSignal<Answers>, id: &str, p: protocol::Prediction) {
+    answers.update(|a| match a.iter_mut().find(|(card, _)| card == id) {
+        Some(entry) => entry.1 = p,
+        None => a.push((id.to_string(), p)),
+    });
+    #[cfg(feature = "hydrate")]
+    if let Some(storage) = web_sys::window().and_then(|w| w.local_storage().ok().flatten()) {
+        let _ = storage.set_item(ANSWERS_KEY, &serde_json::to_string(&answers.get_untracked()).unwrap_or_default());
+    }
+}
+
+/// The answers kept in this browser (none on the server, or when unreadable).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+fn stored_answers() -> Answers {
+    #[cfg(feature = "hydrate")]
+    if let Some(text) = web_sys::window()
+        .and_then(|w| w.local_storage().ok().flatten())
+        .and_then(|s| s.get_item(ANSWERS_KEY).ok().flatten())
+    {
+        return serde_json::from_str(&text).unwrap_or_default();
+    }
+    Answers::new()
+}
+
+/// What the cards of one page share: the tour's progress, the answers kept, and whether
+/// every lesson was opened at once.
+#[derive(Clone, Copy)]
+struct Shared {
+    done: RwSignal<Tour>,
+    answers: RwSignal<Answers>,
+    reveal_all: RwSignal<bool>,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let shared = Shared { done: RwSignal::new(Tour::new()), answers: RwSignal::new(Answers::new()), reveal_all: RwSignal::new(false) };
+        // Read once the page is live: the server rendered every card in its question state.
+        #[cfg(feature = "hydrate")]
+        Effect::new(move |_| shared.answers.set(stored_answers()));
+        shared
+    }
+
+    /// Whether card `id` shows its lesson.
+    fn revealed(self, id: &str) -> bool {
+        self.reveal_all.get() || self.answers.with(|a| answer_of(a, id).is_some())
+    }
+}
 
 // Only the browser build reaches Done and Failed: experiments run from a click.
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
@@ -33,7 +101,8 @@ fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
     let info = expect_context::<ServerInfo>();
     let auth_required = info.auth_required;
     let total = cards.len();
-    let done = RwSignal::new(Tour::new());
+    let shared = Shared::new();
+    let done = shared.done;
     #[cfg(feature = "hydrate")]
     {
         // Progress lives in localStorage; read it once the page is live.
@@ -46,9 +115,10 @@ fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
             done.set(stored);
         });
     }
+    // The tour names each card by its question: its title would answer it.
     let order: Vec<(String, String)> = cards
         .iter()
-        .map(|c| (c.id.clone(), c.title.clone()))
+        .map(|c| (c.id.clone(), c.asks.clone()))
         .collect();
     let next = move || done.with(|d| order.iter().find(|(id, _)| !ran(d, id)).cloned());
     let reset = move |_| {
@@ -60,6 +130,8 @@ fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
         .enumerate()
         .map(|(index, c)| {
             let id = c.id.clone();
+            let (title, asks, shown_id) = (c.title.clone(), c.asks.clone(), c.id.clone());
+            let name = move || format!("{}. {}", index + 1, if shared.revealed(&shown_id) { &title } else { &asks });
             let verdict = move || {
                 done.with(|d| d.iter().find(|(done_id, _)| *done_id == id).map(|(_, v)| *v))
                     .map(|v| match v {
@@ -72,7 +144,7 @@ fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
             };
             view! {
                 <li>
-                    <a href=format!("#{}", c.id) data-testid=format!("contents-{}", c.id)>{format!("{}. {}", index + 1, c.title)}</a>
+                    <a href=format!("#{}", c.id) data-testid=format!("contents-{}", c.id)>{name}</a>
                     " "
                     {verdict}
                 </li>
@@ -97,12 +169,17 @@ fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
                     {move || next().map(|(id, title)| view! { " · " <a href=format!("#{id}") data-testid="tour-next">{format!("Next: {title}")}</a> })}
                     " · " <button class="link" on:click=reset>"Start over"</button>
                 </p>
+                <p class="explain">
+                    "Each card first asks its question: what is measured, the two pieces of code, and your prediction. Its lesson (the claim, why, and which code is the mistake) opens when you lock in, or when you ask for it. "
+                    <button class="link" data-testid="reveal-all" on:click=move |_| shared.reveal_all.set(true)>"Show every lesson"</button>
+                    " (for reading: nothing is predicted or run)."
+                </p>
                 {auth_required.then(|| view! { <TokenField /> })}
             </section>
             {cards
                 .into_iter()
                 .enumerate()
-                .map(|(index, card)| view! { <PitfallCard card index done /> })
+                .map(|(index, card)| view! { <PitfallCard card index shared /> })
                 .collect_view()}
         </div>
         </div>
@@ -119,11 +196,11 @@ pub fn EmbedPitfallPage() -> impl IntoView {
 }
 
 fn embedded_card(cards: &[PitfallInfo], id: &str) -> AnyView {
-    let done = RwSignal::new(Tour::new());
+    let shared = Shared::new();
     match cards.iter().position(|c| c.id == id) {
         Some(index) => {
             let card = cards[index].clone();
-            view! { <div class="pitfalls embedded"><PitfallCard card index done embedded=true /></div> }.into_any()
+            view! { <div class="pitfalls embedded"><PitfallCard card index shared embedded=true /></div> }.into_any()
         }
         None => view! { <p class="error" role="alert">{format!("There is no pitfall card “{id}”.")}</p> }.into_any(),
     }
@@ -189,13 +266,18 @@ fn read_answer(predicted: bool, _id: &str, _question: &protocol::Question) -> Op
 fn PitfallCard(
     card: PitfallInfo,
     index: usize,
-    done: RwSignal<Tour>,
+    shared: Shared,
     /// Shown inside another page: no Embed button of its own.
     #[prop(optional)]
     embedded: bool,
 ) -> impl IntoView {
     let state = RwSignal::new(CardState::Idle);
+    let done = shared.done;
     let id = card.id.clone();
+    let revealed_id = id.clone();
+    let revealed = Signal::derive(move || shared.revealed(&revealed_id));
+    let restored_id = id.clone();
+    let restored = Signal::derive(move || shared.answers.with(|a| answer_of(a, &restored_id)).filter(|p| *p != protocol::Prediction::Skipped));
     let chart_id = format!("pitfall-chart-{id}");
     #[cfg(feature = "hydrate")]
     {
@@ -238,20 +320,26 @@ fn PitfallCard(
             </label>
         }
     });
-    // A slider always has a value; a choice must be picked before locking in.
-    let answered = RwSignal::new(matches!(card.question.ask, protocol::Ask::LogScale { .. } | protocol::Ask::Bytes { .. }));
+    // Nothing is answered until a choice is picked or the slider is moved.
+    let answered = RwSignal::new(false);
     let question = card.question.clone();
     let run_id = id.clone();
     // Locking in and running are one request: the server scores what it was sent with.
-    // One callback for both buttons: its future is compiled once, not once per button.
+    // One callback for every button: its future is compiled once, not once per button.
+    // `predicted`: the lock-in (the answer in the controls is sent and kept); otherwise the
+    // run is sent as not predicted (the lesson is on screen by then, or is being opened).
     let run = Callback::new(move |predicted: bool| {
         let id = run_id.clone();
+        let prediction = match read_answer(predicted, &id, &question) {
+            Some(p) => p,
+            None => protocol::Prediction::Skipped,
+        };
+        if predicted || !revealed.get_untracked() {
+            keep_answer(shared.answers, &id, prediction);
+        }
         let options = protocol::PitfallOptions {
             budget_bytes: budget.get_untracked(),
-            prediction: Some(match read_answer(predicted, &id, &question) {
-                Some(p) => p,
-                None => protocol::Prediction::Skipped,
-            }),
+            prediction: Some(prediction),
             ..Default::default()
         };
         state.set(CardState::Running);
@@ -294,11 +382,59 @@ fn PitfallCard(
         state.with(|s| matches!(s, CardState::Done(r) if crate::charts::pitfall_chart(r).is_some()))
     };
     let seen_id = id.clone();
-    let embed_id = id.clone();
+    let show_id = id.clone();
+    let button_id = id.clone();
+    let setup = card.setup.iter().map(|line| view! { <li>{line.clone()}</li> }).collect_view();
+    let label = |i: usize| card.labels.get(i).cloned().unwrap_or_default();
+    let (label_a, label_b) = (label(0), label(1));
+    let not_here = card.not_here.clone().map(|why| view! {
+        <p class="not-here" data-testid=format!("not-here-{}", card.id)>
+            <strong>"This server cannot show the effect. "</strong>{why}
+            " Predict what a GPU would show: your answer is kept, and never graded against this server's figure."
+        </p>
+    });
+    // The lesson's parts, rendered only once the learner has predicted (or asked for it).
+    let lesson_top = {
+        let (claim, why, source) = (card.claim.clone(), card.why.clone(), card.source.clone());
+        move || revealed.get().then(|| view! {
+            <p class="claim" data-testid=format!("claim-{show_id}")>{rich_text(&claim)}</p>
+            <p class="explain">{rich_text(&why)}" "<a href=source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
+        })
+    };
+    let threshold = card.threshold.clone();
+    let (title, asks) = (card.title.clone(), card.asks.clone());
+    let embed_path = format!("/embed/pitfalls/{}", card.id);
+    let buttons = move || {
+        let id = button_id.clone();
+        if revealed.get() {
+            view! {
+                <button class="primary" data-testid=format!("rerun-{id}") on:click=move |_| run.run(false) prop:disabled=running>
+                    "Run the experiment"
+                </button>
+            }
+            .into_any()
+        } else {
+            view! {
+                <button
+                    class="primary"
+                    data-testid=format!("run-{id}")
+                    on:click=move |_| run.run(true)
+                    prop:disabled=move || running.get() || !answered.get()
+                >
+                    "Lock in and run"
+                </button>
+                " "
+                <button data-testid=format!("skip-{id}") on:click=move |_| run.run(false) prop:disabled=running>
+                    "Show the lesson without predicting"
+                </button>
+            }
+            .into_any()
+        }
+    };
     view! {
-        <article class="card" id=card.id.clone() data-testid=format!("card-{}", card.id)>
+        <article class="card" id=card.id.clone() data-testid=format!("card-{}", card.id) class:lesson=move || revealed.get()>
             <h2>
-                {format!("{}. {}", index + 1, card.title)}
+                {move || format!("{}. {}", index + 1, if revealed.get() { &title } else { &asks })}
                 {move || {
                     done.with(|d| d.iter().find(|(id, _)| *id == seen_id).map(|(_, v)| *v)).map(|verdict| {
                         let verdict = verdict.map(|v| {
@@ -313,32 +449,25 @@ fn PitfallCard(
                     })
                 }}
             </h2>
-            <p class="claim">{rich_text(&card.claim)}</p>
-            <p class="explain">{rich_text(&card.why)}" "<a href=card.source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
+            {lesson_top}
+            <div class="setup" data-testid=format!("setup-{}", card.id)>
+                <h3>"What is measured"</h3>
+                <ul>{setup}</ul>
+            </div>
+            {not_here}
             <div class="code-pair">
                 <div>
-                    <h3>"Falls in"</h3>
+                    <h3>{move || if revealed.get() { "Falls in" } else { "A" }}": "{label_a}</h3>
                     <pre><code>{card.python_pitfall.clone()}</code></pre>
                 </div>
                 <div>
-                    <h3>"Avoids it"</h3>
+                    <h3>{move || if revealed.get() { "Avoids it" } else { "B" }}": "{label_b}</h3>
                     <pre><code>{card.python_fix.clone()}</code></pre>
                 </div>
             </div>
             {budget_picker}
-            <crate::prediction::PredictControls question=card.question.clone() answered locked=running id=card.id.clone() />
-            <button
-                class="primary"
-                data-testid=format!("run-{}", card.id)
-                on:click=move |_| run.run(true)
-                prop:disabled=move || running.get() || !answered.get()
-            >
-                "Lock in and run"
-            </button>
-            " "
-            <button data-testid=format!("skip-{}", card.id) on:click=move |_| run.run(false) prop:disabled=running>
-                "Run without predicting"
-            </button>
+            <crate::prediction::PredictControls question=card.question.clone() answered locked=Signal::derive(move || running.get() || revealed.get()) id=card.id.clone() restored />
+            {buttons}
             <crate::fleet::FleetPitfall id=card.id.clone() />
             {verdict_view}
             <div id=chart_id.clone() class="chart" class:hidden=move || !has_chart()></div>
@@ -348,13 +477,15 @@ fn PitfallCard(
                 data-testid=format!("trace-{}", card.id)
                 class:hidden=move || !state.with(|s| matches!(s, CardState::Done(r) if !r.traces.is_empty()))
             ></div>
-            <details class="rule">
-                <summary>"How the verdict is decided"</summary>
-                <p>{card.threshold.clone()}</p>
-            </details>
+            {move || revealed.get().then(|| view! {
+                <details class="rule">
+                    <summary>"How the verdict is decided"</summary>
+                    <p>{threshold.clone()}</p>
+                </details>
+            })}
             <div class="actions">
                 {(!embedded).then(|| view! {
-                    <EmbedSnippet path=Signal::derive(move || format!("/embed/pitfalls/{embed_id}")) title="Gradless: a pitfall, tested live" />
+                    <EmbedSnippet path=Signal::derive(move || embed_path.clone()) title="Gradless: a pitfall, tested live" />
                 })}
             </div>
         </article>

@@ -31,12 +31,25 @@ fn position(min: f64, max: f64, v: f64) -> f64 {
     (100.0 * ln(v / min) / ln(max / min)).clamp(0.0, 100.0)
 }
 
+/// The slider position of `v` on a log scale `min..max`.
+fn step_of(min: f64, max: f64, v: f64) -> u32 {
+    (position(min, max, v) * STEPS / 100.0).round() as u32
+}
+
 /// The question and its answer controls: native inputs inside one fieldset, read when the
 /// run is started ([`read`]), so the page keeps no state per answer (the wasm's size
-/// matters); `answered` turns true once a choice is picked (a slider always has a value),
-/// and nothing can be changed while `locked`.
+/// matters); `answered` turns true once a choice is picked or the slider is moved (it starts
+/// at no answer: its value reads "not set" and its thumb is faint until then), and nothing
+/// can be changed while `locked`. `restored`: an answer locked earlier in this browser,
+/// put back into the controls.
 #[component]
-pub fn PredictControls(question: Question, answered: RwSignal<bool>, locked: Signal<bool>, id: String) -> impl IntoView {
+pub fn PredictControls(
+    question: Question,
+    answered: RwSignal<bool>,
+    locked: Signal<bool>,
+    id: String,
+    #[prop(optional)] restored: Option<Signal<Option<Prediction>>>,
+) -> impl IntoView {
     let choices: &[Choice] = match question.ask {
         Ask::Choice { .. } => &[Choice::Lower, Choice::Same, Choice::Higher],
         Ask::YesNo => &[Choice::Yes, Choice::No],
@@ -47,7 +60,18 @@ pub fn PredictControls(question: Question, answered: RwSignal<bool>, locked: Sig
         _ => None,
     };
     let q = question.clone();
-    let shown = RwSignal::new(scale.map(|(min, max)| question.format(at(min, max, STEPS / 2.0))).unwrap_or_default());
+    let shown = RwSignal::new(String::from("not set: move the slider"));
+    let restored = restored.unwrap_or_else(|| Signal::derive(|| None));
+    let q2 = question.clone();
+    // An answer put back: the controls show it, and it counts as answered.
+    Effect::new(move |_| {
+        if let Some(p) = restored.get() {
+            answered.set(true);
+            if let Prediction::Value(v) = p {
+                shown.set(q2.format(v));
+            }
+        }
+    });
     let name = format!("predict-{id}");
     view! {
         <fieldset class="predict" data-testid=name.clone() prop:disabled=locked
@@ -62,11 +86,18 @@ pub fn PredictControls(question: Question, answered: RwSignal<bool>, locked: Sig
             <legend>"Predict first"</legend>
             <p class="question">{question.text.to_string()}</p>
             <div class="answers">
-                {choices.iter().map(|c| view! { <label class="choice"><input type="radio" name=name.clone() value=c.as_str() />{c.as_str()}</label> }).collect_view()}
+                {choices.iter().map(|&c| view! {
+                    <label class="choice"><input type="radio" name=name.clone() value=c.as_str()
+                        prop:checked=move || restored.get() == Some(Prediction::Choice(c)) />{c.as_str()}</label>
+                }).collect_view()}
                 {scale.map(|(min, max)| view! {
-                    <label class="scale">
+                    <label class="scale" class:unset=move || !answered.get()>
                         <span class="ends">{question.format(min)}</span>
-                        <input type="range" min="0" max=STEPS step="1" value=STEPS / 2.0 aria-label="Your prediction" data-testid=format!("predict-slider-{id}") />
+                        <input type="range" min="0" max=STEPS step="1" value=STEPS / 2.0 aria-label="Your prediction" data-testid=format!("predict-slider-{id}")
+                            prop:value=move || match restored.get() {
+                                Some(Prediction::Value(v)) => step_of(min, max, v).to_string(),
+                                _ => (STEPS / 2.0).to_string(),
+                            } />
                         <span class="ends">{question.format(max)}</span>
                         <output data-testid=format!("predict-value-{id}")>{move || shown.get()}</output>
                     </label>
@@ -99,8 +130,35 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// The prediction and the measurement on one axis, a marker each, with right or wrong, as
-/// markup (one element for the page to keep, whatever the question's kind).
+/// Where a value sits on the axis, and which edge it is past: `(percent, None)` on it,
+/// `(0 or 100, Some(false | true))` below or above, drawn at that edge with an arrow and
+/// its number so ×21 is never read as the axis's ×10.
+fn placed(min: f64, max: f64, v: f64) -> (f64, Option<bool>) {
+    if v < min {
+        (0.0, Some(false))
+    } else if v > max {
+        (100.0, Some(true))
+    } else {
+        (position(min, max, v), None)
+    }
+}
+
+/// One marker on the axis: a dot, or past the axis an arrow at its edge with the value.
+fn marker(class: &str, (at, past): (f64, Option<bool>), label: &str) -> String {
+    match past {
+        None => format!(r#"<span class="marker {class}" style="left:{at:.1}%"></span>"#),
+        Some(above) => format!(
+            r#"<span class="marker {class} past {}" style="left:{at:.1}%" data-testid="past-{class}">{}</span>"#,
+            if above { "above" } else { "below" },
+            if above { format!("{} →", escape(label)) } else { format!("← {}", escape(label)) }
+        ),
+    }
+}
+
+/// The prediction and the measurement on one axis, a marker each, headed by the grade
+/// ("Your prediction: right", "… off by ×2.0", "… not graded here") as markup: one
+/// element for the page to keep, whatever the question's kind. The claim's own verdict is
+/// drawn apart from it (`widgets::outcome_view`).
 pub fn scored_html(s: &Scored) -> String {
     let q = &s.question;
     // The axis: a log scale (min, max), and the predicted span on it.
@@ -108,15 +166,15 @@ pub fn scored_html(s: &Scored) -> String {
         (Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. }, p) => {
             (min, max, match p { Prediction::Value(v) => Some((v, v)), _ => None })
         }
-        (Ask::Choice { below, above }, p) => {
-            let (lo, hi) = (below / 4.0, above * 4.0);
+        (Ask::Choice { .. } | Ask::Direction { .. }, p) => {
+            // Three equal thirds: lower, about the same, higher.
             let span = match p {
-                Prediction::Choice(Choice::Lower) => Some((lo, below)),
-                Prediction::Choice(Choice::Same) => Some((below, above)),
-                Prediction::Choice(Choice::Higher) => Some((above, hi)),
+                Prediction::Choice(Choice::Lower) => Some((1.0, 10.0)),
+                Prediction::Choice(Choice::Same) => Some((10.0, 100.0)),
+                Prediction::Choice(Choice::Higher) => Some((100.0, 1000.0)),
                 _ => None,
             };
-            (lo, hi, span)
+            (1.0, 1000.0, span)
         }
         // yes / no: two halves, no before yes.
         (Ask::YesNo, p) => (1.0, 100.0, match p {
@@ -127,30 +185,41 @@ pub fn scored_html(s: &Scored) -> String {
     };
     let mut marks = String::new();
     if let Some((a, b)) = predicted {
-        let (a, b) = (position(min, max, a), position(min, max, b));
-        let (class, width) = if b - a < 1.0 { ("marker", String::new()) } else { ("span", format!(";width:{:.1}%", b - a)) };
-        marks += &format!(r#"<span class="{class} predicted" style="left:{a:.1}%{width}"></span>"#);
+        if a == b {
+            marks += &marker("predicted", placed(min, max, a), &q.format(a));
+        } else {
+            let (a, b) = (position(min, max, a), position(min, max, b));
+            marks += &format!(r#"<span class="span predicted" style="left:{a:.1}%;width:{:.1}%"></span>"#, b - a);
+        }
     }
     if let Some(v) = s.measured {
-        let p = if q.ask == Ask::YesNo { if v > 0.0 { 75.0 } else { 25.0 } } else { position(min, max, v) };
-        marks += &format!(r#"<span class="marker measured" style="left:{p:.1}%"></span>"#);
+        let at = match (q.ask, s.measured_band()) {
+            (Ask::YesNo, _) => (if v > 0.0 { 75.0 } else { 25.0 }, None),
+            (Ask::Choice { .. } | Ask::Direction { .. }, Some(Choice::Lower)) => (16.7, None),
+            (Ask::Choice { .. } | Ask::Direction { .. }, Some(Choice::Higher)) => (83.3, None),
+            (Ask::Choice { .. } | Ask::Direction { .. }, _) => (50.0, None),
+            _ => placed(min, max, v),
+        };
+        marks += &marker("measured", at, &q.format(v));
     }
-    let (class, word) = match s.right {
-        Some(true) => ("scored right", "Right"),
-        Some(false) => ("scored wrong", "Wrong"),
-        None => ("scored", "Not scored"),
+    let class = match s.right {
+        Some(true) => "scored right",
+        Some(false) => "scored wrong",
+        None => "scored",
     };
     let (lo, hi) = match q.ask {
         Ask::YesNo => ("no".to_string(), "yes".to_string()),
+        Ask::Choice { .. } | Ask::Direction { .. } => ("lower".to_string(), "higher".to_string()),
         _ => (q.format(min), q.format(max)),
     };
     let sentence = escape(&s.sentence());
     let said = sentence.trim_end_matches(": right").trim_end_matches(": wrong");
     format!(
-        r#"<div class="{class}" data-testid="scored"><p><strong>{word}</strong> — {said} ({}).</p><div class="axis" role="img" aria-label="{sentence}">{marks}</div><p class="axis-ends"><span>{}</span><span><span class="dot predicted"></span> predicted <span class="dot measured"></span> measured</span><span>{}</span></p></div>"#,
-        escape(&q.tolerance()),
+        r#"<div class="{class}" data-testid="scored"><p><strong data-testid="grade">Your prediction: {}</strong> — {said}.</p><div class="axis" role="img" aria-label="{sentence}">{marks}</div><p class="axis-ends"><span>{}</span><span><span class="dot predicted"></span> predicted <span class="dot measured"></span> measured</span><span>{}</span></p><p class="explain">Counted right: {}.</p></div>"#,
+        escape(&s.grade()),
         escape(&lo),
-        escape(&hi)
+        escape(&hi),
+        escape(&q.tolerance()),
     )
 }
 
@@ -178,8 +247,13 @@ mod tests {
         };
         let f = protocol::Figure { name: "f".into(), value: 0.1, unit: "ratio".into() };
         let html = scored_html(&q.score(Prediction::Value(1.0), &[f]));
-        assert!(html.contains(r#"class="scored wrong""#) && html.contains("predicted ×1, measured ×0.1 ("), "{html}");
+        assert!(html.contains(r#"class="scored wrong""#) && html.contains("predicted ×1, measured ×0.1."), "{html}");
+        assert!(html.contains("Your prediction: off by ×10.0"), "{html}");
         assert!(html.contains(r#"marker predicted" style="left:66.7%"#) && html.contains(r#"marker measured" style="left:33.3%"#), "{html}");
         assert!(!html.contains("<b>"));
+        // Past the axis: at its edge, with an arrow and the number.
+        let far = protocol::Figure { name: "f".into(), value: 21.3, unit: "ratio".into() };
+        let html = scored_html(&q.score(Prediction::Value(4.0), &[far]));
+        assert!(html.contains(r#"past above" style="left:100.0%" data-testid="past-measured">×21.3 →"#), "{html}");
     }
 }

@@ -358,11 +358,13 @@ pub fn TokenField() -> impl IntoView {
 
 /// A finished experiment: verdict, provenance, table, figures and notes.
 pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
+    // The claim's verdict, headed apart from the learner's grade above it: one is about
+    // the card, the other about the prediction.
     let (class, word) = match r.verdict {
-        Verdict::Confirmed => ("verdict confirmed", "Confirmed"),
-        Verdict::Refuted => ("verdict refuted", "Refuted here"),
-        Verdict::NotApplicable => ("verdict na", "Not applicable here"),
-        Verdict::Inconclusive => ("verdict inconclusive", "Inconclusive here"),
+        Verdict::Confirmed => ("verdict confirmed", "The claim: Confirmed"),
+        Verdict::Refuted => ("verdict refuted", "The claim: Refuted here"),
+        Verdict::NotApplicable => ("verdict na", "The claim: Not applicable here"),
+        Verdict::Inconclusive => ("verdict inconclusive", "The claim: Inconclusive here"),
     };
     let figures = r
         .figures

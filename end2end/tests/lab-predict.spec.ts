@@ -49,12 +49,12 @@ for (const [name, viewport] of [["1440", { width: 1440, height: 900 }], ["390", 
     await expect(scored.getByTestId("scored")).toHaveCount(2);
     // no_grad frees the activations autograd kept: peak memory is lower, and "lower" is right.
     const peak = scored.getByTestId("scored").first();
-    await expect(peak).toContainText("Right");
+    await expect(peak).toContainText("Your prediction: right");
     await expect(peak).toContainText(/predicted lower, measured ×0\.\d+/);
     await expect(scored.locator(".axis .marker.measured")).toHaveCount(2);
     // The latency answer is scored one way or the other, and the noise-aware reading follows.
     const word = (await scored.getByTestId("scored").nth(1).locator("strong").first().innerText()).trim();
-    expect(["Right", "Wrong"]).toContain(word);
+    expect(word).toMatch(/^Your prediction: (right|wrong: it was (lower|about the same|higher))$/);
     await expect(scored).toContainText("Against the runs' noise, the median latency:");
     await expect(scored.locator("h2")).toContainText(/Your prediction: [12] of 2 right/);
     await scored.scrollIntoViewIfNeeded();
@@ -77,8 +77,8 @@ test("the Generate page asks the same before a change of one of its settings", a
   const scored = page.getByTestId("lab-predict-scored");
   await expect(scored).toBeVisible({ timeout: 90_000 });
   await expect(scored.getByTestId("scored")).toHaveCount(2);
-  await expect(scored.getByTestId("scored").first()).toContainText(/Right — predicted higher, measured ×\d/);
+  await expect(scored.getByTestId("scored").first()).toContainText(/Your prediction: right — predicted higher, measured ×\d/);
   // Not answered: shown, not scored.
-  await expect(scored.getByTestId("scored").nth(1)).toContainText("Not scored");
+  await expect(scored.getByTestId("scored").nth(1)).toContainText("Your prediction: not predicted");
   await expect(scored.locator("h2")).toContainText("Your prediction: 1 of 1 right");
 });

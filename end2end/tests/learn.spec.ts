@@ -40,8 +40,8 @@ async function walk(page: Page, answer: (n: number, step: any) => Promise<void>)
     await expect(step.locator(".axis .marker.measured")).toHaveCount(1);
     await expect(step.locator(".axis .predicted")).toHaveCount(1);
     const word = (await scored.locator("strong").first().innerText()).trim();
-    expect(["Right", "Wrong"]).toContain(word);
-    right.push(word === "Right");
+    expect(word).toMatch(/^Your prediction: (right|off by ×[\d.]+|wrong: it was .+)$/);
+    right.push(word === "Your prediction: right");
     await expect(step).toContainText("Your prediction was added to the path's answers.");
     await expect(page.getByTestId("path-progress")).toContainText(`${n} of ${learnPath.steps.length} steps done`);
   }

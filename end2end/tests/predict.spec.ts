@@ -29,10 +29,10 @@ for (const [name, viewport] of [["1440", { width: 1440, height: 900 }], ["390", 
     const scored = card.getByTestId("scored");
     await expect(scored).toBeVisible({ timeout: 90_000 });
     await expect(scored).toContainText(`predicted ${shown}, measured ×0.25`);
-    await expect(scored).toContainText(/^(Right|Wrong)/);
+    await expect(scored).toContainText(/^Your prediction: (right|off by ×[\d.]+)/);
     await expect(card.locator(".axis .marker.measured")).toHaveCount(1);
     await expect(card.locator(".axis .predicted")).toHaveCount(1);
-    await expect(page.getByTestId("verdict-gqa")).toContainText("Confirmed");
+    await expect(page.getByTestId("verdict-gqa")).toContainText("The claim: Confirmed");
     await card.screenshot({ path: `${shots}/predict-after-${name}.png` });
     // The permalink shows the same prediction, from the record.
     const href = await page.getByTestId("permalink-gqa").getAttribute("href");

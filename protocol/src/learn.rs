@@ -30,14 +30,19 @@ pub struct LearnPath {
     pub source: String,
 }
 
-/// One step of a path.
+/// One step of a path. Its `title` and `note` are shown before the learner predicts, so
+/// they may not give away what its card hides until then (its claim, its lesson's title:
+/// [`LearnPath::check`]); `after` is shown once the learner has locked in.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Step {
     pub title: String,
-    /// The lead's note for this step.
+    /// The lead's note for this step, shown with its question.
     #[serde(default)]
     pub note: String,
+    /// The lead's note shown after the lock-in, with the result.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub after: String,
     pub kind: StepKind,
 }
 
@@ -100,6 +105,28 @@ impl ChangeFigure {
 pub const CHANGE_AFTER: &str = "after";
 pub const CHANGE_BEFORE: &str = "before";
 
+/// The figures a change step's question is graded by, from the run before the change and
+/// the run after it: the figure of each, and for the latency the comparison's noise
+/// interval ([`crate::noise::Comparison::noise_interval`]), the rule the Lab reads "no
+/// difference beyond run-to-run noise" by. Memory repeats to the byte: no interval.
+pub fn change_figures(figure: ChangeFigure, before: &crate::Report, after: &crate::Report, question: &Question) -> Vec<crate::Figure> {
+    let (value, unit): (fn(&crate::Report) -> f64, &str) = match figure {
+        ChangeFigure::Peak => (|r| r.memory.peak_above_baseline_bytes as f64, "bytes"),
+        ChangeFigure::P50 => (|r| r.latency_ms.p50, "ms"),
+    };
+    let fig = |name: &str, value: f64, unit: &str| crate::Figure { name: name.into(), value, unit: unit.into() };
+    let mut figures = vec![fig(CHANGE_AFTER, value(after), unit), fig(CHANGE_BEFORE, value(before), unit)];
+    if figure == ChangeFigure::P50 {
+        if let Some(c) = crate::noise::Comparison::of_runs(after, before) {
+            let [lo, hi] = c.noise_interval();
+            let (l, h) = question.interval_names();
+            figures.push(fig(&l, lo, "ratio"));
+            figures.push(fig(&h, hi, "ratio"));
+        }
+    }
+    figures
+}
+
 /// A value of a setting as a person reads it: `no_grad`, `8`, `false`.
 pub fn setting_text(v: &str) -> String {
     v.to_string()
@@ -112,11 +139,9 @@ impl Step {
         match &self.kind {
             StepKind::Card { card, .. } => cards.iter().find(|c| &c.id == card).map(|c| c.question.clone()),
             StepKind::Change { setting, from, to, figure, model, .. } => {
-                // Memory is deterministic to the byte; latency carries run-to-run noise.
-                let (below, above) = match figure {
-                    ChangeFigure::Peak => (0.95, 1.05),
-                    ChangeFigure::P50 => (0.9, 1.1),
-                };
+                // Memory is deterministic to the byte; latency carries run-to-run noise, and
+                // is graded by the comparison's noise interval (`change_figures`).
+                let timed = *figure == ChangeFigure::P50;
                 Some(Question {
                     text: format!(
                         "Switching {setting} from {} to {} on {}: what happens to the {}?",
@@ -129,7 +154,7 @@ impl Step {
                     figure: CHANGE_AFTER.into(),
                     over: Some(CHANGE_BEFORE.into()),
                     unit: "ratio".into(),
-                    ask: Ask::Choice { below, above },
+                    ask: Ask::Direction { timed },
                 })
             }
         }
@@ -159,13 +184,22 @@ impl LearnPath {
             if step.title.trim().is_empty() || step.title.chars().count() > 120 {
                 return bad(&field("title"), "a step needs a title of 1 to 120 characters".into());
             }
-            if step.note.chars().count() > 2000 {
-                return bad(&field("note"), "the note may have at most 2000 characters".into());
+            if step.note.chars().count() > 2000 || step.after.chars().count() > 2000 {
+                return bad(&field(if step.note.chars().count() > 2000 { "note" } else { "after" }), "the note may have at most 2000 characters".into());
             }
             match &step.kind {
                 StepKind::Card { card, batch, .. } => {
-                    if !cards.iter().any(|c| &c.id == card) {
+                    let Some(info) = cards.iter().find(|c| &c.id == card) else {
                         return bad(&field("card"), format!("there is no pitfall card `{card}` (GET /api/pitfalls lists them)"));
+                    };
+                    // What is on screen before the lock-in may not answer the question.
+                    for (name, text) in [("title", &step.title), ("note", &step.note)] {
+                        let text = text.to_lowercase();
+                        for (what, hidden) in [("claim", &info.claim), ("lesson's title", &info.title)] {
+                            if !hidden.is_empty() && text.contains(&hidden.to_lowercase()) {
+                                return bad(&field(name), format!("it gives away card `{card}`'s {what}, which the card hides until the learner predicts: put it in `after`, shown with the result"));
+                            }
+                        }
                     }
                     if batch.is_some_and(|b| b == 0) {
                         return bad(&field("batch"), "the batch must be at least 1".into());
@@ -288,18 +322,23 @@ pub struct LearnPageData {
     pub answers: Option<AnswersView>,
 }
 
-/// Bars of a value question's histogram: a log scale cut into this many bins.
-pub const VALUE_BINS: usize = 8;
+/// Bins of a value question's histogram on each side of the right answers' bin.
+pub const VALUE_BINS_EACH_SIDE: i32 = 3;
 
-/// The bin of `v` on a log scale `min..max` cut into [`VALUE_BINS`].
-fn bin(min: f64, max: f64, v: f64) -> usize {
-    let t = (v / min).ln() / (max / min).ln();
-    ((t * VALUE_BINS as f64).floor().max(0.0) as usize).min(VALUE_BINS - 1)
+/// The bin of `v` against the measured `m` for a rule "right within a factor of `within`":
+/// 0 is the right answers' bin `[m / within, m × within]`; ±k are the bins a further factor
+/// of `within` out on either side, the outermost open-ended.
+fn bin(m: f64, within: f64, v: f64) -> i32 {
+    let r = (v / m).ln() / within.ln();
+    let k = if r.abs() <= 1.0 { 0 } else { (r.abs().ceil() as i32 - 1) * r.signum() as i32 };
+    k.clamp(-VALUE_BINS_EACH_SIDE, VALUE_BINS_EACH_SIDE)
 }
 
-/// The answers at each step of `path`, summarised: a histogram of predictions (choices, or
-/// log-scale bins of values) with the measured median marked, the share right, and the most
-/// common wrong answer.
+/// The answers at each step of `path`, summarised as the grading reads them: a histogram of
+/// predictions (three bars for a choice, two for yes / no; for a value, bins as wide as its
+/// tolerance around the measured median, so the middle bar holds exactly the answers within
+/// the factor), the bar of the right answer marked, the count right, and the most common
+/// wrong answer (never the marked bar).
 pub fn summarise(path: &LearnPath, cards: &[crate::PitfallInfo], answers: &[Answer]) -> Vec<StepAnswers> {
     path.steps
         .iter()
@@ -310,46 +349,73 @@ pub fn summarise(path: &LearnPath, cards: &[crate::PitfallInfo], answers: &[Answ
             let mut measured: Vec<f64> = mine.iter().map(|a| a.measured).filter(|m| m.is_finite()).collect();
             measured.sort_by(f64::total_cmp);
             let median = (!measured.is_empty()).then(|| measured[measured.len() / 2]);
-            let (labels, place): (Vec<String>, Box<dyn Fn(&Prediction) -> Option<usize>>) = match q.ask {
-                Ask::Choice { .. } | Ask::YesNo => {
+            let (labels, place, truth): (Vec<String>, Box<dyn Fn(&Prediction) -> Option<usize>>, Option<usize>) = match q.ask {
+                Ask::Choice { .. } | Ask::Direction { .. } | Ask::YesNo => {
                     let choices: Vec<Choice> = if q.ask == Ask::YesNo {
                         vec![Choice::Yes, Choice::No]
                     } else {
                         vec![Choice::Lower, Choice::Same, Choice::Higher]
                     };
+                    // The right choice as the runs graded it (a timed direction is graded by
+                    // each run's interval, which the answer does not keep): the choice most
+                    // right answers made, else the median's band.
+                    let mut right_by_choice = vec![0u32; choices.len()];
+                    for a in mine.iter().filter(|a| a.right) {
+                        if let Prediction::Choice(c) = a.prediction {
+                            if let Some(k) = choices.iter().position(|x| *x == c) {
+                                right_by_choice[k] += 1;
+                            }
+                        }
+                    }
+                    let truth = match right_by_choice.iter().enumerate().max_by_key(|(_, n)| **n) {
+                        Some((k, n)) if *n > 0 => Some(k),
+                        _ => median.and_then(|m| q.band(m)).and_then(|b| choices.iter().position(|x| *x == b)),
+                    };
                     let labels = choices.iter().map(|c| c.as_str().to_string()).collect();
                     (labels, Box::new(move |p: &Prediction| match p {
                         Prediction::Choice(c) => choices.iter().position(|x| x == c),
                         _ => None,
-                    }))
+                    }), truth)
                 }
-                Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. } => {
-                    let edge = |k: usize| min * (max / min).powf(k as f64 / VALUE_BINS as f64);
-                    let labels = (0..VALUE_BINS).map(|k| format!("{}–{}", q.format(edge(k)), q.format(edge(k + 1)))).collect();
+                Ask::LogScale { within, .. } | Ask::Bytes { within, .. } => {
+                    let Some(m) = median.filter(|m| *m > 0.0) else {
+                        return Some(StepAnswers {
+                            step: i + 1,
+                            title: step.title.clone(),
+                            question: q.text.to_string(),
+                            answers: mine.len() as u32,
+                            right: 0,
+                            measured: None,
+                            bars: vec![],
+                            common_wrong: None,
+                        });
+                    };
+                    let edge = |k: i32| m * within.powi(k);
+                    let labels = (-VALUE_BINS_EACH_SIDE..=VALUE_BINS_EACH_SIDE)
+                        .map(|k| match k {
+                            0 => format!("{}–{}", q.format(edge(-1)), q.format(edge(1))),
+                            k if k == -VALUE_BINS_EACH_SIDE => format!("below {}", q.format(edge(k + 1))),
+                            k if k == VALUE_BINS_EACH_SIDE => format!("above {}", q.format(edge(k - 1))),
+                            k if k < 0 => format!("{}–{}", q.format(edge(k - 1)), q.format(edge(k))),
+                            k => format!("{}–{}", q.format(edge(k)), q.format(edge(k + 1))),
+                        })
+                        .collect();
                     (labels, Box::new(move |p: &Prediction| match p {
-                        Prediction::Value(v) if *v > 0.0 => Some(bin(min, max, *v)),
+                        Prediction::Value(v) if *v > 0.0 => Some((bin(m, within, *v) + VALUE_BINS_EACH_SIDE) as usize),
                         _ => None,
-                    }))
+                    }), Some(VALUE_BINS_EACH_SIDE as usize))
                 }
             };
-            let truth = median.and_then(|m| match q.ask {
-                Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. } => (m > 0.0).then(|| bin(min, max, m)),
-                _ => q.band(m).and_then(|b| place(&Prediction::Choice(b))),
-            });
             let mut counts = vec![0u32; labels.len()];
-            let mut wrong = vec![0u32; labels.len()];
             for a in &mine {
                 if let Some(k) = place(&a.prediction) {
                     counts[k] += 1;
-                    if !a.right {
-                        wrong[k] += 1;
-                    }
                 }
             }
-            let common_wrong = wrong
+            let common_wrong = counts
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| **n > 0)
+                .filter(|(k, n)| **n > 0 && Some(*k) != truth)
                 .max_by_key(|(k, n)| (**n, std::cmp::Reverse(*k)))
                 .map(|(k, n)| (labels[k].clone(), *n));
             Some(StepAnswers {
@@ -357,7 +423,13 @@ pub fn summarise(path: &LearnPath, cards: &[crate::PitfallInfo], answers: &[Answ
                 title: step.title.clone(),
                 question: q.text.to_string(),
                 answers: mine.len() as u32,
-                right: mine.iter().filter(|a| a.right).count() as u32,
+                // A choice is graded by each answer's own run (a timed direction by that run's
+                // interval), as each learner was told; a value by the median's bin, which
+                // holds exactly the answers within the factor.
+                right: match q.ask {
+                    Ask::LogScale { .. } | Ask::Bytes { .. } => truth.map_or(0, |k| counts[k]),
+                    _ => mine.iter().filter(|a| a.right).count() as u32,
+                },
                 measured: median.map(|m| q.format(m)),
                 bars: labels
                     .into_iter()
@@ -383,6 +455,7 @@ mod tests {
             steps: vec![Step {
                 title: "no_grad".into(),
                 note: String::new(),
+                after: String::new(),
                 kind: StepKind::Change {
                     generate: false,
                     model: ModelId::TinyMlp,
@@ -446,6 +519,8 @@ mod tests {
         ];
         let s = &summarise(&path, &[], &answers)[0];
         assert_eq!((s.answers, s.right), (4, 1));
+        // The header's count is the marked bar's.
+        assert_eq!(s.right, s.bars.iter().find(|b| b.truth).unwrap().count);
         let counts: Vec<u32> = s.bars.iter().map(|b| b.count).collect();
         assert_eq!(counts, [1, 2, 1]);
         assert!(s.bars[0].truth && !s.bars[1].truth && !s.bars[2].truth);
@@ -458,11 +533,46 @@ mod tests {
     }
 
     #[test]
-    fn value_predictions_fall_in_log_bins() {
-        assert_eq!(bin(0.01, 10.0, 0.01), 0);
-        assert_eq!(bin(0.01, 10.0, 10.0), VALUE_BINS - 1);
-        assert_eq!(bin(0.01, 10.0, 0.001), 0);
-        let mid = bin(0.01, 10.0, 0.1);
-        assert!(mid > 0 && mid < VALUE_BINS - 1);
+    fn value_bins_follow_the_tolerance_and_the_right_bin_is_never_the_wrong_answer() {
+        // Right within ×2: the middle bin is [m/2, 2m], the next ones a factor 2 further out.
+        assert_eq!(bin(1.0, 2.0, 1.0), 0);
+        assert_eq!(bin(1.0, 2.0, 1.99), 0);
+        assert_eq!(bin(1.0, 2.0, 0.51), 0);
+        assert_eq!(bin(1.0, 2.0, 2.01), 1);
+        assert_eq!(bin(1.0, 2.0, 3.9), 1);
+        assert_eq!(bin(1.0, 2.0, 4.1), 2);
+        assert_eq!(bin(1.0, 2.0, 0.3), -1);
+        assert_eq!(bin(1.0, 2.0, 1e-9), -VALUE_BINS_EACH_SIDE);
+        assert_eq!(bin(1.0, 2.0, 1e9), VALUE_BINS_EACH_SIDE);
+        let mut path = change_path();
+        path.steps[0].kind = StepKind::Card { card: "c".into(), model: None, batch: None, device: DeviceChoice::Cpu };
+        let card = crate::PitfallInfo {
+            id: "c".into(),
+            title: "T".into(),
+            asks: "Q?".into(),
+            setup: vec![],
+            labels: vec![],
+            not_here: None,
+            claim: "C".into(),
+            why: String::new(),
+            source: String::new(),
+            python_pitfall: String::new(),
+            python_fix: String::new(),
+            threshold: String::new(),
+            question: Question { text: "bytes?".into(), figure: "f".into(), over: None, unit: "bytes".into(), ask: Ask::Bytes { min: 1.0, max: 1e12, within: 2.0 } },
+        };
+        let v = |p: f64, right: bool| answer(Prediction::Value(p), 8e6, right);
+        // The runs' own grading marked one of the two near answers wrong (its run measured
+        // another value): the summary grades by the median, and never calls it wrong.
+        let answers = [v(7e6, true), v(12e6, false), v(32e6 * 1.5, false), v(40e6, false), v(1e3, false)];
+        let s = &summarise(&path, &[card], &answers)[0];
+        let truth = s.bars.iter().find(|b| b.truth).unwrap();
+        assert_eq!(truth.count, 2);
+        assert_eq!(s.right, 2, "the header's count is the marked bar's");
+        assert_eq!(s.bars.iter().map(|b| b.count).sum::<u32>(), s.answers);
+        let (wrong, n) = s.common_wrong.clone().unwrap();
+        assert_ne!(wrong, truth.label);
+        assert_eq!(n, 2);
+        assert_eq!(s.bars.len(), 2 * VALUE_BINS_EACH_SIDE as usize + 1);
     }
 }

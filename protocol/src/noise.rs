@@ -181,6 +181,17 @@ impl Floor {
         }
     }
 
+    /// How far apart two runs of the same settings land, as a newcomer reads it: "8%", or
+    /// past doubling "a factor of 5.3" (a young server's floor can be that wide).
+    pub fn apart(&self) -> String {
+        let factor = self.half_width_log.exp();
+        if factor < 2.0 {
+            format!("{:.0}%", ((factor - 1.0) * 100.0).max(1.0))
+        } else {
+            format!("a factor of {factor:.1}")
+        }
+    }
+
     /// Where it was measured, as a clause.
     pub fn origin(&self) -> String {
         match &self.source {
@@ -290,9 +301,25 @@ impl Comparison {
         matches!(self.verdict, Verdict::Slower | Verdict::Faster)
     }
 
+    /// The comparison's noise interval of the ratio: the bootstrap interval widened to the
+    /// run-to-run floor around the ratio, and to ×1 where the runs do not differ for another
+    /// reason this module names (only their slow iterations moved, no floor known, too few
+    /// iterations). It includes ×1 exactly when [`Comparison::differs`] is false, so a
+    /// prediction graded by it agrees with the reading beside it.
+    pub fn noise_interval(&self) -> [f64; 2] {
+        let r = self.ci.ratio;
+        let h = self.floor.as_ref().map_or(0.0, |f| f.half_width_log);
+        let (mut lo, mut hi) = (self.ci.lo.min(r * (-h).exp()), self.ci.hi.max(r * h.exp()));
+        if !self.differs() {
+            lo = lo.min(1.0);
+            hi = hi.max(1.0);
+        }
+        [lo, hi]
+    }
+
     fn floor_words(&self) -> String {
         match &self.floor {
-            Some(f) => format!("this server's run-to-run noise ({}, {})", f.percent(), f.origin()),
+            Some(f) => format!("this server's run-to-run noise (two runs of the same settings here land up to {} apart; {})", f.apart(), f.origin()),
             None => "this server's run-to-run noise (not measured for these runs yet: run the same settings twice)".into(),
         }
     }
@@ -327,7 +354,7 @@ impl Comparison {
                 format!("{factor} ({interval}), beyond {}", self.floor_words())
             }
             Verdict::WithinRunToRun => format!(
-                "no difference beyond run-to-run noise: {factor} ({interval}) is within {}",
+                "no difference beyond run-to-run noise: the two runs' medians differ by less than two runs of the same settings do ({factor}, {interval}; {})",
                 self.floor_words()
             ),
             Verdict::WithinRunNoise => {

@@ -140,7 +140,7 @@ fn a_real_difference_beyond_the_floor_is_still_reported() {
     let c = Comparison::of_runs(&slow, &fast).unwrap();
     assert_eq!(c.verdict, Verdict::Slower, "{c:?}");
     let text = c.latency_reading();
-    assert!(text.contains("× slower (") && text.contains("beyond this server's run-to-run noise (±"), "{text}");
+    assert!(text.contains("× slower (") && text.contains("beyond this server's run-to-run noise (two runs of the same settings here land up to "), "{text}");
     assert!(c.chart_reading("the previous run").starts_with("p50 2."), "{c:?}");
     let back = Comparison::of_runs(&fast, &slow).unwrap();
     assert_eq!(back.verdict, Verdict::Faster);
@@ -157,7 +157,7 @@ fn within_the_floor_the_reading_names_it_and_where_it_was_measured() {
     let c = Comparison::of_runs(&b, &a).unwrap();
     assert_eq!(c.verdict, Verdict::WithinRunToRun, "{c:?}");
     let text = c.latency_reading();
-    assert!(text.contains("within this server's run-to-run noise (±15%, measured from 24 repeated runs"), "{text}");
+    assert!(text.contains("this server's run-to-run noise (two runs of the same settings here land up to 15% apart; measured from 24 repeated runs"), "{text}");
     assert_eq!(
         c.chart_reading("the previous run"),
         "p50 within run-to-run noise (±15%)"
@@ -198,4 +198,19 @@ fn a_median_the_fast_iterations_do_not_share_is_the_machines_load() {
     let mut slower = run_of("enabled", &quiet.iter().map(|x| x * 2.0).collect::<Vec<_>>());
     slower.run_to_run = record;
     assert_eq!(Comparison::of_runs(&slower, &a).unwrap().verdict, Verdict::Slower);
+}
+
+#[test]
+fn the_noise_interval_includes_one_exactly_when_the_runs_do_not_differ() {
+    let quiet = |f: f64| run_of("no_grad", &[10.0 * f, 10.01 * f, 9.99 * f, 10.0 * f, 10.02 * f, 9.98 * f, 10.0 * f, 10.01 * f]);
+    let recorded = RunToRun { sigma_log: 0.035, df: 20, runs: 24, scope: NoiseScope::Model };
+    for f in [0.5, 0.9, 0.97, 1.0, 1.03, 1.05, 1.2, 2.0] {
+        let a = quiet(1.0);
+        let mut b = quiet(f);
+        b.run_to_run = Some(recorded.clone());
+        let c = Comparison::of_runs(&b, &a).unwrap();
+        let [lo, hi] = c.noise_interval();
+        assert!(lo <= c.ci.ratio && c.ci.ratio <= hi, "{f}: {lo}..{hi}");
+        assert_eq!(lo <= 1.0 && 1.0 <= hi, !c.differs(), "×{f}: {:?} against {lo}..{hi}", c.verdict);
+    }
 }

@@ -93,12 +93,34 @@ pub struct PitfallReport {
     pub prediction: Option<crate::Scored>,
 }
 
-/// A card as listed: what it teaches and where the fact comes from.
+/// A card as listed. It has two states, and carries both:
+///
+/// - **the question**, shown before the learner predicts: `asks` (a neutral title posed as
+///   a question), `setup` (what will be measured), the two code variants under their
+///   neutral `labels`, the `question`, and `not_here` where this device cannot show the
+///   effect. None of these tells the outcome.
+/// - **the lesson**, shown after the lock-in (or "Show the lesson without predicting"):
+///   `title` (the assertive one), `claim`, `why`, `source`, the code under "Falls in" /
+///   "Avoids it", and the verdict's rule `threshold` with its magnitudes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PitfallInfo {
     pub id: String,
+    /// The lesson's title, which states the answer: shown after the lock-in.
     pub title: String,
+    /// The question state's title: neutral, posed as a question.
+    pub asks: String,
+    /// What the experiment measures on this server's default device, from its own
+    /// settings: model and shape, batch, dtype, device, what the two arms are, and the
+    /// inputs a formula needs (layers, KV heads, head_dim, bytes per element, tokens).
+    pub setup: Vec<String>,
+    /// Neutral labels of the two code variants, `python_pitfall` then `python_fix`, shown
+    /// before the lock-in in place of "Falls in" / "Avoids it".
+    pub labels: Vec<String>,
+    /// Why this server's default device cannot show the effect (a CUDA-only effect on a
+    /// CPU): said before the lock-in; an answer is then kept but never graded here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_here: Option<String>,
     pub claim: String,
     pub why: String,
     /// The PyTorch documentation the explanation rests on.

@@ -17,8 +17,16 @@ use crate::Figure;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Ask {
-    /// Lower (measured below `below`), about the same (between, the noise band) or higher
-    /// (above `above`); right when the measured value falls in the chosen band.
+    /// Lower, about the same or higher, decided by the same statistic as the verdict: the
+    /// measured ratio's 95% noise interval (figures named by [`Question::interval_names`]).
+    /// "About the same" is right when the interval includes ×1, "lower" or "higher" when it
+    /// lies wholly below or above. `timed`: latencies, whose interval comes from the runs'
+    /// own samples; otherwise byte counts, which repeat to the byte, so the interval is the
+    /// measured point itself.
+    Direction { timed: bool },
+    /// Lower (measured below `below`), about the same (between, a fixed band) or higher
+    /// (above `above`): how answers were graded before [`Ask::Direction`]; kept so records
+    /// made then read back as they were scored.
     Choice { below: f64, above: f64 },
     /// Yes or no: yes when the figure is above zero (a flag that is 1, a difference that
     /// is not nothing).
@@ -96,9 +104,18 @@ pub struct Scored {
     /// figures (an effect that cannot show on this device).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<f64>,
-    /// Right by the question's tolerance; absent when skipped or not measured.
+    /// Right by the question's tolerance; absent when skipped, not measured, or not graded
+    /// here ([`Scored::not_graded`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub right: Option<bool>,
+    /// The measured ratio's 95% noise interval `[low, high]`, for a direction question:
+    /// the statistic that decided the grade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<[f64; 2]>,
+    /// Why the answer was not graded although it was given: the effect cannot show on
+    /// this device, so its figure here answers a different question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_graded: Option<String>,
 }
 
 impl Question {
@@ -121,11 +138,48 @@ impl Question {
         }
     }
 
+    /// The names of the figures that carry the 95% noise interval of this question's ratio
+    /// (`figure / over`), low then high: an experiment reports them beside its arms.
+    pub fn interval_names(&self) -> (String, String) {
+        let of = match &self.over {
+            Some(over) => format!("{} / {over}", self.figure),
+            None => self.figure.to_string(),
+        };
+        (format!("{of}, 95% interval low"), format!("{of}, 95% interval high"))
+    }
+
+    /// The measured value's 95% noise interval from a report's figures, for a direction
+    /// question: the reported interval of a timed ratio, the point itself for byte counts
+    /// (they repeat exactly). `None` when not measured, or a timed ratio reports no
+    /// interval.
+    pub fn interval(&self, figures: &[Figure]) -> Option<[f64; 2]> {
+        let m = self.measured(figures)?;
+        match self.ask {
+            Ask::Direction { timed: true } => {
+                let (lo, hi) = self.interval_names();
+                let find = |n: &str| figures.iter().find(|f| f.name == n).map(|f| f.value).filter(|v| v.is_finite() && *v > 0.0);
+                let (lo, hi) = (find(&lo)?, find(&hi)?);
+                Some([lo.min(m), hi.max(m)])
+            }
+            Ask::Direction { timed: false } => Some([m, m]),
+            _ => None,
+        }
+    }
+
+    /// The band a direction question's figures fall in: lower when the whole interval is
+    /// below ×1, higher when above, about the same when it includes ×1.
+    pub fn band_of(&self, figures: &[Figure]) -> Option<Choice> {
+        match self.ask {
+            Ask::Direction { .. } => self.interval(figures).map(|[lo, hi]| direction(lo, hi)),
+            _ => self.measured(figures).and_then(|m| self.band(m)),
+        }
+    }
+
     /// Whether `p` is a possible answer to this question; the message says what is.
     pub fn check(&self, p: &Prediction) -> Result<(), String> {
         match (self.ask, p) {
             (_, Prediction::Skipped) => Ok(()),
-            (Ask::Choice { .. }, Prediction::Choice(Choice::Lower | Choice::Same | Choice::Higher)) => Ok(()),
+            (Ask::Choice { .. } | Ask::Direction { .. }, Prediction::Choice(Choice::Lower | Choice::Same | Choice::Higher)) => Ok(()),
             (Ask::YesNo, Prediction::Choice(Choice::Yes | Choice::No)) => Ok(()),
             (Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. }, Prediction::Value(v)) => {
                 if v.is_finite() && (min..=max).contains(v) {
@@ -138,15 +192,17 @@ impl Question {
                     ))
                 }
             }
-            (Ask::Choice { .. }, _) => Err("this question takes a choice: lower, same or higher".into()),
+            (Ask::Choice { .. } | Ask::Direction { .. }, _) => Err("this question takes a choice: lower, same or higher".into()),
             (Ask::YesNo, _) => Err("this question takes a choice: yes or no".into()),
             _ => Err("this question takes a value".into()),
         }
     }
 
-    /// The band a measured value falls in (for a choice or yes/no question).
+    /// The band a measured value falls in (for a choice or yes/no question; a direction
+    /// question's point, as if it had no noise: see [`Question::band_of`]).
     pub fn band(&self, measured: f64) -> Option<Choice> {
         match self.ask {
+            Ask::Direction { .. } => Some(direction(measured, measured)),
             Ask::Choice { below, .. } if measured < below => Some(Choice::Lower),
             Ask::Choice { above, .. } if measured > above => Some(Choice::Higher),
             Ask::Choice { .. } => Some(Choice::Same),
@@ -158,8 +214,10 @@ impl Question {
     /// Scores `predicted` against `figures`, the report of this question's own run.
     pub fn score(&self, predicted: Prediction, figures: &[Figure]) -> Scored {
         let measured = self.measured(figures);
+        let interval = self.interval(figures);
         let right = match (predicted, measured, self.ask) {
             (Prediction::Skipped, ..) | (_, None, _) => None,
+            (Prediction::Choice(c), Some(_), Ask::Direction { .. }) => interval.map(|[lo, hi]| direction(lo, hi) == c),
             (Prediction::Choice(c), Some(m), _) => Some(self.band(m) == Some(c)),
             (Prediction::Value(p), Some(m), Ask::LogScale { within, .. } | Ask::Bytes { within, .. }) => {
                 Some(p > 0.0 && m > 0.0 && (p / m).max(m / p) <= within)
@@ -171,12 +229,28 @@ impl Question {
             predicted,
             measured,
             right,
+            interval,
+            not_graded: None,
         }
+    }
+
+    /// [`Question::score`] for a card whose verdict is `verdict`: where the effect cannot
+    /// show on this device (not applicable), the answer is kept but never graded, since the
+    /// figure measured here answers another question than the one asked.
+    pub fn score_card(&self, predicted: Prediction, figures: &[Figure], verdict: crate::Verdict, why: &str) -> Scored {
+        let mut scored = self.score(predicted, figures);
+        if verdict == crate::Verdict::NotApplicable {
+            scored.right = None;
+            scored.not_graded = Some(format!("not graded here: {}", why.trim_end_matches('.')));
+        }
+        scored
     }
 
     /// When an answer counts as right, as the card states it.
     pub fn tolerance(&self) -> String {
         match self.ask {
+            Ask::Direction { timed: true } => "each side is timed many times, and the spread of those times gives a range the true ratio lies in (95% of the time). “About the same” is right when that range includes ×1: the difference is smaller than the runs' own noise. “Lower” or “higher” is right when the whole range is below or above ×1".into(),
+            Ask::Direction { timed: false } => "memory repeats to the byte from run to run here, so “about the same” is right only when the two are equal; “lower” or “higher” when the measured ratio is below or above ×1".into(),
             Ask::Choice { below, above } => format!(
                 "“about the same” means between {} and {} (the noise band); right when the measurement falls in the band you chose",
                 self.format(below),
@@ -230,6 +304,44 @@ impl Question {
 }
 
 impl Scored {
+    /// How far a value prediction was from the measurement, as a factor of at least 1
+    /// (`2.0`: off by ×2, either way); `None` for choices, skips and unmeasured runs.
+    pub fn off_by(&self) -> Option<f64> {
+        match (self.predicted, self.measured) {
+            (Prediction::Value(p), Some(m)) if p > 0.0 && m > 0.0 => Some((p / m).max(m / p)),
+            _ => None,
+        }
+    }
+
+    /// The grade alone, as the page heads it: "right", "off by ×2.0", "wrong: it was
+    /// lower", "not graded here", "not predicted".
+    pub fn grade(&self) -> String {
+        if matches!(self.predicted, Prediction::Skipped) {
+            return "not predicted".into();
+        }
+        if self.not_graded.is_some() {
+            return "not graded here".into();
+        }
+        match (self.right, self.off_by()) {
+            (Some(true), _) => "right".into(),
+            (Some(false), Some(f)) => format!("off by ×{f:.1}"),
+            (Some(false), None) => match self.measured_band() {
+                Some(band) => format!("wrong: it was {}", band.as_str()),
+                None => "wrong".into(),
+            },
+            (None, _) => "not measured on this device".into(),
+        }
+    }
+
+    /// The band the measurement fell in, by the statistic that graded it.
+    pub fn measured_band(&self) -> Option<Choice> {
+        match (self.question.ask, self.interval, self.measured) {
+            (Ask::Direction { .. }, Some([lo, hi]), _) => Some(direction(lo, hi)),
+            (_, _, Some(m)) => self.question.band(m),
+            _ => None,
+        }
+    }
+
     /// The prediction as a person reads it: `×0.5`, `lower`, `not predicted`.
     pub fn predicted_text(&self) -> String {
         match self.predicted {
@@ -242,23 +354,42 @@ impl Scored {
     /// One line for records, pictures and exports: "predicted ×0.5, measured ×0.15: wrong".
     pub fn sentence(&self) -> String {
         let measured = match self.measured {
-            Some(m) => match self.question.band(m) {
-                Some(band) if self.question.ask != Ask::YesNo => {
+            Some(m) => match (self.measured_band(), self.interval) {
+                (Some(band), Some([lo, hi])) if lo < hi => format!(
+                    "measured {} (95% interval {}–{}: {})",
+                    self.question.format(m),
+                    self.question.format(lo),
+                    self.question.format(hi),
+                    band.as_str()
+                ),
+                (Some(band), _) if self.question.ask != Ask::YesNo => {
                     format!("measured {} ({})", self.question.format(m), band.as_str())
                 }
                 _ => format!("measured {}", self.question.format(m)),
             },
             None => "not measured on this device".into(),
         };
-        let verdict = match self.right {
-            Some(true) => ": right",
-            Some(false) => ": wrong",
-            None => "",
+        let verdict = match (self.right, &self.not_graded) {
+            (_, Some(why)) => format!(" ({why})"),
+            (Some(true), _) => ": right".into(),
+            (Some(false), _) => ": wrong".into(),
+            (None, _) => String::new(),
         };
         match self.predicted {
             Prediction::Skipped => format!("run without predicting; {measured}"),
             _ => format!("predicted {}, {measured}{verdict}", self.predicted_text()),
         }
+    }
+}
+
+/// Lower, about the same or higher for an interval against ×1.
+fn direction(lo: f64, hi: f64) -> Choice {
+    if hi < 1.0 {
+        Choice::Lower
+    } else if lo > 1.0 {
+        Choice::Higher
+    } else {
+        Choice::Same
     }
 }
 
@@ -335,6 +466,62 @@ mod tests {
         assert_eq!(q.score(Prediction::Choice(Choice::Higher), &at(1.04)).right, Some(false));
         assert_eq!(q.score(Prediction::Choice(Choice::Same), &at(0.5)).sentence(), "predicted about the same, measured ×0.5 (lower): wrong");
         assert!(q.tolerance().contains("×0.95") && q.tolerance().contains("×1.05"));
+    }
+
+    /// The figures of a timed ratio `m` with its interval, named as the question reads them.
+    fn timed(q: &Question, m: f64, lo: f64, hi: f64) -> Vec<Figure> {
+        let (l, h) = q.interval_names();
+        vec![fig("grad peak", 1.0), fig("no_grad peak", m), fig(&l, lo), fig(&h, hi)]
+    }
+
+    #[test]
+    fn a_direction_is_graded_by_the_verdicts_own_interval() {
+        let q = ratio(Ask::Direction { timed: true });
+        // ×0.96 whose whole interval is below ×1 is lower, beyond noise: "lower" is right,
+        // "about the same" is wrong, however close to 1 it is.
+        let tight = timed(&q, 0.96, 0.96, 0.96);
+        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &tight).right, Some(true));
+        assert_eq!(q.score(Prediction::Choice(Choice::Same), &tight).right, Some(false));
+        // ×0.8 whose interval reaches past ×1 is within the runs' noise: "about the same".
+        let wide = timed(&q, 0.8, 0.6, 1.02);
+        assert_eq!(q.score(Prediction::Choice(Choice::Same), &wide).right, Some(true));
+        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &wide).right, Some(false));
+        let s = q.score(Prediction::Choice(Choice::Higher), &timed(&q, 1.3, 1.2, 1.4));
+        assert_eq!((s.right, s.interval), (Some(true), Some([1.2, 1.4])));
+        assert!(s.sentence().contains("95% interval ×1.2–×1.4: higher"), "{}", s.sentence());
+        // A timed ratio without its interval is not graded (never by a made-up band).
+        let bare = [fig("grad peak", 1.0), fig("no_grad peak", 0.5)];
+        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &bare).right, None);
+        // Bytes repeat exactly: the point is the interval.
+        let b = ratio(Ask::Direction { timed: false });
+        assert_eq!(b.score(Prediction::Choice(Choice::Same), &[fig("grad peak", 8.0), fig("no_grad peak", 8.0)]).right, Some(true));
+        assert_eq!(b.score(Prediction::Choice(Choice::Lower), &[fig("grad peak", 8.0), fig("no_grad peak", 7.9)]).right, Some(true));
+        assert!(q.tolerance().contains("includes ×1") && b.tolerance().contains("to the byte"));
+    }
+
+    #[test]
+    fn a_card_that_cannot_show_its_effect_here_never_grades_wrong() {
+        let q = ratio(LOG);
+        let figures = [fig("grad peak", 1.0), fig("no_grad peak", 1.04)];
+        for p in [Prediction::Value(0.1), Prediction::Value(1.0)] {
+            let s = q.score_card(p, &figures, crate::Verdict::NotApplicable, "CPU ops are synchronous.");
+            assert_eq!(s.right, None);
+            assert_eq!(s.grade(), "not graded here");
+            assert!(s.sentence().ends_with("(not graded here: CPU ops are synchronous)"), "{}", s.sentence());
+        }
+        // Where it applies, the same answer is graded.
+        assert_eq!(q.score_card(Prediction::Value(0.1), &figures, crate::Verdict::Confirmed, "").right, Some(false));
+    }
+
+    #[test]
+    fn the_grade_reads_apart_from_the_verdict() {
+        let q = ratio(LOG);
+        let figures = [fig("grad peak", 40e6), fig("no_grad peak", 6e6)];
+        assert_eq!(q.score(Prediction::Value(0.3), &figures).grade(), "off by ×2.0");
+        assert_eq!(q.score(Prediction::Value(0.15), &figures).grade(), "right");
+        assert_eq!(q.score(Prediction::Skipped, &figures).grade(), "not predicted");
+        let d = ratio(Ask::Direction { timed: false });
+        assert_eq!(d.score(Prediction::Choice(Choice::Higher), &figures).grade(), "wrong: it was lower");
     }
 
     #[test]

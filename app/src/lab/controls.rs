@@ -227,8 +227,29 @@ pub fn ModeControl(lab: LabCtx) -> impl IntoView {
                     }
                 })
                 .collect_view()}
-            <p class="explain" data-testid="eval-explain">{move || crate::widgets::rich_text(&explain::eval_text(spec.get().eval, spec.get().model))}</p>
+            {folded(lab, "eval", "eval-explain", move || explain::eval_text(spec.get().eval, spec.get().model))}
         </fieldset>
+    }
+}
+
+/// A setting's explanation, folded while a change of that setting waits for its run: the
+/// page is asking what the change will do, and the explanation would answer it. Opens by
+/// itself once the run is on the charts (or when the learner unfolds it).
+fn folded(lab: LabCtx, key: &'static str, testid: &'static str, text: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
+    let text = std::sync::Arc::new(text);
+    move || {
+        let body = text();
+        if lab.awaiting.get().as_deref() == Some(key) {
+            view! {
+                <details class="explain folded" data-testid=testid>
+                    <summary>"Predict first: what this setting does opens after the run"</summary>
+                    <p>{crate::widgets::rich_text(&body)}</p>
+                </details>
+            }
+            .into_any()
+        } else {
+            view! { <p class="explain" data-testid=testid>{crate::widgets::rich_text(&body)}</p> }.into_any()
+        }
     }
 }
 
@@ -265,7 +286,7 @@ pub fn GradControl(lab: LabCtx) -> impl IntoView {
                     }
                 })
                 .collect_view()}
-            <p class="explain" data-testid="grad-explain">{move || explain::grad_text(spec.get().grad)}</p>
+            {folded(lab, "grad", "grad-explain", move || explain::grad_text(spec.get().grad).to_string())}
         </fieldset>
     }
 }
@@ -301,7 +322,7 @@ pub fn AutocastControl(lab: LabCtx) -> impl IntoView {
                     }
                 })
                 .collect_view()}
-            <p class="explain">{move || explain::autocast_text(spec.get().autocast)}</p>
+            {folded(lab, "autocast", "autocast-explain", move || explain::autocast_text(spec.get().autocast).to_string())}
             <p class="explain note">
                 {move || {
                     let s = spec.get();
@@ -369,7 +390,7 @@ pub fn BatchControl(lab: LabCtx, batch_state: BatchState) -> impl IntoView {
                 />
             </div>
             <p id="batch-error" class="error" role="alert" data-testid="batch-error">{move || batch_error.get()}</p>
-            <p class="explain">{explain::batch_text()}</p>
+            {folded(lab, "batch", "batch-explain", || explain::batch_text().to_string())}
         </fieldset>
     }
 }

@@ -52,6 +52,9 @@ fn autocast_support(info: &ServerInfo, spec: &RunSpec, autocast: Autocast) -> (b
 #[derive(Clone, Copy)]
 pub struct LabCtx {
     pub spec: Memo<RunSpec>,
+    /// The setting changed since the run on the charts, while its prediction is asked: its
+    /// explanation stays folded until the run, since it would answer the question.
+    pub awaiting: RwSignal<Option<String>>,
     set: Callback<RunSpec>,
     opts: StoredValue<EmbedOptions>,
     pub info: StoredValue<ServerInfo>,
@@ -115,6 +118,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     });
     let lab = LabCtx {
         spec,
+        awaiting: RwSignal::new(None),
         set: set_spec,
         opts,
         info,
@@ -145,6 +149,15 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     // The finished run on the charts: what a change of one setting is predicted against.
     let shown = Signal::derive(move || {
         view_state.with(|v| v.report.clone().filter(|_| v.phase == crate::run_view::Phase::Done))
+    });
+    // Client-side only, like the prediction box: the server renders no change to predict.
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let now = spec.get();
+        let changed = shown.with(|r| r.as_ref().and_then(|r| predict::one_change(&now, &r.spec, false)).map(|c| c.0));
+        if lab.awaiting.get_untracked() != changed {
+            lab.awaiting.set(changed);
+        }
     });
     let prediction = predict::BoxArgs {
         spec,

@@ -3,16 +3,18 @@
 //! peak memory and to p50 (per token, for a generation) before the next run, then scores
 //! both against the two runs. The questions are the
 //! onboarding paths' own for a change of one setting ([`protocol::learn`]): "lower / about
-//! the same / higher", the band of "about the same" stated first (×0.95–×1.05 for memory,
-//! which is exact to the byte; ×0.9–×1.1 for latency). Answering is optional: Run without
-//! a choice runs as before. Nothing is sent or kept: these predictions live on the page.
+//! the same / higher", graded as the page reads the two runs: memory exactly (it repeats to
+//! the byte), latency by the comparison's noise interval, "about the same" when the change
+//! is within the runs' noise. Answering is optional: Run without a choice runs as before.
+//! While a prediction is asked, the changed setting's explanation stays folded until the
+//! run. Nothing is sent: these predictions live on the page.
 //!
 //! The box and the scoring are lazy functions (their own wasm chunk, as the embed dialog's):
 //! fetched once a run is on the charts, so a cold visit to the Lab does not carry them.
 
 use leptos::prelude::*;
-use protocol::learn::{ChangeFigure, Step, StepKind, CHANGE_AFTER, CHANGE_BEFORE};
-use protocol::{Figure, Prediction, Question, Report, RunSpec, Scored};
+use protocol::learn::{ChangeFigure, Step, StepKind};
+use protocol::{Prediction, Question, Report, RunSpec, Scored};
 
 
 /// Settings that are not a lesson's change: where the run goes (device, threads) and how
@@ -76,6 +78,7 @@ pub fn questions(change: &(String, String, String), spec: &RunSpec, generate: bo
         let step = Step {
             title: String::new(),
             note: String::new(),
+            after: String::new(),
             kind: StepKind::Change {
                 generate,
                 model: spec.model.clone(),
@@ -93,44 +96,18 @@ pub fn questions(change: &(String, String, String), spec: &RunSpec, generate: bo
 
 /// The predictions scored against the run before the change and the run after it.
 pub fn score(questions: &[Question; 2], predicted: &[Prediction; 2], before: &Report, after: &Report) -> [Scored; 2] {
-    let figures = |a: f64, b: f64| {
-        [
-            Figure { name: CHANGE_AFTER.into(), value: a, unit: String::new() },
-            Figure { name: CHANGE_BEFORE.into(), value: b, unit: String::new() },
-        ]
-    };
-    let peak = |r: &Report| r.memory.peak_above_baseline_bytes as f64;
+    let figures = |figure, q| protocol::learn::change_figures(figure, before, after, q);
     [
-        questions[0].score(predicted[0], &figures(peak(after), peak(before))),
-        questions[1].score(predicted[1], &figures(after.latency_ms.p50, before.latency_ms.p50)),
+        questions[0].score(predicted[0], &figures(ChangeFigure::Peak, &questions[0])),
+        questions[1].score(predicted[1], &figures(ChangeFigure::P50, &questions[1])),
     ]
 }
 
-/// The latency reading against the runs' noise, under the scored latency answer; where the
-/// stated band and the noise disagree (×0.89 is "lower" by the band, and no difference
-/// beyond noise), it says so: that answer was scored by the band, and the change is noise.
-fn latency_note(scored: &Scored, after: &Report, before: &Report) -> Option<String> {
+/// The latency reading against the runs' noise, under the scored latency answer: the same
+/// comparison graded it ([`protocol::learn::change_figures`]), so the two never disagree.
+fn latency_note(after: &Report, before: &Report) -> Option<String> {
     let comparison = protocol::noise::Comparison::of_runs(after, before)?;
-    let reading = comparison.latency_reading();
-    let by_band = scored.measured.and_then(|m| scored.question.band(m));
-    let by_noise = match comparison.verdict {
-        protocol::noise::Verdict::Faster => Some(protocol::Choice::Lower),
-        protocol::noise::Verdict::Slower => Some(protocol::Choice::Higher),
-        protocol::noise::Verdict::WithinRunToRun | protocol::noise::Verdict::WithinRunNoise => Some(protocol::Choice::Same),
-        protocol::noise::Verdict::TooFew | protocol::noise::Verdict::NoFloor => None,
-    };
-    let disagree = match (by_band, by_noise) {
-        (Some(band), Some(protocol::Choice::Same)) if band != protocol::Choice::Same => format!(
-            " By the stated band the latency went {}, but that is within the noise: at these settings a latency answer is a coin toss, not a lesson (more iterations, or a bigger batch, make the change measurable).",
-            band.as_str()
-        ),
-        (Some(protocol::Choice::Same), Some(noise)) if noise != protocol::Choice::Same => format!(
-            " By the stated band that is about the same, yet beyond the noise it is {}: a small change, measured.",
-            noise.as_str()
-        ),
-        _ => String::new(),
-    };
-    Some(format!("Against the runs' noise, the median latency: {reading}.{disagree}"))
+    Some(format!("Against the runs' noise, the median latency: {}.", comparison.latency_reading()))
 }
 
 /// A prediction waiting for its run: what was asked and answered, and the run before.
@@ -270,7 +247,7 @@ fn LabPrediction(spec: Memo<RunSpec>, shown: Signal<Option<Report>>, pending: Rw
             let html = s.iter().map(crate::prediction::scored_html).collect::<String>();
             let right = s.iter().filter(|s| s.right == Some(true)).count();
             let asked = s.iter().filter(|s| s.right.is_some()).count();
-            let latency = latency_note(&s[1], &shown.get_untracked()?, &p.before);
+            let latency = latency_note(&shown.get_untracked()?, &p.before);
             Some(view! {
                 <section class="lab-predict scored-box" data-testid="lab-predict-scored" aria-live="polite">
                     <h2>{format!("Your prediction: {right} of {asked} right")}</h2>
@@ -347,42 +324,31 @@ mod tests {
         let now = RunSpec { grad: GradMode::NoGrad, ..before.clone() };
         let q = questions(&one_change(&now, &before, false).unwrap(), &now, false);
         assert!(q[0].text.contains("peak memory") && q[1].text.contains("p50"), "{:?}", q);
-        let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &[2.0, 2.0, 2.0]);
-        let new = crate::explain::tests::report("tiny_mlp", 4, 400, &[2.02, 2.02, 2.02]);
+        let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &[2.0; 20]);
+        let new = crate::explain::tests::report("tiny_mlp", 4, 400, &[1.0; 20]);
         let lower = Prediction::Choice(Choice::Lower);
         let s = score(&q, &[lower, lower], &old, &new);
         assert_eq!(s[0].measured, Some(0.4));
-        assert_eq!(s[0].right, Some(true));
-        // ×1.01 is inside latency's "about the same" band: lower is wrong.
-        assert_eq!(s[1].right, Some(false));
+        assert_eq!((s[0].right, s[1].right), (Some(true), Some(true)));
         let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Same)], &old, &new);
-        assert_eq!((s[0].right, s[1].right), (None, Some(true)));
+        assert_eq!((s[0].right, s[1].right), (None, Some(false)));
     }
 
     #[test]
-    fn a_latency_change_inside_the_noise_is_called_noise_whatever_the_band_says() {
+    fn a_latency_change_inside_the_noise_is_graded_about_the_same_as_the_reading_says() {
         let before = spec();
         let now = RunSpec { grad: GradMode::NoGrad, ..before.clone() };
         let q = questions(&one_change(&now, &before, false).unwrap(), &now, false);
         // Half the iterations three times slower than the rest: medians ×0.8 apart, and
-        // an interval that spans far more.
+        // an interval that spans far more. The grade and the reading beside it agree.
         let noisy = |f: f64| (0..20).map(|i| if i % 2 == 0 { f } else { 3.0 * f }).collect::<Vec<_>>();
         let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &noisy(1.0));
         let new = crate::explain::tests::report("tiny_mlp", 4, 400, &noisy(0.8));
         let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Lower)], &old, &new);
-        assert_eq!(s[1].right, Some(true), "by the stated band, ×0.8 is lower");
-        let note = latency_note(&s[1], &new, &old).unwrap();
-        assert!(note.contains("within the noise") && note.contains("coin toss"), "{note}");
-        // Both say "about the same": nothing more is said.
-        let same = crate::explain::tests::report("tiny_mlp", 4, 400, &noisy(1.02));
-        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Same)], &old, &same);
-        let note = latency_note(&s[1], &same, &old).unwrap();
-        assert!(!note.contains("By the stated band"), "{note}");
-        // Quiet runs: the band and the noise agree, and nothing more is said.
-        let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &[2.0; 20]);
-        let new = crate::explain::tests::report("tiny_mlp", 4, 400, &[1.0; 20]);
-        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Lower)], &old, &new);
-        let note = latency_note(&s[1], &new, &old).unwrap();
-        assert!(!note.contains("coin toss") && !note.contains("By the stated band"), "{note}");
+        assert_eq!(s[1].right, Some(false), "×0.8 within the noise is not lower: {}", s[1].sentence());
+        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Same)], &old, &new);
+        assert_eq!(s[1].right, Some(true), "{}", s[1].sentence());
+        let note = latency_note(&new, &old).unwrap();
+        assert!(note.contains("no difference beyond"), "{note}");
     }
 }

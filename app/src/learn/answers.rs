@@ -49,7 +49,7 @@ fn step_view(s: &StepAnswers) -> impl IntoView + use<> {
             let width = format!("width:{:.1}%", 100.0 * f64::from(b.count) / f64::from(most));
             view! {
                 <li class="bar-row" class:truth=b.truth>
-                    <span class="bar-label">{b.label.clone()}{b.truth.then_some(" (measured)")}</span>
+                    <span class="bar-label">{b.label.clone()}{b.truth.then_some(" (right: the measured value)")}</span>
                     <span class="bar-track"><span class="bar" style=width></span></span>
                     <span class="bar-count">{b.count}</span>
                 </li>

@@ -1,6 +1,9 @@
-//! `/learn/{id}` and `/embed/learn/{id}`: a path's steps in order, each asking its question
-//! first ("Lock in and run", or "Run without predicting"), then the prediction beside the
-//! measurement, the verdict and its permalink. Progress is kept in this browser.
+//! `/learn/{id}` and `/embed/learn/{id}`: a path's steps in order, each in two states as a
+//! pitfall card is: first its question (the step's neutral title and note, what will be
+//! measured, the question; "Lock in and run", or "Show the result without predicting"),
+//! then the lesson (the card's claim, the lead's `after` note), the prediction beside the
+//! measurement, the verdict and its permalink. Progress is kept in this browser: a step
+//! done before opens in its lesson state, its answer back in its control.
 
 use leptos::prelude::*;
 use protocol::learn::{setting_text, LearnPath, Step, StepKind, StepOutcome, StepRequest};
@@ -135,8 +138,9 @@ fn LearnPage(embed: bool) -> impl IntoView {
 fn describe(step: &Step, info: &ServerInfo) -> String {
     match &step.kind {
         StepKind::Card { card, model, batch, .. } => {
-            let title = info.pitfalls.iter().find(|c| &c.id == card).map(|c| c.title.clone()).unwrap_or_else(|| card.clone());
-            let mut s = format!("The pitfall card “{title}”");
+            // The card's question, never its lesson's title: that would answer it.
+            let asks = info.pitfalls.iter().find(|c| &c.id == card).map(|c| c.asks.clone()).unwrap_or_else(|| card.clone());
+            let mut s = format!("The pitfall card “{asks}”");
             if let Some(m) = model {
                 s += &format!(" on {}", m.display_name());
             }
@@ -162,8 +166,13 @@ fn StepCard(path: LearnPath, step: Step, n: usize, progress: RwSignal<Progress>,
         return view! { <li class="card step"><p class="error">{format!("Step {n}: this server has no such card.")}</p></li> }.into_any();
     };
     let key = format!("step{n}");
-    let answered = RwSignal::new(matches!(question.ask, protocol::Ask::LogScale { .. } | protocol::Ask::Bytes { .. }));
+    let answered = RwSignal::new(false);
     let running = Signal::derive(move || state.with(|s| *s == StepState::Running));
+    // The lesson shows once this step ran here (now, or on an earlier visit).
+    let revealed = Signal::derive(move || state.with(|s| *s != StepState::Idle) || progress.with(|p| p.iter().any(|(m, _)| *m == n)));
+    let restored = Signal::derive(move || {
+        progress.with(|p| p.iter().find(|(m, _)| *m == n).map(|(_, s)| s.predicted)).filter(|p| *p != Prediction::Skipped)
+    });
     let run_key = key.clone();
     let q = question.clone();
     let path_id = path.id.clone();
@@ -208,22 +217,42 @@ fn StepCard(path: LearnPath, step: Step, n: usize, progress: RwSignal<Progress>,
             StepState::Done(o) => Some(outcome(o).into_any()),
         })
     };
-    let claim = match &step.kind {
-        StepKind::Card { card, .. } => info.pitfalls.iter().find(|c| &c.id == card).map(|c| c.claim.clone()),
+    let card = match &step.kind {
+        StepKind::Card { card, model: None, batch: None, .. } => info.pitfalls.iter().find(|c| &c.id == card).cloned(),
+        StepKind::Card { card, .. } => info.pitfalls.iter().find(|c| &c.id == card).map(|c| protocol::PitfallInfo { setup: vec![], ..c.clone() }),
         StepKind::Change { .. } => None,
     };
+    let claim = card.as_ref().map(|c| c.claim.clone());
+    // What the card will measure, from its own settings (a step that picks its own model
+    // or batch says so in `describe` instead).
+    let setup = card.as_ref().filter(|c| !c.setup.is_empty()).map(|c| {
+        let lines = c.setup.iter().map(|l| view! { <li>{l.clone()}</li> }).collect_view();
+        view! { <div class="setup"><h3>"What is measured"</h3><ul>{lines}</ul></div> }
+    });
+    let not_here = card.as_ref().and_then(|c| c.not_here.clone()).map(|why| view! {
+        <p class="not-here"><strong>"This server cannot show the effect. "</strong>{why}" Predict what a GPU would show: your answer is kept, and never graded against this server's figure."</p>
+    });
+    let after = step.after.clone();
+    let lesson = move || revealed.get().then(|| view! {
+        {claim.clone().map(|c| view! { <p class="claim" data-testid=format!("claim-step-{n}")>{rich_text(&c)}</p> })}
+        {(!after.is_empty()).then(|| view! { <p class="lead-note">{rich_text(&after)}</p> })}
+    });
     view! {
         <li class="card step" data-testid=format!("step-{n}")>
             <h2>{format!("Step {n}. {}", step.title)}</h2>
             {(!step.note.is_empty()).then(|| view! { <p class="lead-note">{rich_text(&step.note)}</p> })}
             <p class="explain">{describe(&step, &info)}</p>
-            {claim.map(|c| view! { <p class="claim">{rich_text(&c)}</p> })}
-            <crate::prediction::PredictControls question=question.clone() answered locked=running id=key.clone() />
-            <button class="primary" data-testid=format!("lock-{n}") on:click=move |_| run.run(true) prop:disabled=move || running.get() || !answered.get()>
+            {setup}
+            {not_here}
+            {lesson}
+            <crate::prediction::PredictControls question=question.clone() answered locked=Signal::derive(move || running.get() || revealed.get()) id=key.clone() restored />
+            <button class="primary" data-testid=format!("lock-{n}") on:click=move |_| run.run(true) prop:disabled=move || running.get() || revealed.get() || !answered.get()>
                 "Lock in and run"
             </button>
             " "
-            <button data-testid=format!("skip-{n}") on:click=move |_| run.run(false) prop:disabled=running>"Run without predicting"</button>
+            <button data-testid=format!("skip-{n}") on:click=move |_| run.run(false) prop:disabled=running>
+                {move || if revealed.get() { "Run again (not predicted)" } else { "Show the result without predicting" }}
+            </button>
             <div aria-live="polite">{result}</div>
             {earlier}
         </li>

@@ -350,6 +350,16 @@ pub fn p(samples: &[f64], q: f64) -> f64 {
     protocol::stats::percentile(&sorted, q)
 }
 
+/// The figures that carry `question`'s 95% noise interval (see
+/// [`protocol::Question::interval_names`]), from `shift`, which must compare the question's
+/// own arms in its order: `Shift::of(figure's samples, over's samples)`. A direction
+/// question about latency is graded by them, the same interval the verdict reads.
+pub fn interval_figures(question: &protocol::Question, shift: &Shift) -> Vec<Figure> {
+    let (lo, hi) = question.interval_names();
+    let (l, h) = shift.bounds();
+    vec![fig(&lo, l, "ratio"), fig(&hi, h, "ratio")]
+}
+
 /// A verdict and the reason for it, with the deciding numbers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {

@@ -38,8 +38,6 @@ pub mod precision;
 pub mod table;
 pub mod timing;
 
-// The old name, kept while code written against it moves over.
-
 use std::borrow::Cow;
 
 pub use protocol::Ask;
@@ -55,10 +53,26 @@ use kit::{Ctx, Outcome};
 /// An experiment: runs on the lab under the context, returns its figures and verdict.
 pub type Experiment = fn(&mut Lab, &Ctx<'_>) -> Result<Outcome, RunFailure>;
 
-/// One lesson: what the page shows, and the experiment that checks it.
+/// One lesson: what the page shows, and the experiment that checks it. The page shows it
+/// in two states (see [`PitfallInfo`]): the question (`asks`, `setup`, the code under
+/// `labels`, `question`), then, once the learner has predicted, the lesson (`title`,
+/// `claim`, `why`, "Falls in" / "Avoids it", `threshold`, the figures).
 pub struct Card {
     pub id: &'static str,
+    /// The lesson's title: it states the answer, so the page shows it after the lock-in.
     pub title: &'static str,
+    /// The question state's title: neutral, posed as a question, leaving the answer open.
+    pub asks: &'static str,
+    /// Neutral labels of the two code variants (`pitfall`, then `fix`): what each does,
+    /// never how it turns out.
+    pub labels: [&'static str; 2],
+    /// What the experiment will measure on the context's device, from the same settings
+    /// the experiment runs with (its model and batch defaults, the options): shown before
+    /// the lock-in, and checked against each report's "Measured on" by the engine's tests.
+    pub setup: fn(&Ctx) -> Vec<String>,
+    /// The device the effect needs to show at all; on any other the card says so before
+    /// the lock-in and never grades an answer.
+    pub needs: Needs,
     pub claim: &'static str,
     pub why: &'static str,
     /// The PyTorch documentation the explanation rests on.
@@ -70,6 +84,15 @@ pub struct Card {
     /// The question asked before the experiment runs; its report's figures decide it.
     pub question: Question,
     pub experiment: Experiment,
+}
+
+/// Where a card's effect can show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Any device.
+    Any,
+    /// A CUDA GPU; the text says why a CPU cannot show it.
+    Cuda(&'static str),
 }
 
 /// A question about `figure / over`, a ratio of two figures of the card's report.
@@ -97,11 +120,12 @@ pub const fn value(text: &'static str, figure: &'static str, unit: &'static str,
 /// A ratio of peaks or latencies that may move by orders of magnitude: ×0.01 to ×10,
 /// right within a factor of 2.
 pub const PEAKS: Ask = Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 };
-/// A latency ratio whose lesson is its direction: lower, higher, or within ±10% (two cores'
-/// run-to-run noise, wider than the cards' own intervals on a quiet GPU).
-pub const SAME_TIME: Ask = Ask::Choice { below: 0.9, above: 1.1 };
-/// A ratio of byte counts, which repeat exactly: within ±5% is the same.
-pub const SAME_BYTES: Ask = Ask::Choice { below: 0.95, above: 1.05 };
+/// A latency ratio whose lesson is its direction: lower, higher, or the same within the
+/// noise, decided by the 95% interval the experiment reports beside its arms
+/// ([`kit::interval_figures`]), the statistic its verdict uses.
+pub const SAME_TIME: Ask = Ask::Direction { timed: true };
+/// A ratio of byte counts, which repeat exactly: the same means equal.
+pub const SAME_BYTES: Ask = Ask::Direction { timed: false };
 /// A number of bytes from 1 KiB to 1 TiB, right within a factor of 2.
 pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
@@ -146,9 +170,25 @@ pub static CARDS: [&Card; 35] = [
     &generation::SDPA_BACKEND,
 ];
 
-/// Every card, in tour order.
-pub fn catalogue() -> Vec<PitfallInfo> {
-    CARDS.iter().map(|c| c.info()).collect()
+/// Every card, in tour order, as a server whose experiments run on `device` by default
+/// lists them (its setup lines, and whether the effect can show there).
+pub fn catalogue(device: DeviceKind) -> Vec<PitfallInfo> {
+    CARDS.iter().map(|c| c.info(device)).collect()
+}
+
+/// Every card's id, in tour order.
+pub fn ids() -> Vec<String> {
+    CARDS.iter().map(|c| c.id.to_string()).collect()
+}
+
+/// The device a server whose devices are `devices` runs the cards on by default: its
+/// GPU where it has one (as `device: auto` resolves), its CPU otherwise.
+pub fn default_device(devices: &[protocol::DeviceInfo]) -> DeviceKind {
+    if devices.iter().any(|d| d.kind == DeviceKind::Cuda) {
+        DeviceKind::Cuda
+    } else {
+        DeviceKind::Cpu
+    }
 }
 
 /// The card named `id`; `None` for an unknown id (the server answers 404).
@@ -181,10 +221,17 @@ pub fn run(
 }
 
 impl Card {
-    pub fn info(&self) -> PitfallInfo {
+    /// What the page lists for this card on a server that runs it on `device`.
+    pub fn info(&self, device: DeviceKind) -> PitfallInfo {
+        let control = RunControl::default();
+        let ctx = Ctx { device, opts: PitfallOptions::default(), control: &control };
         PitfallInfo {
             id: self.id.into(),
             title: self.title.into(),
+            asks: self.asks.into(),
+            setup: self.planned(&ctx),
+            labels: self.labels.iter().map(|l| l.to_string()).collect(),
+            not_here: self.not_here(device).map(str::to_string),
             claim: self.claim.into(),
             why: self.why.into(),
             source: self.source.into(),
@@ -192,6 +239,24 @@ impl Card {
             python_fix: self.fix.into(),
             threshold: self.threshold.into(),
             question: self.question.clone(),
+        }
+    }
+
+    /// The setup lines for `ctx`: the card's own, then the device.
+    pub fn planned(&self, ctx: &Ctx) -> Vec<String> {
+        let mut lines = (self.setup)(ctx);
+        lines.push(match ctx.device {
+            DeviceKind::Cpu => "Device: this server's CPU".to_string(),
+            DeviceKind::Cuda => "Device: this server's CUDA GPU".to_string(),
+        });
+        lines
+    }
+
+    /// Why `device` cannot show this card's effect; `None` where it can.
+    pub fn not_here(&self, device: DeviceKind) -> Option<&'static str> {
+        match (self.needs, device) {
+            (Needs::Cuda(why), DeviceKind::Cpu) => Some(why),
+            _ => None,
         }
     }
 
@@ -234,7 +299,9 @@ impl Card {
         if !outcome.setup.is_empty() {
             reason = format!("{} Measured on {}.", reason.trim_end(), outcome.setup);
         }
-        let prediction = predicted.map(|p| self.question.score(p, &outcome.figures));
+        let prediction = predicted.map(|p| {
+            self.question.score_card(p, &outcome.figures, outcome.decision.verdict, &outcome.decision.reason)
+        });
         Ok(PitfallReport {
             prediction,
             id: self.id.into(),
@@ -269,5 +336,31 @@ mod tests {
             assert!(!c.threshold.is_empty() && !c.claim.is_empty());
         }
         assert!(card("nope").is_none() && !exists("nope"));
+    }
+
+    /// The question state gives nothing away: its title is a question, no text shown
+    /// before the lock-in contains the claim, and the code carries no comment that tells
+    /// the outcome.
+    #[test]
+    fn the_question_state_leaves_the_answer_open() {
+        const TELLS: [&str; 18] = ["oom", "out of memory", "graph kept", "runtimeerror", "raises", "error", "leak", "wasted", "faster", "slower", "frees", "no effect", "saves", "kept alive", "wrong", "pitfall", "avoid", "fix"];
+        for device in [DeviceKind::Cpu, DeviceKind::Cuda] {
+            for c in catalogue(device) {
+                assert!(c.asks.trim_end().ends_with('?'), "{}: `{}` is not a question", c.id, c.asks);
+                assert_ne!(c.asks, c.title, "{}", c.id);
+                assert_eq!(c.labels.len(), 2, "{}", c.id);
+                assert!(c.setup.len() >= 2, "{}: no setup", c.id);
+                let before = format!("{} {} {} {} {} {}", c.asks, c.setup.join(" "), c.labels.join(" "), c.question.text, c.python_pitfall, c.python_fix);
+                assert!(!before.contains(c.claim.as_str()) && !before.contains(c.title.as_str()), "{}", c.id);
+                for code in [&c.python_pitfall, &c.python_fix] {
+                    for comment in code.lines().filter_map(|l| l.split_once('#').map(|(_, c)| c)) {
+                        let comment = comment.to_lowercase();
+                        for tell in TELLS {
+                            assert!(!comment.contains(tell), "{}: the comment `#{comment}` tells the outcome ({tell})", c.id);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -84,10 +84,7 @@ impl Worker {
         if !crate::pitfalls::exists(id) {
             return Err(EngineError::UnknownPitfall {
                 id: id.to_string(),
-                known: crate::pitfalls::catalogue()
-                    .into_iter()
-                    .map(|c| c.id)
-                    .collect(),
+                known: crate::pitfalls::ids(),
             });
         }
         let invalid = |field: &str, message: String| {

@@ -14,6 +14,7 @@
 #[macro_use]
 mod common;
 
+mod a_a;
 mod advanced;
 mod generate;
 mod guarantees;

@@ -27,7 +27,21 @@ fn worker() -> &'static Worker {
 /// Runs card `id` on `device`; on the CPU with the `small` options, on CUDA with the card's
 /// defaults (batch, budget) and only the model chosen.
 fn run(device: DeviceKind, id: &'static str, small: PitfallOptions) -> PitfallReport {
-    let options = match device {
+    let small_copy = small.clone();
+    let options = options_for(device, &small);
+    let r = worker()
+        .call(move |lab| pitfalls::run(lab, id, options, &RunControl::default()))
+        .expect("worker alive")
+        .unwrap_or_else(|f| panic!("{id}: {}", f.message));
+    assert_eq!(r.id, id);
+    answers_its_question(device, &r);
+    check_report(device, id, r, small_copy)
+}
+
+/// The options a test runs card `id` with on `device` (see [`run`]).
+fn options_for(device: DeviceKind, small: &PitfallOptions) -> PitfallOptions {
+    let small = small.clone();
+    match device {
         DeviceKind::Cpu => PitfallOptions {
             device: common::choice(device),
             ..small
@@ -37,13 +51,12 @@ fn run(device: DeviceKind, id: &'static str, small: PitfallOptions) -> PitfallRe
             model: small.model,
             ..Default::default()
         },
-    };
-    let r = worker()
-        .call(move |lab| pitfalls::run(lab, id, options, &RunControl::default()))
-        .expect("worker alive")
-        .unwrap_or_else(|f| panic!("{id}: {}", f.message));
-    assert_eq!(r.id, id);
-    answers_its_question(device, &r);
+    }
+}
+
+/// What every report of every card keeps (see [`run`]).
+fn check_report(device: DeviceKind, id: &str, r: PitfallReport, small_copy: PitfallOptions) -> PitfallReport {
+    let card = pitfalls::card(id).expect("a card");
     if r.verdict != Verdict::NotApplicable {
         // Every measured result names what it was measured on.
         assert!(
@@ -51,6 +64,21 @@ fn run(device: DeviceKind, id: &'static str, small: PitfallOptions) -> PitfallRe
             "{id}: the reason states no setup: {}",
             r.reason
         );
+        // ... and it is what the card said before the lock-in it would measure: the setup
+        // is generated from the experiment's own settings, so the two cannot drift.
+        let control = RunControl::default();
+        let ctx = pitfalls::kit::Ctx { device, opts: options_for(device, &small_copy), control: &control };
+        let planned = card.planned(&ctx);
+        assert!(r.reason.contains(&planned[0]), "{id}: the card said it would measure `{}`, the run measured: {}", planned[0], r.reason);
+    }
+    // An effect that cannot show on this device was said so before the lock-in, and a
+    // prediction is never graded against the figure measured here.
+    if card.not_here(device).is_some() {
+        assert_eq!(r.verdict, Verdict::NotApplicable, "{id}: the card says a {device:?} cannot show it, yet: {}", r.reason);
+    }
+    if r.verdict == Verdict::NotApplicable {
+        let scored = card.question.score_card(protocol::Prediction::Value(1.0), &r.figures, r.verdict, &r.reason);
+        assert!(scored.right.is_none(), "{id}: graded where not applicable");
     }
     r
 }
@@ -78,6 +106,11 @@ fn answers_its_question(device: DeviceKind, r: &PitfallReport) {
         panic!("{}: the question asks for `{}`{} but the report has {:?}", r.id, question.figure, question.over.as_deref().map(|o| format!(" / `{o}`")).unwrap_or_default(), r.figures.iter().map(|f| &f.name).collect::<Vec<_>>())
     });
     assert!(m.is_finite(), "{}: {m}", r.id);
+    // A direction question is graded by the interval its verdict reads: the report has it.
+    if question.ask == (protocol::Ask::Direction { timed: true }) {
+        let [lo, hi] = question.interval(&r.figures).unwrap_or_else(|| panic!("{}: no interval figures {:?}", r.id, question.interval_names()));
+        assert!(lo <= m && m <= hi, "{}: {m} outside its interval {lo}..{hi}", r.id);
+    }
     // The value is one the question can be answered with: a scale covers it.
     if let protocol::Ask::LogScale { min, max, .. } | protocol::Ask::Bytes { min, max, .. } = question.ask {
         assert!((min..=max).contains(&m), "{}: measured {m} is off the question's scale {min}..{max}", r.id);
@@ -349,8 +382,8 @@ fn unknown_cards_are_refused_by_name(_device: DeviceKind) {
         .unwrap_err();
     assert_eq!(err.kind, FailureKind::Invalid);
     assert!(err.message.contains("unknown pitfall `nope`"));
-    assert_eq!(pitfalls::catalogue().len(), pitfalls::CARDS.len());
-    assert!(pitfalls::catalogue().iter().any(|c| c.id == "generate-no-grad"));
+    assert_eq!(pitfalls::catalogue(DeviceKind::Cpu).len(), pitfalls::CARDS.len());
+    assert!(pitfalls::catalogue(DeviceKind::Cpu).iter().any(|c| c.id == "generate-no-grad"));
 }
 
 /// A prediction sent with the options is scored in the report against its own figures; one

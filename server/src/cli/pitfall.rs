@@ -10,7 +10,10 @@ use crate::config::PitfallArgs;
 
 /// `gradless pitfall list`.
 pub fn pitfall_list(json: bool) -> Result<()> {
-    let cards = engine::pitfalls::catalogue();
+    // Listing starts no worker: the cards are described as this machine would run them
+    // (its GPU where libtorch sees one), read from libtorch directly.
+    let device = if engine::torch_ext::cuda_available() { protocol::DeviceKind::Cuda } else { protocol::DeviceKind::Cpu };
+    let cards = engine::pitfalls::catalogue(device);
     if json {
         return print_json(&cards);
     }
@@ -35,10 +38,7 @@ fn options(args: &PitfallArgs) -> Result<protocol::PitfallOptions> {
 /// `gradless pitfall ID`.
 pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     if !engine::pitfalls::exists(&args.id) {
-        let known: Vec<_> = engine::pitfalls::catalogue()
-            .into_iter()
-            .map(|c| c.id)
-            .collect();
+        let known = engine::pitfalls::ids();
         bail!("unknown pitfall `{}`; known: {}", args.id, known.join(", "));
     }
     let question = &engine::pitfalls::card(&args.id).expect("checked above").question;
@@ -121,7 +121,7 @@ pub fn pitfall_all(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     if args.model.is_some() || args.batch.is_some() || args.predict.is_some() {
         bail!("`pitfall all` runs every card with its own model and batch, and asks no question: --model, --batch and --predict apply to one card (`gradless pitfall ID --model ...`)");
     }
-    let catalogue: Vec<String> = engine::pitfalls::catalogue().into_iter().map(|c| c.id).collect();
+    let catalogue: Vec<String> = engine::pitfalls::ids();
     let ids: Vec<String> = match &args.only {
         None => catalogue.clone(),
         Some(list) => {

@@ -303,6 +303,7 @@ fn fleet_info(cards: &[WorkerCard], auth_required: bool, previous: Option<&Serve
         }
     }
     let first = cards.first();
+    let card_device = engine::pitfalls::default_device(&devices);
     ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         libtorch_version: first
@@ -320,7 +321,7 @@ fn fleet_info(cards: &[WorkerCard], auth_required: bool, previous: Option<&Serve
             .map(|c| c.limits.clone())
             .or_else(|| previous.map(|p| p.limits.clone()))
             .unwrap_or_default(),
-        pitfalls: engine::pitfalls::catalogue(),
+        pitfalls: engine::pitfalls::catalogue(card_device),
         auth_required,
         workers: cards
             .iter()

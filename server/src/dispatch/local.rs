@@ -84,7 +84,7 @@ pub fn server_info(worker: &Worker, counts: Option<&CountCache>, auth_required: 
         devices: worker.devices(),
         models,
         limits: worker.limits().clone(),
-        pitfalls: engine::pitfalls::catalogue(),
+        pitfalls: engine::pitfalls::catalogue(engine::pitfalls::default_device(&worker.devices())),
         auth_required,
         workers: Vec::new(),
     })

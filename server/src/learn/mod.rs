@@ -51,7 +51,8 @@ impl Learn {
     /// and stops the start: a typo in a lead's file is said at once) and the paths composed
     /// earlier, kept in the database at `db`.
     pub fn open(dir: Option<&Path>, db: &Path) -> Result<Learn> {
-        let cards = engine::pitfalls::catalogue();
+        // Paths are checked against the cards' ids and questions, the same on every device.
+        let cards = engine::pitfalls::catalogue(protocol::DeviceKind::Cpu);
         let mut all = shipped();
         if let Some(dir) = dir {
             for p in paths::load_dir(dir, &cards)? {
@@ -116,7 +117,7 @@ impl Learn {
 }
 
 fn shipped() -> Vec<Arc<LearnPath>> {
-    let path = paths::parse(paths::SHIPPED, &engine::pitfalls::catalogue(), "shipped")
+    let path = paths::parse(paths::SHIPPED, &engine::pitfalls::catalogue(protocol::DeviceKind::Cpu), "shipped")
         .expect("the shipped path is valid (tested in learn::paths)");
     vec![Arc::new(path)]
 }

@@ -48,6 +48,8 @@ struct RawStep {
     title: String,
     #[serde(default)]
     note: String,
+    #[serde(default)]
+    after: String,
     card: Option<String>,
     model: Option<String>,
     batch: Option<u32>,
@@ -168,7 +170,7 @@ fn step(n: usize, s: RawStep) -> Result<Step, PathError> {
             kind
         }
     };
-    Ok(Step { title: s.title, note: s.note, kind })
+    Ok(Step { title: s.title, note: s.note, after: s.after, kind })
 }
 
 /// A change step's two runs, before and after: the run's settings with `setting` at `from`,
@@ -237,7 +239,7 @@ mod tests {
     use super::*;
 
     fn cards() -> Vec<PitfallInfo> {
-        engine::pitfalls::catalogue()
+        engine::pitfalls::catalogue(protocol::DeviceKind::Cpu)
     }
 
     #[test]
@@ -253,6 +255,19 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, ["eval-not-nograd", "inference-vs-nograd", "autocast", "change batch", "kv-cache-size", "generate-no-grad"]);
+    }
+
+    #[test]
+    fn a_step_may_not_give_away_what_its_card_hides() {
+        let cards = cards();
+        let claim = &cards.iter().find(|c| c.id == "eval-not-nograd").unwrap().claim;
+        let text = format!("id = \"p\"\ntitle = \"P\"\n[[step]]\ntitle = \"eval\"\ncard = \"eval-not-nograd\"\nnote = \"{claim}\"\n");
+        let e = parse(&text, &cards, "p.toml").unwrap_err();
+        assert_eq!(e.field, "step[1].note", "{e}");
+        assert!(e.message.contains("after"), "{e}");
+        // The same words after the lock-in are fine.
+        let text = text.replace("note = ", "after = ");
+        assert!(parse(&text, &cards, "p.toml").is_ok());
     }
 
     #[test]

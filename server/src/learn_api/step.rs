@@ -11,8 +11,8 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
-use protocol::learn::{Answer, LearnPath, StepKind, StepOutcome, CHANGE_AFTER, CHANGE_BEFORE};
-use protocol::{Event, Figure, Prediction, Report, RunSpec, SpecError};
+use protocol::learn::{Answer, LearnPath, StepKind, StepOutcome};
+use protocol::{Event, Prediction, Report, RunSpec, SpecError};
 
 use crate::api::{self, ClientAddr};
 use crate::error::ApiError;
@@ -72,19 +72,8 @@ pub async fn run(
             let (before, after) = crate::learn::paths::change_specs(&step.kind).map_err(|(f, message)| ApiError::InvalidSpec(SpecError { field: format!("step[{n}].{f}"), message }))?;
             let (id_before, r_before) = run_once(state, headers, peer, before).await?;
             let (id_after, r_after) = run_once(state, headers, peer, after).await?;
-            let value = |r: &Report| match figure {
-                protocol::learn::ChangeFigure::Peak => r.memory.peak_above_baseline_bytes as f64,
-                protocol::learn::ChangeFigure::P50 => r.latency_ms.p50,
-            };
-            let unit = match figure {
-                protocol::learn::ChangeFigure::Peak => "bytes",
-                protocol::learn::ChangeFigure::P50 => "ms",
-            };
-            let (vb, va) = (value(&r_before), value(&r_after));
-            let figures = [
-                Figure { name: CHANGE_AFTER.into(), value: va, unit: unit.into() },
-                Figure { name: CHANGE_BEFORE.into(), value: vb, unit: unit.into() },
-            ];
+            let figures = protocol::learn::change_figures(*figure, &r_before, &r_after, &question);
+            let (va, vb) = (figures[0].value, figures[1].value);
             StepOutcome { scored: question.score(prediction, &figures), report: None, runs: vec![id_before, id_after], values: vec![vb, va], counted: false }
         }
     };
