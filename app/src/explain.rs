@@ -160,7 +160,7 @@ pub fn spread(r: &Report) -> Option<String> {
 }
 
 /// The latency of `new` against `old`, two runs measured apart: "1.31× faster
-/// (1.22–1.40), beyond this server's run-to-run noise (two runs of the same settings here land up to 6%, ...)", or "no difference
+/// (1.22–1.40), beyond this server's run-to-run noise (two runs of the same settings here land up to 6% apart; ...)", or "no difference
 /// beyond run-to-run noise: ..." ([`Comparison::of_runs`]).
 pub fn latency_change(new: &Report, old: &Report) -> Option<String> {
     Comparison::of_runs(new, old).map(|c| c.latency_reading())
@@ -355,7 +355,7 @@ pub(crate) mod tests {
             "{text}"
         );
         // The runs' own drift between blocks is wide: more iterations would not decide it.
-        assert!(text.contains("run-to-run noise (±"), "{text}");
+        assert!(text.contains("run-to-run noise (two runs of the same settings here land up to "), "{text}");
         assert!(!text.contains("more iterations"), "{text}");
         assert!(text.contains("peak memory 75% lower"), "{text}");
         // The spread is 30% of the median: the run is flagged.

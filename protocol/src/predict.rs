@@ -517,7 +517,7 @@ mod tests {
     fn the_grade_reads_apart_from_the_verdict() {
         let q = ratio(LOG);
         let figures = [fig("grad peak", 40e6), fig("no_grad peak", 6e6)];
-        assert_eq!(q.score(Prediction::Value(0.3), &figures).grade(), "off by ×2.0");
+        assert_eq!(q.score(Prediction::Value(0.45), &figures).grade(), "off by ×3.0");
         assert_eq!(q.score(Prediction::Value(0.15), &figures).grade(), "right");
         assert_eq!(q.score(Prediction::Skipped, &figures).grade(), "not predicted");
         let d = ratio(Ask::Direction { timed: false });

@@ -10,7 +10,7 @@ use super::kit::{
     describe, element_cap, fig, linear_fit, measure, mib, numbered, p, series, time_passes, Ctx,
     Decision, Outcome, Setup, Shift,
 };
-use super::Card;
+use super::{Card, Needs};
 use crate::lab::{forward, Lab};
 use crate::torch_call::torch_failure;
 use crate::torch_ext;
@@ -18,13 +18,17 @@ use crate::torch_ext;
 pub const BATCH_SCALING: Card = Card {
     id: "batch-scaling",
     title: "Memory grows with the batch; grad mode moves the ceiling",
+    asks: "How do memory and latency grow with the batch, and how large a batch fits a memory budget, with autograd on and under torch.no_grad()?",
+    labels: ["forward pass with autograd on", "forward pass under torch.no_grad()"],
+    setup: batch_scaling_setup,
+    needs: Needs::Any,
     claim: "Activation memory grows linearly with the batch, per-sample latency falls then flattens, and the largest batch that fits a memory budget is much smaller with grad enabled.",
     why: "Each sample brings its own activations; with grad they are all kept until the output is freed, without grad only about one layer's worth is alive at a time.",
     source: "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
-    pitfall: "y = model(big_batch)  # OOM: autograd kept every activation",
+    pitfall: "y = model(big_batch)  # autograd on",
     fix: "with torch.no_grad():\n    y = model(big_batch)",
     threshold: "confirmed when the peak above baseline is linear in the batch for both modes (R² > 0.95 over the measured powers of two) and the largest batch within the budget is larger under no_grad than with grad. Each sweep doubles the batch until the peak allocated passes the budget, the device fails (out of memory or any other error, once one batch has run: the reason says which), or the largest tensor would reach 2³¹ elements. Regime: the budget, not the device, must end the sweep: on a GPU it is 16 GiB unless chosen (not the free memory: an H200's 139 GB would let both modes reach the largest batch and tie); ResNet-18 at 224² with grad keeps every activation (tens of MB per sample, a few hundred samples in 16 GiB), under no_grad only a few layers' (about ten times fewer), and its stem output caps the sweep at batch 2048",
-    question: super::ratio("Within the same memory budget, the largest batch under no_grad as a multiple of the largest with grad?", "no_grad: largest batch within budget", "grad enabled: largest batch within budget", super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
+    question: super::ratio("ResNet-18, the same memory budget for both: the largest batch that fits under torch.no_grad() (B) as a multiple of the largest that fits with autograd on (A)?", "no_grad: largest batch within budget", "grad enabled: largest batch within budget", super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
     experiment: batch_scaling,
 };
 
@@ -33,7 +37,20 @@ fn ended(name: &str, b: u32, why: &str) -> String {
     format!("{name}: stopped at batch {b}: {why}")
 }
 
-fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What batch-scaling sweeps: the model, the memory budget, the largest batch tried, and
+/// the line its report is measured on.
+struct BatchPlan {
+    model: ModelId,
+    budget: u64,
+    max_batch: u32,
+    line: String,
+}
+
+/// Each batch of the sweep is one run of this many warm-up and timed iterations.
+const SWEEP_WARMUP: u32 = 1;
+const SWEEP_ITERS: u32 = 2;
+
+fn batch_plan(ctx: &Ctx) -> BatchPlan {
     let model = ctx.model(ModelId::Resnet18);
     let budget = ctx.opts.budget_bytes.unwrap_or(if ctx.cuda() {
         DEFAULT_CUDA_BUDGET_BYTES
@@ -44,6 +61,26 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         .spec(model, 1, true, GradMode::NoGrad)
         .resolved_input_size();
     let max_batch = (if ctx.cuda() { 4096 } else { 256 }).min(element_cap(model, size));
+    let line = describe(model, format!("1 to {max_batch} (powers of two)"), size);
+    BatchPlan { model, budget, max_batch, line }
+}
+
+fn batch_scaling_setup(ctx: &Ctx) -> Vec<String> {
+    let plan = batch_plan(ctx);
+    vec![
+        plan.line,
+        "A: forward passes with autograd on; B: the same under torch.no_grad(); both in eval(), fp32".into(),
+        format!(
+            "Memory budget: {} ({} bytes) of peak allocated memory, weights and input included",
+            protocol::format_bytes(plan.budget),
+            plan.budget
+        ),
+        format!("Each sweep doubles the batch from 1 until the peak passes the budget, the device fails, or the largest batch is reached; each batch is one run of {SWEEP_WARMUP} warm-up and {SWEEP_ITERS} timed iterations"),
+    ]
+}
+
+fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let BatchPlan { model, budget, max_batch, line } = batch_plan(ctx);
     let mut labels: Vec<String> = vec![];
     let mut series_out = vec![];
     let mut figures = vec![fig("memory budget", budget as f64, "bytes")];
@@ -60,8 +97,8 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let mut end = None;
         while b <= max_batch {
             let mut spec = ctx.spec(model, b, true, grad);
-            spec.iters = 2;
-            spec.warmup = 1;
+            spec.iters = SWEEP_ITERS;
+            spec.warmup = SWEEP_WARMUP;
             match measure(lab, ctx, spec) {
                 Ok(r) => {
                     let total = r.memory.peak_allocated_bytes;
@@ -152,7 +189,7 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             figures_text.clone(),
             figures_text,
         ),
-        describe(model, format!("1 to {max_batch} (powers of two)"), size),
+        line,
         ChartKind::Line,
     )
     .figures(figures)
@@ -173,13 +210,17 @@ pub fn no_pool(reserved: Option<u64>, why: &str) -> Option<Decision> {
 pub const ALLOCATED_VS_RESERVED: Card = Card {
     id: "allocated-vs-reserved",
     title: "Reserved is not leaked",
+    asks: "After a forward pass's tensors are freed, what do torch.cuda.memory_allocated() and torch.cuda.memory_reserved() report?",
+    labels: ["print memory_reserved()", "print memory_allocated()"],
+    setup: reserved_setup,
+    needs: Needs::Cuda("A CPU's allocator keeps no pool of its own: freed tensors go straight back, so there is no reserved figure to compare with allocated."),
     claim: "memory_reserved includes the caching allocator's pool: after the tensors are freed, allocated returns to baseline while reserved stays high — not a leak.",
     why: "PyTorch's CUDA caching allocator keeps freed blocks for reuse instead of returning them to the driver; nvidia-smi shows reserved plus the CUDA context.",
     source: "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
-    pitfall: "print(torch.cuda.memory_reserved())  # \"it leaks!\"",
-    fix: "print(torch.cuda.memory_allocated())  # what tensors hold",
+    pitfall: "print(torch.cuda.memory_reserved())",
+    fix: "print(torch.cuda.memory_allocated())  # bytes held by live tensors",
     threshold: "CUDA only (a device whose allocator keeps a reserved pool). Confirmed when, after the output is freed, allocated equals the baseline and reserved exceeds allocated. Regime: any GPU; ResNet-50 with grad at batch 64, 224², reserves several GB for its activations, which stay cached after they are freed",
-    question: super::ratio("After the output is freed, what is reserved memory as a multiple of allocated?", "reserved after release", "allocated after release", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
+    question: super::ratio("ResNet-50 after one run with autograd on, its output freed: memory_reserved() (A) as a multiple of memory_allocated() (B)?", "reserved after release", "allocated after release", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: allocated_vs_reserved,
 };
 
@@ -198,6 +239,25 @@ pub fn reserved_rule(after_release: u64, baseline: u64, reserved: u64) -> Decisi
     )
 }
 
+/// What allocated-vs-reserved runs, and the line its report is measured on.
+fn reserved_plan(ctx: &Ctx) -> (Setup, String) {
+    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 64), GradMode::Enabled);
+    let line = format!("{}, grad enabled", setup.describe());
+    (setup, line)
+}
+
+fn reserved_setup(ctx: &Ctx) -> Vec<String> {
+    let (s, line) = reserved_plan(ctx);
+    vec![
+        line,
+        format!(
+            "One run of {} in eval(), autograd on, fp32; then, with its output freed, both readings are taken",
+            super::memory::iterations(&s.spec)
+        ),
+        "A: torch.cuda.memory_reserved(), the allocator's pool; B: torch.cuda.memory_allocated(), the bytes of live tensors (the weights and the input)".into(),
+    ]
+}
+
 fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let reading = lab.meter(ctx.device).read().map_err(torch_failure)?;
     if let Some(na) = no_pool(
@@ -206,7 +266,7 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
     ) {
         return Ok(Outcome::new(na, String::new(), ChartKind::Bar));
     }
-    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 64), GradMode::Enabled);
+    let (setup, measured_on) = reserved_plan(ctx);
     let r = measure(lab, ctx, setup.spec.clone())?;
     let reading = lab.meter(ctx.device).read().map_err(torch_failure)?;
     let reserved = reading.reserved.unwrap_or(0);
@@ -222,7 +282,7 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
             r.memory.baseline_bytes,
             reserved,
         ),
-        format!("{}, grad enabled", setup.describe()),
+        measured_on,
         ChartKind::Bar,
     )
     .figures(vec![
@@ -250,13 +310,17 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
 pub const EMPTY_CACHE: Card = Card {
     id: "empty-cache",
     title: "empty_cache() frees nothing you hold, and costs time",
+    asks: "What does calling torch.cuda.empty_cache() after every request do to memory and latency?",
+    labels: ["empty_cache() after every request", "no empty_cache() call"],
+    setup: empty_cache_setup,
+    needs: Needs::Cuda("empty_cache() acts on the CUDA caching allocator's pool; a CPU has no such pool."),
     claim: "torch.cuda.empty_cache() frees no referenced tensor and makes the next allocations slow: per-request latency gets jittery.",
     why: "It only returns unused cached blocks to the driver; the next request must cudaMalloc them again.",
     source: "https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html",
-    pitfall: "y = model(x); torch.cuda.empty_cache()  # after every request",
-    fix: "y = model(x)  # let the caching allocator reuse its blocks",
+    pitfall: "y = model(x)\ntorch.cuda.empty_cache()  # after every request",
+    fix: "y = model(x)  # no empty_cache() call",
     threshold: "CUDA only (a device whose allocator keeps a reserved pool). 100 requests of each kind, alternating, after a synchronised warm-up: a request without starts from a warm cache; a request with starts from an emptied cache (as after the previous request's empty_cache()) and ends with its own empty_cache(), which is timed with it. Confirmed when emptying the cache leaves allocated memory unchanged, and the requests with it are slower: a higher p90 (over 100 requests, at least 10 must move it: one slow request cannot decide) and the 95% bootstrap interval of the p50 ratio (with / without) wholly above 1; refuted when allocated memory changes, the p90 is not higher, or the interval lies wholly below 1.05 (any cost under 5%); inconclusive otherwise. Regime: any GPU; on an H200, ResNet-50 at batch 32, 224², runs a few ms per request while re-allocating its hundreds of MB of activation blocks (cudaMalloc) and giving them back (cudaFree, which synchronises) costs a large fraction of that on every request",
-    question: super::ratio("What does calling empty_cache() after every pass do to the p50 latency?", "p50 with empty_cache", "p50 without empty_cache", super::SAME_TIME),
+    question: super::ratio("ResNet-50 under torch.no_grad(): the p50 latency of a request with empty_cache() (A) as a multiple of one without (B)?", "p50 with empty_cache", "p50 without empty_cache", super::SAME_TIME),
     experiment: empty_cache,
 };
 
@@ -274,6 +338,27 @@ pub fn empty_cache_rule(allocated_change: i64, with: &[f64], without: &[f64]) ->
     Decision::latency(&shift, 1.0, 1.05, figures.clone(), figures)
 }
 
+/// What empty-cache runs: the model and batch, the requests of each kind, and the line its
+/// report is measured on.
+fn empty_cache_plan(ctx: &Ctx) -> (Setup, usize, String) {
+    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 32), GradMode::NoGrad);
+    let requests = 100;
+    let line = format!("{}, no_grad, {requests} requests of each kind", setup.describe());
+    (setup, requests, line)
+}
+
+/// The untimed passes before empty-cache's timed requests.
+const EMPTY_CACHE_WARM: usize = 3;
+
+fn empty_cache_setup(ctx: &Ctx) -> Vec<String> {
+    let (_, _, line) = empty_cache_plan(ctx);
+    vec![
+        line,
+        format!("A: each request ends with torch.cuda.empty_cache(), timed with it (and so starts from an emptied pool); B: requests without it. The two kinds alternate, after {EMPTY_CACHE_WARM} untimed passes").into(),
+        "Also read: the bytes allocated just before and just after each empty_cache(), with the model and its input held".into(),
+    ]
+}
+
 fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let meter = lab.meter(ctx.device);
     if let Some(na) = no_pool(
@@ -282,20 +367,19 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     ) {
         return Ok(Outcome::new(na, String::new(), ChartKind::Line));
     }
-    let setup = Setup::new(ctx, ModelId::Resnet50, (8, 32), GradMode::NoGrad);
+    let (setup, requests, measured_on) = empty_cache_plan(ctx);
     let spec = setup.spec.clone();
     let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
     let meter = lab.meter(ctx.device);
     let x = setup.input(model, ctx)?;
-    for _ in 0..3 {
+    for _ in 0..EMPTY_CACHE_WARM {
         drop(forward(model, &x, &spec, ctx.device)?);
     }
     let mut allocated_change = 0i64;
     let empty = || torch_ext::cuda_empty_cache().map_err(torch_failure);
     let allocated =
         || -> Result<i64, RunFailure> { Ok(meter.read().map_err(torch_failure)?.allocated as i64) };
-    let requests = 100;
     let times = time_passes(ctx, requests, 2, |variant, clock| {
         if variant == 0 {
             // A warm cache: the previous request emptied it, so refill it untimed.
@@ -317,13 +401,10 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (without, with) = (&times[0], &times[1]);
     Ok(Outcome::new(
         empty_cache_rule(allocated_change, with, without),
-        format!(
-            "{}, no_grad, {requests} requests of each kind",
-            setup.describe()
-        ),
+        measured_on,
         ChartKind::Line,
     )
-    .figures(vec![
+    .figures([vec![
         fig("p50 without empty_cache", p(without, 50.0), "ms"),
         fig("p90 without empty_cache", p(without, 90.0), "ms"),
         fig("p50 with empty_cache", p(with, 50.0), "ms"),
@@ -343,7 +424,7 @@ fn empty_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             allocated_change as f64,
             "bytes",
         ),
-    ])
+    ], super::kit::interval_figures(&EMPTY_CACHE.question, &Shift::of(with, without))].concat())
     .series(vec![
         series(
             "without (ms)",

@@ -6,22 +6,52 @@ use protocol::{cpu_reason, Advanced, ChartKind, GradMode, ModelId, Report, RunFa
 
 use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
 use super::precision::max_rel_diff;
-use super::Card;
+use super::{Card, Needs};
 use crate::lab::{cuda_graph, forward, Lab};
 use crate::torch_call::synchronize;
 
 pub const CUDA_GRAPHS: Card = Card {
     id: "cuda-graphs",
     title: "CUDA graphs: replay the launches, reserve the memory",
+    asks: "What does capturing a forward pass as a CUDA graph and replaying it change, against running it eagerly, at batch 1 and at batch 32?",
+    labels: ["eager forward pass for each batch", "forward pass captured once as a CUDA graph, replayed for each batch"],
+    setup: cuda_graphs_setup,
+    needs: Needs::Cuda("CUDA graphs record and replay GPU kernel launches; a CPU has no graphs to capture."),
     claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's cost of launching every kernel: at batch 1, where launches dominate, replay is faster than eager with the same output; the graph keeps the memory of its capture reserved for as long as it lives.",
     why: "Eager PyTorch launches each kernel from Python/C++ one after the other; a small batch's kernels finish faster than the CPU can launch the next, so the GPU waits. A graph is launched as one unit. Its tensors live in a private pool at fixed addresses, so inputs must be copied into the captured buffer and the outputs are overwritten by the next replay.",
     source: "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
-    pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # the GPU waits for each launch",
+    pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # each kernel launched in turn",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
     threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
-    question: super::ratio("Replaying a captured CUDA graph: its p50 as a multiple of eager's (the first batch)?", "* p50 replay", "* p50 eager", super::PEAKS),
+    question: super::ratio("ResNet-18 at batch 1 under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)?", "* p50 replay", "* p50 eager", super::PEAKS),
     experiment: cuda_graphs,
 };
+
+/// The batches cuda-graphs compares eager and replay at, and its warm-up and timed
+/// iterations for each.
+const GRAPH_BATCHES: [u32; 2] = [1, 32];
+const GRAPH_WARMUP: u32 = 3;
+const GRAPH_ITERS: u32 = 20;
+
+/// The line cuda-graphs' report is measured on.
+fn cuda_graphs_line(ctx: &Ctx) -> String {
+    let [a, b] = GRAPH_BATCHES;
+    let model = ctx.model(ModelId::Resnet18);
+    let size = Setup::with_batch(ctx, model, a, GradMode::InferenceMode).size;
+    format!(
+        "{}, inference_mode, batches {a} and {b}, {}, {GRAPH_ITERS} timed iterations each",
+        model.display_name(),
+        model.describe_sample(size)
+    )
+}
+
+fn cuda_graphs_setup(ctx: &Ctx) -> Vec<String> {
+    vec![
+        cuda_graphs_line(ctx),
+        format!("A: eager forward passes; B: the same pass captured once as a CUDA graph, the input copied into its buffer and the graph replayed. Each is one run of {GRAPH_WARMUP} warm-up and {GRAPH_ITERS} timed iterations at each batch (eval(), fp32)"),
+        "Also read: the largest difference between the replayed and the eager output, and the memory reserved by each".into(),
+    ]
+}
 
 fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
@@ -43,9 +73,9 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (mut labels, mut p50s) = (vec![], vec![]);
     let mut at_one: Option<(Shift, f64, f64)> = None;
     let mut texts = vec![];
-    for batch in [1u32, 32] {
+    for batch in GRAPH_BATCHES {
         let setup = Setup::with_batch(ctx, model_id, batch, GradMode::InferenceMode);
-        let eager_spec = RunSpec { iters: 20, warmup: 3, ..setup.spec.clone() };
+        let eager_spec = RunSpec { iters: GRAPH_ITERS, warmup: GRAPH_WARMUP, ..setup.spec.clone() };
         let graph_spec = RunSpec {
             advanced: Advanced { cuda_graph: true, ..Advanced::default() },
             ..eager_spec.clone()
@@ -82,7 +112,7 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             reserved(&eager),
             reserved(&replay)
         ));
-        if batch == 1 {
+        if batch == GRAPH_BATCHES[0] {
             at_one = Some((shift, diff, scale));
         }
     }
@@ -95,7 +125,7 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     Ok(Outcome::new(
         decision,
-        format!("{}, inference_mode, batches 1 and 32, 20 timed iterations each", model_id.display_name()),
+        cuda_graphs_line(ctx),
         ChartKind::Bar,
     )
     .figures(figures)

@@ -9,29 +9,53 @@ use protocol::{
 
 use super::kit::{fig, measure, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
 use super::timing::warm_up_rule;
-use super::Card;
+use super::{Card, Needs};
 use crate::lab::{forward, is_channels_last, make_input, Lab};
 use crate::torch_call::catch_torch;
 
 pub const CHANNELS_LAST: Card = Card {
     id: "channels-last",
     title: "channels_last changes the strides, not the values",
+    asks: "What does moving a convolution model and its input to channels_last change: the output, the memory layout, the latency?",
+    labels: ["model in channels_last, input left NCHW", "model and input in channels_last"],
+    setup: channels_last_setup,
+    needs: Needs::Any,
     claim: "model.to(memory_format=torch.channels_last) and the same for the input store convolution tensors as NHWC: the result is the same; whether it is faster depends on the device, the dtype and the shapes, so measure it.",
     why: "Convolution kernels (oneDNN on CPUs, cuDNN on GPUs) read NHWC natively; with NCHW they may convert. Tensor cores favour NHWC in fp16; some shapes and `.half()` paths are slower (pytorch 50036, 34977).",
     source: "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
-    pitfall: "model = model.to(memory_format=torch.channels_last)\ny = model(x)  # x still NCHW: converted inside, every call",
+    pitfall: "model = model.to(memory_format=torch.channels_last)\ny = model(x)  # x in the default NCHW layout",
     fix: "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)\ny = model(x)",
     threshold: "confirmed when the input and every 4-D convolution weight have NHWC strides and the output differs from the NCHW model's by at most 1e-3 of its largest magnitude (float rounding: the kernels sum in another order). The latency ratio (NCHW / NHWC, 10 alternating passes each on a CPU, 20 on a GPU) is reported with its 95% bootstrap interval as faster, slower or no difference, and does not decide: it is the device's answer, not the lesson's. Regime: a convolution model (ResNet-18 by default)",
-    question: super::ratio("What does channels_last do to the p50 latency against NCHW?", "p50 channels_last", "p50 NCHW", super::SAME_TIME),
+    question: super::ratio("ResNet-18 with its weights and input in channels_last (as in B): its p50 latency as a multiple of the same model and input in the default NCHW layout?", "p50 channels_last", "p50 NCHW", super::SAME_TIME),
     experiment: channels_last,
 };
 
-fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What channels-last runs, and its alternating passes per layout.
+fn channels_last_plan(ctx: &Ctx) -> (Setup, usize) {
     let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    (setup, if ctx.cuda() { 20 } else { 10 })
+}
+
+/// The line channels-last's report is measured on.
+fn channels_last_line(setup: &Setup, rounds: usize) -> String {
+    format!("{}, {rounds} passes each, alternating", setup.describe())
+}
+
+fn channels_last_setup(ctx: &Ctx) -> Vec<String> {
+    let (setup, rounds) = channels_last_plan(ctx);
+    vec![
+        channels_last_line(&setup, rounds),
+        "Timed: the model and input in the default NCHW layout, against the model and input both in channels_last (B); eval(), torch.no_grad(), fp32".into(),
+        "Also read: whether the input and every 4-D convolution weight have NHWC strides, and the largest difference between the two outputs".into(),
+    ]
+}
+
+fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (setup, rounds) = channels_last_plan(ctx);
     if !setup.model.is_conv() {
         return Ok(Outcome::new(
             Decision::not_applicable(format!("{} has no convolutions: channels_last does not apply.", setup.model.display_name())),
-            setup.describe(),
+            channels_last_line(&setup, rounds),
             ChartKind::Bar,
         ));
     }
@@ -54,7 +78,6 @@ fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let weights: Vec<_> = lab.model(i_nhwc).vs.variables().into_values().filter(|t| t.dim() == 4).collect();
     let weights_nhwc = weights.iter().filter(|t| is_channels_last(t)).count();
     let input_nhwc = is_channels_last(x_nhwc.first());
-    let rounds = if ctx.cuda() { 20 } else { 10 };
     let (m_nchw, m_nhwc) = (lab.model(i_nchw), lab.model(i_nhwc));
     let times = time_passes(ctx, rounds, 2, |variant, _| {
         if variant == 0 {
@@ -72,7 +95,7 @@ fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         "Input NHWC: {input_nhwc}; {weights_nhwc} of {} convolution weights NHWC; largest output difference {diff:.3e} at an output scale of {scale:.3e}. channels_last against NCHW: {reading}.",
         weights.len()
     );
-    Ok(Outcome::new(Decision::rule(holds, text.clone(), text), format!("{}, {rounds} passes each, alternating", setup.describe()), ChartKind::Bar)
+    Ok(Outcome::new(Decision::rule(holds, text.clone(), text), channels_last_line(&setup, rounds), ChartKind::Bar)
         .figures(vec![
             fig("input has NHWC strides", f64::from(u8::from(input_nhwc)), "bool"),
             fig("conv weights with NHWC strides", weights_nhwc as f64, "count"),
@@ -82,36 +105,73 @@ fn channels_last(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             fig("p50 channels_last", p(&times[1], 50.0), "ms"),
             fig("NCHW / channels_last, 95% interval low", shift.bounds().0, "ratio"),
             fig("NCHW / channels_last, 95% interval high", shift.bounds().1, "ratio"),
-        ])
+        ]
+        .into_iter()
+        // The question's arms, in its order: channels_last over NCHW.
+        .chain(super::kit::interval_figures(&CHANNELS_LAST.question, &Shift::of(&times[1], &times[0])))
+        .collect())
         .series(vec![series("p50 (ms)", "ms", vec!["NCHW".into(), "channels_last".into()], vec![p(&times[0], 50.0), p(&times[1], 50.0)])]))
 }
 
 pub const INPUT_COPY: Card = Card {
     id: "input-copy",
     title: "Time the copy to the device, not only the model",
+    asks: "What does including the input's copy to the device, from pageable or pinned host memory, do to a timed forward pass?",
+    labels: ["batch copied to the device before the clock starts", "pinned batch copied inside the timer, non_blocking=True"],
+    setup: input_copy_setup,
+    needs: Needs::Cuda("On a CPU the model reads the input where it already is: there is no host-to-device copy, and no pinned memory."),
     claim: "When each batch starts in host memory, every iteration pays for copying it to the device: timing only model(x) leaves that out. From pinned (page-locked) memory the copy can be asynchronous (non_blocking=True) and is faster than from pageable memory.",
     why: "A copy from pageable memory goes through a staging buffer and blocks; pinned memory can be read by the GPU's DMA engine directly. Either way the bytes must cross the bus before the first kernel can read them.",
     source: "https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",
     pitfall: "x = batch.to(\"cuda\")  # outside the timer\nt0 = time.time(); y = model(x); torch.cuda.synchronize()",
     fix: "batch = batch.pin_memory()\nt0 = time.time(); x = batch.to(\"cuda\", non_blocking=True); y = model(x); torch.cuda.synchronize()",
     threshold: "On every device each copy must add exactly the input's bytes to the pass's peak above the baseline (refuted otherwise). CUDA: confirmed when the 95% bootstrap interval of the p50 ratio (input copied from pageable memory / input on the device, 20 timed iterations each) lies wholly above 1, refuted when it lies wholly below 1.05, inconclusive otherwise; pinned memory is reported beside it. On a CPU not applicable: there is no host-to-device copy (the pageable case is a memcpy, measured and reported) and no pinned memory",
-    question: super::ratio("Copying the input from pageable host memory inside each pass: its p50 against the input already on the device?", "p50 copied from pageable", "p50 input on the device", super::SAME_TIME),
+    question: super::ratio("ResNet-18, the input copied from pageable host memory inside each timed pass: its p50 as a multiple of the p50 with the input already on the device?", "p50 copied from pageable", "p50 input on the device", super::SAME_TIME),
     experiment: input_copy,
 };
 
-fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What input-copy runs, its warm-up and timed iterations per source, and the line its
+/// report is measured on.
+fn input_copy_plan(ctx: &Ctx) -> (Setup, u32, u32, String) {
     let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    let (warmup, iters) = (2, 20);
+    let line = format!("{}, {iters} timed iterations per source", setup.describe());
+    (setup, warmup, iters, line)
+}
+
+/// The bytes of one batch of input (fp32 images).
+fn input_bytes(setup: &Setup) -> u64 {
+    let element = 4u64; // fp32
+    setup.batch as u64 * 3 * setup.size as u64 * setup.size as u64 * element
+}
+
+fn input_copy_setup(ctx: &Ctx) -> Vec<String> {
+    let (setup, warmup, iters, line) = input_copy_plan(ctx);
+    vec![
+        line,
+        format!("Each source is one run of {warmup} warm-up and {iters} timed iterations (eval(), torch.no_grad()): the input already on the device; copied from pageable host memory inside each iteration; copied from pinned memory with non_blocking=True inside each iteration (GPU only)"),
+        format!(
+            "The input: {}×3×{}×{} fp32 values, 4 bytes each = {} bytes per batch",
+            setup.batch,
+            setup.size,
+            setup.size,
+            input_bytes(&setup)
+        ),
+    ]
+}
+
+fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (setup, warmup, iters, measured_on) = input_copy_plan(ctx);
     let with = |source| RunSpec {
-        iters: 20,
-        warmup: 2,
+        iters,
+        warmup,
         advanced: Advanced { input_source: source, ..Advanced::default() },
         ..setup.spec.clone()
     };
     let on_device = measure(lab, ctx, with(InputSource::Device))?;
     let pageable = measure(lab, ctx, with(InputSource::Pageable))?;
     let pinned = if ctx.cuda() { Some(measure(lab, ctx, with(InputSource::Pinned))?) } else { None };
-    let element = 4u64; // fp32
-    let input_bytes = setup.batch as u64 * 3 * setup.size as u64 * setup.size as u64 * element;
+    let input_bytes = input_bytes(&setup);
     let base = on_device.memory.peak_above_baseline_bytes;
     let adds_input = |r: &protocol::Report| r.memory.peak_above_baseline_bytes == base + input_bytes;
     let exact = adds_input(&pageable) && pinned.as_ref().is_none_or(adds_input);
@@ -125,6 +185,8 @@ fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig("pageable / on device, 95% interval low", shift.bounds().0, "ratio"),
         fig("pageable / on device, 95% interval high", shift.bounds().1, "ratio"),
     ];
+    // The question's arms, in its order: pageable over on the device.
+    figures.extend(super::kit::interval_figures(&INPUT_COPY.question, &shift));
     let mut labels = vec!["on the device".to_string(), "from pageable".to_string()];
     let mut p50s = vec![on_device.latency_ms.p50, pageable.latency_ms.p50];
     if let Some(r) = &pinned {
@@ -144,7 +206,7 @@ fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     } else {
         Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
     };
-    Ok(Outcome::new(decision, format!("{}, 20 timed iterations per source", setup.describe()), ChartKind::Bar)
+    Ok(Outcome::new(decision, measured_on, ChartKind::Bar)
         .figures(figures)
         .series(vec![series("p50 per iteration, copy included (ms)", "ms", labels, p50s)]))
 }
@@ -152,15 +214,44 @@ fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const CUDNN_BENCHMARK: Card = Card {
     id: "cudnn-benchmark",
     title: "cudnn.benchmark: slow first passes, at every new shape",
+    asks: "With torch.backends.cudnn.benchmark = True, how do pass times behave when the input shape changes?",
+    labels: ["benchmark on, batches of varying size", "benchmark on, shapes padded or bucketed"],
+    setup: cudnn_benchmark_setup,
+    needs: Needs::Cuda("cudnn.benchmark chooses among cuDNN's GPU convolution algorithms; a CPU does not use cuDNN."),
     claim: "With torch.backends.cudnn.benchmark = True the first pass at each new input shape tries every convolution algorithm and is slow; later passes at that shape are faster. Varying shapes pay it again and again.",
     why: "cuDNN's autotuner times the candidate algorithms for each convolution configuration the first time it sees it and caches the winner per shape.",
     source: "https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark",
     pitfall: "torch.backends.cudnn.benchmark = True\nfor x in batches_of_varying_size: model(x)",
-    fix: "torch.backends.cudnn.benchmark = True  # only with fixed shapes (pad or bucket them)",
+    fix: "torch.backends.cudnn.benchmark = True  # shapes padded or bucketed to a few sizes",
     threshold: "CUDA: with benchmark on, ResNet-18 runs 10 passes at a batch this process has not seen, then 10 at another new batch (a shape change midway). Confirmed when, at both shapes, the first pass is above 1.5× the steady passes' median even at their own spread (the warm-up rule); refuted when it is below 1.5× at their spread at both; inconclusive otherwise. Not applicable on a CPU (no cuDNN)",
-    question: super::ratio("With cudnn.benchmark on, the first pass at a new shape as a multiple of the steady p50?", "first pass, second shape", "steady p50", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
+    question: super::ratio("ResNet-18 with cudnn.benchmark on, after a change of batch size: the first pass at the new size as a multiple of the p50 of passes 3–10 at the first size?", "first pass, second shape", "steady p50", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: cudnn_benchmark,
 };
+
+/// The first batch size cudnn-benchmark may use, how many pairs of new sizes it cycles
+/// through (one pair per call), and its passes per size.
+const BENCH_FIRST: u32 = 100;
+const BENCH_PAIRS: u32 = 50;
+const BENCH_PASSES: usize = 10;
+
+/// The line cudnn-benchmark's report is measured on: its model and the range its two batch
+/// sizes are drawn from (the sizes follow it).
+fn cudnn_benchmark_line(ctx: &Ctx) -> String {
+    let model = ctx.model(ModelId::Resnet18);
+    let size = Setup::with_batch(ctx, model, BENCH_FIRST, GradMode::NoGrad).size;
+    let range = format!(
+        "{BENCH_FIRST}–{} (two sizes new to this process, one after the other)",
+        BENCH_FIRST + 2 * BENCH_PAIRS - 1
+    );
+    super::kit::describe(model, range, size)
+}
+
+fn cudnn_benchmark_setup(ctx: &Ctx) -> Vec<String> {
+    vec![
+        cudnn_benchmark_line(ctx),
+        format!("torch.backends.cudnn.benchmark = True; {BENCH_PASSES} forward passes at the first size, then {BENCH_PASSES} at the next, each timed on its own (eval(), torch.no_grad(), fp32)"),
+    ]
+}
 
 fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
@@ -172,7 +263,7 @@ fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     use std::sync::atomic::{AtomicU32, Ordering};
     static CALLS: AtomicU32 = AtomicU32::new(0);
-    let offset = 100 + 2 * (CALLS.fetch_add(1, Ordering::Relaxed) % 50);
+    let offset = BENCH_FIRST + 2 * (CALLS.fetch_add(1, Ordering::Relaxed) % BENCH_PAIRS);
     let bench = Advanced { cudnn_benchmark: true, ..Advanced::default() };
     let mut all = vec![];
     let mut decisions = vec![];
@@ -184,7 +275,7 @@ fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let i = setup.cached(lab, ctx)?;
         let model = lab.model(i);
         let x = setup.input(model, ctx)?;
-        let times = time_passes(ctx, 10, 1, |_, _| forward(model, &x, &spec, ctx.device))?.remove(0);
+        let times = time_passes(ctx, BENCH_PASSES, 1, |_, _| forward(model, &x, &spec, ctx.device))?.remove(0);
         let d = warm_up_rule(times[0], &times[2..]);
         texts.push(format!("batch {batch}: {}", d.reason));
         decisions.push(d.verdict);
@@ -199,7 +290,12 @@ fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     } else {
         Decision::inconclusive(text)
     };
-    Ok(Outcome::new(decision, format!("{}, batches {offset} then {}, benchmark on", model_id.display_name(), offset + 1), ChartKind::Line)
-        .figures(vec![fig("first pass, first shape", all[0], "ms"), fig("first pass, second shape", all[10], "ms"), fig("steady p50", p(&all[2..10], 50.0), "ms")])
+    let measured_on = format!("{}: batches {offset} then {} this time, benchmark on", cudnn_benchmark_line(ctx), offset + 1);
+    Ok(Outcome::new(decision, measured_on, ChartKind::Line)
+        .figures(vec![
+            fig("first pass, first shape", all[0], "ms"),
+            fig("first pass, second shape", all[BENCH_PASSES], "ms"),
+            fig("steady p50", p(&all[2..BENCH_PASSES], 50.0), "ms"),
+        ])
         .series(vec![series("latency per pass (ms)", "ms", numbered(all.len()), all)]))
 }

@@ -4,32 +4,57 @@
 use protocol::{ChartKind, GradMode, ModelId, RunFailure, RunSpec};
 
 use super::kit::{
-    describe, fig, measure, mib, named, pass_memory, series, trace_pass, Ctx, Decision, Outcome,
+    fig, measure, mib, named, pass_memory, series, trace_pass, Ctx, Decision, Outcome,
     Setup, MIB,
 };
 use protocol::NamedTrace;
-use super::Card;
+use super::{Card, Needs};
 use crate::lab::{forward, Lab};
 use crate::torch_call::{catch_torch, synchronize, torch_failure};
 
 pub const EVAL_NOT_NOGRAD: Card = Card {
     id: "eval-not-nograd",
     title: "eval() does not switch autograd off",
+    asks: "What does wrapping an eval() model's forward pass in torch.no_grad() do to its peak memory?",
+    labels: ["eval() only", "eval() inside torch.no_grad()"],
+    setup: eval_not_nograd_setup,
+    needs: Needs::Any,
     claim: "model.eval() does not switch autograd off: eval+grad keeps the activations that eval+no_grad frees.",
     why: "eval() only sets `training = False` on every module (Dropout, BatchNorm change behaviour). Whether ops record a graph is decided by grad mode, which eval() never touches.",
     source: "https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation",
-    pitfall: "model.eval()\ny = model(x)  # graph recorded, activations kept",
+    pitfall: "model.eval()\ny = model(x)",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's activations, several times no_grad's peak of about two layers, so the margin is large at any scale",
-    question: super::ratio("With autograd on but the model in eval(), what is eval()+no_grad's peak above baseline as a multiple of eval()+grad's?", "eval+no_grad peak above baseline", "eval+grad peak above baseline", super::PEAKS),
+    question: super::ratio("ResNet-18 in eval() mode, one forward pass each way: the peak memory above baseline of B (under torch.no_grad()) as a multiple of A's (autograd on)?", "eval+no_grad peak above baseline", "eval+grad peak above baseline", super::PEAKS),
     experiment: eval_not_nograd,
 };
 
+/// What eval-not-nograd runs: the model and batch, on the context's device.
+fn eval_plan(ctx: &Ctx) -> Setup {
+    Setup::new(ctx, ModelId::Resnet18, (8, 64), GradMode::Enabled)
+}
+
+/// "N warm-up and M timed iterations": how a measured run of `spec` runs.
+pub(super) fn iterations(spec: &RunSpec) -> String {
+    format!("{} warm-up and {} timed iterations", spec.warmup, spec.iters)
+}
+
+fn eval_not_nograd_setup(ctx: &Ctx) -> Vec<String> {
+    let s = eval_plan(ctx);
+    vec![
+        s.describe(),
+        "A: model.eval(), autograd on; B: model.eval(), forward pass inside torch.no_grad()".into(),
+        format!(
+            "fp32 weights and input; each arm is one run of {}, whose peak allocated memory is read above the baseline (the weights and the input)",
+            iterations(&s.spec)
+        ),
+    ]
+}
+
 fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(8, 64);
-    let grad = measure(lab, ctx, ctx.spec(model, b, true, GradMode::Enabled))?;
-    let nograd = measure(lab, ctx, ctx.spec(model, b, true, GradMode::NoGrad))?;
+    let setup = eval_plan(ctx);
+    let grad = measure(lab, ctx, setup.spec.clone())?;
+    let nograd = measure(lab, ctx, RunSpec { grad: GradMode::NoGrad, ..setup.spec.clone() })?;
     let (g, n) = (
         grad.memory.peak_above_baseline_bytes,
         nograd.memory.peak_above_baseline_bytes,
@@ -49,11 +74,7 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let traces = vec![named("eval + grad", &grad), named("eval + no_grad", &nograd)];
     Ok(Outcome::new(
         decision,
-        format!(
-            "{} on {}",
-            describe(model, b, grad.spec.resolved_input_size()),
-            grad.env.device_name
-        ),
+        format!("{} on {}", setup.describe(), grad.env.device_name),
         ChartKind::Bar,
     )
     .figures(vec![
@@ -83,26 +104,64 @@ fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const OUTPUT_LIFETIME: Card = Card {
     id: "output-lifetime",
     title: "Outputs kept on the device pile up — with their graph, fast",
+    asks: "What happens to allocated memory, request after request, when each request's output is kept in a list?",
+    labels: ["keep model(x), autograd on", "keep model(x).cpu(), under torch.no_grad()"],
+    setup: output_lifetime_setup,
+    needs: Needs::Any,
     claim: "Outputs kept across requests grow memory request by request; kept with grad they keep their whole graph and grow much faster.",
     why: "A tensor that requires grad references its graph, which holds every saved activation of the forward pass that made it.",
     source: "https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
-    pitfall: "results.append(model(x))  # grad on: graph kept alive",
+    pitfall: "results.append(model(x))  # autograd on",
     fix: "with torch.no_grad():\n    results.append(model(x).cpu())",
     threshold: "confirmed when, after one warm-up request, allocated memory grows every request for kept outputs, grows faster (more than 2× per request) when kept with grad, and does not grow at all when outputs are dropped. Regime: any; allocated memory counts live tensors exactly (on a GPU the caching allocator's pool is not counted), and on a GPU (ResNet-18, batch 16, 224²) eight kept graphs hold a few GB, far within 139 GB",
-    question: super::value("Keeping each request's output with its graph alive: how many bytes does memory grow per request?", "growth per request, kept with grad", "bytes", super::BYTES),
+    question: super::value("ResNet-18, 8 requests, each request's output appended to a list with autograd on (A): by how many bytes does allocated memory grow per request?", "growth per request, kept with grad", "bytes", super::BYTES),
     experiment: output_lifetime,
 };
 
-fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What output-lifetime runs: the model and batch, the requests per variant, and the line
+/// its report is measured on.
+fn output_plan(ctx: &Ctx) -> (Setup, usize, String) {
     let setup = Setup::new(ctx, ModelId::Resnet18, (2, 16), GradMode::NoGrad);
-    let i = setup.cached(lab, ctx)?;
     let requests = 8;
-    let variants: [(&str, GradMode, bool); 4] = [
-        ("dropped", GradMode::NoGrad, false),
-        ("kept on device (no_grad)", GradMode::NoGrad, true),
-        ("kept with grad (graph alive)", GradMode::Enabled, true),
-        ("moved to CPU (no_grad)", GradMode::NoGrad, true),
+    let line = format!("{}, {requests} requests per variant", setup.describe());
+    (setup, requests, line)
+}
+
+/// The variants output-lifetime runs: name, grad mode, whether the output is kept.
+const OUTPUT_VARIANTS: [(&str, GradMode, bool); 4] = [
+    ("dropped", GradMode::NoGrad, false),
+    ("kept on device (no_grad)", GradMode::NoGrad, true),
+    ("kept with grad (graph alive)", GradMode::Enabled, true),
+    ("moved to CPU (no_grad)", GradMode::NoGrad, true),
+];
+
+/// "2×3×96×96 fp32 values = 221,184 bytes": one batch of input, where its shape is plain.
+pub(super) fn input_bytes_line(s: &Setup) -> Option<String> {
+    let (b, n) = (s.batch as u64, s.size as u64);
+    let (shape, values) = match s.model.facts().input {
+        protocol::InputKind::Image => (format!("{b}×3×{n}×{n}"), b * 3 * n * n),
+        protocol::InputKind::Features => (format!("{b}×{n}"), b * n),
+        _ => return None,
+    };
+    Some(format!("Each batch of input: {shape} fp32 values, 4 bytes each = {} bytes", values * 4))
+}
+
+fn output_lifetime_setup(ctx: &Ctx) -> Vec<String> {
+    let (s, _, line) = output_plan(ctx);
+    let mut lines = vec![
+        line,
+        "A: each request's output appended to a list, autograd on; B: under torch.no_grad(), each output moved to the CPU and appended".into(),
+        "Also run: outputs dropped (no_grad); outputs kept on the device (no_grad)".into(),
     ];
+    lines.extend(input_bytes_line(&s));
+    lines.push("Memory: the bytes allocated by live tensors after each request, above the reading after one untimed first request".into());
+    lines
+}
+
+fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (setup, requests, measured_on) = output_plan(ctx);
+    let i = setup.cached(lab, ctx)?;
+    let variants = OUTPUT_VARIANTS;
     let labels: Vec<String> = (1..=requests).map(|r| r.to_string()).collect();
     let mut out_series = vec![];
     let mut growth = vec![];
@@ -160,7 +219,7 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             figures.clone(),
             figures,
         ),
-        format!("{}, {requests} requests per variant", setup.describe()),
+        measured_on,
         ChartKind::Line,
     )
     .figures(vec![
@@ -180,13 +239,17 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const FREEZE_VS_NOGRAD: Card = Card {
     id: "freeze-vs-nograd",
     title: "Freezing all parameters builds no graph; partial freezing is in between",
+    asks: "How does freezing parameters with requires_grad_(False) compare with torch.no_grad() in the memory a forward pass leaves behind?",
+    labels: ["backbone frozen with requires_grad_(False)", "forward pass under torch.no_grad()"],
+    setup: freeze_setup,
+    needs: Needs::Any,
     claim: "requires_grad_(False) on every parameter records no graph (memory like no_grad); freezing only the backbone keeps activations for the unfrozen part.",
     why: "Autograd records an op only when one of its inputs requires grad; with every weight frozen and an input that does not require grad, nothing does.",
     source: "https://pytorch.org/docs/stable/notes/autograd.html#setting-requires-grad",
-    pitfall: "for p in backbone.parameters(): p.requires_grad_(False)\ny = model(x)  # still a graph through the head",
+    pitfall: "for p in backbone.parameters(): p.requires_grad_(False)\ny = model(x)  # the head's parameters still require grad",
     fix: "with torch.no_grad():\n    y = model(x)",
     threshold: "compares the memory retained while the output is alive (allocated minus the baseline, read right after the pass), which is the output plus the graph's saved tensors — not the peak, which on a GPU is the stem's outputs in every variant. Confirmed when all-frozen retains within 10% (or 64 KiB) of no_grad, and the partly frozen model retains strictly more than no_grad and strictly less than all trainable. Regime: any; on a GPU (ResNet-18, batch 64, 224²) all trainable retains GBs, the frozen backbone tens of MB (layer 4), no_grad only the output",
-    question: super::ratio("With every parameter frozen (requires_grad_(False)), the memory retained while the output lives, against no_grad?", "all frozen", "no_grad", super::SAME_BYTES),
+    question: super::ratio("ResNet-18 with every parameter frozen (requires_grad_(False)) and autograd on: the memory retained while its output is alive, against the same pass under torch.no_grad()?", "all frozen", "no_grad", super::SAME_BYTES),
     experiment: freeze_vs_nograd,
 };
 
@@ -204,8 +267,24 @@ pub fn freeze_rule(full: u64, partial: u64, frozen: u64, nograd: u64) -> Decisio
     Decision::rule(close && between, figures.clone(), figures)
 }
 
-fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What freeze-vs-nograd runs, and the line its report is measured on.
+fn freeze_plan(ctx: &Ctx) -> (Setup, String) {
     let setup = Setup::new(ctx, ModelId::Resnet18, (8, 64), GradMode::Enabled);
+    let line = format!("{}, a fresh model", setup.describe());
+    (setup, line)
+}
+
+fn freeze_setup(ctx: &Ctx) -> Vec<String> {
+    vec![
+        freeze_plan(ctx).1,
+        "Four forward passes: all parameters trainable; backbone frozen (the last stage and the classifier trainable); every parameter frozen; all trainable under torch.no_grad()".into(),
+        "The input never requires grad; weights and input in fp32".into(),
+        "Memory: the bytes still allocated right after the pass while its output is alive, above the weights and the input".into(),
+    ]
+}
+
+fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (setup, measured_on) = freeze_plan(ctx);
     // A fresh model: freezing changes requires_grad, which the cached model must keep.
     let mut model = setup.fresh(lab, ctx)?;
     let x = setup.input(&model, ctx)?;
@@ -249,7 +328,7 @@ fn freeze_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             frozen.retained,
             nograd.retained,
         ),
-        format!("{}, a fresh model", setup.describe()),
+        measured_on,
         ChartKind::Bar,
     )
     .figures(vec![

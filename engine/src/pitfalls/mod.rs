@@ -295,13 +295,17 @@ impl Card {
         let threads = lab.config().threads;
         tch::set_num_threads(threads as i32);
         let outcome = (self.experiment)(lab, &ctx)?;
+        // Not graded where not applicable: said in the card's own words for this device,
+        // else in the verdict's first sentence.
+        let why = self.not_here(device).map(str::to_string).unwrap_or_else(|| {
+            let r = &outcome.decision.reason;
+            r.split_once(". ").map_or(r.clone(), |(first, _)| first.to_string())
+        });
+        let prediction = predicted.map(|p| self.question.score_card(p, &outcome.figures, outcome.decision.verdict, &why));
         let mut reason = outcome.decision.reason;
         if !outcome.setup.is_empty() {
             reason = format!("{} Measured on {}.", reason.trim_end(), outcome.setup);
         }
-        let prediction = predicted.map(|p| {
-            self.question.score_card(p, &outcome.figures, outcome.decision.verdict, &outcome.decision.reason)
-        });
         Ok(PitfallReport {
             prediction,
             id: self.id.into(),

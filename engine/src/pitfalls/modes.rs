@@ -7,9 +7,9 @@ use protocol::{
 use tch::{Kind, Tensor};
 
 use super::kit::{
-    describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Shift,
+    describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Setup, Shift,
 };
-use super::Card;
+use super::{Card, Needs};
 use crate::input::Input;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
@@ -26,20 +26,44 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
 pub const NOGRAD_NOT_EVAL: Card = Card {
     id: "nograd-not-eval",
     title: "no_grad() does not switch Dropout and BatchNorm to inference",
+    asks: "What does torch.no_grad() change about Dropout and BatchNorm in a model left in train() mode?",
+    labels: ["torch.no_grad() only, model in train()", "model.eval() and torch.no_grad()"],
+    setup: nograd_not_eval_setup,
+    needs: Needs::Any,
     claim: "torch.no_grad() leaves Dropout and BatchNorm in training behaviour: outputs are random, depend on batch-mates, and BatchNorm's running statistics change during \"inference\".",
     why: "no_grad only stops graph recording. Dropout and BatchNorm read `self.training`, which only train()/eval() set.",
     source: "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval",
-    pitfall: "with torch.no_grad():\n    y = model(x)  # model still in train mode",
+    pitfall: "with torch.no_grad():\n    y = model(x)  # the model is in train() mode",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; float32 rounding alone stays far below 1e-6 for identical computations. Regime: any; the effects are of order one (Dropout zeroes half the units), whatever the device",
-    question: super::value("In train() mode under no_grad, does the same input give a different output when run twice?", "train+no_grad: max |Δ| same input twice", "abs", super::Ask::YesNo),
+    question: super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad() (A): does the same input give a different output when run twice?", "train+no_grad: max |Δ| same input twice", "abs", super::Ask::YesNo),
     experiment: nograd_not_eval,
 };
 
-fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let device = tch_device(ctx.device);
+/// What nograd-not-eval runs (always the tiny MLP: it has both Dropout and BatchNorm):
+/// its input size, its batch, and the line its report is measured on.
+fn nograd_plan() -> (u32, i64, String) {
     let size = ModelId::TinyMlp.input().default;
     let batch = 16;
+    let line = format!(
+        "{}, a fresh model so the cached one keeps its statistics",
+        describe(ModelId::TinyMlp, batch, size)
+    );
+    (size, batch, line)
+}
+
+fn nograd_not_eval_setup(_: &Ctx) -> Vec<String> {
+    vec![
+        nograd_plan().2,
+        "A: model in train() mode, forward passes under torch.no_grad(); B: model.eval(), forward passes under torch.no_grad()".into(),
+        "Each mode runs: the same input twice; sample 0 with two different sets of batch-mates; one pass, reading BatchNorm's running mean before and after".into(),
+        "Differences are the largest absolute difference between the two outputs, in fp32".into(),
+    ]
+}
+
+fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let device = tch_device(ctx.device);
+    let (size, batch, measured_on) = nograd_plan();
     // A fresh model: train-mode passes change BatchNorm's running statistics, and the lab's
     // cached models must stay as other runs left them.
     tch::manual_seed(lab.config().seed);
@@ -105,10 +129,7 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             figures.clone(),
             figures,
         ),
-        format!(
-            "{}, a fresh model so the cached one keeps its statistics",
-            describe(ModelId::TinyMlp, batch, size)
-        ),
+        measured_on,
         ChartKind::Bar,
     )
     .figures(vec![
@@ -154,39 +175,79 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const INFERENCE_VS_NOGRAD: Card = Card {
     id: "inference-vs-nograd",
     title: "inference_mode saves no memory over no_grad, and its outputs refuse backward",
+    asks: "How does torch.inference_mode() compare with torch.no_grad(): in memory, in speed, and in what its outputs can be used for?",
+    labels: ["backbone under inference_mode, its features straight into the head", "the same, with feats.clone() before the head"],
+    setup: inference_setup,
+    needs: Needs::Any,
     claim: "torch.inference_mode() records no graph, exactly like no_grad, so it uses the same memory; it also skips version counters and view tracking, and the tensors it makes cannot be saved for backward.",
     why: "Both modes record no graph, so both free activations as soon as they are used. inference_mode additionally creates 'inference tensors' without version counters; autograd refuses to save them later. Skipping that bookkeeping saves a little CPU time per op, which only shows where per-op overhead dominates (tiny models, small batches) and is often within the noise.",
     source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
-    pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # RuntimeError: Inference tensors cannot be saved for backward",
+    pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # head trainable, autograd on",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
     threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
-    question: super::value("What is inference_mode's p50 latency as a multiple of no_grad's (the first model)?", "* latency ratio inference_mode / no_grad", "ratio", super::SAME_TIME),
+    question: super::value("The Tiny MLP at batch 1 (the first model): its p50 latency under torch.inference_mode() as a multiple of its p50 under torch.no_grad()?", "* latency ratio inference_mode / no_grad", "ratio", super::SAME_TIME),
     experiment: inference_vs_nograd,
 };
+
+/// The runs inference-vs-nograd alternates, per model: the no_grad spec (inference_mode's
+/// is the same with its grad mode). Per-op overhead shows with many short iterations; the
+/// larger model gets enough for the interval to be able to tell a difference from noise.
+fn inference_plan(ctx: &Ctx) -> Vec<(ModelId, u32, RunSpec)> {
+    [
+        (ModelId::TinyMlp, 1),
+        (ctx.model(ModelId::Resnet18), ctx.batch(4, 32)),
+    ]
+    .into_iter()
+    .map(|(model, batch)| {
+        let mut spec = ctx.spec(model, batch, true, GradMode::NoGrad);
+        spec.iters = if model == ModelId::TinyMlp { 100 } else { spec.iters.max(5) };
+        (model, batch, spec)
+    })
+    .collect()
+}
+
+/// How many runs of each mode alternate, per model: drift on a busy machine then does not
+/// read as a difference between the modes.
+const INFERENCE_ROUNDS: usize = 2;
+
+/// The line inference-vs-nograd's report is measured on: its models, in order.
+fn inference_measured_on(plan: &[(ModelId, u32, RunSpec)]) -> String {
+    plan.iter()
+        .map(|(model, batch, spec)| describe(*model, batch, spec.resolved_input_size()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn inference_setup(ctx: &Ctx) -> Vec<String> {
+    let plan = inference_plan(ctx);
+    let runs: Vec<String> = plan
+        .iter()
+        .map(|(model, _, spec)| {
+            format!(
+                "{}: {INFERENCE_ROUNDS} runs of each mode, alternating, {} timed iterations each",
+                model.display_name(),
+                spec.iters
+            )
+        })
+        .collect();
+    vec![
+        inference_measured_on(&plan),
+        "Timed and measured for memory: forward passes under torch.no_grad(), and the same under torch.inference_mode(); both in eval(), fp32".into(),
+        runs.join("; "),
+        "Also tried, as in A and B: a tensor made under inference_mode, then used by an op whose other input requires grad (A); the same after .clone() outside the mode (B)".into(),
+    ]
+}
 
 fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut figures = vec![];
     let mut labels = vec![];
-    let mut setups = vec![];
     let mut notes = vec![];
     let (mut p50_ng, mut p50_im) = (vec![], vec![]);
     let mut traces = vec![];
     let mut memory_equal = true;
-    for (model, batch) in [
-        (ModelId::TinyMlp, 1),
-        (ctx.model(ModelId::Resnet18), ctx.batch(4, 32)),
-    ] {
-        let mut ng_spec = ctx.spec(model, batch, true, GradMode::NoGrad);
-        // Per-op overhead shows with many short iterations; the larger model gets enough
-        // for the interval to be able to tell a difference from noise. The two modes
-        // alternate, run by run, so that drift on a busy machine does not read as a
-        // difference between them.
-        let rounds = 2;
-        ng_spec.iters = if model == ModelId::TinyMlp {
-            100
-        } else {
-            ng_spec.iters.max(5)
-        };
+    let plan = inference_plan(ctx);
+    for (i, (model, batch, ng_spec)) in plan.iter().cloned().enumerate() {
+        let rounds = INFERENCE_ROUNDS;
         let im_spec = RunSpec {
             grad: GradMode::InferenceMode,
             ..ng_spec.clone()
@@ -216,6 +277,10 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
         };
         let (ng_ms, im_ms) = (latencies(&ng), latencies(&im));
         let shift = Shift::of(&im_ms, &ng_ms);
+        if i == 0 {
+            // The question's arms, in its order: inference_mode over no_grad.
+            figures.extend(super::kit::interval_figures(&INFERENCE_VS_NOGRAD.question, &shift));
+        }
         let name = format!("{} b{batch}", model.as_str());
         figures.push(fig(&format!("{name} no_grad p50"), shift.fast_p50, "ms"));
         figures.push(fig(
@@ -254,7 +319,6 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             shift.describe(),
             ng_ms.len()
         ));
-        setups.push(describe(model, batch, ng_spec.resolved_input_size()));
         labels.push(name);
         p50_ng.push(shift.fast_p50);
         p50_im.push(shift.slow_p50);
@@ -303,7 +367,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     );
     figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
     figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
-    Ok(Outcome::new(decision, setups.join("; "), ChartKind::Bar)
+    Ok(Outcome::new(decision, inference_measured_on(&plan), ChartKind::Bar)
         .figures(figures)
         .series(vec![
             series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng),
@@ -316,13 +380,17 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
 pub const AUTOCAST: Card = Card {
     id: "autocast",
     title: "autocast lowers the math, not the weights",
+    asks: "What does running a model under torch.autocast change, compared with plain fp32: the weights, the math, the output, the latency?",
+    labels: ["model.half()", "fp32 model, forward pass inside torch.autocast(fp16)"],
+    setup: autocast_setup,
+    needs: Needs::Any,
     claim: "Autocast runs matmul/conv/linear in fp16 or bf16 and keeps the fp32 weights (caching cast copies), at a small numerical cost.",
     why: "Autocast casts inputs of eligible ops on the fly; reductions, softmax and norms stay fp32. The weights stay fp32; their low-precision copies are cached while the outermost region is open. CPUs without fp16/bf16 units emulate, and get slower.",
     source: "https://pytorch.org/docs/stable/amp.html",
-    pitfall: "model.half()  # weights lose precision for good",
+    pitfall: "model.half()  # casts the stored weights to fp16",
     fix: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n    y = model(x)",
     threshold: "confirmed when, for every low precision the device runs, a linear layer of the model (its own fp32 weight, inside the same autocast region) yields the low-precision dtype, the weights are still float32 afterwards, and the model's output differs from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. The model's own output dtype is reported but does not decide: a model ending in a norm (the transformer's LayerNorm) returns fp32 under autocast, as documented. Regime: any; dtypes and differences do not depend on scale. Latency is reported, not judged: on a GPU with tensor cores (an H200 runs both fp16 and bf16) autocast is faster, on a CPU without fp16/bf16 units it is emulated and slower",
-    question: super::ratio("On this device, what does fp16 autocast do to the p50 latency against fp32?", "fp16 p50", "fp32 p50", super::SAME_TIME),
+    question: super::ratio("ResNet-18 on this device: its p50 latency inside torch.autocast(fp16) as a multiple of its p50 in plain fp32?", "fp16 p50", "fp32 p50", super::SAME_TIME),
     experiment: autocast,
 };
 
@@ -358,13 +426,29 @@ fn linear_dtype_under(
     })
 }
 
+/// What the autocast card runs: the model, batch and base (fp32, no_grad) spec.
+fn autocast_plan(ctx: &Ctx) -> Setup {
+    Setup::new(ctx, ModelId::Resnet18, (4, 64), GradMode::NoGrad)
+}
+
+fn autocast_setup(ctx: &Ctx) -> Vec<String> {
+    let s = autocast_plan(ctx);
+    vec![
+        s.describe(),
+        "Measured: fp32 weights and input with autocast off; then the same model inside torch.autocast in fp16, and in bf16, each where this device runs it (B's way; A's model.half() is not run here)".into(),
+        format!(
+            "eval() and torch.no_grad(); each arm is one run of {}; also read: the dtype a linear layer's output has inside the region, the weights' dtype afterwards, and the largest difference from the fp32 output",
+            super::memory::iterations(&s.spec)
+        ),
+    ]
+}
+
 fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(4, 64);
-    let base = ctx.spec(model_id, b, true, GradMode::NoGrad);
+    let setup = autocast_plan(ctx);
+    let (model_id, b, size) = (setup.model, setup.batch, setup.size);
+    let base = setup.spec.clone();
     let fp32 = measure(lab, ctx, base.clone())?;
     // Output comparison on one fixed input through the cached model.
-    let size = base.resolved_input_size();
     let i = lab.model_index(model_id, ctx.device, size)?;
     let model = lab.model(i);
     tch::manual_seed(1);
@@ -427,6 +511,13 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         drop(out);
         let r = measure(lab, ctx, spec)?;
         let name = autocast.as_str();
+        if autocast == Autocast::Fp16 {
+            // The question's arms, in its order: fp16 over fp32.
+            figures.extend(super::kit::interval_figures(
+                &AUTOCAST.question,
+                &Shift::of(&r.latencies(), &fp32.latencies()),
+            ));
+        }
         figures.push(fig(&format!("{name} p50"), r.latency_ms.p50, "ms"));
         figures.push(fig(
             &format!("{name} peak above baseline"),
@@ -475,7 +566,7 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         )
     };
     Ok(
-        Outcome::new(decision, describe(model_id, b, size), ChartKind::Bar)
+        Outcome::new(decision, setup.describe(), ChartKind::Bar)
             .figures(figures)
             .series(vec![
                 series("p50 latency (ms)", "ms", labels.clone(), p50),

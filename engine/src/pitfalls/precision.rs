@@ -9,8 +9,8 @@ use protocol::{
 };
 use tch::{Kind, Tensor};
 
-use super::kit::{fig, measure, mib, p, series, time_passes, Ctx, Decision, Outcome, Shift};
-use super::Card;
+use super::kit::{fig, measure, mib, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
+use super::{Card, Needs};
 use crate::lab::{forward, parameter_bytes, Lab};
 use crate::torch_call::{catch_torch, tch_device, torch_failure};
 use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
@@ -18,13 +18,17 @@ use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
 pub const HALF_WEIGHTS: Card = Card {
     id: "half-weights",
     title: "Cast the weights once, or autocast them every call",
+    asks: "What do torch.autocast and model.half() each do to the bytes the weights take, and to the output?",
+    labels: ["fp32 weights, forward pass inside torch.autocast(fp16)", "weights cast once with model.half()"],
+    setup: half_weights_setup,
+    needs: Needs::Any,
     claim: "model.half() / model.to(torch.bfloat16) stores the weights in 16 bits: half the parameter bytes of fp32. Autocast keeps the fp32 weights and casts them inside every call (its cast cache is active only with grad enabled, not under no_grad or inference_mode), so it saves no weight memory.",
     why: "Autocast casts an eligible op's inputs, weights included, when the op runs; the cast copies are cached only while grad is enabled and the region is open. Casting the model once changes the stored parameters themselves; the input must then be cast too.",
     source: "https://pytorch.org/docs/stable/amp.html",
-    pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # fp32 weights cast again on every call",
-    fix: "model = model.half()  # once; x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
+    pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # the model's weights are fp32",
+    fix: "model = model.half()  # cast once; the input too: x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
     threshold: "confirmed when the cast model's parameters take exactly half the bytes of the fp32 model's, the fp32 weights used under autocast are still float32 after the call, and both low-precision outputs (autocast, cast weights) differ from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. Peaks and latencies under grad, no_grad and inference_mode are reported (latency as a ratio with its 95% bootstrap interval), not judged: they depend on whether the device has 16-bit units. Regime: any; byte counts are exact. The low precision is fp16 on a GPU, bf16 on a CPU (where fp16 has no arithmetic units)",
-    question: super::ratio("Under autocast, the parameters' bytes against the fp32 model's?", "* autocast parameters (fp32 kept)", "fp32 parameters", super::SAME_BYTES),
+    question: super::ratio("ResNet-18 run as in A (fp32 weights, forward pass inside 16-bit autocast: fp16 on a GPU, bf16 on a CPU): the bytes its parameters take after the pass, against the plain fp32 model's?", "* autocast parameters (fp32 kept)", "fp32 parameters", super::SAME_BYTES),
     experiment: half_weights,
 };
 
@@ -39,17 +43,34 @@ pub(super) fn max_rel_diff(out: &Tensor, reference: &Tensor) -> Result<(f64, f64
     })
 }
 
-fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model_id = ctx.model(ModelId::Resnet18);
-    let b = ctx.batch(4, 32);
-    let (autocast, weights) = if ctx.cuda() {
-        (Autocast::Fp16, WeightsDtype::Fp16)
+/// What half-weights runs: the model and batch (its spec is fp32 under no_grad), and the
+/// 16-bit precision this device uses (fp16 on a GPU, bf16 on a CPU, where fp16 has no
+/// arithmetic units).
+fn half_plan(ctx: &Ctx) -> (Setup, Autocast, WeightsDtype) {
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    if ctx.cuda() {
+        (setup, Autocast::Fp16, WeightsDtype::Fp16)
     } else {
-        (Autocast::Bf16, WeightsDtype::Bf16)
-    };
+        (setup, Autocast::Bf16, WeightsDtype::Bf16)
+    }
+}
+
+fn half_weights_setup(ctx: &Ctx) -> Vec<String> {
+    let (s, _, weights) = half_plan(ctx);
     let low = weights.as_str();
-    let base = ctx.spec(model_id, b, true, GradMode::NoGrad);
-    let size = base.resolved_input_size();
+    vec![
+        s.describe(),
+        format!("A: the fp32 model, forward pass inside torch.autocast({low}); B: the weights cast once to {low} (the input cast too); the fp32 model without autocast as the reference"),
+        format!("Bytes per parameter element: 4 in fp32, 2 in {low}; the parameter bytes are read after the passes"),
+        format!("Also measured: each variant's peak memory and latency with autograd on, under no_grad and under inference_mode, one run of {} each", super::memory::iterations(&s.spec)),
+    ]
+}
+
+fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (setup, autocast, weights) = half_plan(ctx);
+    let (model_id, b, size) = (setup.model, setup.batch, setup.size);
+    let low = weights.as_str();
+    let base = setup.spec.clone();
     let cast = Advanced {
         weights,
         ..Advanced::default()
@@ -135,7 +156,7 @@ fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     Ok(Outcome::new(
         Decision::rule(holds, text.clone(), text),
-        super::kit::describe(model_id, b, size),
+        setup.describe(),
         ChartKind::Bar,
     )
     .figures(figures)
@@ -146,15 +167,37 @@ fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const TF32: Card = Card {
     id: "tf32",
     title: "TF32: fp32 matmuls that are not quite fp32",
+    asks: "What does allowing TF32 do to an fp32 matmul's result and its latency?",
+    labels: ["the convolutions' TF32 switch at its default", "float32 matmul precision set to \"high\""],
+    setup: tf32_setup,
+    needs: Needs::Cuda("TF32 is a mode of NVIDIA GPUs' tensor cores (Ampere and newer); a CPU has no TF32 mode to turn on."),
     claim: "On GPUs from Ampere on, TF32 runs fp32 matmuls and convolutions on tensor cores with a 10-bit mantissa: faster, with a small, bounded change in the result. PyTorch leaves it off for matmuls and on for cuDNN convolutions.",
     why: "torch.backends.cuda.matmul.allow_tf32 (default False) and torch.backends.cudnn.allow_tf32 (default True) choose tensor-core TF32 kernels for fp32 inputs; the inputs' mantissas are rounded to 10 bits, the accumulation stays fp32.",
     source: "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
-    pitfall: "torch.backends.cudnn.allow_tf32  # True by default: convs are already TF32",
-    fix: "torch.set_float32_matmul_precision(\"high\")  # or allow_tf32 = False for strict fp32",
+    pitfall: "torch.backends.cudnn.allow_tf32  # the switch for convolutions",
+    fix: "torch.set_float32_matmul_precision(\"high\")  # \"high\": TF32 allowed; \"highest\": strict fp32",
     threshold: "CUDA with compute capability 8.0 or newer: a 4096×4096 fp32 matmul with TF32 off and on (20 alternating passes each). Confirmed when the outputs differ by a non-zero amount below 1% of the output's largest magnitude and the 95% bootstrap interval of the p50 ratio (off / on) lies wholly above 1; refuted when the outputs are identical (no TF32 kernel ran) or the interval lies wholly below 1.05; inconclusive otherwise. Not applicable on a CPU (no TF32 mode) or an older GPU",
-    question: super::ratio("What does turning TF32 on do to the p50 latency against TF32 off?", "p50 TF32 on", "p50 TF32 off", super::SAME_TIME),
+    question: super::ratio("A 4096×4096 fp32 matmul on a GPU: its p50 with TF32 on, as a multiple of its p50 with TF32 off?", "p50 TF32 on", "p50 TF32 off", super::SAME_TIME),
     experiment: tf32,
 };
+
+/// The side of tf32's square matrices, and its passes per setting.
+const TF32_N: i64 = 4096;
+const TF32_ROUNDS: usize = 20;
+
+/// The line tf32's report is measured on.
+fn tf32_line() -> String {
+    format!("a {TF32_N}×{TF32_N} fp32 matmul, {TF32_ROUNDS} passes each")
+}
+
+fn tf32_setup(_: &Ctx) -> Vec<String> {
+    vec![
+        tf32_line(),
+        "Two random fp32 matrices; the same product with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False, and the cuDNN switch off) and on (both switches on)".into(),
+        "The two settings alternate; also read: the largest difference between the two results, against the result's largest magnitude".into(),
+        "Needs compute capability 8.0 (Ampere) or newer".into(),
+    ]
+}
 
 fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
@@ -175,8 +218,8 @@ fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     tch::manual_seed(1);
     let (a, b) = catch_torch(|| {
         (
-            Tensor::randn([4096, 4096], (Kind::Float, device)),
-            Tensor::randn([4096, 4096], (Kind::Float, device)),
+            Tensor::randn([TF32_N, TF32_N], (Kind::Float, device)),
+            Tensor::randn([TF32_N, TF32_N], (Kind::Float, device)),
         )
     })?;
     let flags = |on: bool| BackendFlags {
@@ -191,7 +234,7 @@ fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (off, on) = (matmul(false)?, matmul(true)?);
     let (diff, scale) = max_rel_diff(&on, &off)?;
     drop((off, on));
-    let times = time_passes(ctx, 20, 2, |variant, _| matmul(variant == 1))?;
+    let times = time_passes(ctx, TF32_ROUNDS, 2, |variant, _| matmul(variant == 1))?;
     let shift = Shift::of(&times[0], &times[1]);
     let text = format!(
         "TF32 changed the output by at most {diff:.3e} (output scale {scale:.3e}, {:.2e} relative); fp32 / TF32 latency {}.",
@@ -203,7 +246,7 @@ fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     } else {
         Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
     };
-    Ok(Outcome::new(decision, "a 4096×4096 fp32 matmul, 20 passes each", ChartKind::Bar)
+    Ok(Outcome::new(decision, tf32_line(), ChartKind::Bar)
         .figures(vec![
             fig("largest output difference", diff, "abs"),
             fig("output scale", scale, "abs"),
@@ -211,7 +254,11 @@ fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             fig("p50 TF32 on", p(&times[1], 50.0), "ms"),
             fig("off / on, 95% interval low", shift.bounds().0, "ratio"),
             fig("off / on, 95% interval high", shift.bounds().1, "ratio"),
-        ])
+        ]
+        .into_iter()
+        // The question's arms, in its order: on over off.
+        .chain(super::kit::interval_figures(&TF32.question, &Shift::of(&times[1], &times[0])))
+        .collect())
         .series(vec![series(
             "p50 (ms)",
             "ms",

@@ -3,20 +3,24 @@
 use protocol::{Autocast, ChartKind, FailureKind, GradMode, ModelId, RunFailure, RunSpec, Table};
 
 use super::kit::{describe, fig, measure, mib, named, series, Ctx, Decision, Outcome};
-use super::Card;
+use super::{Card, Needs};
 use crate::lab::Lab;
 use crate::torch_call::failure;
 
 pub const SEED_TABLE: Card = Card {
     id: "seed-table",
     title: "The classic table: which setting saves what",
+    asks: "What do train(), eval(), torch.no_grad() and autocast each change in a forward pass's memory and latency?",
+    labels: ["model.eval() only", "eval() with inference_mode and fp16 autocast"],
+    setup: seed_table_setup,
+    needs: Needs::Any,
     claim: "train, eval only, no_grad only, eval+no_grad and eval+no_grad+fp16 for ResNet-50 batch 32: eval alone saves no memory, no_grad saves most of it.",
     why: "The five rows separate the two switches people conflate (eval and grad mode) and add mixed precision.",
     source: "https://pytorch.org/docs/stable/notes/autograd.html#inference-mode",
-    pitfall: "model.eval()  # \"inference mode on\"",
+    pitfall: "model.eval()",
     fix: "model.eval()\nwith torch.inference_mode(), torch.autocast(\"cuda\", dtype=torch.float16):\n    y = model(x)",
     threshold: "confirmed when eval-only's peak is within 10% of train's and eval+no_grad's is below half of train's. The rows are the Lab's classic rows (the ones `gradless compare` runs) without inference_mode and with the device's autocast (fp16 on a GPU, bf16 on a CPU). Regime: any; on a GPU (ResNet-50, batch 32, 224²) train keeps every activation (several GB) while eval+no_grad holds about two layers' worth",
-    question: super::ratio("eval() alone (autograd still on): its peak above baseline against train()'s?", "eval only: peak above baseline", "train: peak above baseline", super::SAME_BYTES),
+    question: super::ratio("ResNet-50: the peak memory above baseline of a forward pass in eval() with autograd on, against the same pass in train() with autograd on?", "eval only: peak above baseline", "train: peak above baseline", super::SAME_BYTES),
     experiment: seed_table,
 };
 
@@ -50,7 +54,8 @@ fn row_label(spec: &RunSpec) -> String {
     }
 }
 
-fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What the seed table runs: its model and batch, and its rows.
+fn seed_plan(ctx: &Ctx) -> (ModelId, u32, Vec<RunSpec>) {
     let model = ctx.model(ModelId::Resnet50);
     let b = ctx.batch(4, 32);
     let low = if ctx.cuda() {
@@ -62,6 +67,31 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
         rows.iter_mut().for_each(|s| s.iters = 2);
     }
+    (model, b, rows)
+}
+
+fn seed_table_setup(ctx: &Ctx) -> Vec<String> {
+    let (model, b, rows) = seed_plan(ctx);
+    let size = rows.first().map_or(0, |s| s.resolved_input_size());
+    let mut lines = vec![
+        describe(model, b, size),
+        format!(
+            "{} runs, one per row: {}",
+            rows.len(),
+            rows.iter().map(row_label).collect::<Vec<_>>().join("; ")
+        ),
+    ];
+    if let Some(s) = rows.first() {
+        lines.push(format!(
+            "fp32 weights and input; each row is one run of {}; memory: the peak allocated above the baseline (the weights and the input)",
+            super::memory::iterations(s)
+        ));
+    }
+    lines
+}
+
+fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (model, b, rows) = seed_plan(ctx);
     let mut reports = vec![];
     for spec in &rows {
         reports.push(measure(lab, ctx, spec.clone())?);
@@ -187,7 +217,7 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ),
         format!(
             "{} on {}",
-            describe(model, b, reports[0].spec.resolved_input_size()),
+            describe(model, b, rows[0].resolved_input_size()),
             reports[0].env.device_name
         ),
         ChartKind::Bar,

@@ -8,9 +8,9 @@ use protocol::{ChartKind, DeviceKind, GradMode, ModelId, RunFailure, RunSpec};
 use tch::{Kind, Tensor};
 
 use super::kit::{
-    element_cap, fig, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift,
+    describe, element_cap, fig, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift,
 };
-use super::Card;
+use super::{Card, Needs};
 use crate::input::Input;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
@@ -19,13 +19,17 @@ use crate::torch_call::{catch_torch, tch_device};
 pub const WARM_UP: Card = Card {
     id: "warm-up",
     title: "The first iterations are not representative",
+    asks: "How does the time of a freshly built model's first forward pass compare with the passes after it?",
+    labels: ["time one call", "three calls first, then time many"],
+    setup: warm_up_setup,
+    needs: Needs::Any,
     claim: "The first iterations pay for allocation, kernel loading and autotuning; timing them skews the statistics.",
     why: "The first pass with a new model and input shape grows the allocator's pools, creates oneDNN/cuDNN primitives for that shape and (on GPU) loads kernels; later passes reuse them.",
     source: "https://pytorch.org/tutorials/recipes/recipes/benchmark.html",
     pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
-    fix: "for _ in range(3): model(x)  # warm up, then time many runs",
+    fix: "for _ in range(3): model(x)  # untimed calls, then time many runs",
     threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
-    question: super::ratio("What is the first iteration's time as a multiple of the steady median?", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
+    question: super::ratio("ResNet-18, built fresh, on a batch size this process has not run: the first iteration's time as a multiple of the median of iterations 6–15?", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
     experiment: warm_up,
 };
 
@@ -74,17 +78,43 @@ pub fn warm_up_context(device: DeviceKind, first: &[f64], steady_median: f64) ->
     )
 }
 
+/// How many batch sizes warm-up cycles through, one per call, after its base batch.
+const NEW_SHAPES: u32 = 64;
+/// The passes warm-up times.
+const WARM_UP_PASSES: usize = 15;
+
+/// What warm-up runs: its base setup (the batch it starts counting from) and the line its
+/// report is measured on, which names the range its batch is drawn from.
+fn warm_up_plan(ctx: &Ctx) -> (Setup, String) {
+    let base = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
+    let range = format!(
+        "{}–{} (a size this process has not run)",
+        base.batch + 1,
+        base.batch + NEW_SHAPES
+    );
+    let line = describe(base.model, range, base.size);
+    (base, line)
+}
+
+fn warm_up_setup(ctx: &Ctx) -> Vec<String> {
+    vec![
+        warm_up_plan(ctx).1,
+        format!("The model is built fresh for the experiment and the device synchronised; then {WARM_UP_PASSES} forward passes in a row, each timed on its own (eval(), torch.no_grad(), fp32)"),
+        "A: the first pass's time; B: the median of passes 6 to 15".into(),
+    ]
+}
+
 fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     // What a new process pays: a freshly built model and an input shape this process has not
     // run yet (oneDNN and cuDNN create and cache their kernels per shape, so a shape seen
     // before would start warm). Each call takes the next batch size.
     static CALLS: AtomicU32 = AtomicU32::new(0);
-    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 32), GradMode::NoGrad);
-    let batch = setup.batch + 1 + CALLS.fetch_add(1, Ordering::Relaxed) % 64;
-    let setup = Setup::with_batch(ctx, setup.model, batch, GradMode::NoGrad);
+    let (base, measured_on) = warm_up_plan(ctx);
+    let batch = base.batch + 1 + CALLS.fetch_add(1, Ordering::Relaxed) % NEW_SHAPES;
+    let setup = Setup::with_batch(ctx, base.model, batch, GradMode::NoGrad);
     let model = setup.fresh(lab, ctx)?;
     let x = setup.input(&model, ctx)?;
-    let times = time_passes(ctx, 15, 1, |_, _| {
+    let times = time_passes(ctx, WARM_UP_PASSES, 1, |_, _| {
         forward(&model, &x, &setup.spec, ctx.device)
     })?
     .remove(0);
@@ -94,10 +124,7 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     decision.reason = format!("{} {}", decision.reason, warm_up_context(ctx.device, &times[..3], median));
     Ok(Outcome::new(
         decision,
-        format!(
-            "{} (a shape new to this process), built fresh for this experiment",
-            setup.describe()
-        ),
+        format!("{measured_on}: batch {batch} this time, built fresh for this experiment"),
         ChartKind::Line,
     )
     .figures(vec![
@@ -116,13 +143,17 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const SYNC_TIMING: Card = Card {
     id: "sync-timing",
     title: "CUDA is asynchronous: synchronise before you stop the clock",
+    asks: "What does a timer around model(x) read on a GPU, with and without torch.cuda.synchronize() before it stops?",
+    labels: ["clock stopped right after model(x)", "torch.cuda.synchronize() before the clock stops"],
+    setup: sync_timing_setup,
+    needs: Needs::Cuda("On a CPU each op has finished when model(x) returns, so here the two timers measure the same thing."),
     claim: "Without synchronisation, a timer around a CUDA forward pass measures kernel launches, not the work.",
     why: "CUDA ops are queued and return immediately; only a synchronisation (or a value read back) waits for them.",
     source: "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
     threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). On an H200, ResNet-18 at 224² gets there at a few hundred images per pass (several ms of GPU work against under a ms of launches), where a naive timer reads a fifth or less. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
-    question: super::ratio("Timing without synchronising: the naive p50 as a multiple of the synchronised p50?", "naive p50", "synchronised p50", super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
+    question: super::ratio("ResNet-18 on a GPU: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", "naive p50", "synchronised p50", super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
     experiment: sync_timing,
 };
 
@@ -166,8 +197,36 @@ fn synced_p50(ctx: &Ctx, model: &Model, setup: &Setup) -> Result<f64, RunFailure
     Ok(p(&times[0], 50.0))
 }
 
+/// The passes per timer sync-timing alternates.
+const SYNC_ROUNDS: usize = 20;
+
+/// What sync-timing starts from, the largest batch it may double to on a GPU, and the line
+/// its report is measured on (on a GPU, the batch range; the batch chosen follows it).
+fn sync_plan(ctx: &Ctx) -> (Setup, u32, String) {
+    let setup = Setup::new(ctx, ModelId::Resnet18, (4, 64), GradMode::NoGrad);
+    let cap = element_cap(setup.model, setup.size).min(1024);
+    let line = if ctx.cuda() {
+        describe(
+            setup.model,
+            format!("{} to {cap} (doubled until a synchronised pass takes at least {GPU_BOUND}× one at batch 1)", setup.batch),
+            setup.size,
+        )
+    } else {
+        setup.describe()
+    };
+    (setup, cap, line)
+}
+
+fn sync_timing_setup(ctx: &Ctx) -> Vec<String> {
+    let (_, _, line) = sync_plan(ctx);
+    vec![
+        line,
+        format!("A: the clock stops right after model(x) returns; B: the device is synchronised (torch.cuda.synchronize() on a GPU) before the clock stops. {SYNC_ROUNDS} passes per timer, alternating, on the same model and input (eval(), torch.no_grad(), fp32)"),
+    ]
+}
+
 fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let mut setup = Setup::new(ctx, ModelId::Resnet18, (4, 64), GradMode::NoGrad);
+    let (mut setup, cap, measured_on) = sync_plan(ctx);
     let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
     let mut notes = vec!["The two timers alternate on the same model and input.".to_string()];
@@ -175,7 +234,6 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if ctx.cuda() {
         let one = Setup::with_batch(ctx, setup.model, 1, GradMode::NoGrad);
         let f = synced_p50(ctx, model, &one)?;
-        let cap = element_cap(setup.model, setup.size).min(1024);
         while synced_p50(ctx, model, &setup)? < GPU_BOUND * f && setup.batch * 2 <= cap {
             setup = Setup::with_batch(ctx, setup.model, setup.batch * 2, GradMode::NoGrad);
         }
@@ -183,7 +241,7 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         floor = Some(f);
     }
     let x = setup.input(model, ctx)?;
-    let rounds = 20;
+    let rounds = SYNC_ROUNDS;
     let times = time_passes(ctx, rounds, 2, |variant, clock| {
         let out = forward(model, &x, &setup.spec, ctx.device)?;
         if variant == 0 {
@@ -207,7 +265,11 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     Ok(Outcome::new(
         sync_timing_rule(ctx.device, floor, naive, synced),
-        format!("{}, {rounds} passes per timer", setup.describe()),
+        if ctx.cuda() {
+            format!("{measured_on}: batch {} here, {rounds} passes per timer", setup.batch)
+        } else {
+            format!("{measured_on}, {rounds} passes per timer")
+        },
         ChartKind::Line,
     )
     .figures(figures)
@@ -231,13 +293,17 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const ITEM_SYNC: Card = Card {
     id: "item-sync",
     title: ".item() every batch stalls the GPU pipeline",
+    asks: "What does reading loss.item() on every batch do to a validation loop's time on a GPU?",
+    labels: ["total += loss.item() on every batch", "total += loss.detach() on the device, one .item() at the end"],
+    setup: item_sync_setup,
+    needs: Needs::Cuda("On a CPU the loss already sits in host memory, so .item() reads it without involving another device."),
     claim: "Calling .item() on every batch of a validation loop forces a device sync each time; accumulating on the device and reading once is faster.",
     why: ".item() copies a value to the host, which must wait for all queued work; the CPU cannot queue the next batch meanwhile.",
     source: "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
     threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). On an H200 the tiny MLP gets there at a few thousand samples per batch. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
-    question: super::ratio("What does calling .item() on every batch do to the loop's time, against accumulating on the device?", "loop with .item() per batch", "loop accumulating on device", super::SAME_TIME),
+    question: super::ratio("The Tiny MLP, a loop of 20 batches: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", "loop with .item() per batch", "loop accumulating on device", super::SAME_TIME),
     experiment: item_sync,
 };
 
@@ -270,8 +336,38 @@ pub fn item_sync_rule(
     )
 }
 
+/// The batches per loop, and the loops of each kind, item-sync times.
+const LOOP_BATCHES: usize = 20;
+const ITEM_ROUNDS: usize = 15;
+/// The largest batch item-sync grows to on a GPU.
+const ITEM_MAX_BATCH: u32 = 16384;
+
+/// What item-sync starts from, and the line its report is measured on (on a GPU, the batch
+/// range; the batch chosen follows it).
+fn item_plan(ctx: &Ctx) -> (Setup, String) {
+    let setup = Setup::new(ctx, ModelId::TinyMlp, (64, 256), GradMode::NoGrad);
+    let line = if ctx.cuda() {
+        describe(
+            setup.model,
+            format!("{} to {ITEM_MAX_BATCH} (×4 until a synchronised batch takes at least {OVERLAP}× the time of its launches alone)", setup.batch),
+            setup.size,
+        )
+    } else {
+        setup.describe()
+    };
+    (setup, line)
+}
+
+fn item_sync_setup(ctx: &Ctx) -> Vec<String> {
+    vec![
+        item_plan(ctx).1,
+        format!("A: a loop of {LOOP_BATCHES} batches adding each batch's mean output to a Python float with .item(); B: the same loop adding it to a tensor on the device, read with .item() once at the end"),
+        format!("{ITEM_ROUNDS} loops of each kind, alternating, each timed whole (eval(), torch.no_grad(), fp32)"),
+    ]
+}
+
 fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let mut setup = Setup::new(ctx, ModelId::TinyMlp, (64, 256), GradMode::NoGrad);
+    let (mut setup, measured_on) = item_plan(ctx);
     let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
     // One batch's launches alone (naive) and with the device's work (synchronised).
@@ -287,11 +383,11 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         Ok((p(&t[0], 50.0), p(&t[1], 50.0)))
     };
     let (mut launch, mut synced) = batch_times(&setup)?;
-    while ctx.cuda() && synced < OVERLAP * launch && setup.batch * 4 <= 16384 {
+    while ctx.cuda() && synced < OVERLAP * launch && setup.batch * 4 <= ITEM_MAX_BATCH {
         setup = Setup::with_batch(ctx, setup.model, setup.batch * 4, GradMode::NoGrad);
         (launch, synced) = batch_times(&setup)?;
     }
-    let batches = (0..20)
+    let batches = (0..LOOP_BATCHES)
         .map(|_| setup.input(model, ctx))
         .collect::<Result<Vec<Input>, RunFailure>>()?;
     let device = tch_device(ctx.device);
@@ -314,7 +410,7 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     run_loop(true)?;
     run_loop(false)?;
-    let rounds = 15;
+    let rounds = ITEM_ROUNDS;
     let times = time_passes(ctx, rounds, 2, |variant, _| {
         run_loop(variant == 0).map(std::hint::black_box)
     })?;
@@ -322,10 +418,11 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let shift = Shift::of(item, acc);
     Ok(Outcome::new(
         item_sync_rule(ctx.device, launch, synced, item, acc),
-        format!(
-            "{}, 20 batches per loop, {rounds} loops of each kind (alternating)",
-            setup.describe()
-        ),
+        if ctx.cuda() {
+            format!("{measured_on}: batch {} here, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)", setup.batch)
+        } else {
+            format!("{measured_on}, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)")
+        },
         ChartKind::Bar,
     )
     .figures(vec![
@@ -336,7 +433,10 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig("ratio, 95% interval high", shift.bounds().1, "ratio"),
         fig("one batch: launches alone (naive p50)", launch, "ms"),
         fig("one batch: synchronised p50", synced, "ms"),
-    ])
+    ]
+    .into_iter()
+    .chain(super::kit::interval_figures(&ITEM_SYNC.question, &shift))
+    .collect())
     .series(vec![series(
         "20-batch loop, p50 (ms)",
         "ms",
