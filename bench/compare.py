@@ -24,7 +24,7 @@ Usage:
     python bench/compare.py --render raw.json     # the table of an earlier (or cut) run
 
 A config is model:batch:eval|train:enabled|no_grad|inference_mode[:off|fp16|bf16[:input_size[:extras]]],
-where extras are the advanced settings both sides take, comma-separated: weights=fp16|bf16,
+where extras are the advanced settings both sides take, comma-separated: dtype=fp16|bf16,
 memory_format=channels_last, input_source=pageable (input_size may be left empty).
 """
 
@@ -57,12 +57,12 @@ DEFAULT_CONFIGS = [
     "tiny_mlp:64:train:enabled",
     "transformer:8:eval:inference_mode",
     # The CPU-meaningful advanced settings (issue 14): cast weights, NHWC, a host-side input.
-    "resnet18:8:eval:no_grad:off::weights=bf16",
+    "resnet18:8:eval:no_grad:off::dtype=bf16",
     "resnet18:8:eval:no_grad:off::memory_format=channels_last",
     "resnet18:8:eval:no_grad:off::input_source=pageable",
 ]
 EXTRAS = {
-    "weights": ("fp32", "fp16", "bf16"),
+    "dtype": ("fp32", "fp16", "bf16"),
     "memory_format": ("contiguous", "channels_last"),
     "input_source": ("device", "pageable"),
 }
@@ -114,7 +114,7 @@ class Config:
     def label(self) -> str:
         """e.g. `resnet50 b8 eval+no_grad+fp16`."""
         parts = ["eval" if self.eval else "train", self.grad] + ([self.autocast] if self.autocast != "off" else [])
-        parts += [value if key != "weights" else f"{value}-weights" for key, value in self.extras]
+        parts += [value if key != "dtype" else f"{value}-weights" for key, value in self.extras]
         size = f" s{self.input_size}" if self.input_size else ""
         return f"{self.model} b{self.batch}{size} {'+'.join(parts)}"
 

@@ -382,7 +382,7 @@ def gradless_quant(binary, models_dir, name, quant, batch, prompt, n, threads):
     kind, group = quant
     cmd = [binary, "generate", "--models-dir", models_dir, "--model", name, "--batch", str(batch),
            "--prompt", str(prompt), "--new-tokens", str(n), "--cache", "dynamic", "--eval", "--grad", "no_grad",
-           "--weights", "fp32" if kind == "none" else kind, "--device", "cpu", "--threads", str(threads), "--json",
+           "--quant", kind, "--device", "cpu", "--threads", str(threads), "--json",
            "--prefill-logits"]
     if group:
         cmd[cmd.index("--device"):cmd.index("--device")] = ["--group-size", str(group)]

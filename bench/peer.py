@@ -857,8 +857,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: half the CPUs)")
     p.add_argument("--input-size", type=int, default=None, help="model-specific sample size")
-    p.add_argument("--weights", choices=WEIGHTS, default="fp32",
-                   help="weights dtype: cast once with model.half() / .to(torch.bfloat16)")
+    p.add_argument("--dtype", "--weights", dest="weights", choices=WEIGHTS, default="fp32",
+                   help="weights dtype: cast once with model.half() / .to(torch.bfloat16) (--weights: its old name)")
     p.add_argument("--memory-format", choices=MEMORY_FORMATS, default="contiguous")
     p.add_argument("--input-source", choices=INPUT_SOURCES, default="device",
                    help="where the input starts each iteration; a host input is copied inside the timing")

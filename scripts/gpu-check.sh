@@ -574,7 +574,7 @@ generate_runs() {
     # Each run gets what is left of the step, less a margin for the summary below.
     local limit=$(($(left) - 3))
     if [ "$limit" -lt 5 ]; then echo "generate $cfg: no time left" >>"$OUT/generate.reason"; failed=1; continue; fi
-    if timeout --kill-after=2 "$limit" "$GRADLESS" generate --device "$DEVICE" --model "$1" --weights "$2" --batch "$3" \
+    if timeout --kill-after=2 "$limit" "$GRADLESS" generate --device "$DEVICE" --model "$1" --dtype "$2" --batch "$3" \
         --prompt $prompt --new-tokens $new --cache "$4" "${graph[@]}" --eval --grad inference_mode --threads 1 --json >"$f" 2>>"$OUT/generate.log"; then
       runs+=("$f")
     else
@@ -596,7 +596,7 @@ out = []
 for path in sys.argv[1:]:
     r = json.load(open(path)); g = r["generation"]
     adv = r["spec"].get("advanced", {})
-    out.append({"model": r["spec"]["model"], "weights": adv.get("weights", "fp32"),
+    out.append({"model": r["spec"]["model"], "weights": adv.get("dtype", adv.get("weights", "fp32")),
                 "cuda_graph": adv.get("cuda_graph", False),
                 "batch": g["batch"], "cache": g["cache"], "prefill_ms": g["prefill_ms"],
                 "decode_p50_ms": (g.get("decode_ms_per_token") or {}).get("p50"),

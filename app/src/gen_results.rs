@@ -22,6 +22,18 @@ pub fn run_name(r: &Report) -> String {
     )
 }
 
+/// What run `r` ran, against the page's defaults on its device: every setting that differs,
+/// in the controls' words ("Quantized linear layers: int4, …; KV cache dtype: bf16"), or
+/// "the default settings".
+pub fn ran_with(r: &Report) -> String {
+    let default = crate::gen_settings::default_on(r.env.device, r.spec.device);
+    let differences = protocol::settings::differences(protocol::settings::SETTINGS, protocol::settings::Page::Generate, &r.spec, &default);
+    match differences.is_empty() {
+        true => "the default settings".into(),
+        false => differences.join("; "),
+    }
+}
+
 /// One run's figures as a comparison reads them.
 pub struct Row {
     pub name: String,
@@ -151,7 +163,15 @@ pub fn GenResults(
     let figures = move || {
         view_state.with(|v| {
             // Which run: after a comparison, its last, whatever the settings say.
-            v.report.as_ref().map(|r| figures_view(r, format!("Figures of the run shown: {}", run_name(r))))
+            v.report.as_ref().map(|r| figures_view(r, format!("Figures of the run shown: {} · {}", r.spec.model.display_name(), ran_with(r))))
+        })
+    };
+    // A refused run draws nothing: the charts still hold the run before it, and say so.
+    let previous = move || {
+        let refused = view_state.with(|v| matches!(v.phase, crate::run_view::Phase::Failed(_)));
+        let last = finished.with(|f| f.last().map(|(_, r)| format!("{} · {}", r.spec.model.display_name(), ran_with(r))));
+        refused.then_some(last).flatten().map(|last| {
+            view! { <p class="note previous" data-testid="gen-previous">{format!("This run did not start: the charts below are still the previous run's ({last}).")}</p> }
         })
     };
     let progress = move || format!("{:.0}%", view_state.with(|v| v.progress()) * 100.0);
@@ -179,6 +199,7 @@ pub fn GenResults(
         <section class="results" id="gen-results" aria-label="Measured generation">
             <div class="progress" aria-hidden="true"><div class="bar" style:width=progress></div></div>
             <p class="steps-count" id="gen-top" data-testid="gen-steps">{move || format!("{} steps streamed", steps_shown())}</p>
+            {previous}
             <div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>
             <div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>
             <div id="gen-prefill-chart" class="chart chart-small" data-testid="gen-prefill-chart"></div>
@@ -231,6 +252,16 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
         });
         let (weights, split, drift) = quant_lines(&g);
         let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
+        let quantized_prefill = r.spec.generate.as_ref().filter(|q| !q.weights.is_none()).map(|q| {
+            let cpu = match r.env.device {
+                protocol::DeviceKind::Cpu => " On a CPU the packed kernels unpack every weight for every prompt row, so an int8/int4 prefill can be many times slower than fp32's (whose matmul is a tuned BLAS GEMM).",
+                protocol::DeviceKind::Cuda => "",
+            };
+            format!(
+                "{} linear layers run PyTorch's packed weight-only kernels, built for decode's matrix-vector products (one token a step: fewer bytes read is faster); the prefill multiplies matrix by matrix, where reading fewer bytes saves little and unpacking costs.{cpu}",
+                q.weights.as_str()
+            )
+        });
         let compute_peak = match (g.prefill_percent_of_peak, g.bandwidth_source.as_deref()) {
             (Some(p), Some(s)) if s.starts_with("measured") => format!(" ({p:.1}% of the matmul peak measured on this device)"),
             (Some(p), _) => format!(" ({p:.1}% of peak)"),
@@ -251,6 +282,7 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
                 {bandwidth.map(|b| view! { <tr><th>"Decode bandwidth"</th><td data-testid="gen-bandwidth">{b}</td></tr> })}
                 {attention.map(|a| view! { <tr><th>"Attention (SDPA backend)"</th><td data-testid="gen-attention">{a}</td></tr> })}
                 <tr><th>"Prefill compute"</th><td>{format!("{:.3} TFLOP/s{compute_peak}", g.prefill_tflops)}</td></tr>
+                {quantized_prefill.map(|n| view! { <tr><th>"Quantized prefill"</th><td data-testid="gen-quant-prefill">{n}</td></tr> })}
                 <tr><th>"Measured on"</th><td>{env}</td></tr>
             </table>
             <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>

@@ -1,9 +1,10 @@
 //! The Generate page's settings in its address: a generate spec from the query
 //! ([`spec_from_query`]) and back ([`query_from_spec`]), with the device's default decoder.
-//! Pure, so a generation's permalink (records) links back to `/generate` without importing
-//! the page.
+//! The keys are the settings table's ([`protocol::settings`]). Pure, so a generation's
+//! permalink (records) links back to `/generate` without importing the page.
 
-use protocol::{Autocast, DeviceChoice, DeviceKind, GenerateSpec, GradMode, ModelId, RunSpec};
+use protocol::settings::{self, Page, Reading, SETTINGS};
+use protocol::{DeviceChoice, DeviceInfo, DeviceKind, GenerateSpec, GradMode, ModelId, RunSpec};
 
 /// The page's default decoder on a device: the CPU preset, or a 1B shape on a GPU.
 pub fn default_model(device: DeviceKind) -> ModelId {
@@ -14,73 +15,113 @@ pub fn default_model(device: DeviceKind) -> ModelId {
     name.parse().unwrap_or(ModelId::TinyMlp)
 }
 
-/// A generate spec from the address: anything missing or unreadable keeps the default (the
-/// device's default decoder, batch 1, a 32-token prompt, 64 new tokens, a dynamic cache,
-/// eval + no_grad).
-pub fn spec_from_query(devices: &[protocol::DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
-    let device = get("device")
-        .and_then(|v| v.parse::<DeviceChoice>().ok())
-        .unwrap_or(DeviceChoice::Auto);
-    let kind = crate::settings::resolve_device(devices, device);
-    let model = get("model")
-        .and_then(|v| v.parse::<ModelId>().ok())
-        .filter(|m| m.is_decoder())
-        .unwrap_or_else(|| default_model(kind));
-    let num = |k: &str, d: u32| get(k).and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(d);
+/// The page's default generation when the address asks for device `device`: the device's
+/// default decoder, batch 1, a 32-token prompt, 64 new tokens, a dynamic cache, eval +
+/// no_grad.
+pub fn default_spec(devices: &[DeviceInfo], device: DeviceChoice) -> RunSpec {
+    default_on(crate::settings::resolve_device(devices, device), device)
+}
+
+/// The default generation on a device of `kind`, asked for as `device`.
+pub fn default_on(kind: DeviceKind, device: DeviceChoice) -> RunSpec {
     RunSpec {
-        model,
+        model: default_model(kind),
         device,
-        batch: num("batch", 1),
-        input_size: Some(num("prompt", 32)),
-        eval: get("eval").map(|v| v != "0" && v != "false").unwrap_or(true),
-        grad: get("grad").and_then(|v| v.parse().ok()).unwrap_or(GradMode::NoGrad),
-        autocast: get("autocast").and_then(|v| v.parse().ok()).unwrap_or(Autocast::Off),
-        threads: get("threads").and_then(|v| v.parse().ok()),
-        advanced: crate::settings::advanced_from_query(&get),
-        generate: Some(GenerateSpec {
-            new_tokens: num("new_tokens", 64),
-            cache: get("cache").and_then(|v| v.parse().ok()).unwrap_or_default(),
-            weights: get("weights").and_then(|v| v.parse().ok()).unwrap_or_default(),
-            group_size: get("group_size").and_then(|v| v.parse().ok()),
-            kv_dtype: get("kv_dtype").and_then(|v| v.parse().ok()).unwrap_or_default(),
-            prefill_logits: false,
-        }),
+        batch: 1,
+        input_size: Some(32),
+        grad: GradMode::NoGrad,
+        generate: Some(GenerateSpec::default()),
         ..RunSpec::default()
     }
 }
 
-/// The address's query for `spec` (every setting, so a link restores what its sender saw).
-pub fn query_from_spec(spec: &RunSpec) -> String {
-    let g = spec.generate.clone().unwrap_or_default();
-    let mut q = format!(
-        "model={}&device={}&batch={}&prompt={}&new_tokens={}&cache={}&eval={}&grad={}&autocast={}",
-        spec.model.as_str(),
-        match spec.device {
-            DeviceChoice::Auto => "auto",
-            DeviceChoice::Cpu => "cpu",
-            DeviceChoice::Cuda => "cuda",
-        },
-        spec.batch,
-        spec.resolved_input_size(),
-        g.new_tokens,
-        g.cache.as_str(),
-        if spec.eval { 1 } else { 0 },
-        spec.grad.as_str(),
-        spec.autocast.as_str(),
-    );
-    if let Some(t) = spec.threads {
-        q.push_str(&format!("&threads={t}"));
-    }
-    if !g.weights.is_none() {
-        q.push_str(&format!("&weights={}", g.weights.as_str()));
-    }
-    if let Some(gs) = g.group_size {
-        q.push_str(&format!("&group_size={gs}"));
-    }
-    if !g.kv_dtype.is_default() {
-        q.push_str(&format!("&kv_dtype={}", g.kv_dtype.as_str()));
-    }
-    q.push_str(&crate::settings::advanced_query(&spec.advanced));
-    q
+/// A generate spec from the address (`get`: the router's reading of a key); anything
+/// missing or unreadable keeps the default ([`default_spec`]).
+pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
+    read_query(devices, &get).0
 }
 
+/// The spec, and what reading the address refused or read under an old key.
+pub fn read_query(devices: &[DeviceInfo], get: &dyn Fn(&str) -> Option<String>) -> (RunSpec, Reading) {
+    let device = get("device")
+        .and_then(|v| v.parse::<DeviceChoice>().ok())
+        .unwrap_or(DeviceChoice::Auto);
+    let default = default_spec(devices, device);
+    let mut spec = default.clone();
+    let mut reading = settings::read_query(SETTINGS, Page::Generate, &mut spec, get);
+    if !spec.model.is_decoder() {
+        let why = format!("{} is not a decoder LLM, so it cannot generate", spec.model);
+        reading.refused.push(("model".into(), spec.model.as_str().to_string(), why));
+        spec.model = default.model;
+    }
+    (spec, reading)
+}
+
+/// The address's query for `spec` (every setting, so a link restores what its sender saw).
+pub fn query_from_spec(spec: &RunSpec) -> String {
+    settings::query(SETTINGS, Page::Generate, spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::tests::router;
+    use protocol::{KvCacheKind, KvDtype, WeightQuant, WeightsDtype};
+
+    #[test]
+    fn every_setting_round_trips_through_the_address_as_the_router_reads_it() {
+        let base = spec_from_query(&[], |_| None);
+        for s in settings::on_page(SETTINGS, Page::Generate) {
+            for v in s.choices().into_iter().chain(["2".to_string(), "llama_tiny_mha".to_string()]) {
+                let mut one = base.clone();
+                if let Some((path, word)) = s.only_with {
+                    settings::setting_at(path).unwrap().set(&mut one, word).unwrap();
+                }
+                if s.set(&mut one, &v).is_err() {
+                    continue;
+                }
+                let back = spec_from_query(&[], router(&query_from_spec(&one)));
+                assert_eq!(back, one, "{}={v}", s.key);
+            }
+        }
+    }
+
+    #[test]
+    fn int4_on_bf16_weights_survives_a_reload() {
+        // The address the page writes for int4 in groups of 32 on bf16 weights (gpt-fast's
+        // setup), read back as the router reads it.
+        let mut spec = spec_from_query(&[], |_| None);
+        let g = spec.generate.as_mut().unwrap();
+        (g.weights, g.group_size, g.kv_dtype, g.cache) = (WeightQuant::Int4, Some(32), KvDtype::Bf16, KvCacheKind::Static);
+        spec.advanced.weights = WeightsDtype::Bf16;
+        let q = query_from_spec(&spec);
+        assert!(q.contains("dtype=bf16") && q.contains("quant=int4&group_size=32") && !q.contains("weights="), "{q}");
+        let back = spec_from_query(&[], router(&q));
+        assert_eq!(back, spec);
+        back.check(&Default::default()).unwrap();
+    }
+
+    #[test]
+    fn an_old_address_with_the_ambiguous_weights_key_reads_as_it_did() {
+        // The router reads the last `weights`: the quantization's word or the dtype's, each
+        // read as the setting whose word it is, and said.
+        let (spec, reading) = read_query(&[], &router("model=llama_tiny&weights=int4&group_size=32"));
+        assert_eq!(spec.generate.as_ref().map(|g| (g.weights, g.group_size)), Some((WeightQuant::Int4, Some(32))));
+        assert_eq!(reading.renamed.len(), 1);
+        let (spec, _) = read_query(&[], &router("model=llama_tiny&weights=int4&group_size=32&weights=bf16"));
+        assert_eq!(spec.advanced.weights, WeightsDtype::Bf16);
+        // The group size applies to int4 only: left out, as the spec check wants.
+        assert_eq!(spec.generate.as_ref().unwrap().group_size, None);
+        spec.check(&Default::default()).unwrap();
+        let said = crate::settings::said_of_reading(Page::Generate, &spec, &read_query(&[], &router("weights=int8")).1);
+        assert!(said[0].contains("quant=int8"), "{said:?}");
+    }
+
+    #[test]
+    fn a_model_that_cannot_generate_falls_back_to_the_default_decoder() {
+        let (s, reading) = read_query(&[], &router("model=resnet18"));
+        assert_eq!(s.model.as_str(), protocol::decoder::CPU_PRESET);
+        assert!(s.check(&Default::default()).is_ok());
+        assert_eq!(reading.refused.len(), 1);
+    }
+}

@@ -8,10 +8,8 @@
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
-use protocol::{
-    format_bytes, GenerateSpec, GradMode, KvCacheKind, KvDtype, WeightQuant,
-    ModelId, Report, RunSpec, ServerInfo, WeightsDtype,
-};
+use protocol::settings::{self, Kind, Page, Setting, SETTINGS};
+use protocol::{format_bytes, GenerateSpec, GradMode, KvCacheKind, ModelId, Report, RunSpec, ServerInfo, WeightQuant};
 
 use crate::gen_results::GenResults;
 pub use crate::gen_settings::{default_model, query_from_spec, spec_from_query};
@@ -21,9 +19,9 @@ use crate::widgets::TokenField;
 /// The rows of "Compare cache modes" and "Compare grad modes".
 pub fn comparison(spec: &RunSpec, what: Comparison) -> Vec<RunSpec> {
     match what {
-        Comparison::Cache => KvCacheKind::ALL
-            .into_iter()
-            .map(|cache| {
+        Comparison::Cache => protocol::words::all::<KvCacheKind>()
+            .iter()
+            .map(|&cache| {
                 let mut s = spec.clone();
                 s.generate = Some(GenerateSpec {
                     cache,
@@ -46,23 +44,17 @@ pub enum Comparison {
     Grad,
 }
 
-/// What each control does, in a sentence or two.
-/// The quantization choice as the select names it: `none`, `int8`, `int4-64`.
-fn quant_value(s: &RunSpec) -> String {
-    match s.generate.as_ref().map(|g| (g.weights, g.group_size)) {
-        Some((WeightQuant::Int8, _)) => "int8".into(),
-        Some((WeightQuant::Int4, gs)) => format!("int4-{}", gs.unwrap_or(protocol::DEFAULT_GROUP_SIZE)),
-        _ => "none".into(),
-    }
-}
-
-/// Sets the quantization from the select's value (see [`quant_value`]).
-fn set_quant(s: &mut RunSpec, v: &str) {
-    let Some(g) = s.generate.as_mut() else { return };
-    let (kind, group) = v.split_once('-').unwrap_or((v, ""));
-    if let Ok(w) = kind.parse::<WeightQuant>() {
-        g.weights = w;
-        g.group_size = (w == WeightQuant::Int4).then(|| group.parse().ok()).flatten();
+/// What a control of the table ([`protocol::settings`]) says under it for `spec`: the
+/// chosen value's own sentence where the page has one, else the row's help.
+fn explain(row: &Setting, spec: &RunSpec) -> String {
+    let g = spec.generate.clone().unwrap_or_default();
+    match row.key {
+        "cache" => explain_cache(g.cache).to_string(),
+        "grad" => explain_grad(spec.grad).to_string(),
+        "quant" => explain_quant(g.weights).to_string(),
+        "eval" if spec.eval => "eval(): attention dropout off.".to_string(),
+        "eval" => "train(): attention dropout on (where the config has attention_dropout > 0), so the tokens can change from run to run.".to_string(),
+        _ => row.help.to_string(),
     }
 }
 
@@ -120,7 +112,11 @@ pub fn GeneratePage() -> impl IntoView {
     let compared: RwSignal<Vec<(String, Report)>> = RwSignal::new(vec![]);
     let busy = Memo::new(move |_| view_state.with(|v| v.phase.busy()));
 
+    // What the status says of the run on the charts when it was not measured now (a
+    // recorded run, a first visit's default run); cleared when a run starts.
+    let shown_note = RwSignal::new(None::<String>);
     let run_specs = move |rows: Vec<RunSpec>| {
+        shown_note.set(None);
         // The settings run two screens down on a laptop, and on a phone the results sit
         // above them: what the run draws must be in view when it starts.
         #[cfg(feature = "hydrate")]
@@ -167,7 +163,6 @@ pub fn GeneratePage() -> impl IntoView {
 
     // A link with `&run=1` starts the run on arrival; a bare address shows the newest
     // recorded default generation, labelled, or runs the default once on a fresh server.
-    let shown_note = RwSignal::new(None::<String>);
     // A bare address's recorded generation is shown as the server's pictures until the
     // visitor acts (charts::defer_until_wanted); leaving the page lets its charts draw.
     #[cfg(feature = "hydrate")]
@@ -194,36 +189,46 @@ pub fn GeneratePage() -> impl IntoView {
         true
     });
 
-    let numeric = move |label: &'static str, id: &'static str, get: fn(&RunSpec) -> u32, put: fn(&mut RunSpec, u32), max: u32, help: &'static str| {
-        view! {
-            <label class="control" for=id>
-                <span class="control-name">{label}</span>
-                <input id=id data-testid=id type="number" min="1" max=max.to_string()
-                    prop:value=move || get(&spec.get()).to_string()
-                    on:change=move |ev| {
-                        if let Ok(n) = event_target_value(&ev).trim().parse::<u32>() {
-                            if n >= 1 && n <= max {
-                                update(&|s| put(s, n));
-                            }
-                        }
-                    } />
-                {folded_help(awaiting, id, move || help.to_string())}
-            </label>
-        }
-    };
-    let select = move |label: &'static str, id: &'static str, options: Vec<(&'static str, &'static str)>, get: fn(&RunSpec) -> String, put: fn(&mut RunSpec, &str), help: Box<dyn Fn() -> String + Send + Sync>| {
-        view! {
-            <label class="control" for=id>
-                <span class="control-name">{label}</span>
-                <select id=id data-testid=id on:change=move |ev| { let v = event_target_value(&ev); update(&|s| put(s, &v)); }>
-                    {options.into_iter().map(|(value, text)| {
-                        view! { <option value=value selected=move || get(&spec.get()) == value>{text}</option> }
+    // Every control drawn from the settings table: a select for a choice (or a number the
+    // row offers), a number field for a count; hidden where it does not apply (int4's
+    // group size without int4).
+    let control = move |row: &'static Setting| {
+        let id = format!("gen-{}", row.key.replace('_', "-"));
+        let hidden = move || !row.in_use(&spec.get());
+        let shown = move || row.shown(&spec.get()).unwrap_or_default();
+        let put = move |v: String| update(&|s| {
+            let _ = row.set(s, &v);
+        });
+        let field = match row.kind {
+            Kind::Count { min, max, offer, .. } if offer.is_empty() => view! {
+                <input id=id.clone() data-testid=id.clone() type="number" min=min.to_string() max=max.to_string()
+                    prop:value=shown
+                    on:change=move |ev| put(event_target_value(&ev).trim().to_string()) />
+            }
+            .into_any(),
+            _ => view! {
+                <select id=id.clone() data-testid=id.clone() on:change=move |ev| put(event_target_value(&ev))>
+                    {row.choices().into_iter().map(|value| {
+                        let text = row.text(&value);
+                        let v = value.clone();
+                        view! { <option value=value selected=move || shown() == v>{text}</option> }
                     }).collect_view()}
                 </select>
-                {folded_help(awaiting, id, help)}
+            }
+            .into_any(),
+        };
+        view! {
+            <label class="control" for=id.clone() hidden=hidden>
+                <span class="control-name">{row.label}</span>
+                {field}
+                {folded_help(awaiting, id.clone(), row.key, move || explain(row, &spec.get()))}
             </label>
         }
     };
+    let controls = settings::on_page(SETTINGS, Page::Generate)
+        .filter(|row| row.has_control(Page::Generate))
+        .map(control)
+        .collect_view();
 
     let model_picker = view! {
         <label class="control" for="gen-model">
@@ -242,13 +247,33 @@ pub fn GeneratePage() -> impl IntoView {
     };
 
     let settings_line = move || spec.get().label();
+    // What the address asked for that the page could not use, and old keys it read under
+    // today's names (`weights=int4` as `quant=int4`), so nothing is changed silently.
+    let address_notes = move || {
+        let said = info.with_value(|i| {
+            query.with(|q| {
+                let (spec, reading) = crate::gen_settings::read_query(&i.devices, &|k| q.get(k));
+                crate::settings::said_of_reading(Page::Generate, &spec, &reading)
+            })
+        });
+        (!said.is_empty()).then(|| {
+            view! {
+                <div class="note address-notes" data-testid="gen-address-notes">
+                    {said.into_iter().map(|s| view! { <p>{s}</p> }).collect_view()}
+                </div>
+            }
+        })
+    };
     let status = move || {
         view_state.with(|v| match &v.phase {
             Phase::Idle => shown_note.get().unwrap_or_else(|| "Press Generate to measure one generation on this server.".into()),
             Phase::Submitting => "Sending…".into(),
             Phase::Queued(n) => format!("Waiting for the device ({n} ahead)."),
             Phase::Running { done, total } => format!("Generating: {done} of {total} (one warm-up generation, then each step)"),
-            Phase::Done => shown_note.get().unwrap_or_else(|| "Done: every figure below was measured by this generation.".into()),
+            Phase::Done => shown_note.get().unwrap_or_else(|| {
+                let ran = v.report.as_ref().map_or_else(|| "these settings".to_string(), crate::gen_results::ran_with);
+                format!("Done: every figure below was measured by this generation, now, with {ran}.")
+            }),
             Phase::Failed(m) => format!("Failed: {m}"),
         })
     };
@@ -261,41 +286,12 @@ pub fn GeneratePage() -> impl IntoView {
                     "A greedy generation on a Llama-style decoder, measured token by token on this server: the prefill (one pass over the prompt, time to first token), then one decode step per token. Random seeded weights give real memory and latency and meaningless text."
                 </p>
                 {model_picker}
-                {numeric("Batch", "gen-batch", |s| s.batch, |s, n| s.batch = n, 256, "Sequences generated together: each decode step reads the weights once for the whole batch.")}
-                {numeric("Prompt tokens", "gen-prompt", |s| s.resolved_input_size(), |s, n| s.input_size = Some(n), 8192, "Random token ids, seeded. The prefill runs them in one pass.")}
-                {numeric("New tokens", "gen-new-tokens", |s| s.generate.as_ref().map_or(64, |g| g.new_tokens), |s, n| { if let Some(g) = s.generate.as_mut() { g.new_tokens = n } }, protocol::MAX_NEW_TOKENS, "Greedy, fixed length: no end-of-sequence stop.")}
-                {select("KV cache", "gen-cache", vec![("dynamic", "dynamic (grows)"), ("static", "static (allocated once)"), ("off", "off (use_cache=False)")],
-                    |s| s.generate.as_ref().map_or(KvCacheKind::Dynamic, |g| g.cache).as_str().to_string(),
-                    |s, v| { if let (Some(g), Ok(c)) = (s.generate.as_mut(), v.parse()) { g.cache = c } },
-                    Box::new(move || explain_cache(spec.get().generate.as_ref().map_or(KvCacheKind::Dynamic, |g| g.cache)).to_string()))}
-                {select("Mode", "gen-eval", vec![("1", "model.eval()"), ("0", "model.train()")],
-                    |s| if s.eval { "1".into() } else { "0".into() },
-                    |s, v| s.eval = v == "1",
-                    Box::new(move || if spec.get().eval { "eval(): attention dropout off.".to_string() } else { "train(): attention dropout on (where the config has attention_dropout > 0), so the tokens can change from run to run.".to_string() }))}
-                {select("Grad", "gen-grad", vec![("enabled", "enabled (no context)"), ("no_grad", "torch.no_grad()"), ("inference_mode", "torch.inference_mode()")],
-                    |s| s.grad.as_str().to_string(),
-                    |s, v| { if let Ok(g) = v.parse() { s.grad = g } },
-                    Box::new(move || explain_grad(spec.get().grad).to_string()))}
-                {select("Autocast", "gen-autocast", vec![("off", "off"), ("bf16", "bf16"), ("fp16", "fp16")],
-                    |s| s.autocast.as_str().to_string(),
-                    |s, v| { if let Ok(a) = v.parse() { s.autocast = a } },
-                    Box::new(move || "Autocast keeps the fp32 weights and casts them as each op needs them; weights cast once (below) move half the bytes per token.".to_string()))}
-                {select("Weights", "gen-weights", vec![("fp32", "fp32"), ("bf16", "bf16 (model.to(torch.bfloat16))"), ("fp16", "fp16 (model.half())")],
-                    |s| s.advanced.weights.as_str().to_string(),
-                    |s, v| { if let Ok(w) = v.parse::<WeightsDtype>() { s.advanced.weights = w } },
-                    Box::new(move || "The weights' dtype, cast once when the model is built: decode reads every weight each step, so bytes per weight set its speed.".to_string()))}
-                {select("Quantized linear layers", "gen-quant", vec![("none", "none (as the weights)"), ("int8", "int8, a scale per output channel"), ("int4-32", "int4, groups of 32"), ("int4-64", "int4, groups of 64"), ("int4-128", "int4, groups of 128")],
-                    quant_value,
-                    set_quant,
-                    Box::new(move || explain_quant(spec.get().generate.as_ref().map_or(WeightQuant::None, |g| g.weights)).to_string()))}
-                {select("KV cache dtype", "gen-kv-dtype", vec![("as_activations", "as the activations"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp8_e4m3", "fp8 e4m3 (CUDA only)")],
-                    |s| s.generate.as_ref().map_or(KvDtype::AsActivations, |g| g.kv_dtype).as_str().to_string(),
-                    |s, v| { if let (Some(g), Ok(k)) = (s.generate.as_mut(), v.parse()) { g.kv_dtype = k } },
-                    Box::new(move || "The dtype the cache stores keys and values in, cast back for attention: bf16 or fp16 halve an fp32 cache, not the weights. fp8 e4m3 (one byte, with a per-layer scale set by the prefill) needs a CUDA device with fp8, compute capability 8.9 or later; it is refused elsewhere, with the reason.".to_string()))}
+                {controls}
                 <p class="settings-line" data-testid="gen-settings">{settings_line}</p>
+                {address_notes}
                 {auth_required.then(|| view! { <TokenField /> })}
                 <crate::lab::predict::LazyPrediction args=prediction />
-                <div class="actions">
+                <div class="actions gen-actions">
                     <button class="primary" data-testid="gen-run" on:click=run_one disabled=move || busy.get()>"Generate"</button>
                     <button data-testid="gen-compare-cache" on:click=compare_cache disabled=move || busy.get()>"Compare cache modes"</button>
                     <button data-testid="gen-compare-grad" on:click=compare_grad disabled=move || busy.get()>"Compare grad modes"</button>
@@ -308,14 +304,12 @@ pub fn GeneratePage() -> impl IntoView {
     }
 }
 
-/// A control's help (`id` as `gen-kv-dtype`), folded while a change of its setting awaits
-/// its prediction: the help would answer the question asked.
-fn folded_help(awaiting: RwSignal<Option<String>>, id: &'static str, help: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
-    // The control's query key, as `one_change` names it ("gen-kv-dtype" is `kv_dtype`; the
-    // quantization writes `weights` and `group_size`).
-    let key = id.trim_start_matches("gen-").replace('-', "_");
+/// A control's help (`key`: its setting's address key, as `one_change` names it), folded
+/// while a change of its setting awaits its prediction: the help would answer the question
+/// asked.
+fn folded_help(awaiting: RwSignal<Option<String>>, id: String, key: &'static str, help: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
     move || {
-        let asked = awaiting.with(|a| a.as_deref().is_some_and(|a| a == key || (key == "quant" && (a == "weights" || a == "group_size"))));
+        let asked = awaiting.with(|a| a.as_deref() == Some(key));
         if asked {
             view! {
                 <details class="explain folded" data-testid=format!("{id}-explain")>
@@ -506,29 +500,6 @@ mod tests {
             "decode_intensity_flops_per_byte": 0.0, "warmup_ms": 1.0, "prompt_tokens": [], "tokens": []
         })).expect("a generation section"));
         r
-    }
-
-    #[test]
-    fn settings_round_trip_through_the_address() {
-        let spec = RunSpec {
-            batch: 4,
-            grad: GradMode::Enabled,
-            generate: Some(GenerateSpec { new_tokens: 17, cache: KvCacheKind::Static, ..Default::default() }),
-            ..spec_from_query(&[], |_| None)
-        };
-        let q = query_from_spec(&spec);
-        let back = spec_from_query(&[], |k| {
-            q.split('&').find_map(|kv| kv.split_once('=').filter(|(key, _)| *key == k).map(|(_, v)| v.to_string()))
-        });
-        assert_eq!(back, spec);
-        assert!(back.model.is_decoder());
-    }
-
-    #[test]
-    fn a_model_that_cannot_generate_falls_back_to_the_default_decoder() {
-        let s = spec_from_query(&[], |k| (k == "model").then(|| "resnet18".to_string()));
-        assert_eq!(s.model.as_str(), protocol::decoder::CPU_PRESET);
-        assert!(s.check(&Default::default()).is_ok());
     }
 
     #[test]

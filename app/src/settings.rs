@@ -2,10 +2,8 @@
 //! link restores exactly what its sender saw (and `&run=1` starts the run on arrival).
 //! Pure functions, shared by the server render and the browser.
 
-use protocol::{
-    Advanced, Autocast, DeviceChoice, DeviceInfo, DeviceKind, GradMode, InputSource, Limits,
-    MemoryFormat, ModelId, RunSpec, WeightsDtype,
-};
+use protocol::settings::{self, Page, Reading, SETTINGS};
+use protocol::{DeviceChoice, DeviceInfo, DeviceKind, Limits, ModelId, RunSpec};
 
 /// The Lab's default settings on a device of `kind`: the ones that show the core lesson
 /// (autograd on vs `no_grad`) plainly, in a run short enough to wait for.
@@ -58,160 +56,53 @@ pub fn lab_default(devices: &[DeviceInfo], choice: DeviceChoice) -> RunSpec {
     }
 }
 
-/// A RunSpec from query parameters; anything missing or unreadable keeps this server's
-/// default for the device asked for ([`lab_default`]).
+/// A RunSpec from query parameters (`get`: the router's reading of a key, its last value);
+/// anything missing or unreadable keeps this server's default for the device asked for
+/// ([`lab_default`]). The keys are the settings table's ([`protocol::settings`]).
 pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
+    read_query(devices, &get).0
+}
+
+fn read_query(devices: &[DeviceInfo], get: &dyn Fn(&str) -> Option<String>) -> (RunSpec, Reading) {
     let device = get("device")
         .and_then(|v| v.parse::<DeviceChoice>().ok())
         .unwrap_or(DeviceChoice::Auto);
-    let d = lab_default(devices, device);
-    RunSpec {
-        model: get("model")
-            .and_then(|v| v.parse::<ModelId>().ok())
-            .unwrap_or(d.model),
-        device: get("device")
-            .and_then(|v| v.parse::<DeviceChoice>().ok())
-            .unwrap_or(d.device),
-        batch: get("batch")
-            .and_then(|v| v.parse().ok())
-            .filter(|b| *b > 0)
-            .unwrap_or(d.batch),
-        input_size: get("input_size").and_then(|v| v.parse().ok()),
-        eval: get("eval")
-            .map(|v| v != "0" && v != "false")
-            .unwrap_or(d.eval),
-        grad: get("grad")
-            .and_then(|v| v.parse::<GradMode>().ok())
-            .unwrap_or(d.grad),
-        autocast: get("autocast")
-            .and_then(|v| v.parse::<Autocast>().ok())
-            .unwrap_or(d.autocast),
-        warmup: get("warmup")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d.warmup),
-        iters: get("iters")
-            .and_then(|v| v.parse().ok())
-            .filter(|i| *i > 0)
-            .unwrap_or(d.iters),
-        threads: get("threads").and_then(|v| v.parse().ok()),
-        advanced: advanced_from_query(&get),
-        // The Lab measures forward passes; generate runs come from the Generate page
-        // (`crate::generate`).
-        generate: None,
-    }
-}
-
-/// The advanced settings from their URL keys (`weights`, `memory_format`, `input_source`,
-/// `tf32`, `cudnn_benchmark`, `cuda_graph`); each missing or unreadable one keeps PyTorch's
-/// default.
-pub(crate) fn advanced_from_query(get: &impl Fn(&str) -> Option<String>) -> Advanced {
-    let flag = |key: &str| get(key).is_some_and(|v| v == "1" || v == "true");
-    Advanced {
-        weights: get("weights").and_then(|v| v.parse().ok()).unwrap_or_default(),
-        memory_format: get("memory_format")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_default(),
-        input_source: get("input_source")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_default(),
-        tf32: flag("tf32"),
-        cudnn_benchmark: flag("cudnn_benchmark"),
-        cuda_graph: flag("cuda_graph"),
-    }
-}
-
-/// The URL keys of the advanced settings that differ from their defaults.
-pub(crate) fn advanced_query(a: &Advanced) -> String {
-    let d = Advanced::default();
-    let mut q = String::new();
-    if a.weights != d.weights {
-        q.push_str(&format!("&weights={}", a.weights.as_str()));
-    }
-    if a.memory_format != d.memory_format {
-        q.push_str(&format!("&memory_format={}", a.memory_format.as_str()));
-    }
-    if a.input_source != d.input_source {
-        q.push_str(&format!("&input_source={}", a.input_source.as_str()));
-    }
-    for (on, key) in [
-        (a.tf32, "tf32"),
-        (a.cudnn_benchmark, "cudnn_benchmark"),
-        (a.cuda_graph, "cuda_graph"),
-    ] {
-        if on {
-            q.push_str(&format!("&{key}=1"));
-        }
-    }
-    q
+    let mut spec = lab_default(devices, device);
+    // The Lab measures forward passes; generate runs come from the Generate page.
+    let reading = settings::read_query(SETTINGS, Page::Lab, &mut spec, get);
+    (spec, reading)
 }
 
 /// The query string (without `?`) that restores `spec`.
 pub fn query_from_spec(spec: &RunSpec) -> String {
-    let device = match spec.device {
-        DeviceChoice::Auto => "auto",
-        DeviceChoice::Cpu => "cpu",
-        DeviceChoice::Cuda => "cuda",
-    };
-    let mut q = format!(
-        "model={}&device={device}&eval={}&grad={}&autocast={}&batch={}&warmup={}&iters={}",
-        spec.model.as_str(),
-        u8::from(spec.eval),
-        spec.grad.as_str(),
-        spec.autocast.as_str(),
-        spec.batch,
-        spec.warmup,
-        spec.iters
-    );
-    if let Some(s) = spec.input_size {
-        q.push_str(&format!("&input_size={s}"));
-    }
-    if let Some(t) = spec.threads {
-        q.push_str(&format!("&threads={t}"));
-    }
-    q.push_str(&advanced_query(&spec.advanced));
-    q
+    settings::query(SETTINGS, Page::Lab, spec)
 }
 
-/// What a link asked for that this page could not use, one sentence each ("model
-/// “resnet999” is not a model here: showing Tiny MLP"), so nothing is dropped silently.
-pub fn ignored_in_query(
-    devices: &[DeviceInfo],
-    get: impl Fn(&str) -> Option<String>,
-) -> Vec<String> {
-    let d = spec_from_query(devices, |_| None);
-    let mut out = vec![];
-    let mut check = |key: &str, ok: bool, shown: String| {
-        if let Some(v) = get(key).filter(|_| !ok) {
-            out.push(format!(
-                "{key} “{v}” is not a value this page knows: showing {shown}"
-            ));
-        }
-    };
-    let model = get("model").map(|v| v.parse::<ModelId>().is_ok());
-    check("model", model != Some(false), d.model.as_str().to_string());
-    let device = get("device").map(|v| v.parse::<DeviceChoice>().is_ok());
-    check("device", device != Some(false), "auto".into());
-    let batch = get("batch").map(|v| v.parse::<u32>().is_ok_and(|b| b > 0));
-    check("batch", batch != Some(false), d.batch.to_string());
-    let grad = get("grad").map(|v| v.parse::<GradMode>().is_ok());
-    check("grad", grad != Some(false), d.grad.as_str().to_string());
-    let autocast = get("autocast").map(|v| v.parse::<Autocast>().is_ok());
-    check(
-        "autocast",
-        autocast != Some(false),
-        d.autocast.as_str().into(),
-    );
-    let warmup = get("warmup").map(|v| v.parse::<u32>().is_ok());
-    check("warmup", warmup != Some(false), d.warmup.to_string());
-    let iters = get("iters").map(|v| v.parse::<u32>().is_ok_and(|i| i > 0));
-    check("iters", iters != Some(false), d.iters.to_string());
-    let weights = get("weights").map(|v| v.parse::<WeightsDtype>().is_ok());
-    check("weights", weights != Some(false), "fp32".into());
-    let format = get("memory_format").map(|v| v.parse::<MemoryFormat>().is_ok());
-    check("memory_format", format != Some(false), "contiguous".into());
-    let source = get("input_source").map(|v| v.parse::<InputSource>().is_ok());
-    check("input_source", source != Some(false), "device".into());
+/// What a link asked for that a page could not use, one sentence each ("model
+/// “resnet999” is not a value this page knows: showing mobilenet_v2"), and each old key
+/// it read under today's name, so nothing is dropped or renamed silently.
+pub fn said_of_reading(page: Page, spec: &RunSpec, reading: &Reading) -> Vec<String> {
+    let mut out: Vec<String> = reading
+        .refused
+        .iter()
+        .map(|(key, v, why)| {
+            let shown = settings::on_page(SETTINGS, page)
+                .find(|s| s.key == key || s.legacy == Some(key.as_str()))
+                .and_then(|s| s.shown(spec).map(|v| format!("{} {}", s.key, s.text(&v))))
+                .unwrap_or_default();
+            format!("{key} “{v}” is not a value this page knows ({why}): showing {shown}")
+        })
+        .collect();
+    out.extend(reading.renamed.iter().map(|(old, v, key)| {
+        format!("“{old}={v}” is the old spelling of {key}={v}, read as such: the address now says {key} (`{old}` named both the quantization and the weights' dtype)")
+    }));
     out
+}
+
+/// What a link asked for that the Lab could not use ([`said_of_reading`]).
+pub fn ignored_in_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let (spec, reading) = read_query(devices, &get);
+    said_of_reading(Page::Lab, &spec, &reading)
 }
 
 /// Checks a whole number typed by a person against `min..=max`; the message names the
@@ -265,8 +156,17 @@ pub fn batch_stops(limits: &Limits) -> Vec<u32> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use protocol::{Advanced, Autocast, GradMode, InputSource, MemoryFormat, WeightsDtype};
+
+    /// The router's own reading of an address: `leptos_router` parses the query into its
+    /// `ParamsMap` and a page's `q.get(key)` takes a repeated key's last value.
+    pub(crate) fn router(query: &str) -> impl Fn(&str) -> Option<String> {
+        let url = leptos_router::location::RequestUrl::new(&format!("/?{query}")).parse().unwrap();
+        let params = url.search_params().clone();
+        move |k| params.get(k)
+    }
 
     #[test]
     fn query_round_trips_every_setting() {
@@ -291,21 +191,27 @@ mod tests {
             },
             generate: None,
         };
-        let q = query_from_spec(&spec);
-        let pairs: Vec<(String, String)> = q
-            .split('&')
-            .map(|kv| {
-                let (k, v) = kv.split_once('=').unwrap();
-                (k.to_string(), v.to_string())
-            })
-            .collect();
-        let back = spec_from_query(&[], |k| {
-            pairs
-                .iter()
-                .find(|(key, _)| key == k)
-                .map(|(_, v)| v.clone())
-        });
+        let back = spec_from_query(&[], router(&query_from_spec(&spec)));
         assert_eq!(back, spec);
+        // Every setting of the Lab's, one at a time, each of its values.
+        let base = lab_default(&[], DeviceChoice::Cpu);
+        for s in settings::on_page(SETTINGS, Page::Lab) {
+            for v in s.choices().into_iter().chain(["2".to_string()]) {
+                let mut one = base.clone();
+                if s.set(&mut one, &v).is_err() {
+                    continue;
+                }
+                let back = spec_from_query(&[], router(&query_from_spec(&one)));
+                assert_eq!(back, one, "{}={v}", s.key);
+            }
+        }
+    }
+
+    #[test]
+    fn an_old_weights_key_still_reads_in_the_lab() {
+        let said = ignored_in_query(&[], router("model=resnet18&weights=bf16"));
+        assert!(said.len() == 1 && said[0].contains("dtype=bf16"), "{said:?}");
+        assert_eq!(spec_from_query(&[], router("weights=bf16")).advanced.weights, WeightsDtype::Bf16);
     }
 
     #[test]

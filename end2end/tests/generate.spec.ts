@@ -37,10 +37,16 @@ test("int8 and int4 weights: the weights split beside its formula, memory by hol
   page.on("pageerror", (e) => errors.push(e.message));
   await page.goto("/generate?model=llama_tiny&device=cpu&batch=1&prompt=16&new_tokens=16&cache=dynamic&eval=1&grad=no_grad&autocast=off");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  for (const [choice, ratio] of [["int8", 0.3], ["int4-32", 0.2]] as const) {
+  for (const [choice, group, ratio] of [["int8", "", 0.3], ["int4", "32", 0.2]] as const) {
     await page.getByTestId("gen-quant").selectOption(choice);
-    await expect(page).toHaveURL(new RegExp(`weights=${choice.split("-")[0]}`));
+    await expect(page).toHaveURL(new RegExp(`quant=${choice}`));
     await expect(page.getByTestId("gen-quant")).toHaveValue(choice);
+    // int4's group size is its own control, shown with int4 only.
+    await expect(page.getByTestId("gen-group-size")).toBeVisible({ visible: group !== "" });
+    if (group) {
+      await page.getByTestId("gen-group-size").selectOption(group);
+      await expect(page).toHaveURL(new RegExp(`group_size=${group}`));
+    }
     await page.getByTestId("gen-run").click();
     const split = page.getByTestId("gen-weights-split");
     await expect(split).toContainText("equal to their formula, to the byte", { timeout: 90_000 });

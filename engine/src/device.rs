@@ -73,9 +73,9 @@ impl Machine {
 
     /// What each autocast setting does on `device`, for the UI and for validation.
     pub fn autocast_support(&self, device: DeviceKind) -> Vec<AutocastSupport> {
-        Autocast::ALL
-            .into_iter()
-            .map(|autocast| {
+        protocol::words::all::<Autocast>()
+            .iter()
+            .map(|&autocast| {
                 let (supported, note) = match (device, autocast) {
                     (_, Autocast::Off) => (true, String::new()),
                     (DeviceKind::Cpu, Autocast::Bf16) if self.cpu_has("avx512_bf16") || self.cpu_has("amx_bf16") => {

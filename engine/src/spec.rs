@@ -104,9 +104,9 @@ pub fn check_spec(
         && spec.advanced.weights != protocol::WeightsDtype::Bf16
     {
         return Err(SpecError {
-            field: "generate.weights".into(),
+            field: "generate.quant".into(),
             message: format!(
-                "int4 weights on CUDA run PyTorch's tinygemm kernel (torch._weight_int4pack_mm), which takes bf16 activations only; set advanced.weights to bf16, not {}",
+                "int4 linear layers on CUDA run PyTorch's tinygemm kernel (torch._weight_int4pack_mm), which takes bf16 activations only; set advanced.dtype to bf16, not {}",
                 spec.advanced.weights.as_str()
             ),
         });

@@ -5,15 +5,17 @@
 //! specs and records from before these settings read (and serialise) exactly as they did.
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 use crate::{DeviceKind, ModelId, SpecError};
 
 /// The dtype the weights are stored in: fp32 (PyTorch's default), or cast once with
 /// `model.half()` / `model.to(torch.bfloat16)` (the input is cast the same way). Unlike
 /// autocast, which keeps fp32 weights and casts them inside every call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum WeightsDtype {
     #[default]
     Fp32,
@@ -21,10 +23,46 @@ pub enum WeightsDtype {
     Bf16,
 }
 
+/// A tensor's element type, as a run stores its weights or its KV cache: what admission
+/// counts before a run ([`Element::bytes`]) and what the engine allocates (its one map to
+/// libtorch's kinds is held to these bytes by a test).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Element {
+    F32,
+    F16,
+    Bf16,
+    /// fp8 e4m3 (a KV cache's, with a per-tensor scale).
+    F8E4m3,
+}
+
+impl Element {
+    pub const ALL: [Element; 4] = [Element::F32, Element::F16, Element::Bf16, Element::F8E4m3];
+
+    pub fn bytes(self) -> u64 {
+        match self {
+            Element::F32 => 4,
+            Element::F16 | Element::Bf16 => 2,
+            Element::F8E4m3 => 1,
+        }
+    }
+}
+
+impl WeightsDtype {
+    /// What the weights (and the activations, cast with them) are stored as.
+    pub fn element(self) -> Element {
+        match self {
+            WeightsDtype::Fp32 => Element::F32,
+            WeightsDtype::Fp16 => Element::F16,
+            WeightsDtype::Bf16 => Element::Bf16,
+        }
+    }
+}
+
 /// The memory format of the input and the convolution weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum MemoryFormat {
     /// NCHW, PyTorch's default (`torch.contiguous_format`).
     #[default]
@@ -35,9 +73,10 @@ pub enum MemoryFormat {
 }
 
 /// Where the input is at the start of each timed iteration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum InputSource {
     /// Already where the model runs: no copy is timed.
     #[default]
@@ -55,6 +94,9 @@ pub enum InputSource {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Advanced {
+    /// The weights' dtype: `dtype` in the JSON, the URL and the CLI (`weights` in records
+    /// and links written before it had one name: still read).
+    #[serde(rename = "dtype", alias = "weights")]
     pub weights: WeightsDtype,
     pub memory_format: MemoryFormat,
     pub input_source: InputSource,
@@ -85,32 +127,6 @@ impl Advanced {
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
         .collect()
-    }
-
-    /// Short words for a run's label ("fp16 weights · channels_last"); empty at defaults.
-    pub fn label_parts(&self) -> Vec<String> {
-        let mut parts = vec![];
-        match self.weights {
-            WeightsDtype::Fp32 => {}
-            w => parts.push(format!("{} weights", w.as_str())),
-        }
-        if self.memory_format == MemoryFormat::ChannelsLast {
-            parts.push("channels_last".into());
-        }
-        match self.input_source {
-            InputSource::Device => {}
-            s => parts.push(format!("input from {} memory", s.as_str())),
-        }
-        for (on, name) in [
-            (self.tf32, "tf32"),
-            (self.cudnn_benchmark, "cudnn.benchmark"),
-            (self.cuda_graph, "CUDA graph"),
-        ] {
-            if on {
-                parts.push(name.into());
-            }
-        }
-        parts
     }
 
     /// The checks that need no device: channels_last needs a convolution model.
@@ -157,30 +173,6 @@ pub fn cpu_reason(name: &str) -> &'static str {
     }
 }
 
-macro_rules! words {
-    ($t:ty, $what:literal, [$($v:ident => $s:literal),*]) => {
-        impl $t {
-            pub const ALL: [$t; words!(@count $($v)*)] = [$(<$t>::$v),*];
-            pub fn as_str(self) -> &'static str {
-                match self { $(<$t>::$v => $s),* }
-            }
-        }
-        impl std::str::FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                <$t>::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| {
-                    let known: Vec<_> = <$t>::ALL.iter().map(|v| v.as_str()).collect();
-                    format!(concat!("unknown ", $what, " `{}`; expected one of: {}"), s, known.join(", "))
-                })
-            }
-        }
-    };
-    (@count) => { 0 };
-    (@count $x:ident $($rest:ident)*) => { 1 + words!(@count $($rest)*) };
-}
-words!(WeightsDtype, "weights dtype", [Fp32 => "fp32", Fp16 => "fp16", Bf16 => "bf16"]);
-words!(MemoryFormat, "memory format", [Contiguous => "contiguous", ChannelsLast => "channels_last"]);
-words!(InputSource, "input source", [Device => "device", Pageable => "pageable", Pinned => "pinned"]);
 
 #[cfg(test)]
 mod tests {
@@ -192,9 +184,12 @@ mod tests {
         let json = serde_json::to_string(&RunSpec::default()).unwrap();
         assert!(!json.contains("advanced"), "{json}");
         let spec: RunSpec =
-            serde_json::from_str(r#"{"advanced": {"weights": "fp16", "memory_format": "channels_last"}}"#)
+            serde_json::from_str(r#"{"advanced": {"dtype": "fp16", "memory_format": "channels_last"}}"#)
                 .unwrap();
         assert_eq!(spec.advanced.weights, WeightsDtype::Fp16);
+        // Records written before the dtype had its own name still read.
+        let old: RunSpec = serde_json::from_str(r#"{"advanced": {"weights": "fp16", "memory_format": "channels_last"}}"#).unwrap();
+        assert_eq!(old, spec);
         let back: RunSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
         assert_eq!(back, spec);
         assert!(serde_json::from_str::<RunSpec>(r#"{"advanced": {"wieghts": "fp16"}}"#).is_err());
@@ -202,7 +197,7 @@ mod tests {
 
     #[test]
     fn words_round_trip_and_checks_name_the_field() {
-        for w in WeightsDtype::ALL {
+        for &w in crate::words::all::<WeightsDtype>() {
             assert_eq!(w.as_str().parse::<WeightsDtype>(), Ok(w));
         }
         assert!("nhwc".parse::<MemoryFormat>().unwrap_err().contains("channels_last"));

@@ -5,13 +5,15 @@
 //! switches mean what they mean for a forward run.
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 
 use crate::{Drift, KvDtype, LatencyStats, LinearQuant, MemorySplit, WeightQuant, WeightsBreakdown};
 
 /// How the keys and values of past positions are kept between decode steps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum KvCacheKind {
     /// Grows by concatenation each step, as transformers' `DynamicCache`.
     #[default]
@@ -21,27 +23,6 @@ pub enum KvCacheKind {
     Static,
     /// No cache: every step recomputes the whole prefix (`use_cache=False`).
     Off,
-}
-
-impl KvCacheKind {
-    pub const ALL: [KvCacheKind; 3] = [KvCacheKind::Dynamic, KvCacheKind::Static, KvCacheKind::Off];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KvCacheKind::Dynamic => "dynamic",
-            KvCacheKind::Static => "static",
-            KvCacheKind::Off => "off",
-        }
-    }
-}
-
-impl std::str::FromStr for KvCacheKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        KvCacheKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown KV cache `{s}`; expected one of: dynamic, static, off"))
-    }
 }
 
 /// The most new tokens one generate run may ask for.
@@ -56,8 +37,10 @@ pub struct GenerateSpec {
     pub new_tokens: u32,
     pub cache: KvCacheKind,
     /// Weight-only quantization of the decoder's linear layers (none, int8, int4); the
-    /// embedding, norms and LM head stay in the activation dtype. Left out when none.
-    #[serde(skip_serializing_if = "WeightQuant::is_none")]
+    /// embedding, norms and LM head stay in the weights' dtype (`advanced.dtype`). `quant`
+    /// in the JSON, the URL and the CLI (`weights` in records and clients from before it
+    /// had its own name: still read). Left out when none.
+    #[serde(rename = "quant", alias = "weights", skip_serializing_if = "WeightQuant::is_none")]
     pub weights: WeightQuant,
     /// int4's group size (32, 64 or 128; 64 when absent). Only with int4.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -268,7 +251,8 @@ pub struct GenerationReport {
     pub tokens_per_s: f64,
     /// The same for the whole batch.
     pub tokens_per_s_total: f64,
-    /// Bytes of the weights each step reads.
+    /// Bytes of the weights each decode step reads: every weight, but one embedding row
+    /// per sequence of an untied table ([`crate::decode_weight_bytes`]).
     pub weights_bytes: u64,
     /// Decode's achieved memory bandwidth: (weights + KV cache bytes read) / step time,
     /// summed over the decode steps, in GB/s.

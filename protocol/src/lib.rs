@@ -34,6 +34,8 @@ pub mod team;
 #[doc(hidden)]
 pub mod testing;
 mod trace;
+pub mod settings;
+pub mod words;
 pub use advanced::*;
 pub use errors::*;
 pub use events::*;
@@ -154,7 +156,7 @@ mod tests {
         for g in GradMode::ALL {
             assert_eq!(g.as_str().parse::<GradMode>().unwrap(), g);
         }
-        for a in Autocast::ALL {
+        for &a in words::all::<Autocast>() {
             assert_eq!(a.as_str().parse::<Autocast>().unwrap(), a);
         }
         assert!("gpu".parse::<DeviceChoice>().is_err());

@@ -33,7 +33,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
             spec.batch
         ),
     };
-    let mut out = String::new();
+    let mut out = format!("# {}\n", crate::settings::command_line(crate::settings::SETTINGS, spec));
     out.push_str("import torch\n");
     if spec.model.is_image() {
         out.push_str("import torchvision\n");

@@ -45,7 +45,7 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
     let prompt = spec.resolved_input_size();
     let new_tokens = spec.generate.as_ref().map_or(1, |g| g.new_tokens);
     let vocab = spec.model.decoder().map_or(1, |d| d.config.vocab_size);
-    let mut out = String::from("import torch\nimport transformers\n\n");
+    let mut out = format!("# {}\nimport torch\nimport transformers\n\n", crate::settings::command_line(crate::settings::SETTINGS, spec));
     out.push_str(&format!("device = {device}\ntorch.manual_seed(0)\n"));
     if let Some(d) = spec.model.decoder() {
         out.push_str(&format!("# {}: {}\n", d.display_name, d.provenance()));

@@ -1,4 +1,4 @@
-//! Weight-only quantization of a decoder's linear layers (`generate.weights`: int8 per
+//! Weight-only quantization of a decoder's linear layers (`generate.quant`: int8 per
 //! output channel, int4 group-wise), what it reports (the weights split into the quantized
 //! linear layers and the rest, the memory split into weights / KV cache / activations, the
 //! drift from the unquantized model), and the byte formulas the reports are checked against.
@@ -13,15 +13,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 use crate::decoder::DecoderConfig;
 use crate::SpecError;
 
 /// What the decoder's linear layers are stored as.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum WeightQuant {
-    /// In the activation dtype (the weights' dtype, `advanced.weights`), unquantized.
+    /// In the weights' dtype (`advanced.dtype`), unquantized.
     #[default]
     None,
     /// int8, one scale per output channel (`torch._weight_int8pack_mm`).
@@ -32,35 +34,16 @@ pub enum WeightQuant {
 }
 
 impl WeightQuant {
-    pub const ALL: [WeightQuant; 3] = [WeightQuant::None, WeightQuant::Int8, WeightQuant::Int4];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WeightQuant::None => "none",
-            WeightQuant::Int8 => "int8",
-            WeightQuant::Int4 => "int4",
-        }
-    }
-
     pub fn is_none(&self) -> bool {
         *self == WeightQuant::None
     }
 }
 
-impl std::str::FromStr for WeightQuant {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        WeightQuant::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown weights `{s}`; expected one of: none, int8, int4"))
-    }
-}
-
 /// The dtype the KV cache stores its keys and values in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum KvDtype {
     /// The keys' dtype, as transformers' caches keep it (the activations').
     #[default]
@@ -76,29 +59,18 @@ pub enum KvDtype {
 }
 
 impl KvDtype {
-    pub const ALL: [KvDtype; 4] = [KvDtype::AsActivations, KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8E4m3];
-
-    pub fn as_str(self) -> &'static str {
+    /// What the cache stores its elements as, with activations in `activations`.
+    pub fn element(self, activations: crate::WeightsDtype) -> crate::Element {
         match self {
-            KvDtype::AsActivations => "as_activations",
-            KvDtype::Bf16 => "bf16",
-            KvDtype::Fp16 => "fp16",
-            KvDtype::Fp8E4m3 => "fp8_e4m3",
+            KvDtype::AsActivations => activations.element(),
+            KvDtype::Bf16 => crate::Element::Bf16,
+            KvDtype::Fp16 => crate::Element::F16,
+            KvDtype::Fp8E4m3 => crate::Element::F8E4m3,
         }
     }
 
     pub fn is_default(&self) -> bool {
         *self == KvDtype::AsActivations
-    }
-}
-
-impl std::str::FromStr for KvDtype {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        KvDtype::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown KV cache dtype `{s}`; expected one of: as_activations, bf16, fp16, fp8_e4m3"))
     }
 }
 
@@ -127,15 +99,6 @@ impl LinearQuant {
 
     pub fn is_none(&self) -> bool {
         self.weights == WeightQuant::None
-    }
-
-    /// "int8 weights", "int4 weights (group 64)"; empty when unquantized.
-    pub fn label(&self) -> String {
-        match self.weights {
-            WeightQuant::None => String::new(),
-            WeightQuant::Int8 => "int8 weights".into(),
-            WeightQuant::Int4 => format!("int4 weights (group {})", self.group_size),
-        }
     }
 }
 
@@ -167,7 +130,7 @@ pub fn check_quant(
                 return Err(err(
                     "generate.group_size",
                     format!(
-                        "group_size {g} applies to int4 weights only; {} weights have {}",
+                        "group_size {g} applies to int4 (generate.quant) only; {} linear layers have {}",
                         weights.as_str(),
                         match weights {
                             WeightQuant::Int8 => "one scale per output channel, no groups",
@@ -250,6 +213,18 @@ pub fn weights_formula(c: &DecoderConfig, q: LinearQuant, act_bytes: u64) -> Wei
     }
 }
 
+/// The weight bytes one decode step reads, of `resident` held: every weight once, but of an
+/// embedding table apart from the LM head only the rows of the tokens fed (one per
+/// sequence); a table tied to the head is read whole by the head. `act_bytes`: the table's
+/// bytes per element.
+pub fn decode_weight_bytes(c: &DecoderConfig, resident: u64, batch: u64, act_bytes: u64) -> u64 {
+    if c.tie_word_embeddings {
+        return resident;
+    }
+    let (vocab, h) = (c.vocab_size as u64, c.hidden_size as u64);
+    resident.saturating_sub(vocab * h * act_bytes) + batch.min(vocab) * h * act_bytes
+}
+
 /// A decoder's weights split into the linear layers of its blocks and the rest.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -323,32 +298,34 @@ mod tests {
     fn a_spec_with_malformed_weights_is_refused_naming_the_field() {
         // int3 does not read: serde names the variant, the API's reader the field.
         let e = serde_json::from_str::<crate::RunSpec>(
-            r#"{"model": "llama_tiny", "generate": {"weights": "int3"}}"#,
+            r#"{"model": "llama_tiny", "generate": {"quant": "int3"}}"#,
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("int3") && e.contains("int8") && e.contains("int4"), "{e}");
         let spec = |json: &str| -> crate::RunSpec { serde_json::from_str(json).unwrap() };
         let limits = crate::Limits::default();
-        let e = spec(r#"{"model": "llama_tiny", "generate": {"weights": "int4", "group_size": 128}}"#)
+        let e = spec(r#"{"model": "llama_tiny", "generate": {"quant": "int4", "group_size": 128}}"#)
             .check(&limits)
             .unwrap_err();
         assert_eq!(e.field, "generate.group_size");
-        let e = spec(r#"{"model": "llama_tiny", "autocast": "bf16", "generate": {"weights": "int8"}}"#)
+        let e = spec(r#"{"model": "llama_tiny", "autocast": "bf16", "generate": {"quant": "int8"}}"#)
             .check(&limits)
             .unwrap_err();
-        assert_eq!(e.field, "generate.weights");
+        assert_eq!(e.field, "generate.quant");
         assert!(e.message.contains("autocast"), "{e}");
-        let ok = spec(r#"{"model": "llama_tiny", "generate": {"weights": "int4", "group_size": 32}}"#);
+        let ok = spec(r#"{"model": "llama_tiny", "generate": {"quant": "int4", "group_size": 32}}"#);
         ok.check(&limits).unwrap();
-        assert!(ok.label().contains("int4 weights (group 32)"), "{}", ok.label());
+        assert!(ok.label().contains("int4 linear layers · group 32"), "{}", ok.label());
+        // The old name of the field still reads, as the same spec.
+        assert_eq!(spec(r#"{"model": "llama_tiny", "generate": {"weights": "int4", "group_size": 32}}"#), ok);
         let e = spec(r#"{"model": "llama_tiny", "generate": {"cache": "off", "kv_dtype": "bf16"}}"#)
             .check(&limits)
             .unwrap_err();
         assert_eq!(e.field, "generate.kv_dtype");
         // Unquantized specs serialise as they did before the field existed.
         let plain = serde_json::to_string(&crate::GenerateSpec::default()).unwrap();
-        assert!(!plain.contains("weights") && !plain.contains("group_size") && !plain.contains("kv_dtype"), "{plain}");
+        assert!(!plain.contains("quant") && !plain.contains("group_size") && !plain.contains("kv_dtype"), "{plain}");
     }
 
     #[test]

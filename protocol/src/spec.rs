@@ -2,14 +2,16 @@
 //! against the server's [`Limits`]. The models it names are in `model.rs`.
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 use std::fmt;
 
 use crate::{Advanced, ModelId};
 
 /// Which device a run asks for. `auto` means CUDA when the server has it, else the CPU.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum DeviceChoice {
     #[default]
     Auto,
@@ -49,9 +51,10 @@ impl DeviceKind {
 }
 
 /// How autograd is configured around the forward pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum GradMode {
     /// PyTorch's default: every op on a tensor that requires grad records the graph.
     #[default]
@@ -62,74 +65,16 @@ pub enum GradMode {
     InferenceMode,
 }
 
-impl GradMode {
-    pub const ALL: [GradMode; 3] = [GradMode::Enabled, GradMode::NoGrad, GradMode::InferenceMode];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GradMode::Enabled => "enabled",
-            GradMode::NoGrad => "no_grad",
-            GradMode::InferenceMode => "inference_mode",
-        }
-    }
-}
-
 /// Automatic mixed precision around the forward pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, EnumString, IntoStaticStr, VariantArray, VariantNames)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case", parse_err_ty = String, parse_err_fn = crate::words::unknown::<Self>)]
 pub enum Autocast {
     #[default]
     Off,
     Fp16,
     Bf16,
-}
-
-impl Autocast {
-    pub const ALL: [Autocast; 3] = [Autocast::Off, Autocast::Fp16, Autocast::Bf16];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Autocast::Off => "off",
-            Autocast::Fp16 => "fp16",
-            Autocast::Bf16 => "bf16",
-        }
-    }
-}
-
-macro_rules! from_str_via_all {
-    ($t:ty, $what:literal) => {
-        impl std::str::FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                <$t>::ALL
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| {
-                        let known: Vec<_> = <$t>::ALL.iter().map(|v| v.as_str()).collect();
-                        format!(
-                            concat!("unknown ", $what, " `{}`; expected one of: {}"),
-                            s,
-                            known.join(", ")
-                        )
-                    })
-            }
-        }
-    };
-}
-from_str_via_all!(GradMode, "grad mode");
-from_str_via_all!(Autocast, "autocast setting");
-
-impl std::str::FromStr for DeviceChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(DeviceChoice::Auto),
-            "cpu" => Ok(DeviceChoice::Cpu),
-            "cuda" => Ok(DeviceChoice::Cuda),
-            _ => Err(format!(
-                "unknown device `{s}`; expected one of: auto, cpu, cuda"
-            )),
-        }
-    }
 }
 
 /// One measurement request. Every field has a default, so `{}` is a valid spec.
@@ -394,9 +339,9 @@ impl RunSpec {
         }
         if !g.weights.is_none() && self.autocast != Autocast::Off {
             return err(
-                "generate.weights",
+                "generate.quant",
                 format!(
-                    "{} weights run PyTorch's packed kernels in the activation dtype (advanced.weights), which autocast does not cast into; turn autocast off and set advanced.weights to fp16 or bf16 for half-precision activations",
+                    "{} linear layers run PyTorch's packed kernels in the weights' dtype (advanced.dtype), which autocast does not cast into; turn autocast off and set advanced.dtype to fp16 or bf16 for half-precision activations",
                     g.weights.as_str()
                 ),
             );
@@ -433,34 +378,5 @@ impl RunSpec {
             row(true, GradMode::NoGrad, Autocast::Fp16),
             row(true, GradMode::NoGrad, Autocast::Bf16),
         ]
-    }
-
-    /// A short human label of the settings, e.g. `eval · no_grad · fp16 · batch 32`.
-    pub fn label(&self) -> String {
-        let mut parts = vec![
-            if self.eval { "eval" } else { "train" }.to_string(),
-            self.grad.as_str().to_string(),
-        ];
-        if self.autocast != Autocast::Off {
-            parts.push(self.autocast.as_str().to_string());
-        }
-        parts.extend(self.advanced.label_parts());
-        parts.push(format!("batch {}", self.batch));
-        if let Some(g) = &self.generate {
-            parts.push(format!(
-                "prompt {} + {} new · {} cache",
-                self.resolved_input_size(),
-                g.new_tokens,
-                g.cache.as_str()
-            ));
-            let quant = g.quant().label();
-            if !quant.is_empty() {
-                parts.push(quant);
-            }
-            if !g.kv_dtype.is_default() {
-                parts.push(format!("{} KV cache", g.kv_dtype.as_str()));
-            }
-        }
-        parts.join(" · ")
     }
 }

@@ -2,6 +2,7 @@
 //! with the spec and forward-pass trace a test chooses, and measured by nothing (every
 //! figure outside the trace is a placeholder). Nothing outside tests calls it.
 
+use crate::settings::{self, Setting, SETTINGS};
 use crate::{Report, TracePoint};
 
 /// A trace point of module `module` with output `[batch, 4]` (float32), holding `held`
@@ -63,4 +64,25 @@ pub fn with_latencies(mut r: Report, latencies_ms: &[f64]) -> Report {
     }
     r.latency_ms.iqr = crate::stats::iqr(latencies_ms);
     r
+}
+
+/// The settings table with one more row: `generate.prefill_logits` (a command-line setting
+/// only, until now) on the Generate page as `logits`: what docs/ARCHITECTURE.md's "Adding a
+/// setting" adds. The tests of each part that reads the table run it on this one.
+pub fn settings_with_a_new_row() -> &'static [Setting] {
+    let mut table: Vec<Setting> = SETTINGS.iter().filter(|s| s.key != "prefill_logits").copied().collect();
+    table.push(Setting {
+        path: "generate.prefill_logits",
+        key: "logits",
+        flag: "logits",
+        label: "Prefill logits",
+        help: "Report the prefill's last-position logits.",
+        pages: settings::GEN,
+        controls: settings::GEN,
+        runs: settings::GENERATION,
+        quiet: true,
+        said: settings::Said::NotDefault("prefill logits"),
+        ..settings::ROW
+    });
+    Box::leak(table.into_boxed_slice())
 }

@@ -61,7 +61,7 @@ fn every_model_snippet_runs_with_pytorch() {
     }
     // Generation, both forms (a hand-written loop, transformers' generate()), every cache
     // and grad mode, small: the point is that the code runs as copied.
-    for cache in protocol::KvCacheKind::ALL {
+    for &cache in protocol::words::all::<protocol::KvCacheKind>() {
         for grad in GradMode::ALL {
             let spec = RunSpec {
                 model: protocol::decoder::CPU_PRESET.parse().unwrap(),

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use protocol::{Autocast, DeviceChoice, GradMode, RecordKind};
+use protocol::settings::{Kind, RunKind, Setting, SETTINGS};
+use protocol::{DeviceChoice, RecordKind, RunSpec};
 
 /// Gradless: see what PyTorch's inference settings really do, measured live with libtorch.
 #[derive(Debug, Parser)]
@@ -264,97 +265,155 @@ pub struct WorkerArgs {
     pub engine: EngineArgs,
 }
 
-/// One configuration to measure.
-#[derive(Debug, Clone, Args)]
-pub struct SpecArgs {
-    /// A built-in model or a team model of --models-dir (`gradless models` lists them).
-    #[arg(long, default_value = "tiny_mlp")]
-    pub model: String,
-    #[arg(long, default_value_t = 32)]
-    pub batch: u32,
-    /// Model-specific input size (features, image side, sequence length); default per model.
-    #[arg(long)]
-    pub input_size: Option<u32>,
-    /// Threads for this run (default: the server's).
-    #[arg(long)]
-    pub threads: Option<u32>,
-    #[arg(long, default_value = "auto")]
-    pub device: DeviceChoice,
-    #[arg(long, default_value_t = 3)]
-    pub warmup: u32,
-    #[arg(long, default_value_t = 20)]
-    pub iters: u32,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub advanced: AdvancedArgs,
-    #[command(flatten)]
-    pub engine: EngineArgs,
+/// A command's run settings: a flag for each setting of the table
+/// ([`protocol::settings::SETTINGS`]) that applies to the command's kind of run, over the
+/// command's defaults. Nothing here names a setting: a row added to the table is a flag of
+/// every command whose runs it applies to.
+pub trait Command {
+    const RUN: RunKind;
+    /// Keys the command sets itself (compare varies the mode, grad and autocast).
+    const SKIP: &'static [&'static str];
+    fn defaults() -> RunSpec;
 }
 
-/// The advanced settings (the Lab's "Advanced" section), PyTorch's defaults unless given.
-#[derive(Debug, Clone, Args)]
-pub struct AdvancedArgs {
-    /// Weights dtype: fp32, fp16 (model.half()) or bf16 (model.to(torch.bfloat16)); with
-    /// `gradless generate` also int8 or int4 (weight-only quantization of the decoder's
-    /// linear layers, the rest in the --activations dtype).
-    #[arg(long, default_value = "fp32")]
-    pub weights: WeightsArg,
-    /// contiguous (NCHW) or channels_last (NHWC; convolution models only).
-    #[arg(long, default_value = "contiguous")]
-    pub memory_format: protocol::MemoryFormat,
-    /// Where the input starts each iteration: device, pageable or pinned (CUDA) host memory;
-    /// a host input is copied inside every timed pass.
-    #[arg(long, default_value = "device")]
-    pub input_source: protocol::InputSource,
-    /// CUDA: TF32 on for matmuls and cuDNN (off: both off).
-    #[arg(long)]
-    pub tf32: bool,
-    /// CUDA: torch.backends.cudnn.benchmark = True.
-    #[arg(long)]
-    pub cudnn_benchmark: bool,
-    /// CUDA: capture the pass as a CUDA graph and replay it.
-    #[arg(long)]
-    pub cuda_graph: bool,
+/// `gradless measure`'s settings.
+#[derive(Debug, Clone)]
+pub struct MeasureRun;
+impl Command for MeasureRun {
+    const RUN: RunKind = RunKind::Forward;
+    const SKIP: &'static [&'static str] = &[];
+    fn defaults() -> RunSpec {
+        RunSpec::default()
+    }
 }
 
-/// `--weights`: a dtype for every weight, or a quantization of a decoder's linear layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightsArg {
-    Dtype(protocol::WeightsDtype),
-    Quant(protocol::WeightQuant),
+/// `gradless compare`'s: measure's, but the modes it compares.
+#[derive(Debug, Clone)]
+pub struct CompareRun;
+impl Command for CompareRun {
+    const RUN: RunKind = RunKind::Forward;
+    const SKIP: &'static [&'static str] = &["eval", "grad", "autocast"];
+    fn defaults() -> RunSpec {
+        RunSpec::default()
+    }
 }
 
-impl std::str::FromStr for WeightsArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "int8" => Ok(WeightsArg::Quant(protocol::WeightQuant::Int8)),
-            "int4" => Ok(WeightsArg::Quant(protocol::WeightQuant::Int4)),
-            _ => s
-                .parse::<protocol::WeightsDtype>()
-                .map(WeightsArg::Dtype)
-                .map_err(|_| format!("unknown weights `{s}`; expected one of: fp32, fp16, bf16, int8, int4 (int8 and int4: `gradless generate` only)")),
+/// `gradless generate`'s: one greedy generation on a decoder.
+#[derive(Debug, Clone)]
+pub struct GenerateRun;
+impl Command for GenerateRun {
+    const RUN: RunKind = RunKind::Generate;
+    const SKIP: &'static [&'static str] = &[];
+    fn defaults() -> RunSpec {
+        RunSpec {
+            model: protocol::decoder::CPU_PRESET.parse().unwrap_or_default(),
+            batch: 1,
+            input_size: Some(32),
+            generate: Some(protocol::GenerateSpec::default()),
+            ..RunSpec::default()
         }
     }
 }
 
-impl AdvancedArgs {
-    /// The settings, with int8/int4 weights' activations in fp32 (the caller that allows
-    /// them sets the dtype).
-    pub fn settings(&self) -> protocol::Advanced {
-        protocol::Advanced {
-            weights: match self.weights {
-                WeightsArg::Dtype(d) => d,
-                WeightsArg::Quant(_) => protocol::WeightsDtype::Fp32,
-            },
-            memory_format: self.memory_format,
-            input_source: self.input_source,
-            tf32: self.tf32,
-            cudnn_benchmark: self.cudnn_benchmark,
-            cuda_graph: self.cuda_graph,
+/// The settings a command line gave, over the command's defaults. The model stays a name
+/// until the models directory is loaded (`cli::model`).
+#[derive(Debug, Clone)]
+pub struct RunArgs<C> {
+    pub spec: RunSpec,
+    pub model: String,
+    command: std::marker::PhantomData<C>,
+}
+
+impl<C: Command> RunArgs<C> {
+    /// The rows of the table this command takes, in the table's order.
+    pub fn rows() -> impl Iterator<Item = &'static Setting> {
+        SETTINGS.iter().filter(|s| s.applies_to(C::RUN) && !C::SKIP.contains(&s.key))
+    }
+}
+
+/// The old flag of two settings (`--weights`): a value is read as the setting whose word
+/// it is.
+fn legacy_flags<C: Command>() -> Vec<&'static str> {
+    let mut flags: Vec<&str> = RunArgs::<C>::rows().filter_map(|s| s.legacy).collect();
+    flags.dedup();
+    flags
+}
+
+impl<C: Command> clap::Args for RunArgs<C> {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        use clap::{Arg, ArgAction};
+        let defaults = C::defaults();
+        for row in Self::rows() {
+            let shown = row.value(&defaults).filter(|_| !row.quiet);
+            let help = match (&shown, row.kind) {
+                (Some(v), Kind::Count { .. } | Kind::Choice(_) | Kind::Name(_)) => format!("{} [default: {v}]", row.help),
+                _ => row.help.to_string(),
+            };
+            cmd = match row.kind {
+                Kind::Switch => cmd.arg(Arg::new(row.key).long(row.flag).action(ArgAction::SetTrue).help(help)),
+                Kind::Pair { on, off } => {
+                    let default = |word| if (shown.as_deref() == Some("1")) == (word == on) { " (the default)" } else { "" };
+                    cmd.arg(Arg::new(on).long(on).action(ArgAction::SetTrue).conflicts_with(off).help(format!("{}{}", row.help, default(on))))
+                        .arg(Arg::new(off).long(off).action(ArgAction::SetTrue).help(format!("The other side of --{on}{}", default(off))))
+                }
+                Kind::Choice(words) => cmd.arg(
+                    Arg::new(row.key)
+                        .long(row.flag)
+                        .value_parser(clap::builder::PossibleValuesParser::new(words()))
+                        .help(help),
+                ),
+                Kind::Count { .. } | Kind::Name(_) => cmd.arg(Arg::new(row.key).long(row.flag).value_name("N").help(help)),
+            };
         }
+        for old in legacy_flags::<C>() {
+            cmd = cmd.arg(Arg::new(old).long(old).hide(true));
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl<C: Command> clap::FromArgMatches for RunArgs<C> {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut spec = C::defaults();
+        let mut model = spec.model.as_str().to_string();
+        let invalid = |flag: &str, e: String| clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("--{flag}: {e}\n"));
+        let text = |key: &str| m.try_get_one::<String>(key).ok().flatten().cloned();
+        let flag = |key: &str| m.try_get_one::<bool>(key).ok().flatten().copied().unwrap_or(false);
+        for old in legacy_flags::<C>() {
+            if let Some(v) = text(old) {
+                let row = Self::rows()
+                    .filter(|s| s.legacy == Some(old) && text(s.key).is_none())
+                    .find(|s| s.set(&mut spec.clone(), &v).is_ok())
+                    .ok_or_else(|| invalid(old, format!("unknown value `{v}` (--{old} is the old flag of the weights' dtype and the quantization: use --dtype or --quant)")))?;
+                row.set(&mut spec, &v).map_err(|e| invalid(row.flag, e))?;
+            }
+        }
+        for row in Self::rows() {
+            let given = match row.kind {
+                Kind::Switch => flag(row.key).then(|| "1".to_string()),
+                Kind::Pair { on, off } => match (flag(on), flag(off)) {
+                    (true, _) => Some("1".into()),
+                    (_, true) => Some("0".into()),
+                    _ => None,
+                },
+                _ => text(row.key),
+            };
+            match (given, row.kind) {
+                (Some(v), Kind::Name(_)) => model = v,
+                (Some(v), _) => row.set(&mut spec, &v).map_err(|e| invalid(row.flag, e))?,
+                (None, _) => {}
+            }
+        }
+        Ok(RunArgs { spec, model, command: std::marker::PhantomData })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
     }
 }
 
@@ -370,77 +429,28 @@ pub struct ModelsArgs {
 #[derive(Debug, Clone, Args)]
 pub struct MeasureArgs {
     #[command(flatten)]
-    pub spec: SpecArgs,
-    /// model.eval() (the default).
-    #[arg(long, conflicts_with = "train")]
-    pub eval: bool,
-    /// model.train(): Dropout active, BatchNorm on batch statistics.
+    pub run: RunArgs<MeasureRun>,
+    /// Print JSON instead of a table.
     #[arg(long)]
-    pub train: bool,
-    #[arg(long, default_value = "enabled")]
-    pub grad: GradMode,
-    #[arg(long, default_value = "off")]
-    pub autocast: Autocast,
+    pub json: bool,
     /// Also print the traced forward pass: memory, time and FLOPs at every module boundary
     /// (with --json the trace is always in the report).
     #[arg(long)]
     pub trace: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 /// `gradless generate`: one greedy generation on a decoder, the same run the Generate page
-/// starts.
+/// starts (a decoder preset, e.g. llama_tiny, smollm2_135m, qwen2_5_0_5b, llama_3_2_1b,
+/// llama_3_1_8b, or a team decoder folder of --models-dir).
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
-    /// A decoder preset (llama_tiny, smollm2_135m, qwen2_5_0_5b, llama_3_2_1b,
-    /// llama_3_1_8b) or a team decoder folder of --models-dir.
-    #[arg(long, default_value = protocol::decoder::CPU_PRESET)]
-    pub model: String,
-    #[arg(long, default_value_t = 1)]
-    pub batch: u32,
-    /// Prompt length in tokens (random ids, seeded).
-    #[arg(long, default_value_t = 32)]
-    pub prompt: u32,
-    /// Tokens to generate per sequence (greedy, no end-of-sequence stop).
-    #[arg(long, default_value_t = 64)]
-    pub new_tokens: u32,
-    /// The KV cache: dynamic (grows by concatenation), static (allocated once), off
-    /// (every step recomputes the prefix).
-    #[arg(long, default_value = "dynamic")]
-    pub cache: protocol::KvCacheKind,
-    /// With --weights int8|int4: the dtype of the activations, the scales and every weight
-    /// left unquantized (embedding, norms, LM head): fp32 (default), fp16 or bf16.
-    #[arg(long)]
-    pub activations: Option<protocol::WeightsDtype>,
-    /// With --weights int4: the group size (32, 64 or 128; default 64).
-    #[arg(long)]
-    pub group_size: Option<u32>,
-    /// The KV cache's dtype: as_activations (default), bf16, fp16, fp8_e4m3 (CUDA with compute capability 8.9+).
-    #[arg(long, default_value = "as_activations")]
-    pub kv_dtype: protocol::KvDtype,
-    /// Report the prefill's last-position logits (generation.prefill_logits, batch × vocab
-    /// fp32) in --json, to compare with a peer number for number (bench/generate.py --quant).
-    #[arg(long)]
-    pub prefill_logits: bool,
-    /// model.eval() (the default).
-    #[arg(long, conflicts_with = "train")]
-    pub eval: bool,
-    /// model.train(): attention dropout active.
-    #[arg(long)]
-    pub train: bool,
-    #[arg(long, default_value = "enabled")]
-    pub grad: GradMode,
-    #[arg(long, default_value = "off")]
-    pub autocast: Autocast,
-    /// Threads for this run (default: the server's).
-    #[arg(long)]
-    pub threads: Option<u32>,
-    #[arg(long, default_value = "auto")]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub run: RunArgs<GenerateRun>,
     /// Print the JSON report instead of a summary.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub advanced: AdvancedArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -448,7 +458,12 @@ pub struct GenerateArgs {
 #[derive(Debug, Clone, Args)]
 pub struct CompareArgs {
     #[command(flatten)]
-    pub spec: SpecArgs,
+    pub run: RunArgs<CompareRun>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 #[derive(Debug, Clone, Args)]

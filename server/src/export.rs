@@ -4,7 +4,7 @@
 //! (see `trace_export`). The API (`/api/records/{id}/export/{json,csv,py,trace,trace-csv}`)
 //! and `gradless runs export` both call [`export`], so the files are the same either way.
 
-use protocol::{DeviceChoice, Record, RecordBody, Report};
+use protocol::{Record, RecordBody, Report};
 
 /// Gradless's own Python peer: the same method, step by step (see bench/peer.py's docs).
 /// The exported script is this file, unchanged, with the run's settings as its arguments.
@@ -190,56 +190,21 @@ fn write_csv<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> Strin
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-/// The command-line arguments of bench/peer.py that repeat `r`'s run.
+/// The command-line arguments of bench/peer.py that repeat `r`'s run: the settings table's
+/// flags for a forward run (peer.py takes `gradless measure`'s), with the threads the run
+/// used.
 pub fn peer_args(r: &Report) -> Vec<String> {
-    let s = &r.spec;
-    let device = match s.device {
-        DeviceChoice::Auto => "auto",
-        DeviceChoice::Cpu => "cpu",
-        DeviceChoice::Cuda => "cuda",
-    };
-    let mut args = vec![
-        format!("--model={}", s.model.as_str()),
-        format!("--batch={}", s.batch),
-        format!("--grad={}", s.grad.as_str()),
-        format!("--autocast={}", s.autocast.as_str()),
-        format!("--device={device}"),
-        format!("--warmup={}", s.warmup),
-        format!("--iters={}", s.iters),
-        format!("--threads={}", r.env.threads),
-    ];
-    if !s.eval {
-        args.push("--train".into());
-    }
-    if let Some(size) = s.input_size {
+    let forward = protocol::RunSpec { generate: None, ..r.spec.clone() };
+    let mut args: Vec<String> = protocol::settings::command_args(protocol::settings::SETTINGS, &forward, &["threads"])
+        .into_iter()
         // A fixed-shape team model has no size (0): peer.py takes the sidecar's shape.
-        if size > 0 {
-            args.push(format!("--input-size={size}"));
-        }
-    }
-    if let protocol::ModelId::Team(_) = s.model {
+        .filter(|a| a != "--input-size=0")
+        .collect();
+    args.push(format!("--threads={}", r.env.threads));
+    if let protocol::ModelId::Team(_) = r.spec.model {
         // The same TorchScript file, loaded with torch.jit.load: beside the script by
         // default, or wherever --models-dir points.
         args.push("--models-dir=.".into());
-    }
-    let a = &s.advanced;
-    if a.weights != protocol::WeightsDtype::Fp32 {
-        args.push(format!("--weights={}", a.weights.as_str()));
-    }
-    if a.memory_format != protocol::MemoryFormat::Contiguous {
-        args.push(format!("--memory-format={}", a.memory_format.as_str()));
-    }
-    if a.input_source != protocol::InputSource::Device {
-        args.push(format!("--input-source={}", a.input_source.as_str()));
-    }
-    if a.tf32 {
-        args.push("--tf32".into());
-    }
-    if a.cudnn_benchmark {
-        args.push("--cudnn-benchmark".into());
-    }
-    if a.cuda_graph {
-        args.push("--cuda-graph".into());
     }
     args
 }

@@ -4,9 +4,8 @@
 //! disabled, with the reason beside it, as autocast's are.
 
 use leptos::prelude::*;
-use protocol::{
-    cpu_reason, Advanced, DeviceKind, GradMode, InputSource, MemoryFormat, RunSpec, WeightsDtype,
-};
+use protocol::settings::{setting_at, Setting};
+use protocol::{cpu_reason, DeviceKind, GradMode, InputSource, RunSpec};
 
 use super::{resolved_device, LabCtx};
 
@@ -33,28 +32,25 @@ pub fn unavailable(device: DeviceKind, spec: &RunSpec, name: &str, no_graphs: Op
     }
 }
 
-fn radio<T: Copy + PartialEq + Send + Sync + 'static>(
-    lab: LabCtx,
-    group: &'static str,
-    value: T,
-    word: &'static str,
-    reason: Signal<String>,
-    get: fn(&Advanced) -> T,
-    set: fn(&mut Advanced, T),
-) -> impl IntoView {
+/// One value of a setting of the table as a radio button (`{key}-{word}`), disabled with
+/// `reason` when it has one.
+fn radio(lab: LabCtx, row: &'static Setting, word: String, reason: Signal<String>) -> impl IntoView {
     let spec = lab.spec;
+    let (checked, chosen) = (word.clone(), word.clone());
     view! {
         <label class="choice" title=move || reason.get()>
             <input
                 type="radio"
-                name=group
-                value=word
-                data-testid=format!("{group}-{word}")
-                prop:checked=move || get(&spec.get().advanced) == value
+                name=row.key
+                value=word.clone()
+                data-testid=format!("{}-{word}", row.key)
+                prop:checked=move || row.value(&spec.get()).as_deref() == Some(checked.as_str())
                 prop:disabled=move || !reason.get().is_empty()
-                on:change=move |_| lab.update(&|s| set(&mut s.advanced, value))
+                on:change=move |_| lab.update(&|s| {
+                    let _ = row.set(s, &chosen);
+                })
             />
-            {word}
+            {word.clone()}
             {move || (!reason.get().is_empty()).then(|| view! { <span class="warn" aria-hidden="true">" ⚠"</span> })}
         </label>
     }
@@ -75,56 +71,72 @@ pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
         Signal::derive(move || unavailable(device(), &spec.get(), name, no_graphs().as_deref()))
     };
     let none = Signal::derive(String::new);
-    let weights = WeightsDtype::ALL.map(|w| {
-        radio(lab, "weights", w, w.as_str(), none, |a| a.weights, |a, v| a.weights = v)
-    });
-    let formats = [
-        radio(lab, "memory_format", MemoryFormat::Contiguous, "contiguous", none, |a| a.memory_format, |a, v| a.memory_format = v),
-        radio(lab, "memory_format", MemoryFormat::ChannelsLast, "channels_last", why("channels_last"), |a| a.memory_format, |a, v| a.memory_format = v),
-    ];
-    let sources = [
-        radio(lab, "input_source", InputSource::Device, "device", none, |a| a.input_source, |a, v| a.input_source = v),
-        radio(lab, "input_source", InputSource::Pageable, "pageable", none, |a| a.input_source, |a, v| a.input_source = v),
-        radio(lab, "input_source", InputSource::Pinned, "pinned", why("input_source"), |a| a.input_source, |a, v| a.input_source = v),
-    ];
-    let switch = move |name: &'static str, label: &'static str, get: fn(&Advanced) -> bool, set: fn(&mut Advanced, bool)| {
+    // A setting's values from the table, each with why the device or the model refuses it.
+    let group = move |path: &'static str| {
+        let row = setting_at(path).expect("a row of the settings table");
+        let radios = row
+            .choices()
+            .into_iter()
+            .map(|word| {
+                let reason = match (row.key, word.as_str()) {
+                    ("memory_format", "channels_last") => why("channels_last"),
+                    ("input_source", "pinned") => why("input_source"),
+                    _ => none,
+                };
+                radio(lab, row, word, reason)
+            })
+            .collect_view();
+        (row, radios)
+    };
+    let (weights, weights_radios) = group("advanced.dtype");
+    let (formats, format_radios) = group("advanced.memory_format");
+    let (sources, source_radios) = group("advanced.input_source");
+    let switch = move |path: &'static str| {
+        let row = setting_at(path).expect("a row of the settings table");
+        let name = row.key;
         let reason = why(name);
+        let on = move || row.value(&spec.get()).as_deref() == Some("1");
         view! {
             <label class="choice" title=move || reason.get()>
                 <input
                     type="checkbox"
                     data-testid=name
-                    prop:checked=move || get(&spec.get().advanced)
-                    prop:disabled=move || !reason.get().is_empty() && !get(&spec.get().advanced)
-                    on:change=move |ev| { let on = event_target_checked(&ev); lab.update(&|s| set(&mut s.advanced, on)) }
+                    prop:checked=on
+                    prop:disabled=move || !reason.get().is_empty() && !on()
+                    on:change=move |ev| {
+                        let v = if event_target_checked(&ev) { "1" } else { "0" };
+                        lab.update(&|s| {
+                            let _ = row.set(s, v);
+                        })
+                    }
                 />
-                {label}
+                {row.label}
             </label>
             <p class="explain note" data-testid=format!("{name}-reason")>{move || reason.get()}</p>
         }
     };
     view! {
         <fieldset class="control beyond" data-testid="beyond-switches">
-            <legend>"Weights dtype"</legend>
-            {weights.into_iter().collect_view()}
+            <legend>{weights.label}</legend>
+            {weights_radios}
             <p class="explain">"fp16/bf16 cast the weights (and the input) once, as model.half() does; autocast instead keeps fp32 weights and casts them inside every call."</p>
         </fieldset>
         <fieldset class="control beyond">
-            <legend>"Memory format"</legend>
-            {formats.into_iter().collect_view()}
+            <legend>{formats.label}</legend>
+            {format_radios}
             <p class="explain note" data-testid="memory_format-reason">{move || why("channels_last").get()}</p>
         </fieldset>
         <fieldset class="control beyond">
-            <legend>"Input comes from"</legend>
-            {sources.into_iter().collect_view()}
+            <legend>{sources.label}</legend>
+            {source_radios}
             <p class="explain">"pageable or pinned: the input sits in host memory and each timed iteration includes its copy to the device."</p>
             <p class="explain note" data-testid="input_source-reason">{move || why("input_source").get()}</p>
         </fieldset>
         <fieldset class="control beyond">
             <legend>"CUDA switches"</legend>
-            {switch("tf32", "TF32 matmuls and convolutions", |a| a.tf32, |a, v| a.tf32 = v)}
-            {switch("cudnn_benchmark", "cudnn.benchmark", |a| a.cudnn_benchmark, |a, v| a.cudnn_benchmark = v)}
-            {switch("cuda_graph", "CUDA graph replay", |a| a.cuda_graph, |a, v| a.cuda_graph = v)}
+            {switch("advanced.tf32")}
+            {switch("advanced.cudnn_benchmark")}
+            {switch("advanced.cuda_graph")}
         </fieldset>
     }
 }
@@ -132,7 +144,7 @@ pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::ModelId;
+    use protocol::{Advanced, ModelId};
 
     #[test]
     fn settings_a_device_cannot_run_say_why() {

@@ -301,9 +301,9 @@ pub fn AutocastControl(lab: LabCtx) -> impl IntoView {
     view! {
         <fieldset class="control" class:hidden=hidden("autocast") prop:disabled=locked("autocast")>
             <legend>"Autocast"</legend>
-            {Autocast::ALL
-                .into_iter()
-                .map(|a| {
+            {protocol::words::all::<Autocast>()
+                .iter()
+                .map(|&a| {
                     let support = move || info.with_value(|i| autocast_support(i, &spec.get(), a));
                     view! {
                         <label class="choice" title=move || support().1>

@@ -174,10 +174,7 @@ impl Footprint {
 pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
     let d = spec.model.decoder()?;
     let c = &d.config;
-    let elt: u64 = match spec.advanced.weights {
-        protocol::WeightsDtype::Fp32 => 4,
-        _ => 2,
-    };
+    let elt = spec.advanced.weights.element().bytes();
     let b = spec.batch as u64;
     let p = spec.resolved_input_size() as u64;
     let n = spec.generate.as_ref().map_or(0, |g| g.new_tokens as u64);
@@ -187,11 +184,10 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
         .map_or(protocol::KvCacheKind::Off, |g| g.cache);
     // The cache keeps keys and values in the keys' dtype, the hidden states' (RoPE's cos
     // and sin are cast to it): the weights' dtype, autocast or not.
-    let kv_elt = match spec.generate.as_ref().map(|g| g.kv_dtype) {
-        Some(protocol::KvDtype::Bf16 | protocol::KvDtype::Fp16) => 2,
-        Some(protocol::KvDtype::Fp8E4m3) => 1,
-        _ => elt,
-    };
+    let kv_elt = spec
+        .generate
+        .as_ref()
+        .map_or(elt, |g| g.kv_dtype.element(spec.advanced.weights).bytes());
     let kv_cache = match cache {
         protocol::KvCacheKind::Off => 0,
         _ => c.kv_cache_bytes(p + n, b, kv_elt),

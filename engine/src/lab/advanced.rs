@@ -5,7 +5,7 @@
 //! pageable or pinned host memory); the per-iteration copy to the device, inside the timed
 //! pass; and the CUDA math switches (TF32, `cudnn.benchmark`) around the pass.
 
-use protocol::{Advanced, DeviceKind, InputSource, MemoryFormat, RunFailure, WeightsDtype};
+use protocol::{Advanced, DeviceKind, Element, InputSource, MemoryFormat, RunFailure, WeightsDtype};
 use tch::{Device, Kind, Tensor};
 
 use crate::input::Input;
@@ -15,10 +15,17 @@ use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
 
 /// The tensor kind weights of this dtype are stored in.
 pub fn kind_of(weights: WeightsDtype) -> Kind {
-    match weights {
-        WeightsDtype::Fp32 => Kind::Float,
-        WeightsDtype::Fp16 => Kind::Half,
-        WeightsDtype::Bf16 => Kind::BFloat16,
+    kind(weights.element())
+}
+
+/// libtorch's kind for an element type: the one map from what admission counts
+/// ([`protocol::Element::bytes`]) to what a run allocates (a test holds the two to the byte).
+pub fn kind(e: Element) -> Kind {
+    match e {
+        Element::F32 => Kind::Float,
+        Element::F16 => Kind::Half,
+        Element::Bf16 => Kind::BFloat16,
+        Element::F8E4m3 => Kind::Float8e4m3fn,
     }
 }
 
@@ -155,4 +162,16 @@ pub fn parameter_bytes(model: &Model) -> u64 {
         .iter()
         .map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_admission_counts_is_what_a_run_allocates() {
+        for e in Element::ALL {
+            assert_eq!(kind(e).elt_size_in_bytes() as u64, e.bytes(), "{e:?}");
+        }
+    }
 }

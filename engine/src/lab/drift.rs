@@ -77,7 +77,7 @@ impl Lab {
                 failure(FailureKind::Invalid, format!("{} is not a decoder served here", spec.model))
             })?,
             LinearQuant::NONE,
-            super::advanced::kind_of(spec.advanced.weights).elt_size_in_bytes() as u64,
+            spec.advanced.weights.element().bytes(),
         );
         let both = held_q + dense_bytes.linear_bytes + dense_bytes.other_bytes;
         if !quant.is_none() && budget.is_some_and(|b| both > b) {

@@ -265,14 +265,11 @@ pub fn generate(
 }
 
 /// The dtype the spec's KV cache stores keys and values in, when not the activations'.
+/// The element type is the one admission counts (`KvDtype::element`); fp8 stores one byte
+/// per element and a per-tensor scale per layer (`KvCache::storing`).
 pub fn kv_store(spec: &protocol::RunSpec) -> Option<tch::Kind> {
-    match spec.generate.as_ref().map(|g| g.kv_dtype) {
-        Some(protocol::KvDtype::Bf16) => Some(tch::Kind::BFloat16),
-        Some(protocol::KvDtype::Fp16) => Some(tch::Kind::Half),
-        // One byte per element and a per-tensor scale per layer (`KvCache::storing`).
-        Some(protocol::KvDtype::Fp8E4m3) => Some(tch::Kind::Float8e4m3fn),
-        _ => None,
-    }
+    let g = spec.generate.as_ref().filter(|g| !g.kv_dtype.is_default())?;
+    Some(super::advanced::kind(g.kv_dtype.element(spec.advanced.weights)))
 }
 
 /// Adds the step a failure stopped at ("out of memory at step 37 of 64").
@@ -443,7 +440,7 @@ impl Lab {
             _ => config.forward_flops(batch, 1, mid_context, 1),
         };
         let (linear_bytes, other_bytes) = decoder.weights_breakdown();
-        let act_bytes = super::advanced::kind_of(spec.advanced.weights).elt_size_in_bytes() as u64;
+        let act_bytes = spec.advanced.weights.element().bytes();
         let formula = protocol::weights_formula(&config, quant, act_bytes);
         let split = |s: &GenStep, total: u64| MemorySplit {
             weights_bytes: weights,
@@ -469,7 +466,7 @@ impl Lab {
             decode_ms_per_token,
             tokens_per_s,
             tokens_per_s_total: tokens_per_s * batch as f64,
-            weights_bytes: model.resident_bytes(),
+            weights_bytes: protocol::decode_weight_bytes(&config, model.resident_bytes(), batch, act_bytes),
             decode_bandwidth_gb_s: None,
             decode_bandwidth_percent: None,
             bandwidth_source: None,

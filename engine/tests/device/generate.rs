@@ -83,7 +83,7 @@ fn kv_cache_bytes_equal_the_formula_at_every_step(device) {
 per_device! {
 fn dynamic_static_and_no_cache_generate_the_same_tokens(device) {
     let w = worker();
-    let runs: Vec<Report> = KvCacheKind::ALL
+    let runs: Vec<Report> = protocol::words::all::<KvCacheKind>().iter().copied()
         .into_iter()
         .map(|cache| run(&w, generate(device, 2, 10, 12, cache, GradMode::NoGrad)))
         .collect();
@@ -225,7 +225,7 @@ fn every_step_holds_exactly_its_cache_and_tokens(device) {
     let config = &tiny().decoder().unwrap().config;
     let layers = config.num_hidden_layers as u64;
     let token = allocated_for(device, batch * 8);
-    for cache in KvCacheKind::ALL {
+    for cache in protocol::words::all::<KvCacheKind>().iter().copied() {
         let r = run(&w, generate(device, batch as u32, prompt as u32, n as u32, cache, GradMode::NoGrad));
         let g = r.generation.unwrap();
         for s in &g.steps {

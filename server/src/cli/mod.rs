@@ -13,7 +13,7 @@ use engine::{MeasureError, Worker};
 use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
-use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, SpecArgs, WeightsArg};
+use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, RunArgs};
 
 /// The model a command names: parsed once the models directory is loaded, so a team
 /// model's name is known.
@@ -34,24 +34,9 @@ pub(crate) fn model(name: &str) -> Result<protocol::ModelId> {
     name.parse().map_err(anyhow::Error::msg)
 }
 
-fn base_spec(args: &SpecArgs) -> Result<RunSpec> {
-    if let WeightsArg::Quant(q) = args.advanced.weights {
-        bail!(
-            "--weights {} quantizes a decoder's linear layers for `gradless generate`; measure and compare take fp32, fp16 or bf16",
-            q.as_str()
-        );
-    }
-    Ok(RunSpec {
-        model: model(&args.model)?,
-        device: args.device,
-        batch: args.batch,
-        input_size: args.input_size,
-        warmup: args.warmup,
-        iters: args.iters,
-        threads: args.threads,
-        advanced: args.advanced.settings(),
-        ..RunSpec::default()
-    })
+/// The spec a command line asked for, its model resolved (team models are known now).
+fn spec_of<C: crate::config::Command>(args: &RunArgs<C>) -> Result<RunSpec> {
+    Ok(RunSpec { model: model(&args.model)?, ..args.spec.clone() })
 }
 
 /// Runs one spec, turning engine failures into readable errors.
@@ -65,14 +50,8 @@ fn run(worker: &Worker, spec: RunSpec) -> Result<Report> {
 
 /// `gradless measure`.
 pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
-    let spec = RunSpec {
-        eval: !args.train,
-        grad: args.grad,
-        autocast: args.autocast,
-        ..base_spec(&args.spec)?
-    };
-    let report = run(worker, spec)?;
-    if args.spec.json {
+    let report = run(worker, spec_of(&args.run)?)?;
+    if args.json {
         print_json(&report)
     } else {
         print_report(&report)?;
@@ -85,38 +64,7 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
 
 /// `gradless generate`: the same spec the Generate page sends, through the same worker.
 pub fn generate(worker: &Worker, args: &GenerateArgs) -> Result<()> {
-    let (dtype, quant) = match (args.advanced.weights, args.activations) {
-        (WeightsArg::Quant(q), a) => (a.unwrap_or_default(), q),
-        (WeightsArg::Dtype(d), None) => (d, protocol::WeightQuant::None),
-        (WeightsArg::Dtype(d), Some(_)) => bail!(
-            "--activations goes with --weights int8 or int4; with --weights {} every weight and activation is {0}",
-            d.as_str()
-        ),
-    };
-    let spec = RunSpec {
-        model: model(&args.model)?,
-        device: args.device,
-        batch: args.batch,
-        input_size: Some(args.prompt),
-        eval: !args.train,
-        grad: args.grad,
-        autocast: args.autocast,
-        threads: args.threads,
-        advanced: protocol::Advanced {
-            weights: dtype,
-            ..args.advanced.settings()
-        },
-        generate: Some(protocol::GenerateSpec {
-            new_tokens: args.new_tokens,
-            cache: args.cache,
-            weights: quant,
-            group_size: args.group_size,
-            kv_dtype: args.kv_dtype,
-            prefill_logits: args.prefill_logits,
-        }),
-        ..RunSpec::default()
-    };
-    let report = run(worker, spec)?;
+    let report = run(worker, spec_of(&args.run)?)?;
     if args.json {
         return print_json(&report);
     }
@@ -279,14 +227,14 @@ pub fn classic_specs(base: &RunSpec, worker: &Worker) -> Vec<RunSpec> {
 
 /// `gradless compare`.
 pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
-    let base = base_spec(&args.spec)?;
+    let base = spec_of(&args.run)?;
     worker
         .check(base.clone())
         .map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
     let mut rows: Vec<CompareRow> = Vec::new();
     for spec in classic_specs(&base, worker) {
         let label = spec.label();
-        if !args.spec.json {
+        if !args.json {
             eprintln!("measuring {label} ...");
         }
         let (report, error) = match run(worker, spec) {
@@ -323,7 +271,7 @@ pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
                 (mem0 > 0.0).then(|| r.memory.peak_above_baseline_bytes as f64 / mem0);
         }
     }
-    if args.spec.json {
+    if args.json {
         return print_json(&rows);
     }
     print_compare(&rows)

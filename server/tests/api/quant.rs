@@ -10,27 +10,27 @@ use crate::*;
 async fn malformed_quantized_weights_get_4xx_naming_the_field() {
     let cases: [(&str, StatusCode, &str, &str); 5] = [
         (
-            r#"{"model": "llama_tiny", "generate": {"weights": "int3"}}"#,
+            r#"{"model": "llama_tiny", "generate": {"quant": "int3"}}"#,
             StatusCode::BAD_REQUEST,
-            "generate.weights",
+            "generate.quant",
             "int3",
         ),
         (
-            r#"{"model": "llama_tiny", "generate": {"weights": "int4", "group_size": 128}}"#,
+            r#"{"model": "llama_tiny", "generate": {"quant": "int4", "group_size": 128}}"#,
             StatusCode::UNPROCESSABLE_ENTITY,
             "generate.group_size",
             "704",
         ),
         (
-            r#"{"model": "llama_tiny", "generate": {"weights": "int8", "group_size": 64}}"#,
+            r#"{"model": "llama_tiny", "generate": {"quant": "int8", "group_size": 64}}"#,
             StatusCode::UNPROCESSABLE_ENTITY,
             "generate.group_size",
             "int4",
         ),
         (
-            r#"{"model": "llama_tiny", "autocast": "bf16", "generate": {"weights": "int4"}}"#,
+            r#"{"model": "llama_tiny", "autocast": "bf16", "generate": {"quant": "int4"}}"#,
             StatusCode::UNPROCESSABLE_ENTITY,
-            "generate.weights",
+            "generate.quant",
             "autocast",
         ),
         (
@@ -51,7 +51,28 @@ async fn malformed_quantized_weights_get_4xx_naming_the_field() {
 }
 
 #[tokio::test]
+async fn an_int4_generation_on_bf16_weights_runs() {
+    // gpt-fast's setup: int4 linear layers, everything else (and the activations) in bf16.
+    let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
+        "advanced": {"dtype": "bf16"}, "generate": {"new_tokens": 3, "quant": "int4", "group_size": 32}}"#;
+    let (status, _, bytes) = send(app(), post_run(body)).await;
+    assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
+    let created: RunCreated = serde_json::from_slice(&bytes).unwrap();
+    let events = follow(app(), &created.events_url).await;
+    let Some(Event::Done { report }) = events.last() else {
+        panic!("no done event: {events:?}");
+    };
+    assert_eq!(report.spec.advanced.weights, protocol::WeightsDtype::Bf16);
+    let g = report.generation.as_ref().unwrap();
+    assert_eq!(report.spec.generate.as_ref().map(|g| (g.weights, g.group_size)), Some((protocol::WeightQuant::Int4, Some(32))));
+    let w = g.weights_breakdown.unwrap();
+    assert_eq!(Some(w), g.weights_formula, "int4 on bf16: the bytes are the formula's");
+    assert!(report.spec.label().contains("bf16 weights") && report.spec.label().contains("int4 linear layers · group 32"));
+}
+
+#[tokio::test]
 async fn an_int8_generation_reports_its_weights_memory_and_drift() {
+    // The quantization's old name in the JSON (`weights`) still reads.
     let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
         "generate": {"new_tokens": 4, "weights": "int8", "prefill_logits": true}}"#;
     let (status, _, bytes) = send(app(), post_run(body)).await;

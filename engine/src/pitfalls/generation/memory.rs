@@ -7,31 +7,63 @@ use protocol::{
 };
 
 use super::super::kit::{fig, mib, series, Ctx, Decision, Outcome};
-use super::super::Card;
-use super::{decoder, gen_spec, generate, positions, rules, setup};
+use super::super::{Card, Needs};
+use super::{decoder, dtypes, gen_spec, generate, held_positions, positions, rules, setup, shape, with_cache};
 use crate::lab::Lab;
 use crate::torch_call::{catch_torch, failure};
 
 pub const GENERATE_NO_GRAD: Card = Card {
     id: "generate-no-grad",
     title: "A generation loop without no_grad keeps every step's graph",
+    asks: "What does memory hold, step after step, when an eval() model generates tokens in its own loop with autograd on?",
+    labels: ["eval(), generation loop with autograd on", "eval(), the same loop under torch.no_grad()"],
+    setup: generate_no_grad_setup,
+    needs: Needs::Any,
     claim: "A hand-written generation loop without torch.no_grad() keeps every step's autograd graph alive through the KV cache: memory grows faster than the cache, step after step, and model.eval() does not stop it.",
     why: "The cache's keys and values are outputs of the attention projections; with grad enabled each carries its grad_fn, which holds the step's saved activations (and, through the attention, the whole cache as it stood). Nothing is freed until the cache and the outputs are dropped. eval() only switches dropout off. (allenai/OLMo#164: a loop grew from 4 GB to 24 GB in 100 steps and ran out of memory at 200.)",
     source: "https://pytorch.org/docs/stable/generated/torch.no_grad.html",
-    pitfall: "model.eval()\ncache = DynamicCache(config=model.config)\nfor step in range(new_tokens):\n    logits = model(ids, past_key_values=cache).logits  # graph kept through the cache",
-    fix: "model.eval()\nwith torch.inference_mode():  # or torch.no_grad(); model.generate() does this itself\n    for step in range(new_tokens):\n        logits = model(ids, past_key_values=cache).logits",
+    pitfall: "model.eval()\ncache = DynamicCache(config=model.config)\nfor step in range(new_tokens):\n    logits = model(ids, past_key_values=cache).logits",
+    fix: "model.eval()\ncache = DynamicCache(config=model.config)\nwith torch.no_grad():  # or torch.inference_mode()\n    for step in range(new_tokens):\n        logits = model(ids, past_key_values=cache).logits",
     threshold: "confirmed when, in eval mode with a dynamic cache, grad-enabled memory beyond the weights, prompt, KV cache and tokens rises at every step and by more in the second half of the steps than in the first (superlinear: each step's attention saves the whole cache as it stood), no_grad holds none beyond 64 KiB (CUDA block rounding), and memory returns to the baseline after the run. Regime: any device; the CPU counts allocations exactly",
-    question: crate::pitfalls::value("Generating with autograd on: how many bytes does the graph hold after the last token?", "graph after the last step (grad)", "bytes", crate::pitfalls::BYTES),
+    question: crate::pitfalls::value("The setup's decoder generating in A (eval(), autograd on): after the last token, how many bytes does memory hold beyond the weights, the prompt, the KV cache and the tokens?", "graph after the last step (grad)", "bytes", crate::pitfalls::BYTES),
     experiment: generate_no_grad,
 };
 
-fn generate_no_grad(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What generate-no-grad runs: the grad-enabled generation (the no_grad one differs only in
+/// its grad mode).
+fn generate_no_grad_plan(ctx: &Ctx) -> RunSpec {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let (prompt, n) = if ctx.cuda() { (128, 48) } else { (16, 24) };
-    let grad_spec = gen_spec(ctx, model, 1, prompt, n, KvCacheKind::Dynamic, GradMode::Enabled);
+    gen_spec(ctx, model, 1, prompt, n, KvCacheKind::Dynamic, GradMode::Enabled)
+}
+
+/// "KV cache after the last token (39 positions): 2 × 4 layers × ... = 39.0 KiB".
+fn cache_after(spec: &RunSpec) -> String {
+    let elt = super::cache_dtype(spec).1;
+    let positions = held_positions(spec);
+    spec.model.decoder().map_or_else(String::new, |d| {
+        format!("KV cache after the last token ({positions} positions per sequence): {}", d.config.kv_cache_formula(positions, spec.batch as u64, elt))
+    })
+}
+
+fn generate_no_grad_setup(ctx: &Ctx) -> Vec<String> {
+    let spec = generate_no_grad_plan(ctx);
+    vec![
+        setup(&spec),
+        "A: model.eval(), one forward pass per new token with autograd on; B: model.eval(), the same loop under torch.no_grad()".into(),
+        shape(spec.model),
+        format!("{}, greedy decoding", dtypes(&spec)),
+        cache_after(&spec),
+        "Memory is read after every step: allocated bytes beyond the weights, the prompt, the KV cache and the tokens generated so far".into(),
+    ]
+}
+
+fn generate_no_grad(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let grad_spec = generate_no_grad_plan(ctx);
     let (grad_r, grad) = generate(lab, ctx, grad_spec.clone())?;
     ctx.check()?;
-    let (_, no_grad) = generate(lab, ctx, gen_spec(ctx, model, 1, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad))?;
+    let (_, no_grad) = generate(lab, ctx, RunSpec { grad: GradMode::NoGrad, ..grad_spec.clone() })?;
+    let n = grad_spec.generate.as_ref().map_or(0, |g| g.new_tokens);
     let gg: Vec<u64> = grad.steps.iter().map(|s| s.graph_bytes).collect();
     let ng: Vec<u64> = no_grad.steps.iter().map(|s| s.graph_bytes).collect();
     let holds = rules::graph_grows(&gg, &ng, grad_r.memory.leaked_bytes, 64 << 10);
@@ -68,18 +100,66 @@ fn generate_no_grad(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const KV_CACHE_SIZE: Card = Card {
     id: "kv-cache-size",
     title: "The KV cache: 2 × layers × kv_heads × head_dim × tokens × batch × bytes",
+    asks: "How many bytes does a decoder's KV cache take, and how does that grow with the context and the batch?",
+    labels: ["memory budget from the weights' bytes", "memory budget from the weights' and the KV cache's bytes"],
+    setup: kv_cache_size_setup,
+    needs: Needs::Any,
     claim: "The KV cache is 2 × layers × kv_heads × head_dim × tokens × batch × bytes per element: linear in tokens and in batch, and at long contexts often larger than the weights.",
     why: "Every layer keeps one key and one value vector per KV head for every position of every sequence. Nothing else grows with the context, so the cache, not the weights, decides how many requests fit (the PagedAttention paper, arXiv 2309.06180 §3: 800 KB per token for OPT-13B).",
     source: "https://arxiv.org/abs/2309.06180",
-    pitfall: "# \"the model is 16 GB, the GPU has 80: plenty of room\"\nbatch = 64; context = 8192",
-    fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * dtype_bytes\nassert weights_bytes + kv_bytes < budget",
+    pitfall: "batch = 64; context = 8192\nassert weights_bytes < budget",
+    fix: "batch = 64; context = 8192\nkv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * dtype_bytes\nassert weights_bytes + kv_bytes < budget",
     threshold: "confirmed when the cache bytes measured from its tensors equal the formula to the byte at two lengths and two batches (so doubling either doubles the cache exactly). The context at which the cache passes the weights is computed from the formula, for this shape and the Llama-3.1-8B shape. Regime: any device",
-    question: crate::pitfalls::value("How many bytes does the KV cache take per token, per sequence?", "KV cache per token per sequence", "bytes", crate::pitfalls::BYTES),
+    question: crate::pitfalls::value("The setup's decoder, its cache in the dtype the setup gives: how many bytes do the keys and values of one token of one sequence take, over all its layers?", "KV cache per token per sequence", "bytes", crate::pitfalls::BYTES),
     experiment: kv_cache_size,
 };
 
-fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What kv-cache-size runs: four generations (batch 1 and 2, two lengths), in order.
+fn kv_cache_size_plan(ctx: &Ctx) -> Vec<RunSpec> {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
+    [(1, 16, 9), (1, 32, 17), (2, 16, 9), (2, 32, 17)]
+        .into_iter()
+        .map(|(batch, prompt, n)| gen_spec(ctx, model, batch, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad))
+        .collect()
+}
+
+/// "Tiny Llama ..., batch 1 and 2, prompt 16 and 32 + 9 and 17 new tokens, dynamic cache, no_grad".
+fn kv_cache_size_describe(specs: &[RunSpec]) -> String {
+    let list = |f: &dyn Fn(&RunSpec) -> u32| {
+        let mut v: Vec<u32> = specs.iter().map(f).collect();
+        v.sort();
+        v.dedup();
+        v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" and ")
+    };
+    let model = specs.first().map_or("?", |s| s.model.display_name());
+    format!(
+        "{model}, batch {}, prompt {} + {} new tokens, dynamic cache, no_grad",
+        list(&|s| s.batch),
+        list(&|s| s.resolved_input_size()),
+        list(&|s| s.generate.as_ref().map_or(0, |g| g.new_tokens))
+    )
+}
+
+fn kv_cache_size_setup(ctx: &Ctx) -> Vec<String> {
+    let specs = kv_cache_size_plan(ctx);
+    let mut lines = vec![kv_cache_size_describe(&specs)];
+    if let Some(s) = specs.first() {
+        let (dtype, elt) = super::cache_dtype(s);
+        lines.push(shape(s.model));
+        lines.push(format!("KV cache in {dtype}: {elt} bytes per element; keys and values are both cached, for every layer and KV head"));
+    }
+    let runs: Vec<String> = specs.iter().map(|s| format!("batch {} × {} positions", s.batch, held_positions(s))).collect();
+    lines.push(format!(
+        "Four generations; after the last token each sequence holds the prompt and every new token but the last: {}. The cache is measured from its tensors",
+        runs.join(", ")
+    ));
+    lines
+}
+
+fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let specs = kv_cache_size_plan(ctx);
+    let model = specs[0].model;
+    let elt = super::cache_dtype(&specs[0]).1;
     let config = model
         .decoder()
         .map(|d| d.config.clone())
@@ -87,9 +167,10 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut rows = vec![];
     let mut all_equal = true;
     let mut measured = vec![];
-    for (batch, prompt, n) in [(1, 16, 9), (1, 32, 17), (2, 16, 9), (2, 32, 17)] {
+    for spec in &specs {
         ctx.check()?;
-        let (_, g) = generate(lab, ctx, gen_spec(ctx, model, batch, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad))?;
+        let batch = spec.batch;
+        let (_, g) = generate(lab, ctx, spec.clone())?;
         all_equal &= g.kv_cache_bytes == g.kv_cache_formula_bytes;
         measured.push(g.kv_cache_bytes);
         rows.push(vec![
@@ -105,7 +186,7 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let eight_b = protocol::decoder::lookup("llama_3_1_8b").map(|d| d.config.clone());
     let largest = measured.iter().copied().max().unwrap_or(0);
     let (unit, scale) = if largest >= 4 << 20 { ("MiB", 1024.0 * 1024.0) } else { ("KiB", 1024.0) };
-    let at = crossover(&config, 4);
+    let at = crossover(&config, elt);
     // A crossover past the model's context limit never happens in one sequence: say so.
     let beyond = if at > config.max_position_embeddings as u64 {
         format!(
@@ -118,7 +199,7 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut notes = vec![format!(
         "{}: the cache passes the weights ({}) at {} tokens in one sequence (fp32){beyond}, or {} tokens each across a batch of 8.",
         model.display_name(),
-        protocol::format_bytes(config.parameters() * 4),
+        protocol::format_bytes(config.parameters() * elt),
         at,
         at / 8
     )];
@@ -139,11 +220,11 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("At 24 and 48 positions, batch 1 and 2, the measured cache equals the formula to the byte ({} → {} → {}).", protocol::format_bytes(measured[0]), protocol::format_bytes(measured[1]), protocol::format_bytes(measured[3])),
         format!("Measured {measured:?} against the formula (see the table)."),
     );
-    Ok(Outcome::new(decision, format!("{}, batch 1 and 2, prompt 16 and 32 + 9 and 17 new tokens, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
+    Ok(Outcome::new(decision, kv_cache_size_describe(&specs), ChartKind::Bar)
         .figures(vec![
-            fig("KV cache per token per sequence", config.kv_cache_bytes(1, 1, 4) as f64, "bytes"),
-            fig("weights", (config.parameters() * 4) as f64, "bytes"),
-            fig("tokens at which the cache passes the weights (batch 1)", crossover(&config, 4) as f64, "count"),
+            fig("KV cache per token per sequence", config.kv_cache_bytes(1, 1, elt) as f64, "bytes"),
+            fig("weights", (config.parameters() * elt) as f64, "bytes"),
+            fig("tokens at which the cache passes the weights (batch 1)", crossover(&config, elt) as f64, "count"),
         ])
         // In the unit the table's figures are in (the CPU shape's caches are tens of KiB).
         .series(vec![series(
@@ -162,24 +243,69 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const GQA: Card = Card {
     id: "gqa",
     title: "Grouped-query attention shrinks the cache, not the model",
+    asks: "What does grouped-query attention (fewer KV heads than query heads) change: the KV cache, the weights, or both?",
+    labels: ["cache bytes from num_attention_heads", "cache bytes from num_key_value_heads"],
+    setup: gqa_setup,
+    needs: Needs::Any,
     claim: "Grouped-query attention shrinks the KV cache by num_attention_heads / num_key_value_heads without changing the weights' count much.",
     why: "With GQA several query heads share one key/value head: only the k and v projections (and what they write to the cache) shrink. Llama-3-8B has 32 query heads and 8 KV heads, a cache 4× smaller than with one KV head per query head.",
     source: "https://arxiv.org/abs/2305.13245",
-    pitfall: "# assuming the cache scales with num_attention_heads\nkv = 2 * layers * cfg.num_attention_heads * head_dim * tokens * batch * 2",
+    pitfall: "kv = 2 * layers * cfg.num_attention_heads * head_dim * tokens * batch * 2",
     fix: "kv = 2 * layers * cfg.num_key_value_heads * head_dim * tokens * batch * 2",
     threshold: "confirmed when the same shape with 8 KV heads and with 2 measures caches in exactly the ratio 8 / 2 = 4 while the parameter counts differ by under 15%. Regime: any device",
-    question: crate::pitfalls::ratio("With 2 KV heads instead of 8, the KV cache as a multiple of the 8-head one?", "KV cache, 2 KV heads", "KV cache, 8 KV heads", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
+    question: crate::pitfalls::ratio("Same prompt and tokens: the KV cache of Tiny Llama with 2 KV heads, as a multiple of the cache of the same shape with 8 KV heads (Tiny Llama without GQA)?", "KV cache, 2 KV heads", "KV cache, 8 KV heads", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: gqa,
 };
 
-fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What gqa runs: the 8-KV-head shape's generation, then the 2-KV-head one's.
+fn gqa_plan(ctx: &Ctx) -> Result<(RunSpec, RunSpec), RunFailure> {
     let gqa: ModelId = protocol::decoder::CPU_PRESET.parse().map_err(|e: String| failure(protocol::FailureKind::Internal, e))?;
     let mha: ModelId = "llama_tiny_mha".parse().map_err(|e: String| failure(protocol::FailureKind::Internal, e))?;
-    let (_, a) = generate(lab, ctx, gen_spec(ctx, mha, 1, 16, 9, KvCacheKind::Dynamic, GradMode::NoGrad))?;
+    Ok((
+        gen_spec(ctx, mha, 1, 16, 9, KvCacheKind::Dynamic, GradMode::NoGrad),
+        gen_spec(ctx, gqa, 1, 16, 9, KvCacheKind::Dynamic, GradMode::NoGrad),
+    ))
+}
+
+fn gqa_heads(m: ModelId) -> (u32, u32) {
+    m.decoder().map_or((1, 1), |d| (d.config.num_attention_heads, d.config.num_key_value_heads))
+}
+
+/// "the tiny Llama shape with 8 query heads, 8 vs 2 KV heads, batch 1, prompt 16 + 9 new tokens".
+fn gqa_describe(mha: &RunSpec, gqa: &RunSpec) -> String {
+    let g = gqa.generate.clone().unwrap_or_default();
+    format!(
+        "the tiny Llama shape with {} query heads, {} vs {} KV heads, batch {}, prompt {} + {} new tokens",
+        gqa_heads(gqa.model).0,
+        gqa_heads(mha.model).1,
+        gqa_heads(gqa.model).1,
+        gqa.batch,
+        gqa.resolved_input_size(),
+        g.new_tokens
+    )
+}
+
+fn gqa_setup(ctx: &Ctx) -> Vec<String> {
+    match gqa_plan(ctx) {
+        Ok((mha, gqa)) => vec![
+            gqa_describe(&mha, &gqa),
+            shape(mha.model),
+            shape(gqa.model),
+            format!("{}, dynamic cache, no_grad; after the last token each sequence holds {} positions", dtypes(&gqa), held_positions(&gqa)),
+            "Measured: each generation's KV cache, from its tensors, and each model's parameter count".into(),
+        ],
+        Err(e) => vec![e.message],
+    }
+}
+
+fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (mha_spec, gqa_spec) = gqa_plan(ctx)?;
+    let (mha, gqa) = (mha_spec.model, gqa_spec.model);
+    let (_, a) = generate(lab, ctx, mha_spec.clone())?;
     ctx.check()?;
-    let (_, b) = generate(lab, ctx, gen_spec(ctx, gqa, 1, 16, 9, KvCacheKind::Dynamic, GradMode::NoGrad))?;
+    let (_, b) = generate(lab, ctx, gqa_spec.clone())?;
     let params = |m: ModelId| m.decoder().map_or(0, |d| d.config.parameters());
-    let heads = |m: ModelId| m.decoder().map_or((1, 1), |d| (d.config.num_attention_heads, d.config.num_key_value_heads));
+    let heads = gqa_heads;
     let ratio = a.kv_cache_bytes as f64 / b.kv_cache_bytes.max(1) as f64;
     let want = heads(mha).1 as f64 / heads(gqa).1 as f64;
     let param_change = params(mha) as f64 / params(gqa) as f64 - 1.0;
@@ -188,7 +314,7 @@ fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("{} KV heads hold {} and {} hold {} — exactly {want:.0}× — while the weights differ by {:.1}%.", heads(mha).1, protocol::format_bytes(a.kv_cache_bytes), heads(gqa).1, protocol::format_bytes(b.kv_cache_bytes), param_change * 100.0),
         format!("Cache ratio {ratio:.3} (expected {want:.0}), parameters differ by {:.1}%.", param_change * 100.0),
     );
-    Ok(Outcome::new(decision, format!("the tiny Llama shape with {} query heads, 8 vs 2 KV heads, batch 1, prompt 16 + 9 new tokens", heads(gqa).0), ChartKind::Bar)
+    Ok(Outcome::new(decision, gqa_describe(&mha_spec, &gqa_spec), ChartKind::Bar)
         .figures(vec![
             fig("KV cache, 8 KV heads", a.kv_cache_bytes as f64, "bytes"),
             fig("KV cache, 2 KV heads", b.kv_cache_bytes as f64, "bytes"),
@@ -201,23 +327,47 @@ fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const STATIC_CACHE: Card = Card {
     id: "static-cache",
     title: "A static cache is allocated once and never grows",
+    asks: "How do a dynamic and a static KV cache's bytes evolve over a generation, and which is larger at its end?",
+    labels: ["generate() with the default dynamic cache", "generate() with cache_implementation=\"static\""],
+    setup: static_cache_setup,
+    needs: Needs::Any,
     claim: "A static cache allocates its whole length up front and never grows; on CUDA its fixed shapes are what let the decode step be captured and replayed as a CUDA graph.",
     why: "A dynamic cache concatenates one more position per step, allocating new tensors each time; a static one (transformers' StaticCache, gpt-fast) writes each step's keys and values in place into tensors sized for prompt + new tokens. A CUDA graph replays fixed addresses and shapes, which only the static layout has.",
     source: "https://huggingface.co/docs/transformers/main/en/llm_optims#static-kv-cache-and-torchcompile",
-    pitfall: "out = model.generate(ids, max_new_tokens=256)  # DynamicCache: new tensors every step",
+    pitfall: "out = model.generate(ids, max_new_tokens=256)  # DynamicCache, the default",
     fix: "out = model.generate(ids, max_new_tokens=256, cache_implementation=\"static\")",
     threshold: "confirmed when the static cache's bytes are the same at every step and equal the formula for prompt + new tokens, while the dynamic one's grow by exactly one position's bytes per step. On CUDA the static cache's decode step is also captured once and replayed as a CUDA graph (the whole capacity attended under a mask), its per-token p50 reported beside eager's with the same tokens; that part decides nothing. Regime: any device (graph replay: CUDA only)",
-    question: crate::pitfalls::ratio("The static cache's bytes as a multiple of the dynamic cache's after the last step?", "static cache (every step)", "dynamic cache after the last step", crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
+    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: B's cache bytes (static cache, sized for prompt + new tokens) as a multiple of A's (dynamic cache) after the last token?", "static cache (every step)", "dynamic cache after the last step", crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
     experiment: static_cache,
 };
 
-fn static_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What static-cache runs: the static-cache generation (the dynamic one differs only in its
+/// cache).
+fn static_cache_plan(ctx: &Ctx) -> RunSpec {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
-    let (prompt, n) = (16, 24);
-    let spec = gen_spec(ctx, model, 1, prompt, n, KvCacheKind::Static, GradMode::NoGrad);
+    gen_spec(ctx, model, 1, 16, 24, KvCacheKind::Static, GradMode::NoGrad)
+}
+
+fn static_cache_setup(ctx: &Ctx) -> Vec<String> {
+    let spec = static_cache_plan(ctx);
+    let g = spec.generate.clone().unwrap_or_default();
+    let capacity = spec.resolved_input_size() + g.new_tokens;
+    vec![
+        setup(&spec),
+        format!("A: the dynamic cache (transformers' DynamicCache), the same prompt and tokens; B: the static cache, sized for {} + {} = {capacity} positions", spec.resolved_input_size(), g.new_tokens),
+        shape(spec.model),
+        format!("{}, no_grad, greedy decoding", dtypes(&spec)),
+        "Measured: each cache's bytes from its tensors, after every step".into(),
+    ]
+}
+
+fn static_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let spec = static_cache_plan(ctx);
+    let model = spec.model;
+    let (prompt, n) = (spec.resolved_input_size(), spec.generate.as_ref().map_or(0, |g| g.new_tokens));
     let (_, st) = generate(lab, ctx, spec.clone())?;
     ctx.check()?;
-    let (_, dy) = generate(lab, ctx, gen_spec(ctx, model, 1, prompt, n, KvCacheKind::Dynamic, GradMode::NoGrad))?;
+    let (_, dy) = generate(lab, ctx, with_cache(&spec, KvCacheKind::Dynamic))?;
     let config = model.decoder().map(|d| d.config.clone()).ok_or_else(|| failure(protocol::FailureKind::Internal, "no decoder"))?;
     let elt = st.kv_cache_element_bytes as u64;
     let full = config.kv_cache_bytes((prompt + n) as u64, 1, elt);
@@ -262,20 +412,44 @@ fn static_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const PADDING_WASTE: Card = Card {
     id: "padding-waste",
     title: "Left-padding a batch pays for the padding",
+    asks: "What does generating prompts of different lengths as one left-padded batch do to the KV cache's bytes, against generating them one by one?",
+    labels: ["prompts left-padded into one batch", "each prompt generated on its own"],
+    setup: padding_waste_setup,
+    needs: Needs::Any,
     claim: "A batch of prompts of different lengths, left-padded to the longest, pays KV cache and compute for the padding.",
     why: "Padding positions are computed and cached like real ones; the attention mask only hides them. Four prompts of 8, 16, 24 and 32 tokens padded to 32 hold a cache for 128 prompt positions where 80 are real.",
     source: "https://huggingface.co/docs/transformers/main/en/llm_tutorial#wrong-padding-side",
     pitfall: "batch = tokenizer(prompts, padding=True, return_tensors=\"pt\")  # every prompt as long as the longest",
-    fix: "# group prompts of similar length, or a server that packs them (continuous batching, PagedAttention)",
+    fix: "# one prompt per batch (or: group prompts of similar length; a server that packs them)\nfor prompt in prompts:\n    batch = tokenizer([prompt], return_tensors=\"pt\")\n    model.generate(**batch, max_new_tokens=8)",
     threshold: "confirmed when the padded batch's measured cache exceeds the four prompts' caches generated one by one by exactly the padding positions' bytes (the formula at 48 padding positions). The times of both ways are reported; they decide nothing (on a CPU a batch can be faster in total even with its waste). The padded rows run without an attention mask here: the cost is what padding costs, their tokens are not compared. Regime: any device",
-    question: crate::pitfalls::ratio("The bytes wasted on padding, as a multiple of the caches needed one by one?", "wasted on padding", "one by one: KV caches", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
+    question: crate::pitfalls::ratio("The setup's decoder and prompts: the bytes A's cache (the padded batch) holds beyond B's four caches together, as a multiple of B's four caches together?", "wasted on padding", "one by one: KV caches", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: padding_waste,
 };
 
+/// What padding-waste runs: the decoder, the prompts' lengths and the new tokens of each.
+fn padding_waste_plan(ctx: &Ctx) -> (ModelId, [u32; 4], u32) {
+    (decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b"), [8, 16, 24, 32], 8)
+}
+
+fn padding_waste_describe(model: ModelId, lengths: &[u32], n: u32) -> String {
+    format!("{}, batch {} (padded) against batch 1 (one by one), prompts of {lengths:?} tokens + {n} new each, dynamic cache, no_grad", model.display_name(), lengths.len())
+}
+
+fn padding_waste_setup(ctx: &Ctx) -> Vec<String> {
+    let (model, lengths, n) = padding_waste_plan(ctx);
+    let longest = lengths.iter().max().copied().unwrap_or(0);
+    let spec = gen_spec(ctx, model, 1, longest, n, KvCacheKind::Dynamic, GradMode::NoGrad);
+    vec![
+        padding_waste_describe(model, &lengths, n),
+        format!("A: the {} prompts left-padded to {longest} tokens, generated as one batch of {}, no attention mask; B: each prompt generated alone at batch 1", lengths.len(), lengths.len()),
+        shape(model),
+        format!("{}; after the last token each sequence's cache holds its prompt (padding included) and every new token but the last", dtypes(&spec)),
+        "Measured: each cache's bytes from its tensors after the last token, and each way's total time".into(),
+    ]
+}
+
 fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
-    let lengths = [8u32, 16, 24, 32];
-    let n = 8;
+    let (model, lengths, n) = padding_waste_plan(ctx);
     let longest = *lengths.iter().max().unwrap_or(&32);
     let padded_spec = gen_spec(ctx, model, lengths.len() as u32, longest, n, KvCacheKind::Dynamic, GradMode::NoGrad);
     let (_, padded) = generate(lab, ctx, padded_spec.clone())?;
@@ -297,7 +471,7 @@ fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("The padded batch cached {} against {} one by one — {} of padding ({} padding positions), exactly the formula. Time: {padded_ms:.1} ms batched, {one_by_one_ms:.1} ms one by one.", protocol::format_bytes(padded.kv_cache_bytes), protocol::format_bytes(one_by_one_bytes), protocol::format_bytes(waste), pad_positions),
         format!("Waste {waste} B against the formula's {waste_formula} B."),
     );
-    Ok(Outcome::new(decision, format!("{}, batch 4 (padded) against batch 1 (one by one), prompts of {lengths:?} tokens + {n} new each, dynamic cache, no_grad", model.display_name()), ChartKind::Bar)
+    Ok(Outcome::new(decision, padding_waste_describe(model, &lengths, n), ChartKind::Bar)
         .figures(vec![
             fig("padded batch: KV cache", padded.kv_cache_bytes as f64, "bytes"),
             fig("one by one: KV caches", one_by_one_bytes as f64, "bytes"),
@@ -311,23 +485,43 @@ fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const INFERENCE_TENSOR_CACHE: Card = Card {
     id: "inference-tensor-cache",
     title: "A cache made under inference_mode cannot be updated outside it",
+    asks: "What happens when a cache tensor allocated under torch.inference_mode() is written in place outside it, under torch.no_grad()?",
+    labels: ["allocated under inference_mode, written under no_grad", "allocated and written under inference_mode"],
+    setup: inference_tensor_cache_setup,
+    needs: Needs::Any,
     claim: "A cache allocated under torch.inference_mode() cannot be updated in place outside it.",
     why: "Tensors created in inference mode are inference tensors: they have no version counter, so autograd could not tell if they changed, and PyTorch forbids in-place updates to them outside the mode. A static cache pre-allocated in one mode and written in another trips on it.",
     source: "https://pytorch.org/docs/stable/generated/torch.autograd.grad_mode.inference_mode.html",
-    pitfall: "with torch.inference_mode():\n    cache = StaticCache(config=model.config, max_cache_len=1024)\nwith torch.no_grad():\n    model(ids, past_key_values=cache)  # in-place write to an inference tensor: RuntimeError",
+    pitfall: "with torch.inference_mode():\n    cache = StaticCache(config=model.config, max_cache_len=1024)\nwith torch.no_grad():\n    model(ids, past_key_values=cache)  # writes the new keys and values into the cache",
     fix: "with torch.inference_mode():  # allocate and update under the same mode\n    cache = StaticCache(config=model.config, max_cache_len=1024)\n    model(ids, past_key_values=cache)\n# or: torch.no_grad() for both",
     threshold: "confirmed when libtorch raises its error for the in-place write to a cache tensor made under inference_mode from outside it, and both fixes (allocate and update under inference_mode; no_grad for both) succeed. Regime: any device",
-    question: crate::pitfalls::value("Does writing into a cache made under inference_mode, outside it, raise an error?", "error raised", "bool", crate::pitfalls::Ask::YesNo),
+    question: crate::pitfalls::value("In A (a cache tensor allocated under inference_mode, then one position written into it in place under no_grad), does libtorch raise an error?", "error raised", "bool", crate::pitfalls::Ask::YesNo),
     experiment: inference_tensor_cache,
 };
+
+/// The cache tensor inference-tensor-cache writes into: batch, KV heads, positions, head_dim.
+const CACHE_SHAPE: [i64; 4] = [1, 2, 16, 32];
+
+fn inference_tensor_cache_describe() -> String {
+    let [b, h, t, d] = CACHE_SHAPE;
+    format!("a cache tensor of batch {b}, {h} KV heads, {t} positions, head_dim {d}")
+}
+
+fn inference_tensor_cache_setup(_ctx: &Ctx) -> Vec<String> {
+    vec![
+        inference_tensor_cache_describe(),
+        "A: the tensor allocated (zeros) under torch.inference_mode(), then its first position overwritten in place under torch.no_grad(); B: allocated and overwritten under torch.inference_mode(); also measured: allocated and overwritten under torch.no_grad()".into(),
+        "fp32; one in-place copy of one position's keys per way".into(),
+    ]
+}
 
 fn inference_tensor_cache(_lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     use crate::torch_ext::InferenceModeGuard;
     use tch::{Kind, Tensor};
     let device = crate::torch_call::tch_device(ctx.device);
-    let shape = [1i64, 2, 16, 32];
+    let shape = CACHE_SHAPE;
     let enter = || InferenceModeGuard::enter().map_err(crate::torch_call::torch_failure);
-    let new_kv = || Tensor::randn([1, 2, 1, 32], (Kind::Float, device));
+    let new_kv = || Tensor::randn([shape[0], shape[1], 1, shape[3]], (Kind::Float, device));
     // The pitfall: made inside, written outside (under no_grad, as a decode loop would).
     let cache = {
         let _im = enter()?;
@@ -363,7 +557,7 @@ fn inference_tensor_cache(_lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailu
         format!("libtorch refused the write: \"{}\"; allocating and updating under inference_mode, or using no_grad for both, worked.", error.clone().unwrap_or_default()),
         format!("Error {:?}, same-mode fix {same_mode}, no_grad fix {no_grad}.", error),
     );
-    Ok(Outcome::new(decision, "a cache tensor of batch 1, 2 KV heads, 16 positions, head_dim 32".to_string(), ChartKind::Bar)
+    Ok(Outcome::new(decision, inference_tensor_cache_describe(), ChartKind::Bar)
         .figures(vec![
             fig("error raised", if raised { 1.0 } else { 0.0 }, "bool"),
             fig("fix: same mode", if same_mode { 1.0 } else { 0.0 }, "bool"),

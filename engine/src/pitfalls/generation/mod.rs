@@ -14,7 +14,7 @@ pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, P
 pub use settings::{FP16_OVERFLOW, INT8_SPEED_DEPENDS, KV_DTYPE, QUANTIZED_WEIGHTS_NOT_KV, SDPA_BACKEND};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
 
-use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, ModelId, Report, RunFailure, RunSpec};
+use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, KvDtype, ModelId, Report, RunFailure, RunSpec, WeightsDtype};
 
 use super::kit::{measure, Ctx};
 use super::Card;
@@ -56,6 +56,76 @@ fn setup(spec: &RunSpec) -> String {
         g.new_tokens,
         g.cache.as_str()
     )
+}
+
+/// The same generation with another cache.
+fn with_cache(spec: &RunSpec, cache: KvCacheKind) -> RunSpec {
+    let mut s = spec.clone();
+    if let Some(g) = s.generate.as_mut() {
+        g.cache = cache;
+    }
+    s
+}
+
+/// "Tiny Llama ...: 4 layers, 8 query heads, 2 KV heads, head_dim 32, hidden size 256,
+/// MLP 704, vocabulary 8192": the decoder's shape, read from its config.
+fn shape(model: ModelId) -> String {
+    match model.decoder() {
+        Some(d) => {
+            let c = &d.config;
+            format!(
+                "{}: {} layers, {} query heads, {} KV heads, head_dim {}, hidden size {}, MLP {}, vocabulary {}, {:.2} M parameters",
+                model.display_name(),
+                c.num_hidden_layers,
+                c.num_attention_heads,
+                c.num_key_value_heads,
+                c.head_dim,
+                c.hidden_size,
+                c.intermediate_size,
+                c.vocab_size,
+                c.parameters() as f64 / 1e6
+            )
+        }
+        None => format!("{}: not a decoder", model.display_name()),
+    }
+}
+
+/// The weights' dtype of a spec and its bytes per element: "fp32", 4.
+fn weights_dtype(spec: &RunSpec) -> (&'static str, u64) {
+    match spec.advanced.weights {
+        WeightsDtype::Fp32 => ("fp32", 4),
+        WeightsDtype::Fp16 => ("fp16", 2),
+        WeightsDtype::Bf16 => ("bf16", 2),
+    }
+}
+
+/// The KV cache's dtype of a spec and its bytes per element: the activations' unless the
+/// spec stores the cache in another.
+fn cache_dtype(spec: &RunSpec) -> (&'static str, u64) {
+    match spec.generate.as_ref().map_or(KvDtype::AsActivations, |g| g.kv_dtype) {
+        KvDtype::AsActivations => weights_dtype(spec),
+        KvDtype::Bf16 => ("bf16", 2),
+        KvDtype::Fp16 => ("fp16", 2),
+        KvDtype::Fp8E4m3 => ("fp8 e4m3", 1),
+    }
+}
+
+/// Positions a generation's cache holds per sequence after its last step: the prompt and
+/// every new token but the last (whose keys and values are never computed).
+fn held_positions(spec: &RunSpec) -> u64 {
+    let g = spec.generate.clone().unwrap_or_default();
+    (spec.resolved_input_size() + g.new_tokens).saturating_sub(1) as u64
+}
+
+/// "fp32 weights and KV cache (4 bytes per element)": what a generate spec stores.
+fn dtypes(spec: &RunSpec) -> String {
+    let (w, wb) = weights_dtype(spec);
+    let (c, cb) = cache_dtype(spec);
+    if w == c {
+        format!("{w} weights and KV cache ({wb} bytes per element)")
+    } else {
+        format!("{w} weights ({wb} bytes per element), {c} KV cache ({cb} bytes per element)")
+    }
 }
 
 fn decode_ms(g: &GenerationReport) -> Vec<f64> {

@@ -6,14 +6,14 @@
 //! values probe, and scaled_dot_product_attention on a long prompt's tensors.
 
 use protocol::{
-    ChartKind, DeviceKind, GenerateSpec, GenerationReport, KvDtype, RunFailure, RunSpec, SdpBackend, Table, WeightQuant,
+    ChartKind, GenerateSpec, GenerationReport, KvDtype, RunFailure, RunSpec, SdpBackend, Table, WeightQuant,
     WeightsDtype,
 };
 use tch::{Kind, Tensor};
 
-use super::super::kit::{fig, mib, series, time_passes, Ctx, Decision, Outcome, Shift};
-use super::super::{ratio, value, Ask, Card, SAME_BYTES, SAME_TIME};
-use super::{decode_ms, decoder, gen_spec, generate, setup};
+use super::super::kit::{fig, interval_figures, mib, series, time_passes, Ctx, Decision, Outcome, Shift};
+use super::super::{ratio, value, Ask, Card, Needs, SAME_BYTES, SAME_TIME};
+use super::{decode_ms, decoder, gen_spec, generate, held_positions, setup, shape};
 use crate::lab::Lab;
 use crate::models::decoder::{KvCache, Logits};
 use crate::models::Model;
@@ -95,28 +95,71 @@ fn crossover(weights: u64, per_token: u64) -> u64 {
 pub const QUANTIZED_WEIGHTS_NOT_KV: Card = Card {
     id: "quantized-weights-not-kv",
     title: "int4 weights shrink the weights, not the KV cache",
+    asks: "What does weight-only int4 quantization shrink: the weights, the KV cache, the activations?",
+    labels: ["int4 weights, then a long generation", "int4 weights, the memory budget checked with the KV cache's formula"],
+    setup: quantized_weights_not_kv_setup,
+    needs: Needs::Any,
     claim: "Weight-only int4 cuts the linear layers' weights about 3.5× from bf16 (7× from fp32), while the KV cache and the activations stay exactly as they were: a long context that ran out of memory still runs out, a little later.",
     why: "Weight-only quantization packs the blocks' linear weights (half a byte each, with a scale and a zero per group) and dequantizes them inside the matmul. The keys and values the cache keeps are outputs of those matmuls, in the activation dtype, and the embeddings and the LM head stay as they were. The weights are paid once; the cache grows with every token of every sequence.",
     source: "https://github.com/pytorch/ao/tree/main/torchao/quantization",
-    pitfall: "# \"int4 makes the model 4x smaller, so 4x the context fits\"\nquantize_(model, int4_weight_only(group_size=64))\nout = model.generate(ids, max_new_tokens=32_000)  # the cache is as large as before",
-    fix: "quantize_(model, int4_weight_only(group_size=64))\nhead_dim = cfg.hidden_size // cfg.num_attention_heads\nkv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * 2\nassert weight_bytes + kv_bytes + activations < budget  # else shrink the cache: its dtype, the context, the batch",
+    pitfall: "quantize_(model, int4_weight_only(group_size=64))\nout = model.generate(ids, max_new_tokens=32_000)",
+    fix: "quantize_(model, int4_weight_only(group_size=64))\nhead_dim = cfg.hidden_size // cfg.num_attention_heads\nkv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * 2\nassert weight_bytes + kv_bytes + activations < budget",
     threshold: "confirmed when, on the same prompt and tokens, the int4 run's KV cache and its weights outside the linear layers (embeddings, norms, head) equal the unquantized run's to the byte while its linear layers take at most 0.35× their unquantized bytes (int4 with groups of 64: 0.28× of bf16, 0.14× of fp32, scales and zeros included). The position at which the cache passes the weights is computed from the formula, for this shape and the Llama-3.1-8B shape. Regime: any device; bytes repeat exactly",
-    question: ratio("With int4 weights instead of unquantized, the KV cache as a multiple of the unquantized run's?", "int4: KV cache", "unquantized: KV cache", SAME_BYTES),
+    question: ratio("The setup's decoder, same prompt and tokens: the KV cache of the run with int4 linear weights, against the KV cache of the run with unquantized weights?", "int4: KV cache", "unquantized: KV cache", SAME_BYTES),
     experiment: quantized_weights_not_kv,
 };
 
-fn quantized_weights_not_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What quantized-weights-not-kv runs: the unquantized generation, then the int4 one.
+fn quantized_weights_not_kv_plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let (prompt, n) = if ctx.cuda() { (512, 32) } else { (32, 16) };
     let dtype = activations(ctx);
     let base = gen_spec(ctx, model, 1, prompt, n, protocol::KvCacheKind::Dynamic, protocol::GradMode::InferenceMode);
-    let plain_spec = with(base.clone(), dtype, |_| {});
-    let (_, plain) = generate(lab, ctx, plain_spec.clone())?;
-    ctx.check()?;
-    let (_, int4) = generate(lab, ctx, with(base, dtype, |g| {
+    let plain = with(base.clone(), dtype, |_| {});
+    let int4 = with(base, dtype, |g| {
         g.weights = WeightQuant::Int4;
         g.group_size = Some(64);
-    }))?;
+    });
+    (plain, int4)
+}
+
+/// "Tiny Llama ..., batch 1, prompt 32 + 16 new tokens, dynamic cache, fp32 activations".
+fn with_activations(spec: &RunSpec) -> String {
+    format!("{}, {} activations", setup(spec), spec.advanced.weights.as_str())
+}
+
+/// "the weights: 1.2 MiB in their linear layers, 8.0 MiB in the rest (embedding, norms,
+/// head)", by the formula, for `spec`'s quantization.
+fn weights_split(spec: &RunSpec) -> String {
+    let Some(d) = spec.model.decoder() else { return String::new() };
+    let act = super::weights_dtype(spec).1;
+    let w = protocol::weights_formula(&d.config, spec.generate.as_ref().map_or(protocol::LinearQuant::NONE, |g| g.quant()), act);
+    format!("{} in the linear layers, {} in the rest (embedding, norms, LM head)", protocol::format_bytes(w.linear_bytes), protocol::format_bytes(w.other_bytes))
+}
+
+fn quantized_weights_not_kv_setup(ctx: &Ctx) -> Vec<String> {
+    let (plain, int4) = quantized_weights_not_kv_plan(ctx);
+    let g = int4.generate.as_ref().map(|g| g.quant()).unwrap_or(protocol::LinearQuant::NONE);
+    vec![
+        with_activations(&plain),
+        format!(
+            "Two runs: unquantized {} weights; the blocks' linear layers quantized to weight-only int4 in groups of {} (a scale and a zero per group), dequantized inside each matmul",
+            plain.advanced.weights.as_str(),
+            g.group_size,
+        ),
+        shape(plain.model),
+        format!("inference_mode, greedy decoding; after the last token each sequence holds {} positions", held_positions(&plain)),
+        "Measured: the weights (linear layers and the rest), the KV cache from its tensors, and the activations at the peak".into(),
+    ]
+}
+
+fn quantized_weights_not_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (plain_spec, int4_spec) = quantized_weights_not_kv_plan(ctx);
+    let model = plain_spec.model;
+    let dtype = plain_spec.advanced.weights;
+    let (_, plain) = generate(lab, ctx, plain_spec.clone())?;
+    ctx.check()?;
+    let (_, int4) = generate(lab, ctx, int4_spec)?;
     let (p, q) = (split(&plain)?, split(&int4)?);
     let holds = rules::only_the_linear_layers_shrink(p, q, 0.35);
     let config = model.decoder().map(|d| d.config.clone()).ok_or_else(|| failure(protocol::FailureKind::Internal, "no decoder"))?;
@@ -164,7 +207,7 @@ fn quantized_weights_not_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFail
     let decision = Decision::rule(holds, format!("{reason}: only the linear layers shrank."), format!("{reason}."));
     let x = vec!["weights: linear layers".to_string(), "weights: the rest".into(), "KV cache".into(), "activations at the peak".into()];
     let bars = |s: (u64, u64, u64), g: &GenerationReport| vec![mib(s.0), mib(s.1), mib(s.2), mib(activations_at_peak(g))];
-    Ok(Outcome::new(decision, format!("{}, {} activations", setup(&plain_spec), dtype.as_str()), ChartKind::Bar)
+    Ok(Outcome::new(decision, with_activations(&plain_spec), ChartKind::Bar)
         .figures(vec![
             fig("unquantized: linear layers", p.0 as f64, "bytes"),
             fig("int4: linear layers", q.0 as f64, "bytes"),
@@ -183,22 +226,54 @@ fn quantized_weights_not_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFail
 pub const INT8_SPEED_DEPENDS: Card = Card {
     id: "int8-speed-depends",
     title: "int8 weights decode faster on a GPU, and may not on a CPU",
+    asks: "What does weight-only int8 quantization do to a decoder's per-token decode time?",
+    labels: ["int8 weights, timed on one device", "int8 weights, timed against the unquantized weights on the serving device"],
+    setup: int8_speed_depends_setup,
+    needs: Needs::Any,
     claim: "Weight-only int8 speeds decoding up only where a step's time is spent reading the weights (a GPU at small batch: a quarter of fp32's bytes, half of bf16's); where the time goes to the kernel's own work or to dispatch, as on many CPUs, int8 can be slower than the weights it replaced.",
     why: "A decode step multiplies one token per sequence by every weight: a few FLOPs per byte read, so on a GPU the step waits on memory and reading half the bytes nearly halves the time. The int8 kernel dequantizes as it goes; on a CPU, where a 2-core step is bound by compute and by launching each op rather than by DRAM, that extra work is not paid back (bitsandbytes' 8-bit inference is known to run several times slower than bf16 for a similar reason).",
     source: "https://github.com/pytorch-labs/gpt-fast",
-    pitfall: "# \"int8 halves the bytes, so it is faster everywhere\"\nmodel = quantize_int8(model)  # then benchmark only on the laptop, or only on the GPU",
-    fix: "# measure decode per token on the device you serve from, interleaved with the baseline\nfor variant in (bf16_model, int8_model):\n    p50 = median(step_times(variant, new_tokens=64))",
+    pitfall: "model = quantize_int8(model)\n# per-token time measured on a laptop, or on another GPU than the serving one",
+    fix: "# per-token decode time on the serving device, interleaved with the unquantized weights\nfor variant in (bf16_model, int8_model):\n    p50 = median(step_times(variant, new_tokens=64))",
     threshold: "per-token decode p50 over interleaved rounds of both, as a ratio with its 95% bootstrap interval. On CUDA (bf16 baseline) confirmed when unquantized / int8 lies wholly above 1.05 (int8 at least 5% faster), refuted when wholly below 1.0; on a CPU (fp32 baseline) the claim is that int8 can be slower: confirmed when int8 / unquantized lies wholly above 1.0, refuted when wholly below 0.95; inconclusive otherwise. The reason gives the bytes each step read and the bandwidth achieved, which says whether the step was bound by reading the weights. Regime: a GPU at batch 1 is memory-bound; the CPU answers for itself",
-    question: ratio("int8 weights' per-token decode p50 against the unquantized weights'?", "int8: per-token p50", "unquantized: per-token p50", SAME_TIME),
+    question: ratio("The setup's decoder on this device: the int8 run's per-token decode p50 against the unquantized run's?", "int8: per-token p50", "unquantized: per-token p50", SAME_TIME),
     experiment: int8_speed_depends,
 };
 
-fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What int8-speed-depends runs: the unquantized and the int8 generation, and the rounds
+/// of both.
+fn int8_plan(ctx: &Ctx) -> ([RunSpec; 2], usize) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let (prompt, n, rounds) = if ctx.cuda() { (128, 48, 3) } else { (16, 24, 3) };
     let dtype = activations(ctx);
     let base = gen_spec(ctx, model, 1, prompt, n, protocol::KvCacheKind::Dynamic, protocol::GradMode::InferenceMode);
-    let specs = [with(base.clone(), dtype, |_| {}), with(base, dtype, |g| g.weights = WeightQuant::Int8)];
+    ([with(base.clone(), dtype, |_| {}), with(base, dtype, |g| g.weights = WeightQuant::Int8)], rounds)
+}
+
+/// "Tiny Llama ..., fp32 activations, 3 rounds interleaved".
+fn int8_describe(specs: &[RunSpec; 2], rounds: usize) -> String {
+    format!("{}, {rounds} rounds interleaved", with_activations(&specs[0]))
+}
+
+fn int8_speed_depends_setup(ctx: &Ctx) -> Vec<String> {
+    let (specs, rounds) = int8_plan(ctx);
+    vec![
+        int8_describe(&specs, rounds),
+        format!(
+            "Two runs: unquantized {} weights ({}); weight-only int8 linear layers, one scale per output channel, dequantized inside each matmul ({})",
+            specs[0].advanced.weights.as_str(),
+            weights_split(&specs[0]),
+            weights_split(&specs[1])
+        ),
+        shape(specs[0].model),
+        format!("inference_mode, batch {}; each round generates once with each, alternating which goes first", specs[0].batch),
+        "Per-token time: the median of every decode step of all rounds (the prompt's pass excluded); the ratio's 95% interval from the same steps".into(),
+    ]
+}
+
+fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (specs, rounds) = int8_plan(ctx);
+    let dtype = specs[0].advanced.weights;
     let (mut times, mut last): ([Vec<f64>; 2], [Option<GenerationReport>; 2]) = Default::default();
     for round in 0..rounds {
         // Alternate which goes first, so neither always runs on a warmer machine.
@@ -244,13 +319,20 @@ fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let p50 = |v: &[f64]| super::rules::median(v);
     let x: Vec<String> = (1..=times[0].len().min(times[1].len())).map(|i| i.to_string()).collect();
-    Ok(Outcome::new(decision, format!("{}, {} activations, {rounds} rounds interleaved", setup(&specs[0]), dtype.as_str()), ChartKind::Line)
-        .figures(vec![
-            fig("unquantized: per-token p50", p50(&times[0]), "ms"),
-            fig("int8: per-token p50", p50(&times[1]), "ms"),
-            fig("unquantized: weights read per step", plain.weights_bytes as f64, "bytes"),
-            fig("int8: weights read per step", int8.weights_bytes as f64, "bytes"),
-        ])
+    Ok(Outcome::new(decision, int8_describe(&specs, rounds), ChartKind::Line)
+        .figures(
+            [
+                vec![
+                    fig("unquantized: per-token p50", p50(&times[0]), "ms"),
+                    fig("int8: per-token p50", p50(&times[1]), "ms"),
+                    fig("unquantized: weights read per step", plain.weights_bytes as f64, "bytes"),
+                    fig("int8: weights read per step", int8.weights_bytes as f64, "bytes"),
+                ],
+                // The question's ratio, int8 over unquantized, with its 95% interval.
+                interval_figures(&INT8_SPEED_DEPENDS.question, &Shift::of(&times[1], &times[0])),
+            ]
+            .concat(),
+        )
         .series(vec![
             series(&format!("{}: decode step", dtype.as_str()), "ms", x.clone(), times[0].clone()),
             series("int8: decode step", "ms", x, times[1].clone()),
@@ -260,20 +342,52 @@ fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const KV_DTYPE: Card = Card {
     id: "kv-dtype",
     title: "A 16-bit KV cache halves the cache, not the model",
+    asks: "What does storing the KV cache in 16 bits, under fp32 weights, do to the cache's bytes and to the run's peak memory?",
+    labels: ["the KV cache stored in fewer bits", "the KV cache's bytes computed from the config, against the rest"],
+    setup: kv_dtype_setup,
+    needs: Needs::Any,
     claim: "Storing the KV cache in bf16 or fp16 under fp32 weights (or in fp8 under bf16) halves the cache's bytes exactly and leaves the weights and their peak as they were: on a model whose weights dominate memory, the run's peak barely moves.",
     why: "The cache's size is 2 × layers × kv_heads × head_dim × tokens × batch × bytes per element: only the last factor changes. The weights, the embeddings and the activations keep their dtype, and every step casts what it attends to back to the activations' dtype. It pays off where the cache is the large part: long contexts, large batches.",
     source: "https://huggingface.co/docs/transformers/kv_cache",
-    pitfall: "# \"an fp8 cache halves the model's memory\"\nmodel.generate(ids, cache_implementation=\"quantized\", ...)  # at 512 tokens on an 8B model: the weights are 16 GB, the cache 64 MB",
-    fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * cache_dtype_bytes\n# shrink the cache when kv_bytes is a large share of weights + kv_bytes + activations",
+    pitfall: "model.generate(ids, cache_implementation=\"quantized\", ...)",
+    fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * cache_dtype_bytes\nshare = kv_bytes / (weights_bytes + kv_bytes + activations_bytes)",
     threshold: "confirmed when, with fp32 weights on the same prompt and tokens, the bf16 and fp16 caches each hold exactly half the fp32 cache's bytes (each equal to the formula), and on a GPU with fp8 (compute capability 8.9+) an fp8 e4m3 cache exactly a quarter, while the weights are the same to the byte; the peaks and the drift from the fp32 cache (max |Δ logit| at the prefill, greedy agreement) are reported beside them. Regime: any device; bytes repeat exactly",
-    question: ratio("A bf16 KV cache under fp32 weights: the run's peak memory as a multiple of the fp32 cache's?", "bf16 cache: peak allocated", "fp32 cache: peak allocated", SAME_BYTES),
+    question: ratio("The setup's decoder with fp32 weights, same prompt and tokens: the peak allocated memory of the run with a bf16 KV cache, against the run with an fp32 cache?", "bf16 cache: peak allocated", "fp32 cache: peak allocated", SAME_BYTES),
     experiment: kv_dtype,
 };
 
-fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What kv-dtype runs: the fp32 generation (each row changes only the cache's dtype).
+fn kv_dtype_plan(ctx: &Ctx) -> RunSpec {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let (prompt, n) = if ctx.cuda() { (512, 32) } else { (32, 16) };
     let base = gen_spec(ctx, model, 1, prompt, n, protocol::KvCacheKind::Dynamic, protocol::GradMode::InferenceMode);
+    with(base, WeightsDtype::Fp32, |_| {})
+}
+
+fn kv_dtype_setup(ctx: &Ctx) -> Vec<String> {
+    let base = kv_dtype_plan(ctx);
+    let mut lines = vec![format!("{}, fp32 weights", setup(&base)), shape(base.model)];
+    let positions = held_positions(&base);
+    let cache = |kv: KvDtype| {
+        let spec = with(base.clone(), WeightsDtype::Fp32, |g| g.kv_dtype = kv);
+        let (name, elt) = super::cache_dtype(&spec);
+        let bytes = spec.model.decoder().map_or(0, |d| d.config.kv_cache_bytes(positions, spec.batch as u64, elt));
+        format!("{name} ({elt} B per element): {}", protocol::format_bytes(bytes))
+    };
+    lines.push(format!(
+        "Runs: the cache in {}, {} and {}; on a GPU with fp8 (compute capability 8.9 or later) also {} — by the formula, after the last token ({positions} positions)",
+        cache(KvDtype::AsActivations),
+        cache(KvDtype::Bf16),
+        cache(KvDtype::Fp16),
+        cache(KvDtype::Fp8E4m3),
+    ));
+    lines.push(format!("inference_mode, greedy decoding; the fp32 weights: {}", weights_split(&base)));
+    lines.push("Measured: each run's KV cache from its tensors, its weights, and its peak allocated memory (weights, cache and activations together)".into());
+    lines
+}
+
+fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let base = kv_dtype_plan(ctx);
     let mut rows = vec![];
     let mut cells: Vec<(&str, u64, u64, u64)> = vec![];
     let mut exact = true;
@@ -349,13 +463,17 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const FP16_OVERFLOW: Card = Card {
     id: "fp16-overflow",
     title: "fp16 overflows where bf16 does not",
+    asks: "What happens to a decoder's forward pass in fp16 and in bf16 when one of its activations grows very large?",
+    labels: ["weights in fp16 (model.half())", "weights in bf16, non-finite values counted per layer"],
+    setup: fp16_overflow_setup,
+    needs: Needs::Any,
     claim: "A decoder whose activations pass 65504 — fp16's largest value — produces inf and then NaN in fp16 (model.half() or fp16 autocast) and stays finite in bf16, whose range is fp32's; the first non-finite layer is where the activations left the range.",
     why: "fp16 has 5 exponent bits: nothing above 65504 is representable, and a sum that passes it becomes inf; RMSNorm then divides inf by inf and every later value is NaN. bf16 keeps fp32's 8 exponent bits (to 3.4e38) at the cost of precision. Trained LLMs have a few \"massive activations\" in the residual stream, thousands of times the rest (Sun et al., arXiv 2402.17762), which is why several checkpoints overflow in fp16 and are shipped for bf16.",
     source: "https://pytorch.org/docs/stable/amp.html",
-    pitfall: "model = model.half()  # or torch.autocast(\"cuda\", dtype=torch.float16)\nlogits = model(ids).logits  # inf / NaN once a hidden state passes 65504",
-    fix: "model = model.to(torch.bfloat16)  # fp32's range\n# or find the layer: count non-finite values per layer with forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
+    pitfall: "model = model.half()  # or torch.autocast(\"cuda\", dtype=torch.float16)\nlogits = model(ids).logits",
+    fix: "model = model.to(torch.bfloat16)\n# or find the layer: count non-finite values per layer with forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
     threshold: "one untimed forward pass over the same prompt in fp32, fp16 and bf16 weights, each layer's output read by a probe; confirmed when the fp32 pass's largest |activation| passes 65504 with every value finite, the fp16 pass has non-finite values and the bf16 pass none. A team checkpoint is run as it is; a preset's weights are random, and the first layer's MLP (up and down projections) is scaled so that the residual stream carries one massive activation past fp16's range, as trained models do (stated in the result). Regime: any device",
-    question: value("In fp16, does the pass produce any inf or NaN?", "fp16: any inf or NaN", "bool", Ask::YesNo),
+    question: value("The setup's decoder and prompt with the weights in fp16 (A): does the forward pass produce any inf or NaN?", "fp16: any inf or NaN", "bool", Ask::YesNo),
     experiment: fp16_overflow,
 };
 
@@ -389,11 +507,52 @@ fn probe_values(m: &Model, ids: &Tensor) -> Result<Vec<ValuePoint>, RunFailure> 
     })
 }
 
-fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+/// What fp16-overflow runs: the decoder, whether it is a preset (random weights, scaled)
+/// and the prompt's length.
+fn fp16_overflow_plan(ctx: &Ctx) -> (protocol::ModelId, bool, i64) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let preset = matches!(model.decoder().map(|d| &d.source), Some(protocol::decoder::DecoderSource::Preset { .. }));
+    (model, preset, if ctx.cuda() { 128 } else { 32 })
+}
+
+/// 262016 as "262,016".
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// "Tiny Llama ..., batch 1, a prompt of 32 tokens, one pass, no_grad".
+fn fp16_overflow_describe(model: protocol::ModelId, tokens: i64) -> String {
+    format!("{}, batch 1, a prompt of {tokens} tokens, one pass, no_grad", model.display_name())
+}
+
+fn fp16_overflow_setup(ctx: &Ctx) -> Vec<String> {
+    let (model, preset, tokens) = fp16_overflow_plan(ctx);
+    vec![
+        fp16_overflow_describe(model, tokens),
+        "The same pass, the same random prompt, with the weights in fp32, in fp16 (A) and in bf16 (B); every layer's output and the logits read for their largest |value| and their inf and NaN count".into(),
+        shape(model),
+        if preset {
+            format!(
+                "Its weights are random: before the three passes, its first layer's MLP (up and down projections) is scaled until the fp32 pass's largest |activation| passes {}, as the few massive activations of a trained model's residual stream do",
+                thousands((4.0 * rules::FP16_MAX) as u64)
+            )
+        } else {
+            "A team checkpoint: its trained weights, as they are".into()
+        },
+    ]
+}
+
+fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (model, preset, tokens) = fp16_overflow_plan(ctx);
     let config = model.decoder().map(|d| d.config.clone()).ok_or_else(|| failure(protocol::FailureKind::Invalid, format!("{model} is not a decoder")))?;
-    let tokens = if ctx.cuda() { 128 } else { 32 };
     tch::manual_seed(lab.config().seed);
     let ids = catch_torch(|| Tensor::randint(config.vocab_size as i64, [1, tokens], (Kind::Int64, tch_device(ctx.device))))?;
     let largest = |points: &[ValuePoint]| points.iter().map(|p| p.max_abs).fold(0.0, f64::max);
@@ -429,7 +588,7 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         })
         .collect();
     let scaled = if preset && scale != 1.0 {
-        format!(" (its random weights, the first layer's MLP scaled by {scale:.3e} so that one activation passes fp16's range, as a trained model's massive activations do)")
+        format!("; its random weights, the first layer's MLP scaled by {scale:.3e} so that one activation passes fp16's range, as a trained model's massive activations do")
     } else {
         String::new()
     };
@@ -449,7 +608,7 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let x: Vec<String> = fp32.iter().map(|p| p.module.clone()).collect();
     let log = |points: &[ValuePoint]| points.iter().map(|p| (1.0 + p.max_abs).log10()).collect::<Vec<_>>();
-    Ok(Outcome::new(decision, format!("{}{scaled}, batch 1, a prompt of {tokens} tokens, one pass, no_grad", model.display_name()), ChartKind::Line)
+    Ok(Outcome::new(decision, format!("{}{scaled}", fp16_overflow_describe(model, tokens)), ChartKind::Line)
         .figures(vec![
             fig("fp32: largest |activation|", largest(&fp32), "magnitude"),
             fig("fp16: any inf or NaN", f64::from(u8::from(non_finite(&fp16) > 0)), "bool"),
@@ -469,18 +628,52 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 pub const SDPA_BACKEND: Card = Card {
     id: "sdpa-backend",
     title: "Which attention kernel ran, and what the math kernel costs",
+    asks: "Which kernel does scaled_dot_product_attention run on a long causal prompt, and what does each kernel hold in memory?",
+    labels: ["an explicit boolean causal mask", "is_causal=True, then the kernel pinned to FlashAttention"],
+    setup: sdpa_backend_setup,
+    needs: Needs::Any,
     claim: "scaled_dot_product_attention picks its kernel from the tensors and flags it gets: with is_causal it runs a tiled kernel (FlashAttention on a GPU, libtorch's flash kernel on a CPU) that never holds the score matrix; the math fallback materialises batch × heads × tokens² scores, and an explicit attention mask can rule FlashAttention out without a word.",
     why: "The tiled kernels stream keys and values through on-chip memory and keep one running softmax per query; the math kernel computes q·kᵀ whole, then its softmax, in memory. FlashAttention takes no arbitrary mask, so passing one (transformers does whenever it builds a 4-D mask, huggingface/transformers#30010) selects the memory-efficient or the math kernel instead, silently.",
     source: "https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
-    pitfall: "mask = torch.ones(t, t, dtype=torch.bool).tril()\nout = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # may rule out flash",
-    fix: "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n# check which kernel runs:\nwith torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # raises if it cannot",
+    pitfall: "mask = torch.ones(t, t, dtype=torch.bool).tril()\nout = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+    fix: "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n# check which kernel runs:\nwith torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # FlashAttention only",
     threshold: "on one long prompt's query, key and value (CPU: 8 heads × 1,024 tokens × 64, fp32; CUDA: 32 heads × 4,096 × 128, bf16), three calls — is_causal (libtorch's default choice), an explicit boolean causal mask, and the math kernel alone — each with the backend libtorch names for it, its peak above the inputs and its time over interleaved rounds; confirmed when the math kernel's peak is at least the score matrix's bytes (batch × heads × tokens² × element size) and the default's under a quarter of it. The times are reported with their noise and do not decide. Regime: any device",
-    question: ratio("At a long prompt, the math kernel's peak memory against the default kernel's?", "math only: peak above the inputs", "is_causal: peak above the inputs", Ask::LogScale { min: 0.1, max: 10_000.0, within: 2.0 }),
+    question: ratio("The setup's query, key and value: the peak above the inputs of the call restricted to the math kernel, as a multiple of the is_causal call's (libtorch's own choice of kernel)?", "math only: peak above the inputs", "is_causal: peak above the inputs", Ask::LogScale { min: 0.1, max: 10_000.0, within: 2.0 }),
     experiment: sdpa_backend,
 };
 
+/// What sdpa-backend runs: heads, tokens, head dim, dtype and the timed rounds.
+fn sdpa_plan(ctx: &Ctx) -> (i64, i64, i64, Kind, usize) {
+    if ctx.cuda() {
+        (32, 4096, 128, Kind::BFloat16, 20)
+    } else {
+        (8, 1024, 64, Kind::Float, 8)
+    }
+}
+
+fn sdpa_describe(ctx: &Ctx) -> String {
+    let (heads, tokens, dim, kind, rounds) = sdpa_plan(ctx);
+    let fmt = if kind == Kind::BFloat16 { "bf16" } else { "fp32" };
+    format!("batch 1, {heads} heads × {tokens} tokens × {dim}, {fmt}, no_grad, {rounds} rounds interleaved")
+}
+
+fn sdpa_backend_setup(ctx: &Ctx) -> Vec<String> {
+    let (heads, tokens, dim, kind, _) = sdpa_plan(ctx);
+    let elt = kind.elt_size_in_bytes() as u64;
+    vec![
+        sdpa_describe(ctx),
+        "Three calls of scaled_dot_product_attention on the same query, key and value: is_causal=True with libtorch's default choice of kernel; an explicit boolean causal mask (A); is_causal=True with only the math kernel enabled".into(),
+        format!(
+            "{elt} bytes per element: query, key and value {} each; the boolean mask {}",
+            protocol::format_bytes((heads * tokens * dim) as u64 * elt),
+            protocol::format_bytes((tokens * tokens) as u64)
+        ),
+        "Measured per call: the kernel libtorch names for it, the peak allocated memory above the inputs (after one unmeasured call), and the time over interleaved rounds".into(),
+    ]
+}
+
 fn sdpa_backend(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let (heads, tokens, dim, kind) = if ctx.cuda() { (32i64, 4096i64, 128i64, Kind::BFloat16) } else { (8, 1024, 64, Kind::Float) };
+    let (heads, tokens, dim, kind, rounds) = sdpa_plan(ctx);
     let dev = tch_device(ctx.device);
     tch::manual_seed(lab.config().seed);
     let (q, k, v, mask) = catch_torch(|| {
@@ -518,7 +711,6 @@ fn sdpa_backend(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         peaks.push(r.peak_allocated.max(r.allocated).saturating_sub(before));
         backends.push(backend);
     }
-    let rounds = if ctx.cuda() { 20 } else { 8 };
     let times = time_passes(ctx, rounds, 3, |i, _| attend(i).map(|(out, _)| out))?;
     let scores = (heads * tokens * tokens) as u64 * kind.elt_size_in_bytes() as u64;
     let holds = rules::math_materialises_the_scores(peaks[2], peaks[0], scores);
@@ -547,8 +739,7 @@ fn sdpa_backend(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     }
     let decision = Decision::rule(holds, format!("{reason}."), format!("{reason}."));
     let x: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    let fmt = if ctx.device == DeviceKind::Cuda { "bf16" } else { "fp32" };
-    Ok(Outcome::new(decision, format!("batch 1, {heads} heads × {tokens} tokens × {dim}, {fmt}, no_grad, {rounds} rounds interleaved"), ChartKind::Bar)
+    Ok(Outcome::new(decision, sdpa_describe(ctx), ChartKind::Bar)
         .figures(vec![
             fig("is_causal: peak above the inputs", peaks[0] as f64, "bytes"),
             fig("explicit mask: peak above the inputs", peaks[1] as f64, "bytes"),
