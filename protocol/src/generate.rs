@@ -222,9 +222,24 @@ pub struct GenerationReport {
     pub steps: Vec<GenStep>,
     /// Bytes of the KV cache's tensors after the last step (0 without a cache).
     pub kv_cache_bytes: u64,
-    /// The formula for the positions the cache holds: 2 × layers × kv_heads × head_dim ×
-    /// tokens × batch × bytes per element.
+    /// The formula for the positions the cache holds, per layer type: 2 × layers × kv_heads
+    /// × head_dim × positions × batch × bytes per element, a sliding layer's positions
+    /// capped by its window (see `kv_cache_by_layer_type`).
     pub kv_cache_formula_bytes: u64,
+    /// The naive formula: every layer holding as many positions as the full layers
+    /// (`kv_cache_tokens`). Equal to `kv_cache_formula_bytes` without sliding layers; 0 in
+    /// records written before it was reported.
+    #[serde(default)]
+    pub kv_cache_naive_bytes: u64,
+    /// The cache after the last step by layer type (full, sliding): layers, positions each
+    /// holds, bytes measured from the tensors and the formula's. Empty without a cache and
+    /// in records written before it was reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_cache_by_layer_type: Vec<crate::decoder::KvLayerSplit>,
+    /// A mixture of experts' figures: total against active parameters, every expert's bytes
+    /// held, and the distinct experts and expert bytes each decode step read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<crate::decoder::MoeFigures>,
     /// Positions the cache's tensors hold per sequence (dynamic: prompt + new − 1; the last
     /// token's keys and values are never needed. Static: its whole allocated length).
     pub kv_cache_tokens: u32,

@@ -3,17 +3,18 @@
 //! linear layers and the rest, the memory split into weights / KV cache / activations, the
 //! drift from the unquantized model), and the byte formulas the reports are checked against.
 //!
-//! Only the linear layers of the decoder's blocks (q, k, v, o, gate, up, down) are
-//! quantized; the embedding table, the norms, the biases and the LM head stay in the
-//! activation dtype, as gpt-fast does. The kernels are PyTorch's own:
+//! Only the linear layers of the decoder's blocks (q, k, v, o, gate, up, down; every
+//! expert's gate, up and down in a mixture of experts) are quantized; the embedding table,
+//! the norms, the biases, the routers and the LM head stay in the activation dtype, as
+//! gpt-fast does. The kernels are PyTorch's own:
 //! `torch._weight_int8pack_mm` (int8 weights, one scale per output channel) and
 //! `torch._convert_weight_to_int4pack(_for_cpu)` + `torch._weight_int4pack_mm(_for_cpu)`
 //! (4-bit weights packed two to a byte, a scale and a zero point per group of
 //! `group_size` input columns and output channel).
 
 use serde::{Deserialize, Serialize};
-
 use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
+
 use crate::decoder::DecoderConfig;
 use crate::SpecError;
 
@@ -105,11 +106,19 @@ impl LinearQuant {
 /// The input widths of the decoder's linear layers (q/k/v/gate/up read the hidden size, o
 /// the attention heads' width, down the MLP's): every one must split into whole groups.
 pub fn linear_input_widths(c: &DecoderConfig) -> Vec<(&'static str, u32)> {
-    vec![
+    let mut widths = vec![
         ("hidden_size", c.hidden_size),
         ("num_attention_heads × head_dim", c.num_attention_heads * c.head_dim),
-        ("intermediate_size", c.intermediate_size),
-    ]
+    ];
+    // A mixture of experts' down projections read the experts' width; the dense MLP's only
+    // where a layer has one.
+    if c.moe_layers() < c.num_hidden_layers {
+        widths.push(("intermediate_size", c.intermediate_size));
+    }
+    if let Some(m) = &c.moe {
+        widths.push(("the experts' intermediate size", m.expert_intermediate_size));
+    }
+    widths
 }
 
 /// The structural checks of `weights` and `group_size` on a decoder of config `c`: int4
@@ -188,24 +197,16 @@ pub fn check_quant(
 /// - int8: `N × K × 1 + N × act` (one scale per output channel);
 /// - int4: `N × K / 2 + (K / group) × N × 2 × act` (a scale and a zero per group).
 pub fn weights_formula(c: &DecoderConfig, q: LinearQuant, act_bytes: u64) -> WeightsBreakdown {
-    let h = c.hidden_size as u64;
-    let qw = (c.num_attention_heads * c.head_dim) as u64;
-    let kv = (c.num_key_value_heads * c.head_dim) as u64;
-    let i = c.intermediate_size as u64;
-    let v = c.vocab_size as u64;
-    // (out N, in K) of each linear layer of a block.
-    let shapes = [(qw, h), (kv, h), (kv, h), (h, qw), (i, h), (i, h), (h, i)];
+    // (out N, in K, how many) of the blocks' linear layers, experts included.
+    let shapes = c.linear_shapes();
     let linear_one = |n: u64, k: u64| match q.weights {
         WeightQuant::None => n * k * act_bytes,
         WeightQuant::Int8 => n * k + n * act_bytes,
         WeightQuant::Int4 => n * k / 2 + (k / q.group_size as u64) * n * 2 * act_bytes,
     };
-    let layers = c.num_hidden_layers as u64;
-    let linear: u64 = layers * shapes.iter().map(|&(n, k)| linear_one(n, k)).sum::<u64>();
-    let dense: u64 = layers * shapes.iter().map(|&(n, k)| n * k).sum::<u64>() * act_bytes;
-    let bias = if c.attention_bias { qw + 2 * kv } else { 0 };
-    let head = if c.tie_word_embeddings { 0 } else { v * h };
-    let other = (v * h + layers * (bias + 2 * h) + h + head) * act_bytes;
+    let linear: u64 = shapes.iter().map(|&(n, k, count)| count * linear_one(n, k)).sum();
+    let dense: u64 = shapes.iter().map(|&(n, k, count)| count * n * k).sum::<u64>() * act_bytes;
+    let other = c.other_parameters() * act_bytes;
     WeightsBreakdown {
         linear_bytes: linear,
         other_bytes: other,
@@ -229,7 +230,7 @@ pub fn decode_weight_bytes(c: &DecoderConfig, resident: u64, batch: u64, act_byt
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WeightsBreakdown {
-    /// The blocks' linear layers (q, k, v, o, gate, up, down): quantized, their packed
+    /// The blocks' linear layers (q, k, v, o, gate, up, down, the experts'): quantized, their packed
     /// weights with the scales (and zeros); otherwise the weights as stored.
     pub linear_bytes: u64,
     /// Everything else, in the activation dtype: the embedding table, the norms, the

@@ -301,17 +301,6 @@ impl RunSpec {
                 ),
             );
         }
-        if let Some(w) = decoder.config.sliding_window {
-            if (w as u64) < total {
-                return err(
-                    "generate.new_tokens",
-                    format!(
-                        "{}'s sliding window ({w}) is shorter than this run ({total} positions); Gradless attends to every position, so it would not match the model: shorten the run to {w}",
-                        self.model
-                    ),
-                );
-            }
-        }
         crate::check_quant(g.weights, g.group_size, &decoder.config)?;
         let logits = self.batch as u64 * decoder.config.vocab_size as u64;
         if g.prefill_logits && logits > crate::MAX_PREFILL_LOGITS {
@@ -343,6 +332,15 @@ impl RunSpec {
                 format!(
                     "{} linear layers run PyTorch's packed kernels in the weights' dtype (advanced.dtype), which autocast does not cast into; turn autocast off and set advanced.dtype to fp16 or bf16 for half-precision activations",
                     g.weights.as_str()
+                ),
+            );
+        }
+        if self.advanced.cuda_graph && decoder.config.moe.is_some() {
+            return err(
+                "advanced.cuda_graph",
+                format!(
+                    "{} is a mixture of experts: each step's router picks its experts on the host (which tokens go to which expert decides the kernels), and a CUDA graph replays fixed kernels; turn advanced.cuda_graph off",
+                    self.model
                 ),
             );
         }

@@ -188,9 +188,12 @@ pub fn decoder_footprint(spec: &protocol::RunSpec) -> Option<Footprint> {
         .generate
         .as_ref()
         .map_or(elt, |g| g.kv_dtype.element(spec.advanced.weights).bytes());
+    // A sliding layer holds its window at most (a dynamic cache window − 1 between steps,
+    // the window during one), except in the masked static cache of CUDA graph replay.
     let kv_cache = match cache {
         protocol::KvCacheKind::Off => 0,
-        _ => c.kv_cache_bytes(p + n, b, kv_elt),
+        _ if spec.advanced.cuda_graph => c.kv_cache_bytes(p + n, b, kv_elt),
+        _ => c.kv_cache_held_bytes(p + n, b, kv_elt, protocol::decoder::SlidingHold::Rolled),
     };
     let (h, i, heads, layers, vocab) = (
         c.hidden_size as u64,

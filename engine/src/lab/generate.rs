@@ -53,6 +53,10 @@ pub struct Generated {
     pub kv_element_bytes: (u64, u64),
     pub peak_reserved: Option<u64>,
     pub attention: Option<AttentionBackends>,
+    /// Each layer's cache bytes and positions after the last step.
+    pub kv_per_layer: Vec<(u64, i64)>,
+    /// A mixture of experts' reads per decode step.
+    pub moe_steps: Vec<protocol::decoder::MoeStep>,
 }
 
 /// Settings of one generation.
@@ -119,6 +123,8 @@ pub fn generate(
     let mut decode_switches: Option<SdpFlagsGuard> = None;
     let (mut sdp_prefill, mut sdp_decode): (Option<SdpBackend>, Option<SdpBackend>) = (None, None);
     let train = !spec.eval;
+    let expert_log = super::decoder_figures::ExpertLog::start(args.decoder);
+    let mut moe_steps = Vec::new();
     for step in 0..n {
         control.check()?;
         if step == 1 && args.device == DeviceKind::Cuda {
@@ -176,6 +182,12 @@ pub fn generate(
         drop(step_region);
         synchronize(args.device)?;
         let latency_ms = start.elapsed().as_secs_f64() * 1000.0;
+        if expert_log.is_some() {
+            let log = args.decoder.take_expert_log();
+            if step > 0 {
+                moe_steps.extend(super::decoder_figures::moe_step(args.decoder, step as u32, &log));
+            }
+        }
         drop(fed);
         if args.cache == KvCacheKind::Off {
             sequence = catch_torch(|| Tensor::cat(&[&sequence, &next], 1))?;
@@ -252,6 +264,7 @@ pub fn generate(
         note,
     });
     drop(graph);
+    drop(expert_log);
     let tokens = catch_torch(|| Tensor::cat(&tokens, 1).to_device(tch::Device::Cpu))?;
     Ok(Generated {
         steps,
@@ -261,6 +274,8 @@ pub fn generate(
         kv_element_bytes: cache.element_bytes(),
         peak_reserved,
         attention,
+        kv_per_layer: cache.per_layer(),
+        moe_steps,
     })
 }
 
@@ -381,6 +396,8 @@ impl Lab {
             peak_reserved,
             attention,
             tokens: token_tensor,
+            kv_per_layer,
+            moe_steps,
         } = generated;
         let output = OutputFacts {
             dtype: format!("{:?}", token_tensor.kind()),
@@ -430,9 +447,22 @@ impl Lab {
         let batch = spec.batch as u64;
         // Keys and values each in their own dtype: half the formula's tensors are each.
         let (key_elt, value_elt) = kv_element_bytes;
-        let kv_formula = (config.kv_cache_bytes(kv_positions as u64, batch, key_elt)
-            + config.kv_cache_bytes(kv_positions as u64, batch, value_elt))
-            / 2;
+        // Per layer type: a sliding layer holds its window at most (see KvCache).
+        let hold = super::decoder_figures::sliding_hold(g.cache, spec.advanced.cuda_graph);
+        // What a full layer holds: every position fed but the last token's (dynamic), the
+        // capacity (static).
+        let full_positions = match g.cache {
+            KvCacheKind::Dynamic => prompt_len as u64 + g.new_tokens as u64 - 1,
+            _ => prompt_len as u64 + g.new_tokens as u64,
+        };
+        let (kv_formula, kv_naive, kv_by_type) = super::decoder_figures::kv_figures(
+            &config,
+            &kv_per_layer,
+            full_positions,
+            batch,
+            kv_element_bytes,
+            hold,
+        );
         let prefill_flops = config.forward_flops(batch, prompt_len as u64, prompt_len as u64, 1);
         let mid_context = prompt_len as u64 + g.new_tokens as u64 / 2;
         let decode_flops = match g.cache {
@@ -457,6 +487,9 @@ impl Lab {
             prefill_ms,
             kv_cache_bytes: kv_bytes,
             kv_cache_formula_bytes: kv_formula,
+            kv_cache_naive_bytes: kv_naive,
+            kv_cache_by_layer_type: kv_by_type,
+            moe: super::decoder_figures::moe_figures(decoder, moe_steps),
             kv_cache_tokens: kv_positions as u32,
             kv_cache_element_bytes: key_elt as u32,
             kv_cache_value_element_bytes: value_elt as u32,
@@ -584,15 +617,44 @@ pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>)
 /// to (its own new one included): `position + 1` of them, a static cache's allocated
 /// capacity beyond them never read; with graph replay the whole capacity, which the masked
 /// kernel does read. Without a cache it reads the weights and recomputes the prefix.
+///
+/// A sliding layer attends to its window at most; a mixture of experts reads, of its
+/// experts, only those the step's tokens were routed to (`moe.steps`).
 pub fn decode_bytes_read(g: &GenerationReport, s: &GenStep) -> u64 {
-    let per_position = match g.kv_cache_tokens {
-        0 => 0,
-        t => g.kv_cache_formula_bytes / t as u64,
+    let weights = match &g.moe {
+        Some(m) => {
+            let read = m.steps.iter().find(|x| x.step == s.step).map_or(m.experts_bytes, |x| x.expert_bytes_read);
+            g.weights_bytes.saturating_sub(m.experts_bytes) + read
+        }
+        None => g.weights_bytes,
     };
-    let attended = match (g.cache, g.decode_graph) {
+    let attended = |held: u64| match (g.cache, g.decode_graph) {
         (KvCacheKind::Off, _) => 0,
-        (_, true) => g.kv_cache_tokens as u64,
-        _ => s.position as u64 + 1,
+        (_, true) => held,
+        _ => (s.position as u64 + 1).min(held),
     };
-    g.weights_bytes + per_position * attended
+    let split = &g.kv_cache_by_layer_type;
+    let sliding = split.iter().any(|t| t.layer_type == protocol::decoder::LayerType::Sliding);
+    if !sliding || g.decode_graph {
+        let per_position = match g.kv_cache_tokens {
+            0 => 0,
+            t => g.kv_cache_formula_bytes / t as u64,
+        };
+        return weights + per_position * attended(g.kv_cache_tokens as u64);
+    }
+    // Per layer type: a dynamic cache's sliding layers hold window − 1 and attend to one
+    // more (the step's own); a static one's hold the window.
+    let kv: u64 = split
+        .iter()
+        .map(|t| {
+            let per_position = t.formula_bytes.checked_div(t.positions).unwrap_or(0);
+            let window = match (t.layer_type, g.cache) {
+                (protocol::decoder::LayerType::Sliding, KvCacheKind::Dynamic) => t.positions + 1,
+                (protocol::decoder::LayerType::Sliding, _) => t.positions,
+                _ => u64::MAX,
+            };
+            per_position * attended(window)
+        })
+        .sum();
+    weights + kv
 }

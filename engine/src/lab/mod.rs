@@ -23,6 +23,7 @@ mod admission;
 mod advanced;
 mod control;
 pub mod cuda_graph;
+pub mod decoder_figures;
 mod drift;
 mod forward;
 pub mod generate;

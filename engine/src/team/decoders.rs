@@ -1,11 +1,13 @@
 //! Team decoders: a folder in the models directory holding a Hugging Face `config.json`
 //! (and, optionally, the `model.safetensors` that `save_pretrained` writes beside it) is a
 //! decoder served beside the TorchScript models. Its config is read and checked at
-//! start-up; its weights are read when a run builds it (`crate::models::decoder`).
+//! start-up by its family's reader (`crate::models::decoder::read_config`: Llama, Mistral,
+//! Qwen2, Qwen3, Gemma 3, Qwen3-MoE, Mixtral); its weights are read when a run builds it
+//! (`crate::models::decoder`).
 
 use std::path::Path;
 
-use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
+use protocol::decoder::{DecoderModel, DecoderSource};
 
 use super::Problem;
 
@@ -41,7 +43,7 @@ pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
         Ok(t) => t,
         Err(e) => return problem(format!("cannot be read: {e}")),
     };
-    let config = match DecoderConfig::from_hf_json(&text) {
+    let config = match crate::models::decoder::read_config(&text) {
         Ok(c) => c,
         Err(e) => return problem(e),
     };

@@ -1,5 +1,17 @@
 //! The keys and values of past positions ([`KvCache`]): owned by whoever runs a
 //! generation and passed to every `Decoder::forward`.
+//!
+//! A sliding layer (a window of `w` positions) holds at most what its next token can see:
+//!
+//! - dynamic: trimmed after each update to the last `w − 1` positions (the next token's own
+//!   key and value join at attention time, making `w`), as transformers'
+//!   `DynamicSlidingWindowLayer` keeps them; the trimmed keys and values are copied into
+//!   tensors of their own, so the bytes held are the bytes counted;
+//! - static: `min(capacity, w)` positions allocated once; when full, each new position
+//!   shifts the others down one and takes the last slot (transformers'
+//!   `StaticSlidingWindowLayer` rolls the same way), so the keys stay in position order;
+//! - masked static (CUDA graph replay): every layer keeps the whole capacity, and the
+//!   window is cut into the mask instead (a graph replays fixed shapes).
 
 use protocol::KvCacheKind;
 use tch::{Kind, Tensor};
@@ -109,6 +121,11 @@ impl KvCache {
     /// keep them (DynamicLayer concatenates onto an empty tensor of the keys' dtype,
     /// StaticLayer allocates both in it): under autocast with fp32 weights the keys are
     /// fp32 (RoPE multiplies by fp32 cos and sin) while the value projection ran in bf16.
+    ///
+    /// A sliding layer (`window`) returns the positions this pass's tokens may see and
+    /// keeps at most what the next may (see the module's notes); the keys returned are
+    /// always the last ones, ending at the last new token.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn update(
         &mut self,
         layer: usize,
@@ -116,6 +133,7 @@ impl KvCache {
         v: Tensor,
         position: i64,
         positions: &Tensor,
+        window: Option<i64>,
     ) -> (Tensor, Tensor) {
         if matches!(self, KvCache::Off) {
             return (k, v);
@@ -154,7 +172,16 @@ impl KvCache {
                     // DynamicCache's `torch.cat` rebinding frees them.
                     Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),
                 };
-                layers[layer] = Some((k.shallow_clone(), v.shallow_clone()));
+                let kept = match window {
+                    // Only the last window − 1: copies, so the full tensors are freed.
+                    Some(w) if k.size()[2] > w - 1 => {
+                        let t = k.size()[2];
+                        let keep = (w - 1).max(0);
+                        (k.narrow(2, t - keep, keep).copy(), v.narrow(2, t - keep, keep).copy())
+                    }
+                    _ => (k.shallow_clone(), v.shallow_clone()),
+                };
+                layers[layer] = Some(kept);
                 (back(k, 0), back(v, 1))
             }
             KvCache::Static {
@@ -165,9 +192,15 @@ impl KvCache {
                 ..
             } => {
                 let t = k.size()[2];
+                // A sliding layer's own length (a masked cache keeps the whole capacity and
+                // cuts the window into its mask).
+                let length = match (window, *masked) {
+                    (Some(w), false) => w.min(*capacity),
+                    _ => *capacity,
+                };
                 let (ck, cv) = layers[layer].get_or_insert_with(|| {
                     let mut shape = k.size();
-                    shape[2] = *capacity;
+                    shape[2] = length;
                     (
                         Tensor::zeros(&shape, (k.kind(), k.device())),
                         Tensor::zeros(&shape, (v.kind(), v.device())),
@@ -178,6 +211,34 @@ impl KvCache {
                     let _ = ck.index_copy_(2, positions, &k);
                     let _ = cv.index_copy_(2, positions, &v);
                     return (back(ck.shallow_clone(), 0), back(cv.shallow_clone(), 1));
+                }
+                if length < *capacity {
+                    if layer == 0 {
+                        *filled = position + t;
+                    }
+                    // The positions held before this pass: the last `length` at most.
+                    let held = position.min(length);
+                    if held + t <= length {
+                        ck.narrow(2, held, t).copy_(&k);
+                        cv.narrow(2, held, t).copy_(&v);
+                        return (back(ck.narrow(2, 0, held + t), 0), back(cv.narrow(2, 0, held + t), 1));
+                    }
+                    if t == 1 {
+                        // Full: every position shifts down one, the new one takes the last slot.
+                        for (c, new) in [(&mut *ck, &k), (&mut *cv, &v)] {
+                            let rest = c.narrow(2, 1, length - 1).copy();
+                            c.narrow(2, 0, length - 1).copy_(&rest);
+                            c.narrow(2, length - 1, 1).copy_(new);
+                        }
+                        return (back(ck.shallow_clone(), 0), back(cv.shallow_clone(), 1));
+                    }
+                    // Several new positions past the window: attend to all of them, keep the last.
+                    let fk = Tensor::cat(&[&ck.narrow(2, 0, held), &k], 2);
+                    let fv = Tensor::cat(&[&cv.narrow(2, 0, held), &v], 2);
+                    let all = held + t;
+                    ck.copy_(&fk.narrow(2, all - length, length));
+                    cv.copy_(&fv.narrow(2, all - length, length));
+                    return (back(fk, 0), back(fv, 1));
                 }
                 ck.narrow(2, position, t).copy_(&k);
                 cv.narrow(2, position, t).copy_(&v);
@@ -196,9 +257,24 @@ impl KvCache {
             .sum()
     }
 
-    /// Positions its tensors hold per sequence (a static cache: its whole length).
+    /// Positions its tensors hold per sequence (a static cache: its whole length): the
+    /// most any layer holds (a full layer's, where sliding ones hold fewer).
     pub fn positions(&self) -> i64 {
-        self.tensors().next().map_or(0, |t| t.size()[2])
+        self.tensors().map(|t| t.size()[2]).max().unwrap_or(0)
+    }
+
+    /// Per layer: the bytes of its keys and values and the positions they hold (0 for a
+    /// layer not yet written).
+    pub fn per_layer(&self) -> Vec<(u64, i64)> {
+        let layers: &[Option<(Tensor, Tensor)>] = match self {
+            KvCache::Off => &[],
+            KvCache::Dynamic { layers: l, .. } | KvCache::Static { layers: l, .. } => l,
+        };
+        let bytes = |t: &Tensor| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
+        layers
+            .iter()
+            .map(|l| l.as_ref().map_or((0, 0), |(k, v)| (bytes(k) + bytes(v), k.size()[2])))
+            .collect()
     }
 
     /// Bytes per element of its keys and of its values (0 when empty).
@@ -245,6 +321,43 @@ fn from_fp8(t: &Tensor, scale: &Tensor, kind: Kind) -> Tensor {
 mod tests {
     use super::*;
 
+    /// Keys whose values are their positions, `[1, 1, n, 1]` from `from`.
+    fn at(from: i64, n: i64) -> Tensor {
+        Tensor::arange_start(from, from + n, (Kind::Float, tch::Device::Cpu)).view([1, 1, n, 1])
+    }
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(t.reshape([-1])).unwrap()
+    }
+
+    #[test]
+    fn a_sliding_layer_keeps_window_minus_one_growing_and_the_window_static_in_order() {
+        let w = 4;
+        for kind in [KvCacheKind::Dynamic, KvCacheKind::Static] {
+            let mut cache = KvCache::new(kind, 1, 10);
+            // A prefill of 6 positions past the window: all 6 attended, the last kept.
+            let pos = Tensor::arange(6, (Kind::Int64, tch::Device::Cpu));
+            let (k, _) = cache.update(0, at(0, 6), at(0, 6), 0, &pos, Some(w));
+            assert_eq!(values(&k), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+            let kept = match kind {
+                KvCacheKind::Dynamic => vec![3.0, 4.0, 5.0],
+                _ => vec![2.0, 3.0, 4.0, 5.0],
+            };
+            assert_eq!(values(cache.tensors().next().unwrap()), kept, "{kind:?}");
+            // Each decode step attends to the window (its own position last) and keeps what
+            // the next needs.
+            for p in 6..9 {
+                let one = Tensor::from_slice(&[p]);
+                let (k, _) = cache.update(0, at(p, 1), at(p, 1), p, &one, Some(w));
+                let want: Vec<f32> = (p - w + 1..=p).map(|x| x as f32).collect();
+                assert_eq!(values(&k), want, "{kind:?} at {p}");
+            }
+            let held = cache.positions();
+            assert_eq!(held, if kind == KvCacheKind::Dynamic { w - 1 } else { w });
+            assert_eq!(cache.bytes(), 2 * held as u64 * 4);
+        }
+    }
+
     #[test]
     fn an_fp8_cache_holds_one_byte_per_element_and_gives_back_what_it_was_given() {
         tch::manual_seed(7);
@@ -252,7 +365,7 @@ mod tests {
         let k = Tensor::randn([1, 2, 5, 8], (Kind::Float, tch::Device::Cpu)) * 30.0;
         let v = Tensor::randn([1, 2, 5, 8], (Kind::Float, tch::Device::Cpu));
         let positions = Tensor::arange(5, (Kind::Int64, tch::Device::Cpu));
-        let (bk, bv) = cache.update(0, k.shallow_clone(), v.shallow_clone(), 0, &positions);
+        let (bk, bv) = cache.update(0, k.shallow_clone(), v.shallow_clone(), 0, &positions, None);
         assert_eq!(cache.bytes(), 2 * 2 * 5 * 8, "one byte per element");
         assert_eq!((bk.kind(), bv.kind()), (Kind::Float, Kind::Float));
         // e4m3 keeps 3 mantissa bits: within 1/16 of each value, relative, after scaling.
@@ -262,7 +375,7 @@ mod tests {
         // A later position far beyond the prefill's range saturates instead of becoming NaN.
         let big = Tensor::ones([1, 2, 1, 8], (Kind::Float, tch::Device::Cpu)) * 1e6;
         let next = Tensor::from_slice(&[5i64]);
-        let (bk, _) = cache.update(0, big.shallow_clone(), big, 5, &next);
+        let (bk, _) = cache.update(0, big.shallow_clone(), big, 5, &next, None);
         assert_eq!(bk.size()[2], 6);
         assert!(bk.isfinite().all().int64_value(&[]) == 1, "saturated, not NaN");
         assert_eq!(cache.bytes(), 2 * 2 * 6 * 8);

@@ -1,7 +1,6 @@
-//! A Llama-style decoder LLM (Llama, Qwen2, Mistral shapes), written statement by statement
-//! as transformers' `LlamaForCausalLM` runs it: token embedding; per layer RMSNorm →
-//! attention (rotary position embeddings, grouped-query attention through
-//! `scaled_dot_product_attention`) → residual → RMSNorm → SwiGLU MLP → residual; final
+//! A decoder LLM of any family Gradless builds ([`family`]: Llama, Mistral, Qwen2, Qwen3,
+//! Gemma 3, Qwen3-MoE, Mixtral), written statement by statement as transformers runs it:
+//! token embedding (× √hidden for Gemma); per layer the family's block ([`block`]); final
 //! RMSNorm; LM head (tied to the embedding when the config says so).
 //!
 //! The decoder owns only its weights. The KV cache ([`KvCache`]) belongs to the caller and
@@ -9,15 +8,16 @@
 //! state (the worker's leak check would read a cache kept inside it as a leak) and the
 //! generate loop lives outside the model (`crate::lab::generate`).
 //!
-//! Variable names are transformers' (`model.layers.0.self_attn.q_proj.weight`), so a
-//! `model.safetensors` written by `save_pretrained` loads by name; a team folder's file is
-//! found through the folders `crate::team::load_dir` registers here ([`team_weights`]).
+//! Variable names are transformers' (`model.layers.0.self_attn.q_proj.weight`, a family's
+//! experts as its checkpoints name them), so a `model.safetensors` written by
+//! `save_pretrained` loads by name; a team folder's file is found through the folders
+//! `crate::team::load_dir` registers here ([`team_weights`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
-use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource};
+use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource, LayerType};
 use protocol::LinearQuant;
 use protocol::SdpBackend;
 use tch::nn::{self, ModuleT};
@@ -26,38 +26,43 @@ use tch::{Kind, Tensor};
 use super::Net;
 use crate::trace::Probe;
 
+mod block;
 mod cache;
+pub mod family;
+pub mod gemma3;
 pub mod linear;
+pub mod llama;
+pub mod mistral;
+pub mod mixtral;
+pub mod qwen2;
+pub mod qwen3;
+pub mod qwen3_moe;
 pub use cache::KvCache;
+pub use family::{read_config, Family, Layout, FAMILIES};
 pub use linear::Linear;
 
-/// One decoder layer's weights.
-#[derive(Debug)]
-struct Layer {
-    input_norm: Tensor,
-    q: (Linear, Option<Tensor>),
-    k: (Linear, Option<Tensor>),
-    v: (Linear, Option<Tensor>),
-    o: Linear,
-    post_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-    /// The probe's name for this layer (`model.layers.3`).
-    name: String,
-}
+use block::{Dims, Layer, Mlp, Step};
 
 /// The decoder's weights and the rotary frequencies (derived from the config, not a weight).
 #[derive(Debug)]
 pub struct Decoder {
     config: DecoderConfig,
     embed: Tensor,
+    /// Gemma's √hidden (fp32, 0-d, on the model's device), cast to the weights' dtype
+    /// before it multiplies the embeddings, as transformers casts it.
+    embed_scale: Option<Tensor>,
     layers: Vec<Layer>,
-    norm: Tensor,
+    norm: block::Norm,
     /// `None` when the head is tied to the embedding.
     lm_head: Option<Tensor>,
-    /// `1 / theta^(2i/d)`, fp32, with Llama 3's scaling when the config has it.
+    /// `1 / theta^(2i/d)`, fp32, with Llama 3's or linear scaling when the config has it:
+    /// the full layers'.
     inv_freq: Tensor,
+    /// The sliding layers' own frequencies (Gemma 3's local base).
+    inv_freq_local: Option<Tensor>,
+    /// When on, each MoE layer appends the distinct experts its tokens were routed to (see
+    /// [`Decoder::log_experts`]).
+    expert_log: Mutex<Option<Vec<Vec<u32>>>>,
 }
 
 /// Where a pass's first new token sits: a number, or a one-element int64 tensor on the
@@ -80,60 +85,44 @@ pub enum Logits {
 impl Decoder {
     /// Builds the decoder's variables in `p` (a fresh VarStore's root) with transformers'
     /// initialisation: normal(0, initializer_range) for matrices and embeddings, zero
-    /// biases, unit norms.
+    /// biases, unit norms (Gemma's: zero, as they scale by 1 + weight). Names follow the
+    /// family's checkpoints ([`Family::layout`]).
     pub fn new(p: &nn::Path, config: &DecoderConfig) -> Decoder {
-        let std = config.initializer_range;
+        let layout = family::family(config.architecture).layout();
         let h = config.hidden_size as i64;
-        let q_out = (config.num_attention_heads * config.head_dim) as i64;
-        let kv_out = (config.num_key_value_heads * config.head_dim) as i64;
-        let inter = config.intermediate_size as i64;
         let vocab = config.vocab_size as i64;
         let normal = nn::Init::Randn {
             mean: 0.0,
-            stdev: std,
+            stdev: config.initializer_range,
         };
         let m = p / "model";
         let embed = (&m / "embed_tokens").var("weight", &[vocab, h], normal);
-        let proj = |p: nn::Path, out: i64, inp: i64, bias: bool| {
-            let w = p.var("weight", &[out, inp], normal);
-            let b = bias.then(|| p.var("bias", &[out], nn::Init::Const(0.0)));
-            (Linear::Dense(w), b)
-        };
-        let layers = (0..config.num_hidden_layers as i64)
-            .map(|i| {
-                let l = &m / "layers" / i;
-                let attn = &l / "self_attn";
-                let mlp = &l / "mlp";
-                let bias = config.attention_bias;
-                Layer {
-                    input_norm: (&l / "input_layernorm").var("weight", &[h], nn::Init::Const(1.0)),
-                    q: proj(&attn / "q_proj", q_out, h, bias),
-                    k: proj(&attn / "k_proj", kv_out, h, bias),
-                    v: proj(&attn / "v_proj", kv_out, h, bias),
-                    o: proj(&attn / "o_proj", h, q_out, false).0,
-                    post_norm: (&l / "post_attention_layernorm").var(
-                        "weight",
-                        &[h],
-                        nn::Init::Const(1.0),
-                    ),
-                    gate: proj(&mlp / "gate_proj", inter, h, false).0,
-                    up: proj(&mlp / "up_proj", inter, h, false).0,
-                    down: proj(&mlp / "down_proj", h, inter, false).0,
-                    name: format!("model.layers.{i}"),
-                }
-            })
+        let layers = (0..config.num_hidden_layers as usize)
+            .map(|i| Layer::new(&(&m / "layers" / i as i64), i, config, layout))
             .collect();
-        let norm = (&m / "norm").var("weight", &[h], nn::Init::Const(1.0));
+        let norm = block::Norm::new(&m / "norm", h, config);
         let lm_head = (!config.tie_word_embeddings)
             .then(|| (p / "lm_head").var("weight", &[vocab, h], normal));
-        let inv_freq = Tensor::from_slice(&inv_freq(config)).to_device(p.device());
+        let device = p.device();
+        let freqs = |theta: f64, scaled: bool| Tensor::from_slice(&inv_freq(config, theta, scaled)).to_device(device);
+        let inv_freq_local = config
+            .rope_local_theta
+            .filter(|_| config.layers_of(LayerType::Sliding) > 0)
+            .map(|theta| freqs(theta, false));
+        let embed_scale = config
+            .architecture
+            .gemma_style()
+            .then(|| Tensor::from((config.hidden_size as f64).sqrt() as f32).to_device(device));
         Decoder {
             config: config.clone(),
             embed,
+            embed_scale,
             layers,
             norm,
             lm_head,
-            inv_freq,
+            inv_freq: freqs(config.rope_theta, true),
+            inv_freq_local,
+            expert_log: Mutex::new(None),
         }
     }
 
@@ -141,31 +130,26 @@ impl Decoder {
         &self.config
     }
 
-    /// Quantizes the blocks' linear layers as `q` says (see [`linear`]), one at a time, in
-    /// place: each dense weight leaves the VarStore `vs` it was built in (and is freed) and
-    /// its quantized tensors join it under `…_proj.weight_int8` / `.scales` (int8) or
-    /// `…_proj.weight_int4pack` / `.scales_and_zeros` (int4), not trainable. The embedding,
-    /// the norms, the biases and the LM head stay as they are. A quantized decoder
-    /// is quantized once: a second call changes nothing.
+    /// A fresh cache of `kind` for this decoder, for `capacity` positions when static.
+    pub fn cache(&self, kind: protocol::KvCacheKind, capacity: i64) -> KvCache {
+        KvCache::new(kind, self.layers.len(), capacity)
+    }
+
+    /// Quantizes the blocks' linear layers as `q` says (see [`linear`]), every expert's
+    /// included, one at a time, in place: each dense weight leaves the VarStore `vs` it was
+    /// built in (and is freed) and its quantized tensors join it under
+    /// `…_proj.weight_int8` / `.scales` (int8) or `…_proj.weight_int4pack` /
+    /// `.scales_and_zeros` (int4), not trainable. The embedding, the norms, the biases, the
+    /// routers and the LM head stay as they are. A quantized decoder is quantized once: a
+    /// second call changes nothing.
     pub fn quantize(&mut self, vs: &nn::VarStore, q: LinearQuant) {
         if q.is_none() {
             return;
         }
         for layer in self.layers.iter_mut() {
-            let name = layer.name.clone();
-            let slots: [(&str, &mut Linear); 7] = [
-                ("self_attn.q_proj", &mut layer.q.0),
-                ("self_attn.k_proj", &mut layer.k.0),
-                ("self_attn.v_proj", &mut layer.v.0),
-                ("self_attn.o_proj", &mut layer.o),
-                ("mlp.gate_proj", &mut layer.gate),
-                ("mlp.up_proj", &mut layer.up),
-                ("mlp.down_proj", &mut layer.down),
-            ];
-            for (what, slot) in slots {
+            for (prefix, slot) in layer.linears_mut() {
                 let Some(dense) = slot.dense() else { continue };
                 let quantized = linear::quantize(dense, q);
-                let prefix = format!("{name}.{what}");
                 let mut vars = vs.variables_.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(old) = vars.named_variables.remove(&format!("{prefix}.weight")) {
                     let ptr = old.data_ptr();
@@ -182,21 +166,51 @@ impl Decoder {
     }
 
     /// The weights measured from the tensors: the blocks' linear layers (as stored, packed
-    /// and with their scales when quantized) and the rest (embedding, norms, biases, head).
+    /// and with their scales when quantized; every expert's) and the rest (embedding,
+    /// norms, biases, routers, head).
     pub fn weights_breakdown(&self) -> (u64, u64) {
-        let bytes = |t: &Tensor| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64;
+        let mut other = block::tensor_bytes(&self.embed) + block::tensor_bytes(&self.norm.weight);
+        other += self.lm_head.as_ref().map_or(0, block::tensor_bytes);
         let mut linear = 0;
-        let mut other = bytes(&self.embed) + bytes(&self.norm);
-        other += self.lm_head.as_ref().map_or(0, bytes);
         for l in &self.layers {
-            for (w, b) in [&l.q, &l.k, &l.v] {
-                linear += w.bytes();
-                other += b.as_ref().map_or(0, bytes);
-            }
-            linear += l.o.bytes() + l.gate.bytes() + l.up.bytes() + l.down.bytes();
-            other += bytes(&l.input_norm) + bytes(&l.post_norm);
+            let (a, b) = l.bytes();
+            linear += a;
+            other += b;
         }
         (linear, other)
+    }
+
+    /// A mixture of experts' bytes, measured from the tensors as stored: every expert of
+    /// every layer, and one expert (the first MoE layer's first). `None` for a dense
+    /// decoder.
+    pub fn expert_bytes(&self) -> Option<(u64, u64)> {
+        let mut all = 0;
+        let mut one = None;
+        for l in &self.layers {
+            if let Mlp::Moe(m) = &l.mlp {
+                all += m.experts.iter().map(|e| e.bytes()).sum::<u64>();
+                one = one.or(m.experts.first().map(|e| e.bytes()));
+            }
+        }
+        one.map(|one| (all, one))
+    }
+
+    /// From now on (`true`) each pass appends, per MoE layer, the distinct experts its
+    /// tokens were routed to, until [`Decoder::take_expert_log`]; `false` stops it.
+    pub fn log_experts(&self, on: bool) {
+        *self.expert_log.lock().unwrap_or_else(|e| e.into_inner()) = on.then(Vec::new);
+    }
+
+    /// What was logged since the log was started or last taken: per MoE layer and pass,
+    /// the distinct experts touched (ids in order). The log stays on.
+    pub fn take_expert_log(&self) -> Vec<Vec<u32>> {
+        let mut log = self.expert_log.lock().unwrap_or_else(|e| e.into_inner());
+        log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Each layer's type, in order.
+    pub fn layer_types(&self) -> Vec<LayerType> {
+        self.layers.iter().map(|l| l.kind).collect()
     }
 
     /// The forward pass over `ids` (`[batch, tokens]`, int64) whose first token sits at
@@ -218,7 +232,8 @@ impl Decoder {
     /// `sdp` is given, the SDPA backend the first layer runs written into it (asked of
     /// libtorch with that layer's own query, key, value and mask; `None` when it cannot
     /// say). A masked static cache ([`KvCache::static_masked`]) attends to its whole
-    /// capacity under a mask and takes either kind of position.
+    /// capacity under a mask (a sliding layer's window cut into it) and takes either kind
+    /// of position.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_at(
         &self,
@@ -233,6 +248,9 @@ impl Decoder {
         let tokens = ids.size()[1];
         let device = ids.device();
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
+        if let Some(s) = &self.embed_scale {
+            x = x * s.to_kind(self.embed.kind());
+        }
         probe.mark("model.embed_tokens", &x, || 0);
         // The positions of the new tokens, int64 `[tokens]`.
         let positions = match at {
@@ -240,19 +258,34 @@ impl Decoder {
             Position::Tensor(t) => t.view([-1]) + Tensor::arange(tokens, (Kind::Int64, device)),
         };
         // cos and sin for these positions, computed once per pass in fp32 and cast to the
-        // hidden states' dtype, as transformers' LlamaRotaryEmbedding does.
-        let (cos, sin) = {
-            let freqs = positions.to_kind(Kind::Float).outer(&self.inv_freq);
+        // hidden states' dtype, as transformers' rotary embeddings do (per layer type when
+        // the sliding layers have their own base).
+        let cos_sin = |inv_freq: &Tensor| {
+            let freqs = positions.to_kind(Kind::Float).outer(inv_freq);
             let emb = Tensor::cat(&[&freqs, &freqs], -1);
             (emb.cos().to_kind(x.kind()), emb.sin().to_kind(x.kind()))
         };
+        let (cos, sin) = cos_sin(&self.inv_freq);
+        let local = self.inv_freq_local.as_ref().map(cos_sin);
         // A masked cache: position j is visible to new token i when j <= its position
-        // (the past, itself, and nothing past the current length), `[tokens, capacity]`.
+        // (the past, itself, and nothing past the current length), `[tokens, capacity]`;
+        // in a sliding layer also when it is within the window.
         let mask = cache.capacity_mask(&positions);
+        let mask_sliding = match (&mask, self.config.sliding_window) {
+            (Some(m), Some(w)) => {
+                let capacity = m.size()[1];
+                let all = Tensor::arange(capacity, (Kind::Int64, device)).unsqueeze(0);
+                let near = (positions.unsqueeze(1) - all).lt(w as i64);
+                Some(m.logical_and(&near))
+            }
+            _ => None,
+        };
         let start = match at {
             Position::At(p) => p,
             Position::Tensor(_) => 0,
         };
+        let dims = Dims::of(&self.config);
+        let mut log = self.expert_log.lock().unwrap_or_else(|e| e.into_inner());
         for (i, layer) in self.layers.iter().enumerate() {
             let flops = || {
                 let context = start + tokens;
@@ -261,18 +294,20 @@ impl Decoder {
                     / self.config.num_hidden_layers as u64
             };
             let step = Step {
-                cos: &cos,
-                sin: &sin,
+                rope: (&cos, &sin),
+                rope_local: local.as_ref().map(|(c, s)| (c, s)),
                 position: start,
                 positions: &positions,
                 mask: mask.as_ref(),
+                mask_sliding: mask_sliding.as_ref(),
                 train,
             };
             let ask = if i == 0 { sdp.as_deref_mut() } else { None };
-            x = self.layer(layer, i, x, &step, cache, ask);
+            x = layer.forward(i, x, &dims, &step, cache, ask, log.as_mut());
             probe.mark(&layer.name, &x, flops);
         }
-        let h = rms_norm(&x, &self.norm, self.config.rms_norm_eps);
+        drop(log);
+        let h = self.norm.apply(&x);
         drop(x);
         let h = match logits {
             Logits::Last => h.narrow(1, tokens - 1, 1),
@@ -285,145 +320,23 @@ impl Decoder {
         });
         out
     }
-
-    fn layer(
-        &self,
-        l: &Layer,
-        index: usize,
-        x: Tensor,
-        step: &Step<'_>,
-        cache: &mut KvCache,
-        sdp: Option<&mut Option<SdpBackend>>,
-    ) -> Tensor {
-        let (cos, sin, train) = (step.cos, step.sin, step.train);
-        let c = &self.config;
-        let (b, t) = (x.size()[0], x.size()[1]);
-        let (heads, kv_heads, d) = (
-            c.num_attention_heads as i64,
-            c.num_key_value_heads as i64,
-            c.head_dim as i64,
-        );
-        let attn_out = {
-            let h = rms_norm(&x, &l.input_norm, c.rms_norm_eps);
-            let project = |w: &(Linear, Option<Tensor>), n: i64| {
-                w.0.apply(&h, w.1.as_ref())
-                    .view([b, t, n, d])
-                    .transpose(1, 2)
-            };
-            let q = project(&l.q, heads);
-            let k = project(&l.k, kv_heads);
-            let v = project(&l.v, kv_heads);
-            drop(h);
-            let q = rope(q, cos, sin);
-            let k = rope(k, cos, sin);
-            let (k, v) = cache.update(index, k, v, step.position, step.positions);
-            let dropout = if train { c.attention_dropout } else { 0.0 };
-            let a = match step.mask {
-                // The causal mask is needed only when several new positions attend to each
-                // other (the prefill, or every step without a cache); a single new token
-                // attends to everything before it.
-                None => {
-                    let (causal, gqa) = (t > 1, heads != kv_heads);
-                    if let Some(seen) = sdp {
-                        *seen = sdp_choice(&q, &k, &v, None, dropout, causal, gqa).ok().flatten();
-                    }
-                    Tensor::scaled_dot_product_attention::<Tensor>(
-                        &q, &k, &v, None, dropout, causal, None, gqa,
-                    )
-                }
-                // The whole capacity under the mask. Grouped-query attention by grouping:
-                // the query heads sharing a KV head become rows of one "head" (query head
-                // i uses KV head i / group, as enable_gqa's repeat_interleave pairs them),
-                // so no kernel needs enable_gqa and the ones that take a mask (memory-
-                // efficient, math) stay eligible.
-                Some(mask) => {
-                    let group = heads / kv_heads;
-                    let q = q.reshape([b, kv_heads, group * t, d]);
-                    let mask = mask.repeat([group, 1]);
-                    if let Some(seen) = sdp {
-                        *seen = sdp_choice(&q, &k, &v, Some(&mask), dropout, false, false).ok().flatten();
-                    }
-                    let a = Tensor::scaled_dot_product_attention(
-                        &q, &k, &v, Some(&mask), dropout, false, None, false,
-                    );
-                    a.reshape([b, heads, t, d])
-                }
-            };
-            drop((q, k, v));
-            let a = a.transpose(1, 2).contiguous().view([b, t, heads * d]);
-            l.o.apply(&a, None)
-        };
-        let x = x + attn_out;
-        let mlp_out = {
-            let h = rms_norm(&x, &l.post_norm, c.rms_norm_eps);
-            let gate = l.gate.apply(&h, None).silu();
-            let up = l.up.apply(&h, None);
-            drop(h);
-            let act = gate * up;
-            l.down.apply(&act, None)
-        };
-        x + mlp_out
-    }
 }
 
-/// What every layer of one pass shares.
-struct Step<'a> {
-    cos: &'a Tensor,
-    sin: &'a Tensor,
-    /// The first new token's position when it is a number (0 when it is a tensor).
-    position: i64,
-    /// The new tokens' positions, int64 `[tokens]`.
-    positions: &'a Tensor,
-    /// A masked cache's visibility mask, `[tokens, capacity]`.
-    mask: Option<&'a Tensor>,
-    train: bool,
-}
-
-/// The SDPA backend for these tensors, as libtorch chooses it.
-fn sdp_choice(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    dropout: f64,
-    causal: bool,
-    gqa: bool,
-) -> Result<Option<SdpBackend>, crate::torch_ext::ExtError> {
-    crate::torch_ext::sdp_choice(q, k, v, mask, dropout, causal, gqa)
-}
-
-/// transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale.
-fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
-    let kind = x.kind();
-    let x32 = x.to_kind(Kind::Float);
-    let inv = (x32.square().mean_dim(-1, true, Kind::Float) + eps).rsqrt();
-    let normed = (x32 * inv).to_kind(kind);
-    weight * normed
-}
-
-/// `x * cos + rotate_half(x) * sin`, where rotate_half swaps the halves and negates the
-/// second: transformers' apply_rotary_pos_emb.
-fn rope(x: Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-    let half = x.size()[3] / 2;
-    let rotated = {
-        let x1 = x.narrow(3, 0, half);
-        let x2 = x.narrow(3, half, half);
-        Tensor::cat(&[&(-x2), &x1], -1)
-    };
-    let a = &x * cos;
-    drop(x);
-    a + rotated * sin
-}
-
-/// The rotary frequencies, as transformers computes them (Llama 3's frequency-dependent
-/// scaling included).
-fn inv_freq(c: &DecoderConfig) -> Vec<f32> {
+/// The rotary frequencies for base `theta`, as transformers computes them (Llama 3's
+/// frequency-dependent scaling, or linear scaling, when `scaled` and the config has it).
+fn inv_freq(c: &DecoderConfig, theta: f64, scaled: bool) -> Vec<f32> {
     let d = c.head_dim as usize;
     (0..d / 2)
         .map(|i| {
             // transformers computes `theta ** (2i / d)` in fp32.
             let exponent = (2 * i) as f32 / d as f32;
-            let f = 1.0 / (c.rope_theta as f32).powf(exponent);
+            let f = 1.0 / (theta as f32).powf(exponent);
+            if !scaled {
+                return f;
+            }
+            if let Some(factor) = c.rope_linear_factor {
+                return f / factor as f32;
+            }
             let Some(r) = c.rope_llama3 else {
                 return f;
             };

@@ -1,0 +1,531 @@
+//! One decoder layer of any family, statement by statement as transformers runs it: the
+//! norms (Llama's `weight × normed`, Gemma's `(1 + weight) × normed` in fp32), attention
+//! (q/k norms where the family has them, RoPE of the layer's type, the cache, a sliding
+//! window's mask, grouped-query attention through `scaled_dot_product_attention`), and the
+//! MLP: a gated one (SwiGLU or GeGLU) or a mixture of experts (a router's top-k over
+//! separate gated MLPs, run expert by expert over the tokens routed to it, as transformers'
+//! eager `Qwen3MoeExperts` / `MixtralExperts` loop does).
+
+use protocol::decoder::{Architecture, DecoderConfig, LayerType};
+use protocol::SdpBackend;
+use tch::nn;
+use tch::{Device, Kind, Tensor};
+
+use super::cache::KvCache;
+use super::family::Layout;
+use super::linear::Linear;
+
+/// An RMSNorm's weight and how it scales.
+#[derive(Debug)]
+pub(super) struct Norm {
+    pub weight: Tensor,
+    eps: f64,
+    /// Gemma's: normalise and scale by `1 + weight` in fp32, then cast back.
+    gemma: bool,
+}
+
+impl Norm {
+    pub fn new(p: nn::Path, width: i64, c: &DecoderConfig) -> Norm {
+        let gemma = c.architecture.gemma_style();
+        // transformers initialises Gemma's weights to 0 (they scale by 1 + weight).
+        let init = nn::Init::Const(if gemma { 0.0 } else { 1.0 });
+        Norm {
+            weight: p.var("weight", &[width], init),
+            eps: c.rms_norm_eps,
+            gemma,
+        }
+    }
+
+    pub fn apply(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let x32 = x.to_kind(Kind::Float);
+        let inv = (x32.square().mean_dim(-1, true, Kind::Float) + self.eps).rsqrt();
+        let normed = x32 * inv;
+        match self.gemma {
+            true => (normed * (self.weight.to_kind(Kind::Float) + 1.0)).to_kind(kind),
+            // transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale.
+            false => &self.weight * normed.to_kind(kind),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        tensor_bytes(&self.weight)
+    }
+}
+
+/// The gated MLP's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Act {
+    /// SwiGLU's.
+    Silu,
+    /// GeGLU's: GELU with the tanh approximation (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+impl Act {
+    pub fn of(a: Architecture) -> Act {
+        match a.gemma_style() {
+            true => Act::GeluTanh,
+            false => Act::Silu,
+        }
+    }
+
+    fn apply(self, x: Tensor) -> Tensor {
+        match self {
+            Act::Silu => x.silu(),
+            Act::GeluTanh => x.gelu("tanh"),
+        }
+    }
+}
+
+/// `down(act(gate(x)) × up(x))`.
+#[derive(Debug)]
+pub(super) struct Gated {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+impl Gated {
+    fn new(p: &nn::Path, names: [&str; 3], width: i64, h: i64, init: nn::Init) -> Gated {
+        let w = |name: &str, out: i64, inp: i64| Linear::Dense((p / name).var("weight", &[out, inp], init));
+        Gated {
+            gate: w(names[0], width, h),
+            up: w(names[1], width, h),
+            down: w(names[2], h, width),
+        }
+    }
+
+    fn apply(&self, x: &Tensor, act: Act) -> Tensor {
+        let gate = act.apply(self.gate.apply(x, None));
+        let up = self.up.apply(x, None);
+        self.down.apply(&(gate * up), None)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.gate.bytes() + self.up.bytes() + self.down.bytes()
+    }
+}
+
+/// A mixture of experts: the router's weight `[experts, hidden]` and the experts.
+#[derive(Debug)]
+pub(super) struct Moe {
+    pub router: Tensor,
+    pub experts: Vec<Gated>,
+    top_k: i64,
+    norm_topk: bool,
+    /// Mixtral keeps the routing weights in fp32; Qwen3-MoE casts them to the hidden
+    /// states' dtype.
+    weights_fp32: bool,
+}
+
+impl Moe {
+    /// `x` `[batch, tokens, hidden]` through the router and its top-k experts. The experts
+    /// run one at a time, in order, on the tokens routed to them (ordered by their rank in
+    /// the top-k, then by token), and their weighted outputs are added into a zero tensor:
+    /// transformers' eager loop, sum for sum. The distinct experts touched are appended to
+    /// `log`.
+    fn apply(&self, x: &Tensor, act: Act, log: Option<&mut Vec<Vec<u32>>>) -> Tensor {
+        let size = x.size();
+        let h = size[size.len() - 1];
+        let flat = x.reshape([-1, h]);
+        let logits = flat.linear::<&Tensor>(&self.router, None);
+        let probs = logits.softmax(-1, Kind::Float);
+        let (mut weights, chosen) = probs.topk(self.top_k, -1, true, true);
+        drop(probs);
+        if self.norm_topk {
+            weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
+        }
+        if !self.weights_fp32 {
+            weights = weights.to_kind(logits.kind());
+        }
+        let tokens = flat.size()[0];
+        let k = self.top_k;
+        // Which experts each token goes to: on the host, as transformers' loop reads it.
+        let ids = Vec::<i64>::try_from(chosen.to_device(Device::Cpu).reshape([-1]))
+            .expect("the router's choices read as int64");
+        let mut routed: Vec<(Vec<i64>, Vec<i64>)> = vec![(vec![], vec![]); self.experts.len()];
+        for rank in 0..k {
+            for token in 0..tokens {
+                let e = ids[(token * k + rank) as usize] as usize;
+                routed[e].0.push(token);
+                routed[e].1.push(rank);
+            }
+        }
+        let mut out = flat.zeros_like();
+        let device = flat.device();
+        let mut touched = Vec::new();
+        for (e, (token_ids, ranks)) in routed.iter().enumerate() {
+            if token_ids.is_empty() {
+                continue;
+            }
+            touched.push(e as u32);
+            let t = Tensor::from_slice(token_ids).to_device(device);
+            let r = Tensor::from_slice(ranks).to_device(device);
+            let y = self.experts[e].apply(&flat.index_select(0, &t), act);
+            let w = weights.index(&[Some(&t), Some(&r)]).unsqueeze(-1);
+            let y = (y * w).to_kind(out.kind());
+            let _ = out.index_add_(0, &t, &y);
+        }
+        if let Some(log) = log {
+            log.push(touched);
+        }
+        out.view(size.as_slice())
+    }
+}
+
+/// A layer's MLP.
+#[derive(Debug)]
+pub(super) enum Mlp {
+    Dense(Gated),
+    Moe(Moe),
+}
+
+/// A projection and its bias (q, k, v may have one).
+type Proj = (Linear, Option<Tensor>);
+
+/// One decoder layer's weights.
+#[derive(Debug)]
+pub(super) struct Layer {
+    /// The probe's name for this layer (`model.layers.3`).
+    pub name: String,
+    pub kind: LayerType,
+    /// A sliding layer's window, in positions.
+    pub window: Option<i64>,
+    input_norm: Norm,
+    post_attn_norm: Norm,
+    /// Gemma's norms before and after the MLP (`pre_feedforward_layernorm`,
+    /// `post_feedforward_layernorm`); its `post_attention_layernorm` then normalises
+    /// attention's output before the residual.
+    ff_norms: Option<(Norm, Norm)>,
+    q: Proj,
+    k: Proj,
+    v: Proj,
+    o: Linear,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
+    pub mlp: Mlp,
+    /// The MLP's module name (`mlp`, `block_sparse_moe`).
+    mlp_name: &'static str,
+    expert_names: [&'static str; 3],
+}
+
+/// What every layer of one pass shares.
+pub(super) struct Step<'a> {
+    /// cos and sin of the full layers' RoPE, and of the sliding layers' when they have
+    /// their own base.
+    pub rope: (&'a Tensor, &'a Tensor),
+    pub rope_local: Option<(&'a Tensor, &'a Tensor)>,
+    /// The first new token's position when it is a number (0 when it is a tensor).
+    pub position: i64,
+    /// The new tokens' positions, int64 `[tokens]`.
+    pub positions: &'a Tensor,
+    /// A masked cache's visibility masks `[tokens, capacity]`: the full layers', and the
+    /// sliding layers' (their window applied).
+    pub mask: Option<&'a Tensor>,
+    pub mask_sliding: Option<&'a Tensor>,
+    pub train: bool,
+}
+
+/// The shape every layer shares.
+pub(super) struct Dims {
+    pub heads: i64,
+    pub kv_heads: i64,
+    pub head_dim: i64,
+    pub dropout: f64,
+    /// The scores' scale when not `head_dim^-0.5` (Gemma's `query_pre_attn_scalar^-0.5`).
+    pub scale: Option<f64>,
+    pub act: Act,
+}
+
+impl Dims {
+    pub fn of(c: &DecoderConfig) -> Dims {
+        Dims {
+            heads: c.num_attention_heads as i64,
+            kv_heads: c.num_key_value_heads as i64,
+            head_dim: c.head_dim as i64,
+            dropout: c.attention_dropout,
+            scale: c.query_pre_attn_scalar.map(|s| s.powf(-0.5)),
+            act: Act::of(c.architecture),
+        }
+    }
+}
+
+impl Layer {
+    /// Builds layer `i`'s variables under `l` (`model.layers.i`) with transformers'
+    /// initialisation: normal(0, initializer_range) for matrices, zero biases, norms at 1
+    /// (Gemma's at 0).
+    pub fn new(l: &nn::Path, i: usize, c: &DecoderConfig, layout: Layout) -> Layer {
+        let normal = nn::Init::Randn {
+            mean: 0.0,
+            stdev: c.initializer_range,
+        };
+        let h = c.hidden_size as i64;
+        let d = c.head_dim as i64;
+        let q_out = c.num_attention_heads as i64 * d;
+        let kv_out = c.num_key_value_heads as i64 * d;
+        let attn = l / "self_attn";
+        let proj = |name: &str, out: i64, inp: i64, bias: bool| {
+            let p = &attn / name;
+            let w = p.var("weight", &[out, inp], normal);
+            let b = bias.then(|| p.var("bias", &[out], nn::Init::Const(0.0)));
+            (Linear::Dense(w), b)
+        };
+        let norm = |name: &str| Norm::new(l / name, h, c);
+        let mlp_path = l / layout.mlp;
+        let mlp = match c.is_moe_layer(i) {
+            true => {
+                let m = c.moe.as_ref().expect("a MoE layer has a MoE config");
+                let width = m.expert_intermediate_size as i64;
+                let experts = &mlp_path / "experts";
+                Mlp::Moe(Moe {
+                    router: (&mlp_path / layout.router).var("weight", &[m.num_experts as i64, h], normal),
+                    experts: (0..m.num_experts as i64)
+                        .map(|e| Gated::new(&(&experts / e), layout.expert, width, h, normal))
+                        .collect(),
+                    top_k: m.num_experts_per_tok as i64,
+                    norm_topk: m.norm_topk_prob,
+                    weights_fp32: c.architecture == Architecture::Mixtral,
+                })
+            }
+            false => Mlp::Dense(Gated::new(
+                &mlp_path,
+                ["gate_proj", "up_proj", "down_proj"],
+                c.intermediate_size as i64,
+                h,
+                normal,
+            )),
+        };
+        Layer {
+            name: format!("model.layers.{i}"),
+            kind: c.layer_type(i),
+            window: c.window(i).map(i64::from),
+            input_norm: norm("input_layernorm"),
+            post_attn_norm: norm("post_attention_layernorm"),
+            ff_norms: c
+                .architecture
+                .gemma_style()
+                .then(|| (norm("pre_feedforward_layernorm"), norm("post_feedforward_layernorm"))),
+            q: proj("q_proj", q_out, h, c.attention_bias),
+            k: proj("k_proj", kv_out, h, c.attention_bias),
+            v: proj("v_proj", kv_out, h, c.attention_bias),
+            o: proj("o_proj", h, q_out, false).0,
+            q_norm: c.qk_norm.then(|| Norm::new(&attn / "q_norm", d, c)),
+            k_norm: c.qk_norm.then(|| Norm::new(&attn / "k_norm", d, c)),
+            mlp,
+            mlp_name: layout.mlp,
+            expert_names: layout.expert,
+        }
+    }
+
+    /// Every linear layer weight quantization applies to, with its name under the model
+    /// (`model.layers.0.self_attn.q_proj`, `model.layers.0.mlp.experts.3.down_proj`).
+    pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let name = &self.name;
+        let mut out = vec![
+            (format!("{name}.self_attn.q_proj"), &mut self.q.0),
+            (format!("{name}.self_attn.k_proj"), &mut self.k.0),
+            (format!("{name}.self_attn.v_proj"), &mut self.v.0),
+            (format!("{name}.self_attn.o_proj"), &mut self.o),
+        ];
+        let mlp = self.mlp_name;
+        match &mut self.mlp {
+            Mlp::Dense(g) => {
+                let [a, b, c] = [&mut g.gate, &mut g.up, &mut g.down];
+                out.push((format!("{name}.{mlp}.gate_proj"), a));
+                out.push((format!("{name}.{mlp}.up_proj"), b));
+                out.push((format!("{name}.{mlp}.down_proj"), c));
+            }
+            Mlp::Moe(m) => {
+                let [gn, un, dn] = self.expert_names;
+                for (e, g) in m.experts.iter_mut().enumerate() {
+                    out.push((format!("{name}.{mlp}.experts.{e}.{gn}"), &mut g.gate));
+                    out.push((format!("{name}.{mlp}.experts.{e}.{un}"), &mut g.up));
+                    out.push((format!("{name}.{mlp}.experts.{e}.{dn}"), &mut g.down));
+                }
+            }
+        }
+        out
+    }
+
+    /// Bytes of its linear layers (as stored: quantized or not) and of the rest (norms,
+    /// biases, the router).
+    pub fn bytes(&self) -> (u64, u64) {
+        let mut linear = self.o.bytes();
+        let mut other = self.input_norm.bytes() + self.post_attn_norm.bytes();
+        for (w, b) in [&self.q, &self.k, &self.v] {
+            linear += w.bytes();
+            other += b.as_ref().map_or(0, tensor_bytes);
+        }
+        for n in [&self.q_norm, &self.k_norm].into_iter().flatten() {
+            other += n.bytes();
+        }
+        if let Some((a, b)) = &self.ff_norms {
+            other += a.bytes() + b.bytes();
+        }
+        match &self.mlp {
+            Mlp::Dense(g) => linear += g.bytes(),
+            Mlp::Moe(m) => {
+                linear += m.experts.iter().map(Gated::bytes).sum::<u64>();
+                other += tensor_bytes(&m.router);
+            }
+        }
+        (linear, other)
+    }
+
+    /// The layer over `x` `[batch, tokens, hidden]`.
+    pub fn forward(
+        &self,
+        index: usize,
+        x: Tensor,
+        dims: &Dims,
+        step: &Step<'_>,
+        cache: &mut KvCache,
+        sdp: Option<&mut Option<SdpBackend>>,
+        log: Option<&mut Vec<Vec<u32>>>,
+    ) -> Tensor {
+        let attn_out = {
+            let h = self.input_norm.apply(&x);
+            self.attention(index, &h, dims, step, cache, sdp)
+        };
+        match &self.ff_norms {
+            // Gemma: x + norm(attn); x + norm(mlp(norm(x))).
+            Some((pre, post)) => {
+                let x = x + self.post_attn_norm.apply(&attn_out);
+                drop(attn_out);
+                let m = self.mlp(&pre.apply(&x), dims, log);
+                x + post.apply(&m)
+            }
+            None => {
+                let x = x + attn_out;
+                let m = self.mlp(&self.post_attn_norm.apply(&x), dims, log);
+                x + m
+            }
+        }
+    }
+
+    fn mlp(&self, h: &Tensor, dims: &Dims, log: Option<&mut Vec<Vec<u32>>>) -> Tensor {
+        match &self.mlp {
+            Mlp::Dense(g) => g.apply(h, dims.act),
+            Mlp::Moe(m) => m.apply(h, dims.act, log),
+        }
+    }
+
+    fn attention(
+        &self,
+        index: usize,
+        h: &Tensor,
+        dims: &Dims,
+        step: &Step<'_>,
+        cache: &mut KvCache,
+        sdp: Option<&mut Option<SdpBackend>>,
+    ) -> Tensor {
+        let (b, t) = (h.size()[0], h.size()[1]);
+        let Dims { heads, kv_heads, head_dim: d, .. } = *dims;
+        // `[batch, tokens, n, head_dim]`, its heads normalised when the family does, then
+        // `[batch, n, tokens, head_dim]`.
+        let project = |w: &Proj, n: i64, norm: Option<&Norm>| {
+            let x = w.0.apply(h, w.1.as_ref()).view([b, t, n, d]);
+            let x = match norm {
+                Some(norm) => norm.apply(&x),
+                None => x,
+            };
+            x.transpose(1, 2)
+        };
+        let q = project(&self.q, heads, self.q_norm.as_ref());
+        let k = project(&self.k, kv_heads, self.k_norm.as_ref());
+        let v = project(&self.v, kv_heads, None);
+        let (cos, sin) = match (self.kind, step.rope_local) {
+            (LayerType::Sliding, Some(local)) => local,
+            _ => step.rope,
+        };
+        let q = rope(q, cos, sin);
+        let k = rope(k, cos, sin);
+        let (k, v) = cache.update(index, k, v, step.position, step.positions, self.window);
+        let dropout = if step.train { dims.dropout } else { 0.0 };
+        let keys = k.size()[2];
+        let mask = match self.kind {
+            LayerType::Full => step.mask,
+            LayerType::Sliding => step.mask_sliding,
+        };
+        // The keys are the last `keys` positions, ending at the last new token. A single new
+        // token sees every one of them (a sliding layer's cache holds at most its window);
+        // several see a causal square when there are no others, unless a window cuts it.
+        let explicit = match mask {
+            Some(m) => Some(m.shallow_clone()),
+            None if t > 1 && (keys != t || self.window.is_some_and(|w| t > w)) => {
+                Some(visible(t, keys, self.window, h.device()))
+            }
+            None => None,
+        };
+        let a = match explicit {
+            None => {
+                let (causal, gqa) = (t > 1, heads != kv_heads);
+                if let Some(seen) = sdp {
+                    *seen = sdp_choice(&q, &k, &v, None, dropout, causal, gqa).ok().flatten();
+                }
+                Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, dropout, causal, dims.scale, gqa)
+            }
+            // Grouped-query attention by grouping: the query heads sharing a KV head become
+            // rows of one "head" (query head i uses KV head i / group, as enable_gqa's
+            // repeat_interleave pairs them), so no kernel needs enable_gqa and the ones
+            // that take a mask (memory-efficient, math) stay eligible.
+            Some(mask) => {
+                let group = heads / kv_heads;
+                let q = q.reshape([b, kv_heads, group * t, d]);
+                let mask = mask.repeat([group, 1]);
+                if let Some(seen) = sdp {
+                    *seen = sdp_choice(&q, &k, &v, Some(&mask), dropout, false, false).ok().flatten();
+                }
+                let a = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&mask), dropout, false, dims.scale, false);
+                a.reshape([b, heads, t, d])
+            }
+        };
+        drop((q, k, v));
+        let a = a.transpose(1, 2).contiguous().view([b, t, heads * d]);
+        self.o.apply(&a, None)
+    }
+}
+
+/// `[tokens, keys]`: whether new token i sees key j, when the keys are the last `keys`
+/// positions ending at the last new token: j at or before i, and within `window` of it.
+fn visible(tokens: i64, keys: i64, window: Option<i64>, device: Device) -> Tensor {
+    let q = Tensor::arange_start(keys - tokens, keys, (Kind::Int64, device)).unsqueeze(1);
+    let k = Tensor::arange(keys, (Kind::Int64, device)).unsqueeze(0);
+    let causal = k.le_tensor(&q);
+    match window {
+        Some(w) => causal.logical_and(&(q - k).lt(w)),
+        None => causal,
+    }
+}
+
+/// The SDPA backend for these tensors, as libtorch chooses it.
+fn sdp_choice(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    dropout: f64,
+    causal: bool,
+    gqa: bool,
+) -> Result<Option<SdpBackend>, crate::torch_ext::ExtError> {
+    crate::torch_ext::sdp_choice(q, k, v, mask, dropout, causal, gqa)
+}
+
+/// `x * cos + rotate_half(x) * sin`, where rotate_half swaps the halves and negates the
+/// second: transformers' apply_rotary_pos_emb.
+fn rope(x: Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let half = x.size()[3] / 2;
+    let rotated = {
+        let x1 = x.narrow(3, 0, half);
+        let x2 = x.narrow(3, half, half);
+        Tensor::cat(&[&(-x2), &x1], -1)
+    };
+    let a = &x * cos;
+    drop(x);
+    a + rotated * sin
+}
+
+pub(super) fn tensor_bytes(t: &Tensor) -> u64 {
+    t.numel() as u64 * t.kind().elt_size_in_bytes() as u64
+}

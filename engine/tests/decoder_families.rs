@@ -1,0 +1,369 @@
+//! The decoder families Gradless reads from a team's `config.json` compute what Hugging Face
+//! transformers computes: for one small random model per family (Qwen3, Gemma 3, Qwen3-MoE,
+//! Mixtral, a Mistral whose every layer slides), saved by `save_pretrained` and loaded by
+//! both, every position's prefill logits within 1e-4 (fp32), the same 24 greedy tokens for
+//! a batch of 2 prompts of 16 with a dynamic cache, a static one and none, and a dynamic
+//! cache that holds, layer by layer, the bytes and positions transformers' DynamicCache
+//! holds after `generate`: a full layer prompt + 24 − 1 = 39 positions, a sliding layer
+//! window − 1 = 7 (the current token's keys and values join at attention time; transformers'
+//! DynamicSlidingWindowLayer keeps the same). The static cache's sliding layers hold the
+//! window (8), rolled. Parameter counts equal transformers' own, for these models and for
+//! published configs (Qwen3-8B, Qwen3-30B-A3B, Mixtral-8x7B, Gemma-3-1B) counted on the meta
+//! device in the same run; those configs read into the presets that copy them.
+//!
+//! Needs a Python with torch and transformers: `GRADLESS_PYTHON` (scripts/test.sh points it
+//! at the venv). The malformed configs' errors need nothing.
+
+use engine::models::decoder::{read_config, KvCache, Logits};
+use engine::models::Model;
+use engine::trace::Probe;
+use protocol::decoder::{LayerType, SlidingHold};
+use protocol::{KvCacheKind, ModelId};
+use tch::{Device, Tensor};
+
+/// Greedy decoding with a cache of `kind`, as a hand-written loop over the decoder; the
+/// tokens, and the cache as it is after the last step.
+fn greedy(model: &Model, prompt: &Tensor, n: i64, kind: KvCacheKind) -> (Vec<Vec<i64>>, KvCache) {
+    let decoder = model.net.as_decoder().unwrap();
+    let mut cache = decoder.cache(kind, prompt.size()[1] + n);
+    let mut sequence = prompt.shallow_clone();
+    let mut fed = prompt.shallow_clone();
+    let mut position = 0;
+    let mut tokens = vec![];
+    for _ in 0..n {
+        let logits = decoder.forward(&fed, position, &mut cache, false, Logits::Last, &mut Probe::off());
+        let next = logits.argmax(-1, false);
+        sequence = Tensor::cat(&[&sequence, &next], 1);
+        match kind {
+            KvCacheKind::Off => fed = sequence.shallow_clone(),
+            _ => {
+                position += fed.size()[1];
+                fed = next.shallow_clone();
+            }
+        }
+        tokens.push(next);
+    }
+    let t = Tensor::cat(&tokens, 1);
+    ((0..t.size()[0]).map(|r| Vec::<i64>::try_from(t.get(r)).unwrap()).collect(), cache)
+}
+
+#[test]
+fn every_family_computes_what_transformers_computes() {
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        eprintln!("GRADLESS_PYTHON is not set: the transformers comparison was not run");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("gradless-hf-families-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/make_hf_families.py");
+    let status = std::process::Command::new(&python)
+        .arg(script)
+        .arg(&dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("GRADLESS_PYTHON runs");
+    assert!(status.success(), "the fixture script failed");
+    let loaded = engine::team::load_dir(&dir.join("models"), None).unwrap();
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    assert_eq!(loaded.decoders.len(), 5);
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
+    let prompt: Vec<Vec<i64>> = serde_json::from_value(reference["prompt"].clone()).unwrap();
+    let n = reference["new_tokens"].as_i64().unwrap();
+    let rows = prompt.len() as i64;
+    let flat: Vec<i64> = prompt.concat();
+    let prompt = Tensor::from_slice(&flat).view([rows, -1]);
+    let _no_grad = tch::no_grad_guard();
+    for (name, want) in reference["models"].as_object().unwrap() {
+        let id: ModelId = name.parse().unwrap();
+        let config = id.decoder().unwrap().config.clone();
+        let model = Model::build(id, Device::Cpu, 0);
+        let decoder = model.net.as_decoder().unwrap();
+
+        // Parameters: built, counted from the config, and transformers' count.
+        let theirs = want["parameters"].as_u64().unwrap();
+        assert_eq!(model.parameters(), theirs, "{name}: built");
+        assert_eq!(config.parameters(), theirs, "{name}: from the config");
+
+        let logits = decoder.forward(&prompt, 0, &mut KvCache::Off, false, Logits::All, &mut Probe::off());
+        let shape: Vec<i64> = serde_json::from_value(want["shape"].clone()).unwrap();
+        assert_eq!(logits.size(), shape, "{name}");
+        let their_logits: Vec<f32> = serde_json::from_value(want["logits"].clone()).unwrap();
+        let their_logits = Tensor::from_slice(&their_logits).view(shape.as_slice());
+        let diff = (&logits - &their_logits).abs().max().double_value(&[]);
+        let scale = their_logits.abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "{name}: max |Δlogit| {diff:e} (logits up to {scale:.2})");
+
+        let tokens: Vec<Vec<i64>> = serde_json::from_value(want["tokens"].clone()).unwrap();
+        let distinct: std::collections::BTreeSet<_> = tokens.concat().into_iter().collect();
+        assert!(distinct.len() > 8, "{name}: the reference repeats itself ({distinct:?}), so equal tokens would mean little");
+        for kind in [KvCacheKind::Dynamic, KvCacheKind::Static, KvCacheKind::Off] {
+            let (ours, cache) = greedy(&model, &prompt, n, kind);
+            assert_eq!(ours, tokens, "{name}, {} cache", kind.as_str());
+            let batch = rows as u64;
+            // What a full layer holds: every position fed (all but the last token's in a
+            // growing cache; a static one's capacity).
+            let positions = match kind {
+                KvCacheKind::Dynamic => (16 + n - 1) as u64,
+                _ => (16 + n) as u64,
+            };
+            if config.layers_of(LayerType::Full) > 0 && kind != KvCacheKind::Off {
+                assert_eq!(cache.positions() as u64, positions, "{name}: a full layer's positions");
+            }
+            match kind {
+                KvCacheKind::Dynamic => {
+                    // Layer by layer, what transformers' DynamicCache holds.
+                    let theirs = want["cache"].as_array().unwrap();
+                    let ours = cache.per_layer();
+                    assert_eq!(ours.len(), theirs.len(), "{name}");
+                    for (i, (mine, t)) in ours.iter().zip(theirs).enumerate() {
+                        assert_eq!(mine.0, t["bytes"].as_u64().unwrap(), "{name} layer {i}: bytes");
+                        assert_eq!(mine.1 as u64, t["positions"].as_u64().unwrap(), "{name} layer {i}: positions");
+                        let sliding = config.layer_type(i) == LayerType::Sliding;
+                        assert_eq!(sliding, t["sliding"].as_bool().unwrap(), "{name} layer {i}: type");
+                    }
+                    let formula = config.kv_cache_held_bytes(positions, batch, 4, SlidingHold::Trimmed);
+                    assert_eq!(cache.bytes(), formula, "{name}: the per-layer-type formula");
+                    let sliding = config.layers_of(LayerType::Sliding);
+                    if sliding > 0 {
+                        let w = config.sliding_window.unwrap() as u64;
+                        assert!(ours.iter().any(|l| l.1 as u64 == w - 1), "{name}: sliding layers hold window − 1");
+                        assert!(cache.bytes() < config.kv_cache_bytes(positions, batch, 4), "{name}: below the naive formula");
+                    }
+                    eprintln!(
+                        "{name}: max |Δlogit| {diff:.2e}; {} tokens equal per cache kind; KV {} B = transformers' (naive every-layer formula {} B); {} parameters",
+                        n,
+                        cache.bytes(),
+                        config.kv_cache_bytes(positions, batch, 4),
+                        theirs_count(want)
+                    );
+                }
+                KvCacheKind::Static => {
+                    let formula = config.kv_cache_held_bytes(positions, batch, 4, SlidingHold::Rolled);
+                    assert_eq!(cache.bytes(), formula, "{name}: a static cache's sliding layers hold the window");
+                }
+                KvCacheKind::Off => assert_eq!(cache.bytes(), 0),
+            }
+        }
+    }
+
+    // Published configs: read by the families' readers into the presets that copy them, and
+    // counted as transformers counts them on the meta device.
+    for (name, want) in reference["published"].as_object().unwrap() {
+        let text = std::fs::read_to_string(dir.join("published").join(name).join("config.json")).unwrap();
+        let config = read_config(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let theirs = want["parameters"].as_u64().unwrap();
+        assert_eq!(config.parameters(), theirs, "{name}: parameters");
+        let preset = protocol::decoder::lookup(name).unwrap_or_else(|| panic!("a preset named {name}"));
+        assert_eq!(preset.config, config, "{name}: the preset copies the published config");
+        let types: Vec<String> = serde_json::from_value(want["layer_types"].clone()).unwrap();
+        for (i, t) in types.iter().enumerate() {
+            assert_eq!(config.layer_type(i).as_str(), t, "{name} layer {i}");
+        }
+        eprintln!(
+            "{name}: {} parameters, as transformers counts them on the meta device; {} active per token",
+            config.parameters(),
+            config.active_parameters()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn theirs_count(want: &serde_json::Value) -> u64 {
+    want["parameters"].as_u64().unwrap()
+}
+
+/// A config.json that differs from a valid one in one place, and the error it must name.
+fn refused(base: &str, change: impl Fn(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(base).unwrap();
+    change(v.as_object_mut().unwrap());
+    read_config(&v.to_string()).expect_err("a malformed config is refused")
+}
+
+const QWEN3_MOE: &str = r#"{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 100, "num_experts": 8, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "norm_topk_prob": true, "torch_dtype": "bfloat16"}"#;
+
+const GEMMA3: &str = r#"{"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 100, "sliding_window": 8,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}"#;
+
+#[test]
+fn malformed_configs_are_refused_naming_the_field() {
+    // The valid ones read.
+    let moe = read_config(QWEN3_MOE).unwrap();
+    assert_eq!(moe.moe.as_ref().unwrap().num_experts, 8);
+    assert_eq!(moe.head_dim, 16);
+    let gemma = read_config(GEMMA3).unwrap();
+    assert_eq!(gemma.layers_of(LayerType::Sliding), 2);
+    assert_eq!(gemma.rope_local_theta, Some(10_000.0));
+    assert_eq!(gemma.query_pre_attn_scalar, Some(256.0));
+
+    let cases: Vec<(&str, String)> = vec![
+        ("num_experts_per_tok", refused(QWEN3_MOE, |m| {
+            m.insert("num_experts_per_tok".into(), 9.into());
+        })),
+        ("sliding_window", refused(GEMMA3, |m| {
+            m.insert("sliding_window".into(), 0.into());
+        })),
+        ("layer_types[1]", refused(GEMMA3, |m| {
+            m.insert("layer_types".into(), serde_json::json!(["sliding_attention", "chunked_attention", "full_attention"]));
+        })),
+        ("layer_types", refused(GEMMA3, |m| {
+            m.insert("layer_types".into(), serde_json::json!(["sliding_attention", "full_attention"]));
+        })),
+        ("head_dim", refused(QWEN3_MOE, |m| {
+            m.insert("hidden_size".into(), 66.into());
+        })),
+        ("head_dim", refused(QWEN3_MOE, |m| {
+            m.insert("head_dim".into(), 15.into());
+        })),
+        ("num_key_value_heads", refused(QWEN3_MOE, |m| {
+            m.insert("num_key_value_heads".into(), 3.into());
+        })),
+        ("architectures", refused(QWEN3_MOE, |m| {
+            m.insert("architectures".into(), serde_json::json!(["Phi3ForCausalLM"]));
+        })),
+        ("attention_sink", refused(QWEN3_MOE, |m| {
+            m.insert("attention_sink".into(), true.into());
+        })),
+        ("num_local_experts", refused(QWEN3_MOE, |m| {
+            m.insert("num_local_experts".into(), 16.into());
+        })),
+        ("sliding_window_pattern", refused(GEMMA3, |m| {
+            m.insert("sliding_window_pattern".into(), 2.into());
+        })),
+        ("final_logit_softcapping", refused(GEMMA3, |m| {
+            m.insert("final_logit_softcapping".into(), 30.0.into());
+        })),
+        ("hidden_size", refused(QWEN3_MOE, |m| {
+            m.insert("hidden_size".into(), "wide".into());
+        })),
+        ("intermediate_size", refused(QWEN3_MOE, |m| {
+            m.remove("intermediate_size");
+        })),
+        ("model_type", refused(GEMMA3, |m| {
+            m.insert("model_type".into(), "gemma3".into());
+        })),
+        ("rope_theta", refused(QWEN3_MOE, |m| {
+            m.insert("rope_theta".into(), 1000.0.into());
+            m.insert("rope_parameters".into(), serde_json::json!({"rope_type": "default", "rope_theta": 5000.0}));
+        })),
+        ("rope_parameters", refused(QWEN3_MOE, |m| {
+            m.insert("rope_parameters".into(), serde_json::json!({"rope_type": "yarn", "factor": 4.0}));
+        })),
+    ];
+    for (field, e) in cases {
+        assert!(e.contains(&format!("`{field}")), "the error names `{field}`: {e}");
+    }
+    // A family not implemented names the ones that are.
+    let e = refused(QWEN3_MOE, |m| {
+        m.insert("architectures".into(), serde_json::json!(["Phi3ForCausalLM"]));
+    });
+    assert!(e.contains("Phi3ForCausalLM") && e.contains("Gemma3ForCausalLM") && e.contains("MixtralForCausalLM"), "{e}");
+}
+
+/// Every preset's transformers expression (what its snippets build) builds in transformers
+/// on the meta device, with the parameters Gradless counts from its config.
+#[test]
+fn every_presets_snippet_builds_in_transformers_with_its_parameters() {
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        eprintln!("GRADLESS_PYTHON is not set: the presets' snippets were not built");
+        return;
+    };
+    let presets = protocol::decoder::presets();
+    let mut script = String::from("import torch, transformers\ncounts = []\n");
+    for p in presets {
+        script.push_str(&format!(
+            "with torch.device(\"meta\"):\n    m = {}\ncounts.append(m.num_parameters())\n",
+            p.config.python_config().replace('\n', "\n    ")
+        ));
+    }
+    script.push_str("print(' '.join(map(str, counts)))\n");
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("GRADLESS_PYTHON runs");
+    assert!(out.status.success(), "the snippets did not build:\n{script}");
+    let counts: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), presets.len());
+    for (p, theirs) in presets.iter().zip(counts) {
+        assert_eq!(p.config.parameters(), theirs, "{}", p.name);
+    }
+}
+
+fn generate_spec(model: &str, batch: u32, prompt: u32, new_tokens: u32, cache: KvCacheKind) -> protocol::RunSpec {
+    protocol::RunSpec {
+        model: model.parse().unwrap(),
+        device: protocol::DeviceChoice::Cpu,
+        batch,
+        input_size: Some(prompt),
+        eval: true,
+        grad: protocol::GradMode::NoGrad,
+        threads: Some(1),
+        generate: Some(protocol::GenerateSpec { new_tokens, cache, ..Default::default() }),
+        ..protocol::RunSpec::default()
+    }
+}
+
+/// A generate run's report splits the cache by layer type (measured, equal to each type's
+/// formula, below the naive every-layer formula past the window) and, for a mixture of
+/// experts, reports total against active parameters, every expert's bytes held, and the
+/// distinct experts each decode step touched, more of them at a larger batch.
+#[test]
+fn generate_reports_the_cache_by_layer_type_and_the_experts() {
+    let worker = engine::Worker::start(engine::WorkerConfig::default()).expect("worker starts");
+    let run = |spec: protocol::RunSpec| {
+        let r = worker.measure(spec, |_| {}).expect("generation succeeds");
+        r.generation.expect("a generation section")
+    };
+    let gemma = protocol::decoder::lookup("gemma3_tiny").unwrap().config.clone();
+    let w = gemma.sliding_window.unwrap() as u64;
+    for (cache, sliding_positions) in [(KvCacheKind::Dynamic, w - 1), (KvCacheKind::Static, w)] {
+        let g = run(generate_spec("gemma3_tiny", 2, 40, 12, cache));
+        let full = g.kv_cache_by_layer_type.iter().find(|s| s.layer_type == LayerType::Full).unwrap();
+        let sliding = g.kv_cache_by_layer_type.iter().find(|s| s.layer_type == LayerType::Sliding).unwrap();
+        assert_eq!((full.layers, sliding.layers), (1, 5));
+        assert_eq!(sliding.positions, sliding_positions, "{}", cache.as_str());
+        for s in &g.kv_cache_by_layer_type {
+            assert_eq!(s.bytes, s.formula_bytes, "{}: {:?}", cache.as_str(), s.layer_type);
+        }
+        assert_eq!(g.kv_cache_bytes, g.kv_cache_formula_bytes);
+        assert_eq!(g.kv_cache_naive_bytes, gemma.kv_cache_bytes(full.positions, 2, 4));
+        assert!(g.kv_cache_naive_bytes > g.kv_cache_bytes, "{} vs {}", g.kv_cache_naive_bytes, g.kv_cache_bytes);
+        assert!(g.moe.is_none());
+    }
+
+    let moe = protocol::decoder::lookup("qwen3_moe_tiny").unwrap().config.clone();
+    let m = moe.moe.clone().unwrap();
+    let mut means = vec![];
+    for batch in [1, 8] {
+        let g = run(generate_spec("qwen3_moe_tiny", batch, 8, 6, KvCacheKind::Dynamic));
+        let f = g.moe.expect("MoE figures");
+        assert_eq!(f.total_parameters, moe.parameters());
+        assert_eq!(f.active_parameters, moe.active_parameters());
+        assert!(f.active_parameters < f.total_parameters);
+        // Memory holds every expert: fp32, 3 × hidden × width each.
+        assert_eq!(f.expert_bytes, moe.expert_parameters() * 4);
+        assert_eq!(f.experts_bytes, f.expert_bytes * (m.num_experts * moe.moe_layers()) as u64);
+        assert_eq!(f.steps.len(), 5, "one per decode step");
+        for s in &f.steps {
+            assert!(s.distinct_max <= m.num_experts && s.distinct_mean >= m.num_experts_per_tok as f64 - 1e-9);
+            assert!(s.distinct_mean <= (batch * m.num_experts_per_tok).min(m.num_experts) as f64);
+            assert_eq!(s.expert_bytes_read, (s.distinct_mean * moe.moe_layers() as f64).round() as u64 * f.expert_bytes);
+        }
+        if batch == 1 {
+            // One token per step: exactly its top-k in every layer.
+            assert!(f.steps.iter().all(|s| s.distinct_max == m.num_experts_per_tok));
+        }
+        means.push(f.distinct_experts_mean);
+    }
+    assert!(means[1] > means[0], "a batch of 8 touches more experts per step than one sequence: {means:?}");
+}
