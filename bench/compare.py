@@ -97,6 +97,8 @@ class Config:
         extras = []
         for item in (parts[6].split(",") if len(parts) > 6 and parts[6] else []):
             key, _, value = item.partition("=")
+            # `weights=` is the dtype's old name (configs recorded before it had its own).
+            key = "dtype" if key == "weights" else key
             if value not in EXTRAS.get(key, ()):
                 raise ValueError(f"config `{text}`: unknown extra `{item}` (known: {EXTRAS})")
             extras.append((key, value))

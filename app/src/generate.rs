@@ -86,12 +86,22 @@ pub fn explain_grad(grad: GradMode) -> &'static str {
 pub fn GeneratePage() -> impl IntoView {
     let info = expect_context::<ServerInfo>();
     let auth_required = info.auth_required;
-    let decoders: Vec<(String, String)> = info
+    // Each preset, and whether the default generation on it fits this server's budget:
+    // one that cannot says so here, before Run, with admission's figures.
+    let decoders: Vec<(String, String, Option<String>)> = info
         .models
         .iter()
         .filter(|m| m.id.is_decoder())
-        .map(|m| (m.id.as_str().to_string(), format!("{} · {} parameters", m.name, group(m.parameters))))
+        .map(|m| {
+            let name = format!("{} · {} parameters", m.name, group(m.parameters));
+            let text = match &m.fit {
+                Some(_) => format!("{name} · does not fit this server at the default settings"),
+                None => name,
+            };
+            (m.id.as_str().to_string(), text, m.fit.clone())
+        })
         .collect();
+    let fits: Vec<(String, Option<String>)> = decoders.iter().map(|(id, _, fit)| (id.clone(), fit.clone())).collect();
     let info = StoredValue::new(info);
     let query = use_query_map();
     let spec = Memo::new(move |_| info.with_value(|i| query.with(|q| spec_from_query(&i.devices, |k| q.get(k)))));
@@ -237,12 +247,18 @@ pub fn GeneratePage() -> impl IntoView {
                 let v = event_target_value(&ev);
                 if let Ok(m) = v.parse::<ModelId>() { update(&|s| s.model = m); }
             }>
-                {decoders.into_iter().map(|(value, text)| {
+                {decoders.into_iter().map(|(value, text, _)| {
                     let v = value.clone();
                     view! { <option value=value selected=move || spec.get().model.as_str() == v>{text}</option> }
                 }).collect_view()}
             </select>
             <span class="explain">{move || spec.get().model.decoder().map(|d| format!("{}. {}", d.provenance(), shape_line(&d.config))).unwrap_or_default()}</span>
+            {move || {
+                let model = spec.get().model;
+                fits.iter().find(|(id, _)| id == model.as_str()).and_then(|(_, fit)| fit.clone()).map(|why| {
+                    view! { <p class="explain note warn" data-testid="gen-fit">{format!("At the default settings (batch 1, prompt 32, 64 new tokens, fp32): {why}")}</p> }
+                })
+            }}
         </label>
     };
 

@@ -88,7 +88,7 @@ pub fn said_of_reading(page: Page, spec: &RunSpec, reading: &Reading) -> Vec<Str
         .map(|(key, v, why)| {
             let shown = settings::on_page(SETTINGS, page)
                 .find(|s| s.key == key || s.legacy == Some(key.as_str()))
-                .and_then(|s| s.shown(spec).map(|v| format!("{} {}", s.key, s.text(&v))))
+                .and_then(|s| s.shown(spec).map(|v| if s.key == key { v } else { format!("{}={v}", s.key) }))
                 .unwrap_or_default();
             format!("{key} “{v}” is not a value this page knows ({why}): showing {shown}")
         })

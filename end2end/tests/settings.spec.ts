@@ -144,9 +144,9 @@ test("keyboard: focus stays on Run while it runs, with a visible ring", async ({
 
 test("the Advanced section's settings live in the URL and the snippet; a CPU says why pinned is off", async ({ page }) => {
   const lab = new LabPage(page);
-  await lab.open("model=resnet18&device=cpu&weights=bf16&memory_format=channels_last&input_source=pageable");
+  await lab.open("model=resnet18&device=cpu&dtype=bf16&memory_format=channels_last&input_source=pageable");
   await page.locator("details.control summary").click();
-  await expect(lab.testid("weights-bf16")).toBeChecked();
+  await expect(lab.testid("dtype-bf16")).toBeChecked();
   await expect(lab.testid("memory_format-channels_last")).toBeChecked();
   await expect(lab.testid("input_source-pageable")).toBeChecked();
   const snippet = lab.testid("snippet");
@@ -158,8 +158,8 @@ test("the Advanced section's settings live in the URL and the snippet; a CPU say
   await expect(lab.testid("input_source-reason")).toContainText("page-locked");
   await expect(lab.testid("tf32")).toBeDisabled();
   await expect(lab.testid("tf32-reason")).toContainText("TF32");
-  await lab.testid("weights-fp32").check();
-  await expect(page).not.toHaveURL(/weights=/);
+  await lab.testid("dtype-fp32").check();
+  await expect(page).not.toHaveURL(/dtype=/);
   // channels_last means nothing for a model without convolutions: it is dropped and disabled.
   await lab.testid("model").selectOption("tiny_mlp");
   await expect(page).not.toHaveURL(/memory_format=/);

@@ -22,6 +22,11 @@ pub struct ModelInfo {
     /// For a decoder: its shape and where it comes from (the browser registers the team's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decoder: Option<crate::decoder::DecoderModel>,
+    /// For a decoder: why the Generate page's default generation on it cannot fit this
+    /// server's memory budget (admission's own sentence, with its figures); absent when it
+    /// fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit: Option<String>,
 }
 
 /// A device the server can run on, and what it can do.

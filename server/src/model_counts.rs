@@ -19,7 +19,20 @@ use serde::{Deserialize, Serialize};
 /// Every model with its parameter count, built once on the device thread.
 pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
     let counts = count_parameters(worker)?;
-    Ok(infos(&counts))
+    Ok(with_fit(worker, infos(&counts)))
+}
+
+/// Each decoder with why the Generate page's default generation on it cannot fit this
+/// server's budget, from the footprint admission refuses it with (the page says so in its
+/// picker, before Run).
+fn with_fit(worker: &Worker, mut models: Vec<ModelInfo>) -> Vec<ModelInfo> {
+    let device = worker.devices().first().map_or(protocol::DeviceKind::Cpu, |d| d.kind);
+    let Some(budget) = worker.memory_budget(device) else { return models };
+    for m in models.iter_mut().filter(|m| m.id.is_decoder()) {
+        let spec = protocol::RunSpec { model: m.id, ..app::gen_settings::default_on(device, protocol::DeviceChoice::Auto) };
+        m.fit = engine::lab::decoder_refusal(&spec, budget);
+    }
+    models
 }
 
 /// Like [`model_infos`], but reads the counts from `cache` when this executable measured
@@ -28,13 +41,13 @@ pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
 pub fn model_infos_cached(worker: &Worker, cache: &CountCache) -> Result<Vec<ModelInfo>> {
     if let Some(counts) = cache.read() {
         tracing::debug!(path = %cache.path.display(), "parameter counts from this executable's earlier start");
-        return Ok(infos(&counts));
+        return Ok(with_fit(worker, infos(&counts)));
     }
     let counts = count_parameters(worker)?;
     if let Err(e) = cache.write(&counts) {
         tracing::debug!(path = %cache.path.display(), "could not keep the parameter counts: {e}");
     }
-    Ok(infos(&counts))
+    Ok(with_fit(worker, infos(&counts)))
 }
 
 /// The built-in models' counts (a team model's count was taken when its file was loaded).
@@ -77,6 +90,7 @@ fn infos(counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
                 has_batchnorm: id.has_batchnorm(),
                 team,
                 decoder,
+                fit: None,
             }
         })
         .collect()

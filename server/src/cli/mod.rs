@@ -35,7 +35,7 @@ pub(crate) fn model(name: &str) -> Result<protocol::ModelId> {
 }
 
 /// The spec a command line asked for, its model resolved (team models are known now).
-fn spec_of<C: crate::config::Command>(args: &RunArgs<C>) -> Result<RunSpec> {
+fn spec_of<C: crate::config::RunCommand>(args: &RunArgs<C>) -> Result<RunSpec> {
     Ok(RunSpec { model: model(&args.model)?, ..args.spec.clone() })
 }
 

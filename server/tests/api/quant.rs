@@ -50,11 +50,8 @@ async fn malformed_quantized_weights_get_4xx_naming_the_field() {
     }
 }
 
-#[tokio::test]
-async fn an_int4_generation_on_bf16_weights_runs() {
-    // gpt-fast's setup: int4 linear layers, everything else (and the activations) in bf16.
-    let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
-        "advanced": {"dtype": "bf16"}, "generate": {"new_tokens": 3, "quant": "int4", "group_size": 32}}"#;
+/// The report of the run `body` asks for, run to its end.
+async fn finished(body: &str) -> Box<protocol::Report> {
     let (status, _, bytes) = send(app(), post_run(body)).await;
     assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
     let created: RunCreated = serde_json::from_slice(&bytes).unwrap();
@@ -62,6 +59,15 @@ async fn an_int4_generation_on_bf16_weights_runs() {
     let Some(Event::Done { report }) = events.last() else {
         panic!("no done event: {events:?}");
     };
+    report.clone()
+}
+
+#[tokio::test]
+async fn an_int4_generation_on_bf16_weights_runs() {
+    // gpt-fast's setup: int4 linear layers, everything else (and the activations) in bf16.
+    let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
+        "advanced": {"dtype": "bf16"}, "generate": {"new_tokens": 3, "quant": "int4", "group_size": 32}}"#;
+    let report = finished(body).await;
     assert_eq!(report.spec.advanced.weights, protocol::WeightsDtype::Bf16);
     let g = report.generation.as_ref().unwrap();
     assert_eq!(report.spec.generate.as_ref().map(|g| (g.weights, g.group_size)), Some((protocol::WeightQuant::Int4, Some(32))));
@@ -75,13 +81,7 @@ async fn an_int8_generation_reports_its_weights_memory_and_drift() {
     // The quantization's old name in the JSON (`weights`) still reads.
     let body = r#"{"model": "llama_tiny", "device": "cpu", "batch": 1, "input_size": 8, "grad": "no_grad",
         "generate": {"new_tokens": 4, "weights": "int8", "prefill_logits": true}}"#;
-    let (status, _, bytes) = send(app(), post_run(body)).await;
-    assert!(status.is_success(), "{status}: {}", String::from_utf8_lossy(&bytes));
-    let created: RunCreated = serde_json::from_slice(&bytes).unwrap();
-    let events = follow(app(), &created.events_url).await;
-    let Some(Event::Done { report }) = events.last() else {
-        panic!("no done event: {events:?}");
-    };
+    let report = finished(body).await;
     let g = report.generation.as_ref().unwrap();
     let w = g.weights_breakdown.unwrap();
     assert_eq!(Some(w), g.weights_formula);
