@@ -193,16 +193,23 @@ pub(crate) mod tests {
         };
         let back = spec_from_query(&[], router(&query_from_spec(&spec)));
         assert_eq!(back, spec);
-        // Every setting of the Lab's, one at a time, each of its values.
-        let base = lab_default(&[], DeviceChoice::Cpu);
-        for s in settings::on_page(SETTINGS, Page::Lab) {
-            for v in s.choices().into_iter().chain(["2".to_string()]) {
+        each_setting_round_trips(Page::Lab, &lab_default(&[], DeviceChoice::Cpu), query_from_spec, |q| spec_from_query(&[], router(q)));
+    }
+
+    /// Every setting of `page`, one at a time, each of its values (and a number, and a
+    /// model's name) set on `base`: the address `query` writes reads back to the same spec
+    /// through `read`, which reads it as the router does.
+    pub(crate) fn each_setting_round_trips(page: Page, base: &RunSpec, query: fn(&RunSpec) -> String, read: impl Fn(&str) -> RunSpec) {
+        for s in settings::on_page(SETTINGS, page) {
+            for v in s.choices().into_iter().chain(["2".to_string(), "llama_tiny_mha".to_string()]) {
                 let mut one = base.clone();
+                if let Some((path, word)) = s.only_with {
+                    settings::setting_at(path).unwrap().set(&mut one, word).unwrap();
+                }
                 if s.set(&mut one, &v).is_err() {
                     continue;
                 }
-                let back = spec_from_query(&[], router(&query_from_spec(&one)));
-                assert_eq!(back, one, "{}={v}", s.key);
+                assert_eq!(read(&query(&one)), one, "{}={v}", s.key);
             }
         }
     }
