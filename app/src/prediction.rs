@@ -51,7 +51,7 @@ pub fn PredictControls(
     #[prop(optional)] restored: Option<Signal<Option<Prediction>>>,
 ) -> impl IntoView {
     let choices: &[Choice] = match question.ask {
-        Ask::Choice { .. } => &[Choice::Lower, Choice::Same, Choice::Higher],
+        Ask::Choice { .. } | Ask::Direction { .. } => &[Choice::Lower, Choice::Same, Choice::Higher],
         Ask::YesNo => &[Choice::Yes, Choice::No],
         _ => &[],
     };
