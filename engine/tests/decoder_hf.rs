@@ -77,7 +77,7 @@ fn prefill_logits_and_greedy_tokens_match_transformers() {
         eprintln!("{name}: max |Δlogit| {diff:.2e} against transformers (logits up to {scale:.2}); 32 greedy tokens compared per cache kind");
         assert_eq!(logits.kind(), Kind::Float);
         let tokens: Vec<Vec<i64>> = serde_json::from_value(want["tokens"].clone()).unwrap();
-        for kind in KvCacheKind::ALL {
+        for kind in protocol::words::all::<KvCacheKind>().iter().copied() {
             assert_eq!(greedy(&model, &prompt, 32, kind), tokens, "{name}, {} cache", kind.as_str());
         }
     }

@@ -82,6 +82,8 @@ pub fn parse_object<T: DeserializeOwned>(
 }
 
 /// `GET /api/info`
+#[utoipa::path(get, path = "/info", tag = "server",
+    responses((status = 200, description = "Devices (with autocast support, or why not), models with parameter counts, limits, the pitfall cards", body = protocol::ServerInfo)))]
 pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
     Json((*state.info.current()).clone())
 }
@@ -103,6 +105,18 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
 /// order: the token, the spec (and on a fleet, the services and the worker), the client's
 /// rate, the queue. Its start is recorded first; when it finishes, the report is recorded
 /// under the run's id before the `done` event goes out.
+#[utoipa::path(post, path = "/runs", tag = "runs",
+    request_body(content = protocol::RunSpec, description = "Every field is optional; a missing one takes its default. Unknown fields are refused."),
+    responses(
+        (status = 202, description = "Queued: follow `events_url`", body = protocol::RunCreated),
+        (status = 400, description = "The body is not a JSON object of a RunSpec's fields", body = protocol::ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = protocol::ApiErrorBody),
+        (status = 403, description = "A page of another origin may not start work here", body = protocol::ApiErrorBody),
+        (status = 415, description = "The body is not `application/json`", body = protocol::ApiErrorBody),
+        (status = 422, description = "The spec cannot run here (the field is named)", body = protocol::ApiErrorBody),
+        (status = 429, description = "Rate limited", body = protocol::ApiErrorBody),
+        (status = 503, description = "The queue is full, or no worker is connected", body = protocol::ApiErrorBody),
+    ))]
 pub async fn create_run(
     State(state): State<AppState>,
     ClientAddr(peer): ClientAddr,
@@ -136,6 +150,14 @@ pub async fn create_run(
 
 /// `GET /api/runs/{id}`: the report of a finished run: live from this process, or recorded
 /// (also by an earlier process on the same database).
+#[utoipa::path(get, path = "/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The finished run's report, live or from the database", body = protocol::Report),
+        (status = 404, description = "No such run", body = protocol::ApiErrorBody),
+        (status = 409, description = "Still running: no report yet", body = protocol::ApiErrorBody),
+        (status = 410, description = "There will never be a report: interrupted by a server restart or the loss of its fleet worker (code `interrupted`; the message gives the times), or failed (code `failed`: out of memory, past its time limit, cancelled, a libtorch error; the message says why and what it measured first). Its record, `GET /api/records/{id}`, keeps its settings, and a failed run's `measured` figures", body = protocol::ApiErrorBody),
+    ))]
 pub async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -217,6 +239,15 @@ async fn find_record(state: &AppState, id: &str) -> Result<Record, ApiError> {
 }
 
 /// `GET /api/records?kind=run|pitfall&limit=N`: the newest recorded results first.
+#[utoipa::path(get, path = "/records", tag = "records",
+    params(
+        ("kind" = Option<protocol::RecordKind>, Query, description = "Only runs or only pitfall results"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "How many, newest first (1 to 1000; 50 by default)"),
+    ),
+    responses(
+        (status = 200, description = "Recorded results, newest first", body = Vec<protocol::RecordSummary>),
+        (status = 400, description = "A bad `kind` or `limit` (the field is named)", body = protocol::ApiErrorBody),
+    ))]
 pub async fn list_records(
     State(state): State<AppState>,
     Query(query): Query<HashMap<String, String>>,
@@ -252,6 +283,12 @@ pub async fn list_records(
 }
 
 /// `GET /api/records/{id}`: one recorded run or experiment, with its kind.
+#[utoipa::path(get, path = "/records/{id}", tag = "records",
+    params(("id" = String, Path, description = "The record's id (a run's id, or a pitfall result's `record_id`)")),
+    responses(
+        (status = 200, description = "One recorded result with its kind", body = protocol::Record),
+        (status = 404, description = "No such record", body = protocol::ApiErrorBody),
+    ))]
 pub async fn get_record(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -260,6 +297,21 @@ pub async fn get_record(
 }
 
 /// `GET /api/records/{id}/export/{json|csv|py|trace|trace-csv}`: a file to download.
+#[utoipa::path(get, path = "/records/{id}/export/{format}", tag = "records",
+    params(
+        ("id" = String, Path, description = "The record's id"),
+        ("format" = String, Path, description = "`json` (the record), `csv` (its samples or series), `py` (the reproducing PyTorch script; runs only), `trace` (the traced pass as Chrome trace-event JSON) or `trace-csv`"),
+    ),
+    responses(
+        (status = 200, description = "A download (`Content-Disposition: attachment`)", content(
+            (protocol::Record = "application/json"),
+            (String = "text/csv"),
+            (String = "text/x-python"),
+        )),
+        (status = 400, description = "An unknown format", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such record, or nothing of that kind to export", body = protocol::ApiErrorBody),
+        (status = 422, description = "Nothing of that kind in this record (a pitfall result has no script; a run without a report no table; a run without a traced pass no trace): the message says what it has (field `format`)", body = protocol::ApiErrorBody),
+    ))]
 pub async fn export_record(
     State(state): State<AppState>,
     Path((id, format)): Path<(String, String)>,
@@ -294,11 +346,18 @@ pub async fn export_record(
 
 /// `GET /api/health`: the worker's tasks, queue and leak checks; on a fleet front, whether
 /// NATS answers and the live workers.
+#[utoipa::path(get, path = "/health", tag = "server",
+    responses(
+        (status = 200, description = "The worker: tasks, queue, and the leak check after every task. On a fleet front: `nats_connected` and the live `workers`", body = protocol::WorkerHealth),
+        (status = 503, description = "The worker thread has stopped", body = protocol::ApiErrorBody),
+    ))]
 pub async fn health(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(state.dispatch.health())
 }
 
 /// `GET /api/workers`: the live workers (an empty list on a single-process server).
+#[utoipa::path(get, path = "/workers", tag = "server",
+    responses((status = 200, description = "On a fleet front, the live workers' cards; `[]` on a single server", body = Vec<crate::openapi::WorkerCardSchema>)))]
 pub async fn workers(State(state): State<AppState>) -> Json<Vec<fleet::bus::WorkerCard>> {
     Json(state.dispatch.workers())
 }
@@ -306,12 +365,20 @@ pub async fn workers(State(state): State<AppState>) -> Json<Vec<fleet::bus::Work
 /// `GET /api/runs/{id}/emitted`: when each event of the run was emitted by its fleet
 /// worker (microseconds since the Unix epoch), as relayed by this front: what the fleet
 /// load test measures delivery delays against (404, code `fleet_only`, on a single server).
+#[utoipa::path(get, path = "/runs/{id}/emitted", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "On a fleet front: when each of the run's events was emitted by its worker (ms since the Unix epoch); the load test reads emit-to-viewer delays from it", body = Vec<u64>),
+        (status = 404, description = "No such run on this front; on a single server, code `fleet_only` (it has no fleet workers)", body = protocol::ApiErrorBody),
+    ))]
 pub async fn run_emitted(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Vec<u64>>, ApiError> {
     state.dispatch.emitted(&id).map(Json)
 }
 
 /// `GET /metrics`: Prometheus metrics (see [`fleet::metrics`]). On a single-process server
 /// the queue depth and device memory are read from the worker at each scrape.
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses((status = 200, description = "Prometheus metrics (text exposition format)", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let m = fleet::metrics::global();
     state.dispatch.observe();
@@ -331,6 +398,14 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// The messages are written as bytes the run shares among its viewers (see
 /// [`RunState::frames_from`]) rather than through axum's `Sse`, which would copy and
 /// re-scan every event's JSON for every viewer.
+#[utoipa::path(get, path = "/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done` or `failed` (a run interrupted by a server restart answers one `failed` event of kind `interrupted`; a recorded failed run replays what it measured, then its `failed`)", content_type = "text/event-stream", body = protocol::Event),
+        (status = 404, description = "No such run", body = protocol::ApiErrorBody),
+        (status = 409, description = "A run another server process is measuring (its events are not relayed here)", body = protocol::ApiErrorBody),
+        (status = 503, description = "Too many event streams are open", body = protocol::ApiErrorBody),
+    ))]
 pub async fn run_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -424,12 +499,29 @@ fn event_stream(
 }
 
 /// `GET /api/pitfalls`: the cards, in guided-tour order.
+#[utoipa::path(get, path = "/pitfalls", tag = "pitfalls",
+    responses((status = 200, description = "The pitfall cards in tour order", body = Vec<protocol::PitfallInfo>)))]
 pub async fn pitfalls(State(state): State<AppState>) -> Json<Vec<protocol::PitfallInfo>> {
     Json(state.info.current().pitfalls.clone())
 }
 
 /// `POST /api/pitfalls/{id}[?worker=NAME]`: runs the experiment (body: optional
 /// PitfallOptions) and answers its report when it is done, recorded under `record_id`.
+#[utoipa::path(post, path = "/pitfalls/{id}", tag = "pitfalls",
+    params(("id" = String, Path, description = "The card's id (see GET /api/pitfalls)")),
+    request_body(content = Option<protocol::PitfallOptions>, description = "Optional: device, model, batch, memory budget, and `prediction`, the answer to the card's `question` (`\"skipped\"`, `{\"value\": 0.5}` or `{\"choice\": \"lower\"}`), locked by this request and scored in the report"),
+    responses(
+        (status = 200, description = "The experiment's report, recorded: its permalink is `/runs/{record_id}`", body = protocol::PitfallReport),
+        (status = 400, description = "The body is not a JSON object of the card's options (the field is named)", body = protocol::ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = protocol::ApiErrorBody),
+        (status = 403, description = "A page of another origin may not start work here", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such card", body = protocol::ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = protocol::ApiErrorBody),
+        (status = 409, description = "The experiment failed (the message says why)", body = protocol::ApiErrorBody),
+        (status = 422, description = "Options this card cannot take, or a prediction its question cannot take (field `prediction`: out of the scale, or the wrong kind of answer)", body = protocol::ApiErrorBody),
+        (status = 429, description = "Rate limited", body = protocol::ApiErrorBody),
+        (status = 503, description = "Too many experiments waiting", body = protocol::ApiErrorBody),
+    ))]
 pub async fn run_pitfall(
     State(state): State<AppState>,
     ClientAddr(peer): ClientAddr,
@@ -518,6 +610,16 @@ struct LatePrediction {
 /// Always refused (409) for a record that exists: a prediction is locked by the request
 /// that starts its run (`POST /api/pitfalls/{id}` with `prediction`), so one made after
 /// the run began, or a change to the one locked, is never recorded.
+#[utoipa::path(post, path = "/records/{id}/prediction", tag = "pitfalls",
+    params(("id" = String, Path, description = "A recorded result's id")),
+    request_body(content = crate::openapi::LatePrediction, description = "`{\"prediction\": {\"value\": 0.5}}`"),
+    responses(
+        (status = 400, description = "Not a prediction (the field is named)", body = protocol::ApiErrorBody),
+        (status = 403, description = "A page of another origin may not send it", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such record", body = protocol::ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = protocol::ApiErrorBody),
+        (status = 409, description = "Its run has started: a prediction is locked by the request that starts the run (`POST /api/pitfalls/{id}` with `prediction`) and cannot be sent or changed later", body = protocol::ApiErrorBody),
+    ))]
 pub async fn late_prediction(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -1,21 +1,25 @@
 //! The HTTP API described as an OpenAPI 3.1 document, served at `GET /api/openapi.json`.
 //!
+//! Each operation is written on its handler (`#[utoipa::path]`, in crate::api,
+//! crate::learn_api, crate::embeds and crate::router), and [`crate::router`] registers the
+//! handlers through utoipa-axum's `OpenApiRouter` (`routes!`), which builds the routes and
+//! the document together: an operation is documented exactly where it is routed. The two
+//! pictures that a middleware answers ahead of the pages (`/runs/{id}.png|svg`, see
+//! [`crate::embeds::run_images`]) have no route and join the document by hand.
+//!
 //! The schemas are derived from the types the handlers answer with (`protocol`'s, with its
 //! `openapi` feature, which only this crate turns on, so the browser build never compiles
-//! utoipa). The operations are written here, on bodiless functions, rather than on the
-//! handlers: the document then reads as one page beside the router, and the handlers keep
-//! their own signatures. `server/tests/api/openapi.rs` keeps it true — every documented
-//! operation is routed, every route of the API reference (docs/api.md) is documented, and
-//! `openapi-spec-validator` accepts the document.
+//! utoipa). This file holds what is no handler's: the document's title, description and
+//! tags ([`base`]), the schemas described by hand, and the final touches ([`Document`]).
+//! `server/tests/api/openapi.rs` keeps it true: every documented operation is routed, every
+//! route of the API reference (docs/api.md) is documented, and `openapi-spec-validator`
+//! accepts the document.
 
-use std::sync::OnceLock;
-
+use axum::body::Bytes;
 use axum::http::header;
 use axum::response::IntoResponse;
-use protocol::{
-    ApiErrorBody, Event, PitfallInfo, PitfallOptions, PitfallReport, Record, RecordKind,
-    RecordSummary, Report, RunCreated, RunSpec, ServerInfo, WorkerHealth,
-};
+use axum::Extension;
+use protocol::ApiErrorBody;
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
@@ -29,12 +33,6 @@ use utoipa::OpenApi;
             token (`Authorization: Bearer ...`) and must come from an allowed origin.",
         license(name = "MIT OR Apache-2.0"),
     ),
-    paths(
-        info, create_run, run_events, get_run, run_emitted, list_records, get_record,
-        export_record, health, pitfalls, run_pitfall, late_prediction, learn_paths, learn_path,
-        learn_step, learn_compose, learn_answers, workers, openapi_json, run_png,
-        run_svg, compare_png, compare_svg, oembed, healthz, metrics
-    ),
     components(schemas(ApiErrorBody, WorkerCardSchema, AnswersSchema)),
     tags(
         (name = "runs", description = "Timed runs: start one, follow it, read its report"),
@@ -47,20 +45,48 @@ use utoipa::OpenApi;
 )]
 struct ApiDoc;
 
-/// The document, built once (it depends on nothing but the types).
-pub fn document() -> &'static str {
-    static DOC: OnceLock<String> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serialises");
+/// The document before the routes add their operations: its title, description, license
+/// and tags, and the schemas described by hand.
+pub fn base() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// The document as `GET /api/openapi.json` serves it, built once with the router (see
+/// [`crate::router`]) and handed to [`serve`] as a request extension.
+#[derive(Clone)]
+pub struct Document(Bytes);
+
+impl Document {
+    /// The final form of what the router collected: each operation says what it does
+    /// through its responses and parameters, not through its handler's rustdoc (written for
+    /// readers of this crate, so dropped here), and a stream's messages are described as
+    /// OpenAPI 3.1 wants them.
+    pub fn new(api: utoipa::openapi::OpenApi) -> Document {
+        let mut doc = serde_json::to_value(api).expect("the OpenAPI document serialises");
+        for operation in operations(&mut doc) {
+            if let Some(o) = operation.as_object_mut() {
+                o.remove("summary");
+                o.remove("description");
+            }
+        }
         describe_sse_messages(&mut doc);
-        serde_json::to_string_pretty(&doc).expect("the OpenAPI document serialises")
-    })
+        let text = serde_json::to_string_pretty(&doc).expect("the OpenAPI document serialises");
+        Document(Bytes::from(text))
+    }
+}
+
+/// Every operation of the document (the values under each path).
+fn operations(doc: &mut serde_json::Value) -> impl Iterator<Item = &mut serde_json::Value> {
+    fn objects(v: &mut serde_json::Value) -> impl Iterator<Item = &mut serde_json::Value> {
+        v.as_object_mut().into_iter().flat_map(|o| o.values_mut())
+    }
+    doc.get_mut("paths").into_iter().flat_map(objects).flat_map(objects)
 }
 
 /// Under OpenAPI 3.1 a `text/event-stream` schema describes each message of the stream, not
 /// its `data`: a message is `{data, event}` (`event` is "message": the stream names none),
-/// and its `data` holds one [`Event`] as JSON. utoipa writes `body = Event` as the message's
-/// own schema, which every message then fails (schemathesis checks each one).
+/// and its `data` holds one [`protocol::Event`] as JSON. utoipa writes `body = Event` as the
+/// message's own schema, which every message then fails (schemathesis checks each one).
 fn describe_sse_messages(doc: &mut serde_json::Value) {
     let message = serde_json::json!({
         "type": "object",
@@ -77,12 +103,9 @@ fn describe_sse_messages(doc: &mut serde_json::Value) {
             "retry": { "type": "integer" }
         }
     });
-    fn objects(v: &mut serde_json::Value) -> impl Iterator<Item = &mut serde_json::Value> {
-        v.as_object_mut().into_iter().flat_map(|o| o.values_mut())
-    }
-    let paths = doc.get_mut("paths").into_iter().flat_map(objects);
-    for operation in paths.flat_map(objects) {
-        for response in operation.get_mut("responses").into_iter().flat_map(objects) {
+    for operation in operations(doc) {
+        let responses = operation.get_mut("responses").and_then(|r| r.as_object_mut());
+        for response in responses.into_iter().flat_map(|r| r.values_mut()) {
             if let Some(media) = response.pointer_mut("/content/text~1event-stream") {
                 media["schema"] = message.clone();
             }
@@ -90,10 +113,14 @@ fn describe_sse_messages(doc: &mut serde_json::Value) {
     }
 }
 
-/// `GET /api/openapi.json`.
-pub async fn serve() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], document())
+/// `GET /api/openapi.json`: the document the router was built with.
+#[utoipa::path(get, path = "/openapi.json", tag = "server", operation_id = "openapi_json",
+    responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
+pub async fn serve(Extension(doc): Extension<Document>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], doc.0)
 }
+
+// The schemas described by hand: bodies the handlers parse or answer as untyped JSON.
 
 /// A fleet worker's card (name, host, devices, models, limits, queue, memory in use), as
 /// `fleet::bus::WorkerCard` serialises it; described by hand, the fleet crate stays free of
@@ -101,7 +128,7 @@ pub async fn serve() -> impl IntoResponse {
 #[derive(utoipa::ToSchema)]
 #[schema(as = WorkerCard)]
 #[allow(dead_code)]
-struct WorkerCardSchema {
+pub(crate) struct WorkerCardSchema {
     name: String,
     host: String,
     devices: Vec<protocol::DeviceInfo>,
@@ -122,189 +149,21 @@ struct WorkerCardSchema {
     memory_in_use: Vec<(String, u64)>,
 }
 
-// The operations. Their bodies are empty: the handlers are in crate::api and crate::embeds,
-// routed by crate::router.
-
-#[utoipa::path(get, path = "/api/info", tag = "server",
-    responses((status = 200, description = "Devices (with autocast support, or why not), models with parameter counts, limits, the pitfall cards", body = ServerInfo)))]
-#[allow(dead_code)]
-fn info() {}
-
-#[utoipa::path(post, path = "/api/runs", tag = "runs",
-    request_body(content = RunSpec, description = "Every field is optional; a missing one takes its default. Unknown fields are refused."),
-    responses(
-        (status = 202, description = "Queued: follow `events_url`", body = RunCreated),
-        (status = 400, description = "The body is not a JSON object of a RunSpec's fields", body = ApiErrorBody),
-        (status = 401, description = "This server wants its token", body = ApiErrorBody),
-        (status = 403, description = "A page of another origin may not start work here", body = ApiErrorBody),
-        (status = 415, description = "The body is not `application/json`", body = ApiErrorBody),
-        (status = 422, description = "The spec cannot run here (the field is named)", body = ApiErrorBody),
-        (status = 429, description = "Rate limited", body = ApiErrorBody),
-        (status = 503, description = "The queue is full, or no worker is connected", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn create_run() {}
-
-#[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
-    params(("id" = String, Path, description = "The run's id")),
-    responses(
-        (status = 200, description = "Server-Sent Events from the start of the run (replayed for late viewers); each `data:` line is one JSON event, the last `done` or `failed` (a run interrupted by a server restart answers one `failed` event of kind `interrupted`; a recorded failed run replays what it measured, then its `failed`)", content_type = "text/event-stream", body = Event),
-        (status = 404, description = "No such run", body = ApiErrorBody),
-        (status = 409, description = "A run another server process is measuring (its events are not relayed here)", body = ApiErrorBody),
-        (status = 503, description = "Too many event streams are open", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn run_events() {}
-
-#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs",
-    params(("id" = String, Path, description = "The run's id")),
-    responses(
-        (status = 200, description = "The finished run's report, live or from the database", body = Report),
-        (status = 404, description = "No such run", body = ApiErrorBody),
-        (status = 409, description = "Still running: no report yet", body = ApiErrorBody),
-        (status = 410, description = "There will never be a report: interrupted by a server restart or the loss of its fleet worker (code `interrupted`; the message gives the times), or failed (code `failed`: out of memory, past its time limit, cancelled, a libtorch error; the message says why and what it measured first). Its record, `GET /api/records/{id}`, keeps its settings, and a failed run's `measured` figures", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn get_run() {}
-
-#[utoipa::path(get, path = "/api/runs/{id}/emitted", tag = "runs",
-    params(("id" = String, Path, description = "The run's id")),
-    responses(
-        (status = 200, description = "On a fleet front: when each of the run's events was emitted by its worker (ms since the Unix epoch); the load test reads emit-to-viewer delays from it", body = Vec<u64>),
-        (status = 404, description = "No such run on this front; on a single server, code `fleet_only` (it has no fleet workers)", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn run_emitted() {}
-
-#[utoipa::path(get, path = "/api/records", tag = "records",
-    params(
-        ("kind" = Option<RecordKind>, Query, description = "Only runs or only pitfall results"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "How many, newest first (1 to 1000; 50 by default)"),
-    ),
-    responses(
-        (status = 200, description = "Recorded results, newest first", body = Vec<RecordSummary>),
-        (status = 400, description = "A bad `kind` or `limit` (the field is named)", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn list_records() {}
-
-#[utoipa::path(get, path = "/api/records/{id}", tag = "records",
-    params(("id" = String, Path, description = "The record's id (a run's id, or a pitfall result's `record_id`)")),
-    responses(
-        (status = 200, description = "One recorded result with its kind", body = Record),
-        (status = 404, description = "No such record", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn get_record() {}
-
-#[utoipa::path(get, path = "/api/records/{id}/export/{format}", tag = "records",
-    params(
-        ("id" = String, Path, description = "The record's id"),
-        ("format" = String, Path, description = "`json` (the record), `csv` (its samples or series), `py` (the reproducing PyTorch script; runs only), `trace` (the traced pass as Chrome trace-event JSON) or `trace-csv`"),
-    ),
-    responses(
-        (status = 200, description = "A download (`Content-Disposition: attachment`)", content(
-            (Record = "application/json"),
-            (String = "text/csv"),
-            (String = "text/x-python"),
-        )),
-        (status = 400, description = "An unknown format", body = ApiErrorBody),
-        (status = 404, description = "No such record, or nothing of that kind to export", body = ApiErrorBody),
-        (status = 422, description = "Nothing of that kind in this record (a pitfall result has no script; a run without a report no table; a run without a traced pass no trace): the message says what it has (field `format`)", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn export_record() {}
-
-#[utoipa::path(get, path = "/api/health", tag = "server",
-    responses(
-        (status = 200, description = "The worker: tasks, queue, and the leak check after every task. On a fleet front: `nats_connected` and the live `workers`", body = WorkerHealth),
-        (status = 503, description = "The worker thread has stopped", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn health() {}
-
-#[utoipa::path(get, path = "/api/pitfalls", tag = "pitfalls",
-    responses((status = 200, description = "The pitfall cards in tour order", body = Vec<PitfallInfo>)))]
-#[allow(dead_code)]
-fn pitfalls() {}
-
-#[utoipa::path(post, path = "/api/pitfalls/{id}", tag = "pitfalls",
-    params(("id" = String, Path, description = "The card's id (see GET /api/pitfalls)")),
-    request_body(content = Option<PitfallOptions>, description = "Optional: device, model, batch, memory budget, and `prediction`, the answer to the card's `question` (`\"skipped\"`, `{\"value\": 0.5}` or `{\"choice\": \"lower\"}`), locked by this request and scored in the report"),
-    responses(
-        (status = 200, description = "The experiment's report, recorded: its permalink is `/runs/{record_id}`", body = PitfallReport),
-        (status = 400, description = "The body is not a JSON object of the card's options (the field is named)", body = ApiErrorBody),
-        (status = 401, description = "This server wants its token", body = ApiErrorBody),
-        (status = 403, description = "A page of another origin may not start work here", body = ApiErrorBody),
-        (status = 404, description = "No such card", body = ApiErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
-        (status = 409, description = "The experiment failed (the message says why)", body = ApiErrorBody),
-        (status = 422, description = "Options this card cannot take, or a prediction its question cannot take (field `prediction`: out of the scale, or the wrong kind of answer)", body = ApiErrorBody),
-        (status = 429, description = "Rate limited", body = ApiErrorBody),
-        (status = 503, description = "Too many experiments waiting", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn run_pitfall() {}
-
-#[utoipa::path(get, path = "/api/learn", tag = "learn",
-    responses((status = 200, description = "The onboarding paths this server serves: the shipped one, the `paths/` folder's, the composed ones", body = Vec<protocol::learn::PathSummary>)))]
-#[allow(dead_code)]
-fn learn_paths() {}
-
-#[utoipa::path(get, path = "/api/learn/{id}", tag = "learn",
-    params(("id" = String, Path, description = "The path's id (see GET /api/learn)")),
-    responses(
-        (status = 200, description = "The path: title, the lead's note, its steps in order (a card with model, batch and device, or a change of one setting from -> to)", body = protocol::learn::LearnPath),
-        (status = 404, description = "No such path", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn learn_path() {}
-
-#[utoipa::path(post, path = "/api/learn/{id}/steps/{step}", tag = "learn",
-    params(("id" = String, Path, description = "The path's id"), ("step" = u32, Path, description = "The step, from 1")),
-    request_body(content = protocol::learn::StepRequest, description = "`prediction`: the answer to the step's question, locked by this request (`\"skipped\"`: run without predicting, not kept among the answers)"),
-    responses(
-        (status = 200, description = "The prediction against the measurement (`scored`), with the card's recorded report or the change's two recorded runs; `counted` when the answer was kept", body = protocol::learn::StepOutcome),
-        (status = 400, description = "A malformed body (the field is named: `prediction...`)", body = ApiErrorBody),
-        (status = 401, description = "This server wants its token", body = ApiErrorBody),
-        (status = 404, description = "No such path or step", body = ApiErrorBody),
-        (status = 409, description = "The experiment or a run failed (the message says why)", body = ApiErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
-        (status = 422, description = "A prediction the step's question cannot take (field `prediction`)", body = ApiErrorBody),
-        (status = 429, description = "Rate limited: runs, or answers per client per minute", body = ApiErrorBody),
-        (status = 503, description = "The queue is full", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn learn_step() {}
-
 /// The body of `POST /api/learn`.
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
-struct ComposeBody {
+pub(crate) struct ComposeBody {
     /// The path as the TOML a `paths/` file holds.
     toml: String,
     /// Only check it; nothing is kept.
     check: Option<bool>,
 }
 
-#[utoipa::path(post, path = "/api/learn", tag = "learn",
-    request_body(content = ComposeBody, description = "A path composed on /learn/new, as TOML"),
-    responses(
-        (status = 200, description = "Checked only (`check: true`): `{id, url, steps}`"),
-        (status = 201, description = "Kept and served from now on: `{id, url, steps}`"),
-        (status = 400, description = "The TOML breaks a rule: the field is named (`toml.step[2].card`)", body = ApiErrorBody),
-        (status = 401, description = "This server wants its token", body = ApiErrorBody),
-        (status = 409, description = "A path with this id exists", body = ApiErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn learn_compose() {}
-
 /// `GET /api/learn/{id}/answers`: every step's summary.
 #[derive(utoipa::ToSchema)]
 #[schema(as = AnswersView)]
 #[allow(dead_code)]
-struct AnswersSchema {
+pub(crate) struct AnswersSchema {
     /// Per step: `step`, `title`, `question`, `answers`, `right`, `measured` (the median, formatted), `bars` (`label`, `count`, `truth`), `common_wrong` (`[answer, count]`).
     steps: Vec<serde_json::Value>,
     /// Answers kept for this path.
@@ -313,95 +172,18 @@ struct AnswersSchema {
     max: u64,
 }
 
-#[utoipa::path(get, path = "/api/learn/{id}/answers", tag = "learn",
-    params(("id" = String, Path, description = "The path's id"), ("format" = Option<String>, Query, description = "`json` (default) or `csv`: every kept answer")),
-    responses(
-        (status = 200, description = "Per step, the predictions' histogram with the measured value's bar marked, the share right and the most common wrong answer (or the CSV)", body = AnswersSchema),
-        (status = 400, description = "An unknown format (field `format`)", body = ApiErrorBody),
-        (status = 404, description = "No such path", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn learn_answers() {}
-
 /// The body of a prediction sent after its run: `{"prediction": ...}`.
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
-struct LatePrediction {
+pub(crate) struct LatePrediction {
     prediction: protocol::Prediction,
 }
-
-#[utoipa::path(post, path = "/api/records/{id}/prediction", tag = "pitfalls",
-    params(("id" = String, Path, description = "A recorded result's id")),
-    request_body(content = LatePrediction, description = "`{\"prediction\": {\"value\": 0.5}}`"),
-    responses(
-        (status = 400, description = "Not a prediction (the field is named)", body = ApiErrorBody),
-        (status = 403, description = "A page of another origin may not send it", body = ApiErrorBody),
-        (status = 404, description = "No such record", body = ApiErrorBody),
-        (status = 415, description = "A body that is not `application/json`", body = ApiErrorBody),
-        (status = 409, description = "Its run has started: a prediction is locked by the request that starts the run (`POST /api/pitfalls/{id}` with `prediction`) and cannot be sent or changed later", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn late_prediction() {}
-
-#[utoipa::path(get, path = "/api/workers", tag = "server",
-    responses((status = 200, description = "On a fleet front, the live workers' cards; `[]` on a single server", body = Vec<WorkerCardSchema>)))]
-#[allow(dead_code)]
-fn workers() {}
-
-#[utoipa::path(get, path = "/api/openapi.json", tag = "server",
-    responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
-#[allow(dead_code)]
-fn openapi_json() {}
-
-#[utoipa::path(get, path = "/runs/{id}.png", tag = "embeds",
-    params(("id" = String, Path, description = "The record's id"), PictureQuery),
-    responses(
-        (status = 200, description = "The recorded result's picture (immutable, with an ETag)", content_type = "image/png", body = Vec<u8>),
-        (status = 304, description = "Not modified (If-None-Match)"),
-        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
-        (status = 404, description = "No such record", body = ApiErrorBody),
-        (status = 409, description = "The record has no report to draw (running, interrupted or failed; the message says which)", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn run_png() {}
-
-#[utoipa::path(get, path = "/runs/{id}.svg", tag = "embeds",
-    params(("id" = String, Path, description = "The record's id"), PictureQuery),
-    responses(
-        (status = 200, description = "The recorded result's picture as SVG (immutable, with an ETag)", content_type = "image/svg+xml", body = String),
-        (status = 304, description = "Not modified (If-None-Match)"),
-        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
-        (status = 404, description = "No such record", body = ApiErrorBody),
-        (status = 409, description = "The record has no report to draw (running, interrupted or failed; the message says which)", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn run_svg() {}
-
-#[utoipa::path(get, path = "/compare.png", tag = "embeds",
-    params(("runs" = String, Query, description = "Comma-separated record ids"), PictureQuery),
-    responses(
-        (status = 200, description = "The runs side by side", content_type = "image/png", body = Vec<u8>),
-        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
-        (status = 404, description = "A record that does not exist", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn compare_png() {}
-
-#[utoipa::path(get, path = "/compare.svg", tag = "embeds",
-    params(("runs" = String, Query, description = "Comma-separated record ids"), PictureQuery),
-    responses(
-        (status = 200, description = "The runs side by side as SVG", content_type = "image/svg+xml", body = String),
-        (status = 400, description = "A malformed option (named)", body = ApiErrorBody),
-        (status = 404, description = "A record that does not exist", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn compare_svg() {}
 
 /// The options every picture takes.
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
-struct PictureQuery {
+pub(crate) struct PictureQuery {
     /// `light` or `dark` (the page's default: light).
     #[param(inline)]
     theme: Option<PictureTheme>,
@@ -426,7 +208,7 @@ struct PictureQuery {
 #[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 #[allow(dead_code)]
-enum PictureChart {
+pub(crate) enum PictureChart {
     Latency,
     Memory,
     StepLatency,
@@ -438,32 +220,7 @@ enum PictureChart {
 #[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[allow(dead_code)]
-enum PictureTheme {
+pub(crate) enum PictureTheme {
     Light,
     Dark,
 }
-
-#[utoipa::path(get, path = "/oembed", tag = "embeds",
-    params(
-        ("url" = String, Query, description = "A permalink of this server"),
-        ("format" = Option<String>, Query, description = "Only `json`"),
-        ("maxwidth" = Option<u32>, Query, minimum = 1),
-        ("maxheight" = Option<u32>, Query, minimum = 1),
-    ),
-    responses(
-        (status = 200, description = "The oEmbed answer (`rich` or `photo`)", body = Object),
-        (status = 400, description = "No `url`, a format other than JSON, or a malformed `maxwidth`/`maxheight` (the field is named)", body = ApiErrorBody),
-        (status = 404, description = "A URL this server does not serve", body = ApiErrorBody),
-    ))]
-#[allow(dead_code)]
-fn oembed() {}
-
-#[utoipa::path(get, path = "/healthz", tag = "server",
-    responses((status = 200, description = "`ok` while the process serves", content_type = "text/plain", body = String)))]
-#[allow(dead_code)]
-fn healthz() {}
-
-#[utoipa::path(get, path = "/metrics", tag = "server",
-    responses((status = 200, description = "Prometheus metrics (text exposition format)", content_type = "text/plain", body = String)))]
-#[allow(dead_code)]
-fn metrics() {}

@@ -22,44 +22,58 @@ use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use leptos::nonce::Nonce;
 use leptos::prelude::{provide_context, use_context};
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use protocol::{Record, RecordSummary};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::api;
+use crate::{api, openapi};
 use crate::error::{json_errors, not_found, ApiError, BODY_LIMIT};
 use crate::state::AppState;
 
 pub fn router(state: AppState) -> Router {
+    // Every route of the API and the embeds is registered with its operation (`routes!`,
+    // see crate::openapi), so the document below lists exactly what is routed.
     // Requests that put work on the device: only this server's pages (or allowed ones).
     // The same handlers on a single server and a fleet front (where runs go is the
     // state's `dispatch`).
-    let drive = Router::new()
-        .route("/runs", post(api::create_run))
-        .route("/pitfalls/{id}", post(api::run_pitfall))
-        .route("/records/{id}/prediction", post(api::late_prediction))
+    let drive = OpenApiRouter::default()
+        .routes(routes!(api::create_run))
+        .routes(routes!(api::run_pitfall))
+        .routes(routes!(api::late_prediction))
         .merge(crate::learn_api::drive_routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), check_drive));
-    let api = Router::new()
-        .route("/info", get(api::info))
-        .route("/runs/{id}", get(api::get_run))
-        .route("/runs/{id}/events", get(api::run_events))
-        .route("/runs/{id}/emitted", get(api::run_emitted))
-        .route("/workers", get(api::workers))
-        .route("/records", get(api::list_records))
-        .route("/records/{id}", get(api::get_record))
-        .route("/records/{id}/export/{format}", get(api::export_record))
-        .route("/health", get(api::health))
-        .route("/pitfalls", get(api::pitfalls))
-        .route("/openapi.json", get(crate::openapi::serve))
+    let api = OpenApiRouter::default()
+        .routes(routes!(api::info))
+        .routes(routes!(api::get_run))
+        .routes(routes!(api::run_events))
+        .routes(routes!(api::run_emitted))
+        .routes(routes!(api::workers))
+        .routes(routes!(api::list_records))
+        .routes(routes!(api::get_record))
+        .routes(routes!(api::export_record))
+        .routes(routes!(api::health))
+        .routes(routes!(api::pitfalls))
+        .routes(routes!(openapi::serve))
         .merge(crate::learn_api::routes())
         .merge(drive)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::map_response(json_errors));
+    let (documented, mut document) = OpenApiRouter::with_openapi(openapi::base())
+        .nest("/api", api)
+        .routes(routes!(healthz))
+        .routes(routes!(api::metrics))
+        // Pictures of recorded results and oEmbed (crate::embeds).
+        .merge(crate::embeds::routes())
+        .split_for_parts();
+    // `/runs/{id}.png|svg` are answered by a middleware below, not a route.
+    document.merge(crate::embeds::RunImages::openapi());
+    let document = openapi::Document::new(document);
 
     let routes = generate_route_list(app::App);
     let info = state.info.clone();
@@ -71,12 +85,9 @@ pub fn router(state: AppState) -> Router {
         provide_context((*info).clone());
         page_context(&origins, &info);
     };
-    Router::new()
-        .nest("/api", api)
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(api::metrics))
-        // Pictures of recorded results and oEmbed (crate::embeds).
-        .merge(crate::embeds::routes())
+    documented
+        // `GET /api/openapi.json` answers it.
+        .layer(Extension(document))
         // The hashed, precompressed browser assets (see crate::assets).
         .merge(crate::assets::static_files(std::path::Path::new(
             &*state.leptos.site_root,
@@ -115,6 +126,13 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// `GET /healthz`: answers while the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "server",
+    responses((status = 200, description = "`ok` while the process serves", content_type = "text/plain", body = String)))]
+async fn healthz() -> &'static str {
+    "ok"
 }
 
 /// 421 for a `Host` that is not one of this server's names (see [`crate::origin`]).

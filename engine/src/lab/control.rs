@@ -69,6 +69,47 @@ impl RunControl {
     }
 }
 
+/// The lab, lent on with one of its fields set to a value for as long as this lives: the
+/// field's previous value comes back when it is dropped, whether the code that held it
+/// returned or unwound. For the lab's per-task state ([`Lab::with_task`]'s control, the
+/// autocast-per-step switch), which a panic caught by the device loop must not leave behind.
+pub(super) struct Scoped<'a, T: Default> {
+    lab: &'a mut Lab,
+    field: fn(&mut Lab) -> &mut T,
+    previous: T,
+}
+
+impl<'a, T: Default> Scoped<'a, T> {
+    /// Sets `field` of `lab` to `value` until the returned value is dropped.
+    pub(super) fn set(lab: &'a mut Lab, field: fn(&mut Lab) -> &mut T, value: T) -> Self {
+        let previous = std::mem::replace(field(lab), value);
+        Scoped {
+            lab,
+            field,
+            previous,
+        }
+    }
+}
+
+impl<T: Default> std::ops::Deref for Scoped<'_, T> {
+    type Target = Lab;
+    fn deref(&self) -> &Lab {
+        self.lab
+    }
+}
+
+impl<T: Default> std::ops::DerefMut for Scoped<'_, T> {
+    fn deref_mut(&mut self) -> &mut Lab {
+        self.lab
+    }
+}
+
+impl<T: Default> Drop for Scoped<'_, T> {
+    fn drop(&mut self) {
+        *(self.field)(self.lab) = std::mem::take(&mut self.previous);
+    }
+}
+
 impl Lab {
     /// Runs `f` as one task under `control`: every measurement inside it obeys the control,
     /// and on the CPU its limits are checked at every allocation (see [`Lab::guard`]).
@@ -77,11 +118,12 @@ impl Lab {
         control: RunControl,
         f: impl FnOnce(&mut Lab) -> R,
     ) -> Result<R, RunFailure> {
-        let previous = self.task.replace(control.clone());
-        let guard = self.guard(DeviceKind::Cpu, &control);
-        let result = guard.map(|_g| f(self));
-        self.task = previous;
-        result
+        // Restored when `lab` is dropped: after `f` returns, and also when it panics (the
+        // device loop catches the panic and keeps the lab, and the next task must not find
+        // this one's deadline and cancel flag). The allocation check is disarmed first.
+        let mut lab = Scoped::set(self, |lab| &mut lab.task, Some(control.clone()));
+        let guard = lab.guard(DeviceKind::Cpu, &control);
+        guard.map(|_g| f(&mut *lab))
     }
 
     /// The control of the task under way, if any.
@@ -109,5 +151,58 @@ impl Lab {
         )
         .map(Some)
         .map_err(torch_failure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    use super::*;
+    use crate::lab::LabConfig;
+
+    /// The lab's per-task state comes back when the code that set it panics: the device loop
+    /// catches the panic and keeps the lab (engine/tests/device/guarantees.rs runs the same
+    /// through a worker).
+    #[test]
+    fn a_panic_leaves_neither_the_task_nor_the_per_step_switch_behind() {
+        let mut lab = Lab::new(LabConfig::default()).unwrap();
+        let dead = RunControl {
+            cancel: Arc::new(AtomicBool::new(true)),
+            deadline: Some(Instant::now()),
+            budget_bytes: None,
+        };
+        let panicked = catch_unwind(AssertUnwindSafe(|| {
+            lab.with_task(dead, |lab| -> u32 {
+                assert!(lab.task_control().is_some());
+                panic!("injected inside the task")
+            })
+        }));
+        assert!(panicked.is_err());
+        assert!(lab.task_control().is_none(), "the dead task's control stayed on the lab");
+
+        let panicked = catch_unwind(AssertUnwindSafe(|| {
+            lab.with_autocast_per_step(|lab| -> u32 {
+                assert!(lab.autocast_per_step);
+                panic!("injected inside a per-step measurement")
+            })
+        }));
+        assert!(panicked.is_err());
+        assert!(!lab.autocast_per_step, "the per-step switch stayed on");
+
+        // Returning restores the same way, nested or not.
+        let outer = RunControl {
+            deadline: Some(Instant::now() + Duration::from_secs(60)),
+            ..Default::default()
+        };
+        let inner_deadline = lab
+            .with_task(outer.clone(), |lab| {
+                lab.with_task(RunControl::default(), |lab| lab.task_control().unwrap().deadline)
+                    .unwrap();
+                lab.task_control().unwrap().deadline
+            })
+            .unwrap();
+        assert_eq!(inner_deadline, outer.deadline);
+        assert!(lab.task_control().is_none());
     }
 }

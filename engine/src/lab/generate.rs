@@ -564,10 +564,15 @@ impl Lab {
         checked: &CheckedSpec,
         control: &RunControl,
     ) -> Result<Report, RunFailure> {
-        self.autocast_per_step = true;
-        let result = self.measure(checked, control, &mut |_| {});
-        self.autocast_per_step = false;
-        result
+        self.with_autocast_per_step(|lab| lab.measure(checked, control, &mut |_| {}))
+    }
+
+    /// Runs `f` with the autocast region entered around each step. The switch goes back
+    /// when `f` returns or panics (a panic caught by the device loop must not leave the
+    /// next run measured per step).
+    pub(super) fn with_autocast_per_step<R>(&mut self, f: impl FnOnce(&mut Lab) -> R) -> R {
+        let mut lab = super::control::Scoped::set(self, |lab| &mut lab.autocast_per_step, true);
+        f(&mut lab)
     }
 }
 

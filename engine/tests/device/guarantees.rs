@@ -5,9 +5,11 @@
 
 use crate::common;
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{EngineError, ExperimentError, MeasureError, Worker, WorkerConfig};
+use engine::{EngineError, ExperimentError, MeasureError, RunControl, Worker, WorkerConfig};
 use protocol::{
     Autocast, DeviceChoice, DeviceKind, FailureKind, GradMode, ModelId, PitfallOptions, Report,
     RunSpec,
@@ -49,6 +51,45 @@ fn a_panic_in_any_task_fails_that_task_and_the_worker_goes_on() {
     assert_eq!(r.memory.leaked_bytes, 0);
     assert_eq!(w.call(|_| 7).unwrap(), 7);
     assert!(w.health().tasks >= 3);
+}
+
+/// Issue 47: a task that panics leaves nothing of itself on the lab. The device loop catches
+/// the panic and keeps the lab; the dead task's control (its deadline has passed, its
+/// cancel flag is set) used to stay as the lab's task, and every measurement after it was
+/// cancelled.
+#[test]
+fn a_panic_inside_a_task_leaves_no_deadline_or_cancel_flag_behind() {
+    let _one_at_a_time = crate::common::cpu_lock();
+    let w = Worker::start(WorkerConfig::default()).unwrap();
+    let dead = RunControl {
+        cancel: Arc::new(AtomicBool::new(true)),
+        deadline: Some(Instant::now()),
+        budget_bytes: None,
+    };
+    match w.call(move |lab| lab.with_task(dead, |_| -> u32 { panic!("injected inside the task") })) {
+        Err(EngineError::TaskPanicked(reason)) => {
+            assert!(reason.contains("injected inside the task"), "{reason}")
+        }
+        other => panic!("expected the panic as a task failure, got {other:?}"),
+    }
+    assert!(
+        w.call(|lab| lab.task_control().is_none()).unwrap(),
+        "the panicked task's control is still the lab's task"
+    );
+    // A normal run after it completes, under its own deadline only.
+    let checked = w.check(spec(DeviceKind::Cpu, ModelId::TinyMlp, 4, None)).unwrap();
+    let own = RunControl {
+        deadline: Some(Instant::now() + Duration::from_secs(60)),
+        ..Default::default()
+    };
+    let r = w
+        .call(move |lab| lab.measure(&checked, &own, &mut |_| {}))
+        .unwrap()
+        .expect("a run after the panic completes under its own deadline");
+    assert_eq!(r.memory.leaked_bytes, 0);
+    // And one through the queue, under the worker's.
+    let r = measure(&w, spec(DeviceKind::Cpu, ModelId::TinyMlp, 4, None));
+    assert_eq!(r.memory.leaked_bytes, 0);
 }
 
 #[test]

@@ -24,27 +24,34 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use protocol::{Record, RecordBody, ServerInfo};
 use render::preview::{OembedAsk, Preview, Tag};
 use render::ImageOptions;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::{storage_error, ApiError};
 
 mod preview;
 pub use preview::head_tags;
-use preview::oembed;
 use crate::origin::Origins;
 use crate::state::AppState;
 
-/// The routes with paths of their own (`/runs/{id}.png` goes through [`run_images`]).
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/compare.svg", get(compare_svg))
-        .route("/compare.png", get(compare_png))
-        .route("/oembed", get(oembed))
+/// The routes with paths of their own, with their operations (`/runs/{id}.png` goes
+/// through [`run_images`], and its operations through [`RunImages`]).
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(compare_svg))
+        .routes(routes!(compare_png))
+        .routes(routes!(preview::oembed))
 }
+
+/// The operations [`run_images`] answers. No route carries them (the page route
+/// `/runs/{id}` would take the name), so the router adds them to the document from here.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(run_png, run_svg))]
+pub struct RunImages;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Format {
@@ -103,26 +110,68 @@ pub async fn run_images(State(state): State<AppState>, request: Request, next: N
     let image = matches!(*request.method(), Method::GET | Method::HEAD)
         .then(|| run_image_path(request.uri().path()))
         .flatten();
-    let Some((id, format)) = image else {
-        return next.run(request).await;
-    };
-    picture(
-        &state,
-        Some(Subject::Record(id)),
-        format,
-        request.uri(),
-        request.headers(),
-    )
-    .await
+    match image {
+        Some((id, Format::Png)) => run_png(&state, id, request.uri(), request.headers()).await,
+        Some((id, Format::Svg)) => run_svg(&state, id, request.uri(), request.headers()).await,
+        None => next.run(request).await,
+    }
+}
+
+/// `GET /runs/{id}.png`, answered by [`run_images`].
+#[utoipa::path(get, path = "/runs/{id}.png", tag = "embeds",
+    params(("id" = String, Path, description = "The record's id"), crate::openapi::PictureQuery),
+    responses(
+        (status = 200, description = "The recorded result's picture (immutable, with an ETag)", content_type = "image/png", body = Vec<u8>),
+        (status = 304, description = "Not modified (If-None-Match)"),
+        (status = 400, description = "A malformed option (named)", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such record", body = protocol::ApiErrorBody),
+        (status = 409, description = "The record has no report to draw (running, interrupted or failed; the message says which)", body = protocol::ApiErrorBody),
+    ))]
+async fn run_png(state: &AppState, id: String, uri: &Uri, headers: &HeaderMap) -> Response {
+    run_image(state, id, Format::Png, uri, headers).await
+}
+
+/// `GET /runs/{id}.svg`, answered by [`run_images`].
+#[utoipa::path(get, path = "/runs/{id}.svg", tag = "embeds",
+    params(("id" = String, Path, description = "The record's id"), crate::openapi::PictureQuery),
+    responses(
+        (status = 200, description = "The recorded result's picture as SVG (immutable, with an ETag)", content_type = "image/svg+xml", body = String),
+        (status = 304, description = "Not modified (If-None-Match)"),
+        (status = 400, description = "A malformed option (named)", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such record", body = protocol::ApiErrorBody),
+        (status = 409, description = "The record has no report to draw (running, interrupted or failed; the message says which)", body = protocol::ApiErrorBody),
+    ))]
+async fn run_svg(state: &AppState, id: String, uri: &Uri, headers: &HeaderMap) -> Response {
+    run_image(state, id, Format::Svg, uri, headers).await
+}
+
+/// One recorded result's picture.
+async fn run_image(state: &AppState, id: String, format: Format, uri: &Uri, headers: &HeaderMap) -> Response {
+    picture(state, Some(Subject::Record(id)), format, uri, headers)
+        .await
     .unwrap_or_else(IntoResponse::into_response)
 }
 
+#[utoipa::path(get, path = "/compare.svg", tag = "embeds",
+    params(("runs" = String, Query, description = "Comma-separated record ids"), crate::openapi::PictureQuery),
+    responses(
+        (status = 200, description = "The runs side by side as SVG", content_type = "image/svg+xml", body = String),
+        (status = 400, description = "A malformed option (named)", body = protocol::ApiErrorBody),
+        (status = 404, description = "A record that does not exist", body = protocol::ApiErrorBody),
+    ))]
 async fn compare_svg(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     picture(&state, None, Format::Svg, &uri, &headers)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
+#[utoipa::path(get, path = "/compare.png", tag = "embeds",
+    params(("runs" = String, Query, description = "Comma-separated record ids"), crate::openapi::PictureQuery),
+    responses(
+        (status = 200, description = "The runs side by side", content_type = "image/png", body = Vec<u8>),
+        (status = 400, description = "A malformed option (named)", body = protocol::ApiErrorBody),
+        (status = 404, description = "A record that does not exist", body = protocol::ApiErrorBody),
+    ))]
 async fn compare_png(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     picture(&state, None, Format::Png, &uri, &headers)
         .await

@@ -64,6 +64,18 @@ pub(super) fn error_with(status: StatusCode, code: &str, message: String, field:
 }
 
 /// `GET /oembed?url=...&format=json[&maxwidth=N&maxheight=N&type=photo]`.
+#[utoipa::path(get, path = "/oembed", tag = "embeds",
+    params(
+        ("url" = String, Query, description = "A permalink of this server"),
+        ("format" = Option<String>, Query, description = "Only `json`"),
+        ("maxwidth" = Option<u32>, Query, minimum = 1),
+        ("maxheight" = Option<u32>, Query, minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "The oEmbed answer (`rich` or `photo`)", body = Object),
+        (status = 400, description = "No `url`, a format other than JSON, or a malformed `maxwidth`/`maxheight` (the field is named)", body = protocol::ApiErrorBody),
+        (status = 404, description = "A URL this server does not serve", body = protocol::ApiErrorBody),
+    ))]
 pub(super) async fn oembed(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Response {
     answer_oembed(&state, &uri, &headers)
         .await

@@ -12,32 +12,35 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use protocol::learn::{summarise, AnswersView, LearnPageData, LearnPath, PathSummary, StepOutcome, StepRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::api::{parse_object, ClientAddr};
 use crate::error::{storage_error, ApiError};
 use crate::learn::answers::{csv, MAX_ANSWERS_PER_PATH};
 use crate::state::AppState;
 
-/// The routes that read.
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/learn", get(list))
-        .route("/learn/{id}", get(one))
-        .route("/learn/{id}/answers", get(answers))
+/// The routes that read, with their operations (see [`crate::openapi`]).
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(list))
+        .routes(routes!(one))
+        .routes(routes!(answers))
 }
 
 /// The routes that start work or change what is stored (the router puts them behind the
 /// Origin and content-type checks of every state-changing request).
-pub fn drive_routes() -> Router<AppState> {
-    Router::new()
-        .route("/learn", post(compose))
-        .route("/learn/{id}/steps/{n}", post(run_step))
+pub fn drive_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(compose))
+        .routes(routes!(run_step))
 }
 
 /// `GET /api/learn`: the paths this server serves.
+#[utoipa::path(get, path = "/learn", operation_id = "learn_paths", tag = "learn",
+    responses((status = 200, description = "The onboarding paths this server serves: the shipped one, the `paths/` folder's, the composed ones", body = Vec<protocol::learn::PathSummary>)))]
 async fn list(State(state): State<AppState>) -> Json<Vec<PathSummary>> {
     Json(state.learn.list())
 }
@@ -50,12 +53,32 @@ fn find(state: &AppState, id: &str) -> Result<std::sync::Arc<LearnPath>, ApiErro
 }
 
 /// `GET /api/learn/{id}`: one path, its steps in order.
+#[utoipa::path(get, path = "/learn/{id}", operation_id = "learn_path", tag = "learn",
+    params(("id" = String, Path, description = "The path's id (see GET /api/learn)")),
+    responses(
+        (status = 200, description = "The path: title, the lead's note, its steps in order (a card with model, batch and device, or a change of one setting from -> to)", body = protocol::learn::LearnPath),
+        (status = 404, description = "No such path", body = protocol::ApiErrorBody),
+    ))]
 async fn one(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<LearnPath>, ApiError> {
     Ok(Json((*find(&state, &id)?).clone()))
 }
 
-/// `POST /api/learn/{id}/steps/{n}`: runs step `n` (from 1) with the prediction the body
+/// `POST /api/learn/{id}/steps/{step}`: runs that step (numbered from 1) with the prediction the body
 /// locks (`{"prediction": {"choice": "lower"}}`, `{"value": 0.5}` or `"skipped"`).
+#[utoipa::path(post, path = "/learn/{id}/steps/{step}", operation_id = "learn_step", tag = "learn",
+    params(("id" = String, Path, description = "The path's id"), ("step" = u32, Path, description = "The step, from 1")),
+    request_body(content = protocol::learn::StepRequest, description = "`prediction`: the answer to the step's question, locked by this request (`\"skipped\"`: run without predicting, not kept among the answers)"),
+    responses(
+        (status = 200, description = "The prediction against the measurement (`scored`), with the card's recorded report or the change's two recorded runs; `counted` when the answer was kept", body = protocol::learn::StepOutcome),
+        (status = 400, description = "A malformed body (the field is named: `prediction...`)", body = protocol::ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such path or step", body = protocol::ApiErrorBody),
+        (status = 409, description = "The experiment or a run failed (the message says why)", body = protocol::ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = protocol::ApiErrorBody),
+        (status = 422, description = "A prediction the step's question cannot take (field `prediction`)", body = protocol::ApiErrorBody),
+        (status = 429, description = "Rate limited: runs, or answers per client per minute", body = protocol::ApiErrorBody),
+        (status = 503, description = "The queue is full", body = protocol::ApiErrorBody),
+    ))]
 async fn run_step(
     State(state): State<AppState>,
     ClientAddr(peer): ClientAddr,
@@ -82,6 +105,16 @@ struct Compose {
 /// `POST /api/learn`: a path composed on `/learn/new`, as the TOML a `paths/` file holds;
 /// kept in the learn database and served from now on (201 with its address), or with
 /// `"check": true` only checked. Needs the access token when one is configured.
+#[utoipa::path(post, path = "/learn", operation_id = "learn_compose", tag = "learn",
+    request_body(content = crate::openapi::ComposeBody, description = "A path composed on /learn/new, as TOML"),
+    responses(
+        (status = 200, description = "Checked only (`check: true`): `{id, url, steps}`"),
+        (status = 201, description = "Kept and served from now on: `{id, url, steps}`"),
+        (status = 400, description = "The TOML breaks a rule: the field is named (`toml.step[2].card`)", body = protocol::ApiErrorBody),
+        (status = 401, description = "This server wants its token", body = protocol::ApiErrorBody),
+        (status = 409, description = "A path with this id exists", body = protocol::ApiErrorBody),
+        (status = 415, description = "A body that is not `application/json`", body = protocol::ApiErrorBody),
+    ))]
 async fn compose(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     state.guard.authorize(&headers)?;
     let request: Compose = parse_object(&body, "path", r#"{"toml": "id = \"ours\"\ntitle = \"...\"\n[[step]]\n..."}"#)?;
@@ -126,6 +159,13 @@ async fn answers_view(state: &AppState, path: &LearnPath) -> Result<(AnswersView
 /// `GET /api/learn/{id}/answers[?format=csv]`: per step, the predictions' histogram with
 /// the measured value marked, the share right and the most common wrong answer; or every
 /// kept answer as CSV.
+#[utoipa::path(get, path = "/learn/{id}/answers", operation_id = "learn_answers", tag = "learn",
+    params(("id" = String, Path, description = "The path's id"), ("format" = Option<String>, Query, description = "`json` (default) or `csv`: every kept answer")),
+    responses(
+        (status = 200, description = "Per step, the predictions' histogram with the measured value's bar marked, the share right and the most common wrong answer (or the CSV)", body = crate::openapi::AnswersSchema),
+        (status = 400, description = "An unknown format (field `format`)", body = protocol::ApiErrorBody),
+        (status = 404, description = "No such path", body = protocol::ApiErrorBody),
+    ))]
 async fn answers(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -61,7 +61,7 @@ async fn finished_runs_are_recorded_and_exported() {
     assert_eq!(status, StatusCode::OK);
     let script = String::from_utf8(body).unwrap();
     assert!(
-        script.contains("\"--model=tiny_mlp\", \"--batch=4\"") && script.contains("\"--iters=3\""),
+        ["\"--model=tiny_mlp\"", "\"--batch=4\"", "\"--iters=3\""].iter().all(|a| script.contains(a)),
         "{}",
         &script[..400]
     );
