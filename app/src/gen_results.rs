@@ -235,8 +235,15 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             .map(|d| format!("p50 {:.2} ms · p95 {:.2} ms · p99 {:.2} ms", d.p50, d.p95, d.p99))
             .unwrap_or_else(|| "one token: no decode step".into());
         let kv_match = if g.kv_cache_bytes == g.kv_cache_formula_bytes { "equal to the byte" } else { "differs" };
+        let sliding = g.kv_cache_by_layer_type.iter().any(|s| s.layer_type == protocol::decoder::LayerType::Sliding);
         let kv = if g.cache == KvCacheKind::Off {
             format!("{} kept: the cache is off, so every step feeds the whole sequence so far and recomputes its keys and values", format_bytes(g.kv_cache_bytes))
+        } else if sliding {
+            format!(
+                "{} measured from its tensors; the formula per layer type (2 × layers × kv_heads × head_dim × positions × {} × {} B, a sliding layer's positions capped by its window) = {} ({kv_match}). A full layer holds {} positions",
+                format_bytes(g.kv_cache_bytes), g.batch, g.kv_cache_element_bytes, format_bytes(g.kv_cache_formula_bytes),
+                g.kv_cache_tokens
+            )
         } else {
             format!(
                 "{} measured from its tensors; formula 2 × layers × kv_heads × head_dim × {} positions × {} × {} B = {} ({kv_match}). {} positions: the prompt's {} + {} new tokens − 1, since the last token's keys and values are never needed; values kept in the keys' dtype, as transformers' caches keep them",
@@ -251,6 +258,7 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             format!("{}{replay}", a.describe(r.env.device))
         });
         let (weights, split, drift) = quant_lines(&g);
+        let (kv_split, experts, expert_reads) = family_lines(&g);
         let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
         let quantized_prefill = r.spec.generate.as_ref().filter(|q| !q.weights.is_none()).map(|q| {
             let cpu = match r.env.device {
@@ -274,6 +282,9 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
                 <tr><th>"Decode, per token"</th><td data-testid="gen-decode">{decode}</td></tr>
                 <tr><th>"Tokens/s"</th><td>{format!("{:.1} per sequence, {:.1} in total", g.tokens_per_s, g.tokens_per_s_total)}</td></tr>
                 <tr><th>"KV cache"</th><td data-testid="gen-kv">{kv}</td></tr>
+                {kv_split.map(|k| view! { <tr><th>"KV cache by layer type"</th><td data-testid="gen-kv-split">{k}</td></tr> })}
+                {experts.map(|e| view! { <tr><th>"Experts"</th><td data-testid="gen-experts">{e}</td></tr> })}
+                {expert_reads.map(|e| view! { <tr><th>"Experts read per decode step"</th><td data-testid="gen-expert-reads">{e}</td></tr> })}
                 <tr><th>"Memory"</th><td>{format!("weights + prompt {}, peak {}, after release {} ({source})", format_bytes(r.memory.baseline_bytes), format_bytes(r.memory.peak_allocated_bytes), format_bytes(r.memory.after_release_bytes))}</td></tr>
                 {weights.map(|w| view! { <tr><th>"Weights"</th><td data-testid="gen-weights-split">{w}</td></tr> })}
                 {split.map(|m| view! { <tr><th>"At the peak"</th><td data-testid="gen-memory-split">{m}</td></tr> })}
@@ -288,6 +299,57 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>
         }
     })
+}
+
+/// A decoder family's lines: the cache by layer type beside the naive formula (when some
+/// layers slide), a mixture of experts' parameters and bytes held, and what each decode
+/// step read of them (`None` each where the run has none).
+fn family_lines(g: &protocol::GenerationReport) -> (Option<String>, Option<String>, Option<String>) {
+    let sliding = g.kv_cache_by_layer_type.iter().any(|s| s.layer_type == protocol::decoder::LayerType::Sliding);
+    let kv = sliding.then(|| {
+        let types: Vec<String> = g
+            .kv_cache_by_layer_type
+            .iter()
+            .map(|s| {
+                let equal = if s.bytes == s.formula_bytes { "= its formula" } else { "≠ its formula" };
+                format!("{} layers: {} × {} positions, {} ({equal})", s.layer_type.label(), s.layers, s.positions, format_bytes(s.bytes))
+            })
+            .collect();
+        format!(
+            "{}. The naive formula, every layer at full length: {} ({:.1}× what is held): a sliding layer keeps only its window (a growing cache window − 1 between steps, as transformers' does; a static one the window, rolled)",
+            types.join("; "),
+            format_bytes(g.kv_cache_naive_bytes),
+            g.kv_cache_naive_bytes as f64 / g.kv_cache_bytes.max(1) as f64
+        )
+    });
+    let count = |n: u64| match n >= 1_000_000_000 {
+        true => format!("{:.2} B", n as f64 / 1e9),
+        false => format!("{:.1} M", n as f64 / 1e6),
+    };
+    let experts = g.moe.as_ref().map(|m| {
+        format!(
+            "{} parameters, {} active per token ({} of {} experts in each of {} layers); memory holds every expert: {} ({} each), whatever the router picks",
+            count(m.total_parameters),
+            count(m.active_parameters),
+            m.num_experts_per_tok,
+            m.num_experts,
+            m.moe_layers,
+            format_bytes(m.experts_bytes),
+            format_bytes(m.expert_bytes)
+        )
+    });
+    let reads = g.moe.as_ref().filter(|m| !m.steps.is_empty()).map(|m| {
+        format!(
+            "{:.1} distinct experts per layer on average (at most {}) for a batch of {}: {} of expert weights read per step, against {} for one token's top {}",
+            m.distinct_experts_mean,
+            m.distinct_experts_max,
+            g.batch,
+            format_bytes(m.expert_bytes_read_mean as u64),
+            format_bytes(m.active_expert_bytes),
+            m.num_experts_per_tok
+        )
+    });
+    (kv, experts, reads)
 }
 
 /// The weights split (linear layers against the rest, beside the formula), memory at the
@@ -349,6 +411,53 @@ mod tests {
             kv_bytes: kv,
             graph_bytes: 0,
         }
+    }
+
+    /// A generation report read from JSON, its family figures as `extra` sets them.
+    fn report(extra: serde_json::Value) -> protocol::GenerationReport {
+        let mut v = serde_json::json!({
+            "cache": "dynamic", "prompt_len": 40, "new_tokens": 12, "batch": 2, "prefill_ms": 1.0,
+            "steps": [], "kv_cache_bytes": 210944, "kv_cache_formula_bytes": 210944, "kv_cache_tokens": 51,
+            "kv_cache_element_bytes": 4, "decode_ms_per_token": null, "tokens_per_s": 0.0,
+            "tokens_per_s_total": 0.0, "weights_bytes": 0, "decode_bandwidth_gb_s": null,
+            "decode_bandwidth_percent": null, "bandwidth_source": null, "prefill_flops": 0,
+            "prefill_tflops": 0.0, "prefill_percent_of_peak": null, "decode_flops_per_step": 0,
+            "decode_intensity_flops_per_byte": 0.0, "warmup_ms": 0.0, "prompt_tokens": [], "tokens": []
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_sliding_window_run_reads_its_cache_by_layer_type_and_an_moe_its_experts() {
+        let g = report(serde_json::json!({
+            "kv_cache_naive_bytes": 313344,
+            "kv_cache_by_layer_type": [
+                {"layer_type": "full_attention", "layers": 1, "positions": 51, "bytes": 52224, "formula_bytes": 52224},
+                {"layer_type": "sliding_attention", "layers": 5, "positions": 31, "bytes": 158720, "formula_bytes": 158720}
+            ]
+        }));
+        let (kv, experts, reads) = family_lines(&g);
+        let kv = kv.unwrap();
+        assert!(kv.starts_with("full layers: 1 × 51 positions, 51.0 KiB (= its formula); sliding layers: 5 × 31 positions, 155.0 KiB (= its formula)"), "{kv}");
+        assert!(kv.contains("306.0 KiB (1.5× what is held)"), "{kv}");
+        assert!(experts.is_none() && reads.is_none());
+        // A dense model without sliding layers adds no line.
+        assert_eq!(family_lines(&report(serde_json::json!({}))), (None, None, None));
+
+        let g = report(serde_json::json!({
+            "moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_layers": 4, "total_parameters": 8006144,
+                    "active_parameters": 5646848, "experts_bytes": 12582912, "expert_bytes": 393216,
+                    "active_expert_bytes": 3145728,
+                    "steps": [{"step": 1, "distinct_mean": 5.5, "distinct_max": 7, "expert_bytes_read": 8650752}],
+                    "distinct_experts_mean": 5.5, "distinct_experts_max": 7, "expert_bytes_read_mean": 8650752.0}
+        }));
+        let (kv, experts, reads) = family_lines(&g);
+        assert!(kv.is_none());
+        assert_eq!(experts.unwrap(), "8.0 M parameters, 5.6 M active per token (2 of 8 experts in each of 4 layers); memory holds every expert: 12.0 MiB (384.0 KiB each), whatever the router picks");
+        assert_eq!(reads.unwrap(), "5.5 distinct experts per layer on average (at most 7) for a batch of 2: 8.2 MiB of expert weights read per step, against 3.0 MiB for one token's top 2");
     }
 
     #[test]

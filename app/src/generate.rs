@@ -341,15 +341,17 @@ fn folded_help(awaiting: RwSignal<Option<String>>, id: String, key: &'static str
 }
 
 fn shape_line(c: &protocol::decoder::DecoderConfig) -> String {
+    let notes = c.family_notes();
     format!(
-        "{} layers, hidden {}, {} heads / {} KV heads of {}, vocab {}; KV cache {} per token per sequence (fp32)",
+        "{} layers, hidden {}, {} heads / {} KV heads of {}, vocab {}; KV cache {} per token per sequence (fp32){}",
         c.num_hidden_layers,
         c.hidden_size,
         c.num_attention_heads,
         c.num_key_value_heads,
         c.head_dim,
         c.vocab_size,
-        format_bytes(c.kv_cache_bytes(1, 1, 4))
+        format_bytes(c.kv_cache_bytes(1, 1, 4)),
+        if notes.is_empty() { String::new() } else { format!(". {notes}") }
     )
 }
 

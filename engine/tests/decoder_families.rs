@@ -367,3 +367,47 @@ fn generate_reports_the_cache_by_layer_type_and_the_experts() {
     }
     assert!(means[1] > means[0], "a batch of 8 touches more experts per step than one sequence: {means:?}");
 }
+
+/// What applies to a decoder applies to every family: int8 and int4 weights quantize every
+/// linear layer, the experts' too (the report's measured split equals the formula's, and
+/// the drift from the unquantized model is reported), a bf16 KV cache holds 2 bytes per
+/// element in every layer type, and autocast runs. CUDA graph replay of a mixture of
+/// experts is refused by name.
+#[test]
+fn quantization_kv_dtype_and_autocast_apply_to_every_family() {
+    let worker = engine::Worker::start(engine::WorkerConfig::default()).expect("worker starts");
+    for model in ["qwen3_tiny", "gemma3_tiny", "qwen3_moe_tiny", "mixtral_tiny"] {
+        for (quant, group) in [(protocol::WeightQuant::Int8, None), (protocol::WeightQuant::Int4, Some(32))] {
+            let mut spec = generate_spec(model, 1, 8, 4, KvCacheKind::Dynamic);
+            let g = spec.generate.as_mut().unwrap();
+            g.weights = quant;
+            g.group_size = group;
+            let r = worker.measure(spec, |_| {}).unwrap_or_else(|e| panic!("{model} {}: {e}", quant.as_str()));
+            let g = r.generation.unwrap();
+            let (measured, formula) = (g.weights_breakdown.unwrap(), g.weights_formula.unwrap());
+            assert_eq!(measured.linear_bytes, formula.linear_bytes, "{model} {}", quant.as_str());
+            assert_eq!(measured.other_bytes, formula.other_bytes, "{model} {}", quant.as_str());
+            assert!(measured.linear_bytes * 3 < formula.linear_unquantized_bytes, "{model}: quantized");
+            assert!(g.drift.is_some(), "{model}: drift reported");
+            if let Some(m) = &g.moe {
+                // The experts are quantized too: one expert weighs its packed bytes.
+                assert!(m.expert_bytes * 3 < protocol::decoder::lookup(model).unwrap().config.expert_parameters() * 4);
+            }
+        }
+        let mut spec = generate_spec(model, 2, 40, 4, KvCacheKind::Dynamic);
+        spec.generate.as_mut().unwrap().kv_dtype = protocol::KvDtype::Bf16;
+        let g = worker.measure(spec, |_| {}).unwrap().generation.unwrap();
+        assert_eq!(g.kv_cache_element_bytes, 2, "{model}");
+        assert_eq!(g.kv_cache_bytes, g.kv_cache_formula_bytes, "{model}: bf16 cache");
+        let mut spec = generate_spec(model, 1, 8, 3, KvCacheKind::Static);
+        spec.autocast = protocol::Autocast::Bf16;
+        let g = worker.measure(spec, |_| {}).unwrap_or_else(|e| panic!("{model} autocast: {e}")).generation.unwrap();
+        assert_eq!(g.tokens[0].len(), 3);
+    }
+    let mut spec = generate_spec("qwen3_moe_tiny", 1, 8, 4, KvCacheKind::Static);
+    spec.device = protocol::DeviceChoice::Cuda;
+    spec.advanced.cuda_graph = true;
+    let e = spec.check(&protocol::Limits::default()).unwrap_err();
+    assert_eq!(e.field, "advanced.cuda_graph");
+    assert!(e.message.contains("mixture of experts"), "{e}");
+}

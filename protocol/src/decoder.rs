@@ -531,6 +531,38 @@ impl DecoderConfig {
         batch * (2 * body * tokens + 2 * head * logit_positions + attn)
     }
 
+    /// What sets this shape apart from a plain Llama's, for pages: its family, its sliding
+    /// layers, its experts ("Gemma 3 · 5 sliding layers (window 32) + 1 full"). Empty for
+    /// a Llama without either.
+    pub fn family_notes(&self) -> String {
+        let mut notes = Vec::new();
+        if self.architecture != Architecture::Llama {
+            notes.push(self.architecture.family().to_string());
+        }
+        let sliding = self.layers_of(LayerType::Sliding);
+        if let (true, Some(w)) = (sliding > 0, self.sliding_window) {
+            let full = self.layers_of(LayerType::Full);
+            notes.push(match full {
+                0 => format!("every layer slides over {w} positions"),
+                _ => format!("{sliding} sliding layers (window {w}) + {full} full"),
+            });
+        }
+        if let Some(m) = &self.moe {
+            let count = |n: u64| match n >= 1_000_000_000 {
+                true => format!("{:.2} B", n as f64 / 1e9),
+                false => format!("{:.1} M", n as f64 / 1e6),
+            };
+            notes.push(format!(
+                "{} experts, top {} per token: {} of {} parameters active",
+                m.num_experts,
+                m.num_experts_per_tok,
+                count(self.active_parameters()),
+                count(self.parameters())
+            ));
+        }
+        notes.join(" · ")
+    }
+
     /// The transformers expression that builds this shape with random weights (offline: a
     /// config object, never a Hub download).
     pub fn python_config(&self) -> String {
@@ -801,14 +833,17 @@ pub fn presets() -> &'static [DecoderModel] {
             ),
             preset(
                 "qwen3_moe_tiny",
-                "Tiny Qwen3-MoE (4 layers, 8 experts, top 2)",
+                "Tiny Qwen3-MoE (4 layers, 16 experts, top 2)",
                 "a 4-layer Qwen3-MoE sized for a 2-core CPU",
+                // The experts hold most of the weights, as in the models it copies (a
+                // smaller vocabulary than the other tiny presets': its embedding and head
+                // would outweigh the experts).
                 DecoderConfig {
                     architecture: Architecture::Qwen3Moe,
                     qk_norm: true,
-                    moe: moe(8, 2, 128, true),
+                    moe: moe(16, 2, 128, true),
                     initializer_range: 0.2,
-                    ..llama(256, 704, 4, 8, 2, 32, 8192, 2048, 1_000_000.0, 1e-6, false)
+                    ..llama(256, 704, 4, 8, 2, 32, 4096, 2048, 1_000_000.0, 1e-6, false)
                 },
             ),
             preset(
@@ -1009,6 +1044,15 @@ mod tests {
         let l = &lookup(CPU_PRESET).unwrap().config;
         assert_eq!(l.kv_cache_held_bytes(95, 2, 4, SlidingHold::Trimmed), l.kv_cache_bytes(95, 2, 4));
         assert!(c.kv_cache_split_formula(tokens, 1, 2, SlidingHold::Rolled).contains("sliding: 2 × 22 layers"));
+    }
+
+    #[test]
+    fn a_shape_says_what_sets_its_family_apart() {
+        let notes = |name: &str| lookup(name).unwrap().config.family_notes();
+        assert_eq!(notes(CPU_PRESET), "");
+        assert_eq!(notes("gemma3_1b"), "Gemma 3 · 22 sliding layers (window 512) + 4 full");
+        assert_eq!(notes("qwen3_30b_a3b"), "Qwen3-MoE · 128 experts, top 8 per token: 3.35 B of 30.53 B parameters active");
+        assert_eq!(notes("qwen3_moe_tiny"), "Qwen3-MoE · 16 experts, top 2 per token: 3.6 M of 9.1 M parameters active");
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub const SAME_BYTES: Ask = Ask::Direction { timed: false };
 pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 35] = [
+pub static CARDS: [&Card; 38] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -168,6 +168,10 @@ pub static CARDS: [&Card; 35] = [
     &generation::KV_DTYPE,
     &generation::FP16_OVERFLOW,
     &generation::SDPA_BACKEND,
+    // The decoder families teams serve now (see `generation`).
+    &generation::SLIDING_WINDOW_KV,
+    &generation::MOE_MEMORY_IS_TOTAL,
+    &generation::MOE_BATCH_READS_MORE,
 ];
 
 /// Every card, in tour order, as a server whose experiments run on `device` by default

@@ -479,6 +479,9 @@ fn generation_cards(device: DeviceKind) {
         "kv-dtype",
         "fp16-overflow",
         "sdpa-backend",
+        "sliding-window-kv",
+        "moe-memory-is-total",
+        "moe-batch-reads-more",
     ];
     for card in engine::pitfalls::generation::CARDS {
         let r = run(device, card.id, defaults());
@@ -511,6 +514,18 @@ fn decoder_settings_physics(r: &PitfallReport) {
         "sdpa-backend" => {
             assert!(f("math only: peak above the inputs") >= f("score matrix"));
             assert!(4.0 * f("is_causal: peak above the inputs") < f("score matrix"));
+        }
+        "sliding-window-kv" => {
+            assert!(f("measured KV cache, longest context") < f("naive formula, longest context"));
+            assert_eq!(f("positions held by a sliding layer, longest context"), f("window") - 1.0);
+        }
+        "moe-memory-is-total" => {
+            assert_eq!(f("weights in memory"), f("every parameter's bytes"), "every expert held");
+            assert!(f("weights in memory") > 1.5 * f("active parameters' bytes"));
+        }
+        "moe-batch-reads-more" => {
+            assert_eq!(f("distinct experts per layer per step, batch 1"), 2.0, "top-2 at batch 1");
+            assert!(f("distinct experts per layer per step, largest batch") <= f("experts per layer"));
         }
         "int8-speed-depends" => {
             assert_ne!(r.verdict, Verdict::NotApplicable, "{}", r.reason);

@@ -147,6 +147,43 @@ fn print_generation(r: &Report) -> Result<()> {
         g.kv_cache_tokens,
         g.kv_cache_element_bytes
     )?;
+    if g.kv_cache_by_layer_type.iter().any(|s| s.layer_type == protocol::decoder::LayerType::Sliding) {
+        let split: Vec<String> = g
+            .kv_cache_by_layer_type
+            .iter()
+            .map(|s| format!("{} {} layers × {} positions {}", s.layer_type.label(), s.layers, s.positions, format_bytes(s.bytes)))
+            .collect();
+        writeln!(
+            out,
+            "KV by layer   {}; the naive formula (every layer at full length) {}",
+            split.join(", "),
+            format_bytes(g.kv_cache_naive_bytes)
+        )?;
+    }
+    if let Some(m) = &g.moe {
+        let count = |n: u64| match n >= 1_000_000_000 {
+            true => format!("{:.2} B", n as f64 / 1e9),
+            false => format!("{:.1} M", n as f64 / 1e6),
+        };
+        writeln!(
+            out,
+            "experts       {} of {} per token in {} layers: {} parameters, {} active per token; every expert held: {}",
+            m.num_experts_per_tok,
+            m.num_experts,
+            m.moe_layers,
+            count(m.total_parameters),
+            count(m.active_parameters),
+            format_bytes(m.experts_bytes)
+        )?;
+        writeln!(
+            out,
+            "expert reads  per decode step {:.1} distinct experts per layer (max {}), {} of expert weights read (one token's top-k: {})",
+            m.distinct_experts_mean,
+            m.distinct_experts_max,
+            format_bytes(m.expert_bytes_read_mean as u64),
+            format_bytes(m.active_expert_bytes)
+        )?;
+    }
     if let Some(w) = &g.weights_breakdown {
         writeln!(
             out,

@@ -4,12 +4,15 @@
 //! CPU-like and CUDA-like figures; the experiments gather those figures: `memory` (what the
 //! cache and the graph hold), `speed` (what the steps cost) and `settings` (the settings
 //! LLM teams choose today: quantized weights, the cache's dtype, fp16's range, the
-//! attention kernel), one card family each.
+//! attention kernel) and `families` (the decoder families teams serve now: a sliding
+//! window's cache, a mixture of experts' memory and reads), one card family each.
 
+mod families;
 mod memory;
 mod settings;
 mod speed;
 
+pub use families::{MOE_BATCH_READS_MORE, MOE_MEMORY_IS_TOTAL, SLIDING_WINDOW_KV};
 pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, PADDING_WASTE, STATIC_CACHE};
 pub use settings::{FP16_OVERFLOW, INT8_SPEED_DEPENDS, KV_DTYPE, QUANTIZED_WEIGHTS_NOT_KV, SDPA_BACKEND};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
@@ -245,7 +248,7 @@ pub mod rules {
 }
 
 /// Every generation card, in tour order.
-pub const CARDS: [&Card; 16] = [
+pub const CARDS: [&Card; 19] = [
     &GENERATE_NO_GRAD,
     &KV_CACHE_SIZE,
     &GQA,
@@ -262,6 +265,9 @@ pub const CARDS: [&Card; 16] = [
     &KV_DTYPE,
     &FP16_OVERFLOW,
     &SDPA_BACKEND,
+    &SLIDING_WINDOW_KV,
+    &MOE_MEMORY_IS_TOTAL,
+    &MOE_BATCH_READS_MORE,
 ];
 
 #[cfg(test)]
