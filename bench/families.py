@@ -3,7 +3,7 @@
 `generate` on the same weights, interleaved round by round, medians reported as ratios.
 
     python bench/families.py --gradless target/release/gradless
-        [--models llama_tiny qwen3_tiny gemma3_tiny qwen3_moe_tiny mixtral_tiny]
+        [--models llama_tiny qwen3_tiny gemma3_tiny qwen3_moe_tiny mixtral_tiny phi3_tiny]
         [--batch 1] [--prompt 32] [--new-tokens 64] [--rounds 5] [--threads 1]
         [--models-dir DIR] [--json OUT.json]
 
@@ -108,6 +108,9 @@ def hf_model(c: dict):
             rope_parameters=rope, num_local_experts=moe["num_experts"], num_experts_per_tok=moe["num_experts_per_tok"],
             sliding_window=c.get("sliding_window"), **common)
         cls = transformers.MixtralForCausalLM
+    elif a == "Phi3ForCausalLM":
+        cfg = transformers.Phi3Config(rope_parameters=rope, sliding_window=c.get("sliding_window"), **common)
+        cls = transformers.Phi3ForCausalLM
     else:
         raise SystemExit(f"{a}: no transformers peer here")
     torch.manual_seed(0)
@@ -130,7 +133,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gradless", required=True)
     ap.add_argument("--models", nargs="+",
-                    default=["llama_tiny", "qwen3_tiny", "gemma3_tiny", "qwen3_moe_tiny", "mixtral_tiny"])
+                    default=["llama_tiny", "qwen3_tiny", "gemma3_tiny", "qwen3_moe_tiny", "mixtral_tiny", "phi3_tiny"])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)

@@ -8,7 +8,7 @@ import { recordedRun } from "./recorded-run";
 
 /**
  * The budgets of a cold visit (an empty cache), every response together, per page: the
- * issue's targets (docs/ARCHITECTURE.md, "How the site is split", has the history: 0.6 MB
+ * issue's targets (docs/measuring.md, "The site's weight, split by split", has the history: 0.6 MB
  * for the Lab before the route-split wasm; 559,464 B, /generate 606,750 B, an embedded
  * run 609,400 B before what follows).
  * - An embedded recorded run is served without the wasm (app/src/static_page.rs):

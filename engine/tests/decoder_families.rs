@@ -1,6 +1,6 @@
 //! The decoder families Gradless reads from a team's `config.json` compute what Hugging Face
 //! transformers computes: for one small random model per family (Qwen3, Gemma 3, Qwen3-MoE,
-//! Mixtral, a Mistral whose every layer slides), saved by `save_pretrained` and loaded by
+//! Mixtral, Phi-3 with its fused projections, a Mistral whose every layer slides), saved by `save_pretrained` and loaded by
 //! both, every position's prefill logits within 1e-4 (fp32), the same 24 greedy tokens for
 //! a batch of 2 prompts of 16 with a dynamic cache, a static one and none, and a dynamic
 //! cache that holds, layer by layer, the bytes and positions transformers' DynamicCache
@@ -8,7 +8,7 @@
 //! window − 1 = 7 (the current token's keys and values join at attention time; transformers'
 //! DynamicSlidingWindowLayer keeps the same). The static cache's sliding layers hold the
 //! window (8), rolled. Parameter counts equal transformers' own, for these models and for
-//! published configs (Qwen3-8B, Qwen3-30B-A3B, Mixtral-8x7B, Gemma-3-1B) counted on the meta
+//! published configs (Qwen3-8B, Qwen3-30B-A3B, Mixtral-8x7B, Gemma-3-1B, Phi-3-mini) counted on the meta
 //! device in the same run; those configs read into the presets that copy them.
 //!
 //! Needs a Python with torch and transformers: `GRADLESS_PYTHON` (scripts/test.sh points it
@@ -65,7 +65,7 @@ fn every_family_computes_what_transformers_computes() {
     assert!(status.success(), "the fixture script failed");
     let loaded = engine::team::load_dir(&dir.join("models"), None).unwrap();
     assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-    assert_eq!(loaded.decoders.len(), 5);
+    assert_eq!(loaded.decoders.len(), 6);
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
     let prompt: Vec<Vec<i64>> = serde_json::from_value(reference["prompt"].clone()).unwrap();
@@ -190,8 +190,27 @@ const GEMMA3: &str = r#"{"architectures": ["Gemma3ForCausalLM"], "model_type": "
     "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 100, "sliding_window": 8,
     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}"#;
 
+const PHI3: &str = r#"{"architectures": ["Phi3ForCausalLM"], "model_type": "phi3",
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "vocab_size": 100, "sliding_window": 16, "embd_pdrop": 0.0, "original_max_position_embeddings": 4096}"#;
+
 #[test]
 fn malformed_configs_are_refused_naming_the_field() {
+    let phi = read_config(PHI3).unwrap();
+    assert_eq!((phi.num_key_value_heads, phi.sliding_window, phi.layers_of(LayerType::Sliding)), (4, Some(16), 2));
+    for (field, e) in [
+        ("rope_scaling", refused(PHI3, |m| {
+            m.insert("rope_scaling".into(), serde_json::json!({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}));
+        })),
+        ("partial_rotary_factor", refused(PHI3, |m| {
+            m.insert("partial_rotary_factor".into(), 0.5.into());
+        })),
+        ("resid_pdrop", refused(PHI3, |m| {
+            m.insert("resid_pdrop".into(), 0.1.into());
+        })),
+    ] {
+        assert!(e.contains(&format!("`{field}")), "the error names `{field}`: {e}");
+    }
     // The valid ones read.
     let moe = read_config(QWEN3_MOE).unwrap();
     assert_eq!(moe.moe.as_ref().unwrap().num_experts, 8);
@@ -224,7 +243,7 @@ fn malformed_configs_are_refused_naming_the_field() {
             m.insert("num_key_value_heads".into(), 3.into());
         })),
         ("architectures", refused(QWEN3_MOE, |m| {
-            m.insert("architectures".into(), serde_json::json!(["Phi3ForCausalLM"]));
+            m.insert("architectures".into(), serde_json::json!(["DeepseekV3ForCausalLM"]));
         })),
         ("attention_sink", refused(QWEN3_MOE, |m| {
             m.insert("attention_sink".into(), true.into());
@@ -260,9 +279,9 @@ fn malformed_configs_are_refused_naming_the_field() {
     }
     // A family not implemented names the ones that are.
     let e = refused(QWEN3_MOE, |m| {
-        m.insert("architectures".into(), serde_json::json!(["Phi3ForCausalLM"]));
+        m.insert("architectures".into(), serde_json::json!(["DeepseekV3ForCausalLM"]));
     });
-    assert!(e.contains("Phi3ForCausalLM") && e.contains("Gemma3ForCausalLM") && e.contains("MixtralForCausalLM"), "{e}");
+    assert!(e.contains("DeepseekV3ForCausalLM") && e.contains("Gemma3ForCausalLM") && e.contains("Phi3ForCausalLM"), "{e}");
 }
 
 /// Every preset's transformers expression (what its snippets build) builds in transformers
@@ -376,7 +395,7 @@ fn generate_reports_the_cache_by_layer_type_and_the_experts() {
 #[test]
 fn quantization_kv_dtype_and_autocast_apply_to_every_family() {
     let worker = engine::Worker::start(engine::WorkerConfig::default()).expect("worker starts");
-    for model in ["qwen3_tiny", "gemma3_tiny", "qwen3_moe_tiny", "mixtral_tiny"] {
+    for model in ["qwen3_tiny", "gemma3_tiny", "qwen3_moe_tiny", "mixtral_tiny", "phi3_tiny"] {
         for (quant, group) in [(protocol::WeightQuant::Int8, None), (protocol::WeightQuant::Int4, Some(32))] {
             let mut spec = generate_spec(model, 1, 8, 4, KvCacheKind::Dynamic);
             let g = spec.generate.as_mut().unwrap();

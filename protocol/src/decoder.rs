@@ -11,7 +11,8 @@
 //! with a sliding window, Qwen2 with q/k/v biases), Qwen3 (RMSNorm over each head's query
 //! and key), Gemma 3 (sliding and full layers, two RoPE bases, norms before and after
 //! attention and the MLP, GeGLU, embeddings × √hidden) and the mixtures of experts Qwen3-MoE
-//! and Mixtral (a router picking the top k of `num_experts` gated MLPs per token).
+//! and Mixtral (a router picking the top k of `num_experts` gated MLPs per token), and Phi-3
+//! (Llama's block with its q/k/v and gate/up projections fused).
 
 use serde::{Deserialize, Serialize};
 use std::sync::RwLock;
@@ -35,10 +36,12 @@ pub enum Architecture {
     Qwen3Moe,
     #[serde(rename = "MixtralForCausalLM")]
     Mixtral,
+    #[serde(rename = "Phi3ForCausalLM")]
+    Phi3,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 7] = [
+    pub const ALL: [Architecture; 8] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Mistral,
@@ -46,6 +49,7 @@ impl Architecture {
         Architecture::Gemma3,
         Architecture::Qwen3Moe,
         Architecture::Mixtral,
+        Architecture::Phi3,
     ];
 
     /// The class name, as transformers spells it.
@@ -58,6 +62,7 @@ impl Architecture {
             Architecture::Gemma3 => "Gemma3ForCausalLM",
             Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
             Architecture::Mixtral => "MixtralForCausalLM",
+            Architecture::Phi3 => "Phi3ForCausalLM",
         }
     }
 
@@ -71,6 +76,7 @@ impl Architecture {
             Architecture::Gemma3 => "Gemma3TextConfig",
             Architecture::Qwen3Moe => "Qwen3MoeConfig",
             Architecture::Mixtral => "MixtralConfig",
+            Architecture::Phi3 => "Phi3Config",
         }
     }
 
@@ -84,6 +90,7 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3_text",
             Architecture::Qwen3Moe => "qwen3_moe",
             Architecture::Mixtral => "mixtral",
+            Architecture::Phi3 => "phi3",
         }
     }
 
@@ -97,6 +104,7 @@ impl Architecture {
             Architecture::Gemma3 => "Gemma 3",
             Architecture::Qwen3Moe => "Qwen3-MoE",
             Architecture::Mixtral => "Mixtral",
+            Architecture::Phi3 => "Phi-3",
         }
     }
 
@@ -598,7 +606,7 @@ impl DecoderConfig {
             format!("layer_types=[{}]", types.join(", "))
         };
         match a {
-            Architecture::Mistral | Architecture::Mixtral | Architecture::Qwen3Moe => {
+            Architecture::Mistral | Architecture::Mixtral | Architecture::Qwen3Moe | Architecture::Phi3 => {
                 if let Some(w) = self.sliding_window {
                     fields.push(format!("sliding_window={w}"));
                     if a == Architecture::Qwen3Moe {
@@ -633,6 +641,10 @@ impl DecoderConfig {
                 }
             }
             Architecture::Llama => {}
+        }
+        if a == Architecture::Phi3 && self.vocab_size <= 32_000 {
+            // Phi3Config's default pad and eos ids (32000) lie past a smaller vocabulary.
+            fields.push("pad_token_id=None, eos_token_id=None".into());
         }
         if let Some(m) = &self.moe {
             match a {
@@ -674,6 +686,10 @@ pub enum DecoderSource {
     /// A folder in the models directory: its `config.json`, and its `model.safetensors`
     /// weights when `weights` is true (random seeded weights otherwise).
     Team { folder: String, weights: bool },
+    /// A model trained by this project, shipped in the repository's `models/{folder}`
+    /// (`config.json`, `model.safetensors`, the held-out text its quality is measured on).
+    /// Its vocabulary is bytes: id *b* is byte *b*, `bos` starts every sequence.
+    Trained { folder: String, corpus: String, bos: u32 },
 }
 
 /// A decoder this process serves.
@@ -689,7 +705,16 @@ pub struct DecoderModel {
 impl DecoderModel {
     /// Whether its weights are random (every preset; a team folder without safetensors).
     pub fn random_weights(&self) -> bool {
-        !matches!(self.source, DecoderSource::Team { weights: true, .. })
+        !matches!(self.source, DecoderSource::Team { weights: true, .. } | DecoderSource::Trained { .. })
+    }
+
+    /// The id that starts a sequence, for a model whose vocabulary is bytes (id *b* is byte
+    /// *b*): its prompt can be text, its tokens read as text.
+    pub fn byte_bos(&self) -> Option<u32> {
+        match self.source {
+            DecoderSource::Trained { bos, .. } => Some(bos),
+            _ => None,
+        }
     }
 
     /// One line on where the shape and the weights come from, for pages and reports.
@@ -700,6 +725,9 @@ impl DecoderModel {
             ),
             DecoderSource::Team { folder, weights: true } => {
                 format!("config.json and model.safetensors from the models directory's `{folder}`")
+            }
+            DecoderSource::Trained { folder, corpus, .. } => {
+                format!("trained by this project on {corpus} (models/{folder}): its text is learned, not random")
             }
             DecoderSource::Team { folder, weights: false } => format!(
                 "config.json from the models directory's `{folder}`, random seeded weights (no model.safetensors): real memory and latency, meaningless text"
@@ -723,6 +751,9 @@ fn preset(
         config,
     }
 }
+
+/// The model trained by this project (`models/torch_bytes`): bytes in, bytes out.
+pub const TRAINED_PRESET: &str = "torch_bytes";
 
 /// The preset sized for a 2-core CPU (the CPU default): a whole default generation takes
 /// about a second there.
@@ -794,6 +825,21 @@ pub fn presets() -> &'static [DecoderModel] {
                     ..llama(256, 704, 4, 8, 2, 32, 8192, 2048, 10_000.0, 1e-5, false)
                 },
             ),
+            DecoderModel {
+                name: TRAINED_PRESET.into(),
+                display_name: "Trained on PyTorch's source (byte-level Llama, 3 layers, 1.8 M parameters)".into(),
+                source: DecoderSource::Trained {
+                    folder: TRAINED_PRESET.into(),
+                    corpus: "the Python source of PyTorch 2.11.0 (torch/nn, torch/optim, torch/utils)".into(),
+                    bos: 256,
+                },
+                // models/torch_bytes/config.json; the engine's tests read that file and
+                // compare it with this.
+                config: DecoderConfig {
+                    initializer_range: 0.02,
+                    ..llama(256, 512, 3, 4, 2, 64, 259, 256, 10_000.0, 1e-5, true)
+                },
+            },
             preset(
                 "llama_tiny_mha",
                 "Tiny Llama without GQA (8 KV heads, for the gqa card)",
@@ -858,6 +904,16 @@ pub fn presets() -> &'static [DecoderModel] {
                 },
             ),
             preset(
+                "phi3_tiny",
+                "Tiny Phi-3 (4 layers, fused q/k/v and gate/up)",
+                "a 4-layer Phi-3 sized for a 2-core CPU",
+                DecoderConfig {
+                    architecture: Architecture::Phi3,
+                    initializer_range: 0.2,
+                    ..llama(256, 704, 4, 8, 2, 32, 8192, 2048, 10_000.0, 1e-5, false)
+                },
+            ),
+            preset(
                 "smollm2_135m",
                 "SmolLM2-135M shape",
                 "HuggingFaceTB/SmolLM2-135M",
@@ -894,6 +950,16 @@ pub fn presets() -> &'static [DecoderModel] {
                 DecoderConfig {
                     rope_llama3: llama3_rope(32.0),
                     ..llama(2048, 8192, 16, 32, 8, 64, 128_256, 131_072, 500_000.0, 1e-5, true)
+                },
+            ),
+            preset(
+                "phi3_mini",
+                "Phi-3-mini-4k shape (every layer slides over 2047 positions)",
+                "microsoft/Phi-3-mini-4k-instruct",
+                DecoderConfig {
+                    architecture: Architecture::Phi3,
+                    sliding_window: Some(2047),
+                    ..llama(3072, 8192, 32, 32, 32, 96, 32_064, 4096, 10_000.0, 1e-5, false)
                 },
             ),
             preset(
@@ -1006,6 +1072,7 @@ mod tests {
         near("qwen3_8b", 8.2e9);
         near("qwen3_30b_a3b", 30.5e9);
         near("mixtral_8x7b", 46.7e9);
+        near("phi3_mini", 3.82e9);
     }
 
     #[test]

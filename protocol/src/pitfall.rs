@@ -165,3 +165,48 @@ pub const BUDGET_PRESETS: [(&str, u64); 5] = [
     ("24 GiB card", 24 << 30),
     ("80 GiB card", 80 << 30),
 ];
+/// Grading a card's question lives with the card, whose verdict decides whether it grades.
+impl crate::Question {
+    /// [`Question::score`] for a card whose verdict is `verdict`: where the effect cannot
+    /// show on this device (not applicable), the answer is kept but never graded, since the
+    /// figure measured here answers another question than the one asked.
+    pub fn score_card(&self, predicted: crate::Prediction, figures: &[crate::Figure], verdict: Verdict, why: &str) -> crate::Scored {
+        let mut scored = self.score(predicted, figures);
+        if verdict == Verdict::NotApplicable {
+            scored.right = None;
+            scored.not_graded = Some(format!("not graded here: {}", why.trim_end_matches('.')));
+        }
+        scored
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Ask, Prediction, Question};
+
+    fn fig(name: &str, value: f64) -> Figure {
+        Figure { name: name.into(), value, unit: "bytes".into() }
+    }
+
+    #[test]
+    fn a_card_that_cannot_show_its_effect_here_never_grades_wrong() {
+        let q = Question {
+            text: "no_grad's peak as a multiple of grad's?".into(),
+            figure: "no_grad peak".into(),
+            over: Some("grad peak".into()),
+            unit: "ratio".into(),
+            ask: Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 },
+        };
+        let figures = [fig("grad peak", 1.0), fig("no_grad peak", 1.04)];
+        for p in [Prediction::Value(0.1), Prediction::Value(1.0)] {
+            let s = q.score_card(p, &figures, Verdict::NotApplicable, "CPU ops are synchronous.");
+            assert_eq!(s.right, None);
+            assert_eq!(s.grade(), "not graded here");
+            assert!(s.sentence().ends_with("(not graded here: CPU ops are synchronous)"), "{}", s.sentence());
+        }
+        // Where it applies, the same answer is graded.
+        assert_eq!(q.score_card(Prediction::Value(0.1), &figures, Verdict::Confirmed, "").right, Some(false));
+    }
+}

@@ -234,18 +234,6 @@ impl Question {
         }
     }
 
-    /// [`Question::score`] for a card whose verdict is `verdict`: where the effect cannot
-    /// show on this device (not applicable), the answer is kept but never graded, since the
-    /// figure measured here answers another question than the one asked.
-    pub fn score_card(&self, predicted: Prediction, figures: &[Figure], verdict: crate::Verdict, why: &str) -> Scored {
-        let mut scored = self.score(predicted, figures);
-        if verdict == crate::Verdict::NotApplicable {
-            scored.right = None;
-            scored.not_graded = Some(format!("not graded here: {}", why.trim_end_matches('.')));
-        }
-        scored
-    }
-
     /// When an answer counts as right, as the card states it.
     pub fn tolerance(&self) -> String {
         match self.ask {
@@ -497,20 +485,6 @@ mod tests {
         assert_eq!(b.score(Prediction::Choice(Choice::Same), &[fig("grad peak", 8.0), fig("no_grad peak", 8.0)]).right, Some(true));
         assert_eq!(b.score(Prediction::Choice(Choice::Lower), &[fig("grad peak", 8.0), fig("no_grad peak", 7.9)]).right, Some(true));
         assert!(q.tolerance().contains("includes ×1") && b.tolerance().contains("to the byte"));
-    }
-
-    #[test]
-    fn a_card_that_cannot_show_its_effect_here_never_grades_wrong() {
-        let q = ratio(LOG);
-        let figures = [fig("grad peak", 1.0), fig("no_grad peak", 1.04)];
-        for p in [Prediction::Value(0.1), Prediction::Value(1.0)] {
-            let s = q.score_card(p, &figures, crate::Verdict::NotApplicable, "CPU ops are synchronous.");
-            assert_eq!(s.right, None);
-            assert_eq!(s.grade(), "not graded here");
-            assert!(s.sentence().ends_with("(not graded here: CPU ops are synchronous)"), "{}", s.sentence());
-        }
-        // Where it applies, the same answer is graded.
-        assert_eq!(q.score_card(Prediction::Value(0.1), &figures, crate::Verdict::Confirmed, "").right, Some(false));
     }
 
     #[test]

@@ -269,6 +269,13 @@ pub struct Drift {
     pub greedy_agreement: f64,
     /// Tokens compared (batch × new tokens).
     pub tokens_compared: u32,
+    /// Share (0 to 1) of the compared positions where the unquantized model's top-1 margin
+    /// (its best logit minus its second best) is below `max_abs_logit_delta`: the tokens a
+    /// perturbation of that size can flip. Random weights leave most margins small, so
+    /// their agreement says little about a trained model's. `None` in records written
+    /// before it was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_margin_share: Option<f64>,
     /// What the reference was ("the same weights in bf16, unquantized, dense KV cache").
     pub reference: String,
 }

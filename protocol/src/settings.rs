@@ -60,6 +60,8 @@ pub enum Kind {
     Pair { on: &'static str, off: &'static str },
     /// A name `check` takes (a model's).
     Name(fn(&str) -> Result<(), String>),
+    /// Free text, as given (the spec's check says what it takes).
+    Text,
 }
 
 /// How a run's label says a setting; `{}` stands for its value.
@@ -409,6 +411,30 @@ pub const SETTINGS: &[Setting] = &[
         ..ROW
     },
     Setting {
+        path: "generate.prompt_text",
+        key: "prompt_text",
+        flag: "prompt-text",
+        label: "Prompt text",
+        help: "For a byte-level model (the trained preset): the prompt as text, fed as [BOS] + its UTF-8 bytes (at most 192). Other models take random prompt ids.",
+        kind: Kind::Text,
+        pages: GEN,
+        runs: GENERATION,
+        quiet: true,
+        ..ROW
+    },
+    Setting {
+        path: "generate.quality",
+        key: "quality",
+        flag: "quality",
+        label: "Measure quality",
+        help: "After the run, the trained model's bits per byte on held-out text under every weights dtype, quantization and KV dtype, beside gzip -9 and a unigram model.",
+        pages: GEN,
+        runs: GENERATION,
+        quiet: true,
+        said: Said::NotDefault("quality"),
+        ..ROW
+    },
+    Setting {
         path: "generate.prefill_logits",
         key: "prefill_logits",
         flag: "prefill-logits",
@@ -484,7 +510,7 @@ impl Setting {
             Kind::Choice(words) => words().iter().map(|w| w.to_string()).collect(),
             Kind::Count { offer, .. } => offer.iter().map(|n| n.to_string()).collect(),
             Kind::Switch | Kind::Pair { .. } => vec!["1".into(), "0".into()],
-            Kind::Name(_) => vec![],
+            Kind::Name(_) | Kind::Text => vec![],
         }
     }
 
@@ -548,6 +574,9 @@ impl Setting {
 
     /// `text` as this setting's JSON value, checked against what it takes.
     fn parse(&self, text: &str) -> Result<Json, String> {
+        if let Kind::Text = self.kind {
+            return Ok(Json::String(text.into()));
+        }
         let t = text.trim();
         match self.kind {
             Kind::Choice(words) => match words().contains(&t) {
@@ -565,6 +594,7 @@ impl Setting {
                 _ => Err(format!("{} is 1 or 0, not “{t}”", self.key)),
             },
             Kind::Name(check) => check(t).map(|_| Json::String(t.into())),
+            Kind::Text => unreachable!("read above"),
         }
     }
 }
@@ -828,28 +858,6 @@ mod tests {
             _ => None,
         });
         assert_eq!(spec.advanced.weights, WeightsDtype::Bf16);
-    }
-
-    #[test]
-    fn a_row_added_to_the_table_is_in_the_address_the_controls_the_command_line_and_the_snippet() {
-        let table = crate::testing::settings_with_a_new_row();
-        let row = table.iter().find(|s| s.key == "logits").unwrap();
-        let mut spec = generation();
-        row.set(&mut spec, "1").unwrap();
-        assert!(spec.generate.as_ref().unwrap().prefill_logits);
-        // The address, both ways.
-        let q = query(table, Page::Generate, &spec);
-        assert!(q.ends_with("&logits=1"), "{q}");
-        let mut back = generation();
-        let pairs: Vec<(&str, &str)> = q.split('&').filter_map(|kv| kv.split_once('=')).collect();
-        read_query(table, Page::Generate, &mut back, &|k| pairs.iter().rfind(|(key, _)| *key == k).map(|(_, v)| v.to_string()));
-        assert_eq!(back, spec);
-        // The Generate page draws a control for each row it iterates here.
-        assert!(on_page(table, Page::Generate).any(|s| s.has_control(Page::Generate) && s.key == "logits"));
-        // The command line (and so the snippets' first line), and the label.
-        assert!(command_args(table, &spec, &[]).contains(&"--logits".to_string()));
-        assert!(command_line(table, &spec).starts_with("gradless generate ") && command_line(table, &spec).ends_with(" --logits"));
-        assert!(label(table, &spec).ends_with(" · prefill logits"), "{}", label(table, &spec));
     }
 
     #[test]

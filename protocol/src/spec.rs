@@ -167,6 +167,9 @@ impl std::error::Error for SpecError {}
 impl RunSpec {
     /// The input size this spec will use.
     pub fn resolved_input_size(&self) -> u32 {
+        if let Some(text) = self.generate.as_ref().and_then(|g| g.prompt_text.as_ref()) {
+            return text.len() as u32 + 1;
+        }
         self.input_size.unwrap_or(self.model.input().default)
     }
 
@@ -251,6 +254,61 @@ impl RunSpec {
         Ok(())
     }
 
+    /// A text prompt and a quality measurement: a byte-level model only; the text not
+    /// empty, within [`crate::MAX_PROMPT_TEXT_BYTES`], and the prompt's length its own.
+    fn check_prompt_text(&self, g: &crate::GenerateSpec, decoder: &crate::decoder::DecoderModel) -> Result<(), SpecError> {
+        let err = |field: &str, message: String| {
+            Err(SpecError {
+                field: field.into(),
+                message,
+            })
+        };
+        let byte_level = decoder.byte_bos().is_some();
+        if g.quality && !byte_level {
+            return err(
+                "generate.quality",
+                format!(
+                    "{} has no held-out text to measure quality on; the trained model `{}` has",
+                    self.model,
+                    crate::decoder::TRAINED_PRESET
+                ),
+            );
+        }
+        let Some(text) = &g.prompt_text else {
+            return Ok(());
+        };
+        if !byte_level {
+            return err(
+                "generate.prompt_text",
+                format!(
+                    "{} has no byte vocabulary, so its prompt is random token ids (input_size); a text prompt needs a byte-level model such as `{}`",
+                    self.model,
+                    crate::decoder::TRAINED_PRESET
+                ),
+            );
+        }
+        if text.is_empty() {
+            return err("generate.prompt_text", "the prompt text is empty: give at least one character".into());
+        }
+        let bytes = text.len() as u32;
+        if bytes > crate::MAX_PROMPT_TEXT_BYTES {
+            return err(
+                "generate.prompt_text",
+                format!(
+                    "the prompt text is {bytes} bytes of UTF-8, above the {} a prompt may have here",
+                    crate::MAX_PROMPT_TEXT_BYTES
+                ),
+            );
+        }
+        if let Some(n) = self.input_size.filter(|n| *n != bytes + 1) {
+            return err(
+                "input_size",
+                format!("the prompt text sets the prompt's length ([BOS] + {bytes} bytes = {}), not {n}: leave input_size out", bytes + 1),
+            );
+        }
+        Ok(())
+    }
+
     /// The generate run's own rules: a decoder, a length within its context, a cache that
     /// CUDA graph replay can capture.
     fn check_generate(&self) -> Result<(), SpecError> {
@@ -289,6 +347,7 @@ impl RunSpec {
                 ),
             );
         }
+        self.check_prompt_text(g, decoder)?;
         let prompt = self.resolved_input_size();
         let total = prompt as u64 + g.new_tokens as u64;
         let max = decoder.config.max_position_embeddings as u64;

@@ -86,3 +86,43 @@ pub fn settings_with_a_new_row() -> &'static [Setting] {
     });
     Box::leak(table.into_boxed_slice())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{command_args, command_line, label, on_page, query, read_query, Page};
+    use crate::{GenerateSpec, GradMode, RunSpec};
+
+    fn generation() -> RunSpec {
+        RunSpec {
+            model: "llama_tiny".parse().unwrap(),
+            batch: 1,
+            input_size: Some(32),
+            grad: GradMode::NoGrad,
+            generate: Some(GenerateSpec::default()),
+            ..RunSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_row_added_to_the_table_is_in_the_address_the_controls_the_command_line_and_the_snippet() {
+        let table = settings_with_a_new_row();
+        let row = table.iter().find(|s| s.key == "logits").unwrap();
+        let mut spec = generation();
+        row.set(&mut spec, "1").unwrap();
+        assert!(spec.generate.as_ref().unwrap().prefill_logits);
+        // The address, both ways.
+        let q = query(table, Page::Generate, &spec);
+        assert!(q.ends_with("&logits=1"), "{q}");
+        let mut back = generation();
+        let pairs: Vec<(&str, &str)> = q.split('&').filter_map(|kv| kv.split_once('=')).collect();
+        read_query(table, Page::Generate, &mut back, &|k| pairs.iter().rfind(|(key, _)| *key == k).map(|(_, v)| v.to_string()));
+        assert_eq!(back, spec);
+        // The Generate page draws a control for each row it iterates here.
+        assert!(on_page(table, Page::Generate).any(|s| s.has_control(Page::Generate) && s.key == "logits"));
+        // The command line (and so the snippets' first line), and the label.
+        assert!(command_args(table, &spec, &[]).contains(&"--logits".to_string()));
+        assert!(command_line(table, &spec).starts_with("gradless generate ") && command_line(table, &spec).ends_with(" --logits"));
+        assert!(label(table, &spec).ends_with(" · prefill logits"), "{}", label(table, &spec));
+    }
+}

@@ -374,6 +374,7 @@ impl<C: RunCommand> clap::Args for RunArgs<C> {
                 ),
                 Kind::Count { .. } => cmd.arg(Arg::new(id(row.key)).long(row.flag).value_name("N").help(help)),
                 Kind::Name(_) => cmd.arg(Arg::new(id(row.key)).long(row.flag).value_name("NAME").help(help)),
+                Kind::Text => cmd.arg(Arg::new(id(row.key)).long(row.flag).value_name("TEXT").help(help)),
             };
         }
         for old in legacy_flags::<C>() {
@@ -418,6 +419,12 @@ impl<C: RunCommand> clap::FromArgMatches for RunArgs<C> {
                 (Some(v), _) => row.set(&mut spec, &v).map_err(|e| invalid(row.flag, e))?,
                 (None, _) => {}
             }
+        }
+        // A text prompt sets the prompt's length: the command's default length gives way,
+        // an explicit --prompt is left for the spec's check to compare.
+        let text_prompt = spec.generate.as_ref().is_some_and(|g| g.prompt_text.is_some());
+        if text_prompt && text("prompt").is_none() {
+            spec.input_size = None;
         }
         Ok(RunArgs { spec, model, command: std::marker::PhantomData })
     }

@@ -191,6 +191,7 @@ mod tests {
             peak_bytes: 2 << 20,
             kv_cache_bytes: kv,
             graph_bytes: 0,
+            token: None,
         }
     }
 

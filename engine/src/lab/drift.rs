@@ -91,11 +91,17 @@ impl Lab {
             let scale = prefill_r.abs().max().double_value(&[]);
             let picks = all.narrow(1, prompt - 1, n).argmax(-1, false);
             let agree = picks.eq_tensor(&tokens).sum(Kind::Int64).int64_value(&[]);
+            // The reference's top-1 margin at each compared position: below the measured
+            // |Δ logit|, a perturbation that size can flip the greedy pick.
+            let (top, _) = all.narrow(1, prompt - 1, n).topk(2, -1, true, true);
+            let margin = top.select(-1, 0) - top.select(-1, 1);
+            let low = margin.lt(delta).to_kind(Kind::Double).mean(Kind::Double).double_value(&[]);
             Drift {
                 max_abs_logit_delta: delta,
                 max_abs_logit: scale,
                 greedy_agreement: agree as f64 / (rows * n) as f64,
                 tokens_compared: (rows * n) as u32,
+                low_margin_share: Some(low),
                 reference: format!(
                     "the same weights in {}, linear layers unquantized, keys and values in the activations' dtype (eval, no grad, one pass)",
                     spec.advanced.weights.as_str()

@@ -192,6 +192,9 @@ pub fn generate(
         if args.cache == KvCacheKind::Off {
             sequence = catch_torch(|| Tensor::cat(&[&sequence, &next], 1))?;
         }
+        // The first sequence's new token, read after the step's time was taken (the step
+        // is synchronised already): a page shows a byte model's text as it comes.
+        let token = catch_torch(|| next.int64_value(&[0, 0])).ok();
         tokens.push(next.shallow_clone());
         last = Some(next);
         let reading = meter.read().map_err(torch_failure)?;
@@ -249,6 +252,7 @@ pub fn generate(
             peak_bytes: own(reading.peak_allocated),
             kv_cache_bytes: kv,
             graph_bytes: allocated.saturating_sub(expected),
+            token,
         };
         on_step(&step_record);
         steps.push(step_record);
@@ -337,9 +341,18 @@ impl Lab {
             .net
             .as_decoder()
             .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        let prompt = catch_torch(|| model.input(spec.batch, prompt_len, tch_device(device)))?
-            .first()
-            .shallow_clone();
+        let prompt = match text_prompt(&spec) {
+            // [BOS] + the text's bytes, the same row for every sequence.
+            Some(ids) => catch_torch(|| {
+                Tensor::from_slice(&ids)
+                    .view([1, ids.len() as i64])
+                    .repeat([spec.batch as i64, 1])
+                    .to_device(tch_device(device))
+            })?,
+            None => catch_torch(|| model.input(spec.batch, prompt_len, tch_device(device)))?
+                .first()
+                .shallow_clone(),
+        };
         synchronize(device)?;
         let at_baseline = meter.read().map_err(torch_failure)?.allocated;
         let baseline = weights + at_baseline.saturating_sub(before_prompt);
@@ -479,6 +492,13 @@ impl Lab {
         };
         let memory_peak = steps.iter().max_by_key(|s| s.peak_bytes).map(|s| split(s, s.peak_bytes));
         let memory_steady = steps.last().map(|s| split(s, s.allocated_bytes));
+        let text = spec.model.decoder().and_then(|d| d.byte_bos()).map(|_| protocol::GeneratedText {
+            prompt: g
+                .prompt_text
+                .clone()
+                .unwrap_or_else(|| prompt_tokens.first().map_or_else(String::new, |p| protocol::bytes_text(p))),
+            generated: tokens.iter().map(|t| protocol::bytes_text(t)).collect(),
+        });
         let generation = GenerationReport {
             cache: g.cache,
             prompt_len,
@@ -525,6 +545,8 @@ impl Lab {
             memory_peak,
             memory_steady,
             drift: None,
+            text,
+            quality: None,
         };
         Ok(Report {
             env: self.machine.stamp(device, threads),
@@ -577,6 +599,14 @@ impl Lab {
 }
 
 /// The config of the spec's decoder.
+/// A text prompt's ids, `[BOS] + its UTF-8 bytes`, for a byte-level decoder; `None` for a
+/// prompt of random ids.
+pub fn text_prompt(spec: &protocol::RunSpec) -> Option<Vec<i64>> {
+    let text = spec.generate.as_ref()?.prompt_text.as_ref()?;
+    let bos = spec.model.decoder()?.byte_bos()?;
+    Some(std::iter::once(bos as i64).chain(text.bytes().map(i64::from)).collect())
+}
+
 fn decoder_config(spec: &protocol::RunSpec) -> Result<protocol::decoder::DecoderConfig, RunFailure> {
     spec.model
         .decoder()

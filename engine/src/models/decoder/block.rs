@@ -81,8 +81,10 @@ impl Act {
 /// `down(act(gate(x)) × up(x))`.
 #[derive(Debug)]
 pub(super) struct Gated {
+    /// The gate projection; with `up` absent, Phi-3's fused `gate_up_proj`
+    /// (`[2 × width, hidden]`: the gate's rows, then the up's).
     pub gate: Linear,
-    pub up: Linear,
+    pub up: Option<Linear>,
     pub down: Linear,
 }
 
@@ -91,19 +93,36 @@ impl Gated {
         let w = |name: &str, out: i64, inp: i64| Linear::Dense((p / name).var("weight", &[out, inp], init));
         Gated {
             gate: w(names[0], width, h),
-            up: w(names[1], width, h),
+            up: Some(w(names[1], width, h)),
             down: w(names[2], h, width),
         }
     }
 
+    /// Phi-3's: one `gate_up_proj` and a `down_proj`.
+    fn fused(p: &nn::Path, width: i64, h: i64, init: nn::Init) -> Gated {
+        let w = |name: &str, out: i64, inp: i64| Linear::Dense((p / name).var("weight", &[out, inp], init));
+        Gated {
+            gate: w("gate_up_proj", 2 * width, h),
+            up: None,
+            down: w("down_proj", h, width),
+        }
+    }
+
     fn apply(&self, x: &Tensor, act: Act) -> Tensor {
-        let gate = act.apply(self.gate.apply(x, None));
-        let up = self.up.apply(x, None);
-        self.down.apply(&(gate * up), None)
+        let (gate, up) = match &self.up {
+            Some(up) => (self.gate.apply(x, None), up.apply(x, None)),
+            None => {
+                // transformers' `gate, up = gate_up_proj(x).chunk(2, dim=-1)`.
+                let both = self.gate.apply(x, None);
+                let width = both.size()[both.dim() - 1] / 2;
+                (both.narrow(-1, 0, width), both.narrow(-1, width, width))
+            }
+        };
+        self.down.apply(&(act.apply(gate) * up), None)
     }
 
     pub fn bytes(&self) -> u64 {
-        self.gate.bytes() + self.up.bytes() + self.down.bytes()
+        self.gate.bytes() + self.up.as_ref().map_or(0, Linear::bytes) + self.down.bytes()
     }
 }
 
@@ -198,9 +217,10 @@ pub(super) struct Layer {
     /// `post_feedforward_layernorm`); its `post_attention_layernorm` then normalises
     /// attention's output before the residual.
     ff_norms: Option<(Norm, Norm)>,
+    /// q, k and v; Phi-3's fused `qkv_proj` (`[q + 2 × kv, hidden]`) as `q` alone.
     q: Proj,
-    k: Proj,
-    v: Proj,
+    k: Option<Proj>,
+    v: Option<Proj>,
     o: Linear,
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
@@ -288,6 +308,7 @@ impl Layer {
                     weights_fp32: c.architecture == Architecture::Mixtral,
                 })
             }
+            false if layout.fused => Mlp::Dense(Gated::fused(&mlp_path, c.intermediate_size as i64, h, normal)),
             false => Mlp::Dense(Gated::new(
                 &mlp_path,
                 ["gate_proj", "up_proj", "down_proj"],
@@ -306,9 +327,12 @@ impl Layer {
                 .architecture
                 .gemma_style()
                 .then(|| (norm("pre_feedforward_layernorm"), norm("post_feedforward_layernorm"))),
-            q: proj("q_proj", q_out, h, c.attention_bias),
-            k: proj("k_proj", kv_out, h, c.attention_bias),
-            v: proj("v_proj", kv_out, h, c.attention_bias),
+            q: match layout.fused {
+                true => proj("qkv_proj", q_out + 2 * kv_out, h, false),
+                false => proj("q_proj", q_out, h, c.attention_bias),
+            },
+            k: (!layout.fused).then(|| proj("k_proj", kv_out, h, c.attention_bias)),
+            v: (!layout.fused).then(|| proj("v_proj", kv_out, h, c.attention_bias)),
             o: proj("o_proj", h, q_out, false).0,
             q_norm: c.qk_norm.then(|| Norm::new(&attn / "q_norm", d, c)),
             k_norm: c.qk_norm.then(|| Norm::new(&attn / "k_norm", d, c)),
@@ -322,25 +346,33 @@ impl Layer {
     /// (`model.layers.0.self_attn.q_proj`, `model.layers.0.mlp.experts.3.down_proj`).
     pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
         let name = &self.name;
-        let mut out = vec![
-            (format!("{name}.self_attn.q_proj"), &mut self.q.0),
-            (format!("{name}.self_attn.k_proj"), &mut self.k.0),
-            (format!("{name}.self_attn.v_proj"), &mut self.v.0),
-            (format!("{name}.self_attn.o_proj"), &mut self.o),
-        ];
+        let fused = self.k.is_none();
+        let q_name = if fused { "qkv_proj" } else { "q_proj" };
+        let mut out = vec![(format!("{name}.self_attn.{q_name}"), &mut self.q.0)];
+        if let Some(k) = self.k.as_mut() {
+            out.push((format!("{name}.self_attn.k_proj"), &mut k.0));
+        }
+        if let Some(v) = self.v.as_mut() {
+            out.push((format!("{name}.self_attn.v_proj"), &mut v.0));
+        }
+        out.push((format!("{name}.self_attn.o_proj"), &mut self.o));
         let mlp = self.mlp_name;
         match &mut self.mlp {
             Mlp::Dense(g) => {
-                let [a, b, c] = [&mut g.gate, &mut g.up, &mut g.down];
-                out.push((format!("{name}.{mlp}.gate_proj"), a));
-                out.push((format!("{name}.{mlp}.up_proj"), b));
-                out.push((format!("{name}.{mlp}.down_proj"), c));
+                let gate = if g.up.is_some() { "gate_proj" } else { "gate_up_proj" };
+                out.push((format!("{name}.{mlp}.{gate}"), &mut g.gate));
+                if let Some(up) = g.up.as_mut() {
+                    out.push((format!("{name}.{mlp}.up_proj"), up));
+                }
+                out.push((format!("{name}.{mlp}.down_proj"), &mut g.down));
             }
             Mlp::Moe(m) => {
                 let [gn, un, dn] = self.expert_names;
                 for (e, g) in m.experts.iter_mut().enumerate() {
                     out.push((format!("{name}.{mlp}.experts.{e}.{gn}"), &mut g.gate));
-                    out.push((format!("{name}.{mlp}.experts.{e}.{un}"), &mut g.up));
+                    if let Some(up) = g.up.as_mut() {
+                        out.push((format!("{name}.{mlp}.experts.{e}.{un}"), up));
+                    }
                     out.push((format!("{name}.{mlp}.experts.{e}.{dn}"), &mut g.down));
                 }
             }
@@ -353,7 +385,7 @@ impl Layer {
     pub fn bytes(&self) -> (u64, u64) {
         let mut linear = self.o.bytes();
         let mut other = self.input_norm.bytes() + self.post_attn_norm.bytes();
-        for (w, b) in [&self.q, &self.k, &self.v] {
+        for (w, b) in [Some(&self.q), self.k.as_ref(), self.v.as_ref()].into_iter().flatten() {
             linear += w.bytes();
             other += b.as_ref().map_or(0, tensor_bytes);
         }
@@ -432,9 +464,20 @@ impl Layer {
             };
             x.transpose(1, 2)
         };
-        let q = project(&self.q, heads, self.q_norm.as_ref());
-        let k = project(&self.k, kv_heads, self.k_norm.as_ref());
-        let v = project(&self.v, kv_heads, None);
+        let (q, k, v) = match (&self.k, &self.v) {
+            (Some(k), Some(v)) => (
+                project(&self.q, heads, self.q_norm.as_ref()),
+                project(k, kv_heads, self.k_norm.as_ref()),
+                project(v, kv_heads, None),
+            ),
+            // Phi-3's fused projection: the queries' columns, then the keys', then the values'.
+            _ => {
+                let qkv = self.q.0.apply(h, None);
+                let (qw, kw) = (heads * d, kv_heads * d);
+                let split = |from: i64, n: i64| qkv.narrow(2, from, n * d).reshape([b, t, n, d]).transpose(1, 2);
+                (split(0, heads), split(qw, kv_heads), split(qw + kw, kv_heads))
+            }
+        };
         let (cos, sin) = match (self.kind, step.rope_local) {
             (LayerType::Sliding, Some(local)) => local,
             _ => step.rope,

@@ -1,5 +1,6 @@
 //! The decoder families: one file each (`llama.rs`, `mistral.rs`, `qwen2.rs`, `qwen3.rs`,
-//! `gemma3.rs`, `qwen3_moe.rs`, `mixtral.rs`), as candle-transformers lays them out. A family
+//! `gemma3.rs`, `qwen3_moe.rs`, `mixtral.rs`, `phi3.rs`), as candle-transformers lays them
+//! out. A family
 //! is a [`Family`]: its own config struct, deserialized from `config.json` with serde (an
 //! unknown field, a wrong type, a missing field or two fields that contradict each other is
 //! an error naming the field), turned into the [`DecoderConfig`] every page, report and the
@@ -10,7 +11,7 @@
 //! admission estimate run every family through the same type.
 //!
 //! A new family: a file here with its config struct and `impl Family`, an entry in
-//! [`FAMILIES`] and in `protocol::decoder::Architecture`, and, when its block computes
+//! [`super::FAMILIES`] and in `protocol::decoder::Architecture`, and, when its block computes
 //! something no family computes yet, that computation in `super::block`, switched by a
 //! `DecoderConfig` field.
 
@@ -19,7 +20,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{gemma3, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe};
 
 /// A decoder family: how its `config.json` reads and where its weights sit.
 pub trait Family: Sync {
@@ -46,6 +46,9 @@ pub struct Layout {
     pub expert: [&'static str; 3],
     /// The router under the MLP's module.
     pub router: &'static str,
+    /// Phi-3's fused projections: `self_attn.qkv_proj` for q, k and v, `mlp.gate_up_proj`
+    /// for the gate and up projections (the same sums as the separate ones).
+    pub fused: bool,
 }
 
 impl Layout {
@@ -53,140 +56,8 @@ impl Layout {
         mlp: "mlp",
         expert: ["gate_proj", "up_proj", "down_proj"],
         router: "gate",
+        fused: false,
     };
-}
-
-/// Every family Gradless builds.
-pub const FAMILIES: [&dyn Family; 7] = [
-    &llama::Llama,
-    &mistral::Mistral,
-    &qwen2::Qwen2,
-    &qwen3::Qwen3,
-    &gemma3::Gemma3,
-    &qwen3_moe::Qwen3Moe,
-    &mixtral::Mixtral,
-];
-
-/// The family of `a`.
-pub fn family(a: Architecture) -> &'static dyn Family {
-    FAMILIES
-        .into_iter()
-        .find(|f| f.architecture() == a)
-        .expect("every architecture has a family")
-}
-
-/// Fields of a `config.json` that describe the checkpoint or generation defaults, not the
-/// network: read past by every family.
-const METADATA: &[&str] = &[
-    "architectures",
-    "model_type",
-    "transformers_version",
-    "torch_dtype",
-    "dtype",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-    "sep_token_id",
-    "decoder_start_token_id",
-    "use_cache",
-    "_name_or_path",
-    "name_or_path",
-    "tokenizer_class",
-    "id2label",
-    "label2id",
-    "return_dict",
-    "output_hidden_states",
-    "output_attentions",
-    "output_router_logits",
-    "router_aux_loss_coef",
-    "torchscript",
-    "use_bfloat16",
-    "tf_legacy_loss",
-    "pruned_heads",
-    "chunk_size_feed_forward",
-    "is_encoder_decoder",
-    "is_decoder",
-    "add_cross_attention",
-    "cross_attention_hidden_size",
-    "tie_encoder_decoder",
-    "problem_type",
-    "finetuning_task",
-    "task_specific_params",
-    "prefix",
-    "auto_map",
-    "_attn_implementation_autoset",
-    "cache_implementation",
-    "max_length",
-    "min_length",
-    "do_sample",
-    "early_stopping",
-    "num_beams",
-    "num_beam_groups",
-    "diversity_penalty",
-    "temperature",
-    "top_k",
-    "top_p",
-    "typical_p",
-    "repetition_penalty",
-    "length_penalty",
-    "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size",
-    "bad_words_ids",
-    "num_return_sequences",
-    "output_scores",
-    "return_dict_in_generate",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "remove_invalid_values",
-    "exponential_decay_length_penalty",
-    "suppress_tokens",
-    "begin_suppress_tokens",
-];
-
-/// Reads a Hugging Face `config.json` with its family's reader. A family Gradless does not
-/// build, an unknown field, a missing required one, one of the wrong type or two that
-/// contradict each other is an error naming the field.
-pub fn read_config(text: &str) -> Result<DecoderConfig, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("config.json is not JSON: {e}"))?;
-    let Value::Object(mut fields) = v else {
-        return Err("config.json must be a JSON object".into());
-    };
-    let arch_name = fields
-        .get("architectures")
-        .and_then(|a| a.as_array())
-        .and_then(|a| a.first())
-        .and_then(|a| a.as_str())
-        .ok_or("config.json has no `architectures` list naming the model class")?
-        .to_string();
-    let known: Vec<_> = FAMILIES.iter().map(|f| f.architecture().class_name()).collect();
-    let family = FAMILIES
-        .into_iter()
-        .find(|f| f.architecture().class_name() == arch_name)
-        .ok_or_else(|| {
-            format!(
-                "`architectures`: `{arch_name}` is not a family Gradless implements; implemented: {}",
-                known.join(", ")
-            )
-        })?;
-    let a = family.architecture();
-    if let Some(t) = fields.get("model_type").and_then(|t| t.as_str()) {
-        if t != a.model_type() {
-            let hint = match (a, t) {
-                (Architecture::Gemma3, "gemma3") => ": that is Gemma 3's multimodal config, whose text model's fields sit under `text_config`; give the text model's config (`model_type: gemma3_text`)",
-                _ => "",
-            };
-            return Err(format!(
-                "`model_type` is `{t}`, and {} is `{}`{hint}",
-                a.class_name(),
-                a.model_type()
-            ));
-        }
-    }
-    if fields.get("quantization_config").is_some_and(|q| !q.is_null()) {
-        return Err("`quantization_config`: a quantized checkpoint is not one Gradless loads; give the unquantized weights (Gradless quantizes them itself: generate.quant)".into());
-    }
-    fields.retain(|k, _| !METADATA.contains(&k.as_str()));
-    family.read(fields)
 }
 
 /// Deserializes `fields` into a family's config struct (`deny_unknown_fields`), naming the

@@ -44,6 +44,7 @@ impl Family for Mixtral {
             mlp: "block_sparse_moe",
             expert: ["w1", "w3", "w2"],
             router: "gate",
+            fused: false,
         }
     }
 

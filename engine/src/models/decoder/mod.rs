@@ -1,5 +1,5 @@
 //! A decoder LLM of any family Gradless builds ([`family`]: Llama, Mistral, Qwen2, Qwen3,
-//! Gemma 3, Qwen3-MoE, Mixtral), written statement by statement as transformers runs it:
+//! Gemma 3, Qwen3-MoE, Mixtral, Phi-3), written statement by statement as transformers runs it:
 //! token embedding (× √hidden for Gemma); per layer the family's block ([`block`]); final
 //! RMSNorm; LM head (tied to the embedding when the config says so).
 //!
@@ -11,7 +11,7 @@
 //! Variable names are transformers' (`model.layers.0.self_attn.q_proj.weight`, a family's
 //! experts as its checkpoints name them), so a `model.safetensors` written by
 //! `save_pretrained` loads by name; a team folder's file is found through the folders
-//! `crate::team::load_dir` registers here ([`team_weights`]).
+//! `crate::team::load_dir` registers here ([`weights_file`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -34,11 +34,14 @@ pub mod linear;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
+pub mod registry;
 pub use cache::KvCache;
-pub use family::{read_config, Family, Layout, FAMILIES};
+pub use family::{Family, Layout};
+pub use registry::{read_config, FAMILIES};
 pub use linear::Linear;
 
 use block::{Dims, Layer, Mlp, Step};
@@ -88,7 +91,7 @@ impl Decoder {
     /// biases, unit norms (Gemma's: zero, as they scale by 1 + weight). Names follow the
     /// family's checkpoints ([`Family::layout`]).
     pub fn new(p: &nn::Path, config: &DecoderConfig) -> Decoder {
-        let layout = family::family(config.architecture).layout();
+        let layout = registry::family(config.architecture).layout();
         let h = config.hidden_size as i64;
         let vocab = config.vocab_size as i64;
         let normal = nn::Init::Randn {
@@ -389,17 +392,29 @@ pub(crate) fn register_team_folders(folders: HashMap<String, PathBuf>) {
     *TEAM_FOLDERS.write().unwrap_or_else(|e| e.into_inner()) = Some(folders);
 }
 
-/// The file a team decoder's weights are read from, when it has one.
-pub fn team_weights(model: &DecoderModel) -> Option<PathBuf> {
-    if !matches!(model.source, DecoderSource::Team { weights: true, .. }) {
-        return None;
+/// The file a served decoder's weights are read from, when it has one: a team folder's
+/// `model.safetensors`, or the trained model's in [`trained_dir`].
+pub fn weights_file(model: &DecoderModel) -> Option<PathBuf> {
+    match &model.source {
+        DecoderSource::Trained { folder, .. } => Some(trained_dir(folder).join("model.safetensors")),
+        DecoderSource::Team { weights: true, .. } => TEAM_FOLDERS
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()?
+            .get(&model.name)
+            .map(|dir| dir.join("model.safetensors")),
+        _ => None,
     }
-    TEAM_FOLDERS
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()?
-        .get(&model.name)
-        .map(|dir| dir.join("model.safetensors"))
+}
+
+/// The folder of a model this project trained and ships: `$GRADLESS_TRAINED_DIR/{folder}`
+/// when set (a bundle copied elsewhere), else the repository's `models/{folder}`, where the
+/// build found the sources.
+pub fn trained_dir(folder: &str) -> PathBuf {
+    let root = std::env::var_os("GRADLESS_TRAINED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models")));
+    root.join(folder)
 }
 
 /// Builds the served decoder `name` in `vs`: random seeded weights, or a team folder's
@@ -411,7 +426,7 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
         panic!("the decoder `{name}` is not served here");
     };
     let decoder = Decoder::new(&vs.root(), &model.config);
-    if let Some(path) = team_weights(model) {
+    if let Some(path) = weights_file(model) {
         if let Err(e) = load_safetensors(vs, &path) {
             panic!("could not load {}: {e}", path.display());
         }

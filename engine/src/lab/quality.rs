@@ -1,0 +1,210 @@
+//! The trained model's quality on text it never saw ([`Lab::quality`]): bits per byte of its
+//! held-out slice under each setting a generation can change (the weights' dtype, int8 and
+//! int4 linear layers, the KV cache's dtype), beside gzip -9 and a unigram byte model on the
+//! same bytes. Run after the generation and outside its guard and figures, as the drift is.
+//!
+//! The slice is read in chunks of the model's context, each fed as `[BOS] + chunk[..-1]`
+//! with every byte scored once, the log-probabilities summed in float64: the framing the
+//! model was trained with, and the one `bench/train_bytes/eval.py` computes in PyTorch.
+
+use std::io::Write;
+use std::time::Instant;
+
+use protocol::decoder::DecoderSource;
+use protocol::{DeviceKind, FailureKind, KvDtype, LinearQuant, Quality, QualityRow, RunFailure, RunSpec, WeightQuant, WeightsDtype};
+use sha2::{Digest, Sha256};
+use tch::{Kind, Tensor};
+
+use super::control::RunControl;
+use super::Lab;
+use crate::models::decoder::{trained_dir, KvCache, Logits};
+use crate::torch_call::{catch_torch, failure, tch_device};
+use crate::trace::Probe;
+
+/// Chunks scored per forward pass.
+const CHUNKS_PER_PASS: i64 = 32;
+
+/// One setting of the table.
+struct Setting {
+    label: String,
+    weights: WeightsDtype,
+    quant: LinearQuant,
+    kv: KvDtype,
+}
+
+/// The settings measured: the model as trained (fp32), its weights cast, its linear layers
+/// quantized (fp32 activations), its cache stored in a half dtype.
+fn settings() -> Vec<Setting> {
+    let row = |label: &str, weights, quant, kv| Setting { label: label.into(), weights, quant, kv };
+    let int4 = |g: u32| LinearQuant { weights: WeightQuant::Int4, group_size: g };
+    let mut rows = vec![
+        row("fp32 (as trained)", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::AsActivations),
+        row("bf16 weights", WeightsDtype::Bf16, LinearQuant::NONE, KvDtype::AsActivations),
+        row("fp16 weights", WeightsDtype::Fp16, LinearQuant::NONE, KvDtype::AsActivations),
+        row("int8 linear layers", WeightsDtype::Fp32, LinearQuant { weights: WeightQuant::Int8, group_size: 0 }, KvDtype::AsActivations),
+    ];
+    for g in protocol::GROUP_SIZES {
+        rows.push(row(&format!("int4 linear layers, groups of {g}"), WeightsDtype::Fp32, int4(g), KvDtype::AsActivations));
+    }
+    rows.push(row("bf16 KV cache", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::Bf16));
+    rows.push(row("fp16 KV cache", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::Fp16));
+    rows
+}
+
+/// What the folder ships for the measurement.
+struct HeldOut {
+    bytes: Vec<u8>,
+    sha256: String,
+    about: String,
+    /// Occurrences of each byte value in the training text.
+    counts: Vec<u64>,
+}
+
+fn read_held_out(folder: &str) -> Result<HeldOut, String> {
+    let dir = trained_dir(folder);
+    let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| format!("{}: {e}", dir.join(name).display()));
+    let bytes = read("heldout.txt")?;
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&read("manifest.json")?).map_err(|e| format!("manifest.json: {e}"))?;
+    let sha256 = format!("{:x}", Sha256::digest(&bytes));
+    let listed = manifest["heldout"]["sha256"].as_str().unwrap_or_default();
+    if sha256 != listed {
+        return Err(format!("heldout.txt's SHA-256 is {sha256}, the manifest lists {listed}"));
+    }
+    let counts: serde_json::Value =
+        serde_json::from_slice(&read("train_byte_counts.json")?).map_err(|e| format!("train_byte_counts.json: {e}"))?;
+    let counts: Vec<u64> = counts["counts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n.as_u64()).collect())
+        .filter(|c: &Vec<u64>| c.len() == 256)
+        .ok_or("train_byte_counts.json: `counts` must hold 256 whole numbers")?;
+    let about = format!(
+        "{} KiB of {} ({} files of PyTorch {}'s source), held out from training",
+        bytes.len() / 1024,
+        manifest["heldout"]["dir"].as_str().unwrap_or("?"),
+        manifest["heldout"]["files"].as_u64().unwrap_or(0),
+        "2.11.0",
+    );
+    Ok(HeldOut { bytes, sha256, about, counts })
+}
+
+/// gzip -9 (DEFLATE level 9 in a gzip stream, no name, mtime 0) in bits per byte.
+pub fn gzip_bits_per_byte(data: &[u8]) -> f64 {
+    let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+    // Writing to a Vec cannot fail.
+    let _ = gz.write_all(data);
+    let out = gz.finish().unwrap_or_default();
+    8.0 * out.len() as f64 / data.len().max(1) as f64
+}
+
+/// The cross-entropy of `data` under the byte frequencies `counts` (add-one smoothing).
+pub fn unigram_bits_per_byte(counts: &[u64], data: &[u8]) -> f64 {
+    let total: u64 = counts.iter().map(|c| c + 1).sum();
+    let bits: f64 = data
+        .iter()
+        .map(|&b| -(((counts[b as usize] + 1) as f64) / total as f64).log2())
+        .sum();
+    bits / data.len().max(1) as f64
+}
+
+impl Lab {
+    /// The quality block for a run of `spec` on `device` (its model must be a trained one).
+    pub(super) fn quality(&mut self, spec: &RunSpec, device: DeviceKind, control: &RunControl) -> Result<Quality, RunFailure> {
+        let model = spec
+            .model
+            .decoder()
+            .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
+        let (DecoderSource::Trained { folder, bos, .. }, Some(_)) = (&model.source, model.byte_bos()) else {
+            return Err(failure(FailureKind::Invalid, format!("{} ships no held-out text", spec.model)));
+        };
+        let held = read_held_out(folder).map_err(|e| failure(FailureKind::Internal, format!("the held-out text: {e}")))?;
+        let context = model.config.max_position_embeddings as i64;
+        let n = held.bytes.len() as i64;
+        if n == 0 || n % context != 0 {
+            return Err(failure(FailureKind::Internal, format!("the held-out text's {n} bytes are not whole chunks of {context}")));
+        }
+        let tdev = tch_device(device);
+        let (inputs, targets) = catch_torch(|| {
+            let ids = Tensor::from_slice(&held.bytes.iter().map(|&b| i64::from(b)).collect::<Vec<_>>()).view([n / context, context]);
+            let first = Tensor::full([n / context, 1], *bos as i64, (Kind::Int64, tch::Device::Cpu));
+            let inputs = Tensor::cat(&[&first, &ids.narrow(1, 0, context - 1)], 1);
+            (inputs.to_device(tdev), ids.to_device(tdev))
+        })?;
+        let g = spec.generate.clone().unwrap_or_default();
+        let mut rows = vec![];
+        for s in settings() {
+            control.check()?;
+            let start = Instant::now();
+            let mut adv = spec.advanced.clone();
+            adv.weights = s.weights;
+            let index = self.model_index_quant(spec.model, device, context as u32, &adv, s.quant)?;
+            let store = {
+                let probe = RunSpec {
+                    advanced: adv.clone(),
+                    generate: Some(protocol::GenerateSpec { kv_dtype: s.kv, ..Default::default() }),
+                    ..spec.clone()
+                };
+                super::generate::kv_store(&probe)
+            };
+            let decoder = self
+                .model(index)
+                .net
+                .as_decoder()
+                .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
+            let layers = decoder.config().num_hidden_layers as usize;
+            let bits = catch_torch(|| {
+                let _no_grad = tch::no_grad_guard();
+                let mut nats = 0f64;
+                let chunks = n / context;
+                let mut at = 0;
+                while at < chunks {
+                    let take = CHUNKS_PER_PASS.min(chunks - at);
+                    // With a cache dtype, the pass writes its keys and values through a
+                    // cache that stores them in it (rounded as a generation rounds them)
+                    // and attends to them; without one, no cache.
+                    let mut cache = match store {
+                        Some(_) => KvCache::new(protocol::KvCacheKind::Dynamic, layers, 0).storing(store),
+                        None => KvCache::Off,
+                    };
+                    let logits = decoder.forward(&inputs.narrow(0, at, take), 0, &mut cache, false, Logits::All, &mut Probe::off());
+                    let logp = logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float);
+                    let picked = logp.gather(-1, &targets.narrow(0, at, take).unsqueeze(-1), false);
+                    nats -= picked.to_kind(Kind::Double).sum(Kind::Double).double_value(&[]);
+                    at += take;
+                }
+                nats / std::f64::consts::LN_2 / n as f64
+            })?;
+            let quant = s.quant.weights;
+            rows.push(QualityRow {
+                this_run: spec.autocast == protocol::Autocast::Off
+                    && spec.advanced.weights == s.weights
+                    && g.quant() == s.quant
+                    && g.kv_dtype == s.kv,
+                setting: s.label,
+                weights: s.weights,
+                quant,
+                group_size: (quant == WeightQuant::Int4).then_some(s.quant.group_size),
+                kv_dtype: s.kv,
+                bits_per_byte: bits,
+                seconds: start.elapsed().as_secs_f64(),
+            });
+        }
+        let not_measured = vec![match device {
+            DeviceKind::Cuda => "fp8 e4m3 KV cache: its per-layer scale is set by a generation's prefill, and this one-pass measurement has none".into(),
+            _ => "fp8 e4m3 KV cache: needs a CUDA device with fp8 (compute capability 8.9 or later)".into(),
+        }];
+        Ok(Quality {
+            text: held.about,
+            bytes: n as u64,
+            sha256: held.sha256,
+            method: format!(
+                "{} chunks of {context} bytes (the model's context), each fed as [BOS] + the chunk but its last byte, every byte scored once; Σ −log₂ p(byte) / bytes, summed in float64; eval, no grad, no autocast",
+                n / context
+            ),
+            rows,
+            gzip_bits_per_byte: gzip_bits_per_byte(&held.bytes),
+            unigram_bits_per_byte: unigram_bits_per_byte(&held.counts, &held.bytes),
+            not_measured,
+        })
+    }
+}

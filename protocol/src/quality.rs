@@ -1,0 +1,64 @@
+//! A trained model's quality, measured on text it never saw ([`Quality`]): bits per byte
+//! of its held-out slice under each setting a generation can change, beside two baselines
+//! computed on the same bytes. Bits per byte is what torchao and gpt-fast judge a
+//! quantization by (as perplexity); for a byte-level model it needs no tokenizer to compare.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{KvDtype, WeightQuant, WeightsDtype};
+
+/// One setting's bits per byte.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QualityRow {
+    /// The setting as the Generate page says it ("fp32", "int4, groups of 32").
+    pub setting: String,
+    pub weights: WeightsDtype,
+    pub quant: WeightQuant,
+    /// int4's group size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u32>,
+    pub kv_dtype: KvDtype,
+    /// Σ −log₂ p(byte) over the slice, divided by its bytes (summed in float64).
+    pub bits_per_byte: f64,
+    /// Wall time of this row's evaluation, model build included.
+    pub seconds: f64,
+    /// Whether this row's setting is the run's own.
+    pub this_run: bool,
+}
+
+/// The quality block of a generation ([`crate::GenerationReport::quality`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Quality {
+    /// What the held-out text is ("64 KiB of torch/fx, PyTorch 2.11.0's source").
+    pub text: String,
+    pub bytes: u64,
+    /// SHA-256 of the held-out bytes, as the model's manifest lists it.
+    pub sha256: String,
+    /// How the bytes are scored: chunks of the model's context, each fed as [BOS] + chunk
+    /// minus its last byte, every byte scored once.
+    pub method: String,
+    pub rows: Vec<QualityRow>,
+    /// DEFLATE at level 9 in a gzip stream (`gzip -9`'s format and level), in bits per byte.
+    pub gzip_bits_per_byte: f64,
+    /// The cross-entropy of the slice under the training text's byte frequencies (add-one
+    /// smoothing), in bits per byte.
+    pub unigram_bits_per_byte: f64,
+    /// Why some settings a page offers are not rows here (fp8 KV off CUDA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
+}
+
+impl Quality {
+    /// The row of the model as it is: fp32 weights, no quantization, the cache as the
+    /// activations.
+    pub fn baseline(&self) -> Option<&QualityRow> {
+        self.rows.iter().find(|r| r.weights == WeightsDtype::Fp32 && r.quant.is_none() && r.kv_dtype == KvDtype::AsActivations)
+    }
+
+    /// The run's own row.
+    pub fn this_run(&self) -> Option<&QualityRow> {
+        self.rows.iter().find(|r| r.this_run)
+    }
+}
