@@ -210,6 +210,34 @@ pub fn GenResults(
     }
 }
 
+/// A byte-level model's text as the steps stream: the prompt, then each step's token (the
+/// first sequence's), decoded as UTF-8 so far. Shown while the run is the page's settings'
+/// model and has a text prompt; after the run the figures show the report's text.
+#[component]
+pub fn GenText(view_state: RwSignal<RunView>, spec: Memo<protocol::RunSpec>) -> impl IntoView {
+    move || {
+        let running = view_state.with(|v| v.phase.busy());
+        let (prompt, generated) = match running {
+            true => {
+                let s = spec.get();
+                s.model.decoder().and_then(|d| d.byte_bos())?;
+                let prompt = s.generate.as_ref().and_then(|g| g.prompt_text.clone())?;
+                let ids: Vec<i64> = view_state.with(|v| v.steps.iter().filter(|st| st.phase == GenPhase::Decode || st.step == 0).filter_map(|st| st.token).collect());
+                (prompt, protocol::bytes_text(&ids))
+            }
+            false => view_state.with(|v| {
+                let t = v.report.as_ref()?.generation.as_ref()?.text.clone()?;
+                Some((t.prompt, t.generated.into_iter().next().unwrap_or_default()))
+            })?,
+        };
+        Some(view! {
+            <div class="gen-text" data-testid="gen-text" aria-live="polite">
+                <pre><span class="prompt">{prompt}</span><span class="generated">{generated}</span>{running.then(|| view! { <span class="cursor">"▌"</span> })}</pre>
+            </div>
+        })
+    }
+}
+
 /// The decode bandwidth against the device's: a bandwidth against a bandwidth (the
 /// datasheet's, or the copy bandwidth measured on this device), never a compute peak.
 fn bandwidth_line(g: &protocol::GenerationReport) -> Option<String> {
@@ -257,7 +285,9 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
             let replay = if g.decode_graph { "; decode steps replayed one CUDA graph" } else { "" };
             format!("{}{replay}", a.describe(r.env.device))
         });
-        let (weights, split, drift) = quant_lines(&g);
+        let random_weights = r.spec.model.decoder().is_none_or(|d| d.random_weights());
+        let (weights, split, drift) = quant_lines(&g, random_weights);
+        let quality = g.quality.clone().map(quality_view);
         let (kv_split, experts, expert_reads) = family_lines(&g);
         let prefill_steps = g.steps.iter().filter(|s| s.phase == GenPhase::Prefill).count();
         let quantized_prefill = r.spec.generate.as_ref().filter(|q| !q.weights.is_none()).map(|q| {
@@ -297,8 +327,50 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
                 <tr><th>"Measured on"</th><td>{env}</td></tr>
             </table>
             <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>
+            {quality}
         }
     })
+}
+
+/// The quality block: bits per byte on the held-out text per setting, the change from the
+/// model as trained, and the two baselines on the same bytes.
+fn quality_view(q: protocol::Quality) -> impl IntoView {
+    let base = q.baseline().map(|b| b.bits_per_byte);
+    let best = q.rows.iter().map(|r| r.bits_per_byte).fold(f64::INFINITY, f64::min);
+    let beats = best < q.gzip_bits_per_byte;
+    let rows = q
+        .rows
+        .iter()
+        .map(|r| {
+            let delta = base.map(|b| format!("{:+.4}", r.bits_per_byte - b)).unwrap_or_default();
+            let mark = if r.this_run { " (this run)" } else { "" };
+            view! {
+                <tr class:this-run=r.this_run>
+                    <th>{format!("{}{mark}", r.setting)}</th>
+                    <td>{format!("{:.4}", r.bits_per_byte)}</td>
+                    <td>{delta}</td>
+                    <td>{format!("{:.1} s", r.seconds)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="gen-quality" data-testid="gen-quality">
+            <h3>"Quality on held-out text (bits per byte, lower is better)"</h3>
+            <p class="explain">{format!("{} ({} bytes, SHA-256 {}…). {}.", q.text, q.bytes, &q.sha256[..12.min(q.sha256.len())], q.method)}</p>
+            <table class="summary quality">
+                <tr><th>"Setting"</th><th>"bits/byte"</th><th>"vs as trained"</th><th>"took"</th></tr>
+                {rows}
+                <tr><th>"gzip -9 on the same bytes"</th><td data-testid="gen-quality-gzip">{format!("{:.4}", q.gzip_bits_per_byte)}</td><td></td><td></td></tr>
+                <tr><th>"unigram byte model (training text's byte frequencies)"</th><td>{format!("{:.4}", q.unigram_bits_per_byte)}</td><td></td><td></td></tr>
+            </table>
+            <p class="explain">{match beats {
+                true => format!("The model compresses this text better than gzip -9 does ({best:.4} against {:.4} bits per byte): it has learned Python's regularities, not just repeats.", q.gzip_bits_per_byte),
+                false => format!("gzip -9 compresses this text better than the model does ({:.4} against {best:.4}).", q.gzip_bits_per_byte),
+            }}</p>
+            {(!q.not_measured.is_empty()).then(|| view! { <p class="explain note">{format!("Not in the table: {}.", q.not_measured.join("; "))}</p> })}
+        </section>
+    }
 }
 
 /// A decoder family's lines: the cache by layer type beside the naive formula (when some
@@ -355,7 +427,7 @@ fn family_lines(g: &protocol::GenerationReport) -> (Option<String>, Option<Strin
 /// The weights split (linear layers against the rest, beside the formula), memory at the
 /// peak split by what holds it, and the drift from the unquantized model: the lines of a
 /// generation that carries them (`None` each where it does not).
-fn quant_lines(g: &protocol::GenerationReport) -> (Option<String>, Option<String>, Option<String>) {
+fn quant_lines(g: &protocol::GenerationReport, random_weights: bool) -> (Option<String>, Option<String>, Option<String>) {
     let weights = g.weights_breakdown.map(|b| {
         let formula = match g.weights_formula {
             Some(f) if f.linear_bytes == b.linear_bytes && f.other_bytes == b.other_bytes => "; both equal to their formula, to the byte".to_string(),
@@ -384,14 +456,37 @@ fn quant_lines(g: &protocol::GenerationReport) -> (Option<String>, Option<String
         )
     });
     let drift = g.drift.as_ref().map(|d| {
-        format!(
+        let mut line = format!(
             "max |Δ logit| {:.4} at the prefill (its largest |logit| {:.2}); the unquantized model picks the same greedy token for {:.1}% of {} tokens ({})",
             d.max_abs_logit_delta,
             d.max_abs_logit,
             100.0 * d.greedy_agreement,
             d.tokens_compared,
             d.reference
-        )
+        );
+        if let Some(low) = d.low_margin_share {
+            line.push_str(&format!(
+                ". At {:.1}% of those positions the unquantized model's top-1 margin (best logit minus second best) is below that max |Δ logit|: a perturbation that size can flip the pick there",
+                100.0 * low
+            ));
+        }
+        match (random_weights, g.quality.as_ref()) {
+            (true, _) => line.push_str(
+                ". These weights are random: their top-1 margins are small, so almost any perturbation flips greedy picks, and this agreement says little about a trained model's. The trained preset measures what quantization costs in bits per byte on held-out text",
+            ),
+            (false, Some(q)) => {
+                if let (Some(run), Some(base)) = (q.this_run(), q.baseline()) {
+                    line.push_str(&format!(
+                        ". On held-out text this setting scores {:.4} bits per byte against {:.4} as trained ({:+.4})",
+                        run.bits_per_byte,
+                        base.bits_per_byte,
+                        run.bits_per_byte - base.bits_per_byte
+                    ));
+                }
+            }
+            (false, None) => {}
+        }
+        line
     });
     (weights, split, drift)
 }

@@ -54,7 +54,58 @@ pub fn read_query(devices: &[DeviceInfo], get: &dyn Fn(&str) -> Option<String>) 
         reading.refused.push(("model".into(), spec.model.as_str().to_string(), why));
         spec.model = default.model;
     }
+    fit_to_model(&mut spec, &mut reading, get("prompt").is_some());
     (spec, reading)
+}
+
+/// The prompt a byte-level model starts with on this page.
+pub const DEFAULT_PROMPT_TEXT: &str = "def forward(self, x):";
+
+/// A text prompt and the quality measurement go with a byte-level model only: on another
+/// model the address's are refused (said on the page); on a byte model a text prompt sets
+/// the prompt's length unless the address gave one (`prompt_given`), which the run's check
+/// then compares.
+pub fn fit_to_model(spec: &mut RunSpec, reading: &mut Reading, prompt_given: bool) {
+    let byte_level = spec.model.decoder().and_then(|d| d.byte_bos()).is_some();
+    let Some(g) = spec.generate.as_mut() else { return };
+    if !byte_level {
+        if let Some(text) = g.prompt_text.take() {
+            let why = format!("{} takes random prompt ids; a text prompt needs a byte-level model", spec.model);
+            reading.refused.push(("prompt_text".into(), text, why));
+        }
+        if std::mem::take(&mut g.quality) {
+            let why = format!("{} has no held-out text to measure quality on", spec.model);
+            reading.refused.push(("quality".into(), "1".into(), why));
+        }
+    } else if g.prompt_text.is_some() && !prompt_given {
+        spec.input_size = None;
+    }
+}
+
+/// `spec` on model `model`, as the page's model picker sets it: a byte-level model starts
+/// from a text prompt ([`DEFAULT_PROMPT_TEXT`]); another leaves the text and the quality
+/// measurement behind and takes the default prompt length.
+pub fn with_model(spec: &RunSpec, model: ModelId) -> RunSpec {
+    let mut next = RunSpec { model, ..spec.clone() };
+    let byte_level = model.decoder().and_then(|d| d.byte_bos()).is_some();
+    if let Some(g) = next.generate.as_mut() {
+        match (byte_level, g.prompt_text.is_some()) {
+            (true, false) => {
+                g.prompt_text = Some(DEFAULT_PROMPT_TEXT.into());
+                next.input_size = None;
+            }
+            (false, true) => {
+                g.prompt_text = None;
+                g.quality = false;
+                next.input_size = Some(32);
+            }
+            _ => {}
+        }
+        if !byte_level {
+            g.quality = false;
+        }
+    }
+    next
 }
 
 /// The address's query for `spec` (every setting, so a link restores what its sender saw).

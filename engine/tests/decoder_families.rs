@@ -430,3 +430,45 @@ fn quantization_kv_dtype_and_autocast_apply_to_every_family() {
     assert_eq!(e.field, "advanced.cuda_graph");
     assert!(e.message.contains("mixture of experts"), "{e}");
 }
+
+/// The trained preset is the repository's `models/torch_bytes`: its config reads (through
+/// the Llama family's reader) into the preset's, its weights load, and a text prompt runs as
+/// `[BOS] + bytes`, each step streaming its token, the report carrying the text. Trained
+/// weights write code-shaped bytes: printable ASCII and whitespace, where random weights
+/// spread over all 259 ids.
+#[test]
+fn the_trained_preset_loads_its_folder_and_writes_text() {
+    let folder = engine::models::decoder::trained_dir("torch_bytes");
+    let config = read_config(&std::fs::read_to_string(folder.join("config.json")).unwrap()).unwrap();
+    let preset = protocol::decoder::lookup(protocol::decoder::TRAINED_PRESET).unwrap();
+    assert_eq!(config, preset.config, "the preset's config is the folder's");
+    assert!(!preset.random_weights() && preset.byte_bos() == Some(256));
+
+    let worker = engine::Worker::start(engine::WorkerConfig::default()).expect("worker starts");
+    let prompt = "def forward(self, x):";
+    let printable = |ids: &[i64]| ids.iter().filter(|&&t| (32..127).contains(&t) || t == 10 || t == 9).count() as f64 / ids.len() as f64;
+    let mut spec = generate_spec(protocol::decoder::TRAINED_PRESET, 2, 1, 48, KvCacheKind::Dynamic);
+    spec.input_size = None;
+    spec.generate.as_mut().unwrap().prompt_text = Some(prompt.into());
+    let mut streamed = vec![];
+    let r = worker
+        .measure(spec, |e| {
+            if let protocol::Event::Step { step } = e {
+                streamed.push(step.token.expect("each step names its token"));
+            }
+        })
+        .expect("the trained preset generates");
+    let g = r.generation.unwrap();
+    let want: Vec<i64> = std::iter::once(256).chain(prompt.bytes().map(i64::from)).collect();
+    assert_eq!(g.prompt_tokens, vec![want.clone(), want]);
+    assert_eq!(streamed, g.tokens[0], "the streamed tokens are the generated ones");
+    assert_eq!(g.tokens[0], g.tokens[1], "greedy on the same prompt");
+    let text = g.text.expect("a byte model's report carries its text");
+    assert_eq!(text.prompt, prompt);
+    assert_eq!(text.generated[0], protocol::bytes_text(&g.tokens[0]));
+    assert!(printable(&g.tokens[0]) > 0.9, "trained: {:?}", text.generated[0]);
+    // The same shape with random weights writes no such text.
+    let random = worker.measure(generate_spec(protocol::decoder::CPU_PRESET, 1, 22, 48, KvCacheKind::Dynamic), |_| {}).unwrap();
+    let ids = &random.generation.unwrap().tokens[0];
+    assert!(printable(ids) < 0.9, "random weights' ids: {ids:?}");
+}

@@ -357,3 +357,63 @@ pub fn bytes_text(ids: &[i64]) -> String {
     let bytes: Vec<u8> = ids.iter().filter(|&&t| (0..256).contains(&t)).map(|&t| t as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GradMode, Limits, RunSpec};
+
+    fn on(model: &str, g: GenerateSpec) -> RunSpec {
+        RunSpec {
+            model: model.parse().unwrap(),
+            batch: 1,
+            grad: GradMode::NoGrad,
+            generate: Some(g),
+            ..RunSpec::default()
+        }
+    }
+
+    fn text(t: &str) -> GenerateSpec {
+        GenerateSpec { prompt_text: Some(t.into()), ..GenerateSpec::default() }
+    }
+
+    #[test]
+    fn a_text_prompt_sets_the_prompt_length_and_is_refused_where_it_cannot_apply() {
+        let trained = crate::decoder::TRAINED_PRESET;
+        let ok = on(trained, text("def forward(self, x):"));
+        ok.check(&Limits::default()).unwrap();
+        assert_eq!(ok.resolved_input_size(), 1 + 21);
+        // Each refusal names its field.
+        let field = |s: RunSpec| s.check(&Limits::default()).unwrap_err().field;
+        assert_eq!(field(on(trained, text(""))), "generate.prompt_text");
+        assert_eq!(field(on(trained, text(&"x".repeat(MAX_PROMPT_TEXT_BYTES as usize + 1)))), "generate.prompt_text");
+        // The cap counts UTF-8 bytes, not characters: 97 × "é" is 194 bytes.
+        assert_eq!(field(on(trained, text(&"é".repeat(97)))), "generate.prompt_text");
+        assert_eq!(field(on(crate::decoder::CPU_PRESET, text("hi"))), "generate.prompt_text");
+        assert_eq!(field(RunSpec { input_size: Some(5), ..ok.clone() }), "input_size");
+        assert_eq!(field(on(crate::decoder::CPU_PRESET, GenerateSpec { quality: true, ..GenerateSpec::default() })), "generate.quality");
+        // The context bounds a text prompt too.
+        let long = on(trained, GenerateSpec { new_tokens: 250, ..text("def forward(self, x):") });
+        assert_eq!(field(long), "generate.new_tokens");
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_json_prompt_is_an_error_at_that_field() {
+        let body = br#"{"model": "torch_bytes", "generate": {"prompt_text": "\ud800"}}"#;
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let e = serde_path_to_error::deserialize::<_, RunSpec>(&mut de).unwrap_err();
+        assert_eq!(e.path().to_string(), "generate.prompt_text", "{e}");
+        let raw = b"{\"model\": \"torch_bytes\", \"generate\": {\"prompt_text\": \"\xff\"}}";
+        let mut de = serde_json::Deserializer::from_slice(raw);
+        let e = serde_path_to_error::deserialize::<_, RunSpec>(&mut de).unwrap_err();
+        assert_eq!(e.path().to_string(), "generate.prompt_text", "{e}");
+    }
+
+    #[test]
+    fn byte_ids_read_as_text_without_the_special_ids() {
+        let ids: Vec<i64> = [256].into_iter().chain("def f(x):\n é".bytes().map(i64::from)).chain([257, 258]).collect();
+        assert_eq!(bytes_text(&ids), "def f(x):\n é");
+        // A cut multi-byte character shows U+FFFD.
+        assert_eq!(bytes_text(&[0xc3]), "\u{fffd}");
+    }
+}

@@ -21,6 +21,12 @@ pub struct QualityRow {
     pub kv_dtype: KvDtype,
     /// Σ −log₂ p(byte) over the slice, divided by its bytes (summed in float64).
     pub bits_per_byte: f64,
+    /// Quantized rows: the slice's passes multiply the quantized values, dequantized, by
+    /// a dense matmul (the packed kernels are built for decode's few rows and take tens of
+    /// times longer on a long slice); this is the largest |Δ logit| between that and the
+    /// packed kernels on the slice's first chunk, measured in the same run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_max_abs_logit_delta: Option<f64>,
     /// Wall time of this row's evaluation, model build included.
     pub seconds: f64,
     /// Whether this row's setting is the run's own.

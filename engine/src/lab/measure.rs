@@ -94,6 +94,13 @@ impl Lab {
                 }
             }
         }
+        if spec.generate.as_ref().is_some_and(|g| g.quality) && report.generation.is_some() {
+            // Asked for: like the logits, a missing block would read as a pass.
+            let quality = self.quality(&spec, device, &control)?;
+            if let Some(g) = report.generation.as_mut() {
+                g.quality = Some(quality);
+            }
+        }
         let Some(traffic) = traffic else {
             if let Some(g) = report.generation.as_mut() {
                 super::generate::fill_rates(g, peak.as_ref());

@@ -28,6 +28,7 @@ mod drift;
 mod forward;
 pub mod generate;
 mod measure;
+mod quality;
 
 use protocol::{DeviceKind, MemoryReport, ModelId, RunFailure};
 use tch::{Device, Kind, Tensor};

@@ -21,7 +21,8 @@ use crate::models::decoder::{trained_dir, KvCache, Logits};
 use crate::torch_call::{catch_torch, failure, tch_device};
 use crate::trace::Probe;
 
-/// Chunks scored per forward pass.
+/// Chunks scored per forward pass (32 × 256 positions: logits of 8.5 MB in fp32 for a
+/// 259-id vocabulary).
 const CHUNKS_PER_PASS: i64 = 32;
 
 /// One setting of the table.
@@ -88,6 +89,10 @@ fn read_held_out(folder: &str) -> Result<HeldOut, String> {
     Ok(HeldOut { bytes, sha256, about, counts })
 }
 
+fn not_decoder(spec: &RunSpec) -> RunFailure {
+    failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model))
+}
+
 /// gzip -9 (DEFLATE level 9 in a gzip stream, no name, mtime 0) in bits per byte.
 pub fn gzip_bits_per_byte(data: &[u8]) -> f64 {
     let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
@@ -131,13 +136,13 @@ impl Lab {
             (inputs.to_device(tdev), ids.to_device(tdev))
         })?;
         let g = spec.generate.clone().unwrap_or_default();
+        let chunks = n / context;
         let mut rows = vec![];
         for s in settings() {
             control.check()?;
             let start = Instant::now();
             let mut adv = spec.advanced.clone();
             adv.weights = s.weights;
-            let index = self.model_index_quant(spec.model, device, context as u32, &adv, s.quant)?;
             let store = {
                 let probe = RunSpec {
                     advanced: adv.clone(),
@@ -146,34 +151,50 @@ impl Lab {
                 };
                 super::generate::kv_store(&probe)
             };
-            let decoder = self
-                .model(index)
-                .net
-                .as_decoder()
-                .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-            let layers = decoder.config().num_hidden_layers as usize;
-            let bits = catch_torch(|| {
+            // Logits of chunks `from..from + take` through `decoder`: no grad, eval, the
+            // row's cache dtype (a cache that stores keys and values in it, rounded as a
+            // generation rounds them, and attends to them), no cache without one.
+            let pass = |decoder: &crate::models::decoder::Decoder, from: i64, take: i64| {
                 let _no_grad = tch::no_grad_guard();
+                let mut cache = match store {
+                    Some(_) => KvCache::new(protocol::KvCacheKind::Dynamic, decoder.config().num_hidden_layers as usize, 0).storing(store),
+                    None => KvCache::Off,
+                };
+                decoder
+                    .forward(&inputs.narrow(0, from, take), 0, &mut cache, false, Logits::All, &mut Probe::off())
+                    .to_kind(Kind::Float)
+            };
+            let score = |decoder: &crate::models::decoder::Decoder| {
                 let mut nats = 0f64;
-                let chunks = n / context;
                 let mut at = 0;
                 while at < chunks {
                     let take = CHUNKS_PER_PASS.min(chunks - at);
-                    // With a cache dtype, the pass writes its keys and values through a
-                    // cache that stores them in it (rounded as a generation rounds them)
-                    // and attends to them; without one, no cache.
-                    let mut cache = match store {
-                        Some(_) => KvCache::new(protocol::KvCacheKind::Dynamic, layers, 0).storing(store),
-                        None => KvCache::Off,
-                    };
-                    let logits = decoder.forward(&inputs.narrow(0, at, take), 0, &mut cache, false, Logits::All, &mut Probe::off());
-                    let logp = logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float);
+                    let logp = pass(decoder, at, take).log_softmax(-1, Kind::Float);
                     let picked = logp.gather(-1, &targets.narrow(0, at, take).unsqueeze(-1), false);
                     nats -= picked.to_kind(Kind::Double).sum(Kind::Double).double_value(&[]);
                     at += take;
                 }
                 nats / std::f64::consts::LN_2 / n as f64
-            })?;
+            };
+            let (bits, kernel) = if s.quant.is_none() {
+                let index = self.model_index_as(spec.model, device, context as u32, &adv)?;
+                let decoder = self.model(index).net.as_decoder().ok_or_else(|| not_decoder(spec))?;
+                (catch_torch(|| score(decoder))?, None)
+            } else {
+                // The packed kernels on the first chunk, then the slice through the same
+                // quantized values dequantized (see `QualityRow::kernel_max_abs_logit_delta`).
+                let packed = self.model_index_quant(spec.model, device, context as u32, &adv, s.quant)?;
+                let first = {
+                    let decoder = self.model(packed).net.as_decoder().ok_or_else(|| not_decoder(spec))?;
+                    catch_torch(|| pass(decoder, 0, 1))?
+                };
+                let mut dense = catch_torch(|| crate::models::Model::build_in(spec.model, tdev, context as u32, s.weights))?;
+                let decoder = dense.net.as_decoder_mut().ok_or_else(|| not_decoder(spec))?;
+                catch_torch(|| decoder.dequantize_from(s.quant))?;
+                let decoder = dense.net.as_decoder().ok_or_else(|| not_decoder(spec))?;
+                let delta = catch_torch(|| (pass(decoder, 0, 1) - &first).abs().max().double_value(&[]))?;
+                (catch_torch(|| score(decoder))?, Some(delta))
+            };
             let quant = s.quant.weights;
             rows.push(QualityRow {
                 this_run: spec.autocast == protocol::Autocast::Off
@@ -186,6 +207,7 @@ impl Lab {
                 group_size: (quant == WeightQuant::Int4).then_some(s.quant.group_size),
                 kv_dtype: s.kv,
                 bits_per_byte: bits,
+                kernel_max_abs_logit_delta: kernel,
                 seconds: start.elapsed().as_secs_f64(),
             });
         }

@@ -214,6 +214,35 @@ fn print_generation(r: &Report) -> Result<()> {
             d.tokens_compared,
             d.reference
         )?;
+        if let Some(low) = d.low_margin_share {
+            let random = r.spec.model.decoder().is_none_or(|m| m.random_weights());
+            writeln!(
+                out,
+                "              {:.1}% of those positions have a top-1 margin below that |Δ logit|{}",
+                100.0 * low,
+                if random { " (random weights: small margins, so agreement here says little about a trained model)" } else { "" }
+            )?;
+        }
+    }
+    if let Some(t) = &g.text {
+        writeln!(out, "prompt text   {:?}", t.prompt)?;
+        writeln!(out, "generated     {:?}", t.generated.first().cloned().unwrap_or_default())?;
+    }
+    if let Some(q) = &g.quality {
+        writeln!(out, "quality       bits per byte on {} (lower is better)", q.text)?;
+        let base = q.baseline().map(|b| b.bits_per_byte);
+        for row in &q.rows {
+            writeln!(
+                out,
+                "  {:<34}{:.4}  {}{}",
+                row.setting,
+                row.bits_per_byte,
+                base.map(|b| format!("{:+.4}", row.bits_per_byte - b)).unwrap_or_default(),
+                if row.this_run { "  (this run)" } else { "" }
+            )?;
+        }
+        writeln!(out, "  {:<34}{:.4}", "gzip -9", q.gzip_bits_per_byte)?;
+        writeln!(out, "  {:<34}{:.4}", "unigram bytes", q.unigram_bits_per_byte)?;
     }
     if let Some(last) = g.steps.last() {
         if last.graph_bytes > 0 {

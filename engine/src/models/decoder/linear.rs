@@ -100,6 +100,35 @@ pub fn inner_k_tiles(k: i64) -> i64 {
     [8, 4, 2].into_iter().find(|t| k % (t * 16) == 0).unwrap_or(1)
 }
 
+/// `w` quantized as `q` says and dequantized again, in `w`'s dtype: the values the packed
+/// kernels multiply by (int8: `q × scale`; int4: `(q − 8) × scale + zero`), for a pass that
+/// runs them through a dense matmul. The quality measurement's long passes use it: the
+/// packed kernels are built for decode's few rows, and on a CPU they take tens of times
+/// fp32's time for a 64 KiB slice. Equal to the kernels' product up to rounding order (a
+/// test compares the two).
+pub fn dequantized(w: &Tensor, q: LinearQuant) -> Tensor {
+    let _no_grad = tch::no_grad_guard();
+    let act = w.kind();
+    match quantize(w, q) {
+        Linear::Dense(d) => d,
+        Linear::Int8 { weight, scales } => (weight.to_kind(Kind::Float) * scales.to_kind(Kind::Float).unsqueeze(1)).to_kind(act),
+        Linear::Int4 { .. } => {
+            // The same statistics and rounding as `quantize`'s int4 arm, kept unpacked.
+            let w32 = w.detach().to_kind(Kind::Float);
+            let (n, k) = (w.size()[0], w.size()[1]);
+            let g = q.group_size as i64;
+            let groups = w32.reshape([n, k / g, g]);
+            let hi = groups.amax(2, true);
+            let lo = groups.amin(2, true);
+            let scales = ((&hi - &lo).clamp_min(1e-6) / 15.0).to_kind(act).to_kind(Kind::Float);
+            let zeros = (&lo + &scales * 8.0).to_kind(act).to_kind(Kind::Float);
+            let min = &zeros - &scales * 8.0;
+            let ints = ((&groups - &min) / &scales).round().clamp(0.0, 15.0);
+            ((ints - 8.0) * &scales + &zeros).reshape([n, k]).to_kind(act)
+        }
+    }
+}
+
 /// `w` (`[out, in]`, the activation dtype) quantized as `q` says.
 pub fn quantize(w: &Tensor, q: LinearQuant) -> Linear {
     let _no_grad = tch::no_grad_guard();

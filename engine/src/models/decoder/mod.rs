@@ -168,6 +168,21 @@ impl Decoder {
         }
     }
 
+    /// Replaces each of the blocks' linear layers by its quantized values as a dense weight
+    /// ([`linear::dequantized`]): the numbers a quantized decoder computes with, run by a
+    /// dense matmul. For long scoring passes only; a generation uses [`Decoder::quantize`].
+    pub fn dequantize_from(&mut self, q: LinearQuant) {
+        if q.is_none() {
+            return;
+        }
+        for layer in self.layers.iter_mut() {
+            for (_, slot) in layer.linears_mut() {
+                let Some(dense) = slot.dense() else { continue };
+                *slot = linear::Linear::Dense(linear::dequantized(dense, q));
+            }
+        }
+    }
+
     /// The weights measured from the tensors: the blocks' linear layers (as stored, packed
     /// and with their scales when quantized; every expert's) and the rest (embedding,
     /// norms, biases, routers, head).
