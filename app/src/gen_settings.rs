@@ -123,6 +123,9 @@ mod tests {
     fn every_setting_round_trips_through_the_address_as_the_router_reads_it() {
         let base = spec_from_query(&[], |_| None);
         crate::settings::tests::each_setting_round_trips(Page::Generate, &base, query_from_spec, |q| spec_from_query(&[], router(q)));
+        // And on the trained model, whose text prompt and quality switch apply.
+        let trained = with_model(&base, protocol::decoder::TRAINED_PRESET.parse().unwrap());
+        crate::settings::tests::each_setting_round_trips(Page::Generate, &trained, query_from_spec, |q| spec_from_query(&[], router(q)));
     }
 
     #[test]
@@ -154,6 +157,29 @@ mod tests {
         spec.check(&Default::default()).unwrap();
         let said = crate::settings::said_of_reading(Page::Generate, &spec, &read_query(&[], &router("weights=int8")).1);
         assert!(said[0].contains("quant=int8"), "{said:?}");
+    }
+
+    #[test]
+    fn the_trained_model_takes_a_text_prompt_and_other_models_refuse_one() {
+        let llama = spec_from_query(&[], |_| None);
+        let trained: ModelId = protocol::decoder::TRAINED_PRESET.parse().unwrap();
+        let on_bytes = with_model(&llama, trained);
+        assert_eq!(on_bytes.generate.as_ref().unwrap().prompt_text.as_deref(), Some(DEFAULT_PROMPT_TEXT));
+        on_bytes.check(&Default::default()).unwrap();
+        // Through the address and back, as the router reads it.
+        let mut asked = on_bytes.clone();
+        asked.generate.as_mut().unwrap().quality = true;
+        let q = query_from_spec(&asked);
+        assert!(q.contains("prompt_text=def%20forward%28self%2C%20x%29%3A") && !q.contains("prompt="), "{q}");
+        assert_eq!(spec_from_query(&[], router(&q)), asked);
+        // Back on a random-weights preset: no text, no quality, the default prompt length.
+        let back = with_model(&asked, llama.model);
+        assert_eq!(back, llama);
+        // An address that gives a text prompt to a model without a byte vocabulary.
+        let (spec, reading) = read_query(&[], &router("model=llama_tiny&prompt_text=hi&quality=1"));
+        spec.check(&Default::default()).unwrap();
+        let keys: Vec<&str> = reading.refused.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(keys, ["prompt_text", "quality"]);
     }
 
     #[test]

@@ -297,7 +297,7 @@ pub fn GeneratePage() -> impl IntoView {
                         update(&|s| { if let Some(g) = s.generate.as_mut() { g.quality = on; } });
                     } />
                 <span class="control-name">"Measure quality on held-out text"</span>
-                <span class="explain">"After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. About a minute on a 2-core CPU."</span>
+                <span class="explain">"After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. About two minutes on one thread of a 2-core CPU; each row says how long it took."</span>
             </label>
         })
     };

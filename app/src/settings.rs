@@ -206,7 +206,9 @@ pub(crate) mod tests {
                 if let Some((path, word)) = s.only_with {
                     settings::setting_at(path).unwrap().set(&mut one, word).unwrap();
                 }
-                if s.set(&mut one, &v).is_err() {
+                // A value the row takes but the run would refuse (a text prompt on a model
+                // without a byte vocabulary) is refused by the reading too: no round trip.
+                if s.set(&mut one, &v).is_err() || one.check(&Default::default()).is_err() {
                     continue;
                 }
                 assert_eq!(read(&query(&one)), one, "{}={v}", s.key);

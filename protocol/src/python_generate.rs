@@ -51,10 +51,17 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
         out.push_str(&format!("# {}: {}\n", d.display_name, d.provenance()));
     }
     out.push_str(&big_weights_note(spec).unwrap_or_default());
-    out.push_str(&format!(
-        "model = {}.to(device)\n",
-        spec.model.python_constructor()
-    ));
+    let trained = spec.model.decoder().and_then(|d| match &d.source {
+        crate::decoder::DecoderSource::Trained { folder, bos, .. } => Some((folder.clone(), *bos)),
+        _ => None,
+    });
+    match &trained {
+        // The folder this repository ships, as transformers loads it (run from its root).
+        Some((folder, _)) => out.push_str(&format!(
+            "model = transformers.AutoModelForCausalLM.from_pretrained(\"models/{folder}\", dtype=torch.float32).to(device)\n"
+        )),
+        None => out.push_str(&format!("model = {}.to(device)\n", spec.model.python_constructor())),
+    }
     out.push_str(if spec.eval {
         "model.eval()   # attention dropout off\n"
     } else {
@@ -68,10 +75,18 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
         }
     }
     out.push_str(&quantize_lines(spec));
-    out.push_str(&format!(
-        "prompt = torch.randint(0, {vocab}, ({}, {prompt}), device=device)  # random token ids\n",
-        spec.batch
-    ));
+    let text = spec.generate.as_ref().and_then(|g| g.prompt_text.as_ref());
+    match (trained, text) {
+        (Some((_, bos)), Some(text)) => out.push_str(&format!(
+            "text = {}\nprompt = torch.tensor([[{bos}] + list(text.encode(\"utf-8\"))] * {}, device=device)  # [BOS] + the text's bytes\n",
+            serde_json::to_string(text).unwrap_or_default(),
+            spec.batch
+        )),
+        _ => out.push_str(&format!(
+            "prompt = torch.randint(0, {vocab}, ({}, {prompt}), device=device)  # random token ids\n",
+            spec.batch
+        )),
+    }
     out.push_str(&format!("new_tokens = {new_tokens}\n\n"));
     (out, prompt, new_tokens)
 }
@@ -140,7 +155,17 @@ pub fn hand_written_loop(spec: &RunSpec) -> String {
             out.push_str(&format!("{i}y = torch.cat(tokens, dim=1)\n"));
         }
     }
+    out.push_str(&text_tail(spec));
     out
+}
+
+/// For a text prompt on a byte-level model: the continuation printed as text (ids below 256
+/// are bytes).
+fn text_tail(spec: &RunSpec) -> String {
+    match spec.generate.as_ref().and_then(|g| g.prompt_text.as_ref()) {
+        Some(_) => "print(text + bytes(t for t in y[0].tolist() if t < 256).decode(\"utf-8\", \"replace\"))\n".into(),
+        None => String::new(),
+    }
 }
 
 /// The same generation through `model.generate`; `y` holds the new tokens.
@@ -176,6 +201,7 @@ pub fn with_generate(spec: &RunSpec) -> String {
     out.push_str(&format!("{i}    do_sample=False, {cache_args}, pad_token_id=0,\n"));
     out.push_str(&format!("{i})\n"));
     out.push_str("y = out[:, prompt.shape[1]:]\n");
+    out.push_str(&text_tail(spec));
     out
 }
 

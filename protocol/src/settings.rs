@@ -695,6 +695,7 @@ pub fn command_args(table: &'static [Setting], spec: &RunSpec, skip: &[&str]) ->
                 Kind::Switch if v == "1" => format!("--{}", s.flag),
                 Kind::Switch => return None,
                 Kind::Pair { on, off } => format!("--{}", if v == "1" { on } else { off }),
+                Kind::Text => format!("--{}={}", s.flag, shell_quoted(&v)),
                 _ => format!("--{}={v}", s.flag),
             })
         })
@@ -740,6 +741,33 @@ pub fn differences(table: &'static [Setting], page: Page, spec: &RunSpec, defaul
                 .then(|| format!("{}: {}", s.label, s.text(&v)))
         })
         .collect()
+}
+
+/// `text` as one shell word: as is when every character is plain, in single quotes
+/// otherwise, and in bash's `$'…'` with escapes when it holds a control character (a new
+/// line would end the snippets' comment line that carries the command).
+pub fn shell_quoted(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=,+-@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.to_string();
+    }
+    if !text.chars().any(char::is_control) {
+        return format!("'{}'", text.replace('\'', "'\\''"));
+    }
+    let mut out = String::from("$'");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// An address's value: the few characters a query cannot carry, escaped.

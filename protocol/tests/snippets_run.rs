@@ -116,7 +116,30 @@ fn every_model_snippet_runs_with_pytorch() {
             snippets.push((format!("generate-hf-kv-{tag}"), hf));
         }
     }
+    // The trained byte model, from the repository's folder, on a text prompt whose quote and
+    // new line must survive the command line in the first comment and the Python literal.
+    for cache in [protocol::KvCacheKind::Dynamic, protocol::KvCacheKind::Off] {
+        let spec = RunSpec {
+            model: protocol::decoder::TRAINED_PRESET.parse().unwrap(),
+            grad: GradMode::NoGrad,
+            device: protocol::DeviceChoice::Cpu,
+            batch: 2,
+            generate: Some(protocol::GenerateSpec {
+                new_tokens: 4,
+                cache,
+                prompt_text: Some("def f(x):\n    return 'é'".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let looped = protocol::python_generate_loop(&spec);
+        assert!(looped.lines().next().unwrap().ends_with(r"--prompt-text=$'def f(x):\n    return \'é\''"), "{looped}");
+        snippets.push((format!("generate-loop-trained-{}", cache.as_str()), looped));
+        snippets.push((format!("generate-hf-trained-{}", cache.as_str()), protocol::python_generate_hf(&spec)));
+    }
     let mut child = std::process::Command::new(&python)
+        // The repository's root: the trained model's snippets load `models/torch_bytes`.
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .arg("-c")
         .arg(RUNNER)
         .stdin(std::process::Stdio::piped())

@@ -139,3 +139,39 @@ async fn a_recorded_generation_has_its_charts_as_pictures() {
     assert_eq!(e.field.as_deref(), Some("chart"));
     assert!(e.message.contains("is a generation"), "{e:?}");
 }
+
+/// A text prompt: empty, over the cap, invalid UTF-8 (raw, or a lone surrogate escape), or
+/// on a model without a byte vocabulary, is a 4xx naming `generate.prompt_text`; a good one
+/// runs on the trained preset and its report carries the text.
+#[tokio::test]
+async fn a_text_prompt_is_checked_and_its_text_comes_back() {
+    let long = "x".repeat(protocol::MAX_PROMPT_TEXT_BYTES as usize + 1);
+    let over = format!(r#"{{"model": "torch_bytes", "generate": {{"prompt_text": "{long}"}}}}"#);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (br#"{"model": "torch_bytes", "generate": {"prompt_text": ""}}"#.to_vec(), "empty"),
+        (over.into_bytes(), "192"),
+        (b"{\"model\": \"torch_bytes\", \"generate\": {\"prompt_text\": \"\xff\xfe\"}}".to_vec(), ""),
+        (br#"{"model": "torch_bytes", "generate": {"prompt_text": "\ud800"}}"#.to_vec(), ""),
+        (br#"{"model": "llama_tiny", "generate": {"prompt_text": "def f():"}}"#.to_vec(), "byte"),
+    ];
+    for (body, why) in cases {
+        let request = axum::http::Request::post("/api/runs")
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(body.clone()))
+            .unwrap();
+        let (status, _, bytes) = send(app(), request).await;
+        let shown = String::from_utf8_lossy(&body);
+        assert!(status.is_client_error(), "{shown}: {status}");
+        let err = error_of(&bytes);
+        assert_eq!(err.field.as_deref(), Some("generate.prompt_text"), "{shown}: {}", err.message);
+        assert!(err.message.contains(why), "{shown}: {}", err.message);
+    }
+    let report = finished(r#"{"model": "torch_bytes", "device": "cpu", "batch": 1, "grad": "no_grad",
+        "generate": {"new_tokens": 8, "prompt_text": "import torch"}}"#)
+    .await;
+    let g = report.generation.as_ref().unwrap();
+    assert_eq!(g.prompt_len, 1 + "import torch".len() as u32);
+    let text = g.text.as_ref().expect("a byte model's text");
+    assert_eq!(text.prompt, "import torch");
+    assert_eq!(text.generated[0], protocol::bytes_text(&g.tokens[0]));
+}
