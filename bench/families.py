@@ -109,7 +109,8 @@ def hf_model(c: dict):
             sliding_window=c.get("sliding_window"), **common)
         cls = transformers.MixtralForCausalLM
     elif a == "Phi3ForCausalLM":
-        cfg = transformers.Phi3Config(rope_parameters=rope, sliding_window=c.get("sliding_window"), **common)
+        # Phi3Config pads with id 32000 by default, past the tiny vocabulary.
+        cfg = transformers.Phi3Config(rope_parameters=rope, sliding_window=c.get("sliding_window"), pad_token_id=0, **common)
         cls = transformers.Phi3ForCausalLM
     else:
         raise SystemExit(f"{a}: no transformers peer here")

@@ -96,7 +96,7 @@ impl Lab {
         }
         if spec.generate.as_ref().is_some_and(|g| g.quality) && report.generation.is_some() {
             // Asked for: like the logits, a missing block would read as a pass.
-            let quality = self.quality(&spec, device, &control)?;
+            let quality = self.quality(&spec, device, &control, None)?;
             if let Some(g) = report.generation.as_mut() {
                 g.quality = Some(quality);
             }

@@ -113,8 +113,16 @@ pub fn unigram_bits_per_byte(counts: &[u64], data: &[u8]) -> f64 {
 }
 
 impl Lab {
-    /// The quality block for a run of `spec` on `device` (its model must be a trained one).
-    pub(super) fn quality(&mut self, spec: &RunSpec, device: DeviceKind, control: &RunControl) -> Result<Quality, RunFailure> {
+    /// The quality block for a run of `spec` on `device` (its model must be a trained one):
+    /// every setting of the table, or only those whose quantization `only` lists (a card's
+    /// two rows).
+    pub(crate) fn quality(
+        &mut self,
+        spec: &RunSpec,
+        device: DeviceKind,
+        control: &RunControl,
+        only: Option<&[LinearQuant]>,
+    ) -> Result<Quality, RunFailure> {
         let model = spec
             .model
             .decoder()
@@ -138,7 +146,10 @@ impl Lab {
         let g = spec.generate.clone().unwrap_or_default();
         let chunks = n / context;
         let mut rows = vec![];
-        for s in settings() {
+        let wanted = |s: &Setting| {
+            only.is_none_or(|q| q.contains(&s.quant) && s.weights == WeightsDtype::Fp32 && s.kv == KvDtype::AsActivations)
+        };
+        for s in settings().into_iter().filter(wanted) {
             control.check()?;
             let start = Instant::now();
             let mut adv = spec.advanced.clone();

@@ -130,7 +130,7 @@ pub const SAME_BYTES: Ask = Ask::Direction { timed: false };
 pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 38] = [
+pub static CARDS: [&Card; 39] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -166,6 +166,7 @@ pub static CARDS: [&Card; 38] = [
     &generation::QUANTIZED_WEIGHTS_NOT_KV,
     &generation::INT8_SPEED_DEPENDS,
     &generation::KV_DTYPE,
+    &generation::INT4_ON_A_TRAINED_MODEL,
     &generation::FP16_OVERFLOW,
     &generation::SDPA_BACKEND,
     // The decoder families teams serve now (see `generation`).

@@ -477,6 +477,7 @@ fn generation_cards(device: DeviceKind) {
         "inference-tensor-cache",
         "quantized-weights-not-kv",
         "kv-dtype",
+        "int4-on-a-trained-model",
         "fp16-overflow",
         "sdpa-backend",
         "sliding-window-kv",
@@ -506,6 +507,13 @@ fn decoder_settings_physics(r: &PitfallReport) {
         "kv-dtype" => {
             assert_eq!(2.0 * f("bf16 cache: KV cache"), f("fp32 cache: KV cache"));
             assert_eq!(2.0 * f("fp16 cache: KV cache"), f("fp32 cache: KV cache"));
+        }
+        "int4-on-a-trained-model" => {
+            assert!(f("fp32: bits per byte") < f("gzip -9: bits per byte"), "the trained model beats gzip -9");
+            assert!(f("int4: bits per byte") < 1.05 * f("fp32: bits per byte"));
+            assert!(f("trained: greedy agreement") > f("random: greedy agreement"));
+            // Random weights leave more positions whose top-1 margin int4 can flip.
+            assert!(f("random: low-margin share") > f("trained: low-margin share"));
         }
         "fp16-overflow" => {
             assert!(f("fp32: largest |activation|") > 65504.0);

@@ -9,10 +9,12 @@
 
 mod families;
 mod memory;
+mod quality;
 mod settings;
 mod speed;
 
 pub use families::{MOE_BATCH_READS_MORE, MOE_MEMORY_IS_TOTAL, SLIDING_WINDOW_KV};
+pub use quality::INT4_ON_A_TRAINED_MODEL;
 pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, PADDING_WASTE, STATIC_CACHE};
 pub use settings::{FP16_OVERFLOW, INT8_SPEED_DEPENDS, KV_DTYPE, QUANTIZED_WEIGHTS_NOT_KV, SDPA_BACKEND};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
@@ -248,7 +250,7 @@ pub mod rules {
 }
 
 /// Every generation card, in tour order.
-pub const CARDS: [&Card; 19] = [
+pub const CARDS: [&Card; 20] = [
     &GENERATE_NO_GRAD,
     &KV_CACHE_SIZE,
     &GQA,
@@ -263,6 +265,7 @@ pub const CARDS: [&Card; 19] = [
     &QUANTIZED_WEIGHTS_NOT_KV,
     &INT8_SPEED_DEPENDS,
     &KV_DTYPE,
+    &INT4_ON_A_TRAINED_MODEL,
     &FP16_OVERFLOW,
     &SDPA_BACKEND,
     &SLIDING_WINDOW_KV,

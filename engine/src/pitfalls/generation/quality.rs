@@ -1,0 +1,160 @@
+//! The generation card about what quantization costs a model that has learned something
+//! (`int4-on-a-trained-model`): the trained byte-level model's bits per byte on held-out text
+//! with int4 linear layers against fp32, beside the greedy agreement int4 leaves on it and
+//! on a random-weights preset of the same family.
+
+use protocol::{ChartKind, GenerationReport, GradMode, KvCacheKind, LinearQuant, RunFailure, RunSpec, WeightQuant, WeightsDtype};
+
+use super::super::kit::{fig, series, Ctx, Decision, Outcome};
+use super::super::{Ask, Card, Needs};
+use super::{gen_spec, generate};
+use crate::lab::Lab;
+use crate::torch_call::failure;
+
+/// int4's group size here: the smallest, the closest to the weights.
+const GROUP: u32 = 32;
+
+/// The prompt the trained model continues.
+const PROMPT: &str = "def forward(self, x):";
+
+pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
+    id: "int4-on-a-trained-model",
+    title: "int4 costs a trained model little; random weights make it look ruinous",
+    asks: "What does weight-only int4 do to a model that has learned real text, measured on text it never saw?",
+    labels: ["int4 judged by greedy agreement on a random-weights model", "int4 judged by bits per byte of a trained model on held-out text"],
+    setup: int4_on_a_trained_model_setup,
+    needs: Needs::Any,
+    claim: "Weight-only int4 (groups of 32) raises a trained model's bits per byte on held-out text by well under 5%, and it keeps most of its greedy picks; on random weights the same quantization flips most greedy picks, because their top-1 margins are tiny. Judge a quantization on a trained model, by a quality figure on real text.",
+    why: "A greedy pick flips when a perturbation of the logits exceeds the gap between the best and the second-best token. Random weights give near-uniform logits with tiny gaps, so almost any rounding flips them; a trained model is confident where the text is predictable, and its cross-entropy on held-out text moves only as far as the rounding moves its probabilities. What makes int4 hard on large trained models is their outlier weights, which a per-group scale follows; torchao and gpt-fast judge a quantization by perplexity on real text for this reason.",
+    source: "https://github.com/pytorch-labs/gpt-fast#int4-weight-only-quantization",
+    pitfall: "agree = (quantized.generate(ids).sequences == model.generate(ids).sequences).float().mean()",
+    fix: "bits = sum(-log_softmax(model(x).logits, -1).gather(-1, y[..., None]).sum() for x, y in held_out) / n_bytes / math.log(2)",
+    threshold: "confirmed when the trained model's bits per byte with int4 (groups of 32) linear layers is at most 1.05× its fp32 figure on the held-out text, and int4 leaves it a higher greedy agreement with its unquantized self than it leaves the random-weights preset. Regime: any device; the bits per byte repeat to the last digits",
+    question: crate::pitfalls::ratio(
+        "The trained model on its held-out text: its bits per byte with int4 linear layers (groups of 32), as a multiple of its bits per byte in fp32?",
+        "int4: bits per byte",
+        "fp32: bits per byte",
+        Ask::LogScale { min: 0.5, max: 8.0, within: 1.05 },
+    ),
+    experiment: int4_on_a_trained_model,
+};
+
+/// What the card runs: the trained model's quality in fp32 and with int4, a generation of it
+/// with int4 (its drift), and the same generation on the random-weights Llama preset.
+fn plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
+    let int4 = |mut spec: RunSpec| {
+        if let Some(g) = spec.generate.as_mut() {
+            g.weights = WeightQuant::Int4;
+            g.group_size = Some(GROUP);
+        }
+        spec
+    };
+    // The trained model and the preset it is set against, whatever model the card's
+    // options name: the lesson is the pair.
+    let trained_model: protocol::ModelId = protocol::decoder::TRAINED_PRESET.parse().unwrap_or(protocol::ModelId::TinyMlp);
+    let mut trained = int4(gen_spec(ctx, trained_model, 1, 1, 64, KvCacheKind::Dynamic, GradMode::NoGrad));
+    trained.input_size = None;
+    if let Some(g) = trained.generate.as_mut() {
+        g.prompt_text = Some(PROMPT.into());
+    }
+    let random_model: protocol::ModelId = protocol::decoder::CPU_PRESET.parse().unwrap_or(protocol::ModelId::TinyMlp);
+    let random = int4(gen_spec(ctx, random_model, 1, trained.resolved_input_size(), 64, KvCacheKind::Dynamic, GradMode::NoGrad));
+    (trained, random)
+}
+
+fn describe(trained: &RunSpec) -> String {
+    format!(
+        "{}, fp32 weights, linear layers in fp32 and in int4 (groups of {GROUP}), no_grad, eval",
+        trained.model.display_name()
+    )
+}
+
+fn int4_on_a_trained_model_setup(ctx: &Ctx) -> Vec<String> {
+    let (trained, random) = plan(ctx);
+    vec![
+        describe(&trained),
+        super::shape(trained.model),
+        format!(
+            "Quality: bits per byte on the model's held-out text (64 KiB of torch/fx it never saw), in chunks of its {}-byte context, for fp32 and for int4",
+            trained.model.decoder().map_or(0, |d| d.config.max_position_embeddings)
+        ),
+        format!(
+            "Agreement: a greedy generation of 64 tokens with int4 from the prompt {PROMPT:?}, and one of {} with int4 from {} random token ids, each against its unquantized model on the same tokens",
+            random.model.display_name(),
+            random.resolved_input_size()
+        ),
+        "Measured: bits per byte in both settings; each generation's greedy agreement, max |Δ logit| at the prefill and the share of positions whose top-1 margin is below it".into(),
+    ]
+}
+
+fn drift_of(g: &GenerationReport) -> Result<protocol::Drift, RunFailure> {
+    g.drift.clone().ok_or_else(|| failure(protocol::FailureKind::Internal, "an int4 generation without its drift"))
+}
+
+fn int4_on_a_trained_model(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (trained, random) = plan(ctx);
+    let quant = LinearQuant { weights: WeightQuant::Int4, group_size: GROUP };
+    let q = lab.quality(&trained, ctx.device, ctx.control, Some(&[LinearQuant::NONE, quant]))?;
+    let bits = |w: WeightQuant| {
+        q.rows
+            .iter()
+            .find(|r| r.quant == w && r.weights == WeightsDtype::Fp32)
+            .map(|r| r.bits_per_byte)
+            .ok_or_else(|| failure(protocol::FailureKind::Internal, "a quality row is missing"))
+    };
+    let (fp32, int4) = (bits(WeightQuant::None)?, bits(WeightQuant::Int4)?);
+    ctx.check()?;
+    let (_, g_trained) = generate(lab, ctx, trained.clone())?;
+    ctx.check()?;
+    let (_, g_random) = generate(lab, ctx, random.clone())?;
+    let (dt, dr) = (drift_of(&g_trained)?, drift_of(&g_random)?);
+    let ratio = int4 / fp32;
+    let holds = ratio <= 1.05 && dt.greedy_agreement > dr.greedy_agreement;
+    let low = |d: &protocol::Drift| d.low_margin_share.map_or("—".into(), |s| format!("{:.0}%", 100.0 * s));
+    let reason = format!(
+        "{}: int4 took the trained model from {fp32:.4} to {int4:.4} bits per byte on held-out text (×{ratio:.4}; gzip -9 gives {:.4}); its greedy agreement with its unquantized self was {:.0}% (max |Δ logit| {:.3}, {} of positions with a smaller top-1 margin), against {:.0}% on {} (max |Δ logit| {:.3}, {})",
+        describe(&trained),
+        q.gzip_bits_per_byte,
+        100.0 * dt.greedy_agreement,
+        dt.max_abs_logit_delta,
+        low(&dt),
+        100.0 * dr.greedy_agreement,
+        random.model.display_name(),
+        dr.max_abs_logit_delta,
+        low(&dr),
+    );
+    let decision = Decision::rule(
+        holds,
+        format!("{reason}: the trained model barely moved."),
+        format!("{reason}."),
+    );
+    let notes = vec![
+        format!("The trained text: {:?}", g_trained.text.as_ref().and_then(|t| t.generated.first().cloned()).unwrap_or_default()),
+        match q.rows.iter().find_map(|r| r.kernel_max_abs_logit_delta) {
+            Some(d) => format!("int4's bits per byte come from the int4 values, dequantized, through a dense matmul (PyTorch's packed int4 kernel takes tens of times longer on a long slice on a CPU); on the slice's first chunk the two differ by at most {d:.2e} in a logit."),
+            None => "int4's bits per byte come from the int4 values, dequantized, through a dense matmul.".into(),
+        },
+    ];
+    let agreement = vec!["trained model".to_string(), "random weights".into()];
+    let mut figures = vec![
+        fig("fp32: bits per byte", fp32, "bits/byte"),
+        fig("int4: bits per byte", int4, "bits/byte"),
+        fig("gzip -9: bits per byte", q.gzip_bits_per_byte, "bits/byte"),
+        fig("trained: greedy agreement", dt.greedy_agreement, "share"),
+        fig("random: greedy agreement", dr.greedy_agreement, "share"),
+    ];
+    for (name, d) in [("trained: low-margin share", &dt), ("random: low-margin share", &dr)] {
+        if let Some(s) = d.low_margin_share {
+            figures.push(fig(name, s, "share"));
+        }
+    }
+    Ok(Outcome::new(decision, describe(&trained), ChartKind::Bar)
+        .figures(figures)
+        .series(vec![series(
+            "greedy picks int4 leaves as they were",
+            "%",
+            agreement,
+            vec![100.0 * dt.greedy_agreement, 100.0 * dr.greedy_agreement],
+        )])
+        .notes(notes))
+}
