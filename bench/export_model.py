@@ -78,8 +78,10 @@ DTYPES = ["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"]
 # (protocol::team::built_in_names; server/tests/team.rs checks that the two lists agree).
 # A team model may not take one.
 BUILT_IN_MODELS = ["tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer",
-                   "llama_tiny", "llama_tiny_mha", "smollm2_135m", "qwen2_5_0_5b", "llama_3_2_1b",
-                   "llama_3_1_8b"]
+                   "llama_tiny", "torch_bytes", "llama_tiny_mha", "qwen3_tiny", "gemma3_tiny",
+                   "qwen3_moe_tiny", "mixtral_tiny", "phi3_tiny", "smollm2_135m", "qwen2_5_0_5b",
+                   "gemma3_1b", "llama_3_2_1b", "phi3_mini", "llama_3_1_8b", "qwen3_8b",
+                   "qwen3_30b_a3b", "mixtral_8x7b"]
 
 
 def model_name(source, name):
