@@ -115,6 +115,10 @@ for k in ("gradless", "device-tests"):
   done
   cp scripts/gpu-check.sh "$BUNDLE/gpu-check.sh"
   cp bench/compare.py bench/peer.py "$BUNDLE/bench/"
+  # The model trained here (its weights and held-out text): the card int4-on-a-trained-model
+  # and the device tests build it, found through GRADLESS_TRAINED_DIR on the host.
+  mkdir -p "$BUNDLE/models"
+  cp -r models/torch_bytes "$BUNDLE/models/"
   python3 - "$BUNDLE" "$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$(git status --porcelain 2>/dev/null | grep -c . || true)" <<'PY'
 import datetime, hashlib, json, os, sys
 root, commit, dirty = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0)
@@ -239,7 +243,9 @@ skip() { DECLARED=$((DECLARED + $2)); record "$1" skipped 0 "$2" "$3"; }
 # left: seconds until this step's deadline (for the commands a step runs one by one).
 left() { echo $((STEP_DEADLINE - $(date +%s))); }
 
-export JSONPY PY GRADLESS TESTS OUT MODE DEVICE TORCH_VENV TORCH_LIB BIN SERVER_PORT HERE
+# The trained model's folder travels in the bundle (the build's own path is not on the host).
+GRADLESS_TRAINED_DIR="$HERE/models"
+export JSONPY PY GRADLESS TESTS OUT MODE DEVICE TORCH_VENV TORCH_LIB BIN SERVER_PORT HERE GRADLESS_TRAINED_DIR
 
 # ---- the steps -------------------------------------------------------------------------
 
