@@ -54,7 +54,8 @@ test("the forward-pass chart overlays one series per run, grad above no_grad", a
 test("a memory pitfall card overlays the traced passes of its rows", async ({ page }) => {
   await page.goto("/pitfalls#eval-not-nograd");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await page.getByTestId("run-eval-not-nograd").click();
+  // Without a prediction (Lock in waits for one): the lesson opens and the card runs.
+  await page.getByTestId("skip-eval-not-nograd").click();
   await expect(page.getByTestId("verdict-eval-not-nograd")).toContainText("Confirmed", { timeout: 120_000 });
   await expect(page.getByTestId("trace-eval-not-nograd")).toBeVisible();
   const lines = await page.evaluate(() => {
