@@ -22,7 +22,11 @@ import { recordedRun } from "./recorded-run";
  * its own modules, ECharts or the pictures, the page. The printed table shows where the
  * bytes are when one fails; scripts/bench-load.mjs prints every page's figure.
  */
-const BUDGETS = { lab: 450_000, generate: 500_000, embedRun: 300_000 };
+// Raised on 2026-12-03 from 450,000 and 500,000: the main module grew from 388.8 to 422.8 KB
+// brotli with the cards' two states (question, lesson) and the trained model's controls,
+// measured at 455,231 B (Lab) and 519,671 B (/generate). Winning those bytes back is open
+// work (docs/measuring.md, "The site's weight, split by split").
+const BUDGETS = { lab: 470_000, generate: 540_000, embedRun: 300_000 };
 
 interface Transfer {
   url: string;
