@@ -12,7 +12,10 @@
 //!   the runs it measured (and, at start, the ones it recorded before); runs of identical
 //!   settings on the same device give the pooled standard deviation of ln(p50) between runs
 //!   of one setting, which every report carries as measured when it finished
-//!   ([`crate::Report::run_to_run`]), so a record reads the same forever;
+//!   ([`crate::Report::run_to_run`]), so a record reads the same forever. A model with too
+//!   few repeats of its own borrows the device's, but only repeats of the same kind of run
+//!   (passes or decode steps) within a factor of 8 in p50: noise depends on how long a
+//!   run lasts against the machine's load;
 //! - **the two runs' own drift**: each run's timed iterations split into consecutive blocks,
 //!   the spread of the blocks' medians ([`block_drift`]); for a generation, whose steps slow
 //!   down with the position by design, around the run's trend.
@@ -411,9 +414,19 @@ const MODEL_MIN_DF: u32 = 4;
 struct Entry {
     device: String,
     model: String,
+    /// A generation's p50 is a decode step's, a forward run's a pass's: repeats of one never
+    /// speak for the other.
+    generation: bool,
     settings: String,
     ln_p50: f64,
 }
+
+/// How far (in ln p50) a device's repeats may lie from a run to speak for its noise when the
+/// run's own model has too few: a factor of 8. A run of sub-millisecond passes lands wholly
+/// inside or outside a burst of another process's load, one of tens of milliseconds per step
+/// averages over it; on a busy CI machine a tiny MLP's repeats measured ±580% while a
+/// decoder's steps did not move by half that, and pooled, they hid a 2.9× effect.
+const DEVICE_SCALE_LN: f64 = 2.0794415416798357; // ln 8
 
 /// The medians of the runs a device thread measured, grouped by identical settings on the
 /// same device: what [`RunToRun`] is pooled from.
@@ -437,6 +450,7 @@ impl NoiseBook {
         self.runs.push_back(Entry {
             device: device_key(r),
             model: r.spec.model.to_string(),
+            generation: r.spec.generate.is_some(),
             settings: serde_json::to_string(&r.spec).unwrap_or_default(),
             ln_p50: p50.ln(),
         });
@@ -447,24 +461,44 @@ impl NoiseBook {
 
     /// This server's run-to-run noise for runs like `r` (same device): pooled over the
     /// model's repeats where they give [`MODEL_MIN_DF`] degrees of freedom, else over the
-    /// device's; `None` before any setting has been run twice.
+    /// device's repeats of the same kind of run (forward passes or a generation's steps)
+    /// whose p50 lies within a factor of 8 of `r`'s ([`DEVICE_SCALE_LN`]); `None` before any
+    /// such setting has been run twice.
     pub fn floor(&self, r: &Report) -> Option<RunToRun> {
         let device = device_key(r);
         let model = r.spec.model.to_string();
-        let of_model = self.pooled(|e| e.device == device && e.model == model, NoiseScope::Model);
+        let generation = r.spec.generate.is_some();
+        let of_model = self.pooled(
+            |e| e.device == device && e.model == model && e.generation == generation,
+            |_| true,
+            NoiseScope::Model,
+        );
+        let ln_p50 = r.latency_ms.p50.ln();
         match of_model {
             Some(m) if m.df >= MODEL_MIN_DF => Some(m),
-            _ => self.pooled(|e| e.device == device, NoiseScope::Device),
+            _ => self.pooled(
+                |e| e.device == device && e.generation == generation,
+                |mean| (mean - ln_p50).abs() <= DEVICE_SCALE_LN,
+                NoiseScope::Device,
+            ),
         }
     }
 
-    fn pooled(&self, keep: impl Fn(&Entry) -> bool, scope: NoiseScope) -> Option<RunToRun> {
+    /// Pools the groups of identical settings among the entries `keep` takes whose mean
+    /// ln p50 `near` accepts.
+    fn pooled(
+        &self,
+        keep: impl Fn(&Entry) -> bool,
+        near: impl Fn(f64) -> bool,
+        scope: NoiseScope,
+    ) -> Option<RunToRun> {
         let mut groups: HashMap<&str, Vec<f64>> = HashMap::new();
         for e in self.runs.iter().filter(|e| keep(e)) {
             groups.entry(&e.settings).or_default().push(e.ln_p50);
         }
         let (mut ss, mut df, mut runs) = (0.0, 0u32, 0u32);
-        for xs in groups.values().filter(|xs| xs.len() >= 2) {
+        let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+        for xs in groups.values().filter(|xs| xs.len() >= 2 && near(mean(xs))) {
             let m = xs.iter().sum::<f64>() / xs.len() as f64;
             ss += xs.iter().map(|x| (x - m).powi(2)).sum::<f64>();
             df += xs.len() as u32 - 1;

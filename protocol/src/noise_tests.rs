@@ -84,6 +84,15 @@ fn the_book_pools_repeats_of_identical_settings_only() {
     let mut other_model = run_of("no_grad", &[10.0; 8]);
     other_model.spec.model = crate::ModelId::TinyMlp;
     assert_eq!(book.floor(&other_model).unwrap().scope, NoiseScope::Device);
+    // A model 50× slower per pass borrows nothing from these repeats: a short run's noise
+    // is not a long one's.
+    let mut slow_model = run_of("no_grad", &[500.0; 8]);
+    slow_model.spec.model = crate::ModelId::TinyMlp;
+    assert_eq!(book.floor(&slow_model), None);
+    // Nor does a generation, whose p50 is a decode step's, at the same scale.
+    let mut generation = other_model.clone();
+    generation.spec.generate = Some(Default::default());
+    assert_eq!(book.floor(&generation), None);
     // Another device shares nothing.
     let mut elsewhere = a.clone();
     elsewhere.env.device_name = "another cpu".into();
