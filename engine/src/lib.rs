@@ -31,7 +31,7 @@ pub mod worker;
 pub use device::{Machine, LIBTORCH_VERSION};
 pub use error::EngineError;
 pub use lab::{Budget, Lab, LabConfig, RunControl};
-pub use spec::{check_spec, CheckedSpec};
+pub use spec::{check_spec, CheckedSpec, ForwardRun, GenerateRun};
 pub use worker::{
     ExperimentError, ExperimentReply, ExperimentTicket, MeasureError, RunTicket, Sink, Worker,
     WorkerConfig,

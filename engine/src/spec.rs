@@ -1,19 +1,72 @@
 //! Turning a [`RunSpec`] from outside into a [`CheckedSpec`] that can run on this machine.
 //! After this point no code sees an invalid spec.
 
-use protocol::{DeviceChoice, DeviceKind, Limits, RunSpec, SpecError};
+use protocol::{DeviceChoice, DeviceKind, GenerateSpec, Limits, RunSpec, SpecError};
 
 use crate::device::Machine;
 
-/// A spec that passed every check, with `device` and `input_size` resolved.
+/// A spec that passed every check, with `device` and `input_size` resolved: timed forward
+/// passes or a generation, two kinds of run that share the five switches and little else.
+/// The wire format stays one [`RunSpec`] with an optional `generate` block; from here on
+/// the code that runs one kind cannot ask for the other's settings (a generation has no
+/// `iters` or `warmup`: its counts are the prefill and `new_tokens` steps).
 #[derive(Clone, Debug, PartialEq)]
-pub struct CheckedSpec {
+pub enum CheckedSpec {
+    Forward(ForwardRun),
+    Generate(GenerateRun),
+}
+
+/// Timed forward passes: `warmup` untimed, then `iters` timed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForwardRun {
     spec: RunSpec,
     device: DeviceKind,
 }
 
+/// A generation on a decoder: one untimed warm-up generation step, then the prefill and
+/// `new_tokens` decode steps, each timed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateRun {
+    spec: RunSpec,
+    generation: GenerateSpec,
+    device: DeviceKind,
+}
+
 impl CheckedSpec {
-    /// The spec as it will run (`device` is `cpu` or `cuda`, `input_size` is set).
+    fn new(spec: RunSpec, device: DeviceKind) -> CheckedSpec {
+        match spec.generate.clone() {
+            Some(generation) => CheckedSpec::Generate(GenerateRun {
+                spec,
+                generation,
+                device,
+            }),
+            None => CheckedSpec::Forward(ForwardRun { spec, device }),
+        }
+    }
+
+    /// The spec as it will run (`device` is `cpu` or `cuda`, `input_size` is set), as the
+    /// report echoes it.
+    pub fn spec(&self) -> &RunSpec {
+        match self {
+            CheckedSpec::Forward(r) => &r.spec,
+            CheckedSpec::Generate(r) => &r.spec,
+        }
+    }
+
+    pub fn device(&self) -> DeviceKind {
+        match self {
+            CheckedSpec::Forward(r) => r.device,
+            CheckedSpec::Generate(r) => r.device,
+        }
+    }
+
+    /// The input size (a decoder's prompt length) the run uses.
+    pub fn input_size(&self) -> u32 {
+        self.spec().resolved_input_size()
+    }
+}
+
+impl ForwardRun {
     pub fn spec(&self) -> &RunSpec {
         &self.spec
     }
@@ -26,15 +79,47 @@ impl CheckedSpec {
         self.spec.resolved_input_size()
     }
 
-    /// The same device and input size with other settings (the lab's probes use it): the
-    /// caller keeps the batch and the counts within what was checked or below.
-    pub(crate) fn with_spec(&self, mut spec: RunSpec) -> CheckedSpec {
-        spec.device = self.spec.device;
-        spec.input_size = self.spec.input_size;
-        CheckedSpec {
+    /// Untimed passes before the timed ones.
+    pub fn warmup(&self) -> u32 {
+        self.spec.warmup
+    }
+
+    /// Timed passes.
+    pub fn iters(&self) -> u32 {
+        self.spec.iters
+    }
+
+    /// The same run at another batch with other counts (admission's probes): the caller
+    /// keeps the batch within what was checked or below.
+    pub(crate) fn probe(&self, batch: u32, warmup: u32, iters: u32) -> CheckedSpec {
+        let mut spec = self.spec.clone();
+        spec.batch = batch;
+        spec.warmup = warmup;
+        spec.iters = iters;
+        CheckedSpec::Forward(ForwardRun {
             spec,
             device: self.device,
-        }
+        })
+    }
+}
+
+impl GenerateRun {
+    pub fn spec(&self) -> &RunSpec {
+        &self.spec
+    }
+
+    pub fn device(&self) -> DeviceKind {
+        self.device
+    }
+
+    /// The prompt length in tokens (a text prompt's bytes plus its BOS).
+    pub fn input_size(&self) -> u32 {
+        self.spec.resolved_input_size()
+    }
+
+    /// What to generate and how.
+    pub fn generation(&self) -> &GenerateSpec {
+        &self.generation
     }
 }
 
@@ -81,35 +166,8 @@ pub fn check_spec(
     if let Some(e) = spec.advanced.unsupported_on(device) {
         return Err(e);
     }
-    // fp8 where the hardware has it (Ada, Hopper and later): elsewhere an fp8 cache is a
-    // lesson about bytes only, and the page says so instead of running it.
-    let fp8 = spec.generate.as_ref().map(|g| g.kv_dtype) == Some(protocol::KvDtype::Fp8E4m3);
-    let cc = machine.compute_capability();
-    if fp8 && (device == DeviceKind::Cpu || cc.is_some_and(|cc| cc < 89)) {
-        return Err(SpecError {
-            field: "generate.kv_dtype".into(),
-            message: match device {
-                DeviceKind::Cpu => "fp8_e4m3 is not applicable on the CPU: an fp8 cache needs a CUDA device with fp8 (compute capability 8.9 or later); on the CPU choose bf16 or fp16".into(),
-                DeviceKind::Cuda => format!(
-                    "fp8_e4m3 needs a CUDA device with fp8 (compute capability 8.9 or later); this one is {}.{}; choose bf16 or fp16",
-                    cc.unwrap_or(0) / 10,
-                    cc.unwrap_or(0) % 10
-                ),
-            },
-        });
-    }
-    let quant = spec.generate.as_ref().map(|g| g.weights);
-    if device == DeviceKind::Cuda
-        && quant == Some(protocol::WeightQuant::Int4)
-        && spec.advanced.weights != protocol::WeightsDtype::Bf16
-    {
-        return Err(SpecError {
-            field: "generate.quant".into(),
-            message: format!(
-                "int4 linear layers on CUDA run PyTorch's tinygemm kernel (torch._weight_int4pack_mm), which takes bf16 activations only; set advanced.dtype to bf16, not {}",
-                spec.advanced.weights.as_str()
-            ),
-        });
+    if let Some(g) = &spec.generate {
+        check_generation(&spec, g, device, machine)?;
     }
     if spec.advanced.cuda_graph {
         if let Some(message) = cuda_graph_refusal(&spec) {
@@ -142,7 +200,46 @@ pub fn check_spec(
         DeviceKind::Cuda => DeviceChoice::Cuda,
     };
     spec.input_size = Some(spec.resolved_input_size());
-    Ok(CheckedSpec { spec, device })
+    Ok(CheckedSpec::new(spec, device))
+}
+
+/// The checks of a generation that depend on the device: an fp8 cache, int4 on CUDA.
+fn check_generation(
+    spec: &RunSpec,
+    g: &GenerateSpec,
+    device: DeviceKind,
+    machine: &Machine,
+) -> Result<(), SpecError> {
+    // fp8 where the hardware has it (Ada, Hopper and later): elsewhere an fp8 cache is a
+    // lesson about bytes only, and the page says so instead of running it.
+    let fp8 = g.kv_dtype == protocol::KvDtype::Fp8E4m3;
+    let cc = machine.compute_capability();
+    if fp8 && (device == DeviceKind::Cpu || cc.is_some_and(|cc| cc < 89)) {
+        return Err(SpecError {
+            field: "generate.kv_dtype".into(),
+            message: match device {
+                DeviceKind::Cpu => "fp8_e4m3 is not applicable on the CPU: an fp8 cache needs a CUDA device with fp8 (compute capability 8.9 or later); on the CPU choose bf16 or fp16".into(),
+                DeviceKind::Cuda => format!(
+                    "fp8_e4m3 needs a CUDA device with fp8 (compute capability 8.9 or later); this one is {}.{}; choose bf16 or fp16",
+                    cc.unwrap_or(0) / 10,
+                    cc.unwrap_or(0) % 10
+                ),
+            },
+        });
+    }
+    if device == DeviceKind::Cuda
+        && g.weights == protocol::WeightQuant::Int4
+        && spec.advanced.weights != protocol::WeightsDtype::Bf16
+    {
+        return Err(SpecError {
+            field: "generate.quant".into(),
+            message: format!(
+                "int4 linear layers on CUDA run PyTorch's tinygemm kernel (torch._weight_int4pack_mm), which takes bf16 activations only; set advanced.dtype to bf16, not {}",
+                spec.advanced.weights.as_str()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Why a graph cannot be captured for `spec`, in words for the spec's checks; `None` when

@@ -45,6 +45,16 @@ impl Element {
             Element::F8E4m3 => 1,
         }
     }
+
+    /// Its name as the pages say it: "fp32", "fp8 e4m3".
+    pub fn name(self) -> &'static str {
+        match self {
+            Element::F32 => "fp32",
+            Element::F16 => "fp16",
+            Element::Bf16 => "bf16",
+            Element::F8E4m3 => "fp8 e4m3",
+        }
+    }
 }
 
 impl WeightsDtype {

@@ -159,7 +159,7 @@ pub const SETTINGS: &[Setting] = &[
         path: "eval",
         key: "eval",
         flag: "eval",
-        label: "Mode",
+        label: "Module mode",
         help: "model.eval() or model.train(): dropout (and BatchNorm's statistics) follow it.",
         kind: Kind::Pair { on: "eval", off: "train" },
         pages: BOTH,
@@ -172,7 +172,7 @@ pub const SETTINGS: &[Setting] = &[
         path: "grad",
         key: "grad",
         flag: "grad",
-        label: "Grad",
+        label: "Grad mode",
         help: "How autograd is set around the forward pass.",
         kind: Kind::Choice(words::<GradMode>),
         pages: BOTH,
@@ -524,7 +524,7 @@ impl Setting {
     }
 
     /// The value as a run's label says it (`eval`, `bf16`).
-    fn said_value(&self, value: &str) -> String {
+    pub fn said_value(&self, value: &str) -> String {
         match self.kind {
             Kind::Pair { on, off } => (if value == "1" { on } else { off }).to_string(),
             _ => value.to_string(),

@@ -93,8 +93,10 @@ pub struct RunSpec {
     pub grad: GradMode,
     pub autocast: Autocast,
     /// Iterations run before timing starts; reported apart, never in the statistics.
+    /// Forward runs only: a generation warms up with one short generation of its own.
     pub warmup: u32,
-    /// Timed iterations.
+    /// Timed iterations. Forward runs only: a generation times its prefill and each of its
+    /// `generate.new_tokens` steps, once.
     pub iters: u32,
     /// CPU threads for libtorch's intra-op pool; `None` keeps the server's setting.
     pub threads: Option<u32>,

@@ -5,7 +5,8 @@
 //! [`BatchState`] so the Run button can refuse an invalid batch).
 
 use leptos::prelude::*;
-use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, GradMode, ModelId, RunSpec};
+use protocol::settings::setting_at;
+use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, ModelId, RunSpec};
 
 use super::{autocast_support, LabCtx};
 use crate::explain;
@@ -198,57 +199,96 @@ pub fn DeviceControl(lab: LabCtx) -> impl IntoView {
     }
 }
 
+/// One row of the settings table as radio buttons: the legend, the values and the words
+/// beside them come from [`protocol::settings::SETTINGS`], as the Generate page's controls
+/// do, so a value added to the enum appears here with no edit. The Lab adds what the table
+/// cannot know: whether this device can run each value (`support`: runnable, and why not)
+/// and the chosen value's explanation, folded while a prediction waits.
+fn row_radios(
+    lab: LabCtx,
+    path: &'static str,
+    guide: &'static str,
+    support: impl Fn(&RunSpec, &str) -> (bool, String) + Copy + Send + Sync + 'static,
+    text: impl Fn() -> String + Send + Sync + 'static,
+    note: impl IntoView + 'static,
+) -> impl IntoView {
+    let LabCtx { spec, .. } = lab;
+    let Some(row) = setting_at(path) else {
+        return ().into_any();
+    };
+    // The radio group's name and test ids: `grad-no_grad`, `mode-eval` (a pair's words).
+    let name = if row.key == "eval" { "mode" } else { row.key };
+    let radios = row
+        .choices()
+        .into_iter()
+        .map(|value| {
+            let word = row.said_value(&value);
+            let text = row.text(&value);
+            let value = StoredValue::new(value);
+            let support = move || value.with_value(|v| support(&spec.get(), v));
+            let checked = move || value.with_value(|v| row.value(&spec.get()).as_deref() == Some(v.as_str()));
+            view! {
+                <label class="choice" title=move || support().1>
+                    <input
+                        type="radio"
+                        name=name
+                        value=word.clone()
+                        data-testid=format!("{name}-{word}")
+                        prop:checked=checked
+                        prop:disabled=move || !support().0
+                        on:change=move |_| lab.update(&|s| {
+                            // A value of the table's own choices always parses.
+                            value.with_value(|v| {
+                                let _ = row.set(s, v);
+                            })
+                        })
+                    />
+                    {text}
+                    {move || (!support().1.is_empty()).then(|| view! { <span class="warn" aria-hidden="true">" ⚠"</span> })}
+                </label>
+            }
+        })
+        .collect_view();
+    view! {
+        <fieldset class="control" data-guide=(!guide.is_empty()).then_some(guide) class:hidden=lab.hidden(row.key) prop:disabled=lab.locked(row.key)>
+            <legend>{row.label}</legend>
+            {radios}
+            {folded(lab, row.key, format!("{}-explain", row.key), text)}
+            {note}
+        </fieldset>
+    }
+    .into_any()
+}
+
+/// Any value runs on any device.
+fn always(_: &RunSpec, _: &str) -> (bool, String) {
+    (true, String::new())
+}
+
 /// `model.eval()` or `model.train()`.
 #[component]
 pub fn ModeControl(lab: LabCtx) -> impl IntoView {
-    let LabCtx { spec, .. } = lab;
-    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
-    let hidden = move |c: &str| lab.hidden(c);
-    let locked = move |c: &str| lab.locked(c);
-    view! {
-        // A two-way choice: a checkbox labelled model.eval() read as "train is off".
-        <fieldset class="control" class:hidden=hidden("eval") prop:disabled=locked("eval")>
-            <legend>"Module mode"</legend>
-            {[(true, "eval", "model.eval()"), (false, "train", "model.train()")]
-                .into_iter()
-                .map(|(eval, value, code)| {
-                    view! {
-                        <label class="choice">
-                            <input
-                                type="radio"
-                                name="mode"
-                                value=value
-                                data-testid=format!("mode-{value}")
-                                prop:checked=move || spec.get().eval == eval
-                                on:change=move |_| update(&|s| s.eval = eval)
-                            />
-                            <code>{code}</code>
-                        </label>
-                    }
-                })
-                .collect_view()}
-            {folded(lab, "eval", "eval-explain", move || explain::eval_text(spec.get().eval, spec.get().model))}
-        </fieldset>
-    }
+    let spec = lab.spec;
+    row_radios(lab, "eval", "", always, move || explain::eval_text(spec.get().eval, spec.get().model), ())
 }
 
 /// A setting's explanation, folded while a change of that setting waits for its run: the
 /// page is asking what the change will do, and the explanation would answer it. Opens by
 /// itself once the run is on the charts (or when the learner unfolds it).
-fn folded(lab: LabCtx, key: &'static str, testid: &'static str, text: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
+fn folded(lab: LabCtx, key: &'static str, testid: String, text: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
     let text = std::sync::Arc::new(text);
     move || {
         let body = text();
         if lab.awaiting.get().as_deref() == Some(key) {
             view! {
-                <details class="explain folded" data-testid=testid>
+                <details class="explain folded" data-testid=testid.clone()>
                     <summary>"Predict first: what this setting does opens after the run"</summary>
                     <p>{crate::widgets::rich_text(&body)}</p>
                 </details>
             }
             .into_any()
         } else {
-            view! { <p class="explain" data-testid=testid>{crate::widgets::rich_text(&body)}</p> }.into_any()
+            view! { <p class="explain" data-testid=testid.clone()>{crate::widgets::rich_text(&body)}</p> }.into_any()
         }
     }
 }
@@ -256,81 +296,27 @@ fn folded(lab: LabCtx, key: &'static str, testid: &'static str, text: impl Fn() 
 /// Autograd on, `no_grad` or `inference_mode`.
 #[component]
 pub fn GradControl(lab: LabCtx) -> impl IntoView {
-    let LabCtx { spec, .. } = lab;
-    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
-    let hidden = move |c: &str| lab.hidden(c);
-    let locked = move |c: &str| lab.locked(c);
-    view! {
-        <fieldset class="control" data-guide="1 2" class:hidden=hidden("grad") prop:disabled=locked("grad")>
-            <legend>"Grad mode"</legend>
-            {GradMode::ALL
-                .into_iter()
-                .map(|g| {
-                    let label = match g {
-                        GradMode::Enabled => "enabled (default)",
-                        GradMode::NoGrad => "torch.no_grad()",
-                        GradMode::InferenceMode => "torch.inference_mode()",
-                    };
-                    view! {
-                        <label class="choice">
-                            <input
-                                type="radio"
-                                name="grad"
-                                value=g.as_str()
-                                data-testid=format!("grad-{}", g.as_str())
-                                prop:checked=move || spec.get().grad == g
-                                on:change=move |_| update(&|s| s.grad = g)
-                            />
-                            {label}
-                        </label>
-                    }
-                })
-                .collect_view()}
-            {folded(lab, "grad", "grad-explain", move || explain::grad_text(spec.get().grad).to_string())}
-        </fieldset>
-    }
+    let spec = lab.spec;
+    row_radios(lab, "grad", "1 2", always, move || explain::grad_text(spec.get().grad).to_string(), ())
 }
 
 /// Autocast off, fp16 or bf16, each disabled with the reason where the device cannot.
 #[component]
 pub fn AutocastControl(lab: LabCtx) -> impl IntoView {
     let LabCtx { spec, info, .. } = lab;
-    let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
-    let hidden = move |c: &str| lab.hidden(c);
-    let locked = move |c: &str| lab.locked(c);
-    view! {
-        <fieldset class="control" class:hidden=hidden("autocast") prop:disabled=locked("autocast")>
-            <legend>"Autocast"</legend>
-            {protocol::words::all::<Autocast>()
-                .iter()
-                .map(|&a| {
-                    let support = move || info.with_value(|i| autocast_support(i, &spec.get(), a));
-                    view! {
-                        <label class="choice" title=move || support().1>
-                            <input
-                                type="radio"
-                                name="autocast"
-                                value=a.as_str()
-                                data-testid=format!("autocast-{}", a.as_str())
-                                prop:checked=move || spec.get().autocast == a
-                                prop:disabled=move || !support().0
-                                on:change=move |_| update(&|s| s.autocast = a)
-                            />
-                            {a.as_str()}
-                            {move || (!support().1.is_empty()).then(|| view! { <span class="warn" aria-hidden="true">" ⚠"</span> })}
-                        </label>
-                    }
-                })
-                .collect_view()}
-            {folded(lab, "autocast", "autocast-explain", move || explain::autocast_text(spec.get().autocast).to_string())}
-            <p class="explain note">
-                {move || {
-                    let s = spec.get();
-                    if s.autocast == Autocast::Off { String::new() } else { info.with_value(|i| autocast_support(i, &s, s.autocast).1) }
-                }}
-            </p>
-        </fieldset>
-    }
+    let support = move |s: &RunSpec, value: &str| match value.parse::<Autocast>() {
+        Ok(a) => info.with_value(|i| autocast_support(i, s, a)),
+        Err(_) => (false, String::new()),
+    };
+    let note = view! {
+        <p class="explain note">
+            {move || {
+                let s = spec.get();
+                if s.autocast == Autocast::Off { String::new() } else { info.with_value(|i| autocast_support(i, &s, s.autocast).1) }
+            }}
+        </p>
+    };
+    row_radios(lab, "autocast", "", support, move || explain::autocast_text(spec.get().autocast).to_string(), note)
 }
 
 /// The batch: a slider over powers of two, or any whole number typed in.
@@ -390,7 +376,7 @@ pub fn BatchControl(lab: LabCtx, batch_state: BatchState) -> impl IntoView {
                 />
             </div>
             <p id="batch-error" class="error" role="alert" data-testid="batch-error">{move || batch_error.get()}</p>
-            {folded(lab, "batch", "batch-explain", || explain::batch_text().to_string())}
+            {folded(lab, "batch", "batch-explain".into(), || explain::batch_text().to_string())}
         </fieldset>
     }
 }

@@ -11,7 +11,7 @@ use protocol::{Autocast, DeviceKind, FailureKind, GradMode, ModelId, Report, Run
 
 use super::{held, Lab, LabConfig, RunControl};
 use crate::device::{meminfo_field, total_ram, Machine};
-use crate::spec::CheckedSpec;
+use crate::spec::{CheckedSpec, ForwardRun};
 use crate::torch_call::{failure, tch_device};
 use crate::torch_ext;
 
@@ -299,6 +299,11 @@ impl Lab {
             }
             return Ok(());
         }
+        // Only decoders generate, and their footprint is computed above: what is left is
+        // forward passes, which a profile predicts.
+        let CheckedSpec::Forward(run) = checked else {
+            return Ok(());
+        };
         if spec.batch <= PROBE_BATCH {
             return Ok(());
         }
@@ -306,7 +311,7 @@ impl Lab {
         let profile = match known_profile(&self.profiles, checked) {
             Some(p) => p,
             None => {
-                let p = self.probe(checked, control).map_err(|f| match f.kind {
+                let p = self.probe(run, control).map_err(|f| match f.kind {
                     FailureKind::OutOfMemory => failure(
                         FailureKind::OutOfMemory,
                         format!(
@@ -367,16 +372,10 @@ impl Lab {
     /// Measures `checked`'s model and mode at batches 1 and [`PROBE_BATCH`].
     fn probe(
         &mut self,
-        checked: &CheckedSpec,
+        checked: &ForwardRun,
         control: &RunControl,
     ) -> Result<Profile, RunFailure> {
-        let at = |batch: u32| -> Result<CheckedSpec, RunFailure> {
-            let mut spec = checked.spec().clone();
-            spec.batch = batch;
-            spec.warmup = 1;
-            spec.iters = 2;
-            Ok(checked.with_spec(spec))
-        };
+        let at = |batch: u32| -> Result<CheckedSpec, RunFailure> { Ok(checked.probe(batch, 1, 2)) };
         // A team model in train mode may refuse one sample (a script's BatchNorm checks for
         // two, as PyTorch's does): probe it at 2 and extrapolate the line back to 1.
         let first = if checked.spec().model.team().is_some() && !checked.spec().eval {

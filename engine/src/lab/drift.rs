@@ -8,26 +8,26 @@
 //! compared with the token the quantized run generated there (teacher-forced agreement:
 //! one disagreement early does not count every later token as a miss).
 
-use protocol::{DeviceKind, Drift, FailureKind, GenerationReport, LinearQuant, RunFailure, RunSpec};
+use protocol::{Drift, FailureKind, GenerationReport, LinearQuant, RunFailure};
 use tch::{Kind, Tensor};
 
 use super::Lab;
 use crate::models::decoder::{KvCache, Logits};
+use crate::spec::GenerateRun;
 use crate::torch_call::{catch_torch, failure, tch_device};
 use crate::trace::Probe;
 
 impl Lab {
-    /// The drift of `g` (a generation of `spec`, whose quantization is `quant`) from the
-    /// unquantized decoder. When the budget cannot hold both models, the quantized one is
-    /// dropped from the cache before the reference is built.
+    /// The drift of `g` (what `run` generated, with its quantization and cache dtype) from
+    /// the unquantized decoder. When the budget cannot hold both models, the quantized one
+    /// is dropped from the cache before the reference is built.
     pub(super) fn drift(
         &mut self,
-        spec: &RunSpec,
-        device: DeviceKind,
+        run: &GenerateRun,
         g: &GenerationReport,
-        quant: LinearQuant,
         budget: Option<u64>,
     ) -> Result<Drift, RunFailure> {
+        let (spec, device, quant) = (run.spec(), run.device(), run.generation().quant());
         let prompt = g.prompt_len as i64;
         let n = g.new_tokens as i64;
         let rows = g.batch as i64;
@@ -46,7 +46,7 @@ impl Lab {
         let ids = catch_torch(|| Tensor::from_slice(&fed).view([rows, prompt + n - 1]).to_device(tdev))?;
         let tokens = catch_torch(|| Tensor::from_slice(&generated).view([rows, n]).to_device(tdev))?;
         let size = spec.resolved_input_size();
-        let store = super::generate::kv_store(spec);
+        let store = super::generate::kv_store(run.generation().kv_dtype, spec.advanced.weights);
         let logits = |lab: &Lab, index: usize, cached: bool| {
             let model = lab.model(index);
             let decoder = model
@@ -117,11 +117,10 @@ impl Lab {
     /// one pass in eval mode without grad or autocast, after the run (`generate.prefill_logits`).
     pub(super) fn prefill_logits(
         &mut self,
-        spec: &RunSpec,
-        device: DeviceKind,
+        run: &GenerateRun,
         g: &GenerationReport,
-        quant: LinearQuant,
     ) -> Result<Vec<Vec<f32>>, RunFailure> {
+        let (spec, device, quant) = (run.spec(), run.device(), run.generation().quant());
         let rows = g.batch as i64;
         let prompt = g.prompt_len as i64;
         if g.prompt_tokens.len() as i64 != rows {
@@ -135,7 +134,7 @@ impl Lab {
             .net
             .as_decoder()
             .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        let store = super::generate::kv_store(spec);
+        let store = super::generate::kv_store(run.generation().kv_dtype, spec.advanced.weights);
         let layers = decoder.config().num_hidden_layers as usize;
         let values = catch_torch(|| {
             let _no_grad = tch::no_grad_guard();

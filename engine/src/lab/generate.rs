@@ -33,7 +33,7 @@ use super::{held, memory_report, Lab, RunControl};
 use crate::device::{allocated_for, Meter};
 use crate::models::decoder::{Decoder, KvCache, Logits, Position};
 use crate::torch_ext::{SdpFlags, SdpFlagsGuard};
-use crate::spec::CheckedSpec;
+use crate::spec::{CheckedSpec, GenerateRun};
 use crate::stats::latency_stats;
 use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
 use crate::trace::Probe;
@@ -65,6 +65,8 @@ pub struct GenerateArgs<'a> {
     pub prompt: &'a Tensor,
     pub new_tokens: u32,
     pub cache: KvCacheKind,
+    /// The dtype the cache stores keys and values in when not the activations' ([`kv_store`]).
+    pub kv_store: Option<tch::Kind>,
     pub spec: &'a protocol::RunSpec,
     pub device: DeviceKind,
     /// The run's baseline: its weights and prompt.
@@ -110,7 +112,7 @@ pub fn generate(
     let layers = args.decoder.config().num_hidden_layers as usize;
     let mut cache = match args.graph {
         true => KvCache::static_masked(layers, prompt_len + n),
-        false => KvCache::new(args.cache, layers, prompt_len + n).storing(kv_store(spec)),
+        false => KvCache::new(args.cache, layers, prompt_len + n).storing(args.kv_store),
     };
     let mut tokens: Vec<Tensor> = Vec::with_capacity(n as usize);
     // Without a cache every step feeds the whole sequence so far.
@@ -283,12 +285,11 @@ pub fn generate(
     })
 }
 
-/// The dtype the spec's KV cache stores keys and values in, when not the activations'.
-/// The element type is the one admission counts (`KvDtype::element`); fp8 stores one byte
-/// per element and a per-tensor scale per layer (`KvCache::storing`).
-pub fn kv_store(spec: &protocol::RunSpec) -> Option<tch::Kind> {
-    let g = spec.generate.as_ref().filter(|g| !g.kv_dtype.is_default())?;
-    Some(super::advanced::kind(g.kv_dtype.element(spec.advanced.weights)))
+/// The dtype a KV cache of `kv` stores keys and values in with `weights`, when not the
+/// activations'. The element type is the one admission counts (`KvDtype::element`); fp8
+/// stores one byte per element and a per-tensor scale per layer (`KvCache::storing`).
+pub fn kv_store(kv: protocol::KvDtype, weights: protocol::WeightsDtype) -> Option<tch::Kind> {
+    (!kv.is_default()).then(|| super::advanced::kind(kv.element(weights)))
 }
 
 /// Adds the step a failure stopped at ("out of memory at step 37 of 64").
@@ -305,7 +306,7 @@ impl Lab {
     /// step. Called by [`Lab::measure`] inside the run's guard.
     pub(super) fn generate_guarded(
         &mut self,
-        checked: &CheckedSpec,
+        checked: &GenerateRun,
         control: &RunControl,
         emit: &mut dyn FnMut(Event),
     ) -> Result<Report, RunFailure> {
@@ -315,16 +316,13 @@ impl Lab {
 
     fn generate_guarded_with(
         &mut self,
-        checked: &CheckedSpec,
+        checked: &GenerateRun,
         control: &RunControl,
         emit: &mut dyn FnMut(Event),
         autocast_per_step: bool,
     ) -> Result<Report, RunFailure> {
         let spec = checked.spec().clone();
-        let g = spec
-            .generate
-            .clone()
-            .ok_or_else(|| failure(FailureKind::Internal, "not a generate run"))?;
+        let g = checked.generation();
         let device = checked.device();
         let threads = spec.threads.unwrap_or(self.config.threads);
         tch::set_num_threads(threads as i32);
@@ -341,7 +339,7 @@ impl Lab {
             .net
             .as_decoder()
             .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        let prompt = match text_prompt(&spec) {
+        let prompt = match text_prompt(spec.model, g) {
             // [BOS] + the text's bytes, the same row for every sequence.
             Some(ids) => catch_torch(|| {
                 Tensor::from_slice(&ids)
@@ -370,6 +368,7 @@ impl Lab {
             prompt: &prompt,
             new_tokens,
             cache: g.cache,
+            kv_store: kv_store(g.kv_dtype, spec.advanced.weights),
             spec: &spec,
             device,
             baseline,
@@ -601,9 +600,9 @@ impl Lab {
 /// The config of the spec's decoder.
 /// A text prompt's ids, `[BOS] + its UTF-8 bytes`, for a byte-level decoder; `None` for a
 /// prompt of random ids.
-pub fn text_prompt(spec: &protocol::RunSpec) -> Option<Vec<i64>> {
-    let text = spec.generate.as_ref()?.prompt_text.as_ref()?;
-    let bos = spec.model.decoder()?.byte_bos()?;
+pub fn text_prompt(model: protocol::ModelId, g: &protocol::GenerateSpec) -> Option<Vec<i64>> {
+    let text = g.prompt_text.as_ref()?;
+    let bos = model.decoder()?.byte_bos()?;
     Some(std::iter::once(bos as i64).chain(text.bytes().map(i64::from)).collect())
 }
 

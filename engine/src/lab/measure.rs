@@ -25,7 +25,7 @@ use crate::device::Meter;
 use crate::input::Input;
 use crate::models::Model;
 use crate::peak::Precision;
-use crate::spec::CheckedSpec;
+use crate::spec::{CheckedSpec, ForwardRun, GenerateRun};
 use crate::stats::latency_stats;
 use crate::torch_call::{failure, synchronize, torch_failure};
 
@@ -52,61 +52,79 @@ impl Lab {
         };
         let guard = self.guard(device, &control)?;
         let spec = checked.spec().clone();
-        // One start and finish (guard, budget, failure wording, device peaks) around either
-        // loop: timed forward passes, or a generation.
-        let result = match spec.generate {
-            Some(_) => self
-                .generate_guarded(checked, &control, emit)
-                .map(|r| (r, None)),
-            None => self
-                .measure_guarded(checked, &control, emit)
-                .map(|(r, t)| (r, Some(t))),
-        };
-        drop(guard);
-        let (mut report, traffic) = result.map_err(|f| explain(f, &spec, device, budget))?;
-        // After the run and outside its guard: a measured peak allocates large matrices.
-        // A generation with low-precision weights computes in them even without autocast.
-        let precision = match (spec.generate.is_some(), spec.advanced.weights) {
-            (true, protocol::WeightsDtype::Fp16 | protocol::WeightsDtype::Bf16) => Precision::Half,
+        // One start (guard, budget) and one failure wording around either loop, then what
+        // each kind of run adds after its guard: a measured peak allocates large matrices,
+        // and a generation's drift and quality measure a second model.
+        match checked {
+            CheckedSpec::Generate(run) => {
+                let result = self.generate_guarded(run, &control, emit);
+                drop(guard);
+                let report = result.map_err(|f| explain(f, &spec, device, budget))?;
+                self.finish_generation(run, report, &control, budget)
+            }
+            CheckedSpec::Forward(run) => {
+                let result = self.measure_guarded(run, &control, emit);
+                drop(guard);
+                let (report, traffic) = result.map_err(|f| explain(f, &spec, device, budget))?;
+                Ok(self.finish_forward(run, report, traffic))
+            }
+        }
+    }
+
+    /// A generation's figures after its guard: the device's peak (a generation with
+    /// low-precision weights computes in them even without autocast), the drift from the
+    /// unquantized model when the run quantized something, and what the spec asked for.
+    fn finish_generation(
+        &mut self,
+        run: &GenerateRun,
+        mut report: Report,
+        control: &RunControl,
+        budget: Option<u64>,
+    ) -> Result<Report, RunFailure> {
+        let (spec, g) = (run.spec(), run.generation());
+        let precision = match spec.advanced.weights {
+            protocol::WeightsDtype::Fp16 | protocol::WeightsDtype::Bf16 => Precision::Half,
             _ => Precision::of(spec.autocast),
         };
-        let peak = self.device_peak(device, precision, report.env.threads);
-        let quant = spec.generate.as_ref().map_or(protocol::LinearQuant::NONE, |g| g.quant());
-        let kv_default = spec.generate.as_ref().is_none_or(|g| g.kv_dtype.is_default());
-        if let (Some(g), false) = (report.generation.as_ref(), quant.is_none() && kv_default) {
-            // Outside the guard too: the reference is a second model.
-            let drift = self.drift(&spec, device, g, quant, budget);
-            match drift {
-                Ok(d) => report.generation.as_mut().map(|g| g.drift = Some(d)),
-                Err(f) => {
-                    tracing::warn!("the drift from the unquantized model was not measured: {}", f.message);
-                    None
-                }
-            };
+        let peak = self.device_peak(run.device(), precision, report.env.threads);
+        if let Some(generated) = report.generation.as_ref() {
+            if !(g.quant().is_none() && g.kv_dtype.is_default()) {
+                match self.drift(run, generated, budget) {
+                    Ok(d) => report.generation.as_mut().map(|g| g.drift = Some(d)),
+                    Err(f) => {
+                        tracing::warn!("the drift from the unquantized model was not measured: {}", f.message);
+                        None
+                    }
+                };
+            }
         }
-        if spec.generate.as_ref().is_some_and(|g| g.prefill_logits) {
+        if g.prefill_logits {
             // Asked for: failing to produce them fails the run (a peer comparison would
             // otherwise read a missing field as a pass).
-            if let Some(g) = report.generation.as_ref() {
-                let logits = self.prefill_logits(&spec, device, g, quant)?;
+            if let Some(generated) = report.generation.as_ref() {
+                let logits = self.prefill_logits(run, generated)?;
                 if let Some(g) = report.generation.as_mut() {
                     g.prefill_logits = Some(logits);
                 }
             }
         }
-        if spec.generate.as_ref().is_some_and(|g| g.quality) && report.generation.is_some() {
+        if g.quality && report.generation.is_some() {
             // Asked for: like the logits, a missing block would read as a pass.
-            let quality = self.quality(&spec, device, &control, None)?;
+            let quality = self.quality(spec, run.device(), control, None)?;
             if let Some(g) = report.generation.as_mut() {
                 g.quality = Some(quality);
             }
         }
-        let Some(traffic) = traffic else {
-            if let Some(g) = report.generation.as_mut() {
-                super::generate::fill_rates(g, peak.as_ref());
-            }
-            return Ok(report);
-        };
+        if let Some(g) = report.generation.as_mut() {
+            super::generate::fill_rates(g, peak.as_ref());
+        }
+        Ok(report)
+    }
+
+    /// Forward passes' figures after their guard: FLOPs, the achieved rate and the
+    /// roofline against the device's measured peak.
+    fn finish_forward(&mut self, run: &ForwardRun, mut report: Report, traffic: Traffic) -> Report {
+        let peak = self.device_peak(run.device(), Precision::of(run.spec().autocast), report.env.threads);
         let c = crate::peak::compute(
             &report.trace,
             report.latency_ms.p50,
@@ -121,12 +139,12 @@ impl Lab {
         report.percent_of_peak = c.percent_of_peak.filter(|_| report.flops.is_some());
         report.peak_source = peak.map(|p| p.source);
         report.roofline = c.roofline.filter(|_| report.flops.is_some());
-        Ok(report)
+        report
     }
 
     fn measure_guarded(
         &mut self,
-        checked: &CheckedSpec,
+        checked: &ForwardRun,
         control: &RunControl,
         emit: &mut dyn FnMut(Event),
     ) -> Result<(Report, Traffic), RunFailure> {
@@ -167,14 +185,14 @@ impl Lab {
             device_name: self.machine.stamp(device, threads).device_name,
             baseline_bytes: baseline,
             memory_source: meter.source(),
-            total: spec.warmup + spec.iters,
+            total: checked.warmup() + checked.iters(),
         });
 
         // On CUDA the budget is checked after each pass (the CPU's is checked at every
         // allocation by the guard).
         let limit = control.budget_bytes.filter(|_| device == DeviceKind::Cuda);
-        let mut warmup = Vec::with_capacity(spec.warmup as usize);
-        for i in 0..spec.warmup {
+        let mut warmup = Vec::with_capacity(checked.warmup() as usize);
+        for i in 0..checked.warmup() {
             control.check()?;
             let (sample, out, _) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
             drop(out);
@@ -199,10 +217,10 @@ impl Lab {
         // Peaks count from here: the statistics describe the steady state only. Each
         // iteration resets the counters and reports its own peak; the run's peak is the
         // highest of them.
-        let mut samples = Vec::with_capacity(spec.iters as usize);
+        let mut samples = Vec::with_capacity(checked.iters() as usize);
         let mut peak_reserved: Option<u64> = None;
         let mut last: Option<Tensor> = None;
-        for i in 0..spec.iters {
+        for i in 0..checked.iters() {
             control.check()?;
             // The previous output (and its graph) must be gone before the next forward pass,
             // or the peak would count two iterations at once.

@@ -154,14 +154,7 @@ impl Lab {
             let start = Instant::now();
             let mut adv = spec.advanced.clone();
             adv.weights = s.weights;
-            let store = {
-                let probe = RunSpec {
-                    advanced: adv.clone(),
-                    generate: Some(protocol::GenerateSpec { kv_dtype: s.kv, ..Default::default() }),
-                    ..spec.clone()
-                };
-                super::generate::kv_store(&probe)
-            };
+            let store = super::generate::kv_store(s.kv, s.weights);
             // Logits of chunks `from..from + take` through `decoder`: no grad, eval, the
             // row's cache dtype (a cache that stores keys and values in it, rounded as a
             // generation rounds them, and attends to them), no cache without one.

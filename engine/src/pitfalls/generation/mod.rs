@@ -19,7 +19,7 @@ pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, P
 pub use settings::{FP16_OVERFLOW, INT8_SPEED_DEPENDS, KV_DTYPE, QUANTIZED_WEIGHTS_NOT_KV, SDPA_BACKEND};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
 
-use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, KvDtype, ModelId, Report, RunFailure, RunSpec, WeightsDtype};
+use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, KvDtype, ModelId, Report, RunFailure, RunSpec};
 
 use super::kit::{measure, Ctx};
 use super::Card;
@@ -97,22 +97,16 @@ fn shape(model: ModelId) -> String {
 
 /// The weights' dtype of a spec and its bytes per element: "fp32", 4.
 fn weights_dtype(spec: &RunSpec) -> (&'static str, u64) {
-    match spec.advanced.weights {
-        WeightsDtype::Fp32 => ("fp32", 4),
-        WeightsDtype::Fp16 => ("fp16", 2),
-        WeightsDtype::Bf16 => ("bf16", 2),
-    }
+    let e = spec.advanced.weights.element();
+    (e.name(), e.bytes())
 }
 
 /// The KV cache's dtype of a spec and its bytes per element: the activations' unless the
 /// spec stores the cache in another.
 fn cache_dtype(spec: &RunSpec) -> (&'static str, u64) {
-    match spec.generate.as_ref().map_or(KvDtype::AsActivations, |g| g.kv_dtype) {
-        KvDtype::AsActivations => weights_dtype(spec),
-        KvDtype::Bf16 => ("bf16", 2),
-        KvDtype::Fp16 => ("fp16", 2),
-        KvDtype::Fp8E4m3 => ("fp8 e4m3", 1),
-    }
+    let kv = spec.generate.as_ref().map_or(KvDtype::AsActivations, |g| g.kv_dtype);
+    let e = kv.element(spec.advanced.weights);
+    (e.name(), e.bytes())
 }
 
 /// Positions a generation's cache holds per sequence after its last step: the prompt and
