@@ -303,6 +303,9 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
         let compute_peak = match (g.prefill_percent_of_peak, g.bandwidth_source.as_deref()) {
             (Some(p), Some(s)) if s.starts_with("measured") => format!(" ({p:.1}% of the matmul peak measured on this device)"),
             (Some(p), _) => format!(" ({p:.1}% of peak)"),
+            (None, Some(_)) if quantized_prefill.is_some() => {
+                " (not compared with the matmul peak: that is a dense matmul in the activations' dtype, and these linear layers ran packed quantized kernels)".to_string()
+            }
             _ => String::new(),
         };
         view! {

@@ -626,7 +626,13 @@ fn tensor_rows(t: &Tensor) -> Result<Vec<Vec<i64>>, RunFailure> {
 /// Fills the decode bandwidth and the prefill's share of the device's peak, from the
 /// device's figures (datasheet or measured; `source` says which). Called after the run,
 /// outside its guard: measuring a peak allocates large matrices.
-pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>) {
+///
+/// The prefill's rate is compared with the device's matmul peak only when its linear layers
+/// ran that kind of matmul: quantized ones run PyTorch's packed int8/int4 kernels, which the
+/// peak (a dense GEMM in the activations' dtype) does not describe. On a CPU without bf16
+/// instructions a bf16 GEMM is slower than the packed kernels, and the comparison read
+/// "1,600% of peak".
+pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>, quantized: bool) {
     let decode: Vec<&GenStep> = g.steps.iter().filter(|s| s.phase == GenPhase::Decode).collect();
     let time_s: f64 = decode.iter().map(|s| s.latency_ms / 1000.0).sum();
     let bytes: f64 = decode.iter().map(|s| decode_bytes_read(g, s) as f64).sum();
@@ -641,7 +647,7 @@ pub fn fill_rates(g: &mut GenerationReport, peak: Option<&protocol::DevicePeak>)
     }
     if let Some(p) = peak {
         g.bandwidth_source = Some(p.source.clone());
-        if p.tflops > 0.0 {
+        if p.tflops > 0.0 && !quantized {
             g.prefill_percent_of_peak = Some(100.0 * g.prefill_tflops / p.tflops);
         }
     }

@@ -116,7 +116,7 @@ impl Lab {
             }
         }
         if let Some(g) = report.generation.as_mut() {
-            super::generate::fill_rates(g, peak.as_ref());
+            super::generate::fill_rates(g, peak.as_ref(), !run.generation().quant().is_none());
         }
         Ok(report)
     }

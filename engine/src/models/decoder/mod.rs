@@ -277,11 +277,14 @@ impl Decoder {
         };
         // cos and sin for these positions, computed once per pass in fp32 and cast to the
         // hidden states' dtype, as transformers' rotary embeddings do (per layer type when
-        // the sliding layers have their own base).
+        // the sliding layers have their own base); sin with its first half negated, as
+        // the layers' `rope` takes it.
         let cos_sin = |inv_freq: &Tensor| {
             let freqs = positions.to_kind(Kind::Float).outer(inv_freq);
             let emb = Tensor::cat(&[&freqs, &freqs], -1);
-            (emb.cos().to_kind(x.kind()), emb.sin().to_kind(x.kind()))
+            let sin = freqs.sin();
+            let signed = Tensor::cat(&[&(-&sin), &sin], -1);
+            (emb.cos().to_kind(x.kind()), signed.to_kind(x.kind()))
         };
         let (cos, sin) = cos_sin(&self.inv_freq);
         let local = self.inv_freq_local.as_ref().map(cos_sin);
