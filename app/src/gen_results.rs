@@ -362,10 +362,12 @@ fn quality_view(q: protocol::Quality) -> impl IntoView {
             <h3>"Quality on held-out text (bits per byte, lower is better)"</h3>
             <p class="explain">{format!("{} ({} bytes, SHA-256 {}…). {}.", q.text, q.bytes, &q.sha256[..12.min(q.sha256.len())], q.method)}</p>
             <table class="summary quality">
-                <tr><th>"Setting"</th><th>"bits/byte"</th><th>"vs as trained"</th><th>"took"</th></tr>
+                <thead><tr><th scope="col">"Setting"</th><th scope="col">"bits/byte"</th><th scope="col">"vs as trained"</th><th scope="col">"took"</th></tr></thead>
+                <tbody>
                 {rows}
                 <tr><th>"gzip -9 on the same bytes"</th><td data-testid="gen-quality-gzip">{format!("{:.4}", q.gzip_bits_per_byte)}</td><td></td><td></td></tr>
                 <tr><th>"unigram byte model (training text's byte frequencies)"</th><td>{format!("{:.4}", q.unigram_bits_per_byte)}</td><td></td><td></td></tr>
+                </tbody>
             </table>
             <p class="explain">{match beats {
                 true => format!("The model compresses this text better than gzip -9 does ({best:.4} against {:.4} bits per byte): it has learned Python's regularities, not just repeats.", q.gzip_bits_per_byte),
