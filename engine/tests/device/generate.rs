@@ -56,7 +56,6 @@ fn run(w: &Worker, spec: RunSpec) -> Report {
 
 /// The generation cards' rank correlation (Spearman's, of `ys` against their order): the
 /// test and the `use-cache-off` card read the same statistic.
-use engine::pitfalls::generation::rules::rank_correlation;
 
 per_device! {
 fn kv_cache_bytes_equal_the_formula_at_every_step(device) {
@@ -121,17 +120,17 @@ fn without_a_cache_step_time_rises_with_the_position(device) {
         // time on a big GPU. The use-cache-off card measures the effect on the 1B shape.
         return;
     }
-    let rho = rank_correlation(&off_ms);
-    assert!(rho > 0.5, "rank correlation {rho:.2} of {off_ms:?}");
-    // Each uncached step reprocesses ~prompt + step tokens where a cached one feeds one:
-    // the last steps compared by their medians, robust to a single slow sample.
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    // Another process's load only ever adds time to a step, in bursts longer than one: the
+    // fastest step of a window is the one the machine left alone. So the windows are
+    // compared by their minima (a rank correlation over all steps read -0.05 on a busy CI
+    // machine whose bursts doubled 20 steps at a time).
+    let fastest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let window = 24;
+    let (first, last) = (fastest(&off_ms[..window]), fastest(&off_ms[off_ms.len() - window..]));
+    assert!(last > 1.5 * first, "uncached: fastest of the first {window} steps {first:.3} ms, of the last {last:.3} ms: {off_ms:?}");
+    // Each uncached step reprocesses ~prompt + step tokens where a cached one feeds one.
     let tail = 8;
-    let (a, b) = (median(&off_ms[off_ms.len() - tail..]), median(&cached_ms[cached_ms.len() - tail..]));
+    let (a, b) = (fastest(&off_ms[off_ms.len() - tail..]), fastest(&cached_ms[cached_ms.len() - tail..]));
     assert!(a > 2.0 * b, "uncached {a:.3} ms vs cached {b:.3} ms");
 }
 }
