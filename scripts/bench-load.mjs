@@ -21,6 +21,7 @@
 // server answering /healthz (a server on a spare port, --warm-start-port and the next two,
 // stopped after each run).
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,11 +54,18 @@ const watchHydration = () => {
   new MutationObserver(mark).observe(document, { attributes: true, subtree: true, attributeFilter: ['data-hydrated', 'data-static'] });
 };
 
-// The page-weight test's budgets (end2end/tests/page-weight.spec.ts), by page: the issue's
-// targets. The Lab and Generate meet theirs by showing a recorded first view as the
-// server's pictures and fetching ECharts when the visitor acts; an embedded run by being
-// served without the wasm (docs/ARCHITECTURE.md, "How the site is split").
-const BUDGETS = { '/': 450_000, '/generate': 500_000, '/embed/runs/{id}': 300_000 };
+// The page-weight test's budgets (end2end/tests/page-weight.spec.ts), by page, read from
+// that file so the two cannot disagree (this table printed 450,000 and 500,000 "OVER" after
+// the test's were raised). The Lab and Generate meet theirs by showing a recorded first view
+// as the server's pictures and fetching ECharts when the visitor acts; an embedded run by
+// being served without the wasm (docs/ARCHITECTURE.md, "How the site is split").
+const BUDGETS = (() => {
+  const spec = readFileSync(new URL('../end2end/tests/page-weight.spec.ts', import.meta.url), 'utf8');
+  const m = spec.match(/const BUDGETS = \{ lab: ([\d_]+), generate: ([\d_]+), embedRun: ([\d_]+) \}/);
+  if (!m) throw new Error('bench-load: no BUDGETS line in end2end/tests/page-weight.spec.ts');
+  const n = (x) => Number(x.replaceAll('_', ''));
+  return { '/': n(m[1]), '/generate': n(m[2]), '/embed/runs/{id}': n(m[3]) };
+})();
 
 async function openLab(page, query = '') {
   return openPage(page, `/${query ? '?' + query : ''}`);
