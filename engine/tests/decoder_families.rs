@@ -14,7 +14,7 @@
 //! Needs a Python with torch and transformers: `GRADLESS_PYTHON` (scripts/test.sh points it
 //! at the venv). The malformed configs' errors need nothing.
 
-use engine::models::decoder::{read_config, KvCache, Logits};
+use engine::models::decoder::{read_config, KvCache, Logits, WeightLayout};
 use engine::models::Model;
 use engine::trace::Probe;
 use protocol::decoder::{LayerType, SlidingHold};
@@ -77,72 +77,79 @@ fn every_family_computes_what_transformers_computes() {
     for (name, want) in reference["models"].as_object().unwrap() {
         let id: ModelId = name.parse().unwrap();
         let config = id.decoder().unwrap().config.clone();
-        let model = Model::build(id, Device::Cpu, 0);
-        let decoder = model.net.as_decoder().unwrap();
+        let mut model = Model::build(id, Device::Cpu, 0);
 
         // Parameters: built, counted from the config, and transformers' count.
         let theirs = want["parameters"].as_u64().unwrap();
         assert_eq!(model.parameters(), theirs, "{name}: built");
         assert_eq!(config.parameters(), theirs, "{name}: from the config");
 
-        let logits = decoder.forward(&prompt, 0, &mut KvCache::Off, false, Logits::All, &mut Probe::off());
-        let shape: Vec<i64> = serde_json::from_value(want["shape"].clone()).unwrap();
-        assert_eq!(logits.size(), shape, "{name}");
-        let their_logits: Vec<f32> = serde_json::from_value(want["logits"].clone()).unwrap();
-        let their_logits = Tensor::from_slice(&their_logits).view(shape.as_slice());
-        let diff = (&logits - &their_logits).abs().max().double_value(&[]);
-        let scale = their_logits.abs().max().double_value(&[]);
-        assert!(diff < 1e-4, "{name}: max |Δlogit| {diff:e} (logits up to {scale:.2})");
+        // PyTorch's row-major weights, then the column-major layout a CPU run in fp32
+        // uses (`WeightLayout`): the same logits within rounding, the same tokens.
+        for layout in [WeightLayout::RowMajor, WeightLayout::ColumnMajor] {
+            model.net.as_decoder_mut().unwrap().lay_out(layout);
+            let decoder = model.net.as_decoder().unwrap();
+            let weight = model.vs.variables()["model.layers.0.self_attn.o_proj.weight"].shallow_clone();
+            assert_eq!(WeightLayout::of(&weight), Some(layout), "{name}: the VarStore's weight is laid out too");
+            let logits = decoder.forward(&prompt, 0, &mut KvCache::Off, false, Logits::All, &mut Probe::off());
+            let shape: Vec<i64> = serde_json::from_value(want["shape"].clone()).unwrap();
+            assert_eq!(logits.size(), shape, "{name}");
+            let their_logits: Vec<f32> = serde_json::from_value(want["logits"].clone()).unwrap();
+            let their_logits = Tensor::from_slice(&their_logits).view(shape.as_slice());
+            let diff = (&logits - &their_logits).abs().max().double_value(&[]);
+            let scale = their_logits.abs().max().double_value(&[]);
+            assert!(diff < 1e-4, "{name}: max |Δlogit| {diff:e} (logits up to {scale:.2})");
 
-        let tokens: Vec<Vec<i64>> = serde_json::from_value(want["tokens"].clone()).unwrap();
-        let distinct: std::collections::BTreeSet<_> = tokens.concat().into_iter().collect();
-        assert!(distinct.len() > 8, "{name}: the reference repeats itself ({distinct:?}), so equal tokens would mean little");
-        for kind in [KvCacheKind::Dynamic, KvCacheKind::Static, KvCacheKind::Off] {
-            let (ours, cache) = greedy(&model, &prompt, n, kind);
-            assert_eq!(ours, tokens, "{name}, {} cache", kind.as_str());
-            let batch = rows as u64;
-            // What a full layer holds: every position fed (all but the last token's in a
-            // growing cache; a static one's capacity).
-            let positions = match kind {
-                KvCacheKind::Dynamic => (16 + n - 1) as u64,
-                _ => (16 + n) as u64,
-            };
-            if config.layers_of(LayerType::Full) > 0 && kind != KvCacheKind::Off {
-                assert_eq!(cache.positions() as u64, positions, "{name}: a full layer's positions");
-            }
-            match kind {
-                KvCacheKind::Dynamic => {
-                    // Layer by layer, what transformers' DynamicCache holds.
-                    let theirs = want["cache"].as_array().unwrap();
-                    let ours = cache.per_layer();
-                    assert_eq!(ours.len(), theirs.len(), "{name}");
-                    for (i, (mine, t)) in ours.iter().zip(theirs).enumerate() {
-                        assert_eq!(mine.0, t["bytes"].as_u64().unwrap(), "{name} layer {i}: bytes");
-                        assert_eq!(mine.1 as u64, t["positions"].as_u64().unwrap(), "{name} layer {i}: positions");
-                        let sliding = config.layer_type(i) == LayerType::Sliding;
-                        assert_eq!(sliding, t["sliding"].as_bool().unwrap(), "{name} layer {i}: type");
-                    }
-                    let formula = config.kv_cache_held_bytes(positions, batch, 4, SlidingHold::Trimmed);
-                    assert_eq!(cache.bytes(), formula, "{name}: the per-layer-type formula");
-                    let sliding = config.layers_of(LayerType::Sliding);
-                    if sliding > 0 {
-                        let w = config.sliding_window.unwrap() as u64;
-                        assert!(ours.iter().any(|l| l.1 as u64 == w - 1), "{name}: sliding layers hold window − 1");
-                        assert!(cache.bytes() < config.kv_cache_bytes(positions, batch, 4), "{name}: below the naive formula");
-                    }
-                    eprintln!(
-                        "{name}: max |Δlogit| {diff:.2e}; {} tokens equal per cache kind; KV {} B = transformers' (naive every-layer formula {} B); {} parameters",
-                        n,
-                        cache.bytes(),
-                        config.kv_cache_bytes(positions, batch, 4),
-                        theirs_count(want)
-                    );
+            let tokens: Vec<Vec<i64>> = serde_json::from_value(want["tokens"].clone()).unwrap();
+            let distinct: std::collections::BTreeSet<_> = tokens.concat().into_iter().collect();
+            assert!(distinct.len() > 8, "{name}: the reference repeats itself ({distinct:?}), so equal tokens would mean little");
+            for kind in [KvCacheKind::Dynamic, KvCacheKind::Static, KvCacheKind::Off] {
+                let (ours, cache) = greedy(&model, &prompt, n, kind);
+                assert_eq!(ours, tokens, "{name}, {} cache", kind.as_str());
+                let batch = rows as u64;
+                // What a full layer holds: every position fed (all but the last token's in a
+                // growing cache; a static one's capacity).
+                let positions = match kind {
+                    KvCacheKind::Dynamic => (16 + n - 1) as u64,
+                    _ => (16 + n) as u64,
+                };
+                if config.layers_of(LayerType::Full) > 0 && kind != KvCacheKind::Off {
+                    assert_eq!(cache.positions() as u64, positions, "{name}: a full layer's positions");
                 }
-                KvCacheKind::Static => {
-                    let formula = config.kv_cache_held_bytes(positions, batch, 4, SlidingHold::Rolled);
-                    assert_eq!(cache.bytes(), formula, "{name}: a static cache's sliding layers hold the window");
+                match kind {
+                    KvCacheKind::Dynamic => {
+                        // Layer by layer, what transformers' DynamicCache holds.
+                        let theirs = want["cache"].as_array().unwrap();
+                        let ours = cache.per_layer();
+                        assert_eq!(ours.len(), theirs.len(), "{name}");
+                        for (i, (mine, t)) in ours.iter().zip(theirs).enumerate() {
+                            assert_eq!(mine.0, t["bytes"].as_u64().unwrap(), "{name} layer {i}: bytes");
+                            assert_eq!(mine.1 as u64, t["positions"].as_u64().unwrap(), "{name} layer {i}: positions");
+                            let sliding = config.layer_type(i) == LayerType::Sliding;
+                            assert_eq!(sliding, t["sliding"].as_bool().unwrap(), "{name} layer {i}: type");
+                        }
+                        let formula = config.kv_cache_held_bytes(positions, batch, 4, SlidingHold::Trimmed);
+                        assert_eq!(cache.bytes(), formula, "{name}: the per-layer-type formula");
+                        let sliding = config.layers_of(LayerType::Sliding);
+                        if sliding > 0 {
+                            let w = config.sliding_window.unwrap() as u64;
+                            assert!(ours.iter().any(|l| l.1 as u64 == w - 1), "{name}: sliding layers hold window − 1");
+                            assert!(cache.bytes() < config.kv_cache_bytes(positions, batch, 4), "{name}: below the naive formula");
+                        }
+                        eprintln!(
+                            "{name}, {layout:?}: max |Δlogit| {diff:.2e}; {} tokens equal per cache kind; KV {} B = transformers' (naive every-layer formula {} B); {} parameters",
+                            n,
+                            cache.bytes(),
+                            config.kv_cache_bytes(positions, batch, 4),
+                            theirs_count(want)
+                        );
+                    }
+                    KvCacheKind::Static => {
+                        let formula = config.kv_cache_held_bytes(positions, batch, 4, SlidingHold::Rolled);
+                        assert_eq!(cache.bytes(), formula, "{name}: a static cache's sliding layers hold the window");
+                    }
+                    KvCacheKind::Off => assert_eq!(cache.bytes(), 0),
                 }
-                KvCacheKind::Off => assert_eq!(cache.bytes(), 0),
             }
         }
     }
@@ -471,4 +478,54 @@ fn the_trained_preset_loads_its_folder_and_writes_text() {
     let random = worker.measure(generate_spec(protocol::decoder::CPU_PRESET, 1, 22, 48, KvCacheKind::Dynamic), |_| {}).unwrap();
     let ids = &random.generation.unwrap().tokens[0];
     assert!(printable(ids) < 0.9, "random weights' ids: {ids:?}");
+}
+
+#[test]
+fn a_column_major_layout_keeps_the_values_the_bytes_and_the_variables() {
+    let _no_grad = tch::no_grad_guard();
+    let mut model = Model::build("llama_tiny".parse().unwrap(), Device::Cpu, 0);
+    let bytes = model.resident_bytes();
+    let before: Vec<(String, Tensor)> = model.vs.variables().into_iter().map(|(n, t)| (n, t.copy())).collect();
+    let prompt = Tensor::from_slice(&[3i64, 1, 4, 1, 5, 9, 2, 6]).view([1, -1]);
+    let logits = |m: &Model| {
+        let d = m.net.as_decoder().unwrap();
+        d.forward(&prompt, 0, &mut KvCache::Off, false, Logits::All, &mut Probe::off())
+    };
+    let row = logits(&model);
+    model.net.as_decoder_mut().unwrap().lay_out(WeightLayout::ColumnMajor);
+    let vars = model.vs.variables();
+    let mut moved = 0;
+    for (name, old) in &before {
+        let now = &vars[name];
+        assert!(now.equal(old), "{name}: the values");
+        // Every matrix a matmul reads; the untied embedding is only indexed.
+        let want = match (now.dim(), name.as_str()) {
+            (2, "model.embed_tokens.weight") => WeightLayout::RowMajor,
+            (2, _) => WeightLayout::ColumnMajor,
+            _ => continue,
+        };
+        assert_eq!(WeightLayout::of(now), Some(want), "{name}");
+        moved += usize::from(want == WeightLayout::ColumnMajor);
+    }
+    // Seven linear layers per block and the head.
+    assert_eq!(moved, 4 * 7 + 1);
+    assert_eq!(model.resident_bytes(), bytes, "the same bytes: the old storage is freed");
+    let col = logits(&model);
+    let diff = (&row - &col).abs().max().double_value(&[]);
+    assert!(diff < 1e-5, "max |Δlogit| {diff:e}");
+    assert_eq!(row.argmax(-1, false), col.argmax(-1, false));
+    // And back: PyTorch's own layout, bit for bit the values it had.
+    model.net.as_decoder_mut().unwrap().lay_out(WeightLayout::RowMajor);
+    for (name, old) in &before {
+        let now = &model.vs.variables()[name];
+        assert!(now.is_contiguous() && now.equal(old), "{name}");
+    }
+    assert!(logits(&model).equal(&row), "row-major again computes the first logits to the bit");
+
+    // Column-major only where it is faster: fp32 on a CPU, autocast off.
+    use tch::Kind;
+    assert_eq!(WeightLayout::for_run(Device::Cpu, Kind::Float, false), WeightLayout::ColumnMajor);
+    assert_eq!(WeightLayout::for_run(Device::Cpu, Kind::Float, true), WeightLayout::RowMajor);
+    assert_eq!(WeightLayout::for_run(Device::Cpu, Kind::BFloat16, false), WeightLayout::RowMajor);
+    assert_eq!(WeightLayout::for_run(Device::Cuda(0), Kind::Float, false), WeightLayout::RowMajor);
 }

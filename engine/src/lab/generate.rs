@@ -330,6 +330,8 @@ impl Lab {
         let prompt_len = checked.input_size();
         let quant = g.quant();
         let index = self.model_index_quant(spec.model, device, prompt_len, &spec.advanced, quant)?;
+        let autocast = spec.autocast != protocol::Autocast::Off;
+        catch_torch(|| self.models[index].lay_out_for_run(autocast))?;
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);

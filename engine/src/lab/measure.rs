@@ -22,6 +22,7 @@ use tch::Tensor;
 use super::forward::{forward, traced_pass};
 use super::{held, make_input, memory_report, Lab, RunControl};
 use crate::device::Meter;
+use crate::torch_call::catch_torch;
 use crate::input::Input;
 use crate::models::Model;
 use crate::peak::Precision;
@@ -156,6 +157,8 @@ impl Lab {
 
         let index =
             self.model_index_as(spec.model, device, checked.input_size(), &spec.advanced)?;
+        let autocast = spec.autocast != protocol::Autocast::Off;
+        catch_torch(|| self.models[index].lay_out_for_run(autocast))?;
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);

@@ -151,6 +151,14 @@ impl Model {
         }
     }
 
+    /// Lays a decoder's weights out for a run with autocast on or off
+    /// (`decoder::WeightLayout::for_run`); other models keep theirs.
+    pub fn lay_out_for_run(&mut self, autocast: bool) {
+        if let Some(d) = self.net.as_decoder_mut() {
+            d.lay_out_for_run(autocast);
+        }
+    }
+
     /// Trainable parameters, as `sum(p.numel() for p in model.parameters())` counts them.
     pub fn parameters(&self) -> u64 {
         self.vs

@@ -38,10 +38,15 @@ impl Norm {
 
     pub fn apply(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
-        if kind == Kind::Float && !self.gemma {
+        if kind == Kind::Float && self.weight.kind() == Kind::Float {
             // fp32: libtorch's one rms_norm op, the same formula (normalise, then scale)
             // in one call instead of eight, which a decode step at batch 1 pays per op.
-            return x.rms_norm([self.weight.size()[0]], Some(&self.weight), self.eps);
+            // Gemma's scale is `1 + weight`: one add more.
+            let width = [self.weight.size()[0]];
+            return match self.gemma {
+                true => x.rms_norm(width, Some(&(&self.weight + 1.0)), self.eps),
+                false => x.rms_norm(width, Some(&self.weight), self.eps),
+            };
         }
         let x32 = x.to_kind(Kind::Float);
         let inv = (x32.square().mean_dim(-1, true, Kind::Float) + self.eps).rsqrt();

@@ -130,12 +130,18 @@ pub fn dequantized(w: &Tensor, q: LinearQuant) -> Tensor {
 }
 
 /// `w` (`[out, in]`, the activation dtype) quantized as `q` says.
-pub fn quantize(w: &Tensor, q: LinearQuant) -> Linear {
+pub fn quantize(weight: &Tensor, q: LinearQuant) -> Linear {
     let _no_grad = tch::no_grad_guard();
+    if q.weights == WeightQuant::None {
+        return Linear::Dense(weight.shallow_clone());
+    }
+    // The packing ops take row-major `[out, in]` (a CPU run in fp32 lays a decoder's dense
+    // weights out column-major: `super::WeightLayout`).
+    let w = &weight.contiguous();
     let act = w.kind();
     let w32 = w.detach().to_kind(Kind::Float);
     match q.weights {
-        WeightQuant::None => Linear::Dense(w.shallow_clone()),
+        WeightQuant::None => unreachable!("returned above"),
         WeightQuant::Int8 => {
             let zero = Tensor::zeros([1], (Kind::Float, w.device()));
             let lo = w32.amin(1, false).minimum(&zero);

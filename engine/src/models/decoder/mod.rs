@@ -46,6 +46,47 @@ pub use linear::Linear;
 
 use block::{Dims, Layer, Mlp, Step};
 
+/// How a weight's `[out, in]` elements lie in memory.
+///
+/// A decode step at batch 1 multiplies one row by every weight: a matrix-vector product
+/// that streams the whole weight from memory, and at a small model's sizes the step is
+/// mostly that. On a CPU in fp32, PyTorch's MKL reads a column-major weight
+/// (`W.t().contiguous().t()`, strides `[1, out]`, so `linear(x, W)` is `x @ Wt` with `Wt`
+/// contiguous: MKL's non-transposed `sgemv`) at 1.3–2.5× the speed of the row-major one
+/// (`bench/layout.py`; no slower at any row count in fp32). In bf16 and fp16, and under
+/// autocast (whose casts keep the strides), column-major is 1.6–2.9× slower, so those runs
+/// keep PyTorch's row-major default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// PyTorch's default: contiguous `[out, in]`.
+    RowMajor,
+    /// Contiguous `[in, out]`, seen as `[out, in]`.
+    ColumnMajor,
+}
+
+impl WeightLayout {
+    /// The layout a run uses: column-major for fp32 weights on the CPU with autocast off,
+    /// row-major otherwise (CUDA included: cuBLAS takes either, and PyTorch's default is
+    /// what a reader's model has).
+    pub fn for_run(device: tch::Device, kind: Kind, autocast: bool) -> WeightLayout {
+        match (device, kind, autocast) {
+            (tch::Device::Cpu, Kind::Float, false) => WeightLayout::ColumnMajor,
+            _ => WeightLayout::RowMajor,
+        }
+    }
+
+    /// The layout of a 2-D tensor: `None` when it is neither (a view with other strides).
+    pub fn of(t: &Tensor) -> Option<WeightLayout> {
+        if t.is_contiguous() {
+            Some(WeightLayout::RowMajor)
+        } else if t.tr().is_contiguous() {
+            Some(WeightLayout::ColumnMajor)
+        } else {
+            None
+        }
+    }
+}
+
 /// The decoder's weights and the rotary frequencies (derived from the config, not a weight).
 #[derive(Debug)]
 pub struct Decoder {
@@ -127,6 +168,41 @@ impl Decoder {
             inv_freq_local,
             expert_log: Mutex::new(None),
         }
+    }
+
+    /// Gives every weight a matmul reads (the blocks' dense linear layers, the routers, the
+    /// LM head or the tied embedding) the memory layout `layout` asks for. The logical
+    /// shape stays `[out, in]` and the VarStore holds the same variables; only the strides
+    /// change, in place (the old storage is freed weight by weight). A weight already laid
+    /// out so is left alone.
+    pub fn lay_out(&mut self, layout: WeightLayout) {
+        let _no_grad = tch::no_grad_guard();
+        let mut weights: Vec<Tensor> = vec![self.lm_head.as_ref().unwrap_or(&self.embed).shallow_clone()];
+        for layer in self.layers.iter_mut() {
+            if let Mlp::Moe(m) = &layer.mlp {
+                weights.push(m.router.shallow_clone());
+            }
+            for (_, slot) in layer.linears_mut() {
+                weights.extend(slot.dense().map(Tensor::shallow_clone));
+            }
+        }
+        for mut w in weights {
+            if w.dim() != 2 || WeightLayout::of(&w) == Some(layout) {
+                continue;
+            }
+            let laid = match layout {
+                WeightLayout::RowMajor => w.contiguous(),
+                WeightLayout::ColumnMajor => w.tr().contiguous().tr(),
+            };
+            w.set_data(&laid);
+        }
+    }
+
+    /// [`Decoder::lay_out`] as [`WeightLayout::for_run`] chooses for a run on this
+    /// decoder's device and dtype, autocast on or off.
+    pub fn lay_out_for_run(&mut self, autocast: bool) {
+        let layout = WeightLayout::for_run(self.embed.device(), self.embed.kind(), autocast);
+        self.lay_out(layout);
     }
 
     pub fn config(&self) -> &DecoderConfig {
