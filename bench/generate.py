@@ -2,7 +2,8 @@
 """Generation side by side: `gradless generate` against Hugging Face transformers'
 `generate` (eager, the same config, the same threads) and a plain PyTorch hand-written
 greedy loop (the same ops in the same order as Gradless's Rust decoder,
-engine/src/models/decoder/), interleaved round by round, medians reported as ratios.
+engine/src/models/decoder/, its fp32 weights laid out column-major as Gradless lays them
+out on the CPU), interleaved round by round, medians reported as ratios.
 
     python bench/generate.py --gradless target/release/gradless [--model llama_tiny]
         [--batches 1 8] [--prompt 32] [--new-tokens 64] [--rounds 5] [--threads 1]
@@ -187,6 +188,17 @@ class PlainDecoder:
             for L in self.layers:
                 for k in LINEARS:
                     L[k] = QuantLinear(L[k], *quant)
+        # Gradless lays fp32 weights out column-major on the CPU (WeightLayout in
+        # engine/src/models/decoder/mod.rs; bench/layout.py measures why): the dense blocks'
+        # linear layers and the head (the embedding table itself when tied), same values.
+        col = lambda w: w.t().contiguous().t() if w is not None and w.dtype == torch.float32 else w  # noqa: E731
+        for L in self.layers:
+            for k in LINEARS:
+                if not isinstance(L[k], QuantLinear):
+                    L[k] = col(L[k])
+        self.head = col(self.head)
+        if c["tie_word_embeddings"]:
+            self.embed = self.head
         d = c["head_dim"]
         self.inv_freq = model.model.rotary_emb.inv_freq.detach().float()
         assert self.inv_freq.numel() == d // 2
