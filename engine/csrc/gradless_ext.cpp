@@ -15,6 +15,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
@@ -185,6 +186,10 @@ char* gl_inference_mode_enter(void** guard) {
 char* gl_inference_mode_exit(void* guard) {
   return guarded([&] { delete static_cast<c10::InferenceMode*>(guard); });
 }
+
+// Whether autograd records operations here: GradMode (off under no_grad and inside
+// inference mode). A plain read that cannot throw.
+int32_t gl_grad_enabled() { return c10::GradMode::is_enabled() ? 1 : 0; }
 
 // ---- autocast --------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ mod ffi {
     use std::ffi::{c_char, c_void};
     extern "C" {
         pub fn gl_free_error(error: *mut c_char);
+        pub fn gl_grad_enabled() -> i32;
         pub fn gl_inference_mode_enter(guard: *mut *mut c_void) -> *mut c_char;
         pub fn gl_inference_mode_exit(guard: *mut c_void) -> *mut c_char;
         pub fn gl_autocast_enter(
@@ -304,6 +305,13 @@ impl CpuMemoryCounter {
         // SAFETY: no arguments.
         check(unsafe { ffi::gl_cpu_memory_reset_peak() })
     }
+}
+
+/// Whether autograd records operations on this thread (`torch.is_grad_enabled()`): off under
+/// `no_grad` and inside inference mode.
+pub fn grad_enabled() -> bool {
+    // SAFETY: no arguments; the C++ side reads a thread-local flag and cannot throw.
+    unsafe { ffi::gl_grad_enabled() != 0 }
 }
 
 /// Whether libtorch can reach a CUDA device.

@@ -14,6 +14,7 @@ use tch::{Device, Kind, Tensor};
 use super::cache::KvCache;
 use super::family::Layout;
 use super::linear::Linear;
+use super::WeightLayout;
 
 /// An RMSNorm's weight and how it scales.
 #[derive(Debug)]
@@ -37,24 +38,49 @@ impl Norm {
     }
 
     pub fn apply(&self, x: &Tensor) -> Tensor {
+        self.normalize(x, &self.weight)
+    }
+
+    /// The queries' and the keys' norms over `x` `[batch, tokens, heads + kv_heads,
+    /// head_dim]` (the query heads first) in one pass: the same products as `q_norm` on the
+    /// query heads and `k_norm` on the key heads, each head normalised on its own, with the
+    /// two weights stacked per head (`[heads + kv_heads, head_dim]`). One norm instead of
+    /// two, which a decode step at batch 1 pays per op, twice per layer.
+    pub fn apply_heads(q_norm: &Norm, k_norm: &Norm, x: &Tensor, heads: i64) -> Tensor {
+        let (n, d) = (x.size()[2], x.size()[3]);
+        let weight = Tensor::cat(
+            &[q_norm.weight.expand([heads, d], false), k_norm.weight.expand([n - heads, d], false)],
+            0,
+        );
+        q_norm.normalize(x, &weight)
+    }
+
+    /// Normalises `x` over its last dimension and scales by `weight` (`[width]`, or any
+    /// shape that broadcasts against `x`), in this norm's style.
+    fn normalize(&self, x: &Tensor, weight: &Tensor) -> Tensor {
         let kind = x.kind();
-        if kind == Kind::Float && self.weight.kind() == Kind::Float {
+        if kind == Kind::Float && weight.kind() == Kind::Float {
             // fp32: libtorch's one rms_norm op, the same formula (normalise, then scale)
             // in one call instead of eight, which a decode step at batch 1 pays per op.
-            // Gemma's scale is `1 + weight`: one add more.
-            let width = [self.weight.size()[0]];
-            return match self.gemma {
-                true => x.rms_norm(width, Some(&(&self.weight + 1.0)), self.eps),
-                false => x.rms_norm(width, Some(&self.weight), self.eps),
+            // Gemma's scale is `1 + weight`: one add more. rms_norm takes only a `[width]`
+            // weight; a stacked one multiplies after it, as rms_norm itself does.
+            let width = [x.size()[x.dim() - 1]];
+            let scale = match self.gemma {
+                true => weight + 1.0,
+                false => weight.shallow_clone(),
+            };
+            return match scale.dim() {
+                1 => x.rms_norm(width, Some(&scale), self.eps),
+                _ => x.rms_norm(width, None::<Tensor>, self.eps) * scale,
             };
         }
         let x32 = x.to_kind(Kind::Float);
         let inv = (x32.square().mean_dim(-1, true, Kind::Float) + self.eps).rsqrt();
         let normed = x32 * inv;
         match self.gemma {
-            true => (normed * (self.weight.to_kind(Kind::Float) + 1.0)).to_kind(kind),
+            true => (normed * (weight.to_kind(Kind::Float) + 1.0)).to_kind(kind),
             // transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale.
-            false => &self.weight * normed.to_kind(kind),
+            false => weight * normed.to_kind(kind),
         }
     }
 
@@ -96,6 +122,10 @@ pub(super) struct Gated {
     pub gate: Linear,
     pub up: Option<Linear>,
     pub down: Linear,
+    /// gate and up stacked (`[2 × width, hidden]`, in the run's layout) when both are
+    /// dense: their variables are views of it ([`Gated::lay_out`]), so one matmul computes
+    /// both where no gradient is recorded.
+    gate_up: Option<Tensor>,
 }
 
 impl Gated {
@@ -105,6 +135,7 @@ impl Gated {
             gate: w(names[0], width, h),
             up: Some(w(names[1], width, h)),
             down: w(names[2], h, width),
+            gate_up: None,
         }
     }
 
@@ -115,20 +146,45 @@ impl Gated {
             gate: w("gate_up_proj", 2 * width, h),
             up: None,
             down: w("down_proj", h, width),
+            gate_up: None,
         }
     }
 
     fn apply(&self, x: &Tensor, act: Act) -> Tensor {
-        let (gate, up) = match &self.up {
-            Some(up) => (self.gate.apply(x, None), up.apply(x, None)),
-            None => {
-                // transformers' `gate, up = gate_up_proj(x).chunk(2, dim=-1)`.
-                let both = self.gate.apply(x, None);
+        let both = match (&self.up, &self.gate_up) {
+            (Some(_), Some(w)) if !crate::torch_ext::grad_enabled() => Some(x.linear::<&Tensor>(w, None)),
+            (Some(_), _) => None,
+            // Phi-3's `gate_up_proj`.
+            (None, _) => Some(self.gate.apply(x, None)),
+        };
+        let (gate, up) = match (both, &self.up) {
+            // transformers' `gate, up = gate_up_proj(x).chunk(2, dim=-1)`.
+            (Some(both), _) => {
                 let width = both.size()[both.dim() - 1] / 2;
                 (both.narrow(-1, 0, width), both.narrow(-1, width, width))
             }
+            (None, Some(up)) => (self.gate.apply(x, None), up.apply(x, None)),
+            (None, None) => unreachable!("a gated MLP without up has its fused gate_up"),
         };
         self.down.apply(&(act.apply(gate) * up), None)
+    }
+
+    /// Lays the weights out (see [`lay_out_weight`]), gate and up stacked when both are
+    /// dense (see [`fuse`]).
+    pub fn lay_out(&mut self, layout: WeightLayout) {
+        match (self.gate.dense(), self.up.as_ref().and_then(Linear::dense)) {
+            (Some(g), Some(u)) => {
+                let ws = [g.shallow_clone(), u.shallow_clone()];
+                if !fused_in(self.gate_up.as_ref(), &ws[0], layout) {
+                    self.gate_up = Some(fuse(&ws, layout));
+                }
+            }
+            (Some(g), None) => lay_out_weight(g, layout),
+            _ => {}
+        }
+        if let Some(w) = self.down.dense() {
+            lay_out_weight(w, layout);
+        }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -231,6 +287,10 @@ pub(super) struct Layer {
     q: Proj,
     k: Option<Proj>,
     v: Option<Proj>,
+    /// q, k and v stacked (`[q + 2 × kv, hidden]`, in the run's layout) when all three are
+    /// dense and have no bias: their variables are views of it ([`Layer::lay_out`]), so
+    /// one matmul computes all three where no gradient is recorded.
+    qkv: Option<Tensor>,
     o: Linear,
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
@@ -343,6 +403,7 @@ impl Layer {
             },
             k: (!layout.fused).then(|| proj("k_proj", kv_out, h, c.attention_bias)),
             v: (!layout.fused).then(|| proj("v_proj", kv_out, h, c.attention_bias)),
+            qkv: None,
             o: proj("o_proj", h, q_out, false).0,
             q_norm: c.qk_norm.then(|| Norm::new(&attn / "q_norm", d, c)),
             k_norm: c.qk_norm.then(|| Norm::new(&attn / "k_norm", d, c)),
@@ -354,7 +415,16 @@ impl Layer {
 
     /// Every linear layer weight quantization applies to, with its name under the model
     /// (`model.layers.0.self_attn.q_proj`, `model.layers.0.mlp.experts.3.down_proj`).
+    /// A caller may replace any of them (quantize, dequantize), so the stacked weights
+    /// are let go: the next [`Layer::lay_out`] stacks what is dense again.
     pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        self.qkv = None;
+        if let Mlp::Dense(g) = &mut self.mlp {
+            g.gate_up = None;
+        }
+        if let Mlp::Moe(m) = &mut self.mlp {
+            m.experts.iter_mut().for_each(|g| g.gate_up = None);
+        }
         let name = &self.name;
         let fused = self.k.is_none();
         let q_name = if fused { "qkv_proj" } else { "q_proj" };
@@ -388,6 +458,41 @@ impl Layer {
             }
         }
         out
+    }
+
+    /// Lays the layer's dense weights out (see [`WeightLayout`]): q, k and v stacked when
+    /// all three are dense without biases, gate and up likewise (every expert's), the rest
+    /// one by one; the router too.
+    pub fn lay_out(&mut self, layout: WeightLayout) {
+        let separate = [Some(&self.q), self.k.as_ref(), self.v.as_ref()];
+        let stackable: Option<Vec<Tensor>> = separate
+            .iter()
+            .map(|p| p.filter(|(_, bias)| bias.is_none()).and_then(|(w, _)| w.dense()).map(Tensor::shallow_clone))
+            .collect();
+        match stackable {
+            Some(ws) => {
+                if !fused_in(self.qkv.as_ref(), &ws[0], layout) {
+                    self.qkv = Some(fuse(&ws, layout));
+                }
+            }
+            None => {
+                for (w, _) in separate.into_iter().flatten() {
+                    if let Some(w) = w.dense() {
+                        lay_out_weight(w, layout);
+                    }
+                }
+            }
+        }
+        if let Some(w) = self.o.dense() {
+            lay_out_weight(w, layout);
+        }
+        match &mut self.mlp {
+            Mlp::Dense(g) => g.lay_out(layout),
+            Mlp::Moe(m) => {
+                lay_out_weight(&m.router, layout);
+                m.experts.iter_mut().for_each(|g| g.lay_out(layout));
+            }
+        }
     }
 
     /// Bytes of its linear layers (as stored: quantized or not) and of the rest (norms,
@@ -464,36 +569,38 @@ impl Layer {
     ) -> Tensor {
         let (b, t) = (h.size()[0], h.size()[1]);
         let Dims { heads, kv_heads, head_dim: d, .. } = *dims;
-        // `[batch, tokens, n, head_dim]`, its heads normalised when the family does, then
-        // `[batch, n, tokens, head_dim]`.
-        let project = |w: &Proj, n: i64, norm: Option<&Norm>| {
-            let x = w.0.apply(h, w.1.as_ref()).view([b, t, n, d]);
-            let x = match norm {
-                Some(norm) => norm.apply(&x),
-                None => x,
-            };
-            x.transpose(1, 2)
+        // The queries and the keys side by side, `[batch, tokens, heads + kv_heads,
+        // head_dim]`, and the values `[batch, tokens, kv_heads, head_dim]`: their norms and
+        // RoPE are per head, so each runs once over both (the same products as on each).
+        // One projection's columns are the queries', then the keys', then the values'.
+        let split = |qkv: Tensor| {
+            let n = heads + kv_heads;
+            let qk = qkv.narrow(2, 0, n * d).reshape([b, t, n, d]);
+            (qk, qkv.narrow(2, n * d, kv_heads * d).reshape([b, t, kv_heads, d]))
         };
-        let (q, k, v) = match (&self.k, &self.v) {
-            (Some(k), Some(v)) => (
-                project(&self.q, heads, self.q_norm.as_ref()),
-                project(k, kv_heads, self.k_norm.as_ref()),
-                project(v, kv_heads, None),
-            ),
-            // Phi-3's fused projection: the queries' columns, then the keys', then the values'.
-            _ => {
-                let qkv = self.q.0.apply(h, None);
-                let (qw, kw) = (heads * d, kv_heads * d);
-                let split = |from: i64, n: i64| qkv.narrow(2, from, n * d).reshape([b, t, n, d]).transpose(1, 2);
-                (split(0, heads), split(qw, kv_heads), split(qw + kw, kv_heads))
+        let (qk, v) = match (&self.qkv, &self.k, &self.v) {
+            (Some(w), _, _) if !crate::torch_ext::grad_enabled() => split(h.linear::<&Tensor>(w, None)),
+            (_, Some(k), Some(v)) => {
+                let project = |w: &Proj, n: i64| w.0.apply(h, w.1.as_ref()).view([b, t, n, d]);
+                let qk = Tensor::cat(&[project(&self.q, heads), project(k, kv_heads)], 2);
+                (qk, project(v, kv_heads))
             }
+            // Phi-3's `qkv_proj`.
+            _ => split(self.q.0.apply(h, None)),
+        };
+        let qk = match (&self.q_norm, &self.k_norm) {
+            (Some(qn), Some(kn)) => Norm::apply_heads(qn, kn, &qk, heads),
+            _ => qk,
         };
         let (cos, sin) = match (self.kind, step.rope_local) {
             (LayerType::Sliding, Some(local)) => local,
             _ => step.rope,
         };
-        let q = rope(q, cos, sin);
-        let k = rope(k, cos, sin);
+        // `[batch, n, tokens, head_dim]`.
+        let qk = rope(qk.transpose(1, 2), cos, sin);
+        let (q, k) = (qk.narrow(1, 0, heads), qk.narrow(1, heads, kv_heads));
+        drop(qk);
+        let v = v.transpose(1, 2);
         let (k, v) = cache.update(index, k, v, step.position, step.positions, self.window);
         let dropout = if step.train { dims.dropout } else { 0.0 };
         let keys = k.size()[2];
@@ -580,4 +687,39 @@ fn rope(x: Tensor, cos: &Tensor, signed_sin: &Tensor) -> Tensor {
 
 pub(super) fn tensor_bytes(t: &Tensor) -> u64 {
     t.numel() as u64 * t.kind().elt_size_in_bytes() as u64
+}
+
+/// Lays one weight out (see [`WeightLayout`]) in place: the variable keeps its name and
+/// values, its data becomes a copy in `layout` unless it is in it already.
+pub(super) fn lay_out_weight(w: &Tensor, layout: WeightLayout) {
+    if w.dim() != 2 || WeightLayout::of(w) == Some(layout) {
+        return;
+    }
+    let laid = match layout {
+        WeightLayout::RowMajor => w.contiguous(),
+        WeightLayout::ColumnMajor => w.tr().contiguous().tr(),
+    };
+    w.shallow_clone().set_data(&laid);
+}
+
+/// Stacks `ws` (`[out_i, in]` each) into one `[Σ out_i, in]` tensor in `layout` and makes
+/// each variable a view of its rows: one allocation of the same bytes instead of several,
+/// the variables' names and values unchanged, so a matmul with the stack computes them all.
+fn fuse(ws: &[Tensor], layout: WeightLayout) -> Tensor {
+    let stacked = match layout {
+        WeightLayout::RowMajor => Tensor::cat(ws, 0),
+        WeightLayout::ColumnMajor => Tensor::cat(&ws.iter().map(Tensor::tr).collect::<Vec<_>>(), 1).tr(),
+    };
+    let mut row = 0;
+    for w in ws {
+        let rows = w.size()[0];
+        w.shallow_clone().set_data(&stacked.narrow(0, row, rows));
+        row += rows;
+    }
+    stacked
+}
+
+/// Whether `stacked` is in `layout` with `first`'s variable still a view of it.
+fn fused_in(stacked: Option<&Tensor>, first: &Tensor, layout: WeightLayout) -> bool {
+    stacked.is_some_and(|s| WeightLayout::of(s) == Some(layout) && s.data_ptr() == first.data_ptr())
 }

@@ -167,7 +167,11 @@ impl KvCache {
             KvCache::Off => (k, v),
             KvCache::Dynamic { layers, .. } => {
                 let (k, v) = match layers[layer].take() {
-                    None => (k, v),
+                    // A copy, as DynamicCache's first `torch.cat` onto an empty tensor makes
+                    // one: k and v may be views of a pass's larger tensors (the queries and
+                    // keys roped together, q/k/v projected together), which the cache must
+                    // not keep alive.
+                    None => (k.copy(), v.copy()),
                     // The old tensors are freed as soon as the new ones exist, as
                     // DynamicCache's `torch.cat` rebinding frees them.
                     Some((pk, pv)) => (Tensor::cat(&[pk, k], 2), Tensor::cat(&[pv, v], 2)),

@@ -76,10 +76,16 @@ impl WeightLayout {
     }
 
     /// The layout of a 2-D tensor: `None` when it is neither (a view with other strides).
+    /// A view of some rows of a larger matrix in a layout (a stacked weight's part, see
+    /// [`Decoder::lay_out`]) is in that layout.
     pub fn of(t: &Tensor) -> Option<WeightLayout> {
-        if t.is_contiguous() {
+        if t.dim() != 2 {
+            return None;
+        }
+        let (size, stride) = (t.size(), t.stride());
+        if stride[1] == 1 && stride[0] >= size[1] {
             Some(WeightLayout::RowMajor)
-        } else if t.tr().is_contiguous() {
+        } else if stride[0] == 1 && stride[1] >= size[0] {
             Some(WeightLayout::ColumnMajor)
         } else {
             None
@@ -174,28 +180,15 @@ impl Decoder {
     /// LM head or the tied embedding) the memory layout `layout` asks for. The logical
     /// shape stays `[out, in]` and the VarStore holds the same variables; only the strides
     /// change, in place (the old storage is freed weight by weight). A weight already laid
-    /// out so is left alone.
+    /// out so is left alone. A layer's q, k and v (when dense, without biases), and each
+    /// gated MLP's gate and up, are stacked into one tensor whose rows their variables
+    /// view: the same bytes, one allocation, and one matmul for all of them where no
+    /// gradient is recorded (a grad-mode pass multiplies by each variable, so autograd sees
+    /// the model's parameters as a reader's model has them).
     pub fn lay_out(&mut self, layout: WeightLayout) {
         let _no_grad = tch::no_grad_guard();
-        let mut weights: Vec<Tensor> = vec![self.lm_head.as_ref().unwrap_or(&self.embed).shallow_clone()];
-        for layer in self.layers.iter_mut() {
-            if let Mlp::Moe(m) = &layer.mlp {
-                weights.push(m.router.shallow_clone());
-            }
-            for (_, slot) in layer.linears_mut() {
-                weights.extend(slot.dense().map(Tensor::shallow_clone));
-            }
-        }
-        for mut w in weights {
-            if w.dim() != 2 || WeightLayout::of(&w) == Some(layout) {
-                continue;
-            }
-            let laid = match layout {
-                WeightLayout::RowMajor => w.contiguous(),
-                WeightLayout::ColumnMajor => w.tr().contiguous().tr(),
-            };
-            w.set_data(&laid);
-        }
+        block::lay_out_weight(self.lm_head.as_ref().unwrap_or(&self.embed), layout);
+        self.layers.iter_mut().for_each(|layer| layer.lay_out(layout));
     }
 
     /// [`Decoder::lay_out`] as [`WeightLayout::for_run`] chooses for a run on this
