@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Generation side by side: `gradless generate` against Hugging Face transformers'
 `generate` (eager, the same config, the same threads) and a plain PyTorch hand-written
-greedy loop (the same ops in the same order as Gradless's Rust decoder,
+greedy loop (the same computation in the same order as Gradless's Rust decoder,
 engine/src/models/decoder/, its fp32 weights laid out column-major as Gradless lays them
-out on the CPU), interleaved round by round, medians reported as ratios.
+out on the CPU; its q, k, v and gate, up stay separate matmuls where Gradless stacks them),
+interleaved round by round, medians reported as ratios.
 
     python bench/generate.py --gradless target/release/gradless [--model llama_tiny]
         [--batches 1 8] [--prompt 32] [--new-tokens 64] [--rounds 5] [--threads 1]
