@@ -10,6 +10,8 @@
 // engine/src/torch_ext.rs; nothing else calls these.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <cmath>
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/Allocator.h>
@@ -364,6 +366,65 @@ char* gl_cuda_device_facts(int32_t device, char* name, int32_t name_len, int32_t
     driver_check(attr(cc_minor, kCcMinor, dev), "cuDeviceGetAttribute(minor)");
     driver_check(driver_symbol<CuDeviceGetPCIBusId>("cuDeviceGetPCIBusId")(bus_id, bus_len, dev),
                  "cuDeviceGetPCIBusId");
+  });
+}
+
+}  // extern "C"
+
+// ---- RMSNorm in one op ---------------------------------------------------------------------
+
+extern "C" {
+
+// RMSNorm over the last dimension of an fp32 CPU tensor, in one op: for each row,
+// `x * rsqrt(mean(x²) + eps) * scale`, the products in rms_norm's order (normalise, then
+// scale) and in fp32, the sum of squares accumulated in double. The scale is `weight_a`
+// ([width]) for rows whose head (the second-to-last index, modulo `heads`) is below `split`,
+// `weight_b` for the others (a null `weight_b`: every row takes `weight_a`), plus one when
+// `plus_one` (Gemma's `1 + weight`). libtorch's composite rms_norm dispatches a dozen ops for
+// this (casts, pow, mean, add, rsqrt, two muls), which a decode step at batch 1 pays once
+// per norm. Inference only: it records no gradient. `*out` receives a new `at::Tensor*`
+// (tch's handle, which the caller owns).
+char* gl_rms_norm_f32(const void* input, const void* weight_a, const void* weight_b,
+                      int64_t heads, int64_t split, double eps, int32_t plus_one, void** out) {
+  return guarded([&] {
+    const auto& x0 = *static_cast<const at::Tensor*>(input);
+    const auto& wa0 = *static_cast<const at::Tensor*>(weight_a);
+    TORCH_CHECK(x0.device().is_cpu() && x0.scalar_type() == at::kFloat && x0.dim() >= 1,
+                "gl_rms_norm_f32: an fp32 CPU tensor");
+    const int64_t width = x0.size(-1);
+    TORCH_CHECK(wa0.scalar_type() == at::kFloat && wa0.numel() == width, "gl_rms_norm_f32: a [width] weight");
+    TORCH_CHECK(heads >= 1, "gl_rms_norm_f32: heads >= 1");
+    auto x = x0.contiguous();
+    auto wa = wa0.contiguous();
+    at::Tensor wb;
+    if (weight_b != nullptr) {
+      wb = static_cast<const at::Tensor*>(weight_b)->contiguous();
+      TORCH_CHECK(wb.scalar_type() == at::kFloat && wb.numel() == width, "gl_rms_norm_f32: a [width] weight");
+    }
+    auto y = at::empty_like(x);
+    const int64_t rows = width == 0 ? 0 : x.numel() / width;
+    const float* xp = x.const_data_ptr<float>();
+    const float* ap = wa.const_data_ptr<float>();
+    const float* bp = wb.defined() ? wb.const_data_ptr<float>() : ap;
+    float* yp = y.mutable_data_ptr<float>();
+    const float add = plus_one != 0 ? 1.0f : 0.0f;
+    const float feps = static_cast<float>(eps);
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* xr = xp + r * width;
+        float* yr = yp + r * width;
+        const float* w = (r % heads) < split ? ap : bp;
+        double ss = 0.0;
+        for (int64_t i = 0; i < width; ++i) {
+          ss += static_cast<double>(xr[i]) * xr[i];
+        }
+        const float inv = 1.0f / std::sqrt(static_cast<float>(ss / width) + feps);
+        for (int64_t i = 0; i < width; ++i) {
+          yr[i] = (xr[i] * inv) * (w[i] + add);
+        }
+      }
+    });
+    *out = new at::Tensor(std::move(y));
   });
 }
 

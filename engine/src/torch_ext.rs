@@ -28,6 +28,16 @@ mod ffi {
     extern "C" {
         pub fn gl_free_error(error: *mut c_char);
         pub fn gl_grad_enabled() -> i32;
+        pub fn gl_rms_norm_f32(
+            input: *const c_void,
+            weight_a: *const c_void,
+            weight_b: *const c_void,
+            heads: i64,
+            split: i64,
+            eps: f64,
+            plus_one: i32,
+            out: *mut *mut c_void,
+        ) -> *mut c_char;
         pub fn gl_inference_mode_enter(guard: *mut *mut c_void) -> *mut c_char;
         pub fn gl_inference_mode_exit(guard: *mut c_void) -> *mut c_char;
         pub fn gl_autocast_enter(
@@ -312,6 +322,32 @@ impl CpuMemoryCounter {
 pub fn grad_enabled() -> bool {
     // SAFETY: no arguments; the C++ side reads a thread-local flag and cannot throw.
     unsafe { ffi::gl_grad_enabled() != 0 }
+}
+
+/// RMSNorm over the last dimension of an fp32 CPU tensor in one op, without autograd:
+/// `x * rsqrt(mean(x²) + eps) * scale` per row, the scale `weight` (`[width]`), or, with
+/// `second = Some((w, split, heads))`, `w` for rows whose head index (second-to-last, modulo
+/// `heads`) is `split` or more; plus one when `plus_one` (Gemma's). The sum of squares is
+/// accumulated in double, so values differ from libtorch's composite `rms_norm` in the last
+/// bits.
+pub fn rms_norm_f32(
+    x: &tch::Tensor,
+    weight: &tch::Tensor,
+    second: Option<(&tch::Tensor, i64, i64)>,
+    eps: f64,
+    plus_one: bool,
+) -> Result<tch::Tensor> {
+    let raw = |t: &tch::Tensor| t.as_ptr() as *const c_void;
+    let (b, split, heads) = match second {
+        Some((w, split, heads)) => (raw(w), split, heads),
+        None => (std::ptr::null(), i64::MAX, 1),
+    };
+    let mut out: *mut c_void = std::ptr::null_mut();
+    // SAFETY: tch's handles are `at::Tensor*`, borrowed for the call and only read; on
+    // success `out` is a fresh `new at::Tensor`, whose ownership passes to the returned
+    // tch::Tensor (freed by its Drop, as tch's own results are).
+    check(unsafe { ffi::gl_rms_norm_f32(raw(x), raw(weight), b, heads, split, eps, plus_one.into(), &mut out) })?;
+    Ok(unsafe { tch::Tensor::from_ptr(out.cast()) })
 }
 
 /// Whether libtorch can reach a CUDA device.

@@ -38,7 +38,24 @@ impl Norm {
     }
 
     pub fn apply(&self, x: &Tensor) -> Tensor {
-        self.normalize(x, &self.weight)
+        match self.in_one_op(x, None) {
+            Some(y) => y,
+            None => self.normalize(x, &self.weight),
+        }
+    }
+
+    /// fp32 on the CPU with no gradient recorded: the extension's one-op RMSNorm
+    /// ([`crate::torch_ext::rms_norm_f32`]), where libtorch's composite dispatches a dozen
+    /// ops; `None` elsewhere. `second`: another norm's weight for the heads from `split` on,
+    /// of `heads` per row group.
+    fn in_one_op(&self, x: &Tensor, second: Option<(&Tensor, i64, i64)>) -> Option<Tensor> {
+        let one_op = x.kind() == Kind::Float
+            && self.weight.kind() == Kind::Float
+            && x.device() == Device::Cpu
+            && !crate::torch_ext::grad_enabled();
+        one_op
+            .then(|| crate::torch_ext::rms_norm_f32(x, &self.weight, second, self.eps, self.gemma).ok())
+            .flatten()
     }
 
     /// The queries' and the keys' norms over `x` `[batch, tokens, heads + kv_heads,
@@ -48,6 +65,9 @@ impl Norm {
     /// two, which a decode step at batch 1 pays per op, twice per layer.
     pub fn apply_heads(q_norm: &Norm, k_norm: &Norm, x: &Tensor, heads: i64) -> Tensor {
         let (n, d) = (x.size()[2], x.size()[3]);
+        if let Some(y) = q_norm.in_one_op(x, Some((&k_norm.weight, heads, n))) {
+            return y;
+        }
         let weight = Tensor::cat(
             &[q_norm.weight.expand([heads, d], false), k_norm.weight.expand([n - heads, d], false)],
             0,
