@@ -164,3 +164,44 @@ fn sdp_choice_names_the_cpu_backend_and_the_switches_restore() {
     }
     assert_eq!(SdpFlags::read().unwrap(), before);
 }
+
+#[test]
+fn the_one_op_rms_norm_is_libtorchs_rms_norm_and_grad_mode_reads_back() {
+    let _no_grad = tch::no_grad_guard();
+    tch::manual_seed(7);
+    let close = |a: &Tensor, b: &Tensor| {
+        let diff = (a - b).abs().max().double_value(&[]);
+        let scale = b.abs().max().double_value(&[]).max(1.0);
+        assert!(diff <= 2e-6 * scale, "max |Δ| {diff:e} against values up to {scale}");
+    };
+    // One weight; rows of several widths, a row count past the parallel grain, and a
+    // non-contiguous input (the transposed view a decoder hands it).
+    for (shape, width) in [(vec![1, 1, 256], 256), (vec![3, 70, 64], 64), (vec![2, 5, 33], 33)] {
+        let x = Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)) * 3.0;
+        let w = Tensor::randn([width], (Kind::Float, Device::Cpu));
+        let want = x.rms_norm([width], Some(&w), 1e-6);
+        close(&rms_norm_f32(&x, &w, None, 1e-6, false).unwrap(), &want);
+        // Gemma's 1 + weight.
+        let gemma = x.rms_norm([width], Some(&(&w + 1.0)), 1e-6);
+        close(&rms_norm_f32(&x, &w, None, 1e-6, true).unwrap(), &gemma);
+    }
+    let x = Tensor::randn([2, 7, 3, 64], (Kind::Float, Device::Cpu)).transpose(1, 2);
+    assert!(!x.is_contiguous());
+    let w = Tensor::randn([64], (Kind::Float, Device::Cpu));
+    let y = rms_norm_f32(&x, &w, None, 1e-5, false).unwrap();
+    assert_eq!(y.size(), x.size());
+    close(&y, &x.rms_norm([64], Some(&w), 1e-5));
+    // Two weights by head: q's for the first 8 of 10 heads, k's for the last 2.
+    let qk = Tensor::randn([2, 3, 10, 16], (Kind::Float, Device::Cpu));
+    let (qw, kw) = (Tensor::randn([16], (Kind::Float, Device::Cpu)), Tensor::randn([16], (Kind::Float, Device::Cpu)));
+    let y = rms_norm_f32(&qk, &qw, Some((&kw, 8, 10)), 1e-6, false).unwrap();
+    close(&y.narrow(2, 0, 8), &qk.narrow(2, 0, 8).rms_norm([16], Some(&qw), 1e-6));
+    close(&y.narrow(2, 8, 2), &qk.narrow(2, 8, 2).rms_norm([16], Some(&kw), 1e-6));
+    // Bad input is an error, not a crash.
+    let half = x.to_kind(Kind::Half);
+    assert!(rms_norm_f32(&half, &w, None, 1e-6, false).is_err());
+    assert!(rms_norm_f32(&x, &Tensor::ones([3], (Kind::Float, Device::Cpu)), None, 1e-6, false).is_err());
+    // grad_enabled tells the decoder when it may use it.
+    assert!(!grad_enabled());
+    assert!(tch::with_grad(grad_enabled));
+}
