@@ -258,6 +258,10 @@ class PlainDecoder:
                 if cache[i] is not None:
                     k = torch.cat([cache[i][0], k], 2)
                     v = torch.cat([cache[i][1], v], 2)
+                else:
+                    # The first keys and values copied, as DynamicCache's first cat onto an
+                    # empty tensor (and Gradless's cache) copies them.
+                    k, v = k.clone(), v.clone()
                 cache[i] = (k, v)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=heads != kvh)
             del q, k, v

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -394,15 +395,29 @@ char* gl_rms_norm_f32(const void* input, const void* weight_a, const void* weigh
     const int64_t width = x0.size(-1);
     TORCH_CHECK(wa0.scalar_type() == at::kFloat && wa0.numel() == width, "gl_rms_norm_f32: a [width] weight");
     TORCH_CHECK(heads >= 1, "gl_rms_norm_f32: heads >= 1");
-    auto x = x0.contiguous();
+    TORCH_CHECK(x0.stride(-1) == 1 || x0.size(-1) <= 1, "gl_rms_norm_f32: rows contiguous in memory");
+    // Rows are read where they lie (a view's rows need not be evenly spaced: the queries and
+    // keys narrowed out of one projection), so no contiguous copy is made.
+    const auto& x = x0;
     auto wa = wa0.contiguous();
     at::Tensor wb;
     if (weight_b != nullptr) {
       wb = static_cast<const at::Tensor*>(weight_b)->contiguous();
       TORCH_CHECK(wb.scalar_type() == at::kFloat && wb.numel() == width, "gl_rms_norm_f32: a [width] weight");
     }
-    auto y = at::empty_like(x);
+    auto y = at::empty(x.sizes(), x.options());
     const int64_t rows = width == 0 ? 0 : x.numel() / width;
+    const int64_t lead = x.dim() - 1;
+    std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - 1);
+    std::vector<int64_t> strides(x.strides().begin(), x.strides().end() - 1);
+    auto row_offset = [&](int64_t r) {
+      int64_t offset = 0;
+      for (int64_t i = lead - 1; i >= 0; --i) {
+        offset += (r % sizes[i]) * strides[i];
+        r /= sizes[i];
+      }
+      return offset;
+    };
     const float* xp = x.const_data_ptr<float>();
     const float* ap = wa.const_data_ptr<float>();
     const float* bp = wb.defined() ? wb.const_data_ptr<float>() : ap;
@@ -411,7 +426,7 @@ char* gl_rms_norm_f32(const void* input, const void* weight_a, const void* weigh
     const float feps = static_cast<float>(eps);
     at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const float* xr = xp + r * width;
+        const float* xr = xp + row_offset(r);
         float* yr = yp + r * width;
         const float* w = (r % heads) < split ? ap : bp;
         double ss = 0.0;

@@ -324,7 +324,8 @@ pub fn grad_enabled() -> bool {
     unsafe { ffi::gl_grad_enabled() != 0 }
 }
 
-/// RMSNorm over the last dimension of an fp32 CPU tensor in one op, without autograd:
+/// RMSNorm over the last dimension of an fp32 CPU tensor whose rows are contiguous (any
+/// view of them, read in place) in one op, without autograd:
 /// `x * rsqrt(mean(x²) + eps) * scale` per row, the scale `weight` (`[width]`), or, with
 /// `second = Some((w, split, heads))`, `w` for rows whose head index (second-to-last, modulo
 /// `heads`) is `split` or more; plus one when `plus_one` (Gemma's). The sum of squares is

@@ -191,8 +191,11 @@ fn the_one_op_rms_norm_is_libtorchs_rms_norm_and_grad_mode_reads_back() {
     let y = rms_norm_f32(&x, &w, None, 1e-5, false).unwrap();
     assert_eq!(y.size(), x.size());
     close(&y, &x.rms_norm([64], Some(&w), 1e-5));
-    // Two weights by head: q's for the first 8 of 10 heads, k's for the last 2.
-    let qk = Tensor::randn([2, 3, 10, 16], (Kind::Float, Device::Cpu));
+    // Two weights by head: q's for the first 8 of 10 heads, k's for the last 2, read in place
+    // from the columns of one projection (rows not evenly spaced).
+    let qkv = Tensor::randn([2, 3, 12 * 16], (Kind::Float, Device::Cpu));
+    let qk = qkv.narrow(2, 0, 10 * 16).view([2, 3, 10, 16]);
+    assert!(!qk.is_contiguous());
     let (qw, kw) = (Tensor::randn([16], (Kind::Float, Device::Cpu)), Tensor::randn([16], (Kind::Float, Device::Cpu)));
     let y = rms_norm_f32(&qk, &qw, Some((&kw, 8, 10)), 1e-6, false).unwrap();
     close(&y.narrow(2, 0, 8), &qk.narrow(2, 0, 8).rms_norm([16], Some(&qw), 1e-6));

@@ -129,6 +129,14 @@ impl Act {
             Act::GeluTanh => x.gelu("tanh"),
         }
     }
+
+    /// In place (no gradient may be recorded through `x`).
+    fn apply_(self, mut x: Tensor) -> Tensor {
+        match self {
+            Act::Silu => x.silu_(),
+            Act::GeluTanh => x.gelu_("tanh"),
+        }
+    }
 }
 
 /// `down(act(gate(x)) × up(x))`.
@@ -183,7 +191,14 @@ impl Gated {
             (None, Some(up)) => (self.gate.apply(x, None), up.apply(x, None)),
             (None, None) => unreachable!("a gated MLP without up has its fused gate_up"),
         };
-        self.down.apply(&(act.apply(gate) * up), None)
+        // Stacked, gate and up are halves of one tensor that lives until the product: the
+        // activation goes in place into the gate's half (no gradient is recorded there), so
+        // the peak is the product and the two halves, as with two separate projections.
+        let gated = match self.gate_up.is_some() && self.up.is_some() && !crate::torch_ext::grad_enabled() {
+            true => act.apply_(gate),
+            false => act.apply(gate),
+        };
+        self.down.apply(&(gated * up), None)
     }
 
     /// Lays the weights out (see [`lay_out_weight`]), gate and up stacked when both are
