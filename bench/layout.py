@@ -13,8 +13,9 @@ runs on two copies of the same values:
 
 A decode step at batch 1 streams each weight once from memory, so every call here reads a
 weight that is not in the cache: each side cycles through enough distinct copies of its
-weight that they exceed `--working-set-mb` (64 MB by default; this machine's L3 acts like
-~16 MB). "autocast-X" runs fp32 weights under `torch.autocast("cpu", X)`, which casts the
+weight that they exceed `--working-set-mb` (64 MB by default). Set it beyond the machine's
+last-level cache to measure reads from DRAM (`lscpu`: the 2-core AMD EPYC VM's L3 acted like
+~16 MB, the Xeon VM's is 260 MiB, where `--working-set-mb 1024` is needed). "autocast-X" runs fp32 weights under `torch.autocast("cpu", X)`, which casts the
 weight per call and keeps its strides. Rounds outside, the side that goes first
 alternating; each round times `--calls` calls per side and takes their median; reported:
 the medians over rounds (µs per call), the weight's bytes over that time (GB/s), and the

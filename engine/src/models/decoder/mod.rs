@@ -53,9 +53,11 @@ use block::{Dims, Layer, Mlp, Step};
 /// mostly that. On a CPU in fp32, PyTorch's MKL reads a column-major weight
 /// (`W.t().contiguous().t()`, strides `[1, out]`, so `linear(x, W)` is `x @ Wt` with `Wt`
 /// contiguous: MKL's non-transposed `sgemv`) at 1.3–2.5× the speed of the row-major one
-/// (`bench/layout.py`; no slower at any row count in fp32). In bf16 and fp16, and under
-/// autocast (whose casts keep the strides), column-major is 1.6–2.9× slower, so those runs
-/// keep PyTorch's row-major default.
+/// where the weights are beyond the cache (`bench/layout.py` on a 2-core AMD EPYC VM; no
+/// slower at any row count in fp32; on a Xeon with 260 MiB of L3 the two read cached
+/// weights at the same ~27 GB/s, and column-major reads a DRAM-cold 8 MB head in 0.87× the
+/// time). In bf16 and fp16, and under autocast (whose casts keep the strides), column-major
+/// was 1.6–2.9× slower on the AMD VM, so those runs keep PyTorch's row-major default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightLayout {
     /// PyTorch's default: contiguous `[out, in]`.
