@@ -55,8 +55,9 @@ use block::{Dims, Layer, Mlp, Step};
 /// contiguous: MKL's non-transposed `sgemv`) at 1.3–2.5× the speed of the row-major one
 /// where the weights are beyond the cache (`bench/layout.py` on a 2-core AMD EPYC VM; no
 /// slower at any row count in fp32; on a Xeon with 260 MiB of L3 the two read cached
-/// weights at the same ~27 GB/s, and column-major reads a DRAM-cold 8 MB head in 0.87× the
-/// time). In bf16 and fp16, and under autocast (whose casts keep the strides), column-major
+/// weights at the same ~27 GB/s, and past its cache column-major is 0.67–0.79× at 64 rows
+/// and 0.87–1.22× at one: docs/generation.md has the table). In bf16 and fp16, and under
+/// autocast (whose casts keep the strides), column-major
 /// was 1.6–2.9× slower on the AMD VM, so those runs keep PyTorch's row-major default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightLayout {
