@@ -176,27 +176,30 @@ impl Gated {
     }
 
     fn apply(&self, x: &Tensor, act: Act) -> Tensor {
-        let both = match (&self.up, &self.gate_up) {
-            (Some(_), Some(w)) if !crate::torch_ext::grad_enabled() => Some(x.linear::<&Tensor>(w, None)),
-            (Some(_), _) => None,
-            // Phi-3's `gate_up_proj`.
-            (None, _) => Some(self.gate.apply(x, None)),
+        // transformers' `gate, up = gate_up_proj(x).chunk(2, dim=-1)`.
+        let halves = |both: Tensor| {
+            let width = both.size()[both.dim() - 1] / 2;
+            (both.narrow(-1, 0, width), both.narrow(-1, width, width))
         };
-        let (gate, up) = match (both, &self.up) {
-            // transformers' `gate, up = gate_up_proj(x).chunk(2, dim=-1)`.
-            (Some(both), _) => {
-                let width = both.size()[both.dim() - 1] / 2;
-                (both.narrow(-1, 0, width), both.narrow(-1, width, width))
+        let stacked = self.gate_up.as_ref().filter(|_| !crate::torch_ext::grad_enabled());
+        let (gated, up) = match (stacked, &self.up) {
+            // One matmul. Gate and up are halves of one tensor that lives until the
+            // product, so the activation goes in place into the gate's half (no gradient
+            // is recorded here): the peak is the product and the two halves, as with two
+            // separate projections.
+            (Some(w), _) => {
+                let (gate, up) = halves(x.linear::<&Tensor>(w, None));
+                (act.apply_(gate), up)
             }
-            (None, Some(up)) => (self.gate.apply(x, None), up.apply(x, None)),
-            (None, None) => unreachable!("a gated MLP without up has its fused gate_up"),
-        };
-        // Stacked, gate and up are halves of one tensor that lives until the product: the
-        // activation goes in place into the gate's half (no gradient is recorded there), so
-        // the peak is the product and the two halves, as with two separate projections.
-        let gated = match self.gate_up.is_some() && self.up.is_some() && !crate::torch_ext::grad_enabled() {
-            true => act.apply_(gate),
-            false => act.apply(gate),
+            (None, Some(up)) => {
+                let (gate, up) = (self.gate.apply(x, None), up.apply(x, None));
+                (act.apply(gate), up)
+            }
+            // Phi-3's `gate_up_proj`.
+            (None, None) => {
+                let (gate, up) = halves(self.gate.apply(x, None));
+                (act.apply(gate), up)
+            }
         };
         self.down.apply(&(gated * up), None)
     }
@@ -451,11 +454,9 @@ impl Layer {
     /// are let go: the next [`Layer::lay_out`] stacks what is dense again.
     pub fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
         self.qkv = None;
-        if let Mlp::Dense(g) = &mut self.mlp {
-            g.gate_up = None;
-        }
-        if let Mlp::Moe(m) = &mut self.mlp {
-            m.experts.iter_mut().for_each(|g| g.gate_up = None);
+        match &mut self.mlp {
+            Mlp::Dense(g) => g.gate_up = None,
+            Mlp::Moe(m) => m.experts.iter_mut().for_each(|g| g.gate_up = None),
         }
         let name = &self.name;
         let fused = self.k.is_none();
