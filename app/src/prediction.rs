@@ -51,7 +51,7 @@ pub fn PredictControls(
     #[prop(optional)] restored: Option<Signal<Option<Prediction>>>,
 ) -> impl IntoView {
     let choices: &[Choice] = match question.ask {
-        Ask::Choice { .. } | Ask::Direction { .. } => &[Choice::Lower, Choice::Same, Choice::Higher],
+        Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. } => &[Choice::Lower, Choice::Same, Choice::Higher],
         Ask::YesNo => &[Choice::Yes, Choice::No],
         _ => &[],
     };
@@ -166,7 +166,7 @@ pub fn scored_html(s: &Scored) -> String {
         (Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. }, p) => {
             (min, max, match p { Prediction::Value(v) => Some((v, v)), _ => None })
         }
-        (Ask::Choice { .. } | Ask::Direction { .. }, p) => {
+        (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, p) => {
             // Three equal thirds: lower, about the same, higher.
             let span = match p {
                 Prediction::Choice(Choice::Lower) => Some((1.0, 10.0)),
@@ -195,9 +195,9 @@ pub fn scored_html(s: &Scored) -> String {
     if let Some(v) = s.measured {
         let at = match (q.ask, s.measured_band()) {
             (Ask::YesNo, _) => (if v > 0.0 { 75.0 } else { 25.0 }, None),
-            (Ask::Choice { .. } | Ask::Direction { .. }, Some(Choice::Lower)) => (16.7, None),
-            (Ask::Choice { .. } | Ask::Direction { .. }, Some(Choice::Higher)) => (83.3, None),
-            (Ask::Choice { .. } | Ask::Direction { .. }, _) => (50.0, None),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(Choice::Lower)) => (16.7, None),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(Choice::Higher)) => (83.3, None),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, _) => (50.0, None),
             _ => placed(min, max, v),
         };
         marks += &marker("measured", at, &q.format(v));
@@ -209,7 +209,7 @@ pub fn scored_html(s: &Scored) -> String {
     };
     let (lo, hi) = match q.ask {
         Ask::YesNo => ("no".to_string(), "yes".to_string()),
-        Ask::Choice { .. } | Ask::Direction { .. } => ("lower".to_string(), "higher".to_string()),
+        Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. } => ("lower".to_string(), "higher".to_string()),
         _ => (q.format(min), q.format(max)),
     };
     let sentence = escape(&s.sentence());

@@ -154,7 +154,7 @@ impl Step {
                     figure: CHANGE_AFTER.into(),
                     over: Some(CHANGE_BEFORE.into()),
                     unit: "ratio".into(),
-                    ask: Ask::Direction { timed },
+                    ask: if timed { Ask::Direction { timed } } else { Ask::SameBytes { within: crate::SAME_BYTES_WITHIN } },
                 })
             }
         }

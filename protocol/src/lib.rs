@@ -46,10 +46,10 @@ pub use format::*;
 pub use generate::*;
 pub use info::*;
 pub use pitfall::{
-    ChartKind, PitfallInfo, PitfallOptions, PitfallReport, Series, Table, Verdict,
+    ChartKind, Known, PitfallInfo, PitfallOptions, PitfallReport, Series, Statement, Table, Verdict,
     BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
-pub use predict::{Ask, Choice, Prediction, Question, Scored};
+pub use predict::{bytes_direction, Ask, Choice, Prediction, Question, Scored, SAME_BYTES_WITHIN};
 pub use python::python_snippet;
 pub use record::{is_record_id, Record, RecordBody, RecordKind, RecordStatus, RecordSummary, Unfinished};
 pub use report::*;

@@ -122,7 +122,13 @@ pub struct PitfallInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_here: Option<String>,
     pub claim: String,
+    /// The lesson's explanation as one paragraph: its [`PitfallInfo::statements`] joined.
     pub why: String,
+    /// The statements the claim and the explanation make, each with how it is known: this
+    /// run's figures, PyTorch itself observed by a test, or PyTorch's source for a fact
+    /// only a GPU can show. Shown after the lock-in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<Statement>,
     /// The PyTorch documentation the explanation rests on.
     pub source: String,
     pub python_pitfall: String,
@@ -130,6 +136,45 @@ pub struct PitfallInfo {
     pub threshold: String,
     /// The question asked before the experiment runs; its own report decides it.
     pub question: crate::Question,
+}
+
+/// One statement of a lesson, and how it is known.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Statement {
+    pub text: String,
+    pub known: Known,
+}
+
+/// How a statement of a lesson is known. No statement rests on nothing: each is decided by
+/// the run, observed in PyTorch by a test, or read in PyTorch's source and measured by the
+/// GPU check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case", tag = "by")]
+pub enum Known {
+    /// Decided by this run's figures (their names in the report).
+    Run { figures: Vec<String> },
+    /// Observed in PyTorch itself (the PyTorch Gradless links) by a test that every build
+    /// runs on the CPU: `engine/mechanisms/FILE::TEST`.
+    Pytorch { test: String },
+    /// A fact only a CUDA device shows: the PyTorch v2.11.0 source that decides it (a file
+    /// of pytorch/pytorch and a function in it), and the step of the GPU check
+    /// (`scripts/gpu-check.sh`) that measures it.
+    Source { file: String, function: String, gpu_step: String },
+}
+
+impl Known {
+    /// How it is known, in a few words for the page and the CLI.
+    pub fn describe(&self) -> String {
+        match self {
+            Known::Run { figures } => format!("measured in this run ({})", figures.join(", ")),
+            Known::Pytorch { test } => format!("observed in PyTorch by a test Gradless runs ({test})"),
+            Known::Source { file, function, gpu_step } => {
+                format!("PyTorch v2.11.0 source ({file}, {function}); measured on a GPU by the GPU check's {gpu_step} step")
+            }
+        }
+    }
 }
 
 /// Knobs a person may set on an experiment; each has a sensible per-device default.

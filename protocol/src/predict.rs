@@ -24,6 +24,14 @@ pub enum Ask {
     /// own samples; otherwise byte counts, which repeat to the byte, so the interval is the
     /// measured point itself.
     Direction { timed: bool },
+    /// Lower, about the same or higher for a ratio of byte counts, with a physical
+    /// tolerance: "about the same" is right when the ratio is within `within` of ×1
+    /// (relative: `0.01` is 1%), "lower" or "higher" beyond it. The same rule words the
+    /// verdicts of the cards that ask it ([`bytes_direction`]), so a lesson that says "no
+    /// difference" grades "about the same" right. Byte counts repeat to the byte on a CPU;
+    /// the tolerance covers what may differ without the lesson changing (the CUDA caching
+    /// allocator's rounding, a train-mode BatchNorm's saved statistics).
+    SameBytes { within: f64 },
     /// Lower (measured below `below`), about the same (between, a fixed band) or higher
     /// (above `above`): how answers were graded before [`Ask::Direction`]; kept so records
     /// made then read back as they were scored.
@@ -36,6 +44,26 @@ pub enum Ask {
     /// A number of bytes on a log scale from `min` to `max`; right within a factor of
     /// `within`.
     Bytes { min: f64, max: f64, within: f64 },
+}
+
+/// The tolerance of a byte ratio's "about the same" ([`Ask::SameBytes`]): 1%. It covers the
+/// CUDA caching allocator rounding every block up to 512 bytes, and the few hundred KiB a
+/// train-mode BatchNorm keeps of each batch's statistics, against peaks of tens of MiB and
+/// more; an effect a lesson teaches (a copy of the weights, the activations autograd keeps,
+/// a halved cache that matters) moves a peak by far more.
+pub const SAME_BYTES_WITHIN: f64 = 0.01;
+
+/// Lower, about the same or higher for a measured byte ratio, by the rule of
+/// [`Ask::SameBytes`] with tolerance `within`: the one rule for the grade and the verdict's
+/// words alike.
+pub fn bytes_direction(ratio: f64, within: f64) -> Choice {
+    if ratio < 1.0 - within {
+        Choice::Lower
+    } else if ratio > 1.0 + within {
+        Choice::Higher
+    } else {
+        Choice::Same
+    }
 }
 
 /// The one question asked before an experiment; its own report decides it.
@@ -161,7 +189,7 @@ impl Question {
                 let (lo, hi) = (find(&lo)?, find(&hi)?);
                 Some([lo.min(m), hi.max(m)])
             }
-            Ask::Direction { timed: false } => Some([m, m]),
+            Ask::Direction { timed: false } | Ask::SameBytes { .. } => Some([m, m]),
             _ => None,
         }
     }
@@ -179,7 +207,7 @@ impl Question {
     pub fn check(&self, p: &Prediction) -> Result<(), String> {
         match (self.ask, p) {
             (_, Prediction::Skipped) => Ok(()),
-            (Ask::Choice { .. } | Ask::Direction { .. }, Prediction::Choice(Choice::Lower | Choice::Same | Choice::Higher)) => Ok(()),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Prediction::Choice(Choice::Lower | Choice::Same | Choice::Higher)) => Ok(()),
             (Ask::YesNo, Prediction::Choice(Choice::Yes | Choice::No)) => Ok(()),
             (Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. }, Prediction::Value(v)) => {
                 if v.is_finite() && (min..=max).contains(v) {
@@ -192,7 +220,7 @@ impl Question {
                     ))
                 }
             }
-            (Ask::Choice { .. } | Ask::Direction { .. }, _) => Err("this question takes a choice: lower, same or higher".into()),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, _) => Err("this question takes a choice: lower, same or higher".into()),
             (Ask::YesNo, _) => Err("this question takes a choice: yes or no".into()),
             _ => Err("this question takes a value".into()),
         }
@@ -203,6 +231,7 @@ impl Question {
     pub fn band(&self, measured: f64) -> Option<Choice> {
         match self.ask {
             Ask::Direction { .. } => Some(direction(measured, measured)),
+            Ask::SameBytes { within } => Some(bytes_direction(measured, within)),
             Ask::Choice { below, .. } if measured < below => Some(Choice::Lower),
             Ask::Choice { above, .. } if measured > above => Some(Choice::Higher),
             Ask::Choice { .. } => Some(Choice::Same),
@@ -239,6 +268,13 @@ impl Question {
         match self.ask {
             Ask::Direction { timed: true } => "each side is timed many times, and the spread of those times gives a range the true ratio lies in (95% of the time). “About the same” is right when that range includes ×1: the difference is smaller than the runs' own noise. “Lower” or “higher” is right when the whole range is below or above ×1".into(),
             Ask::Direction { timed: false } => "memory repeats to the byte from run to run here, so “about the same” is right only when the two are equal; “lower” or “higher” when the measured ratio is below or above ×1".into(),
+            Ask::SameBytes { within } => format!(
+                "“about the same” is right when the two are within {}% of each other (×{}–×{}); “lower” or “higher” when the ratio is beyond that. On a CPU byte counts repeat to the byte; the {}% allows for the CUDA allocator rounding each block up to 512 bytes and the few hundred KiB a train-mode BatchNorm keeps, never for an effect a lesson teaches",
+                significant(100.0 * within),
+                significant(1.0 - within),
+                significant(1.0 + within),
+                significant(100.0 * within)
+            ),
             Ask::Choice { below, above } => format!(
                 "“about the same” means between {} and {} (the noise band); right when the measurement falls in the band you chose",
                 self.format(below),
@@ -454,6 +490,25 @@ mod tests {
         assert_eq!(q.score(Prediction::Choice(Choice::Higher), &at(1.04)).right, Some(false));
         assert_eq!(q.score(Prediction::Choice(Choice::Same), &at(0.5)).sentence(), "predicted about the same, measured ×0.5 (lower): wrong");
         assert!(q.tolerance().contains("×0.95") && q.tolerance().contains("×1.05"));
+    }
+
+    /// A byte ratio within the stated tolerance is "about the same", and only that: the
+    /// cards whose verdict says "no difference" at ×0.997 grade that answer right.
+    #[test]
+    fn a_byte_ratio_is_the_same_within_its_stated_tolerance() {
+        let q = ratio(Ask::SameBytes { within: crate::SAME_BYTES_WITHIN });
+        let at = |m: f64| [fig("grad peak", 1.0), fig("no_grad peak", m)];
+        for (m, band) in [(0.997, Choice::Same), (1.0, Choice::Same), (1.009, Choice::Same), (0.98, Choice::Lower), (1.5, Choice::Higher)] {
+            for c in [Choice::Lower, Choice::Same, Choice::Higher] {
+                assert_eq!(q.score(Prediction::Choice(c), &at(m)).right, Some(c == band), "{m}: {c:?}");
+            }
+            assert_eq!(crate::bytes_direction(m, crate::SAME_BYTES_WITHIN), band);
+        }
+        assert_eq!(q.score(Prediction::Choice(Choice::Same), &at(0.997)).sentence(), "predicted about the same, measured ×0.997 (about the same): right");
+        assert!(q.tolerance().contains("within 1%") && q.tolerance().contains("×0.99–×1.01"), "{}", q.tolerance());
+        // Records made before the tolerance read back graded as they were: exact.
+        let exact = ratio(Ask::Direction { timed: false });
+        assert_eq!(exact.score(Prediction::Choice(Choice::Same), &at(0.997)).right, Some(false));
     }
 
     /// The figures of a timed ratio `m` with its interval, named as the question reads them.

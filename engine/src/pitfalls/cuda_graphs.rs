@@ -19,6 +19,7 @@ pub const CUDA_GRAPHS: Card = Card {
     needs: Needs::Cuda("CUDA graphs record and replay GPU kernel launches; a CPU has no graphs to capture."),
     claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's cost of launching every kernel: at batch 1, where launches dominate, replay is faster than eager with the same output; the graph keeps the memory of its capture reserved for as long as it lives.",
     why: "Eager PyTorch launches each kernel from Python/C++ one after the other; a small batch's kernels finish faster than the CPU can launch the next, so the GPU waits. A graph is launched as one unit. Its tensors live in a private pool at fixed addresses, so inputs must be copied into the captured buffer and the outputs are overwritten by the next replay.",
+    statements: &[],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
     pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # each kernel launched in turn",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",

@@ -360,6 +360,23 @@ pub fn interval_figures(question: &protocol::Question, shift: &Shift) -> Vec<Fig
     vec![fig(&lo, l, "ratio"), fig(&hi, h, "ratio")]
 }
 
+/// How two byte counts compare, by the one rule that also grades a byte question
+/// ([`protocol::Ask::SameBytes`], [`protocol::bytes_direction`]): the band, and the words a
+/// verdict uses for it, `"<a> against <b> (×r): no difference beyond 1%"` or `"…: lower"`.
+/// A card whose question asks about `a / b` puts these words in its reason, so its lesson
+/// and its grade cannot disagree (the device tests check every report).
+pub fn bytes_compared(a: f64, b: f64) -> (protocol::Choice, String) {
+    let within = protocol::SAME_BYTES_WITHIN;
+    let r = if b != 0.0 { a / b } else { f64::NAN };
+    let band = protocol::bytes_direction(r, within);
+    let words = match band {
+        protocol::Choice::Same => format!("no difference beyond {}%", 100.0 * within),
+        other => other.as_str().to_string(),
+    };
+    let fmt = |x: f64| protocol::format_bytes(x.max(0.0) as u64);
+    (band, format!("{} against {} (×{r:.3}): {words}", fmt(a), fmt(b)))
+}
+
 /// A verdict and the reason for it, with the deciding numbers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {

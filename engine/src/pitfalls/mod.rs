@@ -74,7 +74,12 @@ pub struct Card {
     /// the lock-in and never grades an answer.
     pub needs: Needs,
     pub claim: &'static str,
+    /// The explanation as one paragraph; shown only while a card has no [`Card::statements`].
     pub why: &'static str,
+    /// The statements the claim and the explanation make, each with how it is known
+    /// ([`How`]). A test holds every one to it: a run figure the report has, a mechanism
+    /// test that exists, a source step the GPU check runs.
+    pub statements: &'static [Said],
     /// The PyTorch documentation the explanation rests on.
     pub source: &'static str,
     pub pitfall: &'static str,
@@ -84,6 +89,56 @@ pub struct Card {
     /// The question asked before the experiment runs; its report's figures decide it.
     pub question: Question,
     pub experiment: Experiment,
+}
+
+/// One statement of a lesson, and how it is known.
+pub struct Said {
+    pub text: &'static str,
+    pub known: How,
+}
+
+/// How a statement is known (the wire form is [`protocol::Known`]).
+pub enum How {
+    /// Decided by this run's figures, by name (a name beginning with `*` matches the first
+    /// figure whose name ends with the rest, as a question's does).
+    Run(&'static [&'static str]),
+    /// Observed in PyTorch itself by a test of `engine/mechanisms/` (`FILE::TEST`), which
+    /// `scripts/test.sh` runs with the venv's PyTorch: when PyTorch changes, the test fails.
+    Pytorch(&'static str),
+    /// A fact only a CUDA device shows: the PyTorch v2.11.0 source that decides it, and the
+    /// GPU check's step (`scripts/gpu-check.sh`) that measures it.
+    Source { file: &'static str, function: &'static str, gpu_step: &'static str },
+}
+
+impl Said {
+    /// A statement this run's figures decide.
+    pub const fn run(text: &'static str, figures: &'static [&'static str]) -> Said {
+        Said { text, known: How::Run(figures) }
+    }
+
+    /// A statement a mechanism test observes in PyTorch (`FILE::TEST` under `engine/mechanisms/`).
+    pub const fn torch(text: &'static str, test: &'static str) -> Said {
+        Said { text, known: How::Pytorch(test) }
+    }
+
+    /// A CUDA-only statement: PyTorch v2.11.0's `file` and `function`, measured by `gpu_step`.
+    pub const fn source(text: &'static str, file: &'static str, function: &'static str, gpu_step: &'static str) -> Said {
+        Said { text, known: How::Source { file, function, gpu_step } }
+    }
+
+    /// The wire form.
+    pub fn info(&self) -> protocol::Statement {
+        let known = match &self.known {
+            How::Run(figures) => protocol::Known::Run { figures: figures.iter().map(|f| f.trim_start_matches('*').to_string()).collect() },
+            How::Pytorch(test) => protocol::Known::Pytorch { test: test.to_string() },
+            How::Source { file, function, gpu_step } => protocol::Known::Source {
+                file: file.to_string(),
+                function: function.to_string(),
+                gpu_step: gpu_step.to_string(),
+            },
+        };
+        protocol::Statement { text: self.text.into(), known }
+    }
 }
 
 /// Where a card's effect can show.
@@ -125,7 +180,7 @@ pub const PEAKS: Ask = Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 };
 /// ([`kit::interval_figures`]), the statistic its verdict uses.
 pub const SAME_TIME: Ask = Ask::Direction { timed: true };
 /// A ratio of byte counts, which repeat exactly: the same means equal.
-pub const SAME_BYTES: Ask = Ask::Direction { timed: false };
+pub const SAME_BYTES: Ask = Ask::SameBytes { within: protocol::SAME_BYTES_WITHIN };
 /// A number of bytes from 1 KiB to 1 TiB, right within a factor of 2.
 pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
@@ -238,13 +293,23 @@ impl Card {
             labels: self.labels.iter().map(|l| l.to_string()).collect(),
             not_here: self.not_here(device).map(str::to_string),
             claim: self.claim.into(),
-            why: self.why.into(),
+            why: self.explanation(),
+            statements: self.statements.iter().map(Said::info).collect(),
             source: self.source.into(),
             python_pitfall: self.pitfall.into(),
             python_fix: self.fix.into(),
             threshold: self.threshold.into(),
             question: self.question.clone(),
         }
+    }
+
+    /// The explanation as one paragraph: the statements' texts, or the card's `why` while it
+    /// has none.
+    pub fn explanation(&self) -> String {
+        if self.statements.is_empty() {
+            return self.why.into();
+        }
+        self.statements.iter().map(|s| s.text).collect::<Vec<_>>().join(" ")
     }
 
     /// The setup lines for `ctx`: the card's own, then the device.
@@ -345,6 +410,35 @@ mod tests {
             assert!(!c.threshold.is_empty() && !c.claim.is_empty());
         }
         assert!(card("nope").is_none() && !exists("nope"));
+    }
+
+    /// Every statement says how it is known, and what it points to exists: a mechanism
+    /// test in `engine/mechanisms/` (which `scripts/test.sh` runs), a PyTorch source file
+    /// with a function, a step the GPU check runs. (That a run figure is in the report is
+    /// checked by the device tests, which run every card.)
+    #[test]
+    fn every_statement_points_at_what_decides_it() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let gpu_check = std::fs::read_to_string(root.join("../scripts/gpu-check.sh")).expect("the GPU check");
+        for c in CARDS {
+            assert!(!c.statements.is_empty(), "{}: a lesson whose statements say nothing of how they are known", c.id);
+            for s in c.statements {
+                assert!(s.text.ends_with('.') || s.text.ends_with('?') || s.text.ends_with(')'), "{}: `{}` is not a sentence", c.id, s.text);
+                match &s.known {
+                    How::Run(figures) => assert!(!figures.is_empty(), "{}: `{}` names no figure", c.id, s.text),
+                    How::Pytorch(test) => {
+                        let (file, name) = test.split_once("::").unwrap_or_else(|| panic!("{}: `{test}` is not FILE::TEST", c.id));
+                        let body = std::fs::read_to_string(root.join("mechanisms").join(file)).unwrap_or_else(|_| panic!("{}: no mechanism file {file}", c.id));
+                        assert!(body.contains(&format!("def {name}(")), "{}: {file} has no test `{name}`", c.id);
+                        assert!(name.starts_with("test_"), "{}: `{name}` is not a test unittest runs", c.id);
+                    }
+                    How::Source { file, function, gpu_step } => {
+                        assert!(!file.is_empty() && !function.is_empty(), "{}: `{}`", c.id, s.text);
+                        assert!(gpu_check.contains(&format!("step {gpu_step} ")), "{}: the GPU check has no step `{gpu_step}`", c.id);
+                    }
+                }
+            }
+        }
     }
 
     /// The question state gives nothing away: its title is a question, no text shown

@@ -10,7 +10,7 @@ use protocol::{
 use tch::{Kind, Tensor};
 
 use super::kit::{fig, measure, mib, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::lab::{forward, parameter_bytes, Lab};
 use crate::torch_call::{catch_torch, tch_device, torch_failure};
 use crate::torch_ext::{BackendFlags, BackendFlagsGuard};
@@ -19,16 +19,26 @@ pub const HALF_WEIGHTS: Card = Card {
     id: "half-weights",
     title: "Cast the weights once, or autocast them every call",
     asks: "What do torch.autocast and model.half() each do to the bytes the weights take, and to the output?",
-    labels: ["fp32 weights, forward pass inside torch.autocast(fp16)", "weights cast once with model.half()"],
+    labels: ["the model as loaded, forward pass inside torch.autocast(fp16)", "model.half() before the pass, input cast too"],
     setup: half_weights_setup,
     needs: Needs::Any,
-    claim: "model.half() / model.to(torch.bfloat16) stores the weights in 16 bits: half the parameter bytes of fp32. Autocast keeps the fp32 weights and casts them inside every call (its cast cache is active only with grad enabled, not under no_grad or inference_mode), so it saves no weight memory.",
+    claim: "model.half() / model.to(torch.bfloat16) stores the weights in 16 bits: half the parameter bytes of fp32. Autocast saves no weight memory: it keeps the fp32 weights and casts them when an op runs, holding the cast copies for the rest of the region with autograd on and under no_grad (not under inference_mode).",
     why: "Autocast casts an eligible op's inputs, weights included, when the op runs; the cast copies are cached only while grad is enabled and the region is open. Casting the model once changes the stored parameters themselves; the input must then be cast too.",
+    statements: &[
+        Said::run("Casting the model once (model.half(), or .to(torch.bfloat16)) stores its parameters in 16 bits: exactly half the fp32 model's parameter bytes.", &["fp32 parameters", "* weights parameters"]),
+        Said::run("Autocast leaves the parameters as they are: after a pass under autocast they are still float32 and take the fp32 bytes.", &["fp32 parameters", "* autocast parameters"]),
+        Said::torch("Autocast casts an eligible op's inputs, the weights included, to 16 bits when the op runs; the parameters stay fp32.", "test_autocast.py::test_matmuls_run_low_and_the_parameters_stay_fp32"),
+        Said::torch("With autograd on and under torch.no_grad(), autocast caches each weight's 16-bit copy, so a weight is cast once however many calls use it, and the copies are held until the autocast region ends.", "test_autocast.py::test_weights_are_cast_once_with_grad_and_under_no_grad"),
+        Said::torch("The cache is emptied when the region ends: the next region casts the weights again.", "test_autocast.py::test_the_cache_is_emptied_when_the_region_ends"),
+        Said::torch("Under torch.inference_mode() autocast skips the cache: every call casts the weights again, and no copy is held between calls.", "test_autocast.py::test_inference_mode_skips_the_cast_cache"),
+        Said::torch("A model cast once refuses an fp32 input: the input must be cast too.", "test_autocast.py::test_a_model_cast_once_refuses_an_fp32_input"),
+        Said::run("Both 16-bit variants differ from the fp32 output by a little, never by nothing: 16-bit floats keep fewer mantissa bits.", &["* autocast: largest output difference", "* weights: largest output difference"]),
+    ],
     source: "https://pytorch.org/docs/stable/amp.html",
     pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # the model's weights are fp32",
     fix: "model = model.half()  # cast once; the input too: x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
     threshold: "confirmed when the cast model's parameters take exactly half the bytes of the fp32 model's, the fp32 weights used under autocast are still float32 after the call, and both low-precision outputs (autocast, cast weights) differ from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. Peaks and latencies under grad, no_grad and inference_mode are reported (latency as a ratio with its 95% bootstrap interval), not judged: they depend on whether the device has 16-bit units. Regime: any; byte counts are exact. The low precision is fp16 on a GPU, bf16 on a CPU (where fp16 has no arithmetic units)",
-    question: super::ratio("ResNet-18 run as in A (fp32 weights, forward pass inside 16-bit autocast: fp16 on a GPU, bf16 on a CPU): the bytes its parameters take after the pass, against the plain fp32 model's?", "* autocast parameters (fp32 kept)", "fp32 parameters", super::SAME_BYTES),
+    question: super::ratio("ResNet-18 loaded in fp32 and run as in A (forward pass inside 16-bit autocast: fp16 on a GPU, bf16 on a CPU): the bytes its parameters take after the pass, against the same model never run under autocast? (fp32 is 4 bytes an element, fp16 and bf16 are 2.)", "* autocast parameters", "fp32 parameters", super::SAME_BYTES),
     experiment: half_weights,
 };
 
@@ -118,7 +128,7 @@ fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     );
     let mut figures = vec![
         fig("fp32 parameters", fp32_bytes as f64, "bytes"),
-        fig(&format!("{low} autocast parameters (fp32 kept)"), autocast_bytes as f64, "bytes"),
+        fig(&format!("{low} autocast parameters"), autocast_bytes as f64, "bytes"),
         fig(&format!("{low} weights parameters"), cast_bytes as f64, "bytes"),
         fig(&format!("{low} autocast: largest output difference"), d_auto, "abs"),
         fig(&format!("{low} weights: largest output difference"), d_cast, "abs"),
@@ -173,6 +183,7 @@ pub const TF32: Card = Card {
     needs: Needs::Cuda("TF32 is a mode of NVIDIA GPUs' tensor cores (Ampere and newer); a CPU has no TF32 mode to turn on."),
     claim: "On GPUs from Ampere on, TF32 runs fp32 matmuls and convolutions on tensor cores with a 10-bit mantissa: faster, with a small, bounded change in the result. PyTorch leaves it off for matmuls and on for cuDNN convolutions.",
     why: "torch.backends.cuda.matmul.allow_tf32 (default False) and torch.backends.cudnn.allow_tf32 (default True) choose tensor-core TF32 kernels for fp32 inputs; the inputs' mantissas are rounded to 10 bits, the accumulation stays fp32.",
+    statements: &[],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
     pitfall: "torch.backends.cudnn.allow_tf32  # the switch for convolutions",
     fix: "torch.set_float32_matmul_precision(\"high\")  # \"high\": TF32 allowed; \"highest\": strict fp32",

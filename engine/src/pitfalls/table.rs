@@ -16,6 +16,7 @@ pub const SEED_TABLE: Card = Card {
     needs: Needs::Any,
     claim: "train, eval only, no_grad only, eval+no_grad and eval+no_grad+fp16 for ResNet-50 batch 32: eval alone saves no memory, no_grad saves most of it.",
     why: "The five rows separate the two switches people conflate (eval and grad mode) and add mixed precision.",
+    statements: &[],
     source: "https://pytorch.org/docs/stable/notes/autograd.html#inference-mode",
     pitfall: "model.eval()",
     fix: "model.eval()\nwith torch.inference_mode(), torch.autocast(\"cuda\", dtype=torch.float16):\n    y = model(x)",

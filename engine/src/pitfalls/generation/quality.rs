@@ -26,6 +26,7 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
     needs: Needs::Any,
     claim: "Weight-only int4 (groups of 32) raises a trained model's bits per byte on held-out text by well under 5%, and it keeps most of its greedy picks; on random weights the same quantization flips most greedy picks, because their top-1 margins are tiny. Judge a quantization on a trained model, by a quality figure on real text.",
     why: "A greedy pick flips when a perturbation of the logits exceeds the gap between the best and the second-best token. Random weights give near-uniform logits with tiny gaps, so almost any rounding flips them; a trained model is confident where the text is predictable, and its cross-entropy on held-out text moves only as far as the rounding moves its probabilities. What makes int4 hard on large trained models is their outlier weights, which a per-group scale follows; torchao and gpt-fast judge a quantization by perplexity on real text for this reason.",
+    statements: &[],
     source: "https://github.com/pytorch-labs/gpt-fast#int4-weight-only-quantization",
     pitfall: "agree = (quantized.generate(ids).sequences == model.generate(ids).sequences).float().mean()",
     fix: "bits = sum(-log_softmax(model(x).logits, -1).gather(-1, y[..., None]).sum() for x, y in held_out) / n_bytes / math.log(2)",
