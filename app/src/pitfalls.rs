@@ -396,9 +396,29 @@ fn PitfallCard(
     // The lesson's parts, rendered only once the learner has predicted (or asked for it).
     let lesson_top = {
         let (claim, why, source) = (card.claim.clone(), card.why.clone(), card.source.clone());
-        move || revealed.get().then(|| view! {
-            <p class="claim" data-testid=format!("claim-{show_id}")>{rich_text(&claim)}</p>
-            <p class="explain">{rich_text(&why)}" "<a href=source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
+        let statements = card.statements.clone();
+        move || revealed.get().then(|| {
+            let explained = if statements.is_empty() {
+                view! { <p class="explain">{rich_text(&why)}" "<a href=source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p> }.into_any()
+            } else {
+                let items = statements.iter().map(|s| {
+                    let (kind, how) = known_badge(&s.known);
+                    view! {
+                        <li class=format!("known-{kind}")>
+                            {rich_text(&s.text)}" "
+                            <span class="known" title=s.known.describe()>{how}</span>
+                        </li>
+                    }
+                }).collect_view();
+                view! {
+                    <ul class="statements" data-testid=format!("statements-{show_id}")>{items}</ul>
+                    <p class="explain"><a href=source.clone() target="_blank" rel="noopener">"PyTorch docs"</a></p>
+                }.into_any()
+            };
+            view! {
+                <p class="claim" data-testid=format!("claim-{show_id}")>{rich_text(&claim)}</p>
+                {explained}
+            }
         })
     };
     let threshold = card.threshold.clone();
@@ -520,5 +540,17 @@ mod tests {
             verdict_mark(Verdict::NotApplicable).1,
             verdict_mark(Verdict::Confirmed).1
         );
+    }
+}
+
+/// How a lesson's statement is known, as its badge reads: a class suffix and the words.
+fn known_badge(known: &protocol::Known) -> (&'static str, String) {
+    match known {
+        protocol::Known::Run { .. } => ("run", "measured in this run".into()),
+        protocol::Known::Pytorch { .. } => ("pytorch", "observed in PyTorch by Gradless's tests".into()),
+        protocol::Known::Source { file, .. } => {
+            let name = file.rsplit('/').next().unwrap_or(file);
+            ("source", format!("PyTorch source ({name}); measured on a GPU by the GPU check"))
+        }
     }
 }

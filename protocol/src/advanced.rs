@@ -175,7 +175,7 @@ impl Advanced {
 /// Why a CUDA-only setting means nothing on a CPU.
 pub fn cpu_reason(name: &str) -> &'static str {
     match name {
-        "tf32" => "TF32 is a tensor-core math mode of NVIDIA GPUs from Ampere on; CPU fp32 matmuls and convolutions have no such mode",
+        "tf32" => "this setting switches TF32, a tensor-core math mode of NVIDIA GPUs from Ampere on, in cuBLAS and cuDNN, which run on NVIDIA GPUs only (a CPU's fp32 matmuls reach a TF32 path only through oneDNN's own precision setting, on CPUs with AMX-FP16)",
         "cudnn_benchmark" => "it selects among cuDNN's convolution algorithms, and cuDNN runs on NVIDIA GPUs only",
         "cuda_graph" => "a CUDA graph records GPU kernel launches to replay them without the CPU's launch overhead; a CPU executes ops directly",
         "input_source" => "pinned (page-locked) host memory is allocated through the CUDA driver so a GPU can copy from it by DMA, asynchronously; a CPU run reads the input where it is, with no device copy to speed up (libtorch cannot pin memory without CUDA)",

@@ -350,7 +350,7 @@ pub fn summarise(path: &LearnPath, cards: &[crate::PitfallInfo], answers: &[Answ
             measured.sort_by(f64::total_cmp);
             let median = (!measured.is_empty()).then(|| measured[measured.len() / 2]);
             let (labels, place, truth): (Vec<String>, Box<dyn Fn(&Prediction) -> Option<usize>>, Option<usize>) = match q.ask {
-                Ask::Choice { .. } | Ask::Direction { .. } | Ask::YesNo => {
+                Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. } | Ask::YesNo => {
                     let choices: Vec<Choice> = if q.ask == Ask::YesNo {
                         vec![Choice::Yes, Choice::No]
                     } else {
@@ -555,6 +555,7 @@ mod tests {
             not_here: None,
             claim: "C".into(),
             why: String::new(),
+            statements: vec![],
             source: String::new(),
             python_pitfall: String::new(),
             python_fix: String::new(),

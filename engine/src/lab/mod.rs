@@ -50,6 +50,7 @@ pub use advanced::{
 pub use control::RunControl;
 pub use forward::{forward, forward_probed, traced_pass};
 pub use measure::timed_forward;
+pub use quality::quantized;
 
 // The libtorch helpers this module and its files use (they live in the leaf `torch_call`).
 use crate::torch_call::{catch_torch, synchronize, tch_device, torch_failure};
@@ -99,6 +100,12 @@ pub struct Lab {
     /// CUDA memory the libraries keep for the life of the process (see
     /// [`prime_cuda_libraries`]): part of the worker's own holdings, not a leak.
     cuda_library_bytes: u64,
+    /// What each device's meter read when the lab had started (the CUDA libraries
+    /// primed): the leak check compares what the meter reads after a task with this, plus
+    /// the cached models. On CUDA the meter reads the whole process (another lab's models,
+    /// the workspaces of threads that have ended), so only a difference inside this lab
+    /// says what this lab holds; on the CPU it reads this thread's allocations.
+    held_at_start: [u64; 2],
     cpu_budget: Budget,
     cuda_budget: Option<Budget>,
     profiles: Profiles,
@@ -124,6 +131,13 @@ impl Lab {
         } else {
             0
         };
+        let held_at_start = [
+            Meter::Cpu(&counter).read().map(|r| r.allocated).unwrap_or(0),
+            match machine.has_cuda() {
+                true => held(&Meter::Cuda { index: 0 }, DeviceKind::Cuda).unwrap_or(0),
+                false => 0,
+            },
+        ];
         let (cpu_budget, cuda_budget) = budgets(&config, &machine);
         tracing::info!(
             cpu = cpu_budget.bytes,
@@ -136,6 +150,7 @@ impl Lab {
             models: Vec::new(),
             config,
             cuda_library_bytes,
+            held_at_start,
             cpu_budget,
             cuda_budget,
             profiles: Profiles::default(),
@@ -295,8 +310,9 @@ impl Lab {
     }
 
     /// The leak check run after every task: on each device, the allocated bytes must be
-    /// exactly the cached models' weights and buffers. Anything above is memory a run
-    /// left behind.
+    /// what the lab started with (on CUDA the whole process's, the libraries' workspaces
+    /// primed) plus exactly the cached models' weights and buffers. Anything above is
+    /// memory a run left behind.
     pub fn memory_checks(&self) -> Vec<protocol::MemoryCheck> {
         let mut devices = vec![DeviceKind::Cpu];
         if self.machine.has_cuda() {
@@ -310,14 +326,13 @@ impl Lab {
                 }
                 let held = self.meter(device).read().ok()?.allocated;
                 let tdev = tch_device(device);
-                let libraries = if device == DeviceKind::Cuda {
-                    self.cuda_library_bytes
-                } else {
-                    0
-                };
-                // Each model counts what building it added to the meter (on CUDA whole
-                // blocks, as the meter reads them), not its element bytes.
-                let expected = libraries
+                // A difference inside this lab: what the meter read once the lab had started
+                // (on CUDA the whole process's, the libraries' workspaces included, whatever
+                // other labs or ended threads left), then each model counts what building it
+                // added to the meter (on CUDA whole blocks, as the meter reads them), not
+                // its element bytes.
+                let start = self.held_at_start[usize::from(device == DeviceKind::Cuda)];
+                let expected = start
                     + self
                         .models
                         .iter()
@@ -363,6 +378,21 @@ impl Lab {
         self.peaks
             .insert((device, precision, threads), peak.clone());
         peak
+    }
+
+    /// Puts `device` in the one state every pitfall experiment starts from, so a card gives
+    /// the same figures wherever it sits in a tour: no cached model (the models of earlier
+    /// cards would hold memory, and a cached model's earlier passes could decide which
+    /// kernels this one's first pass finds ready), the CUDA caching allocator's unused
+    /// blocks given back (its reserved pool would otherwise be the tour's high-water mark),
+    /// the queued work done, and the peak counters reset.
+    pub fn fresh_state(&mut self, device: DeviceKind) -> Result<(), RunFailure> {
+        self.models.clear();
+        synchronize(device)?;
+        if device == DeviceKind::Cuda {
+            torch_ext::cuda_empty_cache().map_err(torch_failure)?;
+        }
+        self.meter(device).reset_peak().map_err(torch_failure)
     }
 
     /// Drops every cached model (used when a device runs out of memory).
@@ -453,4 +483,40 @@ fn prime_cuda_libraries() -> u64 {
         "CUDA library workspaces allocated before any run"
     );
     held
+}
+
+#[cfg(test)]
+mod leak_check_tests {
+    use super::*;
+
+    /// Issue 54: the worker's leak check compared what the meter reads (on CUDA the whole
+    /// process's allocations) with one lab's priming delta and its models, so anything the
+    /// process held before the lab started (another worker's models, the workspaces of a
+    /// thread that had ended) read as this lab's leak. It is now a difference inside the
+    /// lab. The CPU shows the same with memory its thread held before the lab started.
+    #[test]
+    fn the_leak_check_counts_what_the_lab_started_with() {
+        std::thread::spawn(|| {
+            let counter = CpuMemoryCounter::install().unwrap();
+            // Held by this thread before the lab starts (and after: it is not the lab's).
+            let before = Tensor::ones([1 << 16], (Kind::Float, Device::Cpu));
+            assert!(counter.read().unwrap().current >= (1 << 18));
+            let mut lab = Lab::new(LabConfig::default()).unwrap();
+            let cpu = |lab: &Lab| lab.memory_checks().into_iter().find(|c| c.device == DeviceKind::Cpu).unwrap();
+            let c = cpu(&lab);
+            assert!(c.ok, "{c:?}");
+            assert!(c.expected_bytes >= 1 << 18, "{c:?}");
+            // A cached model is expected; a tensor a task leaves behind is not.
+            lab.model_index(ModelId::TinyMlp, DeviceKind::Cpu, 64).unwrap();
+            assert!(cpu(&lab).ok, "{:?}", cpu(&lab));
+            let left = Tensor::ones([1024], (Kind::Float, Device::Cpu));
+            let c = cpu(&lab);
+            assert!(!c.ok && c.held_bytes >= c.expected_bytes + 4096, "{c:?}");
+            drop(left);
+            assert!(cpu(&lab).ok);
+            drop(before);
+        })
+        .join()
+        .unwrap();
+    }
 }

@@ -10,7 +10,7 @@ use super::kit::{
     describe, element_cap, fig, linear_fit, measure, mib, numbered, p, series, time_passes, Ctx,
     Decision, Outcome, Setup, Shift,
 };
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::lab::{forward, Lab};
 use crate::torch_call::torch_failure;
 use crate::torch_ext;
@@ -18,18 +18,24 @@ use crate::torch_ext;
 pub const BATCH_SCALING: Card = Card {
     id: "batch-scaling",
     title: "Memory grows with the batch; grad mode moves the ceiling",
-    asks: "How do memory and latency grow with the batch, and how large a batch fits a memory budget, with autograd on and under torch.no_grad()?",
+    asks: "How does memory grow with the batch, and how large a batch fits a memory budget, with autograd on and under torch.no_grad()?",
     labels: ["forward pass with autograd on", "forward pass under torch.no_grad()"],
     setup: batch_scaling_setup,
     needs: Needs::Any,
-    claim: "Activation memory grows linearly with the batch, per-sample latency falls then flattens, and the largest batch that fits a memory budget is much smaller with grad enabled.",
-    why: "Each sample brings its own activations; with grad they are all kept until the output is freed, without grad only about one layer's worth is alive at a time.",
-    statements: &[],
+    claim: "Activation memory grows linearly with the batch in both modes, and each sample costs more with autograd on, which keeps the activations backward would need until the output is freed: within the same memory budget, torch.no_grad() fits a larger batch.",
+    statements: &[
+        Said::run("The peak above the baseline grows linearly with the batch, with autograd on and under torch.no_grad() alike.", &["grad enabled: linearity R²", "no_grad: linearity R²"]),
+        Said::torch("With autograd on, the forward pass saves for backward the activations of every sample: doubling the batch doubles their bytes exactly.", "test_runtime.py::test_with_grad_the_saved_activations_double_with_the_batch"),
+        Said::torch("They stay alive as long as the output does: every convolution's output is still held when the pass returns, and all are freed with the output.", "test_runtime.py::test_with_grad_activations_live_as_long_as_the_output"),
+        Said::torch("Under torch.no_grad() nothing is saved and no convolution's output outlives the pass: each is freed once the layers after it have used it.", "test_runtime.py::test_under_no_grad_no_activation_outlives_the_pass"),
+        Said::run("So each sample costs more memory with autograd on than under torch.no_grad(): compare the slopes of the two lines.", &["grad enabled: memory per sample (slope)", "no_grad: memory per sample (slope)"]),
+        Said::run("Within the same budget, the largest batch that fits is larger under torch.no_grad().", &["memory budget", "grad enabled: largest batch within budget", "no_grad: largest batch within budget"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
     pitfall: "y = model(big_batch)  # autograd on",
     fix: "with torch.no_grad():\n    y = model(big_batch)",
-    threshold: "confirmed when the peak above baseline is linear in the batch for both modes (R² > 0.95 over the measured powers of two) and the largest batch within the budget is larger under no_grad than with grad. Each sweep doubles the batch until the peak allocated passes the budget, the device fails (out of memory or any other error, once one batch has run: the reason says which), or the largest tensor would reach 2³¹ elements. Regime: the budget, not the device, must end the sweep: on a GPU it is 16 GiB unless chosen (not the free memory: an H200's 139 GB would let both modes reach the largest batch and tie); ResNet-18 at 224² with grad keeps every activation (tens of MB per sample, a few hundred samples in 16 GiB), under no_grad only a few layers' (about ten times fewer), and its stem output caps the sweep at batch 2048",
-    question: super::ratio("ResNet-18, the same memory budget for both: the largest batch that fits under torch.no_grad() (B) as a multiple of the largest that fits with autograd on (A)?", "no_grad: largest batch within budget", "grad enabled: largest batch within budget", super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
+    threshold: "confirmed when the peak above baseline is linear in the batch for both modes (R² > 0.95 over the measured powers of two) and the largest batch within the budget is larger under no_grad than with grad. Each sweep doubles the batch until the peak allocated (weights and input included) passes the budget, the device fails (out of memory or any other error, once one batch has run: the reason says which), or the next batch would pass the sweep's largest: 256 on a CPU (to answer in seconds), on a GPU 4096 or the largest batch whose biggest tensor stays below 2³¹ elements, whichever is smaller. Regime: the budget, not the device, must end the sweep: on a GPU it is 16 GiB unless chosen (not the free memory: an H200's 139 GB would let both modes reach the largest batch and tie), on a CPU 160 MiB. By PyTorch's own profiler on a CPU, ResNet-18's peak grows by about 20 MiB per sample with grad and about 6 MiB under no_grad at 224² (about 3.8 and 1.1 MiB at the CPU's 96²), so with grad several hundred samples fit in 16 GiB, and under no_grad the stem output's 2³¹-element cap (batch 2048 at 224²) may end the sweep first. The latency per sample is plotted, not judged",
+    question: super::ratio("ResNet-18 in eval(), the same memory budget for both, the batch doubled from 1: the largest batch that fits under torch.no_grad() (B) as a multiple of the largest that fits with autograd on (A)? (Both are powers of two; a judgment of what one sample costs in each mode.)", "no_grad: largest batch within budget", "grad enabled: largest batch within budget", super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
     experiment: batch_scaling,
 };
 
@@ -66,18 +72,39 @@ fn batch_plan(ctx: &Ctx) -> BatchPlan {
     BatchPlan { model, budget, max_batch, line }
 }
 
+/// Why the sweep's largest batch is what it is on this device, in words.
+fn sweep_limit(ctx: &Ctx, model: ModelId, max_batch: u32) -> &'static str {
+    let size = ctx.spec(model, 1, true, GradMode::NoGrad).resolved_input_size();
+    if max_batch == element_cap(model, size) {
+        "the largest batch whose biggest tensor stays below 2³¹ elements"
+    } else if ctx.cuda() {
+        "the sweep's largest on a GPU"
+    } else {
+        "the sweep's largest on a CPU, which keeps the card to seconds"
+    }
+}
+
 fn batch_scaling_setup(ctx: &Ctx) -> Vec<String> {
     let plan = batch_plan(ctx);
-    vec![
-        plan.line,
-        "A: forward passes with autograd on; B: the same under torch.no_grad(); both in eval(), fp32".into(),
+    let weights = if plan.model == ModelId::Resnet18 {
+        "ResNet-18's weights: 11.7 million parameters, about 45 MiB in fp32, held throughout and counted in the budget".to_string()
+    } else {
+        format!("{}'s weights are held throughout and counted in the budget", plan.model.display_name())
+    };
+    let size = ctx.spec(plan.model, 1, true, GradMode::NoGrad).resolved_input_size();
+    let mut lines = vec![
+        plan.line.clone(),
+        "A: forward passes with autograd on; B: the same under torch.no_grad(); both in eval(), fp32 (4 bytes an element)".into(),
+        weights,
         format!(
             "Memory budget: {} ({} bytes) of peak allocated memory, weights and input included",
             protocol::format_bytes(plan.budget),
             plan.budget
         ),
-        format!("Each sweep doubles the batch from 1 until the peak passes the budget, the device fails, or the largest batch is reached; each batch is one run of {SWEEP_WARMUP} warm-up and {SWEEP_ITERS} timed iterations"),
-    ]
+        format!("Each sweep doubles the batch from 1 until the peak passes the budget, the device fails, or the next batch would pass {} ({}); each batch is one run of {SWEEP_WARMUP} warm-up and {SWEEP_ITERS} timed iterations", plan.max_batch, sweep_limit(ctx, plan.model, plan.max_batch)),
+    ];
+    lines.extend(super::memory::architecture(plan.model, size));
+    lines
 }
 
 fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
@@ -134,7 +161,7 @@ fn batch_scaling(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             b *= 2;
         }
         notes.push(end.unwrap_or_else(|| {
-            format!("{name}: stopped after batch {largest}: the next power of two is above the sweep's limit on this device ({max_batch}, which keeps every tensor below 2³¹ elements)")
+            format!("{name}: stopped after batch {largest}: the next power of two is above the sweep's largest batch on this device ({max_batch}: {})", sweep_limit(ctx, model, max_batch))
         }));
         let (slope, r2) = linear_fit(&xs, &peaks);
         linear &= r2 > 0.95;
@@ -215,14 +242,22 @@ pub const ALLOCATED_VS_RESERVED: Card = Card {
     labels: ["print memory_reserved()", "print memory_allocated()"],
     setup: reserved_setup,
     needs: Needs::Cuda("A CPU's allocator keeps no pool of its own: freed tensors go straight back, so there is no reserved figure to compare with allocated."),
-    claim: "memory_reserved includes the caching allocator's pool: after the tensors are freed, allocated returns to baseline while reserved stays high — not a leak.",
-    why: "PyTorch's CUDA caching allocator keeps freed blocks for reuse instead of returning them to the driver; nvidia-smi shows reserved plus the CUDA context.",
-    statements: &[],
+    claim: "On CUDA, memory_reserved() includes the caching allocator's pool: after a run's tensors are freed, memory_allocated() returns to the baseline while memory_reserved() stays at the pool the run grew. That memory is cached for reuse, not leaked.",
+    statements: &[
+        Said::run("Once the output is freed, memory_allocated() is back at the run's baseline, the weights and the input: nothing leaked.", &["allocated at the run's baseline (weights and input)", "allocated once the output was freed (weights and input)"]),
+        Said::run("memory_reserved() stays above what is still allocated, at the pool the run grew.", &["reserved after release", "allocated after release", "peak reserved during the run"]),
+        Said::source("A freed block goes back to the caching allocator's pool, not to the driver: memory_allocated() drops by its size, memory_reserved() does not change.", "c10/cuda/CUDACachingAllocator.cpp", "free_block", "pitfalls"),
+        Said::source("Reserved memory goes back to the driver (cudaFree) only when empty_cache() is called, when a cudaMalloc fails and the allocator frees its unused segments to retry, or past a garbage-collection threshold set in PYTORCH_CUDA_ALLOC_CONF.", "c10/cuda/CUDACachingAllocator.cpp", "release_cached_blocks", "pitfalls"),
+        Said::source("memory_allocated() counts the blocks handed out, not the tensors' exact bytes: each request is rounded up to a multiple of 512 bytes.", "c10/cuda/CUDACachingAllocator.cpp", "round_size", "pitfalls"),
+        Said::source("memory_reserved() counts whole segments from cudaMalloc: 2 MiB for requests up to 1 MiB (shared by small blocks), 20 MiB for requests up to 10 MiB, otherwise the request rounded up to 2 MiB, so reserved can exceed allocated even while every tensor is alive.", "c10/cuda/CUDACachingAllocator.cpp", "get_allocation_size", "pitfalls"),
+        Said::run("The driver's count of used memory, which nvidia-smi shows, is higher still.", &["device used (driver, includes the CUDA context)", "reserved after release"]),
+        Said::source("It also counts what the caching allocator does not: the CUDA context, memory the libraries took from the driver directly, and other processes.", "c10/cuda/CUDACachingAllocator.cpp", "malloc", "pitfalls"),
+    ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
     pitfall: "print(torch.cuda.memory_reserved())",
     fix: "print(torch.cuda.memory_allocated())  # bytes held by live tensors",
-    threshold: "CUDA only (a device whose allocator keeps a reserved pool). Confirmed when, after the output is freed, allocated equals the baseline and reserved exceeds allocated. Regime: any GPU; ResNet-50 with grad at batch 64, 224², reserves several GB for its activations, which stay cached after they are freed",
-    question: super::ratio("ResNet-50 after one run with autograd on, its output freed: memory_reserved() (A) as a multiple of memory_allocated() (B)?", "reserved after release", "allocated after release", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
+    threshold: "CUDA only (a device whose allocator keeps a reserved pool). Confirmed when, after the output is freed, allocated equals the run's baseline (weights and input) and reserved exceeds allocated. Every card starts with the cached models dropped, the cache emptied and the peak counters reset, so the pool read here is this run's own, not what earlier cards of a tour left. Regime: any GPU; ResNet-50 with grad at batch 64, 224², reserves several GB for its activations, which stay cached after they are freed",
+    question: super::ratio("ResNet-50 after one run with autograd on (batch 64, 224², fp32), its output and input freed: memory_reserved() (A) as a multiple of memory_allocated() (B)?", "reserved after release", "allocated after release", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: allocated_vs_reserved,
 };
 
@@ -250,13 +285,19 @@ fn reserved_plan(ctx: &Ctx) -> (Setup, String) {
 
 fn reserved_setup(ctx: &Ctx) -> Vec<String> {
     let (s, line) = reserved_plan(ctx);
+    let weights = if s.model == ModelId::Resnet50 {
+        "ResNet-50's weights (25.6 million fp32 parameters, about 98 MiB)".to_string()
+    } else {
+        format!("{}'s weights", s.model.display_name())
+    };
     vec![
         line,
         format!(
-            "One run of {} in eval(), autograd on, fp32; then, with its output freed, both readings are taken",
+            "One run of {} in eval(), autograd on, fp32; then, with its output and input freed, both readings are taken",
             super::memory::iterations(&s.spec)
         ),
-        "A: torch.cuda.memory_reserved(), the allocator's pool; B: torch.cuda.memory_allocated(), the bytes of live tensors (the weights and the input)".into(),
+        format!("A: torch.cuda.memory_reserved(), the allocator's pool; B: torch.cuda.memory_allocated(), the blocks of the tensors still alive: {weights} and the cuBLAS workspaces this worker made at start"),
+        "Before the card runs, the worker drops its cached models, empties the CUDA cache and resets the peak counters".into(),
     ]
 }
 
@@ -288,6 +329,8 @@ fn allocated_vs_reserved(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
         ChartKind::Bar,
     )
     .figures(vec![
+        fig("allocated at the run's baseline (weights and input)", r.memory.baseline_bytes as f64, "bytes"),
+        fig("allocated once the output was freed (weights and input)", r.memory.after_release_bytes as f64, "bytes"),
         fig("allocated after release", reading.allocated as f64, "bytes"),
         fig("reserved after release", reserved as f64, "bytes"),
         fig(
@@ -316,14 +359,19 @@ pub const EMPTY_CACHE: Card = Card {
     labels: ["empty_cache() after every request", "no empty_cache() call"],
     setup: empty_cache_setup,
     needs: Needs::Cuda("empty_cache() acts on the CUDA caching allocator's pool; a CPU has no such pool."),
-    claim: "torch.cuda.empty_cache() frees no referenced tensor and makes the next allocations slow: per-request latency gets jittery.",
-    why: "It only returns unused cached blocks to the driver; the next request must cudaMalloc them again.",
-    statements: &[],
+    claim: "torch.cuda.empty_cache() frees no tensor you still hold: it gives the pool's wholly unused segments back to the driver, so the next request must get them again with cudaMalloc, and a request that ends with it takes longer than one that does not.",
+    statements: &[
+        Said::run("Emptying the cache left the allocated bytes unchanged: the model and the input it held were not freed.", &["allocated change from empty_cache"]),
+        Said::source("empty_cache() returns to the driver, with cudaFree, only the cached segments that hold no live block; a segment holding any live tensor stays reserved.", "c10/cuda/CUDACachingAllocator.cpp", "release_cached_blocks", "pitfalls"),
+        Said::source("It first waits on the events of blocks still in use by other streams, so that it frees nothing the GPU is still reading.", "c10/cuda/CUDACachingAllocator.cpp", "synchronize_and_free_events", "pitfalls"),
+        Said::source("The next request finds the pool empty: every block it needs comes from a new cudaMalloc instead of the pool.", "c10/cuda/CUDACachingAllocator.cpp", "alloc_block", "pitfalls"),
+        Said::run("Requests that end with empty_cache() took longer than requests on a warm cache: a higher p50 and p90.", &["p50 with empty_cache", "p50 without empty_cache", "p90 with empty_cache", "p90 without empty_cache", "p50 ratio with / without, 95% interval low", "p50 ratio with / without, 95% interval high"]),
+    ],
     source: "https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html",
     pitfall: "y = model(x)\ntorch.cuda.empty_cache()  # after every request",
     fix: "y = model(x)  # no empty_cache() call",
-    threshold: "CUDA only (a device whose allocator keeps a reserved pool). 100 requests of each kind, alternating, after a synchronised warm-up: a request without starts from a warm cache; a request with starts from an emptied cache (as after the previous request's empty_cache()) and ends with its own empty_cache(), which is timed with it. Confirmed when emptying the cache leaves allocated memory unchanged, and the requests with it are slower: a higher p90 (over 100 requests, at least 10 must move it: one slow request cannot decide) and the 95% bootstrap interval of the p50 ratio (with / without) wholly above 1; refuted when allocated memory changes, the p90 is not higher, or the interval lies wholly below 1.05 (any cost under 5%); inconclusive otherwise. Regime: any GPU; on an H200, ResNet-50 at batch 32, 224², runs a few ms per request while re-allocating its hundreds of MB of activation blocks (cudaMalloc) and giving them back (cudaFree, which synchronises) costs a large fraction of that on every request",
-    question: super::ratio("ResNet-50 under torch.no_grad(): the p50 latency of a request with empty_cache() (A) as a multiple of one without (B)?", "p50 with empty_cache", "p50 without empty_cache", super::SAME_TIME),
+    threshold: "CUDA only (a device whose allocator keeps a reserved pool). 100 requests of each kind, alternating, after a synchronised warm-up: a request without starts from a warm cache; a request with starts from an emptied cache (as after the previous request's empty_cache()) and ends with its own empty_cache(), which is timed with it. Confirmed when emptying the cache leaves allocated memory unchanged, and the requests with it are slower: a higher p90 (over 100 requests, at least 10 must move it: one slow request cannot decide) and the 95% bootstrap interval of the p50 ratio (with / without) wholly above 1; refuted when allocated memory changes, the p90 is not higher, or the interval lies wholly below 1.05 (any cost under 5%); inconclusive otherwise. Regime: any GPU; ResNet-50 at batch 32, 224², under no_grad, holds hundreds of MB of activation blocks at its peak, which a request after empty_cache() must get again with cudaMalloc and which empty_cache() gives back with cudaFree, on every request",
+    question: super::ratio("ResNet-50 under torch.no_grad() (batch 32, 224²): the p50 latency of a request with empty_cache() (A) as a multiple of one without (B)? (A judgment, against the noise of 100 requests of each kind.)", "p50 with empty_cache", "p50 without empty_cache", super::SAME_TIME),
     experiment: empty_cache,
 };
 
@@ -357,7 +405,7 @@ fn empty_cache_setup(ctx: &Ctx) -> Vec<String> {
     let (_, _, line) = empty_cache_plan(ctx);
     vec![
         line,
-        format!("A: each request ends with torch.cuda.empty_cache(), timed with it (and so starts from an emptied pool); B: requests without it. The two kinds alternate, after {EMPTY_CACHE_WARM} untimed passes").into(),
+        format!("A: each request ends with torch.cuda.empty_cache(), timed with it (and so starts from an emptied pool); B: requests without it, each starting from a pool an untimed pass has just filled. The two kinds alternate, after {EMPTY_CACHE_WARM} untimed passes").into(),
         "Also read: the bytes allocated just before and just after each empty_cache(), with the model and its input held".into(),
     ]
 }

@@ -6,7 +6,7 @@ use protocol::{cpu_reason, Advanced, ChartKind, GradMode, ModelId, Report, RunFa
 
 use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
 use super::precision::max_rel_diff;
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::lab::{cuda_graph, forward, Lab};
 use crate::torch_call::synchronize;
 
@@ -17,14 +17,20 @@ pub const CUDA_GRAPHS: Card = Card {
     labels: ["eager forward pass for each batch", "forward pass captured once as a CUDA graph, replayed for each batch"],
     setup: cuda_graphs_setup,
     needs: Needs::Cuda("CUDA graphs record and replay GPU kernel launches; a CPU has no graphs to capture."),
-    claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's cost of launching every kernel: at batch 1, where launches dominate, replay is faster than eager with the same output; the graph keeps the memory of its capture reserved for as long as it lives.",
-    why: "Eager PyTorch launches each kernel from Python/C++ one after the other; a small batch's kernels finish faster than the CPU can launch the next, so the GPU waits. A graph is launched as one unit. Its tensors live in a private pool at fixed addresses, so inputs must be copied into the captured buffer and the outputs are overwritten by the next replay.",
-    statements: &[],
+    claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's work of issuing every op and launching its kernels: at batch 1, where each kernel's GPU work is small, replay is faster than eager with the same output. The graph keeps the memory of its capture reserved for as long as it lives, and its input and output are fixed buffers.",
+    statements: &[
+        Said::torch("Eager, the CPU issues ResNet-18's 68 operators one after another, each launching its own kernels.", "test_runtime.py::test_resnet18_forward_calls_68_operators"),
+        Said::source("A replay launches the whole captured pass as one unit (one cudaGraphLaunch), with no per-op work on the CPU.", "aten/src/ATen/cuda/CUDAGraph.cpp", "CUDAGraph::replay", "pitfalls"),
+        Said::run("At batch 1 the replay was faster than the eager pass.", &["batch 1: p50 eager", "batch 1: p50 replay", "batch 1: eager / replay, 95% interval low", "batch 1: eager / replay, 95% interval high"]),
+        Said::run("It computed the same output: the replayed output matches the eager one within 1e-3 of its largest magnitude.", &["batch 1: replay vs eager output, max difference"]),
+        Said::source("During capture every allocation comes from a private memory pool, whose addresses the graph bakes in: a new input must be copied into the captured input tensor, and each replay overwrites the captured output.", "c10/cuda/CUDACachingAllocator.cpp", "beginAllocateToPool", "pitfalls"),
+        Said::source("That pool stays reserved while the graph lives; once the graph is destroyed its blocks go back to the driver only at the next empty_cache() (or an out-of-memory retry).", "c10/cuda/CUDACachingAllocator.cpp", "releasePool", "pitfalls"),
+    ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
     pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # each kernel launched in turn",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
-    threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
-    question: super::ratio("ResNet-18 at batch 1 under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)?", "* p50 replay", "* p50 eager", super::PEAKS),
+    threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged: each reserved figure is the allocator's whole pool during that run, which also holds what the runs before it cached, the pools of the graphs captured before it included. Gradless issues the eager ops from Rust through libtorch, without Python's per-op cost, and replays with the input already in the captured buffer (no copy): from Python the eager pass costs the CPU more per op, so a graph saves more there. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
+    question: super::ratio("ResNet-18 at batch 1, 224², under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)? (A judgment: about 70 ops, each issued by the CPU in eager, against their GPU time at batch 1.)", "* p50 replay", "* p50 eager", super::PEAKS),
     experiment: cuda_graphs,
 };
 
@@ -49,8 +55,9 @@ fn cuda_graphs_line(ctx: &Ctx) -> String {
 fn cuda_graphs_setup(ctx: &Ctx) -> Vec<String> {
     vec![
         cuda_graphs_line(ctx),
-        format!("A: eager forward passes; B: the same pass captured once as a CUDA graph, the input copied into its buffer and the graph replayed. Each is one run of {GRAPH_WARMUP} warm-up and {GRAPH_ITERS} timed iterations at each batch (eval(), fp32)"),
-        "Also read: the largest difference between the replayed and the eager output, and the memory reserved by each".into(),
+        format!("A: eager forward passes; B: the same pass captured once as a CUDA graph (after one warm-up pass on a side stream) and replayed, the input staying in the captured buffer, so a replay copies nothing. Each is one run of {GRAPH_WARMUP} warm-up and {GRAPH_ITERS} timed iterations at each batch (eval(), fp32)"),
+        super::timing::from_rust(ctx.model(ModelId::Resnet18)),
+        "Also read: the largest difference between the replayed and the eager output, and the allocator's reserved memory during each run".into(),
     ]
 }
 

@@ -9,25 +9,32 @@ use protocol::{
 
 use super::kit::{fig, measure, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
 use super::timing::warm_up_rule;
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::lab::{forward, is_channels_last, make_input, Lab};
-use crate::torch_call::catch_torch;
+use crate::torch_call::{catch_torch, tch_device};
+use tch::{Device, Kind, Tensor};
 
 pub const CHANNELS_LAST: Card = Card {
     id: "channels-last",
     title: "channels_last changes the strides, not the values",
     asks: "What does moving a convolution model and its input to channels_last change: the output, the memory layout, the latency?",
-    labels: ["model in channels_last, input left NCHW", "model and input in channels_last"],
+    labels: ["model and input in the default NCHW layout", "model and input in channels_last"],
     setup: channels_last_setup,
     needs: Needs::Any,
-    claim: "model.to(memory_format=torch.channels_last) and the same for the input store convolution tensors as NHWC: the result is the same; whether it is faster depends on the device, the dtype and the shapes, so measure it.",
-    why: "Convolution kernels (oneDNN on CPUs, cuDNN on GPUs) read NHWC natively; with NCHW they may convert. Tensor cores favour NHWC in fp16; some shapes and `.half()` paths are slower (pytorch 50036, 34977).",
-    statements: &[],
+    claim: "model.to(memory_format=torch.channels_last) and x.to(memory_format=torch.channels_last) store the convolutions' weights and the input as NHWC: same shapes, same values, other strides, and the output is the same up to float rounding. Whether it is faster depends on the device, the dtype and the shapes, so measure it.",
+    statements: &[
+        Said::torch("model.to(memory_format=torch.channels_last) gives every 4-D weight, the convolutions', NHWC strides (channels innermost), and x.to(memory_format=torch.channels_last) does the same to the input: shapes and values are unchanged.", "test_layout.py::test_channels_last_changes_strides_not_shapes_or_values"),
+        Said::run("In this run the input and every convolution weight have NHWC strides.", &["input has NHWC strides", "conv weights with NHWC strides", "conv weights"]),
+        Said::torch("A convolution on channels_last input and weights returns a channels_last output, so the next layer receives NHWC too (observed on a CPU, where oneDNN runs it).", "test_layout.py::test_a_convolution_on_channels_last_returns_channels_last"),
+        Said::source("On a GPU, cuDNN's convolution takes channels_last when the input or the weight is channels_last, and returns its output in it.", "aten/src/ATen/native/ConvUtils.h", "cudnn_conv_suggest_memory_format", "pitfalls"),
+        Said::run("The output equals the NCHW model's up to float rounding: the kernels add the same products in another order.", &["largest output difference"]),
+        Said::run("Which layout is faster is the device's answer for this dtype and these shapes: this run's two p50s and the 95% interval of their ratio.", &["p50 NCHW", "p50 channels_last", "NCHW / channels_last, 95% interval low", "NCHW / channels_last, 95% interval high"]),
+    ],
     source: "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
-    pitfall: "model = model.to(memory_format=torch.channels_last)\ny = model(x)  # x in the default NCHW layout",
+    pitfall: "y = model(x)  # model and x in the default NCHW layout",
     fix: "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)\ny = model(x)",
     threshold: "confirmed when the input and every 4-D convolution weight have NHWC strides and the output differs from the NCHW model's by at most 1e-3 of its largest magnitude (float rounding: the kernels sum in another order). The latency ratio (NCHW / NHWC, 10 alternating passes each on a CPU, 20 on a GPU) is reported with its 95% bootstrap interval as faster, slower or no difference, and does not decide: it is the device's answer, not the lesson's. Regime: a convolution model (ResNet-18 by default)",
-    question: super::ratio("ResNet-18 with its weights and input in channels_last (as in B): its p50 latency as a multiple of the same model and input in the default NCHW layout?", "p50 channels_last", "p50 NCHW", super::SAME_TIME),
+    question: super::ratio("ResNet-18 with its weights and input in channels_last (as in B): its p50 latency as a multiple of the same model and input in the default NCHW layout (A)?", "p50 channels_last", "p50 NCHW", super::SAME_TIME),
     experiment: channels_last,
 };
 
@@ -46,8 +53,12 @@ fn channels_last_setup(ctx: &Ctx) -> Vec<String> {
     let (setup, rounds) = channels_last_plan(ctx);
     vec![
         channels_last_line(&setup, rounds),
-        "Timed: the model and input in the default NCHW layout, against the model and input both in channels_last (B); eval(), torch.no_grad(), fp32".into(),
+        "Timed: the model and input in the default NCHW layout (A), against the model and input both in channels_last (B); eval(), torch.no_grad(), fp32".into(),
         "Also read: whether the input and every 4-D convolution weight have NHWC strides, and the largest difference between the two outputs".into(),
+        format!(
+            "A judgment about this device's convolution kernels ({}): whether their fp32 NHWC kernels beat their NCHW ones at these shapes",
+            if ctx.cuda() { "cuDNN" } else { "oneDNN" }
+        ),
     ]
 }
 
@@ -118,16 +129,23 @@ pub const INPUT_COPY: Card = Card {
     id: "input-copy",
     title: "Time the copy to the device, not only the model",
     asks: "What does including the input's copy to the device, from pageable or pinned host memory, do to a timed forward pass?",
-    labels: ["batch copied to the device before the clock starts", "pinned batch copied inside the timer, non_blocking=True"],
+    labels: ["batch copied to the device before the clock starts", "batch in a reused pinned buffer, copied inside the timer with non_blocking=True"],
     setup: input_copy_setup,
     needs: Needs::Cuda("On a CPU the model reads the input where it already is: there is no host-to-device copy, and no pinned memory."),
-    claim: "When each batch starts in host memory, every iteration pays for copying it to the device: timing only model(x) leaves that out. From pinned (page-locked) memory the copy can be asynchronous (non_blocking=True) and is faster than from pageable memory.",
-    why: "A copy from pageable memory goes through a staging buffer and blocks; pinned memory can be read by the GPU's DMA engine directly. Either way the bytes must cross the bus before the first kernel can read them.",
-    statements: &[],
+    claim: "When each batch starts in host memory, every iteration pays for copying it to the device: timing only model(x) leaves that out. From pageable memory the copy makes the host wait for the stream; from pinned (page-locked) memory with non_blocking=True it is only queued. x.pin_memory() itself copies the batch into a new page-locked buffer, so pinning each batch just before sending it adds a host copy: the gain needs a pinned buffer allocated once and filled where the batch is made.",
+    statements: &[
+        Said::run("Copying the batch inside each timed pass adds the copy's time to every pass: this run's p50 with the input copied from pageable memory, against the input already on the device.", &["p50 copied from pageable", "p50 input on the device", "pageable / on device, 95% interval low", "pageable / on device, 95% interval high"]),
+        Said::run("Each copy allocates the batch on the device: the pass's peak rises by exactly the input's bytes.", &["input bytes", "peak above baseline, input on the device", "peak above baseline, copied from pageable"]),
+        Said::source("A host-to-device copy with non_blocking=False, as from pageable memory here, returns only when the stream has finished: PyTorch queues cudaMemcpyAsync, then calls cudaStreamSynchronize.", "aten/src/ATen/native/cuda/Copy.cu", "copy_kernel_cuda", "pitfalls"),
+        Said::source("With non_blocking=True PyTorch only queues cudaMemcpyAsync and records an event on the pinned host block, so the block is not reused before the copy ends; the host goes on at once.", "aten/src/ATen/native/cuda/Copy.cu", "copy_kernel_cuda", "pitfalls"),
+        Said::run("From a pinned buffer the timed pass is faster than from pageable memory on this GPU: this run's two p50s.", &["p50 copied from pinned", "p50 copied from pageable"]),
+        Said::source("x.pin_memory() allocates a new page-locked buffer and copies x into it; it returns x itself only when x is already pinned.", "aten/src/ATen/native/Memory.cpp", "pin_memory, _pin_memory", "pitfalls"),
+        Said::run("So pinning a pageable batch costs a host copy of all its bytes each time: this run times pin_memory() on one batch and checks that it returns a new buffer.", &["pin_memory(): a new buffer", "p50 pin_memory() of one batch"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",
     pitfall: "x = batch.to(\"cuda\")  # outside the timer\nt0 = time.time(); y = model(x); torch.cuda.synchronize()",
-    fix: "batch = batch.pin_memory()\nt0 = time.time(); x = batch.to(\"cuda\", non_blocking=True); y = model(x); torch.cuda.synchronize()",
-    threshold: "On every device each copy must add exactly the input's bytes to the pass's peak above the baseline (refuted otherwise). CUDA: confirmed when the 95% bootstrap interval of the p50 ratio (input copied from pageable memory / input on the device, 20 timed iterations each) lies wholly above 1, refuted when it lies wholly below 1.05, inconclusive otherwise; pinned memory is reported beside it. On a CPU not applicable: there is no host-to-device copy (the pageable case is a memcpy, measured and reported) and no pinned memory",
+    fix: "pinned = torch.empty(32, 3, 224, 224).pin_memory()  # page-locked, allocated once, reused\n# each batch is written into `pinned` where it is made (decoded, resized)\nt0 = time.time(); x = pinned.to(\"cuda\", non_blocking=True); y = model(x); torch.cuda.synchronize()",
+    threshold: "On every device each copy must add exactly the input's bytes to the pass's peak above the baseline (refuted otherwise). CUDA: confirmed when the 95% bootstrap interval of the p50 ratio (input copied from pageable memory / input on the device, 20 timed iterations each) lies wholly above 1, refuted when it lies wholly below 1.05, inconclusive otherwise; the copy from a pinned buffer (allocated once, reused every iteration) is reported beside it, and so is pin_memory() on one pageable batch (whether it returns a new buffer, and its p50 over 20 calls), not judged. On a CPU not applicable: there is no host-to-device copy (the pageable case is a memcpy, measured and reported) and no pinned memory",
     question: super::ratio("ResNet-18, the input copied from pageable host memory inside each timed pass: its p50 as a multiple of the p50 with the input already on the device?", "p50 copied from pageable", "p50 input on the device", super::SAME_TIME),
     experiment: input_copy,
 };
@@ -159,6 +177,8 @@ fn input_copy_setup(ctx: &Ctx) -> Vec<String> {
             setup.size,
             input_bytes(&setup)
         ),
+        "A judgment of what dominates: those bytes crossing the host link (a PCIe 4.0 or 5.0 x16 link carries at most about 32 or 64 GB/s each way) against ResNet-18's forward pass on the device".into(),
+        "The pinned buffer is allocated once and reused every iteration; also timed (GPU only): pin_memory() on one pageable batch".into(),
     ]
 }
 
@@ -196,6 +216,9 @@ fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         labels.push("from pinned".into());
         p50s.push(r.latency_ms.p50);
     }
+    if ctx.cuda() {
+        figures.extend(pin_each_batch(ctx, &setup)?);
+    }
     let text = format!(
         "Each copy added {} B to the pass's peak (the input is {input_bytes} B); pageable / on-device latency {}.",
         pageable.memory.peak_above_baseline_bytes.saturating_sub(base),
@@ -213,19 +236,44 @@ fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         .series(vec![series("p50 per iteration, copy included (ms)", "ms", labels, p50s)]))
 }
 
+/// What `batch.pin_memory()` does to one pageable batch of input-copy's shape, on CUDA:
+/// whether it returns a new (page-locked) buffer rather than the batch itself, and its p50
+/// over [`PIN_ROUNDS`] calls: the host copy that pinning each batch adds.
+fn pin_each_batch(ctx: &Ctx, setup: &Setup) -> Result<Vec<protocol::Figure>, RunFailure> {
+    let device = tch_device(ctx.device);
+    let (b, s) = (i64::from(setup.batch), i64::from(setup.size));
+    let host = catch_torch(|| Tensor::randn([b, 3, s, s], (Kind::Float, Device::Cpu)))?;
+    let new_buffer = catch_torch(|| {
+        let pinned = host.pin_memory(device);
+        pinned.data_ptr() != host.data_ptr() && pinned.is_pinned(device) && !host.is_pinned(device)
+    })?;
+    let times = time_passes(ctx, PIN_ROUNDS, 1, |_, _| catch_torch(|| host.pin_memory(device)))?;
+    Ok(vec![
+        fig("pin_memory(): a new buffer", f64::from(u8::from(new_buffer)), "bool"),
+        fig("p50 pin_memory() of one batch", p(&times[0], 50.0), "ms"),
+    ])
+}
+
+/// The calls of `pin_memory()` input-copy times.
+const PIN_ROUNDS: usize = 20;
+
 pub const CUDNN_BENCHMARK: Card = Card {
     id: "cudnn-benchmark",
     title: "cudnn.benchmark: slow first passes, at every new shape",
     asks: "With torch.backends.cudnn.benchmark = True, how do pass times behave when the input shape changes?",
-    labels: ["benchmark on, batches of varying size", "benchmark on, shapes padded or bucketed"],
+    labels: ["benchmark on, the batch size changes after 10 passes", "benchmark on, every pass at one batch size"],
     setup: cudnn_benchmark_setup,
     needs: Needs::Cuda("cudnn.benchmark chooses among cuDNN's GPU convolution algorithms; a CPU does not use cuDNN."),
-    claim: "With torch.backends.cudnn.benchmark = True the first pass at each new input shape tries every convolution algorithm and is slow; later passes at that shape are faster. Varying shapes pay it again and again.",
-    why: "cuDNN's autotuner times the candidate algorithms for each convolution configuration the first time it sees it and caches the winner per shape.",
-    statements: &[],
+    claim: "With torch.backends.cudnn.benchmark = True, the first pass at an input shape new to the process times candidate algorithms (up to torch.backends.cudnn.benchmark_limit, 10 by default) for each convolution configuration it has not run, and is slow; the fastest is cached per configuration, so later passes at that shape skip the search. Every new shape pays it again.",
+    statements: &[
+        Said::torch("cudnn.benchmark is off by default, and torch.backends.cudnn.benchmark_limit, the most candidate algorithms it times for one convolution configuration, is 10.", "test_layout.py::test_cudnn_benchmark_is_off_and_times_at_most_ten_candidates_by_default"),
+        Said::source("With benchmark on, the first call of a convolution configuration (input and weight sizes and strides, dtype, layout, padding, stride, dilation, groups) that the thread has not run builds cuDNN's candidate plans and times up to benchmark_limit of them on the real tensors.", "aten/src/ATen/native/cudnn/Conv_v8.cpp", "get_plans_from_find", "pitfalls"),
+        Said::source("The fastest plan is cached per configuration: a later call with the same configuration runs it without a search, and a new batch size is a new configuration, searched again.", "aten/src/ATen/native/cudnn/Conv_v8.cpp", "run_single_conv", "pitfalls"),
+        Said::run("In this run the first pass at each new batch size is far slower than the steady passes at the first.", &["first pass, first shape", "first pass, second shape", "steady p50"]),
+    ],
     source: "https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark",
-    pitfall: "torch.backends.cudnn.benchmark = True\nfor x in batches_of_varying_size: model(x)",
-    fix: "torch.backends.cudnn.benchmark = True  # shapes padded or bucketed to a few sizes",
+    pitfall: "torch.backends.cudnn.benchmark = True\nfor x in [x_a] * 10 + [x_b] * 10:  # x_b: one image more than x_a\n    y = model(x)",
+    fix: "torch.backends.cudnn.benchmark = True\nfor x in [x_a] * 10:  # one batch size for every pass (batches padded or bucketed to it)\n    y = model(x)",
     threshold: "CUDA: with benchmark on, ResNet-18 runs 10 passes at a batch this process has not seen, then 10 at another new batch (a shape change midway). Confirmed when, at both shapes, the first pass is above 1.5× the steady passes' median even at their own spread (the warm-up rule); refuted when it is below 1.5× at their spread at both; inconclusive otherwise. Not applicable on a CPU (no cuDNN)",
     question: super::ratio("ResNet-18 with cudnn.benchmark on, after a change of batch size: the first pass at the new size as a multiple of the p50 of passes 3–10 at the first size?", "first pass, second shape", "steady p50", super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: cudnn_benchmark,
@@ -250,10 +298,15 @@ fn cudnn_benchmark_line(ctx: &Ctx) -> String {
 }
 
 fn cudnn_benchmark_setup(ctx: &Ctx) -> Vec<String> {
-    vec![
+    let mut lines = vec![
         cudnn_benchmark_line(ctx),
         format!("torch.backends.cudnn.benchmark = True; {BENCH_PASSES} forward passes at the first size, then {BENCH_PASSES} at the next, each timed on its own (eval(), torch.no_grad(), fp32)"),
-    ]
+    ];
+    if ctx.model(ModelId::Resnet18) == ModelId::Resnet18 {
+        lines.push("ResNet-18 has 20 convolutions in 11 distinct configurations (kernel, stride, channels, image size); a new batch size makes all 11 new".into());
+    }
+    lines.push("A judgment of what dominates the first pass at a new size: the search (cuDNN's candidate plans built, and up to torch.backends.cudnn.benchmark_limit = 10 of them timed, per configuration) against one steady pass".into());
+    lines
 }
 
 fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {

@@ -4,11 +4,11 @@
 use protocol::{ChartKind, GradMode, ModelId, RunFailure, RunSpec};
 
 use super::kit::{
-    fig, measure, mib, named, pass_memory, series, trace_pass, Ctx, Decision, Outcome,
-    Setup, MIB,
+    bytes_compared, fig, measure, mib, named, pass_memory, series, trace_pass, Ctx, Decision,
+    Outcome, Setup, MIB,
 };
 use protocol::NamedTrace;
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::lab::{forward, Lab};
 use crate::torch_call::{catch_torch, synchronize, torch_failure};
 
@@ -19,13 +19,17 @@ pub const EVAL_NOT_NOGRAD: Card = Card {
     labels: ["eval() only", "eval() inside torch.no_grad()"],
     setup: eval_not_nograd_setup,
     needs: Needs::Any,
-    claim: "model.eval() does not switch autograd off: eval+grad keeps the activations that eval+no_grad frees.",
-    why: "eval() only sets `training = False` on every module (Dropout, BatchNorm change behaviour). Whether ops record a graph is decided by grad mode, which eval() never touches.",
-    statements: &[],
+    claim: "model.eval() does not switch autograd off: with autograd on, an eval() model keeps the activations its backward would need, which under torch.no_grad() are freed as soon as they are used.",
+    statements: &[
+        Said::torch("model.eval() sets training = False on every module and leaves grad mode on: an eval() model's output still carries a graph.", "test_grad_modes.py::test_eval_leaves_grad_mode_on"),
+        Said::torch("With autograd on, every op downstream of a parameter (parameters require grad) records, and saves what its backward needs, activations included, in eval() as in train().", "test_grad_modes.py::test_an_eval_model_saves_activations_for_backward"),
+        Said::torch("Under torch.no_grad() no op saves anything for backward, so an activation is freed once the ops that read it are done.", "test_grad_modes.py::test_no_grad_saves_nothing"),
+        Said::run("Here the eval() model's pass peaked higher above the baseline with autograd on than under torch.no_grad().", &["eval+grad peak above baseline", "eval+no_grad peak above baseline"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation",
     pitfall: "model.eval()\ny = model(x)",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
-    threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's activations, several times no_grad's peak of about two layers, so the margin is large at any scale",
+    threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's saved activations (over a GB), several times no_grad's peak of a few activations at a time, so the margin is large at any scale",
     question: super::ratio("ResNet-18 in eval() mode, one forward pass each way: the peak memory above baseline of B (under torch.no_grad()) as a multiple of A's (autograd on)?", "eval+no_grad peak above baseline", "eval+grad peak above baseline", super::PEAKS),
     experiment: eval_not_nograd,
 };
@@ -40,16 +44,28 @@ pub(super) fn iterations(spec: &RunSpec) -> String {
     format!("{} warm-up and {} timed iterations", spec.warmup, spec.iters)
 }
 
+/// The layers of `model` with the sizes a memory estimate needs (the ResNet-18 and the
+/// tiny MLP, which the memory cards run by default); `None` for the other models.
+pub(super) fn architecture(model: ModelId, size: u32) -> Option<String> {
+    match model {
+        ModelId::Resnet18 => Some("ResNet-18: a 7×7 stride-2 convolution to 64 channels and a 3×3 stride-2 max-pool; then four stages of two residual blocks (two 3×3 convolutions each; the first block of stages 2–4 also has a 1×1 stride-2 shortcut convolution) at 64, 128, 256 and 512 channels, each stage after the first halving the side; every convolution followed by BatchNorm, ReLUs in place; global average pooling and a linear layer to 1000 classes".into()),
+        ModelId::TinyMlp => Some(format!("Tiny MLP: Linear({size} → 512) → BatchNorm → ReLU → Dropout(p = 0.5), then Linear(512 → 512) → BatchNorm → ReLU → Dropout(p = 0.5), then Linear(512 → 10)")),
+        _ => None,
+    }
+}
+
 fn eval_not_nograd_setup(ctx: &Ctx) -> Vec<String> {
     let s = eval_plan(ctx);
-    vec![
+    let mut lines = vec![
         s.describe(),
         "A: model.eval(), autograd on; B: model.eval(), forward pass inside torch.no_grad()".into(),
         format!(
-            "fp32 weights and input; each arm is one run of {}, whose peak allocated memory is read above the baseline (the weights and the input)",
+            "fp32 weights and input (4 bytes an element); each arm is one run of {}, whose peak allocated memory is read above the baseline (the weights and the input)",
             iterations(&s.spec)
         ),
-    ]
+    ];
+    lines.extend(architecture(s.model, s.size));
+    lines
 }
 
 fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
@@ -109,13 +125,21 @@ pub const OUTPUT_LIFETIME: Card = Card {
     labels: ["keep model(x), autograd on", "keep model(x).cpu(), under torch.no_grad()"],
     setup: output_lifetime_setup,
     needs: Needs::Any,
-    claim: "Outputs kept across requests grow memory request by request; kept with grad they keep their whole graph and grow much faster.",
-    why: "A tensor that requires grad references its graph, which holds every saved activation of the forward pass that made it.",
-    statements: &[],
+    claim: "Outputs kept across requests grow memory request by request; kept with autograd on, each keeps its graph and every activation the graph saved, and memory grows much faster.",
+    statements: &[
+        Said::run("Here outputs dropped after each request left allocated memory flat.", &["growth per request, dropped"]),
+        Said::run("Outputs kept on the device under torch.no_grad() grew it by about one output's bytes a request.", &["growth per request, kept on device", "one output"]),
+        Said::source("On a GPU the caching allocator counts each tensor in blocks rounded up to a multiple of 512 bytes, so a small output counts a little more than its bytes.", "c10/cuda/CUDACachingAllocator.cpp", "round_size", "pitfalls"),
+        Said::torch("An output that requires grad references its graph, and the graph holds every tensor its ops saved for backward: those activations live as long as the output.", "test_grad_modes.py::test_a_kept_output_holds_the_activations_its_graph_saved"),
+        Said::torch("Under torch.no_grad() the output has no graph and nothing is saved, so only the output itself stays.", "test_grad_modes.py::test_no_grad_saves_nothing"),
+        Said::run("Here outputs kept with autograd on grew memory more than twice as fast as outputs kept under torch.no_grad().", &["growth per request, kept with grad", "growth per request, kept on device"]),
+        Said::torch("On a CPU, .cpu() returns the very same tensor: an output moved there stays in the memory it was made in.", "test_grad_modes.py::test_cpu_on_a_cpu_tensor_is_the_same_tensor"),
+        Said::run("So outputs moved with .cpu() grow this device's memory where the device is the CPU, and leave it flat on a GPU.", &["growth per request, moved to CPU"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
     pitfall: "results.append(model(x))  # autograd on",
     fix: "with torch.no_grad():\n    results.append(model(x).cpu())",
-    threshold: "confirmed when, after one warm-up request, allocated memory grows every request for kept outputs, grows faster (more than 2× per request) when kept with grad, and does not grow at all when outputs are dropped. Regime: any; allocated memory counts live tensors exactly (on a GPU the caching allocator's pool is not counted), and on a GPU (ResNet-18, batch 16, 224²) eight kept graphs hold a few GB, far within 139 GB",
+    threshold: "confirmed when, after one warm-up request, allocated memory grows over the requests for outputs kept under no_grad, grows more than 2× as fast when they are kept with autograd on, and does not grow at all when outputs are dropped. Regime: any; allocated memory counts live tensors exactly (on a GPU the caching allocator's pool is not counted), and on a GPU (ResNet-18, batch 16, 224²) eight kept graphs hold a few GB, far within 139 GB",
     question: super::value("ResNet-18, 8 requests, each request's output appended to a list with autograd on (A): by how many bytes does allocated memory grow per request?", "growth per request, kept with grad", "bytes", super::BYTES),
     experiment: output_lifetime,
 };
@@ -153,9 +177,10 @@ fn output_lifetime_setup(ctx: &Ctx) -> Vec<String> {
     let mut lines = vec![
         line,
         "A: each request's output appended to a list, autograd on; B: under torch.no_grad(), each output moved to the CPU and appended".into(),
-        "Also run: outputs dropped (no_grad); outputs kept on the device (no_grad)".into(),
+        "Also run: outputs dropped (no_grad); outputs kept on the device (no_grad). The model is in eval(), its weights fp32".into(),
     ];
     lines.extend(input_bytes_line(&s));
+    lines.extend(architecture(s.model, s.size));
     lines.push("Memory: the bytes allocated by live tensors after each request, above the reading after one untimed first request".into());
     lines
 }
@@ -167,6 +192,7 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let labels: Vec<String> = (1..=requests).map(|r| r.to_string()).collect();
     let mut out_series = vec![];
     let mut growth = vec![];
+    let mut output_bytes = 0u64;
     for (name, grad, keep) in variants {
         let model = lab.model(i);
         let meter = lab.meter(ctx.device);
@@ -177,7 +203,9 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         };
         // One pass first, so one-time caches (oneDNN primitives, allocator pools) are not
         // mistaken for growth.
-        drop(forward(model, &x, &s, ctx.device)?);
+        let first = forward(model, &x, &s, ctx.device)?;
+        output_bytes = first.numel() as u64 * first.kind().elt_size_in_bytes() as u64;
+        drop(first);
         synchronize(ctx.device)?;
         let start = meter.read().map_err(torch_failure)?.allocated;
         let mut kept = vec![];
@@ -233,6 +261,7 @@ fn output_lifetime(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             "bytes",
         ),
         fig("growth per request, moved to CPU", moved * MIB, "bytes"),
+        fig("one output", output_bytes as f64, "bytes"),
     ])
     .series(out_series)
     .notes(notes))
@@ -245,29 +274,35 @@ pub const FREEZE_VS_NOGRAD: Card = Card {
     labels: ["backbone frozen with requires_grad_(False)", "forward pass under torch.no_grad()"],
     setup: freeze_setup,
     needs: Needs::Any,
-    claim: "requires_grad_(False) on every parameter records no graph (memory like no_grad); freezing only the backbone keeps activations for the unfrozen part.",
-    why: "Autograd records an op only when one of its inputs requires grad; with every weight frozen and an input that does not require grad, nothing does.",
-    statements: &[],
+    claim: "With an input that does not require grad, requires_grad_(False) on every parameter records no graph and retains what torch.no_grad() retains; freezing only the backbone still keeps the activations the trainable part saves for backward.",
+    statements: &[
+        Said::torch("requires_grad_(False) leaves grad mode on: autograd records an op when any of its inputs requires grad, so a frozen model records again for an input that requires grad.", "test_grad_modes.py::test_a_frozen_model_records_again_for_an_input_that_requires_grad"),
+        Said::torch("With every parameter frozen and an input that does not require grad, no op records or saves anything, and the output has no graph.", "test_grad_modes.py::test_every_parameter_frozen_records_no_graph"),
+        Said::run("Here the fully frozen pass retained the same bytes as the pass under torch.no_grad(), within 1%.", &["all frozen", "no_grad"]),
+        Said::torch("With the backbone frozen, the ops of the trainable part still record and save their inputs, the backbone's last activation among them; the frozen ops save nothing.", "test_grad_modes.py::test_a_partly_frozen_model_saves_only_for_its_trainable_part"),
+        Said::run("Here the partly frozen pass retained more than no_grad and less than the all-trainable pass.", &["backbone frozen (last stage + head trainable)", "no_grad", "all trainable"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/autograd.html#setting-requires-grad",
-    pitfall: "for p in backbone.parameters(): p.requires_grad_(False)\ny = model(x)  # the head's parameters still require grad",
+    pitfall: "for p in backbone.parameters(): p.requires_grad_(False)\ny = model(x)  # layer4 and fc keep requires_grad=True",
     fix: "with torch.no_grad():\n    y = model(x)",
-    threshold: "compares the memory retained while the output is alive (allocated minus the baseline, read right after the pass), which is the output plus the graph's saved tensors — not the peak, which on a GPU is the stem's outputs in every variant. Confirmed when all-frozen retains within 10% (or 64 KiB) of no_grad, and the partly frozen model retains strictly more than no_grad and strictly less than all trainable. Regime: any; on a GPU (ResNet-18, batch 64, 224²) all trainable retains GBs, the frozen backbone tens of MB (layer 4), no_grad only the output",
-    question: super::ratio("ResNet-18 with every parameter frozen (requires_grad_(False)) and autograd on: the memory retained while its output is alive, against the same pass under torch.no_grad()?", "all frozen", "no_grad", super::SAME_BYTES),
+    threshold: "compares the memory retained while the output is alive (allocated minus the baseline, read right after the pass), which is the output plus the graph's saved tensors — not the peak, which on a GPU is the stem's outputs in every variant. Confirmed when all-frozen retains the same bytes as no_grad within 1% (the band the question is graded by), and the partly frozen model retains strictly more than no_grad and strictly less than all trainable. Regime: any; byte counts repeat exactly, and on a GPU (ResNet-18, batch 64, 224²) all trainable retains every layer's saved activations (over a GB), the frozen backbone only what layer 4 and the classifier save (tens of MB), no_grad only the output",
+    question: super::ratio("ResNet-18 with every parameter frozen (requires_grad_(False)) and autograd on, its input not requiring grad: the memory retained while its output is alive, against the same pass under torch.no_grad()?", "all frozen", "no_grad", super::SAME_BYTES),
     experiment: freeze_vs_nograd,
 };
 
-/// The freeze card's rule over the retained bytes (see its threshold).
+/// The freeze card's rule over the retained bytes (see its threshold): all frozen against
+/// no_grad by the band its question is graded by ([`bytes_compared`]), in the words the
+/// reason carries.
 pub fn freeze_rule(full: u64, partial: u64, frozen: u64, nograd: u64) -> Decision {
-    let close = frozen.abs_diff(nograd) as f64 <= (0.10 * nograd as f64).max(64.0 * 1024.0);
+    let (band, words) = bytes_compared(frozen as f64, nograd as f64);
+    let same = band == protocol::Choice::Same;
     let between = nograd < partial && partial < full;
     let figures = format!(
-        "Retained while the output is alive, above the weights and input: all trainable {:.2} MiB, backbone frozen {:.2} MiB, all frozen {:.2} MiB, no_grad {:.2} MiB.",
+        "Retained while the output is alive, above the weights and input: all frozen against no_grad, {words}; all trainable {:.2} MiB, backbone frozen {:.2} MiB.",
         mib(full),
         mib(partial),
-        mib(frozen),
-        mib(nograd)
     );
-    Decision::rule(close && between, figures.clone(), figures)
+    Decision::rule(same && between, figures.clone(), figures)
 }
 
 /// What freeze-vs-nograd runs, and the line its report is measured on.
@@ -281,7 +316,7 @@ fn freeze_setup(ctx: &Ctx) -> Vec<String> {
     vec![
         freeze_plan(ctx).1,
         "Four forward passes: all parameters trainable; backbone frozen (the last stage and the classifier trainable); every parameter frozen; all trainable under torch.no_grad()".into(),
-        "The input never requires grad; weights and input in fp32".into(),
+        "The input never requires grad; weights and input in fp32; the model in eval()".into(),
         "Memory: the bytes still allocated right after the pass while its output is alive, above the weights and the input".into(),
     ]
 }
@@ -401,10 +436,25 @@ mod tests {
         );
         // Partial equal to no_grad: refuted.
         assert_eq!(freeze_rule(100 * m, m, m, m).verdict, Verdict::Refuted);
-        // A tiny output (a few KiB) differing by a few bytes stays "like no_grad".
+        // "Like no_grad" is the question's band: within 1%, not beyond.
         assert_eq!(
-            freeze_rule(m, 8192, 4096 + 512, 4096).verdict,
+            freeze_rule(m, 1 << 18, 32_000 + 300, 32_000).verdict,
             Verdict::Confirmed
         );
+        assert_eq!(
+            freeze_rule(m, 1 << 18, 32_000 + 400, 32_000).verdict,
+            Verdict::Refuted
+        );
+    }
+
+    /// The verdict words its question's comparison by the rule that grades it.
+    #[test]
+    fn the_freeze_reason_words_the_question_band() {
+        let m = 1 << 20;
+        for (frozen, nograd) in [(m, m), (5 * m, m), (32_400, 32_000)] {
+            let words = bytes_compared(frozen as f64, nograd as f64).1;
+            let reason = freeze_rule(100 * m, 10 * m, frozen, nograd).reason;
+            assert!(reason.contains(&words), "{reason} lacks {words}");
+        }
     }
 }

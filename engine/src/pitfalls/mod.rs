@@ -56,7 +56,7 @@ pub type Experiment = fn(&mut Lab, &Ctx<'_>) -> Result<Outcome, RunFailure>;
 /// One lesson: what the page shows, and the experiment that checks it. The page shows it
 /// in two states (see [`PitfallInfo`]): the question (`asks`, `setup`, the code under
 /// `labels`, `question`), then, once the learner has predicted, the lesson (`title`,
-/// `claim`, `why`, "Falls in" / "Avoids it", `threshold`, the figures).
+/// `claim`, `statements`, "Falls in" / "Avoids it", `threshold`, the figures).
 pub struct Card {
     pub id: &'static str,
     /// The lesson's title: it states the answer, so the page shows it after the lock-in.
@@ -74,8 +74,6 @@ pub struct Card {
     /// the lock-in and never grades an answer.
     pub needs: Needs,
     pub claim: &'static str,
-    /// The explanation as one paragraph; shown only while a card has no [`Card::statements`].
-    pub why: &'static str,
     /// The statements the claim and the explanation make, each with how it is known
     /// ([`How`]). A test holds every one to it: a run figure the report has, a mechanism
     /// test that exists, a source step the GPU check runs.
@@ -303,12 +301,8 @@ impl Card {
         }
     }
 
-    /// The explanation as one paragraph: the statements' texts, or the card's `why` while it
-    /// has none.
+    /// The explanation as one paragraph: the statements' texts.
     pub fn explanation(&self) -> String {
-        if self.statements.is_empty() {
-            return self.why.into();
-        }
         self.statements.iter().map(|s| s.text).collect::<Vec<_>>().join(" ")
     }
 
@@ -364,6 +358,8 @@ impl Card {
         };
         let threads = lab.config().threads;
         tch::set_num_threads(threads as i32);
+        // Every card starts from the same device state, wherever it sits in a tour.
+        lab.fresh_state(device)?;
         let outcome = (self.experiment)(lab, &ctx)?;
         // Not graded where not applicable: said in the card's own words for this device,
         // else in the verdict's first sentence.

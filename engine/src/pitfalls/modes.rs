@@ -9,7 +9,7 @@ use tch::{Kind, Tensor};
 use super::kit::{
     describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Setup, Shift,
 };
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::input::Input;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
@@ -31,12 +31,18 @@ pub const NOGRAD_NOT_EVAL: Card = Card {
     setup: nograd_not_eval_setup,
     needs: Needs::Any,
     claim: "torch.no_grad() leaves Dropout and BatchNorm in training behaviour: outputs are random, depend on batch-mates, and BatchNorm's running statistics change during \"inference\".",
-    why: "no_grad only stops graph recording. Dropout and BatchNorm read `self.training`, which only train()/eval() set.",
-    statements: &[],
+    statements: &[
+        Said::torch("torch.no_grad() only stops graph recording: a model in train() stays in train(), every module's training flag still True.", "test_grad_modes.py::test_no_grad_leaves_train_mode_on"),
+        Said::torch("Dropout reads that flag, not grad mode: in train() it zeroes a random share of the units and scales up the rest, under no_grad as with grad.", "test_grad_modes.py::test_dropout_stays_random_under_no_grad_in_train"),
+        Said::run("Here the same input run twice in train() under torch.no_grad() gave different outputs.", &["train+no_grad: max |Δ| same input twice"]),
+        Said::torch("BatchNorm in train() normalises with the batch's own mean and variance and updates its running statistics, under no_grad too.", "test_grad_modes.py::test_batchnorm_uses_the_batch_and_updates_its_running_stats_under_no_grad"),
+        Said::run("Here one sample's output changed with its batch-mates, and BatchNorm's running mean moved during a pass under torch.no_grad().", &["train+no_grad: max |Δ| sample 0 with other batch-mates", "train+no_grad: running mean change"]),
+        Said::run("In eval() under the same torch.no_grad(), none of the three moved: Dropout passes every unit through and BatchNorm uses its running statistics.", &["eval+no_grad: max |Δ| same input twice", "eval+no_grad: max |Δ| sample 0 with other batch-mates", "eval+no_grad: running mean change"]),
+    ],
     source: "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval",
     pitfall: "with torch.no_grad():\n    y = model(x)  # the model is in train() mode",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
-    threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; float32 rounding alone stays far below 1e-6 for identical computations. Regime: any; the effects are of order one (Dropout zeroes half the units), whatever the device",
+    threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; repeating the same computation on the same kernels is bit-identical (the eval() figures read 0), so rounding cannot reach 1e-6. Regime: any; the effects are of order one (Dropout with p = 0.5 zeroes about half the units), whatever the device",
     question: super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad() (A): does the same input give a different output when run twice?", "train+no_grad: max |Δ| same input twice", "abs", super::Ask::YesNo),
     experiment: nograd_not_eval,
 };
@@ -54,8 +60,10 @@ fn nograd_plan() -> (u32, i64, String) {
 }
 
 fn nograd_not_eval_setup(_: &Ctx) -> Vec<String> {
+    let (size, _, line) = nograd_plan();
     vec![
-        nograd_plan().2,
+        line,
+        super::memory::architecture(ModelId::TinyMlp, size).unwrap_or_default(),
         "A: model in train() mode, forward passes under torch.no_grad(); B: model.eval(), forward passes under torch.no_grad()".into(),
         "Each mode runs: the same input twice; sample 0 with two different sets of batch-mates; one pass, reading BatchNorm's running mean before and after".into(),
         "Differences are the largest absolute difference between the two outputs, in fp32".into(),
@@ -175,19 +183,30 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 
 pub const INFERENCE_VS_NOGRAD: Card = Card {
     id: "inference-vs-nograd",
-    title: "inference_mode saves no memory over no_grad, and its outputs refuse backward",
+    title: "inference_mode uses the memory no_grad uses, and its tensors cannot be saved for backward",
     asks: "How does torch.inference_mode() compare with torch.no_grad(): in memory, in speed, and in what its outputs can be used for?",
     labels: ["backbone under inference_mode, its features straight into the head", "the same, with feats.clone() before the head"],
     setup: inference_setup,
     needs: Needs::Any,
-    claim: "torch.inference_mode() records no graph, exactly like no_grad, so it uses the same memory; it also skips version counters and view tracking, and the tensors it makes cannot be saved for backward.",
-    why: "Both modes record no graph, so both free activations as soon as they are used. inference_mode additionally creates 'inference tensors' without version counters; autograd refuses to save them later. Skipping that bookkeeping saves a little CPU time per op, which only shows where per-op overhead dominates (tiny models, small batches) and is often within the noise.",
-    statements: &[],
+    claim: "torch.inference_mode() records no graph, exactly as torch.no_grad() does, so it uses the same memory; it also skips autograd's dispatch, version counters and view tracking, and the tensors it makes cannot be saved for backward once outside it.",
+    statements: &[
+        Said::torch("Neither torch.no_grad() nor torch.inference_mode() saves anything for backward: both free each activation once it is used.", "test_grad_modes.py::test_inference_mode_saves_nothing_like_no_grad"),
+        Said::run("Here inference_mode's peak memory matched no_grad's on both models, within 5%.", &[INFERENCE_PEAK_GAP]),
+        Said::torch("Under torch.no_grad() every op still passes through autograd's dispatch kernel, which then records nothing; torch.inference_mode() excludes autograd's dispatch keys for every op, and the tensors it makes carry none.", "test_grad_modes.py::test_inference_mode_skips_autograds_dispatch_and_no_grad_does_not"),
+        Said::torch("Tensors made under inference_mode (inference tensors) have no version counter.", "test_grad_modes.py::test_inference_tensors_have_no_version_counter"),
+        Said::torch("Views made under inference_mode are not tracked as views.", "test_grad_modes.py::test_inference_mode_does_not_track_views"),
+        Said::run("What skipping that work saves per op is known here for libtorch called from Rust, with no Python interpreter per op: the Tiny MLP's p50 ratio at batch 1 and its 95% interval say whether it shows beyond this run's noise.", &["* latency ratio inference_mode / no_grad", "* latency ratio inference_mode / no_grad, 95% interval low", "* latency ratio inference_mode / no_grad, 95% interval high"]),
+        Said::torch("An inference tensor cannot be saved for backward: outside the mode, an op that must save it (a matmul with a weight that requires grad) raises.", "test_grad_modes.py::test_inference_tensors_cannot_be_saved_for_backward"),
+        Said::torch("An op whose backward needs no saved input, such as an addition, accepts an inference tensor.", "test_grad_modes.py::test_an_op_that_saves_nothing_accepts_an_inference_tensor"),
+        Said::torch("A clone made outside the mode is a normal tensor, which autograd can save.", "test_grad_modes.py::test_a_clone_outside_the_mode_is_a_normal_tensor"),
+        Said::run("Here libtorch raised that error for the matmul, and the clone() fix worked.", &["error raised", "clone() fix works"]),
+        Said::torch("An in-place update to an inference tensor outside the mode raises too.", "test_grad_modes.py::test_inplace_on_an_inference_tensor_outside_the_mode_raises"),
+    ],
     source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
     pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # head trainable, autograd on",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
-    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
-    question: super::value("The Tiny MLP at batch 1 (the first model): its p50 latency under torch.inference_mode() as a multiple of its p50 under torch.no_grad()?", "* latency ratio inference_mode / no_grad", "ratio", super::SAME_TIME),
+    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, timed from Rust through libtorch (no Python per op), labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
+    question: super::value("The Tiny MLP at batch 1 (the first model): its p50 latency under torch.inference_mode() as a multiple of its p50 under torch.no_grad()? Timed from Rust through libtorch, so no Python interpreter runs per op; in eval(), a pass is about ten small ops on one 512-feature sample (linear layers 512 → 512, 512 → 512 and 512 → 10, two BatchNorms, two ReLUs, two Dropouts that pass everything through). A judgment about what dominates a pass this small — the framework's per-op work or the arithmetic — and whether any difference shows beyond the run's noise.", "* latency ratio inference_mode / no_grad", "ratio", super::SAME_TIME),
     experiment: inference_vs_nograd,
 };
 
@@ -247,6 +266,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     let (mut p50_ng, mut p50_im) = (vec![], vec![]);
     let mut traces = vec![];
     let mut memory_equal = true;
+    let mut largest_gap: f64 = 0.0;
     let plan = inference_plan(ctx);
     for (i, (model, batch, ng_spec)) in plan.iter().cloned().enumerate() {
         let rounds = INFERENCE_ROUNDS;
@@ -271,7 +291,9 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             traces.push(named(&format!("{name} inference_mode"), &im[0]));
         }
         let (a, b) = (peak(&ng), peak(&im));
-        memory_equal &= (a - b).abs() <= 0.05 * a.max(b);
+        let gap = (a - b).abs() / a.max(b).max(1.0);
+        largest_gap = largest_gap.max(gap);
+        memory_equal &= gap <= 0.05;
         let latencies = |rs: &[Report]| {
             rs.iter()
                 .flat_map(|r| r.samples.iter().map(|s| s.latency_ms))
@@ -367,6 +389,7 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             if fixed { "works" } else { "fails" }
         ),
     );
+    figures.push(fig(INFERENCE_PEAK_GAP, largest_gap, "ratio"));
     figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
     figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
     Ok(Outcome::new(decision, inference_measured_on(&plan), ChartKind::Bar)
@@ -379,6 +402,10 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
         .traces(traces))
 }
 
+/// inference-vs-nograd's figure for its memory statement: the largest gap, over the models
+/// tried, between the two modes' peaks, as a share of the larger.
+const INFERENCE_PEAK_GAP: &str = "peak above baseline: largest gap between the modes, share of the larger";
+
 pub const AUTOCAST: Card = Card {
     id: "autocast",
     title: "autocast lowers the math, not the weights",
@@ -386,13 +413,25 @@ pub const AUTOCAST: Card = Card {
     labels: ["model.half()", "fp32 model, forward pass inside torch.autocast(fp16)"],
     setup: autocast_setup,
     needs: Needs::Any,
-    claim: "Autocast runs matmul/conv/linear in fp16 or bf16 and keeps the fp32 weights (caching cast copies), at a small numerical cost.",
-    why: "Autocast casts inputs of eligible ops on the fly; reductions, softmax and norms stay fp32. The weights stay fp32; their low-precision copies are cached while the outermost region is open. CPUs without fp16/bf16 units emulate, and get slower.",
-    statements: &[],
+    claim: "Autocast runs convolutions and matmuls (linear layers included) in fp16 or bf16 and leaves the weights in fp32, casting them as those ops run; the output differs a little from fp32, and whether it is faster depends on the hardware.",
+    statements: &[
+        Said::torch("Inside torch.autocast, convolutions and linear layers with fp32 weights return the low-precision dtype, and the weights stay fp32.", "test_grad_modes.py::test_autocast_runs_convolutions_and_linear_layers_low_and_keeps_fp32_weights"),
+        Said::run("Here a linear layer of the model returned fp16 inside the fp16 region.", &["fp16 linear layer output is fp16"]),
+        Said::run("Here the weights were still float32 after the passes.", &["weights still float32"]),
+        Said::torch("With autograd on and under torch.no_grad(), autocast casts each weight that requires grad once and keeps the copy until the region ends.", "test_autocast.py::test_weights_are_cast_once_with_grad_and_under_no_grad"),
+        Said::torch("Under torch.inference_mode() it casts the weights again at every call.", "test_autocast.py::test_inference_mode_skips_the_cast_cache"),
+        Said::source("On CUDA, autocast runs layer_norm and group_norm in fp32 whatever the region's dtype.", "aten/src/ATen/autocast_mode.h", "AT_FORALL_FP32", "pitfalls"),
+        Said::source("On CUDA, it runs softmax, log_softmax and sum in fp32 too.", "aten/src/ATen/autocast_mode.h", "AT_FORALL_FP32_SET_OPT_DTYPE", "pitfalls"),
+        Said::torch("A CPU's autocast has no such rule for them: BatchNorm, LayerNorm, softmax and sum keep a low-precision input's dtype there.", "test_grad_modes.py::test_cpu_autocast_leaves_batchnorm_layer_norm_and_softmax_in_the_input_dtype"),
+        Said::torch("An fp32 tensor plus a low-precision one is fp32 by type promotion, so a residual sum, and a model ending in one, can return fp32 under autocast.", "test_grad_modes.py::test_a_residual_sum_of_fp32_and_low_precision_is_fp32"),
+        Said::torch("16-bit floats keep fewer mantissa bits, so the output differs from fp32 by a little, never by nothing.", "test_grad_modes.py::test_autocast_output_differs_a_little_from_fp32"),
+        Said::run("Here the model's output under fp16 autocast differed from the fp32 output by a non-zero amount below 10% of its largest magnitude.", &["fp16 max |output - fp32 output|", "fp32 output max |value|"]),
+        Said::run("Whether autocast is faster depends on the hardware's 16-bit arithmetic: this run's fp16 / fp32 p50 ratio and its 95% interval say it for this device.", &["fp16 p50", "fp32 p50", "fp16 p50 / fp32 p50, 95% interval low", "fp16 p50 / fp32 p50, 95% interval high"]),
+    ],
     source: "https://pytorch.org/docs/stable/amp.html",
     pitfall: "model.half()  # casts the stored weights to fp16",
     fix: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n    y = model(x)",
-    threshold: "confirmed when, for every low precision the device runs, a linear layer of the model (its own fp32 weight, inside the same autocast region) yields the low-precision dtype, the weights are still float32 afterwards, and the model's output differs from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. The model's own output dtype is reported but does not decide: a model ending in a norm (the transformer's LayerNorm) returns fp32 under autocast, as documented. Regime: any; dtypes and differences do not depend on scale. Latency is reported, not judged: on a GPU with tensor cores (an H200 runs both fp16 and bf16) autocast is faster, on a CPU without fp16/bf16 units it is emulated and slower",
+    threshold: "confirmed when, for every low precision the device runs, a linear layer of the model (its own fp32 weight, inside the same autocast region) yields the low-precision dtype, the weights are still float32 afterwards, and the model's output differs from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. The model's own output dtype is reported but does not decide: an output that comes from a residual sum or, on CUDA, from a norm is fp32 under autocast (the transformer's is: its residual sums add fp32 to the low-precision branch, and on CUDA autocast runs its LayerNorm in fp32). Regime: any; dtypes and differences do not depend on scale. Latency is reported, not judged: it depends on the device's 16-bit arithmetic (tensor cores on a GPU; on a CPU, fp16 or bf16 units, without which the 16-bit kernels are slower)",
     question: super::ratio("ResNet-18 on this device: its p50 latency inside torch.autocast(fp16) as a multiple of its p50 in plain fp32?", "fp16 p50", "fp32 p50", super::SAME_TIME),
     experiment: autocast,
 };
@@ -410,13 +449,25 @@ fn a_linear_weight(model: &Model) -> Option<(String, Tensor)> {
     weights.into_iter().next()
 }
 
-/// The dtype of `weight` applied as a linear layer inside an autocast region.
-fn linear_dtype_under(
+/// The dtypes ops return inside one autocast region.
+struct Dtypes {
+    /// `weight` applied as a linear layer to an fp32 input.
+    linear: Kind,
+    /// layer_norm of that (low-precision) output.
+    layer_norm: Kind,
+    /// softmax of it.
+    softmax: Kind,
+}
+
+/// The dtype of `weight` applied as a linear layer inside an autocast region, and of a
+/// layer_norm and a softmax of its output in the same region (fp32 on CUDA, whose autocast
+/// lists them; the input's dtype on a CPU, whose autocast does not).
+fn dtypes_under(
     device: DeviceKind,
     autocast: Autocast,
     weight: &Tensor,
     batch: i64,
-) -> Result<Kind, RunFailure> {
+) -> Result<Dtypes, RunFailure> {
     let precision = match autocast {
         Autocast::Fp16 => LowPrecision::Fp16,
         _ => LowPrecision::Bf16,
@@ -425,7 +476,13 @@ fn linear_dtype_under(
     let _no_grad = tch::no_grad_guard();
     catch_torch(|| {
         let probe = Tensor::randn([batch, weight.size()[1]], (Kind::Float, weight.device()));
-        probe.linear(weight, None::<Tensor>).kind()
+        let out = probe.linear(weight, None::<Tensor>);
+        let width = out.size()[1];
+        Dtypes {
+            linear: out.kind(),
+            layer_norm: out.layer_norm([width], None::<Tensor>, None::<Tensor>, 1e-5, true).kind(),
+            softmax: out.softmax(-1, None::<Kind>).kind(),
+        }
     })
 }
 
@@ -440,10 +497,39 @@ fn autocast_setup(ctx: &Ctx) -> Vec<String> {
         s.describe(),
         "Measured: fp32 weights and input with autocast off; then the same model inside torch.autocast in fp16, and in bf16, each where this device runs it (B's way; A's model.half() is not run here)".into(),
         format!(
-            "eval() and torch.no_grad(); each arm is one run of {}; also read: the dtype a linear layer's output has inside the region, the weights' dtype afterwards, and the largest difference from the fp32 output",
+            "eval() and torch.no_grad(); each arm is one run of {}; also read: the dtype a linear layer's output has inside the region (and a layer_norm's and a softmax's of it), the weights' dtype afterwards, and the largest difference from the fp32 output",
             super::memory::iterations(&s.spec)
         ),
+        "Each pass under autocast also casts the weights and the activations fed to its convolutions and linear layers from fp32 to 16 bits".into(),
+        sixteen_bit_arithmetic(ctx.device),
     ]
+}
+
+/// The device facts a guess at autocast's speed needs: the CPU's 16-bit arithmetic units
+/// (from its flags), or the GPU's math for each precision.
+fn sixteen_bit_arithmetic(device: DeviceKind) -> String {
+    match device {
+        DeviceKind::Cpu => {
+            static FLAGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+            let flags = FLAGS.get_or_init(|| {
+                let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+                info.lines()
+                    .find(|l| l.starts_with("flags"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.split_whitespace().map(String::from).collect())
+                    .unwrap_or_default()
+            });
+            let has = |names: [&str; 2]| {
+                if names.iter().any(|n| flags.iter().any(|f| f == n)) { "present" } else { "none" }
+            };
+            format!(
+                "This CPU's fp16 arithmetic units (AVX512-FP16 or AMX-FP16): {}; its bf16 units (AVX512-BF16 or AMX-BF16): {}; fp32 runs on its vector units",
+                has(["avx512_fp16", "amx_fp16"]),
+                has(["avx512_bf16", "amx_bf16"])
+            )
+        }
+        DeviceKind::Cuda => "On this GPU, fp16 convolutions and matmuls run on tensor cores (Volta and newer); fp32 ones run without TF32 here (both TF32 switches off)".into(),
+    }
 }
 
 fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
@@ -500,11 +586,18 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         } else {
             Kind::BFloat16
         };
-        let linear = linear_dtype_under(ctx.device, autocast, &weight, b as i64)?;
+        let dtypes = dtypes_under(ctx.device, autocast, &weight, b as i64)?;
+        let linear = dtypes.linear;
         ok &= linear == low && diff > 0.0 && diff < 0.1 * scale;
         notes.push(format!(
             "{} linear layer ({weight_name}) output dtype: {linear:?}",
             autocast.as_str()
+        ));
+        notes.push(format!(
+            "{}: layer_norm of that output: {:?}; softmax of it: {:?}",
+            autocast.as_str(),
+            dtypes.layer_norm,
+            dtypes.softmax
         ));
         notes.push(format!(
             "{} output dtype: {:?}",
@@ -535,6 +628,16 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         figures.push(fig(
             &format!("{name} linear layer output is {name}"),
             f64::from(u8::from(linear == low)),
+            "bool",
+        ));
+        figures.push(fig(
+            &format!("{name} layer_norm output is fp32"),
+            f64::from(u8::from(dtypes.layer_norm == Kind::Float)),
+            "bool",
+        ));
+        figures.push(fig(
+            &format!("{name} softmax output is fp32"),
+            f64::from(u8::from(dtypes.softmax == Kind::Float)),
             "bool",
         ));
         figures.push(fig(

@@ -4,7 +4,7 @@
 //! convolutions.
 
 use protocol::{
-    cpu_reason, Advanced, Autocast, ChartKind, GradMode, ModelId, RunFailure, RunSpec,
+    Advanced, Autocast, ChartKind, GradMode, ModelId, RunFailure, RunSpec,
     WeightsDtype,
 };
 use tch::{Kind, Tensor};
@@ -23,7 +23,6 @@ pub const HALF_WEIGHTS: Card = Card {
     setup: half_weights_setup,
     needs: Needs::Any,
     claim: "model.half() / model.to(torch.bfloat16) stores the weights in 16 bits: half the parameter bytes of fp32. Autocast saves no weight memory: it keeps the fp32 weights and casts them when an op runs, holding the cast copies for the rest of the region with autograd on and under no_grad (not under inference_mode).",
-    why: "Autocast casts an eligible op's inputs, weights included, when the op runs; the cast copies are cached only while grad is enabled and the region is open. Casting the model once changes the stored parameters themselves; the input must then be cast too.",
     statements: &[
         Said::run("Casting the model once (model.half(), or .to(torch.bfloat16)) stores its parameters in 16 bits: exactly half the fp32 model's parameter bytes.", &["fp32 parameters", "* weights parameters"]),
         Said::run("Autocast leaves the parameters as they are: after a pass under autocast they are still float32 and take the fp32 bytes.", &["fp32 parameters", "* autocast parameters"]),
@@ -115,12 +114,15 @@ fn half_weights(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (d_cast, _) = max_rel_diff(&out_cast, &reference)?;
     drop((reference, out_autocast, out_cast, x, x_low));
 
+    // The question's comparison, by the rule that grades it: autocast's parameters against
+    // the plain model's.
+    let (autocast_band, compared) = super::kit::bytes_compared(autocast_bytes as f64, fp32_bytes as f64);
     let holds = 2 * cast_bytes == fp32_bytes
         && still_fp32
-        && autocast_bytes == fp32_bytes
+        && autocast_band == protocol::Choice::Same
         && [d_auto, d_cast].iter().all(|d| *d > 0.0 && *d < 0.1 * scale);
     let text = format!(
-        "Parameters: fp32 {} B, under {low} autocast {} B (still float32: {still_fp32}), {low} weights {} B ({:.3}× fp32). Largest output difference from fp32: autocast {d_auto:.3e}, {low} weights {d_cast:.3e}, against an output scale of {scale:.3e}.",
+        "Parameters under {low} autocast against the plain fp32 model's: {compared}. Parameters: fp32 {} B, under {low} autocast {} B (still float32: {still_fp32}), {low} weights {} B ({:.3}× fp32). Largest output difference from fp32: autocast {d_auto:.3e}, {low} weights {d_cast:.3e}, against an output scale of {scale:.3e}.",
         fp32_bytes,
         autocast_bytes,
         cast_bytes,
@@ -178,17 +180,24 @@ pub const TF32: Card = Card {
     id: "tf32",
     title: "TF32: fp32 matmuls that are not quite fp32",
     asks: "What does allowing TF32 do to an fp32 matmul's result and its latency?",
-    labels: ["the convolutions' TF32 switch at its default", "float32 matmul precision set to \"high\""],
+    labels: ["fp32 matmul with TF32 not allowed", "the same matmul with TF32 allowed"],
     setup: tf32_setup,
-    needs: Needs::Cuda("TF32 is a mode of NVIDIA GPUs' tensor cores (Ampere and newer); a CPU has no TF32 mode to turn on."),
-    claim: "On GPUs from Ampere on, TF32 runs fp32 matmuls and convolutions on tensor cores with a 10-bit mantissa: faster, with a small, bounded change in the result. PyTorch leaves it off for matmuls and on for cuDNN convolutions.",
-    why: "torch.backends.cuda.matmul.allow_tf32 (default False) and torch.backends.cudnn.allow_tf32 (default True) choose tensor-core TF32 kernels for fp32 inputs; the inputs' mantissas are rounded to 10 bits, the accumulation stays fp32.",
-    statements: &[],
+    needs: Needs::Cuda("The switches this card turns (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) reach only cuBLAS and cuDNN: TF32 runs on NVIDIA GPUs' tensor cores, from Ampere on."),
+    claim: "On NVIDIA GPUs from Ampere on, allowing TF32 runs fp32 matmuls on tensor cores with their inputs rounded to a 10-bit mantissa: faster, with a small change in the result. PyTorch leaves it off for matmuls and on for cuDNN convolutions. allow_tf32 and the newer fp32_precision settings are two spellings of one switch, and mixing them can leave a state the old one cannot read.",
+    statements: &[
+        Said::torch("By default PyTorch leaves TF32 off for matmuls, torch.backends.cuda.matmul.allow_tf32 False (torch.get_float32_matmul_precision() \"highest\"), and on for cuDNN convolutions, torch.backends.cudnn.allow_tf32 True.", "test_precision.py::test_tf32_is_off_for_matmuls_and_on_for_convolutions_by_default"),
+        Said::torch("PyTorch 2.11 also spells these switches torch.backends.cuda.matmul.fp32_precision and torch.backends.cudnn.conv.fp32_precision: by default \"none\" (it defers to its parent settings, none of which allows TF32) and \"tf32\".", "test_precision.py::test_tf32_is_off_for_matmuls_and_on_for_convolutions_by_default"),
+        Said::torch("The two spellings share one state (aten/src/ATen/Context.cpp): allow_tf32 = True writes \"tf32\", False writes \"ieee\" for matmuls and \"none\" for cuDNN, and torch.set_float32_matmul_precision(\"high\") writes \"tf32\" for CUDA's matmuls and for oneDNN's.", "test_precision.py::test_the_old_switches_write_the_new_settings"),
+        Said::torch("Mixing them can leave a state the old spelling cannot report: after torch.backends.cuda.matmul.fp32_precision = \"tf32\" alone, or the cuDNN conv and rnn settings set alone, reading allow_tf32 raises a RuntimeError.", "test_precision.py::test_mixing_the_two_spellings_can_raise"),
+        Said::source("With TF32 allowed for CUDA matmuls, PyTorch sets cuBLAS's handle to its TF32 tensor-op math mode (CUBLAS_TF32_TENSOR_OP_MATH) for fp32 matmuls, which on GPUs from Ampere on rounds the inputs to TF32's 10-bit mantissa and sums the products in fp32.", "aten/src/ATen/cuda/CublasHandlePool.cpp", "getCurrentCUDABlasHandle", "pitfalls"),
+        Said::run("The result changes by a small, non-zero amount: this run's largest difference between the two products, against the product's largest magnitude.", &["largest output difference", "output scale"]),
+        Said::run("On this GPU the TF32 product is faster than strict fp32: this run's two p50s and the 95% interval of their ratio.", &["p50 TF32 off", "p50 TF32 on", "off / on, 95% interval low", "off / on, 95% interval high"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
-    pitfall: "torch.backends.cudnn.allow_tf32  # the switch for convolutions",
-    fix: "torch.set_float32_matmul_precision(\"high\")  # \"high\": TF32 allowed; \"highest\": strict fp32",
-    threshold: "CUDA with compute capability 8.0 or newer: a 4096×4096 fp32 matmul with TF32 off and on (20 alternating passes each). Confirmed when the outputs differ by a non-zero amount below 1% of the output's largest magnitude and the 95% bootstrap interval of the p50 ratio (off / on) lies wholly above 1; refuted when the outputs are identical (no TF32 kernel ran) or the interval lies wholly below 1.05; inconclusive otherwise. Not applicable on a CPU (no TF32 mode) or an older GPU",
-    question: super::ratio("A 4096×4096 fp32 matmul on a GPU: its p50 with TF32 on, as a multiple of its p50 with TF32 off?", "p50 TF32 on", "p50 TF32 off", super::SAME_TIME),
+    pitfall: "torch.backends.cuda.matmul.allow_tf32 = False  # new spelling: torch.backends.cuda.matmul.fp32_precision = \"ieee\"\ntorch.backends.cudnn.allow_tf32 = False\ny = a @ b  # a, b: 4096×4096 float32 on the GPU",
+    fix: "torch.backends.cuda.matmul.allow_tf32 = True  # new spelling: torch.backends.cuda.matmul.fp32_precision = \"tf32\"\ntorch.backends.cudnn.allow_tf32 = True\ny = a @ b",
+    threshold: "CUDA with compute capability 8.0 or newer: a 4096×4096 fp32 matmul with TF32 not allowed and allowed (torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 both False, then both True; 20 alternating passes each). Confirmed when the outputs differ by a non-zero amount below 1% of the output's largest magnitude and the 95% bootstrap interval of the p50 ratio (off / on) lies wholly above 1; refuted when the outputs are identical (no TF32 kernel ran), differ by 1% or more, or the interval lies wholly below 1.05; inconclusive otherwise. Not applicable on a CPU (the switches reach only cuBLAS and cuDNN) or a GPU older than Ampere",
+    question: super::ratio("A 4096×4096 fp32 matmul on a GPU: its p50 with TF32 allowed, as a multiple of its p50 with TF32 not allowed?", "p50 TF32 on", "p50 TF32 off", super::SAME_TIME),
     experiment: tf32,
 };
 
@@ -204,8 +213,9 @@ fn tf32_line() -> String {
 fn tf32_setup(_: &Ctx) -> Vec<String> {
     vec![
         tf32_line(),
-        "Two random fp32 matrices; the same product with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False, and the cuDNN switch off) and on (both switches on)".into(),
+        "Two random fp32 matrices; the same product with TF32 not allowed (torch.backends.cuda.matmul.allow_tf32 = False, and the cuDNN switch off) and allowed (both switches on)".into(),
         "The two settings alternate; also read: the largest difference between the two results, against the result's largest magnitude".into(),
+        format!("A judgment of what dominates: the product is 2·{TF32_N}³ ≈ 1.4e11 floating-point operations on 192 MiB of operands and result; strict fp32 runs on the GPU's fp32 (CUDA-core) units, TF32 on its tensor cores"),
         "Needs compute capability 8.0 (Ampere) or newer".into(),
     ]
 }
@@ -213,7 +223,7 @@ fn tf32_setup(_: &Ctx) -> Vec<String> {
 fn tf32(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
         return Ok(Outcome::new(
-            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("tf32"))),
+            Decision::not_applicable("Not on a CPU: the switches this card turns reach only cuBLAS and cuDNN, NVIDIA's GPU libraries."),
             String::new(),
             ChartKind::Bar,
         ));

@@ -10,7 +10,7 @@ use tch::{Kind, Tensor};
 use super::kit::{
     describe, element_cap, fig, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift,
 };
-use super::{Card, Needs};
+use super::{Card, Needs, Said};
 use crate::input::Input;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
@@ -23,14 +23,20 @@ pub const WARM_UP: Card = Card {
     labels: ["time one call", "three calls first, then time many"],
     setup: warm_up_setup,
     needs: Needs::Any,
-    claim: "The first iterations pay for allocation, kernel loading and autotuning; timing them skews the statistics.",
-    why: "The first pass with a new model and input shape grows the allocator's pools, creates oneDNN/cuDNN primitives for that shape and (on GPU) loads kernels; later passes reuse them.",
-    statements: &[],
+    claim: "The first pass on a new input shape pays one-time costs the passes after it do not: on a CPU, oneDNN creating a primitive for each convolution shape; on a GPU, cuDNN choosing and building a plan for each convolution shape, kernels loaded on their first launch, and the caching allocator's first cudaMalloc calls. Timing it skews the statistics.",
+    statements: &[
+        Said::run("The first pass on a batch size this process had not run took more than 1.5× the median of the steady passes (iterations 6–15), beyond their spread.", &["first iteration", "median of iterations 6-15", "first / steady"]),
+        Said::torch("On a CPU, PyTorch runs these fp32 convolutions through oneDNN.", "test_runtime.py::test_cpu_convolutions_run_through_onednn"),
+        Said::torch("oneDNN creates a convolution primitive on the first call with each new input shape, and takes it from its cache on later calls with that shape.", "test_runtime.py::test_onednn_creates_a_convolution_primitive_per_new_shape"),
+        Said::source("On a GPU, cuDNN chooses and builds an execution plan for each new convolution configuration (a new batch size is one) on its first call, from its heuristics, or by timing the candidates under torch.backends.cudnn.benchmark (off here, as by default); later calls reuse the cached plan.", "aten/src/ATen/native/cudnn/Conv_v8.cpp", "run_single_conv", "pitfalls"),
+        Said::source("CUDA loads each kernel on its first launch: PyTorch's CUDA start-up sets CUDA_MODULE_LOADING=LAZY unless it is already set.", "aten/src/ATen/cuda/detail/CUDAHooks.cpp", "CUDAHooks::init", "pitfalls"),
+        Said::source("On a GPU the caching allocator, emptied before every card, gets the first pass's blocks from the driver with cudaMalloc; later passes reuse them from its pool.", "c10/cuda/CUDACachingAllocator.cpp", "alloc_block", "pitfalls"),
+    ],
     source: "https://pytorch.org/tutorials/recipes/recipes/benchmark.html",
-    pitfall: "t0 = time.time(); model(x); print(time.time() - t0)",
+    pitfall: "t0 = time.perf_counter(); model(x)  # on a GPU, then torch.cuda.synchronize()\nprint(time.perf_counter() - t0)",
     fix: "for _ in range(3): model(x)  # untimed calls, then time many runs",
-    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Regime: any; on a GPU (ResNet-18, batch 33–96, 224², a few ms per pass on an H200) the first pass on a new shape adds cuDNN's per-shape algorithm selection for each convolution and any new allocator blocks, which are several times a steady pass",
-    question: super::ratio("ResNet-18, built fresh, on a batch size this process has not run: the first iteration's time as a multiple of the median of iterations 6–15?", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
+    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Gradless times libtorch from Rust: no pass pays Python's per-op cost, which in Python would add the same to every pass, first or not. Regime: any. On a GPU (ResNet-18, batch 33–96, 224²) the first pass on a new shape pays for cuDNN's plan for each convolution configuration, any kernel not launched before, and the allocator's cudaMalloc of its blocks, not for the CUDA context or the cuBLAS handles and workspaces, which the worker made at start. On a CPU (96², batch 5–68) it pays for oneDNN's primitives, a few milliseconds against a pass of tens, which a busy machine's noise can hide",
+    question: super::ratio("ResNet-18, built fresh, on a batch size this process has not run: the first iteration's time as a multiple of the median of iterations 6–15? (A judgment of the one-time costs of a new shape on this device against a steady pass.)", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
     experiment: warm_up,
 };
 
@@ -71,8 +77,8 @@ pub fn warm_up_context(device: DeviceKind, first: &[f64], steady_median: f64) ->
         shown.join(", ")
     );
     let device_part = match device {
-        DeviceKind::Cpu => "On a CPU the first pass on a new shape pays only for oneDNN creating its per-shape primitives and the allocator's first requests, which can be small, as here. On a GPU it also pays for what this CPU does not have: creating the CUDA context (a process's first CUDA call; this worker does it at start), lazy initialisation of cuBLAS/cuDNN handles and kernel modules on first use, cuDNN's algorithm search per shape (with cudnn.benchmark), and the caching allocator growing its pools from the driver. A verdict here says nothing about a GPU.",
-        DeviceKind::Cuda => "On a GPU the first pass on a new shape pays for lazy initialisation (cuBLAS/cuDNN handles, kernel modules loaded on first use), cuDNN's algorithm search per shape (with cudnn.benchmark), and the caching allocator growing its pools from the driver; creating the CUDA context, a process's first CUDA call, this worker already did at start.",
+        DeviceKind::Cpu => "On a CPU the first pass on a new shape pays mainly for oneDNN creating a primitive for each convolution shape, which can be small against a pass. On a GPU it also pays for what this CPU does not have: lazy initialisation (the cuDNN handle at a process's first convolution, each kernel loaded at its first launch), cuDNN choosing and building a plan for each new convolution configuration (from its heuristics; with cudnn.benchmark, by timing the candidates), and the caching allocator getting its blocks from the driver with cudaMalloc; creating the CUDA context and the cuBLAS handles, a process's first CUDA calls, this worker does at start. A verdict here says nothing about a GPU.",
+        DeviceKind::Cuda => "On a GPU the first pass on a new shape pays for cuDNN choosing and building a plan for each new convolution configuration (from its heuristics here; with cudnn.benchmark, by timing the candidates), lazy initialisation (each kernel loaded at its first launch, the cuDNN handle at a process's first convolution), and the caching allocator, emptied before the card, getting its blocks from the driver with cudaMalloc; creating the CUDA context and the cuBLAS handles and workspaces, a process's first CUDA calls, this worker did at start.",
     };
     format!(
         "{here} {device_part} The Lab still keeps its warm-up iterations out of the statistics on every device: what the first passes cost depends on the device and on what this process ran before (a shape already seen starts warm), so one method measures every run the same way, and a warm-up pass slow for any reason (another process, a page fault) never moves a median."
@@ -98,10 +104,17 @@ fn warm_up_plan(ctx: &Ctx) -> (Setup, String) {
 }
 
 fn warm_up_setup(ctx: &Ctx) -> Vec<String> {
+    let before = if ctx.cuda() {
+        "Before the card the worker drops its cached models and empties the CUDA cache; it made the CUDA context and the cuBLAS handles and workspaces at start. cudnn.benchmark is off, as by default"
+    } else {
+        "Before the card the worker drops its cached models"
+    };
     vec![
         warm_up_plan(ctx).1,
         format!("The model is built fresh for the experiment and the device synchronised; then {WARM_UP_PASSES} forward passes in a row, each timed on its own (eval(), torch.no_grad(), fp32)"),
         "A: the first pass's time; B: the median of passes 6 to 15".into(),
+        before.into(),
+        "Timed from Rust through libtorch: no pass pays a Python interpreter's cost per op".into(),
     ]
 }
 
@@ -148,14 +161,19 @@ pub const SYNC_TIMING: Card = Card {
     labels: ["clock stopped right after model(x)", "torch.cuda.synchronize() before the clock stops"],
     setup: sync_timing_setup,
     needs: Needs::Cuda("On a CPU each op has finished when model(x) returns, so here the two timers measure the same thing."),
-    claim: "Without synchronisation, a timer around a CUDA forward pass measures kernel launches, not the work.",
-    why: "CUDA ops are queued and return immediately; only a synchronisation (or a value read back) waits for them.",
-    statements: &[],
+    claim: "On a GPU, model(x) returns once its kernels are queued: a timer stopped right after it measures the CPU issuing the ops, not the GPU's work, and reads a fraction of the true time where that work dominates.",
+    statements: &[
+        Said::torch("ResNet-18's forward pass calls 68 operators (20 convolutions, 20 batch norms, 17 ReLUs, 8 residual additions, two poolings, one linear layer), which the CPU issues one after another.", "test_runtime.py::test_resnet18_forward_calls_68_operators"),
+        Said::run("A timer stopped right after model(x) returned read less than half the synchronised time: on a GPU the pass returns once its kernels are queued, before they have run.", &["naive p50", "synchronised p50", "naive / synchronised", "synchronised / naive, 95% interval low", "synchronised / naive, 95% interval high"]),
+        Said::source("torch.cuda.synchronize() waits until every kernel queued on the device has finished (cudaDeviceSynchronize).", "c10/cuda/CUDAFunctions.cpp", "device_synchronize", "pitfalls"),
+        Said::source("Reading a value back to the host waits too: .item() copies it and synchronises the stream.", "aten/src/ATen/native/cuda/CUDAScalar.cu", "_local_scalar_dense_cuda", "pitfalls"),
+        Said::run("The batch was doubled until a synchronised pass took at least 5× a pass at batch 1, so the GPU's work, not the launches, set the synchronised time.", &["synchronised p50 at batch 1", "synchronised p50"]),
+    ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
-    threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). On an H200, ResNet-18 at 224² gets there at a few hundred images per pass (several ms of GPU work against under a ms of launches), where a naive timer reads a fifth or less. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
-    question: super::ratio("ResNet-18 on a GPU: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", "naive p50", "synchronised p50", super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
+    threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). Gradless issues the ops from Rust through libtorch: the naive timer reads PyTorch's C++ dispatch and the kernel launches alone. From Python each op also pays the interpreter, so a naive Python timer reads more, yet still not the GPU's work. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
+    question: super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", "naive p50", "synchronised p50", super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
     experiment: sync_timing,
 };
 
@@ -220,11 +238,21 @@ fn sync_plan(ctx: &Ctx) -> (Setup, u32, String) {
 }
 
 fn sync_timing_setup(ctx: &Ctx) -> Vec<String> {
-    let (_, _, line) = sync_plan(ctx);
+    let (s, _, line) = sync_plan(ctx);
     vec![
         line,
         format!("A: the clock stops right after model(x) returns; B: the device is synchronised (torch.cuda.synchronize() on a GPU) before the clock stops. {SYNC_ROUNDS} passes per timer, alternating, on the same model and input (eval(), torch.no_grad(), fp32)"),
+        from_rust(s.model),
     ]
+}
+
+/// What issuing a pass costs the CPU here: Gradless calls libtorch from Rust.
+pub(super) fn from_rust(model: ModelId) -> String {
+    let ops = match model {
+        ModelId::Resnet18 => "; ResNet-18's forward pass is about 70 ops",
+        _ => "",
+    };
+    format!("Issued from Rust through libtorch: each op costs the CPU PyTorch's C++ dispatch and its kernel launches, with no Python interpreter in between{ops}")
 }
 
 fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
@@ -299,14 +327,18 @@ pub const ITEM_SYNC: Card = Card {
     labels: ["total += loss.item() on every batch", "total += loss.detach() on the device, one .item() at the end"],
     setup: item_sync_setup,
     needs: Needs::Cuda("On a CPU the loss already sits in host memory, so .item() reads it without involving another device."),
-    claim: "Calling .item() on every batch of a validation loop forces a device sync each time; accumulating on the device and reading once is faster.",
-    why: ".item() copies a value to the host, which must wait for all queued work; the CPU cannot queue the next batch meanwhile.",
-    statements: &[],
+    claim: "On a GPU, .item() on every batch makes the CPU wait until the GPU has finished that batch before it queues the next, so the GPU sits idle while the CPU queues each batch; accumulating on the device and reading once at the end lets the CPU queue batch i+1 while the GPU runs batch i, which is faster where the GPU has work to overlap.",
+    statements: &[
+        Said::torch(".item() runs aten::_local_scalar_dense, which copies one element to the host.", "test_runtime.py::test_item_reads_the_value_through_local_scalar_dense"),
+        Said::source("On a GPU that copy synchronises the stream: it returns only once every kernel queued before it has finished.", "aten/src/ATen/native/cuda/CUDAScalar.cu", "_local_scalar_dense_cuda", "pitfalls"),
+        Said::run("Without a read-back, a batch's forward pass returns before the GPU has run it: issuing its ops took less than the synchronised batch.", &["one batch: launches alone (naive p50)", "one batch: synchronised p50"]),
+        Said::run("The loop reading .item() on every batch took longer than the loop accumulating on the device and reading once: each read stops the CPU from queueing the next batch while the GPU works.", &["loop with .item() per batch", "loop accumulating on device", "ratio", "ratio, 95% interval low", "ratio, 95% interval high"]),
+    ],
     source: "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
-    threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). On an H200 the tiny MLP gets there at a few thousand samples per batch. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
-    question: super::ratio("The Tiny MLP, a loop of 20 batches: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", "loop with .item() per batch", "loop accumulating on device", super::SAME_TIME),
+    threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). Gradless queues each batch from Rust through libtorch, without Python's per-op cost: in Python the CPU's share of each batch is larger, and so is the overlap a per-batch sync throws away. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
+    question: super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", "loop with .item() per batch", "loop accumulating on device", super::SAME_TIME),
     experiment: item_sync,
 };
 
@@ -362,11 +394,15 @@ fn item_plan(ctx: &Ctx) -> (Setup, String) {
 }
 
 fn item_sync_setup(ctx: &Ctx) -> Vec<String> {
-    vec![
-        item_plan(ctx).1,
-        format!("A: a loop of {LOOP_BATCHES} batches adding each batch's mean output to a Python float with .item(); B: the same loop adding it to a tensor on the device, read with .item() once at the end"),
-        format!("{ITEM_ROUNDS} loops of each kind, alternating, each timed whole (eval(), torch.no_grad(), fp32)"),
-    ]
+    let (s, line) = item_plan(ctx);
+    let mut lines = vec![
+        line,
+        format!("A: a loop of {LOOP_BATCHES} batches adding each batch's mean output to a float on the host with .item(); B: the same loop adding it to a tensor on the device, read with .item() once at the end"),
+        format!("{ITEM_ROUNDS} loops of each kind, alternating, each timed whole (eval(), torch.no_grad(), fp32); the {LOOP_BATCHES} inputs are on the device before the loop starts"),
+        from_rust(s.model),
+    ];
+    lines.extend(super::memory::architecture(s.model, s.size));
+    lines
 }
 
 fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {

@@ -366,11 +366,8 @@ fn freeze_vs_nograd(device: DeviceKind) {
         figure(&r, "no_grad"),
     );
     assert!(nograd < partial && partial < full, "{}", r.reason);
-    assert!(
-        (frozen - nograd).abs() <= (0.1 * nograd).max(65536.0),
-        "{}",
-        r.reason
-    );
+    // The question's band: the same bytes within 1%.
+    assert!((frozen - nograd).abs() <= 0.01 * nograd, "{}", r.reason);
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
@@ -513,7 +510,8 @@ fn generation_cards(device: DeviceKind) {
         "moe-memory-is-total",
         "moe-batch-reads-more",
     ];
-    for card in engine::pitfalls::generation::CARDS {
+    let generation = pitfalls::CARDS.iter().skip_while(|c| c.id != "generate-no-grad");
+    for card in generation {
         let r = run(device, card.id, defaults());
         if exact.contains(&card.id) {
             assert_eq!(r.verdict, Verdict::Confirmed, "{}: {}", card.id, r.reason);
@@ -531,7 +529,10 @@ fn decoder_settings_physics(r: &PitfallReport) {
         "quantized-weights-not-kv" => {
             assert_eq!(f("int4: KV cache"), f("unquantized: KV cache"), "int4 changed the cache");
             assert_eq!(f("int4: other weights"), f("unquantized: other weights"));
-            assert!(f("int4: linear layers") < 0.2 * f("unquantized: linear layers"), "int4 from fp32 is under 0.2×");
+            // int4 with fp32 scales: under 0.2× of fp32 weights on the CPU; on CUDA the
+            // kernel takes bf16 only, so the reference is bf16 and the ratio about 0.28×.
+            let bound = if r.env.device == DeviceKind::Cpu { 0.2 } else { 0.35 };
+            assert!(f("int4: linear layers") < bound * f("unquantized: linear layers"), "int4 under {bound}× of the unquantized linear layers");
         }
         "kv-dtype" => {
             assert_eq!(2.0 * f("bf16 cache: KV cache"), f("fp32 cache: KV cache"));
@@ -553,7 +554,7 @@ fn decoder_settings_physics(r: &PitfallReport) {
             assert!(4.0 * f("is_causal: peak above the inputs") < f("score matrix"));
         }
         "sliding-window-kv" => {
-            assert!(f("measured KV cache, longest context") < f("naive formula, longest context"));
+            assert!(f("measured KV cache, longest context") < f("every-layer formula, longest context"));
             assert_eq!(f("positions held by a sliding layer, longest context"), f("window") - 1.0);
         }
         "moe-memory-is-total" => {
@@ -573,7 +574,53 @@ fn decoder_settings_physics(r: &PitfallReport) {
     }
 }
 
+/// The cards whose answer the tour-order test compares alone and after the tour: memory
+/// cards of both halves of the tour, and on CUDA the two that read the caching allocator's
+/// pool (a tour would otherwise leave them its high-water mark).
+fn tour_order_cards(device: DeviceKind) -> Vec<&'static str> {
+    let mut ids = vec!["eval-not-nograd", "freeze-vs-nograd", "kv-dtype"];
+    if device == DeviceKind::Cuda {
+        ids.extend(["allocated-vs-reserved", "empty-cache"]);
+    }
+    ids
+}
+
+/// A card gives the same answer wherever it sits in the tour: run alone on a fresh worker,
+/// then after every card of the tour on the same worker, its verdict is the same and its
+/// byte figures are equal (on CUDA, within the byte rule's 1%: the allocator rounds).
+fn a_card_answers_the_same_wherever_it_sits_in_the_tour(device: DeviceKind) {
+    let fresh = common::worker();
+    let run_on = |w: &Worker, id: &'static str| {
+        let options = options_for(device, &defaults());
+        w.call(move |lab| pitfalls::run(lab, id, options, &RunControl::default())).expect("worker alive").unwrap_or_else(|f| panic!("{id}: {}", f.message))
+    };
+    let alone: Vec<PitfallReport> = tour_order_cards(device).into_iter().map(|id| run_on(&fresh, id)).collect();
+    let tour = common::worker();
+    for card in pitfalls::CARDS {
+        if card.not_here(device).is_none() {
+            run_on(&tour, card.id);
+        }
+    }
+    for first in alone {
+        let after = run_on(&tour, pitfalls::card(&first.id).unwrap().id);
+        assert_eq!(first.verdict, after.verdict, "{}: alone {} / after the tour {}", first.id, first.reason, after.reason);
+        // The driver's count of the whole device (CUDA context, lazily loaded kernels,
+        // cuDNN's handle) is not the card's: only what the allocator and the counters hold.
+        for f in first.figures.iter().filter(|f| f.unit == "bytes" && !f.name.contains("device used")) {
+            let g = figure(&after, &f.name);
+            match device {
+                DeviceKind::Cpu => assert_eq!(f.value, g, "{}: `{}` alone {} B, after the tour {g} B", first.id, f.name, f.value),
+                DeviceKind::Cuda => assert!(
+                    protocol::bytes_direction(g / f.value.max(1.0), protocol::SAME_BYTES_WITHIN) == protocol::Choice::Same || (g - f.value).abs() <= 2.0 * 1024.0 * 1024.0,
+                    "{}: `{}` alone {} B, after the tour {g} B", first.id, f.name, f.value
+                ),
+            }
+        }
+    }
+}
+
 per_device!(
+    a_card_answers_the_same_wherever_it_sits_in_the_tour,
     eval_not_nograd,
     nograd_not_eval,
     inference_vs_nograd,

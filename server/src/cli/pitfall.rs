@@ -66,6 +66,12 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     writeln!(out, "verdict:   {}", report.verdict.as_str().to_uppercase())?;
     writeln!(out, "because:   {}", report.reason)?;
     writeln!(out, "rule:      {}", report.threshold)?;
+    // Each statement of the lesson, and how it is known.
+    if let Some(card) = engine::pitfalls::card(&report.id) {
+        for s in card.info(report.env.device).statements {
+            writeln!(out, "said:      {} [{}]", s.text, s.known.describe())?;
+        }
+    }
     if let Some(p) = &report.prediction {
         writeln!(out, "question:  {} ({})", p.question.text, p.question.tolerance())?;
         writeln!(out, "predicted: {}", p.sentence())?;

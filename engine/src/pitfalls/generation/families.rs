@@ -6,7 +6,7 @@ use protocol::decoder::{DecoderConfig, LayerType, SlidingHold};
 use protocol::{ChartKind, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure, RunSpec, Table};
 
 use super::super::kit::{fig, series, Ctx, Decision, Outcome};
-use super::super::{Ask, Card, Needs};
+use super::super::{Ask, Card, Needs, Said};
 use super::{cache_dtype, decoder, dtypes, gen_spec, generate, rules, weights_dtype};
 use crate::lab::Lab;
 use crate::torch_call::failure;
@@ -42,20 +42,25 @@ pub const SLIDING_WINDOW_KV: Card = Card {
     id: "sliding-window-kv",
     title: "A sliding-window decoder's cache stops growing in its sliding layers: the every-layer formula over-counts it",
     asks: "On a decoder whose layers mostly attend to a sliding window of recent positions, how many bytes does the KV cache hold at a long context, against 2 × layers × kv_heads × head_dim × tokens × batch × bytes?",
-    labels: ["cache bytes with every layer at full length", "cache bytes per layer type, sliding layers capped by their window"],
+    labels: ["cache bytes from the every-layer formula", "cache bytes measured from the cache's tensors"],
     setup: sliding_window_kv_setup,
     needs: Needs::Any,
     claim: "In a sliding-window decoder only the full layers' cache grows with the context: a sliding layer keeps at most its window, so the formula that counts every layer at full length over-counts, by up to layers / full layers at long contexts (6.5× for Gemma-3-1B's 26 layers, 4 of them full).",
-    why: "A sliding layer's token attends only to the last `window` positions (itself included), so a cache keeps at most that many for it: transformers' DynamicSlidingWindowLayer keeps window − 1 between steps (the next token's own joins at attention time), its static layer the window. Gemma 3 slides in 5 of every 6 layers over 512–1024 positions. Calculators and caches that count every layer at full length over-allocate (LMCache#3080; vllm#37124 reports about 7× for hybrid models): on the Gemma-3-1B shape at 32k tokens in bf16 the naive formula gives 872 MB, the cache holds 146 MB.",
-    statements: &[],
+    statements: &[
+        Said::run("A sliding layer's token attends only to the last window positions, itself included, so its cache keeps at most those: here each sliding layer held window − 1 positions between steps once the context passed the window (the next token's own key and value join at attention time).", &["positions held by a sliding layer, longest context", "window"]),
+        Said::run("A full layer held every position fed.", &["positions held by a full layer, longest context"]),
+        Said::run("At every length the cache measured from its tensors equalled the per-layer-type formula to the byte: full layers × positions plus sliding layers × min(positions, window − 1).", &["largest difference from the per-layer-type formula"]),
+        Said::run("So at the longest context it was a fraction of the every-layer formula, which counts every layer at full length; past the window only the full layers grow, so the formula's excess rises with the context towards layers / full layers.", &["measured KV cache, longest context", "every-layer formula, longest context", "sliding layers", "full layers"]),
+        Said::run("For the Gemma-3-1B shape at 32,768 tokens in bf16 (22 sliding layers over 512 positions, 4 full), computed from the same formulas: 872 MB by the every-layer formula, 146 MB held.", &["Gemma-3-1B shape, 32,768 tokens, bf16: every-layer formula", "Gemma-3-1B shape, 32,768 tokens, bf16: held"]),
+    ],
     source: "https://huggingface.co/docs/transformers/main/en/kv_cache",
     pitfall: "kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * tokens * batch * 2",
-    fix: "full = cfg.layer_types.count(\"full_attention\")\nsliding = cfg.layer_types.count(\"sliding_attention\")\nkv = 2 * cfg.num_key_value_heads * cfg.head_dim * batch * 2 * (\n    full * tokens + sliding * min(tokens, cfg.sliding_window))",
-    threshold: "confirmed when, at every length, the cache measured from its tensors equals the per-layer-type formula to the byte and the sliding layers hold min(positions, window − 1) (flat once the context passes the window), while at the longest context the measured cache is below the naive every-layer formula. Regime: any device",
+    fix: "cache = DynamicCache(config=model.config)\nmodel.generate(ids, max_new_tokens=n, past_key_values=cache)\nkv = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)",
+    threshold: "confirmed when, at every length, the cache measured from its tensors equals the per-layer-type formula to the byte and the sliding layers hold min(positions, window − 1) (flat once the context passes the window), while at the longest context the measured cache is below the every-layer formula. Regime: any device",
     question: crate::pitfalls::ratio(
         "The setup's sliding-window decoder at its longest context: the KV cache measured from its tensors, as a multiple of the formula that counts every layer at full length?",
         "measured KV cache, longest context",
-        "naive formula, longest context",
+        "every-layer formula, longest context",
         Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 },
     ),
     experiment: sliding_window_kv,
@@ -119,7 +124,10 @@ fn sliding_window_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let window = c.sliding_window.unwrap_or(0) as u64;
     let elt = cache_dtype(&specs[0]).1;
     let (mut rows, mut measured, mut naive, mut held) = (vec![], vec![], vec![], vec![]);
+    // The positions a sliding and a full layer held at the last length, measured.
+    let mut held_by_type = (0u64, 0u64);
     let mut exact = true;
+    let mut largest_difference = 0u64;
     for spec in &specs {
         ctx.check()?;
         let (_, g) = generate(lab, ctx, spec.clone())?;
@@ -128,6 +136,7 @@ fn sliding_window_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let sliding = of(LayerType::Sliding).map_or(0, |s| s.positions);
         let full = of(LayerType::Full).map_or(0, |s| s.positions);
         let formula = c.kv_cache_held_bytes(positions, 1, elt, SlidingHold::Trimmed);
+        largest_difference = largest_difference.max(g.kv_cache_bytes.abs_diff(formula));
         exact &= g.kv_cache_bytes == formula
             && g.kv_cache_by_layer_type.iter().all(|s| s.bytes == s.formula_bytes)
             && sliding == positions.min(window.saturating_sub(1))
@@ -143,49 +152,60 @@ fn sliding_window_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         measured.push(g.kv_cache_bytes);
         naive.push(g.kv_cache_naive_bytes);
         held.push(positions);
+        held_by_type = (sliding, full);
     }
+    let (sliding_last, full_last) = held_by_type;
     let last = measured.len() - 1;
     let below = measured[last] < naive[last];
     let ratio = measured[last] as f64 / naive[last].max(1) as f64;
     let decision = Decision::rule(
         exact && below,
         format!(
-            "At {} positions the cache holds {} against the naive formula's {} (×{ratio:.2}): its {} sliding layers stopped at {} positions (window − 1) once the context passed the window of {window}, and every length's cache equals the per-layer-type formula to the byte.",
+            "At {} positions the cache holds {} against the every-layer formula's {} (×{ratio:.2}): its {} sliding layers stopped at {} positions (window − 1) once the context passed the window of {window}, and every length's cache equals the per-layer-type formula to the byte.",
             held[last],
             protocol::format_bytes(measured[last]),
             protocol::format_bytes(naive[last]),
             c.layers_of(LayerType::Sliding),
             window.saturating_sub(1)
         ),
-        format!("Measured {measured:?} against the naive formula's {naive:?} (see the table)."),
+        format!("Measured {measured:?} against the every-layer formula's {naive:?} (see the table)."),
     );
     let mut notes = vec![format!(
-        "Crossover: below the window ({window} positions) every layer grows with the context and the two formulas agree; past it only the {} full layer(s) grow, so the naive formula's excess rises with the context towards layers / full layers = ×{:.1}.",
+        "Crossover: below the window ({window} positions) every layer grows with the context and the two formulas agree; past it only the {} full layer(s) grow, so the every-layer formula's excess rises with the context towards layers / full layers = ×{:.1}.",
         c.layers_of(LayerType::Full),
         c.num_hidden_layers as f64 / c.layers_of(LayerType::Full).max(1) as f64
     )];
     notes.push("A growing cache keeps window − 1 positions in a sliding layer between steps (the next token's own key and value join at attention time), as transformers' DynamicSlidingWindowLayer does; a static one allocates the window and rolls it.".into());
-    if let Some(g) = protocol::decoder::lookup("gemma3_1b").map(|d| d.config.clone()) {
-        let t = 32_768;
+    let gemma = protocol::decoder::lookup("gemma3_1b").map(|d| d.config.clone());
+    let gemma_t = 32_768;
+    if let Some(g) = &gemma {
         notes.push(format!(
-            "Gemma-3-1B shape at {t} tokens in bf16 (computed from the formulas): naive {}, held {} (4 full layers at {t} positions, 22 sliding at 512).",
-            protocol::format_bytes(g.kv_cache_bytes(t, 1, 2)),
-            protocol::format_bytes(g.kv_cache_held_bytes(t, 1, 2, SlidingHold::Rolled))
+            "Gemma-3-1B shape at {gemma_t} tokens in bf16 (computed from the formulas): every-layer formula {}, held {} (4 full layers at {gemma_t} positions, 22 sliding at their window of 512).",
+            protocol::format_bytes(g.kv_cache_bytes(gemma_t, 1, 2)),
+            protocol::format_bytes(g.kv_cache_held_bytes(gemma_t, 1, 2, SlidingHold::Rolled))
         ));
     }
     let x: Vec<String> = held.iter().map(|p| p.to_string()).collect();
     let kib = |v: &[u64]| v.iter().map(|&b| b as f64 / 1024.0).collect::<Vec<_>>();
+    let mut figures = vec![
+        fig("measured KV cache, longest context", measured[last] as f64, "bytes"),
+        fig("every-layer formula, longest context", naive[last] as f64, "bytes"),
+        fig("positions held by a sliding layer, longest context", sliding_last as f64, "count"),
+        fig("positions held by a full layer, longest context", full_last as f64, "count"),
+        fig("window", window as f64, "count"),
+        fig("sliding layers", c.layers_of(LayerType::Sliding) as f64, "count"),
+        fig("full layers", c.layers_of(LayerType::Full) as f64, "count"),
+        fig("largest difference from the per-layer-type formula", largest_difference as f64, "bytes"),
+    ];
+    if let Some(g) = &gemma {
+        figures.push(fig("Gemma-3-1B shape, 32,768 tokens, bf16: every-layer formula", g.kv_cache_bytes(gemma_t, 1, 2) as f64, "bytes"));
+        figures.push(fig("Gemma-3-1B shape, 32,768 tokens, bf16: held", g.kv_cache_held_bytes(gemma_t, 1, 2, SlidingHold::Rolled) as f64, "bytes"));
+    }
     Ok(Outcome::new(decision, sliding_window_kv_describe(&specs), ChartKind::Line)
-        .figures(vec![
-            fig("measured KV cache, longest context", measured[last] as f64, "bytes"),
-            fig("naive formula, longest context", naive[last] as f64, "bytes"),
-            fig("positions held by a sliding layer, longest context", held[last].min(window.saturating_sub(1)) as f64, "count"),
-            fig("positions held by a full layer, longest context", held[last] as f64, "count"),
-            fig("window", window as f64, "count"),
-        ])
+        .figures(figures)
         .series(vec![
             series("measured KV cache", "KiB", x.clone(), kib(&measured)),
-            series("naive formula (every layer at full length)", "KiB", x, kib(&naive)),
+            series("every-layer formula", "KiB", x, kib(&naive)),
         ])
         .table(Table {
             columns: vec![
@@ -194,7 +214,7 @@ fn sliding_window_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
                 "sliding layer holds".into(),
                 "measured".into(),
                 "per-layer-type formula".into(),
-                "naive formula".into(),
+                "every-layer formula".into(),
             ],
             rows,
         })
@@ -208,9 +228,14 @@ pub const MOE_MEMORY_IS_TOTAL: Card = Card {
     labels: ["memory from the active parameters' bytes", "memory from every parameter's bytes"],
     setup: moe_memory_setup,
     needs: Needs::Any,
-    claim: "A mixture of experts keeps every expert's weights in memory whatever the router picks: its weights take its total parameters' bytes, several times its active parameters' (Qwen3-30B-A3B: 30.5 B parameters held for 3.35 B active per token).",
-    why: "The router picks each token's experts per layer at run time, and the next token may need any of them, so all stay resident; \"A3B\" names the compute per token, not the memory. ollama#10546: Qwen3-30B-A3B still needs 20+ GB; a memory calculator reported DeepSeek-V3's minimum VRAM as 22 GB instead of about 390 GB. Mixtral's paper: each token has access to 47 B parameters and uses 13 B.",
-    statements: &[],
+    claim: "A mixture of experts keeps every expert's weights in memory whatever the router picks: its weights take its total parameters' bytes, several times its active parameters' (the Qwen3-30B-A3B shape: 30.5 B parameters held for 3.35 B active per token).",
+    statements: &[
+        Said::run("Every expert of every layer is held in memory: the weights measured from the model's tensors equal every parameter's bytes, to the byte.", &["weights in memory", "every parameter's bytes", "every expert's bytes"]),
+        Said::run("A token uses only the router's top-k experts in each MoE layer besides the dense parts: its active parameters.", &["active parameters", "one token's experts' bytes"]),
+        Said::run("So the weights take several times the active parameters' bytes: memory follows the total parameters, the work per token the active ones.", &["weights in memory", "active parameters' bytes"]),
+        Said::run("For the Qwen3-30B-A3B shape (computed from its config): about 30.5 B parameters held for about 3.35 B active per token.", &["Qwen3-30B-A3B shape: parameters", "Qwen3-30B-A3B shape: active parameters"]),
+        Said::run("For the Mixtral-8x7B shape: about 46.7 B held for about 12.9 B active.", &["Mixtral-8x7B shape: parameters", "Mixtral-8x7B shape: active parameters"]),
+    ],
     source: "https://arxiv.org/abs/2401.04088",
     pitfall: "params = cfg_active_params\nneed_bytes = params * bytes_per_param",
     fix: "params = sum(p.numel() for p in model.parameters())\nneed_bytes = params * bytes_per_param",
@@ -298,9 +323,12 @@ fn moe_memory(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         m.moe_layers,
         protocol::format_bytes(m.experts_bytes)
     )];
-    for name in ["qwen3_30b_a3b", "mixtral_8x7b"] {
+    let mut shapes = vec![];
+    for (name, label) in [("qwen3_30b_a3b", "Qwen3-30B-A3B shape"), ("mixtral_8x7b", "Mixtral-8x7B shape")] {
         if let Some(d) = protocol::decoder::lookup(name) {
             let p = &d.config;
+            shapes.push(fig(&format!("{label}: parameters"), p.parameters() as f64, "count"));
+            shapes.push(fig(&format!("{label}: active parameters"), p.active_parameters() as f64, "count"));
             notes.push(format!(
                 "{} (computed from its config, bf16): {} parameters held, {}; {} active per token, {} — ×{:.1}.",
                 d.display_name,
@@ -313,16 +341,18 @@ fn moe_memory(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         }
     }
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mut figures = vec![
+        fig("weights in memory", held as f64, "bytes"),
+        fig("active parameters' bytes", active as f64, "bytes"),
+        fig("every parameter's bytes", total as f64, "bytes"),
+        fig("every expert's bytes", m.experts_bytes as f64, "bytes"),
+        fig("one token's experts' bytes", m.active_expert_bytes as f64, "bytes"),
+        fig("parameters", m.total_parameters as f64, "count"),
+        fig("active parameters", m.active_parameters as f64, "count"),
+    ];
+    figures.extend(shapes);
     Ok(Outcome::new(decision, super::setup(&spec), ChartKind::Bar)
-        .figures(vec![
-            fig("weights in memory", held as f64, "bytes"),
-            fig("active parameters' bytes", active as f64, "bytes"),
-            fig("every parameter's bytes", total as f64, "bytes"),
-            fig("every expert's bytes", m.experts_bytes as f64, "bytes"),
-            fig("one token's experts' bytes", m.active_expert_bytes as f64, "bytes"),
-            fig("parameters", m.total_parameters as f64, "count"),
-            fig("active parameters", m.active_parameters as f64, "count"),
-        ])
+        .figures(figures)
         .series(vec![series(
             "bytes",
             "MiB",
@@ -339,13 +369,17 @@ pub const MOE_BATCH_READS_MORE: Card = Card {
     labels: ["bytes per step from one token's top-k experts", "bytes per step from the distinct experts the batch's tokens chose"],
     setup: moe_batch_setup,
     needs: Needs::Any,
-    claim: "At batch 1 a decode step reads only the top-k experts of each layer; a batch routes its tokens to more and more distinct experts, so a step reads more expert bytes as the batch grows, towards every expert: an estimate from the active parameters' bytes holds at batch 1 only.",
-    why: "Each token picks its own top-k experts in each layer; a step must read the union of the batch's picks. With 16 experts and top-2 routing, 16 tokens picking at random would touch about 14 of the 16. An estimate that divided the bandwidth by the active parameters' bytes gave 472 tok/s where about 18 tok/s was measured (llmfit#449).",
-    statements: &[],
+    claim: "At batch 1 a decode step runs only the top-k experts of each layer; a batch routes its tokens to more and more distinct experts, so a step reads more expert bytes as the batch grows, towards every expert: an estimate from the active parameters' bytes holds at batch 1 only.",
+    statements: &[
+        Said::run("At batch 1 a decode step ran exactly the router's top-k experts in each MoE layer.", &["distinct experts per layer per step, batch 1"]),
+        Said::run("Each token of a batch picks its own top-k and the step runs every expert any of them picked: at the largest batch a step ran several times as many distinct experts per layer, out of the layer's experts.", &["distinct experts per layer per step, largest batch", "experts per layer"]),
+        Said::run("Were the picks uniformly random, the largest batch would touch experts × (1 − (1 − k / experts)^batch) of them per layer: the measured count is reported beside it.", &["distinct experts per layer per step, largest batch, uniform random picks"]),
+        Said::run("So the expert bytes a step reads grew with the batch, towards every expert's bytes: an estimate from the active parameters' bytes holds at batch 1 only.", &["expert bytes read per step, batch 1", "expert bytes read per step, largest batch"]),
+    ],
     source: "https://arxiv.org/abs/2401.04088",
     pitfall: "bytes_per_step = active_params * bytes_per_param\ntok_s = bandwidth / bytes_per_step * batch",
     fix: "experts = distinct_experts_per_layer(batch)\nbytes_per_step = (dense_params + experts * expert_params * moe_layers) * bytes_per_param\ntok_s = bandwidth / bytes_per_step * batch",
-    threshold: "confirmed when a decode step at batch 1 reads exactly top-k experts per layer, and at the largest batch more than twice as many distinct experts and expert bytes (counted from the router's choices, the bytes measured from the experts' tensors). Step time is reported, not judged: at this size a CPU step is dispatch-bound. Regime: any device",
+    threshold: "confirmed when a decode step at batch 1 reads exactly top-k experts per layer, and at the largest batch more than twice as many distinct experts and expert bytes (counted from the router's choices, the bytes measured from the experts' tensors). Step time is reported, not judged: at this size a step is mostly per-op cost on any device. Regime: any device",
     question: crate::pitfalls::ratio(
         "The setup's mixture of experts: the expert bytes a decode step reads at the largest batch, as a multiple of batch 1's?",
         "expert bytes read per step, largest batch",
@@ -437,6 +471,9 @@ fn moe_batch(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig("distinct experts per layer per step, largest batch", distinct[last], "count"),
         fig("experts per layer", experts as f64, "count"),
     ];
+    let largest = MOE_BATCHES[last] as f64;
+    let uniform = experts as f64 * (1.0 - (1.0 - top_k as f64 / experts.max(1) as f64).powf(largest));
+    figures.push(fig("distinct experts per layer per step, largest batch, uniform random picks", uniform, "count"));
     figures.push(fig("decode step, batch 1", ms[0], "ms"));
     figures.push(fig("decode step, largest batch", ms[last], "ms"));
     Ok(Outcome::new(decision, moe_batch_describe(&specs), ChartKind::Line)
@@ -456,7 +493,7 @@ fn moe_batch(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             rows,
         })
         .notes(vec![format!(
-            "Step time is the device's to decide: on a bandwidth-bound device (a GPU at a real shape) a step's time follows its bytes; at this size a CPU step is mostly dispatch, so its time moves less ({:.2} ms at batch 1, {:.2} ms at batch {}).",
+            "Step time is the device's to decide: where a step is bound by reading its weights (a GPU at a real shape) its time follows its bytes; at this size a step is mostly per-op cost on any device, so its time moves less ({:.2} ms at batch 1, {:.2} ms at batch {}).",
             ms[0],
             ms[last],
             MOE_BATCHES[last]

@@ -7,7 +7,7 @@ use protocol::{
 };
 
 use super::super::kit::{fig, mib, series, Ctx, Decision, Outcome};
-use super::super::{Card, Needs};
+use super::super::{Card, Needs, Said};
 use super::{decoder, dtypes, gen_spec, generate, held_positions, positions, rules, setup, shape, with_cache};
 use crate::lab::Lab;
 use crate::torch_call::{catch_torch, failure};
@@ -19,9 +19,17 @@ pub const GENERATE_NO_GRAD: Card = Card {
     labels: ["eval(), generation loop with autograd on", "eval(), the same loop under torch.no_grad()"],
     setup: generate_no_grad_setup,
     needs: Needs::Any,
-    claim: "A hand-written generation loop without torch.no_grad() keeps every step's autograd graph alive through the KV cache: memory grows faster than the cache, step after step, and model.eval() does not stop it.",
-    why: "The cache's keys and values are outputs of the attention projections; with grad enabled each carries its grad_fn, which holds the step's saved activations (and, through the attention, the whole cache as it stood). Nothing is freed until the cache and the outputs are dropped. eval() only switches dropout off. (allenai/OLMo#164: a loop grew from 4 GB to 24 GB in 100 steps and ran out of memory at 200.)",
-    statements: &[],
+    claim: "A hand-written generation loop without torch.no_grad() keeps the steps' autograd graphs alive through the KV cache: each step's attention saves the whole cache as it stood, so memory beyond the cache grows faster with every step, and model.eval() does not stop it. Under no_grad nothing is kept but the cache.",
+    statements: &[
+        Said::torch("With autograd on, the keys and values a step writes to the cache are outputs of the model's projections and carry their graph (a grad_fn); under torch.no_grad() nothing is recorded.", "test_generation.py::test_with_autograd_on_the_cache_carries_a_graph_and_no_grad_records_none"),
+        Said::torch("Attention saves the whole cache it attended to for its backward, at every step: each step saves one more position than the step before.", "test_generation.py::test_attention_saves_the_whole_cache_at_every_step"),
+        Said::torch("A later layer's keys reach an earlier layer's attention through their graph, so the cache keeps those saved versions alive, every past one, until the cache itself is dropped.", "test_generation.py::test_with_autograd_on_every_past_cache_stays_alive"),
+        Said::run("Here, with autograd on, memory after the last token held a graph beyond the weights, the prompt, the KV cache and the tokens.", &["graph after the last step (grad)"]),
+        Said::run("It grew by more per step in the second half of the generation than in the first: each step's attention saved a longer cache.", &["graph growth, first half of the steps (grad)", "graph growth, second half of the steps (grad)"]),
+        Said::torch("model.eval() does not turn autograd off: both loops here ran in eval() mode.", "test_generation.py::test_eval_leaves_autograd_on"),
+        Said::run("Under torch.no_grad() memory after the last token held the weights, the prompt, the KV cache and the tokens, and no graph (up to the CUDA allocator's rounding on a GPU).", &["graph after the last step (no_grad)", "no_grad: allocated after the last step", "KV cache"]),
+        Said::run("The graph was freed, to the byte, once the generation's cache and outputs were dropped.", &["grad: left after the run"]),
+    ],
     source: "https://pytorch.org/docs/stable/generated/torch.no_grad.html",
     pitfall: "model.eval()\ncache = DynamicCache(config=model.config)\nfor step in range(new_tokens):\n    logits = model(ids, past_key_values=cache).logits",
     fix: "model.eval()\ncache = DynamicCache(config=model.config)\nwith torch.no_grad():  # or torch.inference_mode()\n    for step in range(new_tokens):\n        logits = model(ids, past_key_values=cache).logits",
@@ -55,6 +63,7 @@ fn generate_no_grad_setup(ctx: &Ctx) -> Vec<String> {
         shape(spec.model),
         format!("{}, greedy decoding", dtypes(&spec)),
         cache_after(&spec),
+        "With autograd on, each op keeps the inputs its backward would read (a matmul its input, attention its queries and the keys and values it attended to) for as long as something holds its output".into(),
         "Memory is read after every step: allocated bytes beyond the weights, the prompt, the KV cache and the tokens generated so far".into(),
     ]
 }
@@ -84,12 +93,20 @@ fn generate_no_grad(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("{reason}."),
     );
     let x = positions(&grad);
+    // The graph's growth per step in each half of the steps (the rule's halves).
+    let inc: Vec<u64> = gg.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    let half = inc.len() / 2;
+    let per_step = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
     Ok(Outcome::new(decision, setup(&grad_spec), ChartKind::Line)
         .figures(vec![
             fig("grad: allocated after the last step", last(&grad) as f64, "bytes"),
             fig("no_grad: allocated after the last step", last(&no_grad) as f64, "bytes"),
             fig("KV cache", kv as f64, "bytes"),
             fig("graph after the last step (grad)", *gg.last().unwrap_or(&0) as f64, "bytes"),
+            fig("graph after the last step (no_grad)", *ng.last().unwrap_or(&0) as f64, "bytes"),
+            fig("graph growth, first half of the steps (grad)", per_step(&inc[..half]), "bytes"),
+            fig("graph growth, second half of the steps (grad)", per_step(&inc[inc.len() - half..]), "bytes"),
+            fig("grad: left after the run", grad_r.memory.leaked_bytes as f64, "bytes"),
         ])
         .series(vec![
             series("grad enabled: allocated", "MiB", x.clone(), grad.steps.iter().map(|s| mib(s.allocated_bytes)).collect()),
@@ -105,12 +122,17 @@ pub const KV_CACHE_SIZE: Card = Card {
     labels: ["memory budget from the weights' bytes", "memory budget from the weights' and the KV cache's bytes"],
     setup: kv_cache_size_setup,
     needs: Needs::Any,
-    claim: "The KV cache is 2 × layers × kv_heads × head_dim × tokens × batch × bytes per element: linear in tokens and in batch, and at long contexts often larger than the weights.",
-    why: "Every layer keeps one key and one value vector per KV head for every position of every sequence. Nothing else grows with the context, so the cache, not the weights, decides how many requests fit (the PagedAttention paper, arXiv 2309.06180 §3: 800 KB per token for OPT-13B).",
-    statements: &[],
+    claim: "The KV cache is 2 × layers × kv_heads × head_dim × tokens × batch × bytes per element: linear in tokens and in batch, and at long contexts or large batches larger than the weights (for the Llama-3.1-8B shape in bf16, past about 122,500 tokens in all).",
+    statements: &[
+        Said::run("Measured from its tensors, the cache held exactly the formula's bytes at 24 and 48 positions, at batch 1 and 2: 2 (keys and values) × layers × KV heads × head_dim × positions × batch × bytes per element.", &["largest difference from the formula", "KV cache, batch 1 × 24 positions", "KV cache, batch 2 × 48 positions"]),
+        Said::run("So doubling the positions or the batch doubled the cache exactly: it is linear in both.", &["KV cache, batch 1 × 24 positions", "KV cache, batch 1 × 48 positions", "KV cache, batch 2 × 24 positions", "KV cache, batch 2 × 48 positions"]),
+        Said::run("One token of one sequence takes 2 × layers × KV heads × head_dim × bytes per element, over all the layers.", &["KV cache per token per sequence"]),
+        Said::run("The cache passes the weights' bytes once batch × positions reaches the weights' bytes over one token's cache bytes.", &["weights", "KV cache per token per sequence", "tokens at which the cache passes the weights (batch 1)"]),
+        Said::run("For the Llama-3.1-8B shape in bf16, computed from the same formula, one token takes 128 KiB and the cache passes the 16 GB of weights at about 122,500 tokens: within one 128k-token sequence, or a batch of 16 at 8k.", &["Llama-3.1-8B shape, bf16: KV cache per token", "Llama-3.1-8B shape, bf16: weights", "Llama-3.1-8B shape, bf16: tokens at which the cache passes the weights"]),
+    ],
     source: "https://arxiv.org/abs/2309.06180",
     pitfall: "batch = 64; context = 8192\nassert weights_bytes < budget",
-    fix: "batch = 64; context = 8192\nkv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * dtype_bytes\nassert weights_bytes + kv_bytes < budget",
+    fix: "batch = 64; context = 8192\nkv_bytes = kv_bytes_per_token(cfg, dtype) * context * batch\nassert weights_bytes + kv_bytes < budget",
     threshold: "confirmed when the cache bytes measured from its tensors equal the formula to the byte at two lengths and two batches (so doubling either doubles the cache exactly). The context at which the cache passes the weights is computed from the formula, for this shape and the Llama-3.1-8B shape. Regime: any device",
     question: crate::pitfalls::value("The setup's decoder, its cache in the dtype the setup gives: how many bytes do the keys and values of one token of one sequence take, over all its layers?", "KV cache per token per sequence", "bytes", crate::pitfalls::BYTES),
     experiment: kv_cache_size,
@@ -148,7 +170,7 @@ fn kv_cache_size_setup(ctx: &Ctx) -> Vec<String> {
     if let Some(s) = specs.first() {
         let (dtype, elt) = super::cache_dtype(s);
         lines.push(shape(s.model));
-        lines.push(format!("KV cache in {dtype}: {elt} bytes per element; keys and values are both cached, for every layer and KV head"));
+        lines.push(format!("KV cache in {dtype}: {elt} bytes per element"));
     }
     let runs: Vec<String> = specs.iter().map(|s| format!("batch {} × {} positions", s.batch, held_positions(s))).collect();
     lines.push(format!(
@@ -169,11 +191,13 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut rows = vec![];
     let mut all_equal = true;
     let mut measured = vec![];
+    let mut largest_difference = 0u64;
     for spec in &specs {
         ctx.check()?;
         let batch = spec.batch;
         let (_, g) = generate(lab, ctx, spec.clone())?;
         all_equal &= g.kv_cache_bytes == g.kv_cache_formula_bytes;
+        largest_difference = largest_difference.max(g.kv_cache_bytes.abs_diff(g.kv_cache_formula_bytes));
         measured.push(g.kv_cache_bytes);
         rows.push(vec![
             batch.to_string(),
@@ -209,6 +233,21 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         "Positions held: prompt + new tokens − 1 (16 + 9 − 1 = 24, 32 + 17 − 1 = 48): the last token is returned, its keys and values are never needed, so they are never computed, as in transformers' cache."
             .to_string(),
     );
+    let mut figures = vec![
+        // Measured: the first generation's cache over its sequences and positions.
+        fig("KV cache per token per sequence", measured[0] as f64 / (specs[0].batch as u64 * held_positions(&specs[0])).max(1) as f64, "bytes"),
+        fig("weights", (config.parameters() * elt) as f64, "bytes"),
+        fig("tokens at which the cache passes the weights (batch 1)", crossover(&config, elt) as f64, "count"),
+        fig("largest difference from the formula", largest_difference as f64, "bytes"),
+    ];
+    for (spec, bytes) in specs.iter().zip(&measured) {
+        figures.push(fig(&format!("KV cache, batch {} × {} positions", spec.batch, held_positions(spec)), *bytes as f64, "bytes"));
+    }
+    if let Some(c) = &eight_b {
+        figures.push(fig("Llama-3.1-8B shape, bf16: KV cache per token", c.kv_cache_bytes(1, 1, 2) as f64, "bytes"));
+        figures.push(fig("Llama-3.1-8B shape, bf16: weights", (c.parameters() * 2) as f64, "bytes"));
+        figures.push(fig("Llama-3.1-8B shape, bf16: tokens at which the cache passes the weights", crossover(c, 2) as f64, "count"));
+    }
     if let Some(c) = eight_b {
         notes.push(format!(
             "Llama-3.1-8B shape (computed from the formula, bf16): {} per token; the cache passes the weights' {} at {} tokens — a batch of 16 at 8k context.",
@@ -223,11 +262,7 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         format!("Measured {measured:?} against the formula (see the table)."),
     );
     Ok(Outcome::new(decision, kv_cache_size_describe(&specs), ChartKind::Bar)
-        .figures(vec![
-            fig("KV cache per token per sequence", config.kv_cache_bytes(1, 1, elt) as f64, "bytes"),
-            fig("weights", (config.parameters() * elt) as f64, "bytes"),
-            fig("tokens at which the cache passes the weights (batch 1)", crossover(&config, elt) as f64, "count"),
-        ])
+        .figures(figures)
         // In the unit the table's figures are in (the CPU shape's caches are tens of KiB).
         .series(vec![series(
             "measured KV cache",
@@ -244,19 +279,22 @@ fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 
 pub const GQA: Card = Card {
     id: "gqa",
-    title: "Grouped-query attention shrinks the cache, not the model",
+    title: "Grouped-query attention shrinks the cache, hardly the model",
     asks: "What does grouped-query attention (fewer KV heads than query heads) change: the KV cache, the weights, or both?",
     labels: ["cache bytes from num_attention_heads", "cache bytes from num_key_value_heads"],
     setup: gqa_setup,
     needs: Needs::Any,
-    claim: "Grouped-query attention shrinks the KV cache by num_attention_heads / num_key_value_heads without changing the weights' count much.",
-    why: "With GQA several query heads share one key/value head: only the k and v projections (and what they write to the cache) shrink. Llama-3-8B has 32 query heads and 8 KV heads, a cache 4× smaller than with one KV head per query head.",
-    statements: &[],
+    claim: "Grouped-query attention shrinks the KV cache by num_attention_heads / num_key_value_heads against the same shape with one KV head per query head, while the weights shrink only by the key and value projections' share: a few percent here.",
+    statements: &[
+        Said::torch("With grouped-query attention each key/value head serves a group of query heads: attention reads num_key_value_heads heads of keys and values for num_attention_heads heads of queries.", "test_generation.py::test_each_kv_head_serves_a_group_of_query_heads"),
+        Said::run("So the cache stores num_key_value_heads heads per layer: for the same prompt and tokens, the model with 2 KV heads held exactly a quarter of the bytes the one with 8 held.", &["GQA: KV cache", "without GQA: KV cache"]),
+        Said::run("Only the key and value projections shrink with the KV heads (the queries, the output projection, the MLP and the embeddings do not), so the two models' parameter counts differ by a few percent.", &["GQA: parameters", "without GQA: parameters"]),
+    ],
     source: "https://arxiv.org/abs/2305.13245",
     pitfall: "kv = 2 * layers * cfg.num_attention_heads * head_dim * tokens * batch * 2",
     fix: "kv = 2 * layers * cfg.num_key_value_heads * head_dim * tokens * batch * 2",
     threshold: "confirmed when the same shape with 8 KV heads and with 2 measures caches in exactly the ratio 8 / 2 = 4 while the parameter counts differ by under 15%. Regime: any device",
-    question: crate::pitfalls::ratio("Same prompt and tokens: the KV cache of Tiny Llama with 2 KV heads, as a multiple of the cache of the same shape with 8 KV heads (Tiny Llama without GQA)?", "KV cache, 2 KV heads", "KV cache, 8 KV heads", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
+    question: crate::pitfalls::ratio("Same prompt and tokens: the GQA model's KV cache, as a multiple of the cache of the same shape without GQA? (The setup gives both shapes: layers, query heads, KV heads, head_dim.)", "GQA: KV cache", "without GQA: KV cache", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: gqa,
 };
 
@@ -319,12 +357,12 @@ fn gqa(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     );
     Ok(Outcome::new(decision, gqa_describe(&mha_spec, &gqa_spec), ChartKind::Bar)
         .figures(vec![
-            fig("KV cache, 8 KV heads", a.kv_cache_bytes as f64, "bytes"),
-            fig("KV cache, 2 KV heads", b.kv_cache_bytes as f64, "bytes"),
-            fig("parameters, 8 KV heads", params(mha) as f64, "count"),
-            fig("parameters, 2 KV heads", params(gqa) as f64, "count"),
+            fig("without GQA: KV cache", a.kv_cache_bytes as f64, "bytes"),
+            fig("GQA: KV cache", b.kv_cache_bytes as f64, "bytes"),
+            fig("without GQA: parameters", params(mha) as f64, "count"),
+            fig("GQA: parameters", params(gqa) as f64, "count"),
         ])
-        .series(vec![series("KV cache", "MiB", vec!["8 KV heads".into(), "2 KV heads".into()], vec![mib(a.kv_cache_bytes), mib(b.kv_cache_bytes)])]))
+        .series(vec![series("KV cache", "MiB", vec![format!("{} KV heads", heads(mha).1), format!("{} KV heads", heads(gqa).1)], vec![mib(a.kv_cache_bytes), mib(b.kv_cache_bytes)])]))
 }
 
 pub const STATIC_CACHE: Card = Card {
@@ -334,14 +372,19 @@ pub const STATIC_CACHE: Card = Card {
     labels: ["generate() with the default dynamic cache", "generate() with cache_implementation=\"static\""],
     setup: static_cache_setup,
     needs: Needs::Any,
-    claim: "A static cache allocates its whole length up front and never grows; on CUDA its fixed shapes are what let the decode step be captured and replayed as a CUDA graph.",
-    why: "A dynamic cache concatenates one more position per step, allocating new tensors each time; a static one (transformers' StaticCache, gpt-fast) writes each step's keys and values in place into tensors sized for prompt + new tokens. A CUDA graph replays fixed addresses and shapes, which only the static layout has.",
-    statements: &[],
+    claim: "A static cache allocates its whole capacity at the first step and never grows: it holds its full size from the prefill on, where a dynamic cache grows one position per step, and sized exactly for prompt + new tokens (its best case) it still ends one position larger. On CUDA its tensors never move, which (with a step that attends to the whole capacity under a mask) lets the decode step be captured once and replayed as a CUDA graph.",
+    statements: &[
+        Said::torch("A growing cache (torch.cat, as a dynamic cache does) allocates new tensors one position longer at every step; a preallocated cache is written in place and keeps its storage and its shape.", "test_generation.py::test_cat_allocates_new_storage_and_copy_writes_in_place"),
+        Said::run("Here the static cache held the same bytes from the prefill to the last token: its whole capacity, allocated at the first step.", &["static cache after the prefill", "static cache after the last step", "static cache: largest change between steps"]),
+        Said::run("The dynamic cache held the prompt's positions after the prefill and grew by one position's keys and values per step.", &["dynamic cache after the prefill", "dynamic cache growth per step", "one position's keys and values"]),
+        Said::run("After the last token the dynamic cache holds prompt + new tokens − 1 positions (the last token's keys and values are never computed), the static one its capacity, prompt + new tokens: sized exactly, as here, the static cache ends one position larger.", &["dynamic cache after the last step", "static cache after the last step", "one position's keys and values"]),
+        Said::source("A CUDA graph replays the kernels it captured on the addresses they used: the static cache's tensors never move, so its decode step can be captured once and replayed (the replayed step attends to the whole capacity under a mask, so that its shapes never change either); on CUDA this run replays it beside eager decoding.", "aten/src/ATen/cuda/CUDAGraph.cpp", "CUDAGraph::replay", "pitfalls"),
+    ],
     source: "https://huggingface.co/docs/transformers/main/en/llm_optims#static-kv-cache-and-torchcompile",
     pitfall: "out = model.generate(ids, max_new_tokens=256)  # DynamicCache, the default",
     fix: "out = model.generate(ids, max_new_tokens=256, cache_implementation=\"static\")",
     threshold: "confirmed when the static cache's bytes are the same at every step and equal the formula for prompt + new tokens, while the dynamic one's grow by exactly one position's bytes per step. On CUDA the static cache's decode step is also captured once and replayed as a CUDA graph (the whole capacity attended under a mask), its per-token p50 reported beside eager's with the same tokens; that part decides nothing. Regime: any device (graph replay: CUDA only)",
-    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: B's cache bytes (static cache, sized for prompt + new tokens) as a multiple of A's (dynamic cache) after the last token?", "static cache (every step)", "dynamic cache after the last step", crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
+    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: B's cache bytes (static cache, sized for prompt + new tokens) as a multiple of A's (dynamic cache) after the last token?", "static cache after the last step", "dynamic cache after the last step", crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
     experiment: static_cache,
 };
 
@@ -377,7 +420,11 @@ fn static_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let full = config.kv_cache_bytes((prompt + n) as u64, 1, elt);
     let one = config.kv_cache_bytes(1, 1, elt);
     let static_flat = st.steps.iter().all(|s| s.kv_cache_bytes == full);
-    let dynamic_steps = dy.steps.windows(2).all(|w| w[1].kv_cache_bytes - w[0].kv_cache_bytes == one);
+    let dynamic_steps = dy.steps.windows(2).all(|w| w[1].kv_cache_bytes.checked_sub(w[0].kv_cache_bytes) == Some(one));
+    let first = |g: &GenerationReport| g.steps.first().map_or(0, |s| s.kv_cache_bytes);
+    let static_sizes = st.steps.iter().map(|s| s.kv_cache_bytes);
+    let static_change = static_sizes.clone().max().unwrap_or(0) - static_sizes.min().unwrap_or(0);
+    let dynamic_growth = dy.kv_cache_bytes.saturating_sub(first(&dy)) as f64 / dy.steps.len().saturating_sub(1).max(1) as f64;
     // Graph replay of the same static-cache decode, where a GPU and this build have it.
     let replay = match (ctx.cuda(), crate::torch_ext::cuda_graphs_built()) {
         (true, Ok(())) => {
@@ -403,14 +450,22 @@ fn static_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let x = positions(&st);
     Ok(Outcome::new(decision, setup(&spec), ChartKind::Line)
         .figures(vec![
-            fig("static cache (every step)", full as f64, "bytes"),
+            fig("static cache after the prefill", first(&st) as f64, "bytes"),
+            fig("static cache after the last step", st.kv_cache_bytes as f64, "bytes"),
+            fig("static cache: largest change between steps", static_change as f64, "bytes"),
+            fig("dynamic cache after the prefill", first(&dy) as f64, "bytes"),
             fig("dynamic cache after the last step", dy.kv_cache_bytes as f64, "bytes"),
+            fig("dynamic cache growth per step", dynamic_growth, "bytes"),
+            fig("one position's keys and values", one as f64, "bytes"),
         ])
         .series(vec![
             series("static: KV cache", "MiB", x.clone(), st.steps.iter().map(|s| mib(s.kv_cache_bytes)).collect()),
             series("dynamic: KV cache", "MiB", x, dy.steps.iter().map(|s| mib(s.kv_cache_bytes)).collect()),
         ])
-        .notes(vec!["CUDA graph replay (advanced.cuda_graph with the static cache) attends to the cache's whole capacity under a mask, so every step has the same shapes and addresses; the eager static cache attends to the positions filled so far.".into()]))
+        .notes(vec![
+            "CUDA graph replay (advanced.cuda_graph with the static cache) attends to the cache's whole capacity under a mask, so every step has the same shapes and addresses; the eager static cache attends to the positions filled so far.".into(),
+            "A static cache sized for more positions than a generation uses (a server's max_cache_len) holds the difference for the whole generation.".into(),
+        ]))
 }
 
 pub const PADDING_WASTE: Card = Card {
@@ -420,14 +475,17 @@ pub const PADDING_WASTE: Card = Card {
     labels: ["prompts left-padded into one batch", "each prompt generated on its own"],
     setup: padding_waste_setup,
     needs: Needs::Any,
-    claim: "A batch of prompts of different lengths, left-padded to the longest, pays KV cache and compute for the padding.",
-    why: "Padding positions are computed and cached like real ones; the attention mask only hides them. Four prompts of 8, 16, 24 and 32 tokens padded to 32 hold a cache for 128 prompt positions where 80 are real.",
-    statements: &[],
+    claim: "A batch of prompts of different lengths, left-padded to the longest, computes and caches every padding position like a real one: the cache holds exactly the padding positions' keys and values more than the prompts generated one by one. One by one pays no padding, but gives up what a batch shares (see decode-batch).",
+    statements: &[
+        Said::run("Left-padding makes every prompt as long as the longest: the padded batch's prefill fed 4 × 32 = 128 prompt positions where the four prompts have 80.", &["padded batch: prompt positions fed", "one by one: prompt positions fed"]),
+        Said::run("Each padding position is computed and cached like a real one: the padded batch's cache exceeded the four caches generated one by one by exactly the 48 padding positions' keys and values.", &["padded batch beyond one by one: KV cache", "padding positions' keys and values"]),
+        Said::torch("An attention mask only hides padded positions from the real ones' attention: their keys and values are still computed and kept in the cache.", "test_generation.py::test_a_mask_hides_padded_keys_that_are_still_there"),
+    ],
     source: "https://huggingface.co/docs/transformers/main/en/llm_tutorial#wrong-padding-side",
-    pitfall: "batch = tokenizer(prompts, padding=True, return_tensors=\"pt\")  # every prompt as long as the longest",
-    fix: "# one prompt per batch (or: group prompts of similar length; a server that packs them)\nfor prompt in prompts:\n    batch = tokenizer([prompt], return_tensors=\"pt\")\n    model.generate(**batch, max_new_tokens=8)",
+    pitfall: "tokenizer.padding_side = \"left\"\nbatch = tokenizer(prompts, padding=True, return_tensors=\"pt\")  # every prompt as long as the longest\nmodel.generate(**batch, max_new_tokens=8)",
+    fix: "# each prompt in its own call\nfor prompt in prompts:\n    batch = tokenizer([prompt], return_tensors=\"pt\")\n    model.generate(**batch, max_new_tokens=8)",
     threshold: "confirmed when the padded batch's measured cache exceeds the four prompts' caches generated one by one by exactly the padding positions' bytes (the formula at 48 padding positions). The times of both ways are reported; they decide nothing (on a CPU a batch can be faster in total even with its waste). The padded rows run without an attention mask here: the cost is what padding costs, their tokens are not compared. Regime: any device",
-    question: crate::pitfalls::ratio("The setup's decoder and prompts: the bytes A's cache (the padded batch) holds beyond B's four caches together, as a multiple of B's four caches together?", "wasted on padding", "one by one: KV caches", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
+    question: crate::pitfalls::ratio("The setup's decoder and prompts: the bytes A's cache (the padded batch) holds beyond B's four caches together, as a multiple of B's four caches together?", "padded batch beyond one by one: KV cache", "one by one: KV caches", crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: padding_waste,
 };
 
@@ -460,12 +518,15 @@ fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (_, padded) = generate(lab, ctx, padded_spec.clone())?;
     let mut one_by_one_bytes = 0;
     let mut one_by_one_ms = 0.0;
+    let mut one_by_one_fed = 0u64;
     for &len in &lengths {
         ctx.check()?;
         let (_, g) = generate(lab, ctx, gen_spec(ctx, model, 1, len, n, KvCacheKind::Dynamic, GradMode::NoGrad))?;
         one_by_one_bytes += g.kv_cache_bytes;
         one_by_one_ms += g.steps.iter().map(|s| s.latency_ms).sum::<f64>();
+        one_by_one_fed += g.steps.first().map_or(0, |s| s.tokens_in as u64);
     }
+    let padded_fed = padded.steps.first().map_or(0, |s| s.tokens_in as u64) * lengths.len() as u64;
     let config = model.decoder().map(|d| d.config.clone()).ok_or_else(|| failure(protocol::FailureKind::Internal, "no decoder"))?;
     let pad_positions: u64 = lengths.iter().map(|&l| (longest - l) as u64).sum();
     let waste_formula = config.kv_cache_bytes(pad_positions, 1, padded.kv_cache_element_bytes as u64);
@@ -480,11 +541,15 @@ fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         .figures(vec![
             fig("padded batch: KV cache", padded.kv_cache_bytes as f64, "bytes"),
             fig("one by one: KV caches", one_by_one_bytes as f64, "bytes"),
-            fig("wasted on padding", waste as f64, "bytes"),
+            fig("padded batch beyond one by one: KV cache", waste as f64, "bytes"),
+            fig("padding positions' keys and values", waste_formula as f64, "bytes"),
+            fig("padded batch: prompt positions fed", padded_fed as f64, "count"),
+            fig("one by one: prompt positions fed", one_by_one_fed as f64, "count"),
             fig("padded batch: time", padded_ms, "ms"),
             fig("one by one: time", one_by_one_ms, "ms"),
         ])
-        .series(vec![series("KV cache", "MiB", vec!["padded batch".into(), "one by one".into()], vec![mib(padded.kv_cache_bytes), mib(one_by_one_bytes)])]))
+        .series(vec![series("KV cache", "MiB", vec!["padded batch".into(), "one by one".into()], vec![mib(padded.kv_cache_bytes), mib(one_by_one_bytes)])])
+        .notes(vec!["One by one pays no padding, but each prompt's decode steps then read the weights for one sequence instead of four (see decode-batch); grouping prompts of similar length, or a server that packs sequences without padding, keeps the batch and drops most of the padding.".into()]))
 }
 
 pub const INFERENCE_TENSOR_CACHE: Card = Card {
@@ -494,14 +559,19 @@ pub const INFERENCE_TENSOR_CACHE: Card = Card {
     labels: ["allocated under inference_mode, written under no_grad", "allocated and written under inference_mode"],
     setup: inference_tensor_cache_setup,
     needs: Needs::Any,
-    claim: "A cache allocated under torch.inference_mode() cannot be updated in place outside it.",
-    why: "Tensors created in inference mode are inference tensors: they have no version counter, so autograd could not tell if they changed, and PyTorch forbids in-place updates to them outside the mode. A static cache pre-allocated in one mode and written in another trips on it.",
-    statements: &[],
+    claim: "A cache allocated under torch.inference_mode() cannot be updated in place outside it, under torch.no_grad() included: allocate and write it under the same mode.",
+    statements: &[
+        Said::torch("A tensor created under torch.inference_mode() is an inference tensor: it has no version counter, the counter autograd reads to detect in-place changes.", "test_generation.py::test_a_tensor_made_under_inference_mode_is_an_inference_tensor"),
+        Said::torch("So PyTorch refuses an in-place update to it outside inference_mode, under torch.no_grad() too: \"Inplace update to inference tensor outside InferenceMode is not allowed\".", "test_generation.py::test_writing_it_in_place_outside_inference_mode_raises"),
+        Said::run("Here libtorch raised that error when the cache tensor made under inference_mode was written under no_grad.", &["error raised"]),
+        Said::torch("Written in the mode it was made in (inference_mode for both, or no_grad for both), the same update works.", "test_generation.py::test_writing_it_in_the_mode_it_was_made_in_works"),
+        Said::run("Here both ways worked.", &["fix: same mode", "fix: no_grad for both"]),
+    ],
     source: "https://pytorch.org/docs/stable/generated/torch.autograd.grad_mode.inference_mode.html",
     pitfall: "with torch.inference_mode():\n    cache = StaticCache(config=model.config, max_cache_len=1024)\nwith torch.no_grad():\n    model(ids, past_key_values=cache)  # writes the new keys and values into the cache",
-    fix: "with torch.inference_mode():  # allocate and update under the same mode\n    cache = StaticCache(config=model.config, max_cache_len=1024)\n    model(ids, past_key_values=cache)\n# or: torch.no_grad() for both",
+    fix: "with torch.inference_mode():  # allocated and written under inference_mode\n    cache = StaticCache(config=model.config, max_cache_len=1024)\n    model(ids, past_key_values=cache)",
     threshold: "confirmed when libtorch raises its error for the in-place write to a cache tensor made under inference_mode from outside it, and both fixes (allocate and update under inference_mode; no_grad for both) succeed. Regime: any device",
-    question: crate::pitfalls::value("In A (a cache tensor allocated under inference_mode, then one position written into it in place under no_grad), does libtorch raise an error?", "error raised", "bool", crate::pitfalls::Ask::YesNo),
+    question: crate::pitfalls::value("In A (a cache tensor allocated under inference_mode, then one position written into it in place under no_grad), does libtorch raise an error? (A knowledge check: what PyTorch allows a tensor made under inference_mode.)", "error raised", "bool", crate::pitfalls::Ask::YesNo),
     experiment: inference_tensor_cache,
 };
 

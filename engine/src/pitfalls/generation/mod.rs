@@ -2,27 +2,33 @@
 //! live generate run on a decoder (the CPU preset on a CPU, the Llama-3.2-1B shape on a
 //! GPU). Every rule is a pure function of the measured figures ([`rules`]), tested against
 //! CPU-like and CUDA-like figures; the experiments gather those figures: `memory` (what the
-//! cache and the graph hold), `speed` (what the steps cost) and `settings` (the settings
-//! LLM teams choose today: quantized weights, the cache's dtype, fp16's range, the
-//! attention kernel) and `families` (the decoder families teams serve now: a sliding
+//! cache and the graph hold), `speed` (what the steps cost), the settings LLM teams choose
+//! today, one file each: `quantized` (quantized weights and their kernels), `kv_dtype` (the
+//! cache's dtype), `overflow` (fp16's range), `attention` (the attention kernel), `quality`
+//! (int4 on a trained model), and `families` (the decoder families teams serve now: a sliding
 //! window's cache, a mixture of experts' memory and reads), one card family each.
 
+mod attention;
 mod families;
+mod kv_dtype;
 mod memory;
+mod overflow;
 mod quality;
-mod settings;
+mod quantized;
 mod speed;
 
 pub use families::{MOE_BATCH_READS_MORE, MOE_MEMORY_IS_TOTAL, SLIDING_WINDOW_KV};
 pub use quality::INT4_ON_A_TRAINED_MODEL;
 pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, PADDING_WASTE, STATIC_CACHE};
-pub use settings::{FP16_OVERFLOW, INT8_SPEED_DEPENDS, KV_DTYPE, QUANTIZED_WEIGHTS_NOT_KV, SDPA_BACKEND};
+pub use attention::SDPA_BACKEND;
+pub use kv_dtype::KV_DTYPE;
+pub use overflow::FP16_OVERFLOW;
+pub use quantized::{INT8_SPEED_DEPENDS, QUANTIZED_WEIGHTS_NOT_KV};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
 
 use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, KvDtype, ModelId, Report, RunFailure, RunSpec};
 
 use super::kit::{measure, Ctx};
-use super::Card;
 use crate::lab::Lab;
 use crate::torch_call::failure;
 
@@ -197,13 +203,6 @@ pub mod rules {
         (rho > 0.5 && ratio > 2.0 && same_tokens && off_held < cached_held, rho, ratio)
     }
 
-    /// `decoder-table`: eval only's peak within 10% of train's, eval + no_grad's below
-    /// train's by more than 90% of train's graph, inference_mode's no higher than no_grad's
-    /// beyond `rounding` (the allocator's, [`peak_rounding`]).
-    pub fn table_holds(train: f64, eval_only: f64, no_grad: f64, inference: f64, graph: f64, rounding: f64) -> bool {
-        (eval_only - train).abs() <= 0.1 * train && train - no_grad > 0.9 * graph && inference <= no_grad + rounding
-    }
-
     /// How far two peaks of the same tensors may differ on `device` by its allocator's
     /// rounding alone: 0 on the CPU (its counter sees the bytes asked for); on CUDA one
     /// unsplit tail (under [`crate::device::CUDA_LARGE_TAIL_BYTES`]) for each of the
@@ -242,30 +241,6 @@ pub mod rules {
         prefill_tflops > 4.0 * decode_tflops && decode_intensity < 4.0
     }
 }
-
-/// Every generation card, in tour order.
-pub const CARDS: [&Card; 20] = [
-    &GENERATE_NO_GRAD,
-    &KV_CACHE_SIZE,
-    &GQA,
-    &USE_CACHE_OFF,
-    &PREFILL_VS_DECODE,
-    &DECODE_BATCH,
-    &STATIC_CACHE,
-    &PADDING_WASTE,
-    &INFERENCE_TENSOR_CACHE,
-    &AUTOCAST_DECODE,
-    &DECODER_TABLE,
-    &QUANTIZED_WEIGHTS_NOT_KV,
-    &INT8_SPEED_DEPENDS,
-    &KV_DTYPE,
-    &INT4_ON_A_TRAINED_MODEL,
-    &FP16_OVERFLOW,
-    &SDPA_BACKEND,
-    &SLIDING_WINDOW_KV,
-    &MOE_MEMORY_IS_TOTAL,
-    &MOE_BATCH_READS_MORE,
-];
 
 #[cfg(test)]
 mod tests {
@@ -306,20 +281,6 @@ mod tests {
         assert_eq!(knee(&[1, 4, 16, 64], &[50.0, 195.0, 700.0, 760.0]), Some(16));
         // Compute-bound from the start: per-token latency grows with the batch.
         assert!(!batching_pays(&[100.0, 110.0, 120.0, 130.0], &[10.0, 18.0, 33.0, 61.0], &batches, 2.0, 3.0));
-    }
-
-    #[test]
-    fn the_table_rule_allows_only_the_allocators_rounding() {
-        use protocol::DeviceKind;
-        let (train, graph) = (100e6, 40e6);
-        // CPU: exact counts, inference_mode one byte above no_grad refutes.
-        let cpu = peak_rounding(DeviceKind::Cpu) as f64;
-        assert!(table_holds(train, 101e6, 55e6, 55e6, graph, cpu));
-        assert!(!table_holds(train, 101e6, 55e6, 55e6 + 1.0, graph, cpu));
-        // CUDA: a block's tail of difference is rounding, a whole extra buffer is not.
-        let cuda = peak_rounding(DeviceKind::Cuda) as f64;
-        assert!(table_holds(train, 101e6, 55e6, 55e6 + 512.0 * 3.0 + 700e3, graph, cuda));
-        assert!(!table_holds(train, 101e6, 55e6, 55e6 + 20e6, graph, cuda));
     }
 
     #[test]

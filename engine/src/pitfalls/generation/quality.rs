@@ -6,7 +6,7 @@
 use protocol::{ChartKind, GenerationReport, GradMode, KvCacheKind, LinearQuant, RunFailure, RunSpec, WeightQuant, WeightsDtype};
 
 use super::super::kit::{fig, series, Ctx, Decision, Outcome};
-use super::super::{Ask, Card, Needs};
+use super::super::{Ask, Card, Needs, Said};
 use super::{gen_spec, generate};
 use crate::lab::Lab;
 use crate::torch_call::failure;
@@ -24,15 +24,21 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
     labels: ["int4 judged by greedy agreement on a random-weights model", "int4 judged by bits per byte of a trained model on held-out text"],
     setup: int4_on_a_trained_model_setup,
     needs: Needs::Any,
-    claim: "Weight-only int4 (groups of 32) raises a trained model's bits per byte on held-out text by well under 5%, and it keeps most of its greedy picks; on random weights the same quantization flips most greedy picks, because their top-1 margins are tiny. Judge a quantization on a trained model, by a quality figure on real text.",
-    why: "A greedy pick flips when a perturbation of the logits exceeds the gap between the best and the second-best token. Random weights give near-uniform logits with tiny gaps, so almost any rounding flips them; a trained model is confident where the text is predictable, and its cross-entropy on held-out text moves only as far as the rounding moves its probabilities. What makes int4 hard on large trained models is their outlier weights, which a per-group scale follows; torchao and gpt-fast judge a quantization by perplexity on real text for this reason.",
-    statements: &[],
+    claim: "Weight-only int4 (groups of 32) raises a trained model's bits per byte on held-out text by under 5% and leaves most of its greedy picks as they were; on random weights, whose top-1 margins are tiny, the same quantization flips most greedy picks. Judge a quantization on a trained model, by a quality figure on real text.",
+    statements: &[
+        Said::run("In fp32 the trained model needs fewer bits per byte than gzip -9 on the held-out text: it has learned the text's kind.", &["fp32: bits per byte", "gzip -9: bits per byte"]),
+        Said::run("int4 in groups of 32 raised its bits per byte by under 5%.", &["int4: bits per byte", "fp32: bits per byte"]),
+        Said::source("On CUDA int4's kernel (torch._weight_int4pack_mm) takes bf16 activations only, so there the int4 figures are int4 with bf16 activations.", "aten/src/ATen/native/cuda/int4mm.cu", "_weight_int4pack_mm_cuda", "pitfalls"),
+        Said::run("int4 left most of the trained model's greedy picks as they were.", &["trained: greedy agreement"]),
+        Said::run("The same int4 flipped most greedy picks of the random-weights preset.", &["random: greedy agreement"]),
+        Said::run("A greedy pick can flip only where its top-1 margin is small against the change int4 makes to the logits: far more of the random weights' positions had a margin below int4's largest change of a logit than the trained model's.", &["random: low-margin share", "trained: low-margin share"]),
+    ],
     source: "https://github.com/pytorch-labs/gpt-fast#int4-weight-only-quantization",
     pitfall: "agree = (quantized.generate(ids).sequences == model.generate(ids).sequences).float().mean()",
     fix: "bits = sum(-log_softmax(model(x).logits, -1).gather(-1, y[..., None]).sum() for x, y in held_out) / n_bytes / math.log(2)",
-    threshold: "confirmed when the trained model's bits per byte with int4 (groups of 32) linear layers is at most 1.05× its fp32 figure on the held-out text, and int4 leaves it a higher greedy agreement with its unquantized self than it leaves the random-weights preset. Regime: any device; the bits per byte repeat to the last digits",
+    threshold: "confirmed when the trained model's bits per byte with int4 (groups of 32) linear layers is at most 1.05× its fp32 figure on the held-out text, and int4 leaves it a higher greedy agreement with its unquantized self than it leaves the random-weights preset. Regime: any device (on CUDA int4 runs with bf16 activations, the only dtype its kernel takes); the bits per byte repeat to the last digits",
     question: crate::pitfalls::ratio(
-        "The trained model on its held-out text: its bits per byte with int4 linear layers (groups of 32), as a multiple of its bits per byte in fp32?",
+        "The trained model on its held-out text: its bits per byte with int4 linear layers (groups of 32, in the activations the int4 kernel takes on this device), as a multiple of its bits per byte in fp32?",
         "int4: bits per byte",
         "fp32: bits per byte",
         Ask::LogScale { min: 0.5, max: 8.0, within: 1.05 },
@@ -43,13 +49,8 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
 /// What the card runs: the trained model's quality in fp32 and with int4, a generation of it
 /// with int4 (its drift), and the same generation on the random-weights Llama preset.
 fn plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
-    let int4 = |mut spec: RunSpec| {
-        if let Some(g) = spec.generate.as_mut() {
-            g.weights = WeightQuant::Int4;
-            g.group_size = Some(GROUP);
-        }
-        spec
-    };
+    // In the dtype int4 runs in on the device (CUDA's kernel takes bf16 only).
+    let int4 = |spec: RunSpec| crate::lab::quantized(spec, LinearQuant { weights: WeightQuant::Int4, group_size: GROUP }, ctx.device);
     // The trained model and the preset it is set against, whatever model the card's
     // options name: the lesson is the pair.
     let trained_model: protocol::ModelId = protocol::decoder::TRAINED_PRESET.parse().unwrap_or(protocol::ModelId::TinyMlp);
@@ -64,8 +65,12 @@ fn plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
 }
 
 fn describe(trained: &RunSpec) -> String {
+    let act = match trained.advanced.weights {
+        WeightsDtype::Fp32 => String::new(),
+        w => format!(", int4 in {} (the only dtype CUDA's int4 kernel takes)", w.as_str()),
+    };
     format!(
-        "{}, fp32 weights, linear layers in fp32 and in int4 (groups of {GROUP}), no_grad, eval",
+        "{}, fp32 weights, linear layers in fp32 and in int4 (groups of {GROUP}){act}, no_grad, eval",
         trained.model.display_name()
     )
 }
@@ -99,7 +104,7 @@ fn int4_on_a_trained_model(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailu
     let bits = |w: WeightQuant| {
         q.rows
             .iter()
-            .find(|r| r.quant == w && r.weights == WeightsDtype::Fp32)
+            .find(|r| r.quant == w && r.weights == crate::spec::weights_for(ctx.device, w, WeightsDtype::Fp32))
             .map(|r| r.bits_per_byte)
             .ok_or_else(|| failure(protocol::FailureKind::Internal, "a quality row is missing"))
     };
