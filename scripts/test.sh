@@ -29,6 +29,9 @@ for f in gradless-load.json gradless-viewers.json gradless-soak.json gradless-ho
   [ -f "$CARGO_TARGET_DIR/$f" ] && echo "figures ($f): $(cat "$CARGO_TARGET_DIR/$f")"
 done
 
+echo "==> docs/lessons.md is what the cards say (each lesson's statements and how each is known)"
+python3 scripts/lessons-doc.py "$CARGO_TARGET_DIR/release/gradless" --check
+
 echo "==> Quantized linear layers against a plain-PyTorch peer on the same weights (bench/generate.py --check; about 20 s)"
 # The peer quantizes the same safetensors with linear.rs's formula and calls the same packed
 # kernels: the weights' bytes, the greedy tokens and the drift must agree (never the timings).
