@@ -1,7 +1,10 @@
 //! Gradless's decoder computes what Hugging Face transformers computes, for models a team
 //! saved with `save_pretrained` (a Llama, a Qwen2 with q/k/v biases and a tied head, a Llama
 //! with Llama 3's RoPE scaling): every position's prefill logits within 1e-4 (fp32), and the
-//! same 32 greedy tokens with a dynamic cache, a static one and none. Needs a Python with
+//! same 32 greedy tokens with a dynamic cache, a static one and none. The Llama also as a
+//! team's checkpoint usually sits on disk: sharded (`model.safetensors.index.json` and its
+//! shards), in fp32 and stored in bf16; and the ways such a folder is refused at start-up,
+//! naming the file, instead of running on random weights. Needs a Python with
 //! torch and transformers: `GRADLESS_PYTHON` (scripts/test.sh points it at the venv).
 
 use engine::models::decoder::{KvCache, Logits};
@@ -53,7 +56,18 @@ fn prefill_logits_and_greedy_tokens_match_transformers() {
     assert!(status.success(), "the fixture script failed");
     let loaded = engine::team::load_dir(&dir.join("models"), None).unwrap();
     assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
-    assert_eq!(loaded.decoders.len(), 3);
+    assert_eq!(loaded.decoders.len(), 5);
+    // Where the weights came from, in every report: the sharded folders name their index,
+    // their shards and the dtype as stored.
+    for d in &loaded.decoders {
+        let p = d.provenance();
+        if d.name.contains("sharded") {
+            assert!(p.contains("safetensors shards + model.safetensors.index.json") && p.contains("sha256"), "{p}");
+            let dtype = if d.name.ends_with("bf16") { "bf16 as stored" } else { "fp32 as stored" };
+            assert!(p.contains(dtype), "{p}");
+        }
+        assert!(!d.random_weights(), "{}: {p}", d.name);
+    }
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
     let prompt: Vec<Vec<i64>> = serde_json::from_value(reference["prompt"].clone()).unwrap();
@@ -81,5 +95,52 @@ fn prefill_logits_and_greedy_tokens_match_transformers() {
             assert_eq!(greedy(&model, &prompt, 32, kind), tokens, "{name}, {} cache", kind.as_str());
         }
     }
+    refusals(&dir);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sharded folder that cannot be read as a whole is refused at start-up naming the file;
+/// a folder with a config and no weights is served on random weights and says so.
+fn refusals(dir: &std::path::Path) {
+    let source = dir.join("models/hf_llama_sharded");
+    let shards: Vec<std::path::PathBuf> = std::fs::read_dir(&source)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    let case = |name: &str, change: &dyn Fn(&std::path::Path)| {
+        let models = dir.join(format!("refused-{name}"));
+        let folder = models.join("team_llama");
+        std::fs::create_dir_all(&folder).unwrap();
+        for f in std::fs::read_dir(&source).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, folder.join(f.file_name().unwrap())).unwrap();
+        }
+        change(&folder);
+        let loaded = engine::team::load_dir(&models, None).unwrap();
+        assert!(loaded.decoders.is_empty(), "{name}: served anyway");
+        assert_eq!(loaded.problems.len(), 1, "{name}");
+        loaded.problems[0].reason.clone()
+    };
+    let shard = shards[1].file_name().unwrap().to_string_lossy().into_owned();
+    let missing = case("missing", &|f| std::fs::remove_file(f.join(&shard)).unwrap());
+    assert!(missing.contains(&shard) && missing.contains("missing"), "{missing}");
+    let truncated = case("truncated", &|f| {
+        let bytes = std::fs::read(f.join(&shard)).unwrap();
+        std::fs::write(f.join(&shard), &bytes[..bytes.len() - 100]).unwrap();
+    });
+    assert!(truncated.contains(&shard) && truncated.contains("not a complete safetensors file"), "{truncated}");
+    let outside = case("outside", &|f| {
+        let index = f.join("model.safetensors.index.json");
+        let text = std::fs::read_to_string(&index).unwrap().replacen(&format!("\"{shard}\""), "\"../elsewhere.safetensors\"", 1);
+        std::fs::write(index, text).unwrap();
+    });
+    assert!(outside.contains("../elsewhere.safetensors") && outside.contains("a file in the model's folder"), "{outside}");
+    // A config alone: served, on random weights, and every report says so.
+    let bare = dir.join("bare");
+    std::fs::create_dir_all(bare.join("team_bare")).unwrap();
+    std::fs::copy(source.join("config.json"), bare.join("team_bare/config.json")).unwrap();
+    let loaded = engine::team::load_dir(&bare, None).unwrap();
+    let d = &loaded.decoders[0];
+    assert!(d.random_weights() && d.provenance().contains("random, seeded: no weights in this folder"), "{}", d.provenance());
 }

@@ -683,13 +683,58 @@ pub enum DecoderSource {
     /// A built-in shape with random seeded weights; `copies` names the model whose shape it
     /// copies.
     Preset { copies: String },
-    /// A folder in the models directory: its `config.json`, and its `model.safetensors`
-    /// weights when `weights` is true (random seeded weights otherwise).
-    Team { folder: String, weights: bool },
+    /// A folder in the models directory: its `config.json`, and its weights when `weights`
+    /// is true (`model.safetensors`, or `model.safetensors.index.json` and its shards, as
+    /// `stored` describes them); random seeded weights otherwise.
+    Team {
+        folder: String,
+        weights: bool,
+        /// The files the weights are read from (absent in records made before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stored: Option<StoredWeights>,
+    },
     /// A model trained by this project, shipped in the repository's `models/{folder}`
     /// (`config.json`, `model.safetensors`, the held-out text its quality is measured on).
     /// Its vocabulary is bytes: id *b* is byte *b*, `bos` starts every sequence.
     Trained { folder: String, corpus: String, bos: u32 },
+}
+
+/// A checkpoint's weights as they sit on disk: what every report says they came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoredWeights {
+    /// Each file with its bytes: the index first for a sharded checkpoint, then the shards.
+    pub files: Vec<(String, u64)>,
+    /// The dtype as stored (`bf16`; `fp32 + bf16` when a checkpoint mixes them).
+    pub dtype: String,
+    /// SHA-256 of `hashed`: the index of a sharded checkpoint (it names every shard), or the
+    /// single file.
+    pub sha256: String,
+    pub hashed: String,
+}
+
+impl StoredWeights {
+    /// The bytes of every file.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|(_, b)| b).sum()
+    }
+
+    /// "6 shards + model.safetensors.index.json, 1.2 MiB, bf16 as stored, sha256 3f2a…"
+    pub fn describe(&self) -> String {
+        let shards = self.files.iter().filter(|(n, _)| n.ends_with(".safetensors")).count();
+        let what = if self.files.len() > shards {
+            format!("{shards} safetensors shards + {}", self.hashed)
+        } else {
+            self.hashed.clone()
+        };
+        format!(
+            "{what}, {}, {} as stored, sha256 of {} {}",
+            crate::format_bytes(self.bytes()),
+            self.dtype,
+            self.hashed,
+            &self.sha256[..self.sha256.len().min(12)]
+        )
+    }
 }
 
 /// A decoder this process serves.
@@ -723,14 +768,15 @@ impl DecoderModel {
             DecoderSource::Preset { copies } => format!(
                 "the shape of {copies}, random seeded weights: real memory and latency, meaningless text"
             ),
-            DecoderSource::Team { folder, weights: true } => {
-                format!("config.json and model.safetensors from the models directory's `{folder}`")
-            }
+            DecoderSource::Team { folder, weights: true, stored } => match stored {
+                Some(s) => format!("config.json and weights from the models directory's `{folder}`: {}", s.describe()),
+                None => format!("config.json and model.safetensors from the models directory's `{folder}`"),
+            },
             DecoderSource::Trained { folder, corpus, .. } => {
                 format!("trained by this project on {corpus} (models/{folder}): its text is learned, not random")
             }
-            DecoderSource::Team { folder, weights: false } => format!(
-                "config.json from the models directory's `{folder}`, random seeded weights (no model.safetensors): real memory and latency, meaningless text"
+            DecoderSource::Team { folder, weights: false, .. } => format!(
+                "config.json from the models directory's `{folder}`, random, seeded: no weights in this folder (no model.safetensors or model.safetensors.index.json): real memory and latency, meaningless text"
             ),
         }
     }

@@ -1,6 +1,9 @@
 //! Team decoders: a folder in the models directory holding a Hugging Face `config.json`
-//! (and, optionally, the `model.safetensors` that `save_pretrained` writes beside it) is a
-//! decoder served beside the TorchScript models. Its config is read and checked at
+//! (and, optionally, the weights `save_pretrained` writes beside it: `model.safetensors`, or
+//! `model.safetensors.index.json` and its shards) is a decoder served beside the
+//! TorchScript models. Its weight files are checked here (`WeightFiles::find`: a missing
+//! or truncated shard, an index naming a file outside the folder, a dtype Gradless cannot
+//! read refuse the folder, naming the file), and described in every report. Its config is read and checked at
 //! start-up by its family's reader (`crate::models::decoder::read_config`: Llama, Mistral,
 //! Qwen2, Qwen3, Gemma 3, Qwen3-MoE, Mixtral); its weights are read when a run builds it
 //! (`crate::models::decoder`).
@@ -47,13 +50,24 @@ pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
         Ok(c) => c,
         Err(e) => return problem(e),
     };
-    let weights = dir.join("model.safetensors").is_file();
+    // A weights problem names the folder; its reason names the file or the tensor.
+    let weights_problem = |reason: String| Some(Err(Problem { file: format!("{name}/"), reason }));
+    let stored = match crate::models::decoder::weights::WeightFiles::find(dir) {
+        Ok(None) => None,
+        Ok(Some(files)) => match files.stored() {
+            Ok(s) => Some(s),
+            Err(e) => return weights_problem(e),
+        },
+        Err(e) => return weights_problem(e),
+    };
+    let weights = stored.is_some();
     Some(Ok(DecoderModel {
         display_name: format!("{name} ({})", config.architecture.class_name()),
         name: name.clone(),
         source: DecoderSource::Team {
             folder: name,
             weights,
+            stored,
         },
         config,
     }))

@@ -39,6 +39,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod registry;
+pub mod weights;
 pub use cache::KvCache;
 pub use family::{Family, Layout};
 pub use registry::{read_config, FAMILIES};
@@ -482,17 +483,18 @@ pub(crate) fn register_team_folders(folders: HashMap<String, PathBuf>) {
     *TEAM_FOLDERS.write().unwrap_or_else(|e| e.into_inner()) = Some(folders);
 }
 
-/// The file a served decoder's weights are read from, when it has one: a team folder's
-/// `model.safetensors`, or the trained model's in [`trained_dir`].
-pub fn weights_file(model: &DecoderModel) -> Option<PathBuf> {
+/// The folder a served decoder's weights are read from, when it has one: a team folder
+/// with `model.safetensors` or `model.safetensors.index.json`, or the trained model's
+/// folder in [`trained_dir`].
+pub fn weights_dir(model: &DecoderModel) -> Option<PathBuf> {
     match &model.source {
-        DecoderSource::Trained { folder, .. } => Some(trained_dir(folder).join("model.safetensors")),
+        DecoderSource::Trained { folder, .. } => Some(trained_dir(folder)),
         DecoderSource::Team { weights: true, .. } => TEAM_FOLDERS
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()?
             .get(&model.name)
-            .map(|dir| dir.join("model.safetensors")),
+            .cloned(),
         _ => None,
     }
 }
@@ -507,43 +509,24 @@ pub fn trained_dir(folder: &str) -> PathBuf {
     root.join(folder)
 }
 
-/// Builds the served decoder `name` in `vs`: random seeded weights, or a team folder's
-/// `model.safetensors` loaded by name (fp32, bf16 or fp16 on disk; stored as the VarStore's
-/// fp32 until the run's weights dtype converts them). Panics (caught as a run failure by
-/// the lab's `catch_torch`) when the decoder is not served or its weights do not load.
+/// Builds the served decoder `name` in `vs`: random seeded weights for a folder without
+/// any, or its weights read by name ([`weights::WeightFiles`]: one file or the shards of
+/// an index; fp32, bf16 or fp16 on disk, stored as the VarStore's fp32 until the run's
+/// weights dtype converts them). Panics (caught as a run failure by the lab's
+/// `catch_torch`) when the decoder is not served or its weights do not load: a model whose
+/// files are there never runs on random weights.
 pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
     let Some(model) = protocol::decoder::lookup(name) else {
         panic!("the decoder `{name}` is not served here");
     };
     let decoder = Decoder::new(&vs.root(), &model.config);
-    if let Some(path) = weights_file(model) {
-        if let Err(e) = load_safetensors(vs, &path) {
-            panic!("could not load {}: {e}", path.display());
+    if let Some(dir) = weights_dir(model) {
+        let loaded = weights::WeightFiles::find(&dir).and_then(|w| {
+            w.ok_or_else(|| "its weights are gone from the folder".to_string())?.load_into(vs)
+        });
+        if let Err(e) = loaded {
+            panic!("could not load the weights of `{name}` from {}: {e}", dir.display());
         }
     }
     Box::new(decoder)
-}
-
-/// Copies every variable's values from a safetensors file written by transformers'
-/// `save_pretrained`: names must match, shapes must agree; a tied head has no entry.
-pub fn load_safetensors(vs: &nn::VarStore, path: &std::path::Path) -> Result<(), String> {
-    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(path)
-        .map_err(|e| crate::torch_call::first_line(&e.to_string()))?
-        .into_iter()
-        .collect();
-    let _no_grad = tch::no_grad_guard();
-    for (name, mut var) in vs.variables() {
-        let src = tensors
-            .get(&name)
-            .ok_or_else(|| format!("the file has no tensor `{name}`"))?;
-        if src.size() != var.size() {
-            return Err(format!(
-                "`{name}` is {:?} in the file, {:?} in the config's shape",
-                src.size(),
-                var.size()
-            ));
-        }
-        var.f_copy_(src).map_err(|e| crate::torch_call::first_line(&e.to_string()))?;
-    }
-    Ok(())
 }
