@@ -201,6 +201,30 @@ const PHI3: &str = r#"{"architectures": ["Phi3ForCausalLM"], "model_type": "phi3
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "vocab_size": 100, "sliding_window": 16, "embd_pdrop": 0.0, "original_max_position_embeddings": 4096}"#;
 
+/// Configs as teams have them: a field set to what Gradless builds is read past and listed
+/// (Mistral's `"attention_bias": false`), a tool's stamp too; the same field set to what
+/// Gradless does not build is refused, naming the field once.
+#[test]
+fn fields_set_to_what_gradless_builds_are_read_past_and_listed() {
+    let mistral = r#"{"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 100, "sliding_window": null}"#;
+    let with = |k: &str, v: serde_json::Value| {
+        let mut m: serde_json::Value = serde_json::from_str(mistral).unwrap();
+        m.as_object_mut().unwrap().insert(k.into(), v);
+        m.to_string()
+    };
+    let (plain, none) = engine::models::decoder::registry::read_config_noting(mistral).unwrap();
+    assert!(none.is_empty(), "{none:?}");
+    let (config, read_past) = engine::models::decoder::registry::read_config_noting(&with("attention_bias", false.into())).unwrap();
+    assert_eq!(config, plain, "attention_bias: false builds the same model");
+    assert_eq!(read_past, ["attention_bias: false"]);
+    let (_, stamp) = engine::models::decoder::registry::read_config_noting(&with("unsloth_version", "2025.1".into())).unwrap();
+    assert_eq!(stamp, ["unsloth_version"]);
+    let e = read_config(&with("attention_bias", true.into())).expect_err("a bias Gradless does not build");
+    assert!(e.contains("`attention_bias`") && !e.contains("attention_bias.attention_bias"), "{e}");
+}
+
 #[test]
 fn malformed_configs_are_refused_naming_the_field() {
     let phi = read_config(PHI3).unwrap();

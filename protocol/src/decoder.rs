@@ -692,6 +692,10 @@ pub enum DecoderSource {
         /// The files the weights are read from (absent in records made before it was kept).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stored: Option<StoredWeights>,
+        /// config.json's fields read past: a tool's metadata (`unsloth_version`), and fields
+        /// set to what Gradless builds anyway (`attention_bias: false`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        read_past: Vec<String>,
     },
     /// A model trained by this project, shipped in the repository's `models/{folder}`
     /// (`config.json`, `model.safetensors`, the held-out text its quality is measured on).
@@ -764,11 +768,21 @@ impl DecoderModel {
 
     /// One line on where the shape and the weights come from, for pages and reports.
     pub fn provenance(&self) -> String {
+        let line = self.weights_line();
+        match &self.source {
+            DecoderSource::Team { read_past, .. } if !read_past.is_empty() => {
+                format!("{line}; config.json's fields read past (of no effect on what Gradless builds): {}", read_past.join(", "))
+            }
+            _ => line,
+        }
+    }
+
+    fn weights_line(&self) -> String {
         match &self.source {
             DecoderSource::Preset { copies } => format!(
                 "the shape of {copies}, random seeded weights: real memory and latency, meaningless text"
             ),
-            DecoderSource::Team { folder, weights: true, stored } => match stored {
+            DecoderSource::Team { folder, weights: true, stored, .. } => match stored {
                 Some(s) => format!("config.json and weights from the models directory's `{folder}`: {}", s.describe()),
                 None => format!("config.json and model.safetensors from the models directory's `{folder}`"),
             },

@@ -46,7 +46,7 @@ pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
         Ok(t) => t,
         Err(e) => return problem(format!("cannot be read: {e}")),
     };
-    let config = match crate::models::decoder::read_config(&text) {
+    let (config, read_past) = match crate::models::decoder::registry::read_config_noting(&text) {
         Ok(c) => c,
         Err(e) => return problem(e),
     };
@@ -68,6 +68,7 @@ pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
             folder: name,
             weights,
             stored,
+            read_past,
         },
         config,
     }))

@@ -68,7 +68,14 @@ pub(super) fn parse<T: DeserializeOwned>(a: Architecture, fields: Map<String, Va
         let inner = e.inner().to_string();
         if let Some(rest) = inner.strip_prefix("unknown field `") {
             let field = rest.split('`').next().unwrap_or(rest);
-            let at = if path == "." { String::new() } else { format!("{path}.") };
+            // The path already ends with the field at the top level (`attention_bias`): name
+            // the field once.
+            let at = match path.strip_suffix(field).map(|p| p.trim_end_matches('.')) {
+                _ if path == "." => String::new(),
+                Some("") => String::new(),
+                Some(parent) => format!("{parent}."),
+                None => format!("{path}."),
+            };
             return format!(
                 "`{at}{field}` is not a config.json field Gradless reads for {}: it does not build what the field may change, so it refuses the config rather than build another model; remove the field if it has no effect",
                 a.class_name()

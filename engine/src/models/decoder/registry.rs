@@ -101,6 +101,29 @@ const METADATA: &[&str] = &[
 /// build, an unknown field, a missing required one, one of the wrong type or two that
 /// contradict each other is an error naming the field.
 pub fn read_config(text: &str) -> Result<DecoderConfig, String> {
+    read_config_noting(text).map(|(config, _)| config)
+}
+
+/// Fields a family's reader does not know that are read past when set to what Gradless
+/// builds anyway (a Mistral saved with `"attention_bias": false`: its projections have no
+/// bias, as Gradless builds them). Set to anything else, the family's reader refuses them,
+/// naming the field. Qwen2 always has q/k/v biases, so its `attention_bias` is never read
+/// past.
+const AS_BUILT: &[(&str, fn() -> Value, &[Architecture])] = &[
+    ("attention_bias", || Value::Bool(false), &[Architecture::Qwen2]),
+    ("mlp_bias", || Value::Bool(false), &[]),
+    ("pretraining_tp", || Value::from(1), &[]),
+];
+
+/// Whether `key` is a trainer's or a tool's metadata, of no effect on the model: keys that
+/// begin with `_`, and the version stamps tools leave (`unsloth_version`, ...).
+fn is_metadata(key: &str) -> bool {
+    METADATA.contains(&key) || key.starts_with('_') || key.ends_with("_version")
+}
+
+/// [`read_config`], and the fields it read past (metadata of no effect, and fields set to
+/// what Gradless builds), which the folder's report lists.
+pub fn read_config_noting(text: &str) -> Result<(DecoderConfig, Vec<String>), String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("config.json is not JSON: {e}"))?;
     let Value::Object(mut fields) = v else {
         return Err("config.json must be a JSON object".into());
@@ -139,6 +162,25 @@ pub fn read_config(text: &str) -> Result<DecoderConfig, String> {
     if fields.get("quantization_config").is_some_and(|q| !q.is_null()) {
         return Err("`quantization_config`: a quantized checkpoint is not one Gradless loads; give the unquantized weights (Gradless quantizes them itself: generate.quant)".into());
     }
-    fields.retain(|k, _| !METADATA.contains(&k.as_str()));
-    family.read(fields)
+    let mut read_past = vec![];
+    fields.retain(|k, _| {
+        let meta = is_metadata(k);
+        // The common metadata is not worth a line in every report; a tool's stamp is.
+        if meta && !METADATA.contains(&k.as_str()) {
+            read_past.push(k.clone());
+        }
+        !meta
+    });
+    for (key, built, except) in AS_BUILT {
+        if !except.contains(&a) && fields.get(*key) == Some(&built()) {
+            let reader_knows = family.read(fields.clone()).is_ok();
+            // Kept where the family's own reader takes it (Llama reads `attention_bias`).
+            if !reader_knows {
+                fields.remove(*key);
+                read_past.push(format!("{key}: {}", built()));
+            }
+        }
+    }
+    read_past.sort();
+    family.read(fields).map(|c| (c, read_past))
 }
