@@ -327,6 +327,7 @@ pub fn figures_view(r: &Report, which: String) -> impl IntoView + use<> {
                 {attention.map(|a| view! { <tr><th>"Attention (SDPA backend)"</th><td data-testid="gen-attention">{a}</td></tr> })}
                 <tr><th>"Prefill compute"</th><td>{format!("{:.3} TFLOP/s{compute_peak}", g.prefill_tflops)}</td></tr>
                 {quantized_prefill.map(|n| view! { <tr><th>"Quantized prefill"</th><td data-testid="gen-quant-prefill">{n}</td></tr> })}
+                {g.weights_source.clone().map(|w| view! { <tr><th>"Weights from"</th><td data-testid="gen-weights-source">{w}</td></tr> })}
                 <tr><th>"Measured on"</th><td>{env}</td></tr>
             </table>
             <p class="explain">{format!("{} prefill step and {} decode steps; one warm-up generation ran first, outside the figures.", prefill_steps, g.steps.len() - prefill_steps)}</p>

@@ -93,7 +93,10 @@ pub fn GeneratePage() -> impl IntoView {
         .iter()
         .filter(|m| m.id.is_decoder())
         .map(|m| {
-            let name = format!("{} · {} parameters", m.name, group(m.parameters));
+            // A model on random seeded weights says so in the picker itself: its text and
+            // quality figures are of a model that does not exist.
+            let random = m.id.decoder().is_some_and(|d| d.random_weights());
+            let name = format!("{} · {} parameters{}", m.name, group(m.parameters), if random { " · random weights" } else { "" });
             let text = match &m.fit {
                 Some(_) => format!("{name} · does not fit this server at the default settings"),
                 None => name,

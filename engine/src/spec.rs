@@ -163,12 +163,7 @@ pub fn check_spec(
             .resolve(machine.has_cuda())
             .unwrap_or(DeviceKind::Cpu),
     };
-    if let Some(e) = spec.advanced.unsupported_on(device) {
-        return Err(e);
-    }
-    if let Some(g) = &spec.generate {
-        check_generation(&spec, g, device, machine)?;
-    }
+    check_device(&spec, device, machine.compute_capability())?;
     if spec.advanced.cuda_graph {
         if let Some(message) = cuda_graph_refusal(&spec) {
             return Err(SpecError {
@@ -203,17 +198,31 @@ pub fn check_spec(
     Ok(CheckedSpec::new(spec, device))
 }
 
+/// The checks of `spec` that depend on the device it runs on and nothing else of the
+/// machine (`cc`: a GPU's compute capability, major × 10 + minor): the CUDA-only switches
+/// on a CPU, a generation's fp8 cache, int4 on CUDA. A pure function: the quality table
+/// checks its rows with it before building them, and tests check CUDA specs with it on a
+/// machine without CUDA.
+pub fn check_device(spec: &RunSpec, device: DeviceKind, cc: Option<u32>) -> Result<(), SpecError> {
+    if let Some(e) = spec.advanced.unsupported_on(device) {
+        return Err(e);
+    }
+    if let Some(g) = &spec.generate {
+        check_generation(spec, g, device, cc)?;
+    }
+    Ok(())
+}
+
 /// The checks of a generation that depend on the device: an fp8 cache, int4 on CUDA.
 fn check_generation(
     spec: &RunSpec,
     g: &GenerateSpec,
     device: DeviceKind,
-    machine: &Machine,
+    cc: Option<u32>,
 ) -> Result<(), SpecError> {
     // fp8 where the hardware has it (Ada, Hopper and later): elsewhere an fp8 cache is a
     // lesson about bytes only, and the page says so instead of running it.
     let fp8 = g.kv_dtype == protocol::KvDtype::Fp8E4m3;
-    let cc = machine.compute_capability();
     if fp8 && (device == DeviceKind::Cpu || cc.is_some_and(|cc| cc < 89)) {
         return Err(SpecError {
             field: "generate.kv_dtype".into(),
@@ -227,10 +236,7 @@ fn check_generation(
             },
         });
     }
-    if device == DeviceKind::Cuda
-        && g.weights == protocol::WeightQuant::Int4
-        && spec.advanced.weights != protocol::WeightsDtype::Bf16
-    {
+    if weights_for(device, g.weights, spec.advanced.weights) != spec.advanced.weights {
         return Err(SpecError {
             field: "generate.quant".into(),
             message: format!(
@@ -240,6 +246,23 @@ fn check_generation(
         });
     }
     Ok(())
+}
+
+/// The weights' dtype a generation whose linear layers are quantized as `quant` runs in on
+/// `device`, when `asked` was asked for: int4 on CUDA runs PyTorch's tinygemm kernel
+/// (`torch._weight_int4pack_mm`), which takes bf16 activations (and bf16 scales and zeros)
+/// only, so there it is bf16 whatever was asked; everywhere else what was asked. The spec
+/// check refuses a generation whose dtype is not this one; the quality table
+/// (`lab::quality`) and the cards build their int4 rows and runs with it.
+pub fn weights_for(
+    device: DeviceKind,
+    quant: protocol::WeightQuant,
+    asked: protocol::WeightsDtype,
+) -> protocol::WeightsDtype {
+    match (device, quant) {
+        (DeviceKind::Cuda, protocol::WeightQuant::Int4) => protocol::WeightsDtype::Bf16,
+        _ => asked,
+    }
 }
 
 /// Why a graph cannot be captured for `spec`, in words for the spec's checks; `None` when

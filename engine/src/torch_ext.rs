@@ -546,5 +546,13 @@ pub fn guard_stop(message: &str) -> Option<GuardStop> {
     }
 }
 
+/// Held by every unit test that sets or reads the [`BackendFlags`]: they are process-wide,
+/// and the test harness runs tests on several threads at once.
+#[cfg(test)]
+pub(crate) fn backend_flags_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! `scripts/gpu-check.sh --dry-run` on the CPU: the script's own logic (arguments, step
-//! bookkeeping, the five-minute budget, the server client's failure path, the one JSON
-//! summary, the exit status) is known to work before minutes on a GPU are spent on it.
+//! bookkeeping and order, the six-minute budget, the server client's failure path and its
+//! peak rule, the one JSON summary, the exit status, a failing step never stopping the
+//! next) is known to work before minutes on a GPU are spent on it.
 //! (The rehearsal, the real bundle on the CPU from a scratch copy, is a step of
 //! scripts/test.sh: it needs the release binaries this test's build is making.)
 
@@ -45,31 +46,40 @@ fn the_dry_run_passes_and_a_failing_step_fails_the_check() {
         [
             "unpack",
             "host",
+            "facts",
+            "generate",
             "cuda-tests",
             "pitfalls",
             "server-check",
-            "generate",
             "peer-compare"
-        ]
+        ],
+        "what the host is first, then generation, before the tests (issue 54)"
     );
-    // Five minutes by construction: the steps' own limits add up to at most 300 s.
+    assert_eq!(summary["complete"], true);
+    // Six minutes by construction: the steps' own limits add up to at most 360 s, which
+    // leaves a rerun within a 15-minute visit.
     let limits: u64 = summary["steps"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["limit_s"].as_u64().unwrap())
         .sum();
-    assert!(limits <= 300, "the steps' limits add up to {limits} s");
-    // The server client met a stub that refuses every run, and said so instead of crashing.
-    let server = &summary["steps"][4];
+    assert!(limits <= 360, "the steps' limits add up to {limits} s");
+    // The server client met a stub that refuses every run, and said so instead of crashing;
+    // its peak rule (a graph run's replays against its eager traced pass and twin) passed
+    // its own cases first.
+    let server = &summary["steps"][6];
     assert_eq!(server["status"], "pass", "{server}");
     assert!(server["detail"].as_str().unwrap().contains("refused runs"));
+    let selftest = std::fs::read_to_string(dir.join("ok/server-check.selftest.json")).expect("the peak rule's cases ran");
+    assert!(selftest.contains("\"wrong\": []"), "{selftest}");
 
-    let (code, summary) = dry_run(&dir.join("fail"), "pitfalls");
+    // A failing step fails the check and stops no other step.
+    let (code, summary) = dry_run(&dir.join("fail"), "facts,pitfalls");
     assert_ne!(code, 0);
     assert_eq!(summary["pass"], false);
-    assert_eq!(summary["steps"][3]["status"], "fail");
-    assert_eq!(summary["steps"][2]["status"], "pass");
+    let status: Vec<&str> = summary["steps"].as_array().unwrap().iter().map(|s| s["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["pass", "pass", "fail", "pass", "pass", "fail", "pass", "pass"], "{summary}");
 
     // Without OUT_DIR: usage, exit 2.
     let usage = Command::new("bash").arg(script()).output().unwrap();

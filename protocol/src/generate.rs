@@ -282,6 +282,13 @@ pub struct GenerationReport {
     /// the cache's whole capacity with a mask).
     #[serde(default)]
     pub decode_graph: bool,
+    /// Where the model's weights came from, as the server that ran it said: the files with
+    /// their bytes, the dtype as stored and a content hash, or "random, seeded: no weights
+    /// in this folder" ([`crate::decoder::DecoderModel::provenance`]). Kept in the record, so
+    /// it reads the same after the model is no longer served. `None` in records written
+    /// before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_source: Option<String>,
     /// Decode steps' latency (every step but the prefill); `None` with one new token.
     pub decode_ms_per_token: Option<LatencyStats>,
     /// Tokens per second per sequence over the decode steps (1000 / mean step time).

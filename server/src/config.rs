@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::settings::{Kind, RunKind, Setting, SETTINGS};
 use protocol::{DeviceChoice, RecordKind, RunSpec};
@@ -134,6 +135,36 @@ pub struct EngineArgs {
     /// A file that does not load or does not match its sidecar is reported and skipped.
     #[arg(long, env = "GRADLESS_MODELS_DIR")]
     pub models_dir: Option<PathBuf>,
+    /// A Python with PyTorch that times the per-call-overhead cards (inference-vs-nograd,
+    /// warm-up, sync-timing, item-sync, cuda-graphs) a second time, beside Gradless's
+    /// figures: Gradless calls libtorch from Rust, a team's code pays Python per op. Default:
+    /// the venv's, `$GRADLESS_VENV/bin/python` (`~/.cache/gradless/venv` unless set), when
+    /// it exists; `off` (or empty): none (the cards say so in a note).
+    #[arg(long, env = "GRADLESS_PYTHON", default_value = venv_python(), value_parser = clap::builder::OsStringValueParser::new().map(PathBuf::from))]
+    pub python: Option<PathBuf>,
+}
+
+impl EngineArgs {
+    /// The Python the cards' Python side runs with (`None` for `off`).
+    pub fn python(&self) -> Option<PathBuf> {
+        self.python.clone().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "off")
+    }
+}
+
+/// The venv's Python where it exists, as scripts/env.sh finds the venv: `$GRADLESS_VENV`,
+/// else `$GRADLESS_CACHE/venv`, else `~/.cache/gradless/venv`.
+fn venv_python() -> Option<&'static str> {
+    static FOUND: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+            let venv = var("GRADLESS_VENV")
+                .or_else(|| var("GRADLESS_CACHE").map(|c| c.join("venv")))
+                .or_else(|| var("HOME").map(|h| h.join(".cache/gradless/venv")))?;
+            let python = venv.join("bin/python");
+            python.is_file().then(|| python.to_str().map(String::from)).flatten()
+        })
+        .as_deref()
 }
 
 #[derive(Debug, Clone, Args)]
@@ -560,6 +591,21 @@ mod tests {
 
     fn parse<C: RunCommand + Clone + Send + Sync + 'static>(args: &[&str]) -> Result<RunArgs<C>, clap::Error> {
         Line::<C>::try_parse_from(std::iter::once("gradless").chain(args.iter().copied())).map(|l| l.run)
+    }
+
+    #[test]
+    fn python_is_a_path_or_off() {
+        #[derive(Debug, Parser)]
+        struct Engine {
+            #[command(flatten)]
+            engine: EngineArgs,
+        }
+        let parse = |args: &[&str]| Engine::try_parse_from(std::iter::once("gradless").chain(args.iter().copied())).unwrap().engine;
+        assert_eq!(parse(&["--python", "/opt/py/bin/python"]).python(), Some(PathBuf::from("/opt/py/bin/python")));
+        assert_eq!(parse(&["--python", "off"]).python(), None);
+        assert_eq!(parse(&["--python", ""]).python(), None);
+        // The default is the venv's Python, only where it exists.
+        assert!(parse(&[]).python().is_none_or(|p| p.ends_with("bin/python") && p.is_file()));
     }
 
     #[test]

@@ -136,13 +136,17 @@ pub fn place_input(input: &Input, adv: &Advanced, device: DeviceKind) -> Result<
 }
 
 /// On CUDA, the math switches for this run (TF32 in matmuls and cuDNN: both on or both
-/// off; `cudnn.benchmark`), restored when the guard drops. `None` on a CPU, where they do
-/// not exist (the spec check refuses them there).
+/// off; `cudnn.benchmark`), restored when the guard drops. Every loop that runs a model
+/// enters it around its passes: the timed forward passes and the traced one
+/// (`forward::forward_probed`), a generation's steps (`generate::generate`). `None` on a
+/// CPU, where they do not exist (the spec check refuses them there), unless a spec that
+/// skipped the check asks for one: then they are set all the same (libtorch keeps them on
+/// a CPU build too, where nothing reads them), so a CPU test can see which loops enter them.
 pub fn backend_guard(
     adv: &Advanced,
     device: DeviceKind,
 ) -> Result<Option<BackendFlagsGuard>, RunFailure> {
-    if device != DeviceKind::Cuda {
+    if device != DeviceKind::Cuda && !adv.tf32 && !adv.cudnn_benchmark {
         return Ok(None);
     }
     BackendFlagsGuard::enter(BackendFlags {

@@ -103,6 +103,9 @@ pub fn generate(
         ..spec.clone()
     };
     let _regions = super::forward::enter_regions(&outer, args.device)?;
+    // The CUDA math switches (TF32, cudnn.benchmark), as around a forward run's passes:
+    // the prefill, every decode step and a decode graph's capture run under them.
+    let _flags = super::backend_guard(&spec.advanced, args.device)?;
     let per_step = protocol::RunSpec {
         grad: protocol::GradMode::Enabled,
         ..spec.clone()
@@ -517,6 +520,7 @@ impl Lab {
             attention,
             prefill_logits: None,
             decode_graph: spec.advanced.cuda_graph,
+            weights_source: spec.model.decoder().map(|d| d.provenance()),
             decode_ms_per_token,
             tokens_per_s,
             tokens_per_s_total: tokens_per_s * batch as f64,
@@ -699,4 +703,66 @@ pub fn decode_bytes_read(g: &GenerationReport, s: &GenStep) -> u64 {
         })
         .sum();
     weights + kv
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::{Advanced, GenerateSpec, RunSpec};
+    use tch::Kind;
+
+    use super::*;
+    use crate::torch_ext::{BackendFlags, CpuMemoryCounter};
+
+    /// Issue 54, defect 4: a generation ran its steps without the spec's CUDA math
+    /// switches (`advanced.tf32`, `advanced.cudnn_benchmark`), which a forward run sets
+    /// around every pass. The loop now enters them as the forward pass does: every step,
+    /// warm-up and measured alike, reads them set, and they are restored after the loop.
+    /// On a CPU the spec check refuses both (libtorch keeps the switches on a CPU build
+    /// too, which is what lets this test call the loop with them on).
+    #[test]
+    fn a_generation_runs_every_step_under_the_specs_math_switches() {
+        let _flags = crate::torch_ext::backend_flags_lock();
+        let counter = CpuMemoryCounter::install().unwrap();
+        let meter = Meter::Cpu(&counter);
+        let id: protocol::ModelId = protocol::decoder::CPU_PRESET.parse().unwrap();
+        tch::manual_seed(0);
+        let model = crate::models::Model::build_in(id, tch::Device::Cpu, 8, protocol::WeightsDtype::Fp32);
+        let decoder = model.net.as_decoder().unwrap();
+        let vocab = decoder.config().vocab_size as i64;
+        let prompt = Tensor::randint(vocab, [1, 8], (Kind::Int64, tch::Device::Cpu));
+        let before = BackendFlags::read().unwrap();
+        for (tf32, cudnn_benchmark) in [(true, false), (false, true), (true, true)] {
+            let spec = RunSpec {
+                model: id,
+                device: protocol::DeviceChoice::Cpu,
+                batch: 1,
+                input_size: Some(8),
+                grad: protocol::GradMode::NoGrad,
+                advanced: Advanced { tf32, cudnn_benchmark, ..Advanced::default() },
+                generate: Some(GenerateSpec { new_tokens: 3, ..Default::default() }),
+                ..RunSpec::default()
+            };
+            for cache in [KvCacheKind::Dynamic, KvCacheKind::Static, KvCacheKind::Off] {
+                let args = GenerateArgs {
+                    decoder,
+                    prompt: &prompt,
+                    new_tokens: 3,
+                    cache,
+                    kv_store: None,
+                    spec: &spec,
+                    device: DeviceKind::Cpu,
+                    baseline: 0,
+                    other: 0,
+                    limit: None,
+                    autocast_per_step: false,
+                    graph: false,
+                };
+                let mut seen = vec![];
+                generate(&args, &meter, &RunControl::default(), &mut |_| seen.push(BackendFlags::read().unwrap())).unwrap();
+                let want = BackendFlags { tf32_matmul: tf32, tf32_cudnn: tf32, cudnn_benchmark };
+                assert_eq!(seen, vec![want; 3], "{cache:?}, tf32 {tf32}, cudnn_benchmark {cudnn_benchmark}");
+                assert_eq!(BackendFlags::read().unwrap(), before, "restored after the loop");
+            }
+        }
+    }
 }

@@ -33,23 +33,46 @@ struct Setting {
     kv: KvDtype,
 }
 
-/// The settings measured: the model as trained (fp32), its weights cast, its linear layers
-/// quantized (fp32 activations), its cache stored in a half dtype.
-fn settings() -> Vec<Setting> {
+/// The weights' dtype of a quantized row on `device`: fp32 activations where the packed
+/// kernel takes them, bf16 for int4 on CUDA (`crate::spec::weights_for`).
+fn quant_weights(device: DeviceKind, quant: LinearQuant) -> WeightsDtype {
+    crate::spec::weights_for(device, quant.weights, WeightsDtype::Fp32)
+}
+
+/// The settings measured on `device`: the model as trained (fp32), its weights cast, its
+/// linear layers quantized (fp32 activations; int4 on CUDA in bf16, the only dtype its
+/// kernel takes), its cache stored in a half dtype.
+fn settings(device: DeviceKind) -> Vec<Setting> {
     let row = |label: &str, weights, quant, kv| Setting { label: label.into(), weights, quant, kv };
     let int4 = |g: u32| LinearQuant { weights: WeightQuant::Int4, group_size: g };
+    let int8 = LinearQuant { weights: WeightQuant::Int8, group_size: 0 };
     let mut rows = vec![
         row("fp32 (as trained)", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::AsActivations),
         row("bf16 weights", WeightsDtype::Bf16, LinearQuant::NONE, KvDtype::AsActivations),
         row("fp16 weights", WeightsDtype::Fp16, LinearQuant::NONE, KvDtype::AsActivations),
-        row("int8 linear layers", WeightsDtype::Fp32, LinearQuant { weights: WeightQuant::Int8, group_size: 0 }, KvDtype::AsActivations),
+        row("int8 linear layers", quant_weights(device, int8), int8, KvDtype::AsActivations),
     ];
     for g in protocol::GROUP_SIZES {
-        rows.push(row(&format!("int4 linear layers, groups of {g}"), WeightsDtype::Fp32, int4(g), KvDtype::AsActivations));
+        let weights = quant_weights(device, int4(g));
+        let label = match weights {
+            WeightsDtype::Fp32 => format!("int4 linear layers, groups of {g}"),
+            w => format!("int4 linear layers, groups of {g} ({} activations)", w.as_str()),
+        };
+        rows.push(row(&label, weights, int4(g), KvDtype::AsActivations));
     }
     rows.push(row("bf16 KV cache", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::Bf16));
     rows.push(row("fp16 KV cache", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::Fp16));
     rows
+}
+
+/// The rows measured on `device`: every setting, or a card's (`only`): each quantization
+/// it lists in the dtype that quantization runs in here (fp32, or bf16 for int4 on CUDA),
+/// the cache as the activations.
+fn measured_rows(device: DeviceKind, only: Option<&[LinearQuant]>) -> Vec<Setting> {
+    let wanted = |s: &Setting| {
+        only.is_none_or(|q| q.contains(&s.quant) && s.weights == quant_weights(device, s.quant) && s.kv == KvDtype::AsActivations)
+    };
+    settings(device).into_iter().filter(wanted).collect()
 }
 
 /// What the folder ships for the measurement.
@@ -87,6 +110,34 @@ fn read_held_out(folder: &str) -> Result<HeldOut, String> {
         "2.11.0",
     );
     Ok(HeldOut { bytes, sha256, about, counts })
+}
+
+/// The generation `spec` would be with `s`'s setting (its weights' dtype, quantization and
+/// cache dtype, autocast off): what the row's model is built as, checked as a run of it
+/// would be before it is built (a row the device refuses fails as the run would, instead
+/// of in a kernel).
+fn row_spec(spec: &RunSpec, s: &Setting) -> RunSpec {
+    let mut row = spec.clone();
+    row.autocast = protocol::Autocast::Off;
+    row.advanced.weights = s.weights;
+    let g = row.generate.get_or_insert_with(Default::default);
+    g.weights = s.quant.weights;
+    g.group_size = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
+    g.kv_dtype = s.kv;
+    g.quality = false;
+    row
+}
+
+/// `spec` (a generation) with its linear layers quantized as `quant`, in the weights' dtype
+/// that quantization runs in on `device` ([`crate::spec::weights_for`]: bf16 for int4 on
+/// CUDA). What the cards that quantize build their runs with, as the quality rows are.
+pub fn quantized(mut spec: RunSpec, quant: LinearQuant, device: DeviceKind) -> RunSpec {
+    spec.advanced.weights = crate::spec::weights_for(device, quant.weights, spec.advanced.weights);
+    if let Some(g) = spec.generate.as_mut() {
+        g.weights = quant.weights;
+        g.group_size = (quant.weights == WeightQuant::Int4).then_some(quant.group_size);
+    }
+    spec
 }
 
 fn not_decoder(spec: &RunSpec) -> RunFailure {
@@ -146,14 +197,14 @@ impl Lab {
         let g = spec.generate.clone().unwrap_or_default();
         let chunks = n / context;
         let mut rows = vec![];
-        let wanted = |s: &Setting| {
-            only.is_none_or(|q| q.contains(&s.quant) && s.weights == WeightsDtype::Fp32 && s.kv == KvDtype::AsActivations)
-        };
-        for s in settings().into_iter().filter(wanted) {
+        for s in measured_rows(device, only) {
             control.check()?;
             let start = Instant::now();
-            let mut adv = spec.advanced.clone();
-            adv.weights = s.weights;
+            let row = row_spec(spec, &s);
+            if let Err(e) = crate::spec::check_device(&row, device, self.machine.compute_capability()) {
+                return Err(failure(FailureKind::Internal, format!("the quality row `{}` cannot run on {}: {e}", s.label, device.as_str())));
+            }
+            let adv = row.advanced;
             let store = super::generate::kv_store(s.kv, s.weights);
             // Logits of chunks `from..from + take` through `decoder`: no grad, eval, the
             // row's cache dtype (a cache that stores keys and values in it, rounded as a
@@ -232,5 +283,94 @@ impl Lab {
             unigram_bits_per_byte: unigram_bits_per_byte(&held.counts, &held.bytes),
             not_measured,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::{DeviceChoice, GenerateSpec, Limits};
+
+    use super::*;
+    use crate::device::{CudaFacts, Machine};
+    use crate::spec::check_spec;
+
+    /// An sm_90 GPU as the spec check sees one (no libtorch asked: a pure check).
+    fn h100() -> Machine {
+        Machine {
+            cpu_model: "test".into(),
+            cpu_flags: vec![],
+            cuda: Some(CudaFacts {
+                name: "NVIDIA H100 80GB HBM3".into(),
+                total_memory_bytes: Some(80 << 30),
+                driver_version: None,
+                cuda_version: None,
+                cudnn_version: None,
+                compute_capability: Some(90),
+            }),
+        }
+    }
+
+    /// A generation of the trained model with its quality block, on `device`.
+    fn trained(device: DeviceKind) -> RunSpec {
+        RunSpec {
+            model: protocol::decoder::TRAINED_PRESET.parse().unwrap(),
+            device: match device {
+                DeviceKind::Cpu => DeviceChoice::Cpu,
+                DeviceKind::Cuda => DeviceChoice::Cuda,
+            },
+            batch: 1,
+            input_size: None,
+            grad: protocol::GradMode::NoGrad,
+            generate: Some(GenerateSpec {
+                new_tokens: 64,
+                prompt_text: Some("def forward(self, x):".into()),
+                quality: true,
+                ..Default::default()
+            }),
+            ..RunSpec::default()
+        }
+    }
+
+    /// Issue 54, defect 1: on CUDA `torch._weight_int4pack_mm` takes bf16 only, and the quality
+    /// table built its int4 rows in fp32, which the spec check refuses there (and the kernel
+    /// would have failed on). Every row the quality path builds on CUDA, and the int4 run the
+    /// card `int4-on-a-trained-model` builds (`quantized`), now pass the CUDA spec check.
+    #[test]
+    fn every_quality_row_and_the_cards_int4_run_pass_the_cuda_spec_check() {
+        let machine = h100();
+        let limits = Limits::default();
+        let int4 = LinearQuant { weights: WeightQuant::Int4, group_size: 32 };
+        for device in [DeviceKind::Cpu, DeviceKind::Cuda] {
+            let spec = trained(device);
+            let all = measured_rows(device, None);
+            assert_eq!(all.len(), settings(device).len());
+            for s in &all {
+                let row = row_spec(&spec, s);
+                check_spec(row.clone(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} `{}`: {e}", s.label));
+                assert!(crate::spec::check_device(&row, device, Some(90)).is_ok(), "{}", s.label);
+                if s.quant.weights == WeightQuant::Int4 {
+                    let want = if device == DeviceKind::Cuda { WeightsDtype::Bf16 } else { WeightsDtype::Fp32 };
+                    assert_eq!(s.weights, want, "{device:?} `{}`", s.label);
+                }
+            }
+            // The card's two rows: fp32, and int4 in the dtype it runs in here, which is the
+            // row the card looks its figure up by.
+            let card = measured_rows(device, Some(&[LinearQuant::NONE, int4]));
+            assert_eq!(card.len(), 2, "{device:?}");
+            assert_eq!(card[0].weights, WeightsDtype::Fp32);
+            assert_eq!(card[1].weights, crate::spec::weights_for(device, WeightQuant::Int4, WeightsDtype::Fp32));
+            // The card's int4 generation.
+            let run = quantized(spec.clone(), int4, device);
+            check_spec(run.clone(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} the card's int4 run: {e}"));
+            assert_eq!(run.generate.as_ref().unwrap().quant(), int4);
+        }
+        // What the card built before (fp32 + int4) is refused on CUDA, naming the field:
+        // the check above is the one that would have stopped the visit.
+        let mut old = trained(DeviceKind::Cuda);
+        let g = old.generate.as_mut().unwrap();
+        g.weights = WeightQuant::Int4;
+        g.group_size = Some(32);
+        let e = check_spec(old, &limits, &machine).unwrap_err();
+        assert_eq!(e.field, "generate.quant", "{e}");
     }
 }

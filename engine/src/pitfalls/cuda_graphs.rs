@@ -6,6 +6,7 @@ use protocol::{cpu_reason, Advanced, ChartKind, GradMode, ModelId, Report, RunFa
 
 use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
 use super::precision::max_rel_diff;
+use super::python::{self, beside};
 use super::{Card, Needs, Said};
 use crate::lab::{cuda_graph, forward, Lab};
 use crate::torch_call::synchronize;
@@ -17,7 +18,7 @@ pub const CUDA_GRAPHS: Card = Card {
     labels: ["eager forward pass for each batch", "forward pass captured once as a CUDA graph, replayed for each batch"],
     setup: cuda_graphs_setup,
     needs: Needs::Cuda("CUDA graphs record and replay GPU kernel launches; a CPU has no graphs to capture."),
-    claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's work of issuing every op and launching its kernels: at batch 1, where each kernel's GPU work is small, replay is faster than eager with the same output. The graph keeps the memory of its capture reserved for as long as it lives, and its input and output are fixed buffers.",
+    claim: "Capturing a forward pass once and replaying it (torch.cuda.CUDAGraph) removes the CPU's work of issuing every op and launching its kernels: at batch 1, where each kernel's GPU work is small, replay is faster than eager with the same output. The graph keeps the memory of its capture reserved for as long as it lives, and its input and output are fixed buffers. Gradless issues the eager ops from Rust through libtorch, with no Python interpreter per op; from Python, as a team's code runs, each eager op also pays the interpreter, so a graph saves more there, and where this server has a Python the same runs timed from it are shown beside.",
     statements: &[
         Said::torch("Eager, the CPU issues ResNet-18's 68 operators one after another, each launching its own kernels.", "test_runtime.py::test_resnet18_forward_calls_68_operators"),
         Said::source("A replay launches the whole captured pass as one unit (one cudaGraphLaunch), with no per-op work on the CPU.", "aten/src/ATen/cuda/CUDAGraph.cpp", "CUDAGraph::replay", "pitfalls"),
@@ -29,7 +30,7 @@ pub const CUDA_GRAPHS: Card = Card {
     source: "https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs",
     pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # each kernel launched in turn",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
-    threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged: each reserved figure is the allocator's whole pool during that run, which also holds what the runs before it cached, the pools of the graphs captured before it included. Gradless issues the eager ops from Rust through libtorch, without Python's per-op cost, and replays with the input already in the captured buffer (no copy): from Python the eager pass costs the CPU more per op, so a graph saves more there. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
+    threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged: each reserved figure is the allocator's whole pool during that run, which also holds what the runs before it cached, the pools of the graphs captured before it included. Gradless issues the eager ops from Rust through libtorch, without Python's per-op cost, and replays with the input already in the captured buffer (no copy): from Python the eager pass costs the CPU more per op, so a graph saves more there: where the server has a Python, the same runs are also timed from it with torch.cuda.graph (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's), what a team's code sees; they do not decide the verdict. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
     question: super::ratio("ResNet-18 at batch 1, 224², under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)? (A judgment: about 70 ops, each issued by the CPU in eager, against their GPU time at batch 1.)", "* p50 replay", "* p50 eager", super::PEAKS),
     experiment: cuda_graphs,
 };
@@ -57,6 +58,7 @@ fn cuda_graphs_setup(ctx: &Ctx) -> Vec<String> {
         cuda_graphs_line(ctx),
         format!("A: eager forward passes; B: the same pass captured once as a CUDA graph (after one warm-up pass on a side stream) and replayed, the input staying in the captured buffer, so a replay copies nothing. Each is one run of {GRAPH_WARMUP} warm-up and {GRAPH_ITERS} timed iterations at each batch (eval(), fp32)"),
         super::timing::from_rust(ctx.model(ModelId::Resnet18)),
+        python::SETUP.into(),
         "Also read: the largest difference between the replayed and the eager output, and the allocator's reserved memory during each run".into(),
     ]
 }
@@ -67,7 +69,8 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("cuda_graph"))),
             String::new(),
             ChartKind::Bar,
-        ));
+        )
+        .notes(vec![format!("Not timed from Python on this device: {}", CUDA_GRAPHS.not_here(ctx.device).unwrap_or("CUDA graphs need a CUDA GPU."))]));
     }
     if let Err(why) = crate::torch_ext::cuda_graphs_built() {
         return Ok(Outcome::new(
@@ -131,11 +134,42 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     } else {
         Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
     };
+    // The same runs from Python, with torch.cuda.graph: beside, never deciding.
+    let mut notes = vec![];
+    let request = python::request(
+        CUDA_GRAPHS.id,
+        ctx.device,
+        lab.config().threads,
+        lab.config().seed,
+        serde_json::json!({
+            "model": model_id.as_str(),
+            "size": Setup::with_batch(ctx, model_id, GRAPH_BATCHES[0], GradMode::InferenceMode).size,
+            "batches": GRAPH_BATCHES,
+            "warmup": GRAPH_WARMUP,
+            "iters": GRAPH_ITERS,
+        }),
+    );
+    let mut from_python = vec![];
+    if let Some(t) = python::ask(ctx.python, ctx.control, &request, &mut notes)? {
+        for batch in GRAPH_BATCHES {
+            let (Some(eager), Some(replay)) = (t.arm(&format!("batch {batch}: eager")), t.arm(&format!("batch {batch}: replay"))) else {
+                continue;
+            };
+            let py = Shift::of(eager, replay);
+            from_python.extend(beside(&figures, &format!("batch {batch}: p50 eager"), py.slow_p50, "ms"));
+            from_python.extend(beside(&figures, &format!("batch {batch}: p50 replay"), py.fast_p50, "ms"));
+            from_python.extend(beside(&figures, &format!("batch {batch}: eager / replay, 95% interval low"), py.bounds().0, "ratio"));
+            from_python.extend(beside(&figures, &format!("batch {batch}: eager / replay, 95% interval high"), py.bounds().1, "ratio"));
+            notes.push(format!("Batch {batch} from Python: eager / replay {}.", py.describe()));
+        }
+    }
+    figures.extend(from_python);
     Ok(Outcome::new(
         decision,
         cuda_graphs_line(ctx),
         ChartKind::Bar,
     )
     .figures(figures)
-    .series(vec![series("p50 latency (ms)", "ms", labels, p50s)]))
+    .series(vec![series("p50 latency (ms)", "ms", labels, p50s)])
+    .notes(notes))
 }

@@ -14,6 +14,7 @@ use protocol::{
 };
 use protocol::stats::{RatioCi, Side};
 
+use super::python::PythonPeer;
 use crate::input::Input;
 use crate::lab::{forward, timed_forward, Lab, RunControl};
 use crate::models::Model;
@@ -29,6 +30,9 @@ pub struct Ctx<'a> {
     /// The worker's guarantees for this task (cancellation, deadline, ...): checked between
     /// passes by [`time_passes`] and [`pass_memory`], and given to every [`measure`]d run.
     pub control: &'a RunControl,
+    /// The server's Python, which times the per-call-overhead cards' Python side
+    /// ([`super::python`]); `None`: those cards say in a note that it was not timed.
+    pub python: Option<&'a PythonPeer>,
 }
 
 impl Ctx<'_> {

@@ -14,6 +14,8 @@
 //!   (channels_last, the input's copy to the device, cudnn.benchmark), [`cuda_graphs`]
 //!   (CUDA graph replay) and [`generation`] (decoder LLMs: the KV cache, prefill and
 //!   decode).
+//! - [`python`]: the Python side of the cards about per-call overhead (the same experiment
+//!   timed from the server's Python, beside Gradless's figures from Rust).
 //!
 //! Each card also asks one question before it runs ([`Card::question`]): a figure its
 //! report has, or the ratio of two, asked as a choice or a value on a scale; the answer
@@ -35,6 +37,7 @@ pub mod layout;
 pub mod memory;
 pub mod modes;
 pub mod precision;
+pub mod python;
 pub mod table;
 pub mod timing;
 
@@ -49,6 +52,7 @@ use protocol::{
 use crate::lab::{Lab, RunControl};
 use crate::torch_call::failure;
 use kit::{Ctx, Outcome};
+pub use python::PythonPeer;
 
 /// An experiment: runs on the lab under the context, returns its figures and verdict.
 pub type Experiment = fn(&mut Lab, &Ctx<'_>) -> Result<Outcome, RunFailure>;
@@ -262,11 +266,23 @@ pub fn exists(id: &str) -> bool {
 /// Runs the experiment `id` on the lab's device, under `control` (cancellation, deadline:
 /// checked between passes and given to every run the experiment measures). An unknown id is
 /// an `Invalid` failure naming the known ones; prefer [`card`] to tell it apart first.
+/// Without a Python: the per-call-overhead cards say so in a note ([`run_with`]).
 pub fn run(
     lab: &mut Lab,
     id: &str,
     opts: PitfallOptions,
     control: &RunControl,
+) -> Result<PitfallReport, RunFailure> {
+    run_with(lab, id, opts, control, None)
+}
+
+/// [`run`], with the server's Python timing the per-call-overhead cards' Python side.
+pub fn run_with(
+    lab: &mut Lab,
+    id: &str,
+    opts: PitfallOptions,
+    control: &RunControl,
+    python: Option<&PythonPeer>,
 ) -> Result<PitfallReport, RunFailure> {
     let card = card(id).ok_or_else(|| {
         let known: Vec<_> = CARDS.iter().map(|c| c.id).collect();
@@ -275,14 +291,14 @@ pub fn run(
             format!("unknown pitfall `{id}`; known: {}", known.join(", ")),
         )
     })?;
-    card.run(lab, opts, control)
+    card.run_with(lab, opts, control, python)
 }
 
 impl Card {
     /// What the page lists for this card on a server that runs it on `device`.
     pub fn info(&self, device: DeviceKind) -> PitfallInfo {
         let control = RunControl::default();
-        let ctx = Ctx { device, opts: PitfallOptions::default(), control: &control };
+        let ctx = Ctx { device, opts: PitfallOptions::default(), control: &control, python: None };
         PitfallInfo {
             id: self.id.into(),
             title: self.title.into(),
@@ -331,6 +347,17 @@ impl Card {
         opts: PitfallOptions,
         control: &RunControl,
     ) -> Result<PitfallReport, RunFailure> {
+        self.run_with(lab, opts, control, None)
+    }
+
+    /// Runs this card's experiment with the server's Python, if any; see [`run_with`].
+    pub fn run_with(
+        &self,
+        lab: &mut Lab,
+        opts: PitfallOptions,
+        control: &RunControl,
+        python: Option<&PythonPeer>,
+    ) -> Result<PitfallReport, RunFailure> {
         // A prediction is checked before anything runs: a wrong one must cost no device time.
         let predicted = opts.prediction;
         if let Some(p) = &predicted {
@@ -355,6 +382,7 @@ impl Card {
             device,
             opts,
             control,
+            python,
         };
         let threads = lab.config().threads;
         tch::set_num_threads(threads as i32);

@@ -9,6 +9,7 @@ use tch::{Kind, Tensor};
 use super::kit::{
     describe, fig, measure, mib, named, series, Ctx, Decision, Outcome, Setup, Shift,
 };
+use super::python::{self, beside};
 use super::{Card, Needs, Said};
 use crate::input::Input;
 use crate::lab::{forward, Lab};
@@ -188,7 +189,7 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
     labels: ["backbone under inference_mode, its features straight into the head", "the same, with feats.clone() before the head"],
     setup: inference_setup,
     needs: Needs::Any,
-    claim: "torch.inference_mode() records no graph, exactly as torch.no_grad() does, so it uses the same memory; it also skips autograd's dispatch, version counters and view tracking, and the tensors it makes cannot be saved for backward once outside it.",
+    claim: "torch.inference_mode() records no graph, exactly as torch.no_grad() does, so it uses the same memory; it also skips autograd's dispatch, version counters and view tracking, and the tensors it makes cannot be saved for backward once outside it. What skipping that work saves per op is timed here from Rust through libtorch, which pays no Python interpreter per op; a team's Python code pays the interpreter on every op as well, and where this server has a Python the same runs timed from it are shown beside Gradless's: the gap that code sees.",
     statements: &[
         Said::torch("Neither torch.no_grad() nor torch.inference_mode() saves anything for backward: both free each activation once it is used.", "test_grad_modes.py::test_inference_mode_saves_nothing_like_no_grad"),
         Said::run("Here inference_mode's peak memory matched no_grad's on both models, within 5%.", &[INFERENCE_PEAK_GAP]),
@@ -205,7 +206,7 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
     source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
     pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # head trainable, autograd on",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
-    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, timed from Rust through libtorch (no Python per op), labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
+    threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, timed from Rust through libtorch (no Python per op), labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Where the server has a Python, the same runs are timed from it too (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's): they pay the interpreter's per-op cost as a team's code does, are labelled against their noise the same way, and do not decide the verdict either. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
     question: super::value("The Tiny MLP at batch 1 (the first model): its p50 latency under torch.inference_mode() as a multiple of its p50 under torch.no_grad()? Timed from Rust through libtorch, so no Python interpreter runs per op; in eval(), a pass is about ten small ops on one 512-feature sample (linear layers 512 → 512, 512 → 512 and 512 → 10, two BatchNorms, two ReLUs, two Dropouts that pass everything through). A judgment about what dominates a pass this small — the framework's per-op work or the arithmetic — and whether any difference shows beyond the run's noise.", "* latency ratio inference_mode / no_grad", "ratio", super::SAME_TIME),
     experiment: inference_vs_nograd,
 };
@@ -256,6 +257,8 @@ fn inference_setup(ctx: &Ctx) -> Vec<String> {
         "Timed and measured for memory: forward passes under torch.no_grad(), and the same under torch.inference_mode(); both in eval(), fp32".into(),
         runs.join("; "),
         "Also tried, as in A and B: a tensor made under inference_mode, then used by an op whose other input requires grad (A); the same after .clone() outside the mode (B)".into(),
+        "Timed from Rust through libtorch: no Python interpreter runs per op".into(),
+        python::SETUP.into(),
     ]
 }
 
@@ -347,6 +350,49 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
         p50_ng.push(shift.fast_p50);
         p50_im.push(shift.slow_p50);
     }
+    // The same runs timed from Python, when the server has one: beside, never deciding.
+    let mut from_python = vec![];
+    let request = python::request(
+        INFERENCE_VS_NOGRAD.id,
+        ctx.device,
+        lab.config().threads,
+        lab.config().seed,
+        serde_json::json!({
+            "rounds": INFERENCE_ROUNDS,
+            "models": plan.iter().map(|(model, batch, spec)| serde_json::json!({
+                "label": format!("{} b{batch}", model.as_str()),
+                "model": model.as_str(),
+                "batch": batch,
+                "size": spec.resolved_input_size(),
+                "warmup": spec.warmup,
+                "iters": spec.iters,
+            })).collect::<Vec<_>>(),
+        }),
+    );
+    let mut python_notes = vec![];
+    if let Some(t) = python::ask(ctx.python, ctx.control, &request, &mut python_notes)? {
+        for (model, batch, _) in &plan {
+            let name = format!("{} b{batch}", model.as_str());
+            let (Some(ng), Some(im)) = (t.arm(&format!("{name} no_grad")), t.arm(&format!("{name} inference_mode"))) else {
+                continue;
+            };
+            let shift = Shift::of(im, ng);
+            let (lo, hi) = shift.bounds();
+            from_python.extend(beside(&figures, &format!("{name} no_grad p50"), shift.fast_p50, "ms"));
+            from_python.extend(beside(&figures, &format!("{name} inference_mode p50"), shift.slow_p50, "ms"));
+            from_python.extend(beside(&figures, &format!("{name} latency ratio inference_mode / no_grad"), shift.slow_p50 / shift.fast_p50, "ratio"));
+            from_python.extend(beside(&figures, &format!("{name} latency ratio, 95% interval low"), lo, "ratio"));
+            from_python.extend(beside(&figures, &format!("{name} latency ratio, 95% interval high"), hi, "ratio"));
+            let gradless = figures.iter().find(|f| f.name == format!("{name} no_grad p50")).map_or(f64::NAN, |f| f.value);
+            python_notes.push(format!(
+                "{name} from Python: inference_mode / no_grad latency {} over {} iterations each; a no_grad pass took {:.3} ms from Python against {gradless:.3} ms from Rust (×{:.2}).",
+                shift.describe(),
+                ng.len(),
+                shift.fast_p50,
+                shift.fast_p50 / gradless
+            ));
+        }
+    }
     // The live error, and the fix.
     let device = tch_device(ctx.device);
     let x = {
@@ -392,6 +438,9 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
     figures.push(fig(INFERENCE_PEAK_GAP, largest_gap, "ratio"));
     figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
     figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
+    // Python's figures after all of Gradless's: a question's `*` name finds Gradless's first.
+    figures.extend(from_python);
+    notes.extend(python_notes);
     Ok(Outcome::new(decision, inference_measured_on(&plan), ChartKind::Bar)
         .figures(figures)
         .series(vec![

@@ -10,6 +10,7 @@ use tch::{Kind, Tensor};
 use super::kit::{
     describe, element_cap, fig, numbered, p, series, time_passes, Ctx, Decision, Outcome, Setup, Shift,
 };
+use super::python::{self, beside};
 use super::{Card, Needs, Said};
 use crate::input::Input;
 use crate::lab::{forward, Lab};
@@ -23,7 +24,7 @@ pub const WARM_UP: Card = Card {
     labels: ["time one call", "three calls first, then time many"],
     setup: warm_up_setup,
     needs: Needs::Any,
-    claim: "The first pass on a new input shape pays one-time costs the passes after it do not: on a CPU, oneDNN creating a primitive for each convolution shape; on a GPU, cuDNN choosing and building a plan for each convolution shape, kernels loaded on their first launch, and the caching allocator's first cudaMalloc calls. Timing it skews the statistics.",
+    claim: "The first pass on a new input shape pays one-time costs the passes after it do not: on a CPU, oneDNN creating a primitive for each convolution shape; on a GPU, cuDNN choosing and building a plan for each convolution shape, kernels loaded on their first launch, and the caching allocator's first cudaMalloc calls. Timing it skews the statistics. Gradless times these passes from Rust through libtorch, with no Python interpreter per op; a team's Python code adds the interpreter's cost to every pass, first or not, and where this server has a Python the same passes timed from it are shown beside.",
     statements: &[
         Said::run("The first pass on a batch size this process had not run took more than 1.5× the median of the steady passes (iterations 6–15), beyond their spread.", &["first iteration", "median of iterations 6-15", "first / steady"]),
         Said::torch("On a CPU, PyTorch runs these fp32 convolutions through oneDNN.", "test_runtime.py::test_cpu_convolutions_run_through_onednn"),
@@ -35,7 +36,7 @@ pub const WARM_UP: Card = Card {
     source: "https://pytorch.org/tutorials/recipes/recipes/benchmark.html",
     pitfall: "t0 = time.perf_counter(); model(x)  # on a GPU, then torch.cuda.synchronize()\nprint(time.perf_counter() - t0)",
     fix: "for _ in range(3): model(x)  # untimed calls, then time many runs",
-    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Gradless times libtorch from Rust: no pass pays Python's per-op cost, which in Python would add the same to every pass, first or not. Regime: any. On a GPU (ResNet-18, batch 33–96, 224²) the first pass on a new shape pays for cuDNN's plan for each convolution configuration, any kernel not launched before, and the allocator's cudaMalloc of its blocks, not for the CUDA context or the cuBLAS handles and workspaces, which the worker made at start. On a CPU (96², batch 5–68) it pays for oneDNN's primitives, a few milliseconds against a pass of tens, which a busy machine's noise can hide",
+    threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Gradless times libtorch from Rust: no pass pays Python's per-op cost, which in Python would add the same to every pass, first or not. Where the server has a Python, the same passes are also timed from it (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's), after one untimed pass at another batch so that its new process's own start-up is not counted: what a team's code sees; they do not decide the verdict. Regime: any. On a GPU (ResNet-18, batch 33–96, 224²) the first pass on a new shape pays for cuDNN's plan for each convolution configuration, any kernel not launched before, and the allocator's cudaMalloc of its blocks, not for the CUDA context or the cuBLAS handles and workspaces, which the worker made at start. On a CPU (96², batch 5–68) it pays for oneDNN's primitives, a few milliseconds against a pass of tens, which a busy machine's noise can hide",
     question: super::ratio("ResNet-18, built fresh, on a batch size this process has not run: the first iteration's time as a multiple of the median of iterations 6–15? (A judgment of the one-time costs of a new shape on this device against a steady pass.)", "first iteration", "median of iterations 6-15", super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
     experiment: warm_up,
 };
@@ -115,6 +116,7 @@ fn warm_up_setup(ctx: &Ctx) -> Vec<String> {
         "A: the first pass's time; B: the median of passes 6 to 15".into(),
         before.into(),
         "Timed from Rust through libtorch: no pass pays a Python interpreter's cost per op".into(),
+        python::SETUP.into(),
     ]
 }
 
@@ -136,16 +138,48 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let ratio = times[0] / median;
     let mut decision = warm_up_rule(times[0], &times[5..]);
     decision.reason = format!("{} {}", decision.reason, warm_up_context(ctx.device, &times[..3], median));
+    let mut figures = vec![
+        fig("first iteration", times[0], "ms"),
+        fig("median of iterations 6-15", median, "ms"),
+        fig("first / steady", ratio, "ratio"),
+    ];
+    // The same passes from Python, on the same new batch: beside, never deciding.
+    let mut notes = vec![];
+    let request = python::request(
+        WARM_UP.id,
+        ctx.device,
+        lab.config().threads,
+        lab.config().seed,
+        serde_json::json!({
+            "model": setup.model.as_str(),
+            "size": setup.size,
+            "batch": batch,
+            "prewarm_batch": base.batch,
+            "passes": WARM_UP_PASSES,
+        }),
+    );
+    if let Some(t) = python::ask(ctx.python, ctx.control, &request, &mut notes)? {
+        if let Some(passes) = t.arm("passes").filter(|ps| ps.len() > 5) {
+            let steady = p(&passes[5..], 50.0);
+            let mut from_python = beside(&figures, "first iteration", passes[0], "ms");
+            from_python.extend(beside(&figures, "median of iterations 6-15", steady, "ms"));
+            from_python.extend(beside(&figures, "first / steady", passes[0] / steady, "ratio"));
+            notes.push(format!(
+                "From Python: first pass {:.3} ms, steady median {steady:.3} ms ({:.2}×); a steady pass took {:.2}× Gradless's. Python's per-op cost adds about the same to every pass, first or not, so from Python the first pass stands out less.",
+                passes[0],
+                passes[0] / steady,
+                steady / median
+            ));
+            figures.extend(from_python);
+        }
+    }
     Ok(Outcome::new(
         decision,
         format!("{measured_on}: batch {batch} this time, built fresh for this experiment"),
         ChartKind::Line,
     )
-    .figures(vec![
-        fig("first iteration", times[0], "ms"),
-        fig("median of iterations 6-15", median, "ms"),
-        fig("first / steady", ratio, "ratio"),
-    ])
+    .figures(figures)
+    .notes(notes)
     .series(vec![series(
         "latency (ms)",
         "ms",
@@ -161,7 +195,7 @@ pub const SYNC_TIMING: Card = Card {
     labels: ["clock stopped right after model(x)", "torch.cuda.synchronize() before the clock stops"],
     setup: sync_timing_setup,
     needs: Needs::Cuda("On a CPU each op has finished when model(x) returns, so here the two timers measure the same thing."),
-    claim: "On a GPU, model(x) returns once its kernels are queued: a timer stopped right after it measures the CPU issuing the ops, not the GPU's work, and reads a fraction of the true time where that work dominates.",
+    claim: "On a GPU, model(x) returns once its kernels are queued: a timer stopped right after it measures the CPU issuing the ops, not the GPU's work, and reads a fraction of the true time where that work dominates. Gradless issues the ops from Rust through libtorch, with no Python interpreter per op, so its naive timer reads PyTorch's C++ dispatch and the launches alone; from Python, as a team's code runs, each op also pays the interpreter, and where this server has a Python its two timers are shown beside.",
     statements: &[
         Said::torch("ResNet-18's forward pass calls 68 operators (20 convolutions, 20 batch norms, 17 ReLUs, 8 residual additions, two poolings, one linear layer), which the CPU issues one after another.", "test_runtime.py::test_resnet18_forward_calls_68_operators"),
         Said::run("A timer stopped right after model(x) returned read less than half the synchronised time: on a GPU the pass returns once its kernels are queued, before they have run.", &["naive p50", "synchronised p50", "naive / synchronised", "synchronised / naive, 95% interval low", "synchronised / naive, 95% interval high"]),
@@ -172,7 +206,7 @@ pub const SYNC_TIMING: Card = Card {
     source: "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
-    threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). Gradless issues the ops from Rust through libtorch: the naive timer reads PyTorch's C++ dispatch and the kernel launches alone. From Python each op also pays the interpreter, so a naive Python timer reads more, yet still not the GPU's work. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
+    threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). Gradless issues the ops from Rust through libtorch: the naive timer reads PyTorch's C++ dispatch and the kernel launches alone. From Python each op also pays the interpreter, so a naive Python timer reads more, yet still not the GPU's work: where the server has a Python, the same alternating passes are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; the naive timer only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
     question: super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", "naive p50", "synchronised p50", super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
     experiment: sync_timing,
 };
@@ -243,6 +277,7 @@ fn sync_timing_setup(ctx: &Ctx) -> Vec<String> {
         line,
         format!("A: the clock stops right after model(x) returns; B: the device is synchronised (torch.cuda.synchronize() on a GPU) before the clock stops. {SYNC_ROUNDS} passes per timer, alternating, on the same model and input (eval(), torch.no_grad(), fp32)"),
         from_rust(s.model),
+        python::SETUP.into(),
     ]
 }
 
@@ -293,6 +328,39 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if let Some(f) = floor {
         figures.push(fig("synchronised p50 at batch 1", f, "ms"));
     }
+    // The same alternating passes from Python, at the batch chosen here: beside, never
+    // deciding. Its naive timer runs on CUDA only.
+    let request = python::request(
+        SYNC_TIMING.id,
+        ctx.device,
+        lab.config().threads,
+        lab.config().seed,
+        serde_json::json!({
+            "model": setup.model.as_str(),
+            "size": setup.size,
+            "batch": setup.batch,
+            "rounds": rounds,
+            "warmup": if ctx.cuda() { 5 } else { 1 },
+        }),
+    );
+    if let Some(t) = python::ask(ctx.python, ctx.control, &request, &mut notes)? {
+        let mut from_python = vec![];
+        let py_synced = t.arm("synchronised").map(|v| p(v, 50.0));
+        let py_naive = t.arm("naive").map(|v| p(v, 50.0));
+        if let Some(pn) = py_naive {
+            from_python.extend(beside(&figures, "naive p50", pn, "ms"));
+        }
+        if let Some(ps) = py_synced {
+            from_python.extend(beside(&figures, "synchronised p50", ps, "ms"));
+        }
+        if let (Some(pn), Some(ps)) = (py_naive, py_synced) {
+            from_python.extend(beside(&figures, "naive / synchronised", pn / ps, "ratio"));
+            notes.push(format!("From Python: the naive timer read {pn:.3} ms ({:.2}× Gradless's {n:.3} ms: each op also pays the interpreter), the synchronised one {ps:.3} ms ({:.2}× Gradless's).", pn / n, ps / s));
+        } else if let Some(ps) = py_synced {
+            notes.push(format!("From Python: a synchronised pass took {ps:.3} ms, {:.2}× Gradless's {s:.3} ms.", ps / s));
+        }
+        figures.extend(from_python);
+    }
     Ok(Outcome::new(
         sync_timing_rule(ctx.device, floor, naive, synced),
         if ctx.cuda() {
@@ -327,7 +395,7 @@ pub const ITEM_SYNC: Card = Card {
     labels: ["total += loss.item() on every batch", "total += loss.detach() on the device, one .item() at the end"],
     setup: item_sync_setup,
     needs: Needs::Cuda("On a CPU the loss already sits in host memory, so .item() reads it without involving another device."),
-    claim: "On a GPU, .item() on every batch makes the CPU wait until the GPU has finished that batch before it queues the next, so the GPU sits idle while the CPU queues each batch; accumulating on the device and reading once at the end lets the CPU queue batch i+1 while the GPU runs batch i, which is faster where the GPU has work to overlap.",
+    claim: "On a GPU, .item() on every batch makes the CPU wait until the GPU has finished that batch before it queues the next, so the GPU sits idle while the CPU queues each batch; accumulating on the device and reading once at the end lets the CPU queue batch i+1 while the GPU runs batch i, which is faster where the GPU has work to overlap. Gradless queues each batch from Rust through libtorch, with no Python interpreter per op; from Python, as a team's code runs, the CPU's share of each batch is larger, and where this server has a Python the same loops timed from it are shown beside.",
     statements: &[
         Said::torch(".item() runs aten::_local_scalar_dense, which copies one element to the host.", "test_runtime.py::test_item_reads_the_value_through_local_scalar_dense"),
         Said::source("On a GPU that copy synchronises the stream: it returns only once every kernel queued before it has finished.", "aten/src/ATen/native/cuda/CUDAScalar.cu", "_local_scalar_dense_cuda", "pitfalls"),
@@ -337,7 +405,7 @@ pub const ITEM_SYNC: Card = Card {
     source: "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
-    threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). Gradless queues each batch from Rust through libtorch, without Python's per-op cost: in Python the CPU's share of each batch is larger, and so is the overlap a per-batch sync throws away. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
+    threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). Gradless queues each batch from Rust through libtorch, without Python's per-op cost: in Python the CPU's share of each batch is larger, and so is the overlap a per-batch sync throws away. Where the server has a Python, the same loops are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; a batch's launches alone only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
     question: super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", "loop with .item() per batch", "loop accumulating on device", super::SAME_TIME),
     experiment: item_sync,
 };
@@ -400,6 +468,7 @@ fn item_sync_setup(ctx: &Ctx) -> Vec<String> {
         format!("A: a loop of {LOOP_BATCHES} batches adding each batch's mean output to a float on the host with .item(); B: the same loop adding it to a tensor on the device, read with .item() once at the end"),
         format!("{ITEM_ROUNDS} loops of each kind, alternating, each timed whole (eval(), torch.no_grad(), fp32); the {LOOP_BATCHES} inputs are on the device before the loop starts"),
         from_rust(s.model),
+        python::SETUP.into(),
     ];
     lines.extend(super::memory::architecture(s.model, s.size));
     lines
@@ -455,16 +524,7 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     })?;
     let (item, acc) = (&times[0], &times[1]);
     let shift = Shift::of(item, acc);
-    Ok(Outcome::new(
-        item_sync_rule(ctx.device, launch, synced, item, acc),
-        if ctx.cuda() {
-            format!("{measured_on}: batch {} here, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)", setup.batch)
-        } else {
-            format!("{measured_on}, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)")
-        },
-        ChartKind::Bar,
-    )
-    .figures(vec![
+    let figures: Vec<protocol::Figure> = vec![
         fig("loop with .item() per batch", shift.slow_p50, "ms"),
         fig("loop accumulating on device", shift.fast_p50, "ms"),
         fig("ratio", shift.slow_p50 / shift.fast_p50, "ratio"),
@@ -475,7 +535,58 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     ]
     .into_iter()
     .chain(super::kit::interval_figures(&ITEM_SYNC.question, &shift))
-    .collect())
+    .collect();
+    // The same loops from Python, at the batch chosen here: beside, never deciding.
+    let mut notes = vec![];
+    let request = python::request(
+        ITEM_SYNC.id,
+        ctx.device,
+        lab.config().threads,
+        lab.config().seed,
+        serde_json::json!({
+            "model": setup.model.as_str(),
+            "size": setup.size,
+            "batch": setup.batch,
+            "rounds": rounds,
+            "loop_batches": LOOP_BATCHES,
+            "batch_rounds": 5,
+        }),
+    );
+    let mut from_python = vec![];
+    if let Some(t) = python::ask(ctx.python, ctx.control, &request, &mut notes)? {
+        if let Some(naive) = t.arm("batch naive") {
+            from_python.extend(beside(&figures, "one batch: launches alone (naive p50)", p(naive, 50.0), "ms"));
+        }
+        if let Some(one) = t.arm("batch synchronised") {
+            from_python.extend(beside(&figures, "one batch: synchronised p50", p(one, 50.0), "ms"));
+        }
+        if let (Some(py_item), Some(py_acc)) = (t.arm("item"), t.arm("accumulate")) {
+            let py = Shift::of(py_item, py_acc);
+            from_python.extend(beside(&figures, "loop with .item() per batch", py.slow_p50, "ms"));
+            from_python.extend(beside(&figures, "loop accumulating on device", py.fast_p50, "ms"));
+            from_python.extend(beside(&figures, "ratio", py.slow_p50 / py.fast_p50, "ratio"));
+            from_python.extend(beside(&figures, "ratio, 95% interval low", py.bounds().0, "ratio"));
+            from_python.extend(beside(&figures, "ratio, 95% interval high", py.bounds().1, "ratio"));
+            notes.push(format!(
+                "From Python: the .item() loop took {:.3} ms, the accumulating loop {:.3} ms ({}); the accumulating loop took {:.2}× Gradless's.",
+                py.slow_p50,
+                py.fast_p50,
+                py.describe(),
+                py.fast_p50 / shift.fast_p50
+            ));
+        }
+    }
+    Ok(Outcome::new(
+        item_sync_rule(ctx.device, launch, synced, item, acc),
+        if ctx.cuda() {
+            format!("{measured_on}: batch {} here, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)", setup.batch)
+        } else {
+            format!("{measured_on}, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)")
+        },
+        ChartKind::Bar,
+    )
+    .figures(figures.into_iter().chain(from_python).collect())
+    .notes(notes)
     .series(vec![series(
         "20-batch loop, p50 (ms)",
         "ms",

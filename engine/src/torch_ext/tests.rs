@@ -102,6 +102,7 @@ fn the_run_guard_stops_at_the_deadline_and_on_cancel() {
 
 #[test]
 fn backend_flags_are_set_and_restored() {
+    let _flags = super::backend_flags_lock();
     let before = BackendFlags::read().unwrap();
     let flipped = BackendFlags {
         tf32_matmul: !before.tf32_matmul,

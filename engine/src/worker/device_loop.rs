@@ -82,7 +82,7 @@ pub(super) fn device_loop(mut lab: Lab, shared: &Shared, config: &WorkerConfig) 
                 let control = control_for(config, cancel, &lab, device);
                 let result = barrier("the experiment", || {
                     lab.with_task(control.clone(), |lab| {
-                        crate::pitfalls::run(lab, &id, options, &control)
+                        crate::pitfalls::run_with(lab, &id, options, &control, config.python.as_ref())
                     })?
                 });
                 if let Err(f) = &result {

@@ -50,6 +50,10 @@ pub struct WorkerConfig {
     pub queue_capacity: usize,
     /// A run still going after this long fails with a timeout.
     pub run_timeout: Option<Duration>,
+    /// The Python (with PyTorch) that times the per-call-overhead cards' Python side beside
+    /// Gradless's figures ([`crate::pitfalls::python`]); `None`: those cards say in a note
+    /// that nothing was timed from Python.
+    pub python: Option<crate::pitfalls::PythonPeer>,
 }
 
 impl Default for WorkerConfig {
@@ -59,6 +63,7 @@ impl Default for WorkerConfig {
             limits: Limits::default(),
             queue_capacity: 16,
             run_timeout: Some(Duration::from_secs(300)),
+            python: None,
         }
     }
 }

@@ -27,7 +27,7 @@ fn about_the_same_is_right_for_identical_arms() {
         .call(|lab| {
             tch::set_num_threads(1);
             let control = RunControl::default();
-            let ctx = Ctx { device: DeviceKind::Cpu, opts: PitfallOptions::default(), control: &control };
+            let ctx = Ctx { device: DeviceKind::Cpu, opts: PitfallOptions::default(), control: &control, python: None };
             let setup = Setup::with_batch(&ctx, ModelId::TinyMlp, 8, GradMode::NoGrad);
             let model = setup.fresh(lab, &ctx).expect("model");
             let input = setup.input(&model, &ctx).expect("input");

@@ -65,8 +65,19 @@ fn a_run_with_half_weights_reports_a_half_precision_output_and_a_smaller_baselin
     assert_eq!(half.output.dtype, "BFloat16");
     assert_eq!(fp32.output.dtype, "Float");
     // Everything in the baseline is floating point (weights, BatchNorm's running
-    // statistics, the input): it halves exactly.
-    assert_eq!(2 * half.memory.baseline_bytes, fp32.memory.baseline_bytes);
+    // statistics, the input): it halves, to the byte on the CPU; on CUDA each tensor is
+    // rounded to the allocator's blocks on both sides (small BatchNorm vectors round alike
+    // in either dtype), so within that slack (`common::Bytes`), and strictly smaller.
+    let sizes = |w: WeightsDtype| -> Vec<u64> {
+        let m = built(ModelId::Resnet18, device, w, MemoryFormat::Contiguous);
+        let mut v: Vec<u64> = m.vs.variables().values().map(|t| t.numel() as u64 * t.kind().elt_size_in_bytes() as u64).collect();
+        v.push(2 * 3 * 64 * 64 * if w == WeightsDtype::Fp32 { 4 } else { 2 });
+        v
+    };
+    let bytes = common::bytes(device);
+    let slack = bytes.slack(sizes(WeightsDtype::Fp32)) + 2 * bytes.slack(sizes(WeightsDtype::Bf16));
+    bytes.assert_eq(2 * half.memory.baseline_bytes, fp32.memory.baseline_bytes, slack, "2 × the bf16 baseline against the fp32 baseline");
+    assert!(half.memory.baseline_bytes < fp32.memory.baseline_bytes, "{:?} vs {:?}", half.memory, fp32.memory);
     assert_eq!(half.memory.leaked_bytes, 0);
     assert!(half.spec.label().contains("bf16 weights"));
 }
@@ -109,7 +120,10 @@ fn an_input_copied_from_host_memory_adds_exactly_its_bytes_to_each_pass(device) 
     let pageable = measure(&w, spec(device, ModelId::Resnet18, Advanced { input_source: InputSource::Pageable, ..Advanced::default() }));
     let input_bytes = 2 * 3 * 64 * 64 * 4;
     let (d, p) = (on_device.memory.peak_above_baseline_bytes, pageable.memory.peak_above_baseline_bytes);
-    assert_eq!(p, d + input_bytes, "pageable peak {p} vs on-device {d}");
+    // Two runs' peaks: on CUDA within the copy's rounding and one large block's remainder
+    // (a cuDNN workspace live at the peak may be handed a larger cached block).
+    let bytes = common::bytes(device);
+    bytes.assert_eq(p, d + input_bytes, bytes.slack([input_bytes, common::CUDA_SMALL + 1]), format!("pageable peak {p} vs on-device {d}"));
     assert_eq!(pageable.memory.leaked_bytes, 0);
 }
 }

@@ -51,6 +51,10 @@ fn run(w: &Worker, spec: RunSpec) -> Report {
         .expect("generation succeeds");
     let g = report.generation.as_ref().expect("a generation section");
     assert_eq!(steps, g.steps.len(), "every step was streamed");
+    // Every generation says where its weights came from; random ones say so.
+    let source = g.weights_source.as_deref().expect("where the weights came from");
+    let random = report.spec.model.decoder().is_some_and(|d| d.random_weights());
+    assert_eq!(source.contains("seeded"), random, "{source}");
     report
 }
 
@@ -387,6 +391,49 @@ fn cuda_graph_replay_of_the_decode_step_is_accepted_on_cuda_only(device) {
             assert_eq!(replayed.memory.leaked_bytes, 0, "{:?}", replayed.memory);
             let decode = r.attention.as_ref().and_then(|a| a.decode);
             assert!(matches!(decode, Some(protocol::SdpBackend::MemoryEfficient | protocol::SdpBackend::Math | protocol::SdpBackend::Flash)), "{:?}", r.attention);
+        }
+    }
+}
+}
+
+per_device! {
+/// Issue 54: a generation runs its steps under the spec's CUDA math switches, as a forward
+/// run does around its passes; a CPU refuses them, naming the field.
+fn a_generation_runs_under_the_specs_math_switches(device) {
+    use engine::torch_ext::BackendFlags;
+    let w = worker();
+    let with = |tf32, cudnn_benchmark| RunSpec {
+        advanced: protocol::Advanced { tf32, cudnn_benchmark, ..Default::default() },
+        ..generate(device, 1, 8, 4, KvCacheKind::Dynamic, GradMode::NoGrad)
+    };
+    match device {
+        DeviceKind::Cpu => {
+            for (spec, field) in [(with(true, false), "advanced.tf32"), (with(false, true), "advanced.cudnn_benchmark")] {
+                let e = w.check(spec).unwrap_err();
+                assert_eq!(e.field, field, "{e}");
+            }
+        }
+        DeviceKind::Cuda => {
+            let before = BackendFlags::read().unwrap();
+            for (tf32, bench) in [(true, true), (false, false)] {
+                let checked = w.check(with(tf32, bench)).unwrap();
+                // Read on the device thread while each step is streamed: inside the loop.
+                let seen = w
+                    .call(move |lab| {
+                        let mut seen = vec![];
+                        lab.measure(&checked, &engine::RunControl::default(), &mut |e| {
+                            if matches!(e, protocol::Event::Step { .. }) {
+                                seen.push(BackendFlags::read().unwrap());
+                            }
+                        })
+                        .unwrap();
+                        seen
+                    })
+                    .unwrap();
+                let want = BackendFlags { tf32_matmul: tf32, tf32_cudnn: tf32, cudnn_benchmark: bench };
+                assert_eq!(seen, vec![want; 4], "tf32 {tf32}, cudnn_benchmark {bench}");
+                assert_eq!(BackendFlags::read().unwrap(), before, "restored after the run");
+            }
         }
     }
 }

@@ -16,6 +16,7 @@ mod common;
 
 mod a_a;
 mod advanced;
+mod build_facts;
 mod generate;
 mod guarantees;
 mod invariants;

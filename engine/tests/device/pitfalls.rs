@@ -63,7 +63,7 @@ fn check_report(device: DeviceKind, id: &str, r: PitfallReport, small_copy: Pitf
         // ... and it is what the card said before the lock-in it would measure: the setup
         // is generated from the experiment's own settings, so the two cannot drift.
         let control = RunControl::default();
-        let ctx = pitfalls::kit::Ctx { device, opts: options_for(device, &small_copy), control: &control };
+        let ctx = pitfalls::kit::Ctx { device, opts: options_for(device, &small_copy), control: &control, python: None };
         let planned = card.planned(&ctx);
         assert!(r.reason.contains(&planned[0]), "{id}: the card said it would measure `{}`, the run measured: {}", planned[0], r.reason);
     }
@@ -215,6 +215,56 @@ fn inference_vs_nograd(device: DeviceKind) {
     assert_eq!(latency_notes, 2, "{:?}", r.notes);
     assert!(!r.claim.contains("overhead, not memory"));
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
+    // This worker has no Python: a note says so, never an error, and no Python figure.
+    assert!(r.notes.iter().any(|n| n.starts_with("Not timed from Python: this server has no Python configured")), "{:?}", r.notes);
+    assert!(!r.figures.iter().any(|f| f.name.starts_with("Python")), "{:?}", r.figures);
+}
+
+/// The venv's Python (scripts/test.sh exports GRADLESS_PYTHON), which the build's libtorch
+/// comes from unless LIBTORCH names another: `None` only then, when it is absent.
+fn venv_python() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("GRADLESS_PYTHON").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        let venv = std::env::var_os("GRADLESS_VENV").map(std::path::PathBuf::from);
+        venv.unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gradless/venv")).join("bin/python")
+    });
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(std::env::var_os("LIBTORCH").is_some(), "no Python at {} (set GRADLESS_PYTHON)", path.display());
+    eprintln!("skipped: no Python at {} (a LIBTORCH build)", path.display());
+    None
+}
+
+/// With a Python configured, inference-vs-nograd carries the same runs timed from Python
+/// beside Gradless's figures (each finite and positive, with Python / Gradless), while its
+/// question is still answered by Gradless's own figure.
+fn inference_vs_nograd_from_python(device: DeviceKind) {
+    let Some(python) = venv_python() else { return };
+    let peer = pitfalls::PythonPeer::new(python);
+    let options = options_for(device, &defaults());
+    let r = worker()
+        .call(move |lab| pitfalls::run_with(lab, "inference-vs-nograd", options, &RunControl::default(), Some(&peer)))
+        .expect("worker alive")
+        .unwrap_or_else(|f| panic!("inference-vs-nograd: {}", f.message));
+    answers_its_question(device, &r);
+    let r = check_report(device, "inference-vs-nograd", r, defaults());
+    assert!(r.notes.iter().any(|n| n.starts_with("Also timed from Python")), "{:?}", r.notes);
+    let ours: Vec<_> = r.figures.iter().filter(|f| !f.name.starts_with("Python") && (f.name.ends_with(" no_grad p50") || f.name.ends_with(" inference_mode p50"))).collect();
+    assert_eq!(ours.len(), 4, "{:?}", r.figures);
+    for f in ours {
+        for name in [format!("Python: {}", f.name), format!("Python / Gradless: {}", f.name)] {
+            let v = figure(&r, &name);
+            assert!(v.is_finite() && v > 0.0, "{name}: {v}");
+        }
+    }
+    let ratio = figure(&r, "Python: tiny_mlp b1 latency ratio inference_mode / no_grad");
+    assert!(ratio.is_finite() && ratio > 0.0, "{ratio}");
+    let question = &pitfalls::card("inference-vs-nograd").unwrap().question;
+    assert_eq!(question.measured(&r.figures), Some(figure(&r, "tiny_mlp b1 latency ratio inference_mode / no_grad")));
+    println!("{}", r.notes.iter().filter(|n| n.contains("Python")).cloned().collect::<Vec<_>>().join("\n"));
+    for f in r.figures.iter().filter(|f| f.name.contains(" p50")) {
+        println!("{}: {:.4} {}", f.name, f.value, f.unit);
+    }
 }
 
 fn autocast(device: DeviceKind) {
@@ -624,6 +674,7 @@ per_device!(
     eval_not_nograd,
     nograd_not_eval,
     inference_vs_nograd,
+    inference_vs_nograd_from_python,
     autocast,
     autocast_transformer,
     batch_scaling,

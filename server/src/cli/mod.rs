@@ -224,6 +224,9 @@ fn print_generation(r: &Report) -> Result<()> {
             )?;
         }
     }
+    if let Some(w) = &g.weights_source {
+        writeln!(out, "weights       {w}")?;
+    }
     if let Some(t) = &g.text {
         writeln!(out, "prompt text   {:?}", t.prompt)?;
         writeln!(out, "generated     {:?}", t.generated.first().cloned().unwrap_or_default())?;

@@ -36,6 +36,7 @@ pub fn worker_config(
         },
         queue_capacity,
         run_timeout,
+        python: engine.python().map(engine::pitfalls::PythonPeer::new),
     }
 }
 

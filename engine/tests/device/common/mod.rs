@@ -2,7 +2,13 @@
 //! CUDA by `scripts/gpu-check.sh` on a GPU host. The CUDA halves are always compiled (so
 //! CI type-checks them and the GPU check carries the very binary CI built) and marked
 //! `#[ignore]`: the check runs them with `--ignored --test-threads=1` (the CUDA allocator's
-//! statistics are per process, so tests in parallel would mix their peaks and baselines).
+//! statistics are per process, so tests in parallel would mix their peaks and baselines),
+//! skipping the statistical A/A test (`a_a::`), the soak (`soak::`) and the cards
+//! (`pitfalls::cuda::`, which its pitfalls step runs).
+//!
+//! Byte figures are compared by ONE rule, [`Bytes`]: exact on the CPU, within the caching
+//! allocator's granularity on CUDA, and a process-wide CUDA statistic only as a difference
+//! inside one worker. Every CUDA half that compares bytes goes through it.
 //!
 //! `per_device! { fn name(device) { ... } }` makes a module `name` with the tests `cpu`
 //! and `cuda` (ignored), each calling the body with its [`DeviceKind`];
@@ -45,6 +51,92 @@ pub fn require(device: DeviceKind) {
             engine::torch_ext::cuda_available(),
             "a CUDA test ran (--ignored) but libtorch sees no CUDA device"
         );
+    }
+}
+
+/// The CUDA caching allocator's granularity: every block it hands out is a whole number of
+/// 512 B (`kMinBlockSize` in c10/cuda/CUDACachingAllocator.cpp).
+pub const CUDA_BLOCK: u64 = 512;
+/// Above this size (`kSmallSize`, 1 MiB) a request comes from the large pool, where a cached
+/// block is handed out unsplit when less than this much of it would be left over
+/// (`should_split`), and `memory_allocated` counts the whole block.
+pub const CUDA_SMALL: u64 = 1 << 20;
+
+/// How byte figures are compared on a device: ONE rule for every device test (issue 54).
+///
+/// - The CPU's counter sees the bytes each allocation asked for, on the measuring thread
+///   only: a figure is exact, and compared exactly.
+/// - CUDA's caching allocator rounds each tensor up to whole 512 B blocks, and may hand a
+///   tensor over 1 MiB a cached block up to 1 MiB larger: a figure is compared within the
+///   slack of the tensors it counts ([`Bytes::slack`]).
+/// - CUDA's statistics are the whole process's (other workers' models, the cuBLAS and
+///   cuBLASLt workspaces of every thread and stream, 32 MiB each on sm_90): such a figure
+///   means something only as a difference between two reads inside one worker, after its
+///   lab primed the workspaces ([`Bytes::held`]), never across workers.
+#[derive(Clone, Copy, Debug)]
+pub struct Bytes {
+    pub device: DeviceKind,
+}
+
+/// The byte rule of `device`.
+pub fn bytes(device: DeviceKind) -> Bytes {
+    Bytes { device }
+}
+
+impl Bytes {
+    /// How far the device's allocator may move a figure that counts tensors of these sizes:
+    /// nothing on the CPU; on CUDA a block's rounding per small tensor, a large pool's
+    /// unsplit remainder per large one.
+    pub fn slack(&self, sizes: impl IntoIterator<Item = u64>) -> u64 {
+        match self.device {
+            DeviceKind::Cpu => 0,
+            DeviceKind::Cuda => sizes
+                .into_iter()
+                .map(|s| if s <= CUDA_SMALL { CUDA_BLOCK } else { CUDA_SMALL + CUDA_BLOCK })
+                .sum(),
+        }
+    }
+
+    /// The slack of `n` small tensors (each at most 1 MiB).
+    pub fn blocks(&self, n: u64) -> u64 {
+        self.slack(std::iter::repeat_n(CUDA_BLOCK, n as usize))
+    }
+
+    /// `measured` is `expected`: to the byte on the CPU, within `slack` on CUDA.
+    #[track_caller]
+    pub fn assert_eq(&self, measured: u64, expected: u64, slack: u64, what: impl std::fmt::Display) {
+        match self.device {
+            DeviceKind::Cpu => assert_eq!(measured, expected, "{what}"),
+            DeviceKind::Cuda => assert!(
+                measured.abs_diff(expected) <= slack,
+                "{what}: {measured} B against {expected} B, {} B apart, more than the allocator's {slack} B",
+                measured.abs_diff(expected)
+            ),
+        }
+    }
+
+    /// `a <= b`: exactly on the CPU, within `slack` on CUDA.
+    #[track_caller]
+    pub fn assert_le(&self, a: u64, b: u64, slack: u64, what: impl std::fmt::Display) {
+        let slack = match self.device {
+            DeviceKind::Cpu => 0,
+            DeviceKind::Cuda => slack,
+        };
+        assert!(a <= b + slack, "{what}: {a} B above {b} B (allowed: {slack} B)");
+    }
+
+    /// What the device holds now as `worker`'s meter reads it, on its device thread after a
+    /// synchronisation: on the CPU that thread's own allocations; on CUDA the whole
+    /// process's, comparable only with another read of the same worker (its lab primed the
+    /// cuBLAS and cuBLASLt workspaces when it started, so no later read adds them).
+    pub fn held(&self, worker: &engine::Worker) -> u64 {
+        let device = self.device;
+        worker
+            .call(move |lab| {
+                engine::torch_call::synchronize(device).expect("synchronise");
+                lab.meter(device).read().expect("the meter reads").allocated
+            })
+            .expect("worker alive")
     }
 }
 
@@ -127,9 +219,10 @@ macro_rules! per_device {
         }
     };
     // The list form, for bodies that are functions of their own: the tests are named
-    // `cpu::NAME` and `cuda::NAME`. The pitfall cards use it: their CUDA half takes
-    // minutes, so scripts/gpu-check.sh skips `pitfalls::cuda::` and runs the cards on CUDA
-    // through `gradless pitfall all` within its own time limit instead.
+    // `cpu::NAME` and `cuda::NAME`. The pitfall cards use it: their CUDA halves take
+    // minutes, so scripts/gpu-check.sh's cuda-tests step skips `pitfalls::cuda::`; its
+    // pitfalls step runs the CUDA cards by id through `gradless pitfall all --only`, and of
+    // these tests `pitfalls::cuda::a_card_answers_the_same_wherever_it_sits_in_the_tour`.
     ($($name:ident),+ $(,)?) => {
         mod cpu {
             $(#[test]

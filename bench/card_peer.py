@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""The Python side of Gradless's per-call-overhead cards: the same experiment, timed from Python.
+
+Gradless calls libtorch from Rust, so its timings pay PyTorch's C++ dispatch and the kernels,
+and no Python interpreter per op. A team's code is Python: every module call, every op and
+every `with` block also runs bytecode. For the cards whose lesson is per-call overhead
+(inference-vs-nograd, warm-up, sync-timing, item-sync, cuda-graphs) the engine runs this file
+with the server's Python (`gradless serve --python PATH`, GRADLESS_PYTHON; by default the
+venv's) after its own timing, and shows these figures beside its own as "Python: <name>".
+
+The engine passes the source on the command line (`python -c SOURCE REQUEST`), so a server
+needs no checkout; by hand: `python bench/card_peer.py '{"card": "warm-up", ...}'`.
+
+The request (one JSON object, argv[1]) is built by the card's experiment from its own plan
+(engine/src/pitfalls/python.rs and the card's file): the card, the device ("cpu" or "cuda"),
+the threads (torch.set_num_threads, the server's threads for cards), the seed, and each
+card's shapes, iterations and rounds. The answer (one JSON object on stdout) holds the raw
+latencies of each arm in milliseconds, in the order they were timed; the engine computes
+every median, ratio and 95% interval from them with the same code as its own figures, so
+the two sides differ only in who calls libtorch:
+
+  {"card": ..., "python": "3.11.7", "torch": "2.11.0", "device": "cpu", "device_name": ...,
+   "threads": 2, "samples": {"ARM": [ms, ...], ...}, "notes": [...], "not_applicable": null}
+
+`not_applicable` says why nothing was timed (a CUDA-only experiment on a CPU); a note says why
+a part was left out (a model this file does not build, the unsynchronised timer on a CPU).
+
+How each pass is timed, as Gradless's method (docs/measuring.md): the device synchronised
+before the first pass; a timed pass is perf_counter() around the call (the grad context
+entered inside it, as Gradless enters its guards inside its pass), then
+torch.cuda.synchronize() on CUDA, then the clock stops; the previous output is dropped
+before the next pass; warm-up passes are never timed. Arms alternate exactly as the card's
+experiment alternates them (runs of passes for inference-vs-nograd, pass by pass for
+sync-timing, loop by loop for item-sync).
+
+The models are built here with the architecture Gradless builds (tiny MLP, torchvision's
+ResNet-18/50 and MobileNetV2, the 4-layer encoder; copies of bench/peer.py's, which
+`python bench/peer.py --check-builtin` checks against torchvision). Their weights are
+random: they do not change a pass's time, only its values. On CUDA the TF32 switches and
+cudnn.benchmark are off, as in Gradless's passes.
+
+Python 3 and PyTorch only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+# Kineto and some CUDA builds log to stderr at import; the engine reads stdout only.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+CLASSES = 1000
+MLP_HIDDEN = 512
+MLP_DROPOUT = 0.5
+D_MODEL, HEADS, FF, LAYERS, DROPOUT = 256, 4, 1024, 4, 0.1
+
+
+# ---- models: the architectures Gradless builds (engine/src/models/), as bench/peer.py's ----------
+
+
+def tiny_mlp(features: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(features, MLP_HIDDEN), nn.BatchNorm1d(MLP_HIDDEN), nn.ReLU(), nn.Dropout(MLP_DROPOUT),
+        nn.Linear(MLP_HIDDEN, MLP_HIDDEN), nn.BatchNorm1d(MLP_HIDDEN), nn.ReLU(), nn.Dropout(MLP_DROPOUT),
+        nn.Linear(MLP_HIDDEN, 10),
+    )
+
+
+class EncoderLayer(nn.Module):
+    """One post-norm encoder layer written op by op (not nn.TransformerEncoderLayer, whose
+    fused fast path runs other kernels than Gradless's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_proj = nn.Linear(D_MODEL, 3 * D_MODEL)
+        self.out_proj = nn.Linear(D_MODEL, D_MODEL)
+        self.linear1 = nn.Linear(D_MODEL, FF)
+        self.linear2 = nn.Linear(FF, D_MODEL)
+        self.norm1 = nn.LayerNorm(D_MODEL)
+        self.norm2 = nn.LayerNorm(D_MODEL)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        qkv = self.in_proj(x).view(b, s, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], dropout_p=DROPOUT if self.training else 0.0)
+        attn = self.out_proj(attn.transpose(1, 2).reshape(b, s, d))
+        x = self.norm1(x + F.dropout(attn, DROPOUT, self.training))
+        ff = self.linear2(F.dropout(F.relu(self.linear1(x)), DROPOUT, self.training))
+        return self.norm2(x + F.dropout(ff, DROPOUT, self.training))
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+
+
+def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 1, stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1, self.bn1 = _conv3x3(inplanes, planes, stride), nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2, self.bn2 = _conv3x3(planes, planes), nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1, self.bn1 = _conv1x1(inplanes, planes), nn.BatchNorm2d(planes)
+        self.conv2, self.bn2 = _conv3x3(planes, planes, stride), nn.BatchNorm2d(planes)
+        self.conv3, self.bn3 = _conv1x1(planes, planes * 4), nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers: list[int]):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * block.expansion, CLASSES)
+
+    def _make_layer(self, block, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                _conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion)
+            )
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def _conv_bn_relu6(cin: int, cout: int, kernel_size: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel_size, stride, (kernel_size - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU6(inplace=True),
+    )
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
+        super().__init__()
+        hidden = int(round(inp * expand_ratio))
+        self.use_res_connect = stride == 1 and inp == oup
+        layers = [_conv_bn_relu6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
+        layers += [
+            _conv_bn_relu6(hidden, hidden, stride=stride, groups=hidden),
+            nn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(oup),
+        ]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    SETTINGS = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
+
+    def __init__(self):
+        super().__init__()
+        cin, last = 32, 1280
+        features = [_conv_bn_relu6(3, cin, stride=2)]
+        for t, c, n, s in self.SETTINGS:
+            for i in range(n):
+                features.append(InvertedResidual(cin, c, s if i == 0 else 1, expand_ratio=t))
+                cin = c
+        features.append(_conv_bn_relu6(cin, last, kernel_size=1))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(p=0.2), nn.Linear(last, CLASSES))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.flatten(F.adaptive_avg_pool2d(self.features(x), (1, 1)), 1)
+        return self.classifier(x)
+
+
+BUILDERS = {
+    "tiny_mlp": tiny_mlp,
+    "resnet18": lambda size: ResNet(BasicBlock, [2, 2, 2, 2]),
+    "resnet50": lambda size: ResNet(Bottleneck, [3, 4, 6, 3]),
+    "mobilenet_v2": lambda size: MobileNetV2(),
+    "transformer": lambda size: nn.Sequential(*[EncoderLayer() for _ in range(LAYERS)]),
+}
+
+
+class NotBuilt(Exception):
+    """A model this file does not build (a decoder, a team's TorchScript module)."""
+
+
+def build(name: str, size: int, device: torch.device, seed: int) -> nn.Module:
+    """The architecture `name` with random weights, in eval(), on the device."""
+    if name not in BUILDERS:
+        raise NotBuilt(f"{name} is not timed from Python: this peer builds {', '.join(BUILDERS)}")
+    torch.manual_seed(seed)
+    return BUILDERS[name](size).to(device).eval()
+
+
+def make_input(name: str, batch: int, size: int, device: torch.device) -> torch.Tensor:
+    if name == "tiny_mlp":
+        shape = [batch, size]
+    elif name == "transformer":
+        shape = [batch, size, D_MODEL]
+    else:
+        shape = [batch, 3, size, size]
+    return torch.randn(shape, device=device)
+
+
+# ---- timing -------------------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def forward(model: nn.Module, x: torch.Tensor, grad) -> torch.Tensor:
+    with grad():
+        return model(x)
+
+
+def timed_passes(model, x, grad, device, warmup: int, iters: int) -> list[float]:
+    """One run, as Gradless's Lab measures one: untimed warm-up passes, then each timed pass
+    with the previous output dropped first, synchronised before the clock stops."""
+    for _ in range(warmup):
+        forward(model, x, grad)
+    synchronize(device)
+    times, out = [], None
+    for _ in range(iters):
+        out = None
+        t0 = time.perf_counter()
+        out = forward(model, x, grad)
+        synchronize(device)
+        times.append(ms_since(t0))
+    del out
+    return times
+
+
+# ---- the cards ----------------------------------------------------------------------------------
+
+
+def inference_vs_nograd(req: dict, device: torch.device, out: dict) -> None:
+    """Each model: `rounds` runs of each mode, alternating (no_grad first), each run
+    `warmup` untimed and `iters` timed passes; arms "LABEL no_grad", "LABEL inference_mode"."""
+    modes = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+    for m in req["models"]:
+        try:
+            model = build(m["model"], m["size"], device, req["seed"])
+        except NotBuilt as e:
+            out["notes"].append(str(e))
+            continue
+        torch.manual_seed(req["seed"])
+        x = make_input(m["model"], m["batch"], m["size"], device)
+        for _ in range(req["rounds"]):
+            for mode, grad in modes.items():
+                arm = out["samples"].setdefault(f"{m['label']} {mode}", [])
+                arm.extend(timed_passes(model, x, grad, device, m["warmup"], m["iters"]))
+
+
+def warm_up(req: dict, device: torch.device, out: dict) -> None:
+    """A freshly built model's passes on a batch size this process has not run, each timed
+    on its own: arm "passes", in order. First, one untimed pass of another model of the
+    architecture at `prewarm_batch`: a new Python process's first pass also pays for what a
+    long-running server paid once (the thread pool, oneDNN's engine, on CUDA the context and
+    the cuBLAS handles), which the card does not ask about and Gradless's worker has paid."""
+    name, size = req["model"], req["size"]
+    prewarm = build(name, size, device, req["seed"] + 1)
+    forward(prewarm, make_input(name, req["prewarm_batch"], size, device), torch.no_grad)
+    synchronize(device)
+    del prewarm
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    model = build(name, size, device, req["seed"])
+    x = make_input(name, req["batch"], size, device)
+    synchronize(device)
+    times = []
+    for _ in range(req["passes"]):
+        t0 = time.perf_counter()
+        y = forward(model, x, torch.no_grad)
+        synchronize(device)
+        times.append(ms_since(t0))
+        del y
+    out["samples"]["passes"] = times
+    out["notes"].append(
+        f"From Python: the process was warmed first by one pass at batch {req['prewarm_batch']} on another {name}; "
+        f"then a fresh model timed on batch {req['batch']}."
+    )
+
+
+def sync_timing(req: dict, device: torch.device, out: dict) -> None:
+    """`rounds` passes per timer, alternating: arm "naive" stops the clock when model(x)
+    returns (CUDA only), arm "synchronised" after torch.cuda.synchronize()."""
+    model = build(req["model"], req["size"], device, req["seed"])
+    torch.manual_seed(req["seed"])
+    x = make_input(req["model"], req["batch"], req["size"], device)
+    for _ in range(req["warmup"]):
+        forward(model, x, torch.no_grad)
+    naive = device.type == "cuda"
+    if not naive:
+        out["notes"].append("From Python: the timer stopped right after model(x) is not applicable on a CPU, where each op has finished when it returns; only the synchronised timer was run.")
+    synchronize(device)
+    arms = (["naive"] if naive else []) + ["synchronised"]
+    for _ in range(req["rounds"]):
+        for arm in arms:
+            t0 = time.perf_counter()
+            y = forward(model, x, torch.no_grad)
+            if arm == "naive":
+                ms = ms_since(t0)
+                synchronize(device)
+            else:
+                synchronize(device)
+                ms = ms_since(t0)
+            del y
+            out["samples"].setdefault(arm, []).append(ms)
+
+
+def item_sync(req: dict, device: torch.device, out: dict) -> None:
+    """One batch's launches alone ("batch naive", CUDA only) and synchronised ("batch
+    synchronised"), 5 alternating passes each; then `rounds` loops of `loop_batches` batches
+    of each kind, alternating, each timed whole: arm "item" reads loss.item() every batch,
+    arm "accumulate" adds the loss to a tensor on the device and reads it once."""
+    name, batch, size = req["model"], req["batch"], req["size"]
+    model = build(name, size, device, req["seed"])
+    naive = device.type == "cuda"
+    x = make_input(name, batch, size, device)
+    synchronize(device)
+    for _ in range(req["batch_rounds"]):
+        for arm in (["batch naive"] if naive else []) + ["batch synchronised"]:
+            t0 = time.perf_counter()
+            y = forward(model, x, torch.no_grad)
+            if arm == "batch naive":
+                ms = ms_since(t0)
+                synchronize(device)
+            else:
+                synchronize(device)
+                ms = ms_since(t0)
+            del y
+            out["samples"].setdefault(arm, []).append(ms)
+    if not naive:
+        out["notes"].append("From Python: a batch's launches alone (no synchronisation) are not applicable on a CPU; only the synchronised batch was timed.")
+    batches = [make_input(name, batch, size, device) for _ in range(req["loop_batches"])]
+
+    def run_loop(per_batch_item: bool) -> float:
+        host_total = 0.0
+        device_total = torch.zeros((), device=device)
+        for xb in batches:
+            y = forward(model, xb, torch.no_grad)
+            loss = y.mean(dtype=torch.float32)
+            if per_batch_item:
+                host_total += loss.item()
+            else:
+                device_total += loss
+        return host_total + device_total.item()
+
+    run_loop(True)
+    run_loop(False)
+    synchronize(device)
+    for _ in range(req["rounds"]):
+        for arm in ("item", "accumulate"):
+            t0 = time.perf_counter()
+            run_loop(arm == "item")
+            synchronize(device)
+            out["samples"].setdefault(arm, []).append(ms_since(t0))
+
+
+def cuda_graphs(req: dict, device: torch.device, out: dict) -> None:
+    """Each batch: one run of eager passes under inference_mode (`warmup` untimed, `iters`
+    timed), then one of a captured CUDA graph's replays (`warmup` eager passes, the capture
+    after a warm-up pass on a side stream, `iters` timed replays, the input already in the
+    captured buffer): arms "batch B: eager", "batch B: replay"."""
+    if device.type != "cuda":
+        out["not_applicable"] = "CUDA graphs record and replay GPU kernel launches; a CPU has no graphs to capture."
+        return
+    model = build(req["model"], req["size"], device, req["seed"])
+    for batch in req["batches"]:
+        torch.manual_seed(req["seed"])
+        static_x = make_input(req["model"], batch, req["size"], device)
+        out["samples"][f"batch {batch}: eager"] = timed_passes(
+            model, static_x, torch.inference_mode, device, req["warmup"], req["iters"]
+        )
+        with torch.inference_mode():
+            for _ in range(req["warmup"]):
+                model(static_x)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                model(static_x)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_y = model(static_x)
+        synchronize(device)
+        times = []
+        for _ in range(req["iters"]):
+            t0 = time.perf_counter()
+            graph.replay()
+            synchronize(device)
+            times.append(ms_since(t0))
+        out["samples"][f"batch {batch}: replay"] = times
+        del graph, static_y, static_x
+
+
+CARDS = {
+    "inference-vs-nograd": inference_vs_nograd,
+    "warm-up": warm_up,
+    "sync-timing": sync_timing,
+    "item-sync": item_sync,
+    "cuda-graphs": cuda_graphs,
+}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[1] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    req = json.loads(argv[1])
+    card = CARDS.get(req["card"])
+    if card is None:
+        print(f"card_peer: no Python side for `{req['card']}`; known: {', '.join(CARDS)}", file=sys.stderr)
+        return 2
+    if req["device"] == "cuda" and not torch.cuda.is_available():
+        print("card_peer: this Python's PyTorch sees no CUDA device", file=sys.stderr)
+        return 2
+    device = torch.device("cuda:0" if req["device"] == "cuda" else "cpu")
+    torch.set_num_threads(int(req["threads"]))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+    out = {
+        "card": req["card"],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": device.type,
+        "device_name": device_name(device),
+        "threads": torch.get_num_threads(),
+        "samples": {},
+        "notes": [],
+        "not_applicable": None,
+    }
+    try:
+        card(req, device, out)
+    except NotBuilt as e:
+        out["notes"].append(str(e))
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
