@@ -128,6 +128,9 @@ fn the_cli_lists_team_models_and_names_each_refused_file() {
         assert!(out.contains(name), "{name} missing from:\n{out}");
     }
     assert!(out.contains("11,689,512"), "{out}");
+    // Every decoder says where its weights come from: the presets' are random and seeded,
+    // the trained model's are its own files.
+    assert!(out.contains("weights: ") && out.contains("random seeded weights") && out.contains("trained by this project"), "{out}");
     assert!(
         !out.contains("broken") && !out.contains("mismatched"),
         "{out}"

@@ -368,6 +368,10 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
             m.input_meaning,
             m.default_input_size
         )?;
+        // Where a decoder's weights come from: its files, or random seeded weights.
+        if let Some(d) = m.id.decoder() {
+            writeln!(out, "{:<14} weights: {}", "", d.provenance())?;
+        }
     }
     Ok(())
 }
