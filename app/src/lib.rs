@@ -278,7 +278,12 @@ fn server_info() -> ServerInfo {
                     .filter_map(|m| m.decoder.clone())
                     .collect(),
             );
-            return info;
+            // Read again now that they are registered: a team decoder's name read before
+            // its registration parsed as a TorchScript team model, so the page listed
+            // different models than the server rendered (and hydration failed).
+            return page_json(INFO_ELEMENT)
+                .and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok())
+                .unwrap_or(info);
         }
     }
     use_context::<ServerInfo>().unwrap_or_else(|| ServerInfo {
