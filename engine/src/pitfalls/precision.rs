@@ -34,7 +34,7 @@ pub const HALF_WEIGHTS: Card = Card {
         Said::run("Both 16-bit variants differ from the fp32 output by a little, never by nothing: 16-bit floats keep fewer mantissa bits.", &["* autocast: largest output difference", "* weights: largest output difference"]),
     ],
     source: "https://pytorch.org/docs/stable/amp.html",
-    pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # the model's weights are fp32",
+    pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # model as loaded (fp32)",
     fix: "model = model.half()  # cast once; the input too: x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
     threshold: "confirmed when the cast model's parameters take exactly half the bytes of the fp32 model's, the fp32 weights used under autocast are still float32 after the call, and both low-precision outputs (autocast, cast weights) differ from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. Peaks and latencies under grad, no_grad and inference_mode are reported (latency as a ratio with its 95% bootstrap interval), not judged: they depend on whether the device has 16-bit units. Regime: any; byte counts are exact. The low precision is fp16 on a GPU, bf16 on a CPU (where fp16 has no arithmetic units)",
     question: super::ratio("ResNet-18 loaded in fp32 and run as in A (forward pass inside 16-bit autocast: fp16 on a GPU, bf16 on a CPU): the bytes its parameters take after the pass, against the same model never run under autocast? (fp32 is 4 bytes an element, fp16 and bf16 are 2.)", "* autocast parameters", "fp32 parameters", super::SAME_BYTES),

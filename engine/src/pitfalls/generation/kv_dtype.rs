@@ -101,14 +101,17 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         if let Some(d) = &g.drift {
             drifts.push(format!("{name} cache: max |Δ logit| {:.2e} against logits up to {:.2}, {:.0}% of greedy tokens agree", d.max_abs_logit_delta, d.max_abs_logit, 100.0 * d.greedy_agreement));
         }
+        // The weights held (every parameter), not `weights_bytes`, which counts what a decode
+        // step reads (one embedding row, not the table).
+        let held = g.weights_breakdown.map_or(g.weights_bytes, |w| w.linear_bytes + w.other_bytes);
         rows.push(vec![
             format!("{name} cache"),
             protocol::format_bytes(g.kv_cache_bytes),
-            protocol::format_bytes(g.weights_bytes),
+            protocol::format_bytes(held),
             protocol::format_bytes(report.memory.peak_allocated_bytes),
             drift,
         ]);
-        cells.push((name, g.kv_cache_bytes, g.weights_bytes, report.memory.peak_allocated_bytes));
+        cells.push((name, g.kv_cache_bytes, held, report.memory.peak_allocated_bytes));
     }
     let (full_kv, full_w, full_peak) = (cells[0].1, cells[0].2, cells[0].3);
     let halves: Vec<u64> = cells[1..3].iter().map(|c| c.1).collect();
