@@ -220,10 +220,12 @@ pub fn GenText(view_state: RwSignal<RunView>, spec: Memo<protocol::RunSpec>) -> 
         let (prompt, generated) = match running {
             true => {
                 let s = spec.get();
-                s.model.decoder().and_then(|d| d.byte_bos())?;
+                s.model.decoder().filter(|d| d.takes_text())?;
                 let prompt = s.generate.as_ref().and_then(|g| g.prompt_text.clone())?;
-                let ids: Vec<i64> = view_state.with(|v| v.steps.iter().filter(|st| st.phase == GenPhase::Decode || st.step == 0).filter_map(|st| st.token).collect());
-                (prompt, protocol::bytes_text(&ids))
+                // Each step carries the text its token adds (decoded on the server, where the
+                // tokenizer is).
+                let generated: String = view_state.with(|v| v.steps.iter().filter(|st| st.phase == GenPhase::Decode || st.step == 0).filter_map(|st| st.text.clone()).collect());
+                (prompt, generated)
             }
             false => view_state.with(|v| {
                 let t = v.report.as_ref()?.generation.as_ref()?.text.clone()?;

@@ -58,38 +58,43 @@ pub fn read_query(devices: &[DeviceInfo], get: &dyn Fn(&str) -> Option<String>) 
     (spec, reading)
 }
 
-/// The prompt a byte-level model starts with on this page.
+/// The prompt a model that reads text starts with on this page.
 pub const DEFAULT_PROMPT_TEXT: &str = "def forward(self, x):";
 
-/// A text prompt and the quality measurement go with a byte-level model only: on another
-/// model the address's are refused (said on the page); on a byte model a text prompt sets
+/// A text prompt goes with a model that reads text (the byte model, a team folder with a
+/// tokenizer), the quality measurement with the byte model only: on another model the
+/// address's are refused (said on the page); on a text model a text prompt sets
 /// the prompt's length unless the address gave one (`prompt_given`), which the run's check
 /// then compares.
 pub fn fit_to_model(spec: &mut RunSpec, reading: &mut Reading, prompt_given: bool) {
-    let byte_level = spec.model.decoder().and_then(|d| d.byte_bos()).is_some();
+    let decoder = spec.model.decoder();
+    let takes_text = decoder.as_deref().is_some_and(|d| d.takes_text());
+    let byte_level = decoder.as_deref().and_then(|d| d.byte_bos()).is_some();
     let Some(g) = spec.generate.as_mut() else { return };
-    if !byte_level {
+    if !takes_text {
         if let Some(text) = g.prompt_text.take() {
-            let why = format!("{} takes random prompt ids; a text prompt needs a byte-level model", spec.model);
+            let why = format!("{} takes random prompt ids; a text prompt needs a model that reads text (a byte vocabulary or a tokenizer.json)", spec.model);
             reading.refused.push(("prompt_text".into(), text, why));
-        }
-        if std::mem::take(&mut g.quality) {
-            let why = format!("{} has no held-out text to measure quality on", spec.model);
-            reading.refused.push(("quality".into(), "1".into(), why));
         }
     } else if g.prompt_text.is_some() && !prompt_given {
         spec.input_size = None;
     }
+    if !byte_level && std::mem::take(&mut g.quality) {
+        let why = format!("{} has no held-out text to measure quality on", spec.model);
+        reading.refused.push(("quality".into(), "1".into(), why));
+    }
 }
 
-/// `spec` on model `model`, as the page's model picker sets it: a byte-level model starts
+/// `spec` on model `model`, as the page's model picker sets it: a model that reads text starts
 /// from a text prompt ([`DEFAULT_PROMPT_TEXT`]); another leaves the text and the quality
 /// measurement behind and takes the default prompt length.
 pub fn with_model(spec: &RunSpec, model: ModelId) -> RunSpec {
     let mut next = RunSpec { model, ..spec.clone() };
-    let byte_level = model.decoder().and_then(|d| d.byte_bos()).is_some();
+    let decoder = model.decoder();
+    let takes_text = decoder.as_deref().is_some_and(|d| d.takes_text());
+    let byte_level = decoder.as_deref().and_then(|d| d.byte_bos()).is_some();
     if let Some(g) = next.generate.as_mut() {
-        match (byte_level, g.prompt_text.is_some()) {
+        match (takes_text, g.prompt_text.is_some()) {
             (true, false) => {
                 g.prompt_text = Some(DEFAULT_PROMPT_TEXT.into());
                 next.input_size = None;

@@ -269,14 +269,29 @@ pub fn GeneratePage() -> impl IntoView {
         </label>
     };
 
-    // A byte-level model's own controls: its prompt as text, and the quality measurement.
+    // A text model's own controls: its prompt as text, and, for the byte model, the quality
+    // measurement.
     let byte_controls = move || {
         let s = spec.get();
-        s.model.decoder().and_then(|d| d.byte_bos())?;
+        let decoder = s.model.decoder().filter(|d| d.takes_text())?;
+        let byte_level = decoder.byte_bos().is_some();
         let g = s.generate.clone().unwrap_or_default();
         let text = g.prompt_text.clone().unwrap_or_default();
         let bytes = text.len();
-        let max = protocol::MAX_PROMPT_TEXT_BYTES as usize;
+        let (max, fed) = match decoder.tokenizer() {
+            None => (
+                protocol::MAX_PROMPT_TEXT_BYTES as usize,
+                "fed as [BOS] + its bytes: this model's vocabulary is the 256 byte values".to_string(),
+            ),
+            Some(t) => (
+                protocol::MAX_TOKENIZED_TEXT_BYTES as usize,
+                format!(
+                    "encoded on the server by the folder's tokenizer ({}), at most {} tokens beside the new ones",
+                    t.describe(),
+                    decoder.config.max_position_embeddings.saturating_sub(g.new_tokens)
+                ),
+            ),
+        };
         Some(view! {
             <label class="control control-wide" for="gen-prompt-text">
                 <span class="control-name">"Prompt text"</span>
@@ -290,9 +305,10 @@ pub fn GeneratePage() -> impl IntoView {
                         });
                     }></textarea>
                 <span class="explain" class:warn={bytes > max || bytes == 0}>{format!(
-                    "{bytes} of at most {max} bytes of UTF-8, fed as [BOS] + its bytes: this model's vocabulary is the 256 byte values. Greedy decoding continues it."
+                    "{bytes} of at most {max} bytes of UTF-8, {fed}. Greedy decoding continues it."
                 )}</span>
             </label>
+            {byte_level.then(|| view! {
             <label class="control control-check" for="gen-quality">
                 <input type="checkbox" id="gen-quality" data-testid="gen-quality-toggle" prop:checked=g.quality
                     on:change=move |ev| {
@@ -302,6 +318,7 @@ pub fn GeneratePage() -> impl IntoView {
                 <span class="control-name">"Measure quality on held-out text"</span>
                 <span class="explain">"After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. About two minutes on one thread of a 2-core CPU; each row says how long it took."</span>
             </label>
+            })}
         })
     };
     let settings_line = move || spec.get().label();

@@ -137,6 +137,7 @@ pub fn check_spec(
     limits: &Limits,
     machine: &Machine,
 ) -> Result<CheckedSpec, SpecError> {
+    let spec = count_prompt_tokens(spec)?;
     spec.check(limits)?;
     if let Some(t) = spec.threads {
         let cpus = cpu_count();
@@ -288,3 +289,51 @@ fn cuda_graph_refusal(spec: &RunSpec) -> Option<String> {
         )
     })
 }
+
+/// A tokenized model's text prompt, encoded by its tokenizer: its length in tokens becomes
+/// `input_size`, and must leave `new_tokens` room in the model's context. Refused naming
+/// `generate.prompt_text` past it (the byte model's prompt is checked by its bytes in
+/// [`RunSpec::check`]).
+fn count_prompt_tokens(mut spec: RunSpec) -> Result<RunSpec, SpecError> {
+    let err = |field: &str, message: String| SpecError { field: field.into(), message };
+    let Some(g) = spec.generate.as_ref() else {
+        return Ok(spec);
+    };
+    let (Some(text), Some(decoder)) = (g.prompt_text.as_ref(), spec.model.decoder()) else {
+        return Ok(spec);
+    };
+    let Some(tokenizer) = decoder.tokenizer() else {
+        return Ok(spec);
+    };
+    if text.is_empty() || text.len() > protocol::MAX_TOKENIZED_TEXT_BYTES as usize {
+        // RunSpec::check words these.
+        return Ok(spec);
+    }
+    let ids = crate::models::decoder::text::prompt_ids(&decoder, text).map_err(|e| err("generate.prompt_text", e))?;
+    let n = ids.len() as u32;
+    let context = decoder.config.max_position_embeddings;
+    let room = context.saturating_sub(g.new_tokens);
+    if n == 0 {
+        return Err(err("generate.prompt_text", "the prompt text encodes to no tokens".into()));
+    }
+    if n > room {
+        return Err(err(
+            "generate.prompt_text",
+            format!(
+                "the prompt text is {n} tokens ({}'s {}), and {} new tokens leave room for {room} in its context of {context}",
+                spec.model,
+                tokenizer.describe(),
+                g.new_tokens
+            ),
+        ));
+    }
+    if let Some(given) = spec.input_size.filter(|&given| given != n) {
+        return Err(err(
+            "input_size",
+            format!("the prompt text sets the prompt's length ({n} tokens by its tokenizer), not {given}: leave input_size out"),
+        ));
+    }
+    spec.input_size = Some(n);
+    Ok(spec)
+}
+

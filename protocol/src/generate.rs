@@ -55,10 +55,12 @@ pub struct GenerateSpec {
     /// [`crate::MAX_PREFILL_LOGITS`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prefill_logits: bool,
-    /// For a model whose vocabulary is bytes (the trained preset): the prompt as text,
-    /// fed as [BOS] + its UTF-8 bytes, at most [`MAX_PROMPT_TEXT_BYTES`]. It sets the
-    /// prompt's length (`input_size` left out, or equal to bytes + 1). Absent: random
-    /// seeded prompt ids, as for every model.
+    /// For a model that reads text: the prompt as text. The byte model (the trained preset)
+    /// is fed [BOS] + its UTF-8 bytes, at most [`MAX_PROMPT_TEXT_BYTES`]; a team folder
+    /// with a `tokenizer.json` what `tokenizer(text)` gives, at most
+    /// [`MAX_TOKENIZED_TEXT_BYTES`] and as many tokens as its context leaves beside
+    /// `new_tokens`. It sets the prompt's length (`input_size` left out, or equal to it).
+    /// Absent: random seeded prompt ids, as for every model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_text: Option<String>,
     /// Measure the trained model's quality after the run: bits per byte on its held-out
@@ -72,6 +74,10 @@ pub struct GenerateSpec {
 /// The longest prompt text, in UTF-8 bytes: the trained model's context is 256 positions,
 /// and a prompt leaves room for [BOS] and some new tokens.
 pub const MAX_PROMPT_TEXT_BYTES: u32 = 192;
+
+/// The longest prompt text for a tokenized model, in UTF-8 bytes: a bound on what a request
+/// makes the tokenizer read. Its length in tokens is checked against the model's context.
+pub const MAX_TOKENIZED_TEXT_BYTES: u32 = 16_384;
 
 impl Default for GenerateSpec {
     fn default() -> Self {
@@ -142,6 +148,10 @@ pub struct GenStep {
     /// before steps carried it): a page shows a byte model's text as it is generated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<i64>,
+    /// The text that token adds, for a model that writes text (empty while a character is
+    /// split across tokens; nothing after EOS): what a page shows as it decodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// A backend of `scaled_dot_product_attention` (`sdp::SDPBackend` in libtorch).
@@ -349,13 +359,19 @@ pub struct GenerationReport {
     pub quality: Option<crate::Quality>,
 }
 
-/// A byte-level model's prompt and continuations, as text.
+/// A text model's prompt and continuations, as text (the byte model's bytes, or a
+/// tokenizer's decoding).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GeneratedText {
     pub prompt: String,
-    /// One per sequence (greedy decoding on the same prompt gives each the same text).
+    /// One per sequence (greedy decoding on the same prompt gives each the same text),
+    /// special tokens left out, ending before the first EOS.
     pub generated: Vec<String>,
+    /// The new token at which each sequence wrote EOS, if it did (transformers' `generate`
+    /// stops there; Gradless decodes on, to measure the steps asked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eos_at: Vec<Option<u32>>,
 }
 
 /// `ids` of a byte-level model as text: bytes below 256 decoded as UTF-8 (lossy), other

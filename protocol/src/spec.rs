@@ -170,7 +170,11 @@ impl RunSpec {
     /// The input size this spec will use.
     pub fn resolved_input_size(&self) -> u32 {
         if let Some(text) = self.generate.as_ref().and_then(|g| g.prompt_text.as_ref()) {
-            return text.len() as u32 + 1;
+            // A byte model's prompt is [BOS] + its bytes; a tokenized one's length is what
+            // its tokenizer makes of it, which the engine sets as `input_size`.
+            if self.model.decoder().and_then(|d| d.byte_bos()).is_some() {
+                return text.len() as u32 + 1;
+            }
         }
         self.input_size.unwrap_or(self.model.input().default)
     }
@@ -256,17 +260,18 @@ impl RunSpec {
         Ok(())
     }
 
-    /// A text prompt and a quality measurement: a byte-level model only; the text not
-    /// empty, within [`crate::MAX_PROMPT_TEXT_BYTES`], and the prompt's length its own.
+    /// A text prompt and a quality measurement: a text prompt for a model that reads text
+    /// (the byte model, a team folder with a tokenizer), not empty, within its byte bound
+    /// and, for the byte model, the prompt's length its own; quality for the trained model.
     fn check_prompt_text(&self, g: &crate::GenerateSpec, decoder: &crate::decoder::DecoderModel) -> Result<(), SpecError> {
+        use crate::decoder::TextVocab;
         let err = |field: &str, message: String| {
             Err(SpecError {
                 field: field.into(),
                 message,
             })
         };
-        let byte_level = decoder.byte_bos().is_some();
-        if g.quality && !byte_level {
+        if g.quality && decoder.byte_bos().is_none() {
             return err(
                 "generate.quality",
                 format!(
@@ -279,30 +284,33 @@ impl RunSpec {
         let Some(text) = &g.prompt_text else {
             return Ok(());
         };
-        if !byte_level {
+        let Some(vocab) = decoder.text_vocab() else {
             return err(
                 "generate.prompt_text",
                 format!(
-                    "{} has no byte vocabulary, so its prompt is random token ids (input_size); a text prompt needs a byte-level model such as `{}`",
+                    "{} has neither a byte vocabulary nor a tokenizer.json in its folder, so its prompt is random token ids (input_size); a text prompt needs a model that reads text, such as `{}` or a team folder with its tokenizer",
                     self.model,
                     crate::decoder::TRAINED_PRESET
                 ),
             );
-        }
+        };
         if text.is_empty() {
             return err("generate.prompt_text", "the prompt text is empty: give at least one character".into());
         }
         let bytes = text.len() as u32;
-        if bytes > crate::MAX_PROMPT_TEXT_BYTES {
+        let max = match vocab {
+            TextVocab::Bytes { .. } => crate::MAX_PROMPT_TEXT_BYTES,
+            TextVocab::Tokenizer(_) => crate::MAX_TOKENIZED_TEXT_BYTES,
+        };
+        if bytes > max {
             return err(
                 "generate.prompt_text",
-                format!(
-                    "the prompt text is {bytes} bytes of UTF-8, above the {} a prompt may have here",
-                    crate::MAX_PROMPT_TEXT_BYTES
-                ),
+                format!("the prompt text is {bytes} bytes of UTF-8, above the {max} a prompt may have here"),
             );
         }
-        if let Some(n) = self.input_size.filter(|n| *n != bytes + 1) {
+        // A tokenized prompt's length is counted in tokens by the engine's check, which
+        // holds the tokenizer.
+        if let (TextVocab::Bytes { .. }, Some(n)) = (vocab, self.input_size.filter(|n| *n != bytes + 1)) {
             return err(
                 "input_size",
                 format!("the prompt text sets the prompt's length ([BOS] + {bytes} bytes = {}), not {n}: leave input_size out", bytes + 1),

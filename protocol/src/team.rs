@@ -383,6 +383,22 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The longest hub repository name served (`ORG/NAME`; the Hub allows 96 for the name).
+pub const MAX_HUB_NAME_LEN: usize = 128;
+
+/// Whether `name` can name a decoder read from a Hugging Face hub cache: `ORG/NAME` (or
+/// `NAME`), each part letters, digits, `_`, `-` and `.`, not starting with `.`.
+pub fn valid_hub_name(name: &str) -> bool {
+    let part = |p: &str| {
+        !p.is_empty() && !p.starts_with('.') && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
+    name.len() <= MAX_HUB_NAME_LEN
+        && match name.split_once('/') {
+            Some((org, repo)) => part(org) && part(repo),
+            None => part(name),
+        }
+}
+
 struct Registry {
     served: Vec<&'static TeamModel>,
     unknown: Vec<&'static str>,

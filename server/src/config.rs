@@ -133,8 +133,16 @@ pub struct EngineArgs {
     /// The team's own models: every NAME.pt (TorchScript) with its NAME.json sidecar in this
     /// directory is served beside the built-in models (`bench/export_model.py` writes them).
     /// A file that does not load or does not match its sidecar is reported and skipped.
+    /// A folder holding a Hugging Face `config.json` (with `model.safetensors` or a sharded
+    /// index, and its `tokenizer.json`) is a decoder served under the folder's name; a hub
+    /// cache's `models--ORG--NAME` as ORG/NAME.
     #[arg(long, env = "GRADLESS_MODELS_DIR")]
     pub models_dir: Option<PathBuf>,
+    /// Also serve the decoders of the Hugging Face hub cache transformers reads
+    /// (`HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`), each as
+    /// ORG/NAME at the revision `refs/main` names. Never touches the network.
+    #[arg(long, env = "GRADLESS_HF_CACHE")]
+    pub hf_cache: bool,
     /// A Python with PyTorch that times the per-call-overhead cards (inference-vs-nograd,
     /// warm-up, sync-timing, item-sync, cuda-graphs) a second time, beside Gradless's
     /// figures: Gradless calls libtorch from Rust, a team's code pays Python per op. Default:
@@ -471,6 +479,15 @@ pub struct ModelsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Build this decoder on the CPU, its weights read from its folder, and say how long
+    /// that took and what it holds (what bench/load_weights.py times against reading the
+    /// files), instead of listing the models.
+    #[arg(long, value_name = "MODEL")]
+    pub load: Option<String>,
+    /// The weights' dtype `--load` builds in: a checkpoint stored in another is converted
+    /// tensor by tensor as it is read.
+    #[arg(long, value_name = "DTYPE", default_value = "fp32", requires = "load")]
+    pub load_dtype: String,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

@@ -33,6 +33,10 @@ fn run() -> anyhow::Result<()> {
         Some(Command::Measure(args)) => server::cli::measure(&worker(&args.engine)?, &args),
         Some(Command::Compare(args)) => server::cli::compare(&worker(&args.engine)?, &args),
         Some(Command::Generate(args)) => server::cli::generate(&worker(&args.engine)?, &args),
+        Some(Command::Models(args)) if args.load.is_some() => {
+            server::team::load(&args.engine)?;
+            server::cli::load_weights(&args)
+        }
         Some(Command::Models(args)) => server::cli::models(&worker(&args.engine)?, args.json),
         Some(Command::Pitfall(args)) if args.id == "list" => server::cli::pitfall_list(args.json),
         Some(Command::Pitfall(args)) if args.id == "all" => server::cli::pitfall_all(&worker(&args.engine)?, &args),

@@ -11,11 +11,22 @@ use crate::config::EngineArgs;
 /// Errors only when the directory itself cannot be read: that is a typo in the command,
 /// better said at once than served as an empty list.
 pub fn load(engine: &EngineArgs) -> Result<()> {
-    let Some(dir) = &engine.models_dir else {
+    let mut dirs: Vec<std::path::PathBuf> = engine.models_dir.iter().cloned().collect();
+    if engine.hf_cache {
+        let cache = engine::team::hub::default_cache()
+            .ok_or_else(|| anyhow::anyhow!("--hf-cache: no HF_HUB_CACHE, HF_HOME or HOME says where the hub cache is"))?;
+        if !cache.is_dir() {
+            anyhow::bail!("--hf-cache: {} is not a directory (HF_HUB_CACHE, HF_HOME or ~/.cache/huggingface/hub)", cache.display());
+        }
+        dirs.push(cache);
+    }
+    if dirs.is_empty() {
         return Ok(());
-    };
+    }
     let limit = engine.memory_limit_mib.map(|m| m * 1024 * 1024);
-    let loaded = engine::team::load_dir(dir, limit).map_err(anyhow::Error::msg)?;
+    let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
+    let loaded = engine::team::load_dirs(&paths, limit).map_err(anyhow::Error::msg)?;
+    let dir = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
     for p in &loaded.problems {
         tracing::warn!("team model {} is not served: {}", p.file, p.reason);
     }
@@ -32,7 +43,7 @@ pub fn load(engine: &EngineArgs) -> Result<()> {
         tracing::info!(model = %d.name, parameters = d.config.parameters(), "team decoder served: {}", d.provenance());
     }
     tracing::info!(
-        dir = %dir.display(),
+        dir = %dir,
         served = loaded.models.len() + loaded.decoders.len(),
         refused = loaded.problems.len(),
         "models directory read"

@@ -78,6 +78,7 @@ fn state(queue: usize, services: server::state::Services) -> server::state::AppS
         max_batch: 64,
         memory_limit_mib: None,
         models_dir: None,
+        hf_cache: false,
         python: None,
     };
     let worker = server::start_worker(server::worker_config(

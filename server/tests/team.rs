@@ -29,6 +29,7 @@ mod api {
             max_batch: 256,
             memory_limit_mib: None,
             models_dir: None,
+            hf_cache: false,
             python: None,
         }
     }

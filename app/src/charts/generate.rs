@@ -192,6 +192,7 @@ mod tests {
             kv_cache_bytes: kv,
             graph_bytes: 0,
             token: None,
+            text: None,
         }
     }
 

@@ -258,6 +258,7 @@ pub fn generate(
             kv_cache_bytes: kv,
             graph_bytes: allocated.saturating_sub(expected),
             token,
+            text: None,
         };
         on_step(&step_record);
         steps.push(step_record);
@@ -344,8 +345,9 @@ impl Lab {
             .net
             .as_decoder()
             .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        let prompt = match text_prompt(spec.model, g) {
-            // [BOS] + the text's bytes, the same row for every sequence.
+        let prompt = match text_prompt(spec.model, g).map_err(|e| failure(FailureKind::Invalid, e))? {
+            // The text's ids (the byte model's [BOS] + bytes, or what its tokenizer makes of
+            // it), the same row for every sequence.
             Some(ids) => catch_torch(|| {
                 Tensor::from_slice(&ids)
                     .view([1, ids.len() as i64])
@@ -400,9 +402,17 @@ impl Lab {
             sample: warmup[0].clone(),
         });
 
+        // The text each token adds, streamed with its step (a model that writes text).
+        let served = spec.model.decoder();
+        let mut streamer = served.as_deref().and_then(crate::models::decoder::text::Streamer::new);
         let generated = generate(&args(g.new_tokens), &meter, control, &mut |s| {
-            emit(Event::Step { step: s.clone() })
+            let mut step = s.clone();
+            if let (Some(streamer), Some(token)) = (streamer.as_mut(), s.token) {
+                step.text = Some(streamer.push(token, s.step + 1 == g.new_tokens));
+            }
+            emit(Event::Step { step })
         })?;
+        drop(streamer);
         let tokens = tensor_rows(&generated.tokens)?;
         let prompt_tokens = tensor_rows(&prompt.to_device(tch::Device::Cpu))?;
         let Generated {
@@ -496,12 +506,20 @@ impl Lab {
         };
         let memory_peak = steps.iter().max_by_key(|s| s.peak_bytes).map(|s| split(s, s.peak_bytes));
         let memory_steady = steps.last().map(|s| split(s, s.allocated_bytes));
-        let text = spec.model.decoder().and_then(|d| d.byte_bos()).map(|_| protocol::GeneratedText {
-            prompt: g
-                .prompt_text
-                .clone()
-                .unwrap_or_else(|| prompt_tokens.first().map_or_else(String::new, |p| protocol::bytes_text(p))),
-            generated: tokens.iter().map(|t| protocol::bytes_text(t)).collect(),
+        let text = served.as_deref().filter(|d| d.takes_text()).map(|d| {
+            use crate::models::decoder::text::{decode, until_eos};
+            let cut: Vec<(&[i64], Option<u32>)> = tokens.iter().map(|t| until_eos(d, t)).collect();
+            protocol::GeneratedText {
+                prompt: g
+                    .prompt_text
+                    .clone()
+                    .unwrap_or_else(|| prompt_tokens.first().and_then(|p| decode(d, p)).unwrap_or_default()),
+                generated: cut.iter().map(|(ids, _)| decode(d, ids).unwrap_or_default()).collect(),
+                eos_at: match cut.iter().any(|(_, eos)| eos.is_some()) {
+                    true => cut.iter().map(|(_, eos)| *eos).collect(),
+                    false => vec![],
+                },
+            }
         });
         let generation = GenerationReport {
             cache: g.cache,
@@ -604,12 +622,14 @@ impl Lab {
 }
 
 /// The config of the spec's decoder.
-/// A text prompt's ids, `[BOS] + its UTF-8 bytes`, for a byte-level decoder; `None` for a
-/// prompt of random ids.
-pub fn text_prompt(model: protocol::ModelId, g: &protocol::GenerateSpec) -> Option<Vec<i64>> {
-    let text = g.prompt_text.as_ref()?;
-    let bos = model.decoder()?.byte_bos()?;
-    Some(std::iter::once(bos as i64).chain(text.bytes().map(i64::from)).collect())
+/// A text prompt's ids (`[BOS] + its UTF-8 bytes` for the byte model, `tokenizer(text)` for a
+/// tokenized one); `None` for a prompt of random ids.
+pub fn text_prompt(model: protocol::ModelId, g: &protocol::GenerateSpec) -> Result<Option<Vec<i64>>, String> {
+    let Some(text) = g.prompt_text.as_ref() else {
+        return Ok(None);
+    };
+    let decoder = model.decoder().ok_or_else(|| format!("{model} is not a decoder served here"))?;
+    crate::models::decoder::text::prompt_ids(&decoder, text).map(Some)
 }
 
 fn decoder_config(spec: &protocol::RunSpec) -> Result<protocol::decoder::DecoderConfig, RunFailure> {

@@ -6,7 +6,8 @@
 //! read refuse the folder, naming the file), and described in every report. Its config is read and checked at
 //! start-up by its family's reader (`crate::models::decoder::read_config`: Llama, Mistral,
 //! Qwen2, Qwen3, Gemma 3, Qwen3-MoE, Mixtral); its weights are read when a run builds it
-//! (`crate::models::decoder`).
+//! (`crate::models::decoder`). Its `tokenizer.json`, when it has one, is read and checked
+//! here too (`crate::models::decoder::text`): its prompt can then be text.
 
 use std::path::Path;
 
@@ -17,11 +18,27 @@ use super::Problem;
 /// Reads one folder as a decoder: its name must be free, its `config.json` one Gradless
 /// builds.
 pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
+    let name = dir.file_name()?.to_string_lossy().into_owned();
+    if dir.join("config.json").is_file() && !protocol::team::valid_name(&name) {
+        return Some(Err(Problem {
+            file: format!("{name}/config.json"),
+            reason: format!(
+                "`{name}` cannot name a model: use letters, digits, `_` and `-` (at most {} characters)",
+                protocol::team::MAX_NAME_LEN
+            ),
+        }));
+    }
+    read_folder_as(dir, &name, &name)
+}
+
+/// [`read_folder`] served under `name`, its folder said as `folder` (a hub cache's snapshot:
+/// `ORG/NAME` from `models--ORG--NAME/snapshots/REV`).
+pub(super) fn read_folder_as(dir: &Path, name: &str, folder: &str) -> Option<Result<DecoderModel, Problem>> {
     let config_path = dir.join("config.json");
     if !config_path.is_file() {
         return None;
     }
-    let name = dir.file_name()?.to_string_lossy().into_owned();
+    let name = name.to_string();
     let file = format!("{name}/config.json");
     let problem = |reason: String| {
         Some(Err(Problem {
@@ -29,12 +46,6 @@ pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
             reason,
         }))
     };
-    if !protocol::team::valid_name(&name) {
-        return problem(format!(
-            "`{name}` cannot name a model: use letters, digits, `_` and `-` (at most {} characters)",
-            protocol::team::MAX_NAME_LEN
-        ));
-    }
     if protocol::ModelId::ALL.iter().any(|m| m.as_str() == name)
         || protocol::decoder::presets().iter().any(|p| p.name == name)
     {
@@ -61,25 +72,26 @@ pub(super) fn read_folder(dir: &Path) -> Option<Result<DecoderModel, Problem>> {
         Err(e) => return weights_problem(e),
     };
     let weights = stored.is_some();
+    let tokenizer = match crate::models::decoder::text::read_tokenizer(dir, &text, config.vocab_size) {
+        Ok(t) => t,
+        Err(e) => return Some(Err(Problem { file: format!("{name}/{}", crate::models::decoder::text::TOKENIZER), reason: e })),
+    };
     Some(Ok(DecoderModel {
         display_name: format!("{name} ({})", config.architecture.class_name()),
         name: name.clone(),
         source: DecoderSource::Team {
-            folder: name,
+            folder: folder.to_string(),
             weights,
             stored,
             read_past,
+            tokenizer,
         },
         config,
     }))
 }
 
-/// Registers `models` (found in `dir`) as the team decoders this process serves.
-pub(super) fn register(dir: &Path, models: &[DecoderModel]) {
-    let folders = models
-        .iter()
-        .map(|m| (m.name.clone(), dir.join(&m.name)))
-        .collect();
-    crate::models::decoder::register_team_folders(folders);
+/// Registers `models` (in `dirs`, by name) as the team decoders this process serves.
+pub(super) fn register(dirs: &std::collections::HashMap<String, std::path::PathBuf>, models: &[DecoderModel]) {
+    crate::models::decoder::register_team_folders(dirs.clone());
     protocol::decoder::register(models.to_vec());
 }

@@ -19,6 +19,7 @@
 //! a mismatch named is in `signature`.
 
 mod decoders;
+pub mod hub;
 mod signature;
 
 use std::collections::HashMap;
@@ -64,15 +65,47 @@ pub struct Loaded {
     pub models: Vec<TeamModel>,
     /// Folders holding a Hugging Face `config.json` (see `decoders`).
     pub decoders: Vec<protocol::decoder::DecoderModel>,
+    /// Each decoder's folder, by name: `DIR/NAME`, or a hub cache's snapshot.
+    pub decoder_dirs: HashMap<String, PathBuf>,
     pub problems: Vec<Problem>,
 }
 
 /// [`scan_dir`], then registers the good models (in [`protocol::team`] and here, with their
 /// paths): from then on they are served.
 pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
-    let (loaded, files) = scan(dir, weight_limit)?;
+    load_dirs(&[dir], weight_limit)
+}
+
+/// [`load_dir`] over several directories served together (the models directory and a
+/// Hugging Face hub cache): a name met twice is served from the first and refused in the
+/// second.
+pub fn load_dirs(dirs: &[&Path], weight_limit: Option<u64>) -> Result<Loaded, String> {
+    let mut loaded = Loaded::default();
+    let mut files = Files::new();
+    for dir in dirs {
+        let (more, more_files) = scan(dir, weight_limit)?;
+        for m in more.models {
+            match files.contains_key(&m.name) || loaded.decoders.iter().any(|d| d.name == m.name) {
+                true => loaded.problems.push(Problem { file: format!("{}.pt", m.name), reason: format!("`{}` is served from an earlier directory", m.name) }),
+                false => {
+                    files.insert(m.name.clone(), more_files[&m.name].clone());
+                    loaded.models.push(m);
+                }
+            }
+        }
+        for d in more.decoders {
+            match loaded.decoder_dirs.contains_key(&d.name) || files.contains_key(&d.name) {
+                true => loaded.problems.push(Problem { file: format!("{}/", d.name), reason: format!("`{}` is served from an earlier directory", d.name) }),
+                false => {
+                    loaded.decoder_dirs.insert(d.name.clone(), more.decoder_dirs[&d.name].clone());
+                    loaded.decoders.push(d);
+                }
+            }
+        }
+        loaded.problems.extend(more.problems);
+    }
     team::register(loaded.models.clone());
-    decoders::register(dir, &loaded.decoders);
+    decoders::register(&loaded.decoder_dirs, &loaded.decoders);
     // A request for a refused file's model is answered with its reason, not "unknown".
     team::register_refused(
         loaded
@@ -112,8 +145,21 @@ fn scan(dir: &Path, weight_limit: Option<u64>) -> Result<(Loaded, Files), String
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         if path.is_dir() {
-            match decoders::read_folder(path) {
-                Some(Ok(d)) => loaded.decoders.push(d),
+            // A Hugging Face hub cache's repository (`models--ORG--NAME`), served as ORG/NAME
+            // from the snapshot `refs/main` names; any other folder by its own name.
+            let found = match hub::snapshot(path) {
+                Some(Ok((name, snapshot))) => {
+                    let folder = snapshot.strip_prefix(dir).unwrap_or(&snapshot).display().to_string();
+                    decoders::read_folder_as(&snapshot, &name, &folder).map(|r| r.map(|d| (d, snapshot)))
+                }
+                Some(Err(p)) => Some(Err(p)),
+                None => decoders::read_folder(path).map(|r| r.map(|d| (d, path.clone()))),
+            };
+            match found {
+                Some(Ok((d, folder))) => {
+                    loaded.decoder_dirs.insert(d.name.clone(), folder);
+                    loaded.decoders.push(d);
+                }
                 Some(Err(p)) => loaded.problems.push(p),
                 None => {}
             }

@@ -58,8 +58,8 @@ fn run(w: &Worker, spec: RunSpec) -> Report {
     report
 }
 
-/// The generation cards' rank correlation (Spearman's, of `ys` against their order): the
-/// test and the `use-cache-off` card read the same statistic.
+// The generation cards' rank correlation (Spearman's, of `ys` against their order): the
+// test and the `use-cache-off` card read the same statistic.
 
 per_device! {
 fn kv_cache_bytes_equal_the_formula_at_every_step(device) {

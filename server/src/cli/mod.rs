@@ -376,6 +376,44 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `gradless models --load MODEL`: builds a decoder on the CPU with its weights read from its
+/// folder, timed, and prints how long it took and what the model holds.
+pub fn load_weights(args: &crate::config::ModelsArgs) -> Result<()> {
+    let name = args.load.as_deref().unwrap_or_default();
+    let id: protocol::ModelId = name.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let decoder = id.decoder().ok_or_else(|| anyhow::anyhow!("`{name}` is not a decoder: --load reads a decoder's weights"))?;
+    let weights: protocol::WeightsDtype = args
+        .load_dtype
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--load-dtype `{}`: use fp32, bf16 or fp16", args.load_dtype))?;
+    let start = std::time::Instant::now();
+    let device = engine::torch_call::tch_device(protocol::DeviceKind::Cpu);
+    let built = engine::torch_call::catch_torch(|| engine::models::Model::build_in(id, device, 0, weights));
+    let load_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let model = built.map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let report = serde_json::json!({
+        "model": name,
+        "weights_dtype": weights.as_str(),
+        "load_ms": load_ms,
+        "held_bytes": model.held_bytes,
+        "weights_source": decoder.provenance(),
+        "stored_bytes": match &decoder.source {
+            protocol::decoder::DecoderSource::Team { stored: Some(s), .. } => Some(s.bytes()),
+            _ => None,
+        },
+    });
+    if args.json {
+        return print_json(&report);
+    }
+    println!(
+        "{name}: built in {load_ms:.0} ms on the CPU, {} of {} weights held\n  weights: {}",
+        format_bytes(model.held_bytes),
+        weights.as_str(),
+        decoder.provenance()
+    );
+    Ok(())
+}
+
 pub use crate::model_counts::model_infos;
 pub use pitfall::{pitfall, pitfall_all, pitfall_list};
 pub use runs::runs;

@@ -33,6 +33,7 @@ pub fn engine_args() -> EngineArgs {
         max_batch: 256,
         memory_limit_mib: None,
         models_dir: None,
+        hf_cache: false,
         python: None,
     }
 }

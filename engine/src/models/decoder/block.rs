@@ -381,10 +381,7 @@ impl Layer {
     /// initialisation: normal(0, initializer_range) for matrices, zero biases, norms at 1
     /// (Gemma's at 0).
     pub fn new(l: &nn::Path, i: usize, c: &DecoderConfig, layout: Layout) -> Layer {
-        let normal = nn::Init::Randn {
-            mean: 0.0,
-            stdev: c.initializer_range,
-        };
+        let normal = matrix_init(c);
         let h = c.hidden_size as i64;
         let d = c.head_dim as i64;
         let q_out = c.num_attention_heads as i64 * d;
@@ -768,3 +765,14 @@ fn fuse(ws: &[Tensor], layout: WeightLayout) -> Tensor {
 fn fused_in(stacked: Option<&Tensor>, first: &Tensor, layout: WeightLayout) -> bool {
     stacked.is_some_and(|s| WeightLayout::of(s) == Some(layout) && s.data_ptr() == first.data_ptr())
 }
+
+/// transformers' initialisation of a matrix: normal(0, initializer_range). A range of 0
+/// (a model whose weights are read next: [`super::build`]) starts them at zero instead, so
+/// no random numbers are drawn for parameters about to be overwritten.
+pub(super) fn matrix_init(c: &DecoderConfig) -> nn::Init {
+    match c.initializer_range {
+        r if r > 0.0 => nn::Init::Randn { mean: 0.0, stdev: r },
+        _ => nn::Init::Const(0.0),
+    }
+}
+

@@ -39,6 +39,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod registry;
+pub mod text;
 pub mod weights;
 pub use cache::KvCache;
 pub use family::{Family, Layout};
@@ -145,10 +146,7 @@ impl Decoder {
         let layout = registry::family(config.architecture).layout();
         let h = config.hidden_size as i64;
         let vocab = config.vocab_size as i64;
-        let normal = nn::Init::Randn {
-            mean: 0.0,
-            stdev: config.initializer_range,
-        };
+        let normal = block::matrix_init(config);
         let m = p / "model";
         let embed = (&m / "embed_tokens").var("weight", &[vocab, h], normal);
         let layers = (0..config.num_hidden_layers as usize)
@@ -489,14 +487,14 @@ pub(crate) fn register_team_folders(folders: HashMap<String, PathBuf>) {
 pub fn weights_dir(model: &DecoderModel) -> Option<PathBuf> {
     match &model.source {
         DecoderSource::Trained { folder, .. } => Some(trained_dir(folder)),
-        DecoderSource::Team { weights: true, .. } => TEAM_FOLDERS
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()?
-            .get(&model.name)
-            .cloned(),
+        DecoderSource::Team { weights: true, .. } => team_folder(&model.name),
         _ => None,
     }
+}
+
+/// The folder of the served team decoder `name`.
+pub fn team_folder(name: &str) -> Option<PathBuf> {
+    TEAM_FOLDERS.read().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(name).cloned()
 }
 
 /// The folder of a model this project trained and ships: `$GRADLESS_TRAINED_DIR/{folder}`
@@ -519,8 +517,15 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
     let Some(model) = protocol::decoder::lookup(name) else {
         panic!("the decoder `{name}` is not served here");
     };
-    let decoder = Decoder::new(&vs.root(), &model.config);
-    if let Some(dir) = weights_dir(model) {
+    let dir = weights_dir(model);
+    // Weights about to be read start at zero: drawing random ones first would cost as much
+    // as reading them.
+    let config = match dir {
+        Some(_) => DecoderConfig { initializer_range: 0.0, ..model.config.clone() },
+        None => model.config.clone(),
+    };
+    let decoder = Decoder::new(&vs.root(), &config);
+    if let Some(dir) = dir {
         let loaded = weights::WeightFiles::find(&dir).and_then(|w| {
             w.ok_or_else(|| "its weights are gone from the folder".to_string())?.load_into(vs)
         });

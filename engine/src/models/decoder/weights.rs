@@ -145,28 +145,35 @@ impl WeightFiles {
     /// A tied head has no tensor of its own; any other variable missing, or a shape that
     /// is not the config's, is an error naming the tensor and its file.
     pub fn load_into(&self, vs: &nn::VarStore) -> Result<(), String> {
-        let maps = self.files.iter().map(|p| map(p)).collect::<Result<Vec<_>, _>>()?;
-        let views = maps
-            .iter()
-            .zip(&self.files)
-            .map(|(m, p)| SafeTensors::deserialize(m).map_err(|e| format!("{} is not a complete safetensors file: {e:?}", file_name(p))))
-            .collect::<Result<Vec<_>, _>>()?;
         let _no_grad = tch::no_grad_guard();
+        // Every variable's file first: a tensor missing anywhere is refused before any is read.
+        let mut by_file: Vec<Vec<(String, Tensor)>> = (0..self.files.len()).map(|_| vec![]).collect();
         let mut variables: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         variables.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, mut var) in variables {
+        for (name, var) in variables {
             let Some(&i) = self.map.get(&name) else {
                 return Err(format!("the weights have no tensor `{name}`"));
             };
-            let file = file_name(&self.files[i]);
-            let view = views[i].tensor(&name).map_err(|e| format!("{file}: `{name}`: {e:?}"))?;
-            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-            if shape != var.size() {
-                return Err(format!("`{name}` is {shape:?} in {file}, {:?} in the config's shape", var.size()));
+            by_file[i].push((name, var));
+        }
+        // One file mapped at a time: its pages leave the process with its map, so the host
+        // holds the model and at most one shard, never the checkpoint twice.
+        for (path, wanted) in self.files.iter().zip(by_file) {
+            let file = file_name(path);
+            let mapped = map(path)?;
+            let view = SafeTensors::deserialize(&mapped).map_err(|e| format!("{file} is not a complete safetensors file: {e:?}"))?;
+            for (name, mut var) in wanted {
+                let tensor = view.tensor(&name).map_err(|e| format!("{file}: `{name}`: {e:?}"))?;
+                let shape: Vec<i64> = tensor.shape().iter().map(|&d| d as i64).collect();
+                if shape != var.size() {
+                    return Err(format!("`{name}` is {shape:?} in {file}, {:?} in the config's shape", var.size()));
+                }
+                let kind = kind_of(tensor.dtype()).ok_or_else(|| format!("{file}: `{name}` is {:?}", tensor.dtype()))?;
+                let src = Tensor::f_from_data_size(tensor.data(), &shape, kind).map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
+                // Converted to the run's weights dtype as it is copied: a bf16 checkpoint
+                // stays bf16 when the run's weights are bf16.
+                var.f_copy_(&src).map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
             }
-            let kind = kind_of(view.dtype()).ok_or_else(|| format!("{file}: `{name}` is {:?}", view.dtype()))?;
-            let src = Tensor::f_from_data_size(view.data(), &shape, kind).map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
-            var.f_copy_(&src).map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
         }
         Ok(())
     }
