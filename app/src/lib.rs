@@ -266,24 +266,22 @@ pub(crate) fn page_json(id: &str) -> Option<String> {
 fn server_info() -> ServerInfo {
     #[cfg(feature = "hydrate")]
     {
-        let from_page =
-            page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
-        if let Some(info) = from_page {
-            // The team models this server serves, so their names parse and display here
-            // as they do on the server (see protocol::team).
-            protocol::team::register(info.models.iter().filter_map(|m| m.team.clone()).collect());
-            protocol::decoder::register(
-                info.models
-                    .iter()
-                    .filter_map(|m| m.decoder.clone())
-                    .collect(),
-            );
-            // Read again now that they are registered: a team decoder's name read before
-            // its registration parsed as a TorchScript team model, so the page listed
-            // different models than the server rendered (and hydration failed).
-            return page_json(INFO_ELEMENT)
-                .and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok())
-                .unwrap_or(info);
+        // The team models this server serves are registered first, read from the raw JSON,
+        // so their names parse and display here as they do on the server (see
+        // protocol::team): a name read before its registration (a hub decoder's `ORG/NAME`,
+        // a team decoder's) would not parse as the model it is, and the page would list
+        // other models than the server rendered (hydration then fails).
+        let raw = page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        if let Some(raw) = raw {
+            let models = raw.get("models").and_then(|m| m.as_array()).cloned().unwrap_or_default();
+            fn field<T: serde::de::DeserializeOwned>(models: &[serde_json::Value], key: &str) -> Vec<T> {
+                models.iter().filter_map(|m| m.get(key)).filter(|v| !v.is_null()).filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
+            }
+            protocol::team::register(field(&models, "team"));
+            protocol::decoder::register(field(&models, "decoder"));
+            if let Ok(info) = serde_json::from_value::<ServerInfo>(raw) {
+                return info;
+            }
         }
     }
     use_context::<ServerInfo>().unwrap_or_else(|| ServerInfo {

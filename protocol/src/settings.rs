@@ -415,7 +415,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "prompt_text",
         flag: "prompt-text",
         label: "Prompt text",
-        help: "For a byte-level model (the trained preset): the prompt as text, fed as [BOS] + its UTF-8 bytes (at most 192). Other models take random prompt ids.",
+        help: "For a model that reads text: the prompt as text. The trained byte model is fed [BOS] + its UTF-8 bytes (at most 192); a team folder with a tokenizer.json what its tokenizer encodes (at most the tokens its context leaves beside the new ones). Other models take random prompt ids.",
         kind: Kind::Text,
         pages: GEN,
         runs: GENERATION,

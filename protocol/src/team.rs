@@ -484,7 +484,7 @@ pub(crate) fn intern(name: &str) -> Option<&'static str> {
     if let Some(m) = lookup(name) {
         return Some(m.name.as_str());
     }
-    if !valid_name(name) {
+    if !valid_name(name) && !valid_hub_name(name) {
         return None;
     }
     let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());

@@ -203,16 +203,30 @@ impl DecoderModel {
             DecoderSource::Preset { copies } => format!(
                 "the shape of {copies}, random seeded weights: real memory and latency, meaningless text"
             ),
-            DecoderSource::Team { folder, weights: true, stored, .. } => match stored {
-                Some(s) => format!("config.json and weights from the models directory's `{folder}`: {}", s.describe()),
-                None => format!("config.json and model.safetensors from the models directory's `{folder}`"),
-            },
+            DecoderSource::Team { folder, weights: true, stored, .. } => {
+                let place = team_place(folder);
+                match stored {
+                    Some(s) => format!("config.json and weights from {place} `{folder}`: {}", s.describe()),
+                    None => format!("config.json and model.safetensors from {place} `{folder}`"),
+                }
+            }
             DecoderSource::Trained { folder, corpus, .. } => {
                 format!("trained by this project on {corpus} (models/{folder}): its text is learned, not random")
             }
             DecoderSource::Team { folder, weights: false, .. } => format!(
-                "config.json from the models directory's `{folder}`, random, seeded: no weights in this folder (no model.safetensors or model.safetensors.index.json): real memory and latency, meaningless text"
+                "config.json from {} `{folder}`, random, seeded: no weights in this folder (no model.safetensors or model.safetensors.index.json): real memory and latency, meaningless text",
+                team_place(folder)
             ),
         }
     }
 }
+
+/// Where a team folder sits, in words: a hub cache's snapshot (`models--ORG--NAME/snapshots/
+/// REV`) or a folder of the models directory.
+fn team_place(folder: &str) -> &'static str {
+    match folder.contains("/snapshots/") {
+        true => "the Hugging Face cache's",
+        false => "the models directory's",
+    }
+}
+
