@@ -5,6 +5,61 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The longest model name: a hub repository's `ORG/NAME` ([`crate::team::MAX_HUB_NAME_LEN`]).
+pub const MAX_MODEL_NAME: usize = 128;
+
+/// A team model's or a decoder's name, held inline: owned, `Copy`, no allocation and no
+/// registry. Reading one (a request, a record) has no side effect; what it names is looked
+/// up among what this process serves when it is used, and a record of a model no longer
+/// served still reads and says so.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelName {
+    len: u8,
+    bytes: [u8; MAX_MODEL_NAME],
+}
+
+impl ModelName {
+    /// `name` when it fits ([`MAX_MODEL_NAME`] bytes, not empty).
+    pub fn new(name: &str) -> Option<ModelName> {
+        if name.is_empty() || name.len() > MAX_MODEL_NAME {
+            return None;
+        }
+        let mut bytes = [0; MAX_MODEL_NAME];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Some(ModelName { len: name.len() as u8, bytes })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Built from a &str in `new`, never changed after.
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for ModelName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for ModelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for ModelName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ModelName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// The models a run can use: the built-in architectures (random weights: weights do not
 /// change memory or latency) and the team models of the server's models directory
 /// ([`crate::team`]). In JSON, URLs and on the command line a model is its name.
@@ -22,10 +77,10 @@ pub enum ModelId {
     Transformer,
     /// A TorchScript module from the operator's models directory, by name (its file's
     /// stem). What it is lives in the registry of [`crate::team`].
-    Team(&'static str),
+    Team(ModelName),
     /// A Llama-style decoder LLM by name: a built-in preset or a team folder with a
     /// `config.json`. What it is lives in [`crate::decoder`].
-    Decoder(&'static str),
+    Decoder(ModelName),
 }
 
 /// Which family of network a model is: what it is built from and what its input is.
@@ -81,32 +136,37 @@ impl ModelId {
     ];
 
     /// The identifier used in JSON, URLs and on the command line.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             ModelId::TinyMlp => "tiny_mlp",
             ModelId::Resnet18 => "resnet18",
             ModelId::Resnet50 => "resnet50",
             ModelId::MobilenetV2 => "mobilenet_v2",
             ModelId::Transformer => "transformer",
-            ModelId::Team(name) | ModelId::Decoder(name) => name,
+            ModelId::Team(name) | ModelId::Decoder(name) => name.as_str(),
         }
+    }
+
+    /// A served decoder's id.
+    pub fn decoder_named(name: &str) -> Option<ModelId> {
+        crate::decoder::lookup(name).and_then(|d| ModelName::new(&d.name)).map(ModelId::Decoder)
     }
 
     /// Every model this process serves: the built-in ones, the decoders, then the team's.
     pub fn served() -> Vec<ModelId> {
         let decoders = crate::decoder::served()
             .into_iter()
-            .map(|m| ModelId::Decoder(&m.name));
+            .filter_map(|m| ModelName::new(&m.name).map(ModelId::Decoder));
         let team = crate::team::served()
             .into_iter()
-            .map(|m| ModelId::Team(&m.name));
+            .filter_map(|m| ModelName::new(&m.name).map(ModelId::Team));
         ModelId::ALL.into_iter().chain(decoders).chain(team).collect()
     }
 
     /// The decoder behind this id, when it is one and it is served here.
-    pub fn decoder(self) -> Option<&'static crate::decoder::DecoderModel> {
+    pub fn decoder(self) -> Option<std::sync::Arc<crate::decoder::DecoderModel>> {
         match self {
-            ModelId::Decoder(name) => crate::decoder::lookup(name),
+            ModelId::Decoder(name) => crate::decoder::lookup(&name),
             _ => None,
         }
     }
@@ -165,28 +225,28 @@ impl ModelId {
     }
 
     /// The team model behind this id, when it is one and it is served here.
-    pub fn team(self) -> Option<&'static crate::team::TeamModel> {
+    pub fn team(self) -> Option<std::sync::Arc<crate::team::TeamModel>> {
         match self {
-            ModelId::Team(name) => crate::team::lookup(name),
+            ModelId::Team(name) => crate::team::lookup(&name),
             _ => None,
         }
     }
 
-    pub fn display_name(self) -> &'static str {
+    pub fn display_name(self) -> String {
         match self {
-            ModelId::TinyMlp => "Tiny MLP (BatchNorm + Dropout)",
-            ModelId::Resnet18 => "ResNet-18",
-            ModelId::Resnet50 => "ResNet-50",
-            ModelId::MobilenetV2 => "MobileNet-V2",
-            ModelId::Transformer => "Transformer encoder (Dropout + LayerNorm)",
+            ModelId::TinyMlp => "Tiny MLP (BatchNorm + Dropout)".into(),
+            ModelId::Resnet18 => "ResNet-18".into(),
+            ModelId::Resnet50 => "ResNet-50".into(),
+            ModelId::MobilenetV2 => "MobileNet-V2".into(),
+            ModelId::Transformer => "Transformer encoder (Dropout + LayerNorm)".into(),
             ModelId::Team(name) => self
                 .team()
-                .map(|m| m.sidecar.display_name.as_str())
-                .unwrap_or(name),
+                .map(|m| m.sidecar.display_name.clone())
+                .unwrap_or_else(|| name.to_string()),
             ModelId::Decoder(name) => self
                 .decoder()
-                .map(|m| m.display_name.as_str())
-                .unwrap_or(name),
+                .map(|m| m.display_name.clone())
+                .unwrap_or_else(|| name.to_string()),
         }
     }
 
@@ -194,22 +254,22 @@ impl ModelId {
     pub fn input(self) -> InputShape {
         match self {
             ModelId::TinyMlp => InputShape {
-                meaning: "features per sample",
+                meaning: "features per sample".into(),
                 default: 512,
                 max: 65_536,
             },
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => InputShape {
-                meaning: "image side in pixels (3×N×N)",
+                meaning: "image side in pixels (3×N×N)".into(),
                 default: 224,
                 max: 1024,
             },
             ModelId::Transformer => InputShape {
-                meaning: "sequence length in tokens",
+                meaning: "sequence length in tokens".into(),
                 default: 128,
                 max: 4096,
             },
             ModelId::Decoder(_) => InputShape {
-                meaning: "prompt length in tokens",
+                meaning: "prompt length in tokens".into(),
                 default: 32,
                 max: self
                     .decoder()
@@ -218,12 +278,12 @@ impl ModelId {
             // A fixed-shape (or no longer served) team model has no adjustable size: 0.
             ModelId::Team(_) => match self.team() {
                 Some(m) => InputShape {
-                    meaning: m.input_meaning.as_str(),
+                    meaning: m.input_meaning.clone().into(),
                     default: m.sidecar.size.as_ref().map_or(0, |s| s.default),
                     max: m.sidecar.size.as_ref().map_or(0, |s| s.max),
                 },
                 None => InputShape {
-                    meaning: "a team model this server does not serve",
+                    meaning: "a team model this server does not serve".into(),
                     default: 0,
                     max: 0,
                 },
@@ -236,8 +296,8 @@ impl ModelId {
         match self {
             ModelId::Team(_) => self
                 .team()
-                .and_then(|m| m.sidecar.size.as_ref())
-                .map_or(0, |s| s.min),
+                .and_then(|m| m.sidecar.size.as_ref().map(|s| s.min))
+                .unwrap_or(0),
             ModelId::TinyMlp | ModelId::Transformer | ModelId::Decoder(_) => 1,
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => 32,
         }
@@ -307,8 +367,8 @@ impl ModelId {
         if let Some(why) = crate::team::refusal(name) {
             return format!("team model `{name}` is not served: {why}");
         }
-        let known: Vec<_> = ModelId::served().iter().map(|m| m.as_str()).collect();
-        format!("unknown model `{name}`; known models: {}", known.join(", "))
+        let known: Vec<_> = ModelId::served().iter().map(|m| m.as_str().to_string()).collect();
+        format!("unknown model `{name}` (not served here); known models: {}", known.join(", "))
     }
 }
 
@@ -347,26 +407,60 @@ impl utoipa::PartialSchema for ModelId {
 impl utoipa::ToSchema for ModelId {}
 
 /// A name that is not served still reads when it could be a team model's (a record of a
-/// model the operator has since removed); [`RunSpec::check`] refuses to run it.
+/// model the operator has since removed): it is held inline, nothing is registered, and
+/// [`RunSpec::check`] refuses to run it, saying it is not served.
 impl<'de> Deserialize<'de> for ModelId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
         if let Some(m) = ModelId::ALL.into_iter().find(|m| m.as_str() == name) {
             return Ok(m);
         }
-        if let Some(d) = crate::decoder::lookup(&name) {
-            return Ok(ModelId::Decoder(&d.name));
+        if let Some(id) = ModelId::decoder_named(&name) {
+            return Ok(id);
         }
-        crate::team::intern(&name)
+        Some(&*name)
+            .filter(|n| crate::team::valid_name(n) || crate::team::valid_hub_name(n))
+            .and_then(ModelName::new)
             .map(ModelId::Team)
             .ok_or_else(|| serde::de::Error::custom(ModelId::unknown_message(&name)))
     }
 }
 
 /// The meaning, default and upper bound of a model's `input_size`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InputShape {
-    pub meaning: &'static str,
+    pub meaning: std::borrow::Cow<'static, str>,
     pub default: u32,
     pub max: u32,
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    /// Reading a name has no side effect: a record of a model no longer served reads (its
+    /// name kept whole, a hub repository's `ORG/NAME` included) as often as it is read, the
+    /// served list never grows, and running it is refused saying it is not served.
+    #[test]
+    fn a_name_that_is_not_served_reads_without_registering_anything() {
+        let served = ModelId::served().len();
+        for i in 0..1000 {
+            let name = format!("gone_model_{i}");
+            let id: ModelId = serde_json::from_value(serde_json::json!(name)).unwrap();
+            assert_eq!(id.as_str(), name);
+            assert!(id.team().is_none() && id.decoder().is_none());
+        }
+        let hub: ModelId = serde_json::from_str("\"some-org/some.model-7B\"").unwrap();
+        assert_eq!(hub.to_string(), "some-org/some.model-7B");
+        assert_eq!(serde_json::to_string(&hub).unwrap(), "\"some-org/some.model-7B\"");
+        assert_eq!(ModelId::served().len(), served, "reading names registered nothing");
+        let spec = crate::RunSpec { model: hub, ..crate::RunSpec::default() };
+        let e = spec.check(&crate::Limits::default()).unwrap_err();
+        assert_eq!(e.field, "model");
+        assert!(e.message.contains("not served"), "{}", e.message);
+        // What cannot be a model's name is refused in the reading, naming why.
+        for bad in ["\"../etc\"", "\"a b\"", &format!("\"{}\"", "x".repeat(MAX_MODEL_NAME + 1))] {
+            assert!(serde_json::from_str::<ModelId>(bad).is_err(), "{bad}");
+        }
+    }
 }

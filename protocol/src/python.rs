@@ -60,7 +60,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     // A team model may take several inputs (a tuple `x`, called as `model(*x)`), and only
     // floating-point ones are cast with the weights: token ids and masks keep their dtype.
     let team = spec.model.team();
-    let many = team.is_some_and(|m| m.sidecar.inputs.len() > 1);
+    let many = team.as_ref().is_some_and(|m| m.sidecar.inputs.len() > 1);
     let floating = !spec.model.is_decoder()
         && team.is_none_or(|m| m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point()));
     let on_host = adv.input_source != InputSource::Device;

@@ -201,7 +201,7 @@ impl RunSpec {
         }
         if let ModelId::Team(name) = self.model {
             if self.model.team().is_none() {
-                return err("model", ModelId::unknown_message(name));
+                return err("model", ModelId::unknown_message(&name));
             }
         }
         if let Some(size) = self.input_size {
@@ -330,14 +330,14 @@ impl RunSpec {
         };
         if let ModelId::Decoder(name) = self.model {
             if self.model.decoder().is_none() {
-                return err("model", ModelId::unknown_message(name));
+                return err("model", ModelId::unknown_message(&name));
             }
         }
         let Some(g) = &self.generate else {
             return Ok(());
         };
         let Some(decoder) = self.model.decoder() else {
-            let decoders: Vec<_> = crate::decoder::served().iter().map(|d| d.name.as_str()).collect();
+            let decoders: Vec<_> = crate::decoder::served().iter().map(|d| d.name.clone()).collect();
             return err(
                 "model",
                 format!(
@@ -357,7 +357,7 @@ impl RunSpec {
                 ),
             );
         }
-        self.check_prompt_text(g, decoder)?;
+        self.check_prompt_text(g, &decoder)?;
         let prompt = self.resolved_input_size();
         let total = prompt as u64 + g.new_tokens as u64;
         let max = decoder.config.max_position_embeddings as u64;

@@ -11,15 +11,11 @@
 //! process, never per request.
 
 use serde::{Deserialize, Serialize};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// The longest team model name: names travel in URLs and file names.
 pub const MAX_NAME_LEN: usize = 64;
 
-/// Names seen in records or requests that no registered model answers to are kept (so a
-/// record of a model the operator removed still reads) up to this many; beyond, they are
-/// refused, so requests cannot grow the process without bound.
-const MAX_UNKNOWN_NAMES: usize = 256;
 
 /// What `NAME.json` beside `NAME.pt` says the module needs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -400,8 +396,7 @@ pub fn valid_hub_name(name: &str) -> bool {
 }
 
 struct Registry {
-    served: Vec<&'static TeamModel>,
-    unknown: Vec<&'static str>,
+    served: Vec<Arc<TeamModel>>,
     /// Names of files the models directory holds but this process refused, each with
     /// why ("broken.pt: does not load as TorchScript: ..."), see [`register_refused`].
     refused: Vec<(String, String)>,
@@ -409,7 +404,6 @@ struct Registry {
 
 static REGISTRY: RwLock<Registry> = RwLock::new(Registry {
     served: Vec::new(),
-    unknown: Vec::new(),
     refused: Vec::new(),
 });
 
@@ -421,15 +415,7 @@ fn read() -> std::sync::RwLockReadGuard<'static, Registry> {
 /// the server and the CLI call it once with what the engine loaded, the browser with what
 /// `/api/info` lists).
 pub fn register(models: Vec<TeamModel>) {
-    let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
-    let mut served = Vec::with_capacity(models.len());
-    for m in models {
-        match reg.served.iter().find(|old| ***old == m) {
-            Some(old) => served.push(*old),
-            None => served.push(&*Box::leak(Box::new(m))),
-        }
-    }
-    reg.served = served;
+    REGISTRY.write().unwrap_or_else(|e| e.into_inner()).served = models.into_iter().map(Arc::new).collect();
 }
 
 /// The names built into Gradless, which no file of a models directory may take: the
@@ -468,35 +454,13 @@ pub fn refusal(name: &str) -> Option<String> {
 }
 
 /// The team model served under `name`, if any.
-pub fn lookup(name: &str) -> Option<&'static TeamModel> {
-    read().served.iter().find(|m| m.name == name).copied()
+pub fn lookup(name: &str) -> Option<Arc<TeamModel>> {
+    read().served.iter().find(|m| m.name == name).cloned()
 }
 
 /// Every team model this process serves, in registration order.
-pub fn served() -> Vec<&'static TeamModel> {
+pub fn served() -> Vec<Arc<TeamModel>> {
     read().served.clone()
-}
-
-/// The `'static` name for `name`: a served model's, or a remembered unknown one (a record
-/// of a model that is no longer served must still read). `None` when the name is not a
-/// valid team name or too many unknown names were seen.
-pub(crate) fn intern(name: &str) -> Option<&'static str> {
-    if let Some(m) = lookup(name) {
-        return Some(m.name.as_str());
-    }
-    if !valid_name(name) && !valid_hub_name(name) {
-        return None;
-    }
-    let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
-    if let Some(n) = reg.unknown.iter().find(|n| **n == name) {
-        return Some(*n);
-    }
-    if reg.unknown.len() >= MAX_UNKNOWN_NAMES {
-        return None;
-    }
-    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
-    reg.unknown.push(leaked);
-    Some(leaked)
 }
 
 #[cfg(test)]

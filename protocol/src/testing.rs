@@ -70,6 +70,11 @@ pub fn with_latencies(mut r: Report, latencies_ms: &[f64]) -> Report {
 /// only, until now) on the Generate page as `logits`: what docs/ARCHITECTURE.md's "Adding a
 /// setting" adds. The tests of each part that reads the table run it on this one.
 pub fn settings_with_a_new_row() -> &'static [Setting] {
+    static TABLE: std::sync::OnceLock<Vec<Setting>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(table_with_a_new_row)
+}
+
+fn table_with_a_new_row() -> Vec<Setting> {
     let mut table: Vec<Setting> = SETTINGS.iter().filter(|s| s.key != "prefill_logits").copied().collect();
     table.push(Setting {
         path: "generate.prefill_logits",
@@ -84,7 +89,7 @@ pub fn settings_with_a_new_row() -> &'static [Setting] {
         said: settings::Said::NotDefault("prefill logits"),
         ..settings::ROW
     });
-    Box::leak(table.into_boxed_slice())
+    table
 }
 
 #[cfg(test)]

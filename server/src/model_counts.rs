@@ -71,8 +71,8 @@ fn infos(counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
     ModelId::served()
         .into_iter()
         .map(|id| {
-            let team = id.team().cloned();
-            let decoder = id.decoder().cloned();
+            let team = id.team().map(|m| (*m).clone());
+            let decoder = id.decoder().map(|d| (*d).clone());
             // A decoder's count comes from its config: building the 8B shape to count it
             // would take 32 GB.
             let parameters = match (&team, &decoder) {

@@ -105,7 +105,12 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         link.spawn_background(state.info.clone(), state.guard.token_required(), state.recorder.clone());
         state
     } else {
-        crate::team::load(&args.engine)?;
+        // Team models are loaded and probed through libtorch (TorchScript modules run once,
+        // tokenizers read, checkpoint headers checked): blocking work, off the async threads.
+        let engine_args = args.engine.clone();
+        tokio::task::spawn_blocking(move || crate::team::load(&engine_args))
+            .await
+            .context("loading the models directory")??;
         let config = local::worker_config(&args.engine, args.queue_capacity, Some(run_timeout));
         let db_path = args.db.path();
         let site_root = args.site_root.clone();

@@ -74,7 +74,7 @@ pub fn ModelControl(lab: LabCtx) -> impl IntoView {
                 id="model"
                 data-testid="model"
                 prop:disabled=locked("model")
-                prop:value=move || spec.get().model.as_str()
+                prop:value=move || spec.get().model.as_str().to_string()
                 on:change=move |ev| {
                     if let Ok(m) = event_target_value(&ev).parse::<ModelId>() {
                         update(&|s| {

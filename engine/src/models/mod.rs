@@ -122,8 +122,8 @@ impl Model {
             ModelId::Resnet50 => (Box::new(ResNet::new(&root, true, [3, 4, 6, 3])), 0),
             ModelId::MobilenetV2 => (Box::new(MobileNetV2::new(&root)), 0),
             ModelId::Transformer => (Box::new(Transformer::new(&root)), 0),
-            ModelId::Team(name) => (scripted::build(name, &vs), 0),
-            ModelId::Decoder(name) => (decoder::build(name, &vs), 0),
+            ModelId::Team(name) => (scripted::build(&name, &vs), 0),
+            ModelId::Decoder(name) => (decoder::build(&name, &vs), 0),
         };
         let mut model = Model {
             id,

@@ -110,7 +110,7 @@ impl Worker {
         };
         if let Some(protocol::ModelId::Team(name)) = options.model {
             if options.model.and_then(|m| m.team()).is_none() {
-                return Err(invalid("model", protocol::ModelId::unknown_message(name)));
+                return Err(invalid("model", protocol::ModelId::unknown_message(&name)));
             }
         }
         if let Some(batch) = options.batch {

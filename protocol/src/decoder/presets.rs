@@ -28,8 +28,8 @@ pub const CPU_PRESET: &str = "llama_tiny";
 
 /// The built-in decoder shapes, smallest first. Their configs copy the named models'
 /// `config.json` (shape fields only).
-pub fn presets() -> &'static [DecoderModel] {
-    static PRESETS: std::sync::OnceLock<Vec<DecoderModel>> = std::sync::OnceLock::new();
+pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
+    static PRESETS: std::sync::OnceLock<Vec<std::sync::Arc<DecoderModel>>> = std::sync::OnceLock::new();
     PRESETS.get_or_init(|| {
         let llama = |h, i, l, heads, kv, hd, vocab, max_pos, theta, eps, tie| DecoderConfig {
             architecture: Architecture::Llama,
@@ -270,5 +270,8 @@ pub fn presets() -> &'static [DecoderModel] {
                 },
             ),
         ]
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect()
     })
 }

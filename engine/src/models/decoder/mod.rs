@@ -517,7 +517,7 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
     let Some(model) = protocol::decoder::lookup(name) else {
         panic!("the decoder `{name}` is not served here");
     };
-    let dir = weights_dir(model);
+    let dir = weights_dir(&model);
     // Weights about to be read start at zero: drawing random ones first would cost as much
     // as reading them.
     let config = match dir {

@@ -81,7 +81,7 @@ fn sliding_window_kv_plan(ctx: &Ctx) -> Vec<RunSpec> {
 }
 
 fn sliding_window_kv_describe(specs: &[RunSpec]) -> String {
-    let model = specs.first().map_or("?", |s| s.model.display_name());
+    let model = specs.first().map_or_else(|| "?".to_string(), |s| s.model.display_name());
     let prompts: Vec<String> = specs.iter().map(|s| s.resolved_input_size().to_string()).collect();
     format!("{model}, batch 1, prompts of {} + 9 new tokens, dynamic cache, no_grad", prompts.join(", "))
 }
@@ -403,7 +403,7 @@ fn moe_batch_plan(ctx: &Ctx) -> Vec<RunSpec> {
 }
 
 fn moe_batch_describe(specs: &[RunSpec]) -> String {
-    let model = specs.first().map_or("?", |s| s.model.display_name());
+    let model = specs.first().map_or_else(|| "?".to_string(), |s| s.model.display_name());
     let batches: Vec<String> = specs.iter().map(|s| s.batch.to_string()).collect();
     format!("{model}, batches {}, prompt 8 + 9 new tokens, dynamic cache, no_grad", batches.join(", "))
 }

@@ -155,7 +155,7 @@ fn kv_cache_size_describe(specs: &[RunSpec]) -> String {
         v.dedup();
         v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" and ")
     };
-    let model = specs.first().map_or("?", |s| s.model.display_name());
+    let model = specs.first().map_or_else(|| "?".to_string(), |s| s.model.display_name());
     format!(
         "{model}, batch {}, prompt {} + {} new tokens, dynamic cache, no_grad",
         list(&|s| s.batch),

@@ -91,7 +91,7 @@ fn probe_values(m: &Model, ids: &Tensor) -> Result<Vec<ValuePoint>, RunFailure> 
 /// and the prompt's length.
 fn fp16_overflow_plan(ctx: &Ctx) -> (protocol::ModelId, bool, i64) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
-    let preset = matches!(model.decoder().map(|d| &d.source), Some(protocol::decoder::DecoderSource::Preset { .. }));
+    let preset = model.decoder().is_some_and(|d| matches!(d.source, protocol::decoder::DecoderSource::Preset { .. }));
     (model, preset, if ctx.cuda() { 128 } else { 32 })
 }
 
