@@ -353,7 +353,10 @@ fn quality_view(q: protocol::Quality) -> impl IntoView {
             view! {
                 <tr class:this-run=r.this_run>
                     <th>{format!("{}{mark}", r.setting)}</th>
-                    <td>{format!("{:.4}", r.bits_per_byte)}</td>
+                    <td>{match r.perplexity {
+                        Some(p) => format!("{:.4} (perplexity {p:.1})", r.bits_per_byte),
+                        None => format!("{:.4}", r.bits_per_byte),
+                    }}</td>
                     <td>{delta}</td>
                     <td>{format!("{:.1} s", r.seconds)}</td>
                 </tr>
@@ -369,7 +372,7 @@ fn quality_view(q: protocol::Quality) -> impl IntoView {
                 <tbody>
                 {rows}
                 <tr><th>"gzip -9 on the same bytes"</th><td data-testid="gen-quality-gzip">{format!("{:.4}", q.gzip_bits_per_byte)}</td><td></td><td></td></tr>
-                <tr><th>"unigram byte model (training text's byte frequencies)"</th><td>{format!("{:.4}", q.unigram_bits_per_byte)}</td><td></td><td></td></tr>
+                {q.unigram_bits_per_byte.map(|u| view! { <tr><th>"unigram byte model (training text's byte frequencies)"</th><td>{format!("{u:.4}")}</td><td></td><td></td></tr> })}
                 </tbody>
             </table>
             <p class="explain">{match beats {

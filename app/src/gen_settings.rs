@@ -79,8 +79,8 @@ pub fn fit_to_model(spec: &mut RunSpec, reading: &mut Reading, prompt_given: boo
     } else if g.prompt_text.is_some() && !prompt_given {
         spec.input_size = None;
     }
-    if !byte_level && std::mem::take(&mut g.quality) {
-        let why = format!("{} has no held-out text to measure quality on", spec.model);
+    if !takes_text && std::mem::take(&mut g.quality) {
+        let why = format!("{} reads no text to measure quality on", spec.model);
         reading.refused.push(("quality".into(), "1".into(), why));
     }
 }
@@ -106,7 +106,7 @@ pub fn with_model(spec: &RunSpec, model: ModelId) -> RunSpec {
             }
             _ => {}
         }
-        if !byte_level {
+        if !takes_text {
             g.quality = false;
         }
     }

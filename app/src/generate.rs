@@ -269,8 +269,7 @@ pub fn GeneratePage() -> impl IntoView {
         </label>
     };
 
-    // A text model's own controls: its prompt as text, and, for the byte model, the quality
-    // measurement.
+    // A text model's own controls: its prompt as text, and the quality measurement.
     let byte_controls = move || {
         let s = spec.get();
         let decoder = s.model.decoder().filter(|d| d.takes_text())?;
@@ -308,7 +307,7 @@ pub fn GeneratePage() -> impl IntoView {
                     "{bytes} of at most {max} bytes of UTF-8, {fed}. Greedy decoding continues it."
                 )}</span>
             </label>
-            {byte_level.then(|| view! {
+            {Some(view! {
             <label class="control control-check" for="gen-quality">
                 <input type="checkbox" id="gen-quality" data-testid="gen-quality-toggle" prop:checked=g.quality
                     on:change=move |ev| {
@@ -316,7 +315,10 @@ pub fn GeneratePage() -> impl IntoView {
                         update(&|s| { if let Some(g) = s.generate.as_mut() { g.quality = on; } });
                     } />
                 <span class="control-name">"Measure quality on held-out text"</span>
-                <span class="explain">"After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. About two minutes on one thread of a 2-core CPU; each row says how long it took."</span>
+                <span class="explain">{match byte_level {
+                    true => "After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. About two minutes on one thread of a 2-core CPU; each row says how long it took.".to_string(),
+                    false => format!("After the run: bits per byte and perplexity on the server's quality text (--quality-text; else 64 KiB of PyTorch source), as its tokenizer encodes it, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9: one pass over the text per setting through {:.1} M parameters; each row says how long it took.", decoder.config.parameters() as f64 / 1e6),
+                }}</span>
             </label>
             })}
         })

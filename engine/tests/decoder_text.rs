@@ -4,7 +4,8 @@
 //! BPE `tokenizer.json` trained at test time (`fixtures/make_hf_text_decoders.py`). From the
 //! same text prompt Gradless's generation encodes the ids transformers' tokenizer gives,
 //! computes the prompt's logits within 1e-4, and writes the same 24 greedy tokens and text
-//! as transformers' `generate`, streamed a piece per step. A prompt past the context is
+//! as transformers' `generate`, streamed a piece per step; its quality on the operator's
+//! text (bits per byte, perplexity) is transformers' within 1e-4. A prompt past the context is
 //! refused naming `generate.prompt_text`. Needs a Python with torch, transformers and
 //! tokenizers: `GRADLESS_PYTHON` (scripts/test.sh points it at the venv).
 
@@ -66,7 +67,12 @@ fn a_tokenized_checkpoint_writes_what_transformers_writes() {
 
     let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
     let text = reference["prompt_text"].as_str().unwrap();
-    let worker = engine::Worker::start(engine::WorkerConfig::default()).expect("worker starts");
+    // The operator's text for the quality measurement (`--quality-text`).
+    let config = engine::WorkerConfig {
+        lab: engine::LabConfig { quality_text: Some(dir.join("quality.txt")), threads: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let worker = engine::Worker::start(config).expect("worker starts");
     for (name, want) in reference["models"].as_object().unwrap() {
         let ids: Vec<i64> = serde_json::from_value(want["prompt_ids"].clone()).unwrap();
         let tokens: Vec<i64> = serde_json::from_value(want["tokens"].clone()).unwrap();
@@ -103,6 +109,25 @@ fn a_tokenized_checkpoint_writes_what_transformers_writes() {
         assert_eq!(streamed, written.generated[0], "{name}: the streamed pieces add up to the text");
         assert!(g.weights_source.as_deref().is_some_and(|w| w.contains("tokenizer.json")), "{name}");
         eprintln!("{name}: {} prompt tokens, 24 greedy tokens equal to transformers', text {:?}", ids.len(), written.generated[0]);
+    }
+    // Quality on the operator's text: bits per byte and perplexity of the fp32 model as
+    // transformers computes them with the same framing, within 1e-4; every setting a row.
+    for (name, want) in reference["models"].as_object().unwrap() {
+        let mut q = spec(name, text, 2);
+        q.generate.as_mut().unwrap().quality = true;
+        let r = worker.measure(q, |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let quality = r.generation.unwrap().quality.expect("quality was asked");
+        assert_eq!(quality.tokens, want["quality_tokens"].as_u64(), "{name}: the tokens its tokenizer makes of the text");
+        assert_eq!(quality.bytes, want["quality_bytes"].as_u64().unwrap());
+        assert!(quality.text.contains("quality.txt") && quality.unigram_bits_per_byte.is_none(), "{}", quality.text);
+        let base = quality.baseline().expect("the fp32 row");
+        let theirs = want["bits_per_byte"].as_f64().unwrap();
+        assert!((base.bits_per_byte - theirs).abs() < 1e-4, "{name}: bits per byte {} against transformers' {theirs}", base.bits_per_byte);
+        let ppl = want["perplexity"].as_f64().unwrap();
+        let ours = base.perplexity.expect("a tokenized model's perplexity");
+        assert!((ours / ppl - 1.0).abs() < 1e-4, "{name}: perplexity {ours} against {ppl}");
+        assert!(quality.rows.len() >= 8 && quality.rows.iter().all(|r| r.bits_per_byte.is_finite() && r.perplexity.is_some()));
+        eprintln!("{name}: {:.6} bits per byte (transformers {theirs:.6}), perplexity {ours:.2}, {} rows", base.bits_per_byte, quality.rows.len());
     }
     // The prompt cap counts tokens: a text past the context is refused naming the field.
     let long = "def forward(self, x): return x\n".repeat(40);

@@ -1,6 +1,6 @@
-//! A trained model's quality, measured on text it never saw ([`Quality`]): bits per byte
-//! of its held-out slice under each setting a generation can change, beside two baselines
-//! computed on the same bytes. Bits per byte is what torchao and gpt-fast judge a
+//! A model's quality, measured on text it never saw ([`Quality`]): bits per byte of the
+//! trained model's held-out slice, or of the operator's text for a model with a tokenizer,
+//! under each setting a generation can change, beside baselines computed on the same bytes. Bits per byte is what torchao and gpt-fast judge a
 //! quantization by (as perplexity); for a byte-level model it needs no tokenizer to compare.
 
 use serde::{Deserialize, Serialize};
@@ -19,8 +19,12 @@ pub struct QualityRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_size: Option<u32>,
     pub kv_dtype: KvDtype,
-    /// Σ −log₂ p(byte) over the slice, divided by its bytes (summed in float64).
+    /// Σ −log₂ p(unit) over the text (bytes, or a tokenizer's tokens), divided by its
+    /// bytes (summed in float64): comparable across tokenizers.
     pub bits_per_byte: f64,
+    /// For a tokenized model: exp of the mean negative log-likelihood per token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perplexity: Option<f64>,
     /// Quantized rows: the slice's passes multiply the quantized values, dequantized, by
     /// a dense matmul (the packed kernels are built for decode's few rows and take tens of
     /// times longer on a long slice); this is the largest |Δ logit| between that and the
@@ -48,9 +52,14 @@ pub struct Quality {
     pub rows: Vec<QualityRow>,
     /// DEFLATE at level 9 in a gzip stream (`gzip -9`'s format and level), in bits per byte.
     pub gzip_bits_per_byte: f64,
-    /// The cross-entropy of the slice under the training text's byte frequencies (add-one
-    /// smoothing), in bits per byte.
-    pub unigram_bits_per_byte: f64,
+    /// The cross-entropy of the text under the trained model's training byte frequencies
+    /// (add-one smoothing), in bits per byte: on its held-out slice only (absent for an
+    /// operator's text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unigram_bits_per_byte: Option<f64>,
+    /// For a tokenized model: the tokens its tokenizer made of the text (each scored once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
     /// Why some settings a page offers are not rows here (fp8 KV off CUDA).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_measured: Vec<String>,

@@ -271,11 +271,11 @@ impl RunSpec {
                 message,
             })
         };
-        if g.quality && decoder.byte_bos().is_none() {
+        if g.quality && !decoder.takes_text() {
             return err(
                 "generate.quality",
                 format!(
-                    "{} has no held-out text to measure quality on; the trained model `{}` has",
+                    "{} reads no text (neither a byte vocabulary nor a tokenizer.json), so there is no text to measure its quality on; the trained model `{}` and a team folder with its tokenizer can",
                     self.model,
                     crate::decoder::TRAINED_PRESET
                 ),

@@ -143,6 +143,11 @@ pub struct EngineArgs {
     /// ORG/NAME at the revision `refs/main` names. Never touches the network.
     #[arg(long, env = "GRADLESS_HF_CACHE")]
     pub hf_cache: bool,
+    /// The text a tokenized decoder's quality is measured on (`generate.quality`: bits per
+    /// byte and perplexity under each weights dtype, quantization and KV dtype). Default:
+    /// the trained model's held-out slice of PyTorch's source.
+    #[arg(long, env = "GRADLESS_QUALITY_TEXT")]
+    pub quality_text: Option<PathBuf>,
     /// A Python with PyTorch that times the per-call-overhead cards (inference-vs-nograd,
     /// warm-up, sync-timing, item-sync, cuda-graphs) a second time, beside Gradless's
     /// figures: Gradless calls libtorch from Rust, a team's code pays Python per op. Default:

@@ -174,6 +174,7 @@ async fn a_hostile_neighbour_cannot_take_the_server_down() {
         memory_limit_mib: Some(BUDGET_MIB),
         models_dir: None,
         hf_cache: false,
+        quality_text: None,
         python: None,
     };
     let worker = server::start_worker(server::worker_config(

@@ -79,6 +79,7 @@ fn state(queue: usize, services: server::state::Services) -> server::state::AppS
         memory_limit_mib: None,
         models_dir: None,
         hf_cache: false,
+        quality_text: None,
         python: None,
     };
     let worker = server::start_worker(server::worker_config(

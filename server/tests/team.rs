@@ -30,6 +30,7 @@ mod api {
             memory_limit_mib: None,
             models_dir: None,
             hf_cache: false,
+            quality_text: None,
             python: None,
         }
     }

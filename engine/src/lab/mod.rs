@@ -69,6 +69,9 @@ pub struct LabConfig {
     pub seed: i64,
     /// How many built models stay cached (least recently used ones are dropped).
     pub model_cache: usize,
+    /// The text a tokenized decoder's quality is measured on (`--quality-text`); `None`: the
+    /// trained model's held-out slice.
+    pub quality_text: Option<std::path::PathBuf>,
 }
 
 impl Default for LabConfig {
@@ -78,6 +81,7 @@ impl Default for LabConfig {
             memory_limit_bytes: None,
             seed: 0,
             model_cache: 3,
+            quality_text: None,
         }
     }
 }

@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use protocol::decoder::DecoderSource;
+use protocol::decoder::{DecoderSource, TextVocab};
 use protocol::{DeviceKind, FailureKind, KvDtype, LinearQuant, Quality, QualityRow, RunFailure, RunSpec, WeightQuant, WeightsDtype};
 use sha2::{Digest, Sha256};
 use tch::{Kind, Tensor};
@@ -75,13 +75,32 @@ fn measured_rows(device: DeviceKind, only: Option<&[LinearQuant]>) -> Vec<Settin
     settings(device).into_iter().filter(wanted).collect()
 }
 
-/// What the folder ships for the measurement.
+/// The text a quality measurement scores.
 struct HeldOut {
     bytes: Vec<u8>,
     sha256: String,
     about: String,
-    /// Occurrences of each byte value in the training text.
-    counts: Vec<u64>,
+    /// Occurrences of each byte value in the trained model's training text (its held-out
+    /// slice only: the unigram baseline).
+    counts: Option<Vec<u64>>,
+}
+
+/// The operator's text (`--quality-text`), read whole: at most this many bytes.
+const MAX_QUALITY_TEXT: usize = 4 << 20;
+
+fn read_operator_text(path: &std::path::Path) -> Result<HeldOut, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.is_empty() || bytes.len() > MAX_QUALITY_TEXT {
+        return Err(format!("{} is {} bytes: the quality text must hold 1 to {MAX_QUALITY_TEXT}", path.display(), bytes.len()));
+    }
+    std::str::from_utf8(&bytes).map_err(|e| format!("{} is not UTF-8 text: {e}", path.display()))?;
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    Ok(HeldOut {
+        sha256: format!("{:x}", Sha256::digest(&bytes)),
+        about: format!("{name}, the operator's text (--quality-text), {} bytes", bytes.len()),
+        bytes,
+        counts: None,
+    })
 }
 
 fn read_held_out(folder: &str) -> Result<HeldOut, String> {
@@ -102,6 +121,7 @@ fn read_held_out(folder: &str) -> Result<HeldOut, String> {
         .map(|a| a.iter().filter_map(|n| n.as_u64()).collect())
         .filter(|c: &Vec<u64>| c.len() == 256)
         .ok_or("train_byte_counts.json: `counts` must hold 256 whole numbers")?;
+    let counts = Some(counts);
     let about = format!(
         "{} KiB of {} ({} files of PyTorch {}'s source), held out from training",
         bytes.len() / 1024,
@@ -178,27 +198,68 @@ impl Lab {
             .model
             .decoder()
             .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        let (DecoderSource::Trained { folder, bos, .. }, Some(_)) = (&model.source, model.byte_bos()) else {
-            return Err(failure(FailureKind::Invalid, format!("{} ships no held-out text", spec.model)));
+        // The units scored and what starts each chunk: the trained model's bytes after its
+        // BOS, or the tokens its tokenizer makes of the text (no special tokens) after BOS,
+        // else EOS (lm-evaluation-harness's prefix where a model has no BOS).
+        let (held, ids, prefix, tokenized) = match (&model.source, model.text_vocab()) {
+            (DecoderSource::Trained { folder, .. }, Some(TextVocab::Bytes { bos })) => {
+                let held = read_held_out(folder).map_err(|e| failure(FailureKind::Internal, format!("the held-out text: {e}")))?;
+                let ids = held.bytes.iter().map(|&b| i64::from(b)).collect::<Vec<_>>();
+                (held, ids, bos as i64, false)
+            }
+            (_, Some(TextVocab::Tokenizer(t))) => {
+                let held = match &self.config.quality_text {
+                    Some(path) => read_operator_text(path),
+                    None => read_held_out(crate::models::decoder::text::DEFAULT_QUALITY_FOLDER),
+                }
+                .map_err(|e| failure(FailureKind::Invalid, format!("the quality text: {e}")))?;
+                let text = String::from_utf8_lossy(&held.bytes);
+                let ids = crate::models::decoder::text::plain_ids(&model, &text).map_err(|e| failure(FailureKind::Invalid, e))?;
+                let prefix = t.bos.or(t.eos.first().copied()).ok_or_else(|| {
+                    failure(FailureKind::Invalid, format!("{} has neither a BOS nor an EOS id in its configs to start each chunk with", spec.model))
+                })?;
+                (held, ids, prefix as i64, true)
+            }
+            _ => return Err(failure(FailureKind::Invalid, format!("{} reads no text to measure quality on", spec.model))),
         };
-        let held = read_held_out(folder).map_err(|e| failure(FailureKind::Internal, format!("the held-out text: {e}")))?;
-        let context = model.config.max_position_embeddings as i64;
-        let n = held.bytes.len() as i64;
-        if n == 0 || n % context != 0 {
-            return Err(failure(FailureKind::Internal, format!("the held-out text's {n} bytes are not whole chunks of {context}")));
+        // Chunks of the model's context (at most 1,024 units), each fed as the prefix + the
+        // chunk but its last unit, every unit scored once; the last chunk may be shorter.
+        let context = (model.config.max_position_embeddings as i64).min(1024);
+        let units = ids.len() as i64;
+        if units == 0 {
+            return Err(failure(FailureKind::Invalid, "the quality text makes no tokens".to_string()));
         }
+        let n = held.bytes.len() as i64;
         let tdev = tch_device(device);
-        let (inputs, targets) = catch_torch(|| {
-            let ids = Tensor::from_slice(&held.bytes.iter().map(|&b| i64::from(b)).collect::<Vec<_>>()).view([n / context, context]);
-            let first = Tensor::full([n / context, 1], *bos as i64, (Kind::Int64, tch::Device::Cpu));
-            let inputs = Tensor::cat(&[&first, &ids.narrow(1, 0, context - 1)], 1);
-            (inputs.to_device(tdev), ids.to_device(tdev))
+        // (inputs, targets) per group of equal-length chunks: the whole chunks, then the tail.
+        let groups: Vec<(Tensor, Tensor)> = catch_torch(|| {
+            let whole = units / context;
+            let tail = units % context;
+            let all = Tensor::from_slice(&ids);
+            let mut groups = vec![];
+            for (start, rows, len) in [(0, whole, context), (whole * context, (tail > 0) as i64, tail)] {
+                if rows == 0 {
+                    continue;
+                }
+                let targets = all.narrow(0, start, rows * len).view([rows, len]);
+                let first = Tensor::full([rows, 1], prefix, (Kind::Int64, tch::Device::Cpu));
+                let inputs = Tensor::cat(&[&first, &targets.narrow(1, 0, len - 1)], 1);
+                groups.push((inputs.to_device(tdev), targets.to_device(tdev)));
+            }
+            groups
         })?;
         let g = spec.generate.clone().unwrap_or_default();
-        let chunks = n / context;
         let mut rows = vec![];
+        let mut skipped = vec![];
         for s in measured_rows(device, only) {
             control.check()?;
+            // A group size that does not split this model's layers (a small team model's
+            // hidden 64 and groups of 128) is no setting of it: said, not measured.
+            let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
+            if let Err(e) = protocol::check_quant(s.quant.weights, group, &model.config) {
+                skipped.push(format!("{}: {}", s.label, e.message));
+                continue;
+            }
             let start = Instant::now();
             let row = row_spec(spec, &s);
             if let Err(e) = crate::spec::check_device(&row, device, self.machine.compute_capability()) {
@@ -209,7 +270,7 @@ impl Lab {
             // Logits of chunks `from..from + take` through `decoder`: no grad, eval, the
             // row's cache dtype (a cache that stores keys and values in it, rounded as a
             // generation rounds them, and attends to them), no cache without one.
-            let pass = |decoder: &crate::models::decoder::Decoder, from: i64, take: i64| {
+            let pass = |decoder: &crate::models::decoder::Decoder, inputs: &Tensor, from: i64, take: i64| {
                 let _no_grad = tch::no_grad_guard();
                 let mut cache = match store {
                     Some(_) => KvCache::new(protocol::KvCacheKind::Dynamic, decoder.config().num_hidden_layers as usize, 0).storing(store),
@@ -219,19 +280,23 @@ impl Lab {
                     .forward(&inputs.narrow(0, from, take), 0, &mut cache, false, Logits::All, &mut Probe::off())
                     .to_kind(Kind::Float)
             };
+            // Σ −ln p over every unit, in float64.
             let score = |decoder: &crate::models::decoder::Decoder| {
                 let mut nats = 0f64;
-                let mut at = 0;
-                while at < chunks {
-                    let take = CHUNKS_PER_PASS.min(chunks - at);
-                    let logp = pass(decoder, at, take).log_softmax(-1, Kind::Float);
-                    let picked = logp.gather(-1, &targets.narrow(0, at, take).unsqueeze(-1), false);
-                    nats -= picked.to_kind(Kind::Double).sum(Kind::Double).double_value(&[]);
-                    at += take;
+                for (inputs, targets) in &groups {
+                    let chunks = inputs.size()[0];
+                    let mut at = 0;
+                    while at < chunks {
+                        let take = CHUNKS_PER_PASS.min(chunks - at);
+                        let logp = pass(decoder, inputs, at, take).log_softmax(-1, Kind::Float);
+                        let picked = logp.gather(-1, &targets.narrow(0, at, take).unsqueeze(-1), false);
+                        nats -= picked.to_kind(Kind::Double).sum(Kind::Double).double_value(&[]);
+                        at += take;
+                    }
                 }
-                nats / std::f64::consts::LN_2 / n as f64
+                nats
             };
-            let (bits, kernel) = if s.quant.is_none() {
+            let (nats, kernel) = if s.quant.is_none() {
                 let index = self.model_index_as(spec.model, device, context as u32, &adv)?;
                 let decoder = self.model(index).net.as_decoder().ok_or_else(|| not_decoder(spec))?;
                 (catch_torch(|| score(decoder))?, None)
@@ -241,13 +306,13 @@ impl Lab {
                 let packed = self.model_index_quant(spec.model, device, context as u32, &adv, s.quant)?;
                 let first = {
                     let decoder = self.model(packed).net.as_decoder().ok_or_else(|| not_decoder(spec))?;
-                    catch_torch(|| pass(decoder, 0, 1))?
+                    catch_torch(|| pass(decoder, &groups[0].0, 0, 1))?
                 };
                 let mut dense = catch_torch(|| crate::models::Model::build_in(spec.model, tdev, context as u32, s.weights))?;
                 let decoder = dense.net.as_decoder_mut().ok_or_else(|| not_decoder(spec))?;
                 catch_torch(|| decoder.dequantize_from(s.quant))?;
                 let decoder = dense.net.as_decoder().ok_or_else(|| not_decoder(spec))?;
-                let delta = catch_torch(|| (pass(decoder, 0, 1) - &first).abs().max().double_value(&[]))?;
+                let delta = catch_torch(|| (pass(decoder, &groups[0].0, 0, 1) - &first).abs().max().double_value(&[]))?;
                 (catch_torch(|| score(decoder))?, Some(delta))
             };
             let quant = s.quant.weights;
@@ -261,26 +326,35 @@ impl Lab {
                 quant,
                 group_size: (quant == WeightQuant::Int4).then_some(s.quant.group_size),
                 kv_dtype: s.kv,
-                bits_per_byte: bits,
+                bits_per_byte: nats / std::f64::consts::LN_2 / n as f64,
+                perplexity: tokenized.then(|| (nats / units as f64).exp()),
                 kernel_max_abs_logit_delta: kernel,
                 seconds: start.elapsed().as_secs_f64(),
             });
         }
-        let not_measured = vec![match device {
+        let mut not_measured = vec![match device {
             DeviceKind::Cuda => "fp8 e4m3 KV cache: its per-layer scale is set by a generation's prefill, and this one-pass measurement has none".into(),
             _ => "fp8 e4m3 KV cache: needs a CUDA device with fp8 (compute capability 8.9 or later)".into(),
         }];
+        not_measured.extend(skipped);
         Ok(Quality {
             text: held.about,
             bytes: n as u64,
             sha256: held.sha256,
-            method: format!(
-                "{} chunks of {context} bytes (the model's context), each fed as [BOS] + the chunk but its last byte, every byte scored once; Σ −log₂ p(byte) / bytes, summed in float64; eval, no grad, no autocast",
-                n / context
-            ),
+            method: match tokenized {
+                false => format!(
+                    "{} chunks of {context} bytes (the model's context), each fed as [BOS] + the chunk but its last byte, every byte scored once; Σ −log₂ p(byte) / bytes, summed in float64; eval, no grad, no autocast",
+                    n / context
+                ),
+                true => format!(
+                    "the text's {units} tokens (its tokenizer, no special tokens) in {} chunks of at most {context} (the model's context, at most 1,024), each fed as id {prefix} (BOS, else EOS) + the chunk but its last token, every token scored once; Σ −log₂ p(token) / the text's {n} bytes, summed in float64; perplexity exp(Σ −ln p / tokens); eval, no grad, no autocast",
+                    (units + context - 1) / context
+                ),
+            },
             rows,
             gzip_bits_per_byte: gzip_bits_per_byte(&held.bytes),
-            unigram_bits_per_byte: unigram_bits_per_byte(&held.counts, &held.bytes),
+            unigram_bits_per_byte: held.counts.as_ref().map(|c| unigram_bits_per_byte(c, &held.bytes)),
+            tokens: tokenized.then_some(units as u64),
             not_measured,
         })
     }

@@ -237,15 +237,18 @@ fn print_generation(r: &Report) -> Result<()> {
         for row in &q.rows {
             writeln!(
                 out,
-                "  {:<34}{:.4}  {}{}",
+                "  {:<34}{:.4}  {}{}{}",
                 row.setting,
                 row.bits_per_byte,
                 base.map(|b| format!("{:+.4}", row.bits_per_byte - b)).unwrap_or_default(),
+                row.perplexity.map(|p| format!("  perplexity {p:.2}")).unwrap_or_default(),
                 if row.this_run { "  (this run)" } else { "" }
             )?;
         }
         writeln!(out, "  {:<34}{:.4}", "gzip -9", q.gzip_bits_per_byte)?;
-        writeln!(out, "  {:<34}{:.4}", "unigram bytes", q.unigram_bits_per_byte)?;
+        if let Some(u) = q.unigram_bits_per_byte {
+            writeln!(out, "  {:<34}{:.4}", "unigram bytes", u)?;
+        }
     }
     if let Some(last) = g.steps.last() {
         if last.graph_bytes > 0 {

@@ -28,6 +28,7 @@ pub fn worker_config(
         lab.threads = t.max(1);
     }
     lab.memory_limit_bytes = engine.memory_limit_mib.map(|m| m * 1024 * 1024);
+    lab.quality_text = engine.quality_text.clone();
     WorkerConfig {
         lab,
         limits: Limits {

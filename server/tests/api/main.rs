@@ -34,6 +34,7 @@ pub fn engine_args() -> EngineArgs {
         memory_limit_mib: None,
         models_dir: None,
         hf_cache: false,
+        quality_text: None,
         python: None,
     }
 }

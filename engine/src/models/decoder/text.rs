@@ -118,6 +118,19 @@ pub fn prompt_ids(model: &DecoderModel, text: &str) -> Result<Vec<i64>, String> 
     }
 }
 
+/// The folder whose held-out slice a tokenized model's quality is measured on when the
+/// operator names no text (`--quality-text`): the trained model's, 64 KiB of PyTorch's
+/// source it never saw.
+pub const DEFAULT_QUALITY_FOLDER: &str = "torch_bytes";
+
+/// A text's ids by the folder's tokenizer with no special tokens (what quality scores:
+/// `tokenizer(text, add_special_tokens=False)`).
+pub fn plain_ids(model: &DecoderModel, text: &str) -> Result<Vec<i64>, String> {
+    let t = tokenizer_of(model)?;
+    let e = t.encode(text, false).map_err(|e| format!("the quality text does not encode: {e}"))?;
+    Ok(e.get_ids().iter().map(|&i| i as i64).collect())
+}
+
 /// `ids` as text, special tokens left out (a byte sequence that is not valid UTF-8 shows
 /// U+FFFD). `None` for a model that writes no text.
 pub fn decode(model: &DecoderModel, ids: &[i64]) -> Option<String> {
