@@ -110,6 +110,25 @@ fn a_tokenized_checkpoint_writes_what_transformers_writes() {
         assert!(g.weights_source.as_deref().is_some_and(|w| w.contains("tokenizer.json")), "{name}");
         eprintln!("{name}: {} prompt tokens, 24 greedy tokens equal to transformers', text {:?}", ids.len(), written.generated[0]);
     }
+    // The page's "same in PyTorch" snippets (the hand-written loop, transformers' generate)
+    // run as shown, from the folder and from the hub cache, and print the text Gradless wrote.
+    for name in ["text_llama_sharded", "gradless-test/text-llama"] {
+        let mut checked = worker.check(spec(name, text, 24)).unwrap().spec().clone();
+        checked.threads = None;
+        let r = worker.measure(checked.clone(), |_| {}).unwrap();
+        let written = r.generation.unwrap().text.unwrap().generated[0].clone();
+        for (how, script) in [("loop", protocol::python_generate_loop(&checked)), ("generate()", protocol::python_generate_hf(&checked))] {
+            let out = std::process::Command::new(&python)
+                .args(["-c", &script])
+                .current_dir(&dir)
+                .env("HF_HUB_CACHE", dir.join("hub"))
+                .output()
+                .expect("GRADLESS_PYTHON runs");
+            let printed = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{name} {how}: {}\n{script}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(printed.trim_end_matches('\n'), format!("{text}{written}"), "{name}: the {how} snippet prints Gradless's text");
+        }
+    }
     // Quality on the operator's text: bits per byte and perplexity of the fp32 model as
     // transformers computes them with the same framing, within 1e-4; every setting a row.
     for (name, want) in reference["models"].as_object().unwrap() {

@@ -55,12 +55,17 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
         crate::decoder::DecoderSource::Trained { folder, bos, .. } => Some((folder.clone(), *bos)),
         _ => None,
     });
-    match &trained {
+    let checkpoint = team_checkpoint(spec);
+    match (&trained, &checkpoint) {
         // The folder this repository ships, as transformers loads it (run from its root).
-        Some((folder, _)) => out.push_str(&format!(
+        (Some((folder, _)), _) => out.push_str(&format!(
             "model = transformers.AutoModelForCausalLM.from_pretrained(\"models/{folder}\", dtype=torch.float32).to(device)\n"
         )),
-        None => out.push_str(&format!("model = {}.to(device)\n", spec.model.python_constructor())),
+        // The team's checkpoint as it sits on disk, read by transformers as Gradless reads it.
+        (None, Some((path, setup))) => out.push_str(&format!(
+            "{setup}model = transformers.AutoModelForCausalLM.from_pretrained({path}, dtype=torch.float32).to(device)\n"
+        )),
+        (None, None) => out.push_str(&format!("model = {}.to(device)\n", spec.model.python_constructor())),
     }
     out.push_str(if spec.eval {
         "model.eval()   # attention dropout off\n"
@@ -76,9 +81,16 @@ fn header(spec: &RunSpec) -> (String, u32, u32) {
     }
     out.push_str(&quantize_lines(spec));
     let text = spec.generate.as_ref().and_then(|g| g.prompt_text.as_ref());
+    let tokenized = spec.model.decoder().is_some_and(|d| d.tokenizer().is_some());
     match (trained, text) {
         (Some((_, bos)), Some(text)) => out.push_str(&format!(
             "text = {}\nprompt = torch.tensor([[{bos}] + list(text.encode(\"utf-8\"))] * {}, device=device)  # [BOS] + the text's bytes\n",
+            serde_json::to_string(text).unwrap_or_default(),
+            spec.batch
+        )),
+        (None, Some(text)) if tokenized => out.push_str(&format!(
+            "tokenizer = transformers.AutoTokenizer.from_pretrained({})  # the folder's tokenizer.json\ntext = {}\nprompt = tokenizer([text] * {}, return_tensors=\"pt\").input_ids.to(device)  # as Gradless encodes it: {prompt} tokens\n",
+            checkpoint.as_ref().map_or("MODEL_DIR".to_string(), |(path, _)| path.clone()),
             serde_json::to_string(text).unwrap_or_default(),
             spec.batch
         )),
@@ -159,13 +171,36 @@ pub fn hand_written_loop(spec: &RunSpec) -> String {
     out
 }
 
-/// For a text prompt on a byte-level model: the continuation printed as text (ids below 256
-/// are bytes).
+/// For a text prompt: the continuation printed as text (the byte model's ids below 256 are
+/// bytes; a tokenized model's are decoded by its tokenizer).
 fn text_tail(spec: &RunSpec) -> String {
+    let tokenized = spec.model.decoder().is_some_and(|d| d.tokenizer().is_some());
     match spec.generate.as_ref().and_then(|g| g.prompt_text.as_ref()) {
+        Some(_) if tokenized => "print(text + tokenizer.decode(y[0], skip_special_tokens=True))\n".into(),
         Some(_) => "print(text + bytes(t for t in y[0].tolist() if t < 256).decode(\"utf-8\", \"replace\"))\n".into(),
         None => String::new(),
     }
+}
+
+/// A team decoder with weights: the path transformers reads it from (a Python expression)
+/// and the lines that set it up. A folder of the models directory is read under the
+/// server's `--models-dir` (MODELS_DIR, to be set where the snippet runs); a hub cache's
+/// snapshot by its repository name, offline.
+fn team_checkpoint(spec: &RunSpec) -> Option<(String, String)> {
+    let d = spec.model.decoder()?;
+    let crate::decoder::DecoderSource::Team { folder, weights: true, .. } = &d.source else {
+        return None;
+    };
+    Some(match folder.contains("/snapshots/") {
+        true => (
+            format!("{}, local_files_only=True", serde_json::to_string(&d.name).unwrap_or_default()),
+            "# from the Hugging Face cache the server reads (HF_HUB_CACHE), never the network\n".into(),
+        ),
+        false => (
+            format!("f\"{{MODELS_DIR}}/{folder}\""),
+            "MODELS_DIR = \"models\"  # the server's --models-dir\n".into(),
+        ),
+    })
 }
 
 /// The same generation through `model.generate`; `y` holds the new tokens.
