@@ -6,6 +6,7 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-changed=csrc/gradless_ext.cpp");
     println!("cargo:rerun-if-changed=csrc/gradless_cuda_graph.cpp");
+    println!("cargo:rerun-if-changed=csrc/gradless_aoti.cpp");
     println!("cargo:rerun-if-changed=csrc/guarded.h");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     let lib = PathBuf::from(
@@ -58,6 +59,7 @@ fn main() {
         .opt_level(2)
         .file("csrc/gradless_ext.cpp")
         .file("csrc/gradless_cuda_graph.cpp")
+        .file("csrc/gradless_aoti.cpp")
         .compile("gradless_ext");
 
     link_args(&lib);

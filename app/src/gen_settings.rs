@@ -69,7 +69,6 @@ pub const DEFAULT_PROMPT_TEXT: &str = "def forward(self, x):";
 pub fn fit_to_model(spec: &mut RunSpec, reading: &mut Reading, prompt_given: bool) {
     let decoder = spec.model.decoder();
     let takes_text = decoder.as_deref().is_some_and(|d| d.takes_text());
-    let byte_level = decoder.as_deref().and_then(|d| d.byte_bos()).is_some();
     let Some(g) = spec.generate.as_mut() else { return };
     if !takes_text {
         if let Some(text) = g.prompt_text.take() {
@@ -92,7 +91,6 @@ pub fn with_model(spec: &RunSpec, model: ModelId) -> RunSpec {
     let mut next = RunSpec { model, ..spec.clone() };
     let decoder = model.decoder();
     let takes_text = decoder.as_deref().is_some_and(|d| d.takes_text());
-    let byte_level = decoder.as_deref().and_then(|d| d.byte_bos()).is_some();
     if let Some(g) = next.generate.as_mut() {
         match (takes_text, g.prompt_text.is_some()) {
             (true, false) => {

@@ -188,6 +188,7 @@ pub(crate) mod tests {
                 tf32: true,
                 cudnn_benchmark: true,
                 cuda_graph: false,
+                compiled: false,
             },
             generate: None,
         };

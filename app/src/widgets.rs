@@ -106,6 +106,25 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
                 <tr><th>"after the output is freed"</th><td>{leak}</td></tr>
                 <tr><th>"output"</th><td>{format!("{} {:?}{}{}", r.output.dtype, r.output.shape, if r.output.requires_grad { ", requires_grad: graph kept alive" } else { "" }, if r.output.is_inference { ", inference tensor" } else { "" })}</td></tr>
                 <tr><th>"memory figures"</th><td>{m.source.describe()}</td></tr>
+                {r.compiled.as_ref().map(|c| view! {
+                    <tr><th>"compiled (AOTInductor)"</th><td data-testid="compiled-cost">{format!(
+                        "once: export {:.1} s + Inductor and the C++ build {:.1} s + load {:.0} ms{}; package {} for batch {}..={}, {} thread kernels",
+                        c.export_ms / 1000.0, c.compile_ms / 1000.0, c.load_ms,
+                        if c.cached { " (from the cache: measured when it was built)" } else { "" },
+                        format_bytes(c.package_bytes), c.batch_min, c.batch_max, c.threads
+                    )}</td></tr>
+                    <tr><th>"eager beside it"</th><td data-testid="compiled-eager">{format!(
+                        "p50 {:.3} ms (compiled {:.3} ms, ×{:.2}); {}",
+                        c.eager_p50_ms, l.p50, if l.p50 > 0.0 { c.eager_p50_ms / l.p50 } else { 0.0 },
+                        match c.break_even_passes {
+                            Some(n) => format!("compiling pays for itself after {n:.0} passes"),
+                            None => "the compiled pass is not faster here: compiling does not pay for itself".into(),
+                        }
+                    )}</td></tr>
+                    <tr><th>"compiled against eager"</th><td data-testid="compiled-diff">{format!(
+                        "largest |Δ| {:.2e}{}", c.max_abs_diff, if c.bitwise_equal { ", equal bit for bit" } else { "" }
+                    )}</td></tr>
+                })}
                 {crate::explain::caveat(r).map(|c| view! { <tr class="caveat"><th>"caveat"</th><td data-testid="caveat">{c}</td></tr> })}
             </tbody>
         </table>

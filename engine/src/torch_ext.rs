@@ -3,11 +3,14 @@
 //! [`ExtError`]. Guards are `!Send` because the state they restore is thread-local in
 //! libtorch. Its parts by concern: this file (the conventions, modes, memory, the run guard,
 //! CUDA facts), `cuda_graph` (graph capture and the side stream), `attention` (which
-//! backend scaled_dot_product_attention runs, and its switches).
+//! backend scaled_dot_product_attention runs, and its switches), `aoti` (AOTInductor
+//! packages: load, run, free).
 
+mod aoti;
 mod attention;
 mod cuda_graph;
 
+pub use aoti::AotiPackage;
 pub use attention::{sdp_choice, SdpFlags, SdpFlagsGuard};
 pub use cuda_graph::{cuda_graphs_built, CudaGraph, SideStream};
 

@@ -119,6 +119,10 @@ pub struct Advanced {
     pub cudnn_benchmark: bool,
     /// CUDA: capture the forward pass once as a CUDA graph and replay it each iteration.
     pub cuda_graph: bool,
+    /// The forward model compiled ahead of time by AOTInductor (`torch.export` and
+    /// `aoti_compile_and_package` in the venv's Python, run from libtorch), its passes
+    /// measured beside the eager model's (`compiled` in the report).
+    pub compiled: bool,
 }
 
 impl Advanced {
@@ -149,6 +153,15 @@ impl Advanced {
                     model
                 ),
             });
+        }
+        if self.compiled {
+            let refuse = |message: String| Err(SpecError { field: "advanced.compiled".into(), message });
+            if !matches!(model, ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer) {
+                return refuse(format!("{model} cannot be compiled here: AOTInductor compiles the built-in forward models (tiny_mlp, resnet18, resnet50, mobilenet_v2, transformer)"));
+            }
+            if self.weights != WeightsDtype::Fp32 || self.memory_format != MemoryFormat::Contiguous || self.cuda_graph || self.input_source != InputSource::Device {
+                return refuse("a compiled model runs as it was exported: fp32 weights, contiguous, input on the device, no CUDA graph of Gradless's around it".into());
+            }
         }
         if self.cuda_graph && self.input_source != InputSource::Device {
             return Err(SpecError {

@@ -8,6 +8,7 @@
 //! the engine.
 
 mod advanced;
+mod compiled;
 pub mod decoder;
 mod errors;
 mod events;
@@ -39,6 +40,7 @@ mod trace;
 pub mod settings;
 pub mod words;
 pub use advanced::*;
+pub use compiled::{compiled_batch_range, CompiledFacts};
 pub use errors::*;
 pub use events::*;
 pub use figure::Figure;

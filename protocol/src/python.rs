@@ -113,6 +113,16 @@ pub fn python_snippet(spec: &RunSpec) -> String {
             "x_host = {pin}  # page-locked: the GPU copies it by DMA, asynchronously\n"
         ));
     }
+    if adv.compiled {
+        // As Gradless compiles it: exported with a dynamic batch dimension, compiled by
+        // AOTInductor into a package, the package loaded in place of the module.
+        out.push_str(&format!(
+            "\n# compiled ahead of time (AOTInductor), as Gradless does: once, then every call runs the package\ntorch.set_num_threads({})  # Inductor writes the thread count into its CPU kernels\nbatch = torch.export.Dim(\"batch\", min={}, max={})\nep = torch.export.export(model, (x,), dynamic_shapes=({{0: batch}},))\ntorch._inductor.aoti_compile_and_package(ep, package_path=\"model.pt2\")\nmodel = torch._inductor.aoti_load_package(\"model.pt2\")  # checks none of its inputs: keep batches in range\n",
+            spec.threads.unwrap_or(1),
+            crate::compiled_batch_range(spec.batch).0,
+            crate::compiled_batch_range(spec.batch).1
+        ));
+    }
     out.push('\n');
     let pass = forward_pass(spec);
     if !adv.cuda_graph {
@@ -362,6 +372,7 @@ mod tests {
                 tf32: true,
                 cudnn_benchmark: true,
                 cuda_graph: false,
+                compiled: false,
             },
             ..Default::default()
         });

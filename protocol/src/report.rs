@@ -196,6 +196,10 @@ pub struct Report {
     /// twice, and in reports recorded before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_to_run: Option<crate::noise::RunToRun>,
+    /// A compiled run's (`advanced.compiled`): the compile's cost, and the eager model's
+    /// passes and outputs beside the compiled ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<crate::CompiledFacts>,
 }
 
 impl Report {

@@ -268,6 +268,17 @@ pub const SETTINGS: &[Setting] = &[
         ..ROW
     },
     Setting {
+        path: "advanced.compiled",
+        key: "compiled",
+        flag: "compiled",
+        label: "Compiled (AOTInductor)",
+        help: "torch.export then AOTInductor (torch._inductor.aoti_compile_and_package) in the venv's Python, the package run from libtorch; its one-time compile cost, passes and output measured beside the eager model's.",
+        pages: LAB,
+        quiet: true,
+        said: Said::NotDefault("compiled (AOTInductor)"),
+        ..ROW
+    },
+    Setting {
         path: "batch",
         key: "batch",
         flag: "batch",

@@ -248,6 +248,17 @@ impl RunSpec {
             );
         }
         self.advanced.check(self.model)?;
+        if self.advanced.compiled {
+            if self.generate.is_some() {
+                return err("advanced.compiled", "a generation is not compiled here: AOTInductor compiles the forward models' single pass (the Lab)".into());
+            }
+            if !self.eval {
+                return err("advanced.compiled", "eval() is baked into a compiled model when it is exported (Dropout off, BatchNorm's running statistics): turn eval on".into());
+            }
+            if self.autocast != crate::Autocast::Off {
+                return err("advanced.compiled", "a compiled model is measured here without autocast: its graph is exported in fp32, and an autocast region around the package's call is not a setting Gradless measures: turn autocast off".into());
+            }
+        }
         self.check_generate()?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {

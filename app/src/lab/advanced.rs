@@ -138,6 +138,11 @@ pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
             {switch("advanced.cudnn_benchmark")}
             {switch("advanced.cuda_graph")}
         </fieldset>
+        <fieldset class="control beyond">
+            <legend>"torch.compile, ahead of time"</legend>
+            {switch("advanced.compiled")}
+            <p class="explain">"The model exported (torch.export) and compiled by AOTInductor in the server's Python, then run from libtorch: the first run of a model compiles it (tens of seconds to minutes, shown apart from the passes); the eager model runs beside it on the same input."</p>
+        </fieldset>
     }
 }
 

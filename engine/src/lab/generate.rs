@@ -597,6 +597,7 @@ impl Lab {
             memory_breakdown: None,
             generation: Some(generation),
             run_to_run: None,
+            compiled: None,
         })
     }
 }

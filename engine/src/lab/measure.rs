@@ -162,6 +162,12 @@ impl Lab {
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);
+        // A compiled run's package, loaded before the baseline: its own copy of the weights
+        // is held apart ("other"), like another cached model's.
+        let compiled = match spec.advanced.compiled {
+            true => Some(super::compiled::prepare(&self.models[index], &spec, device, threads, self.config.python.as_deref(), control)?),
+            false => None,
+        };
         let resident_before = crate::breakdown::resident_bytes();
         let before_input = held(&meter, device)?;
         let model = &self.models[index];
@@ -194,10 +200,19 @@ impl Lab {
         // On CUDA the budget is checked after each pass (the CPU's is checked at every
         // allocation by the guard).
         let limit = control.budget_bytes.filter(|_| device == DeviceKind::Cuda);
+        // The pass the run times: the model, or its compiled package on the same input
+        // under the same grad mode.
+        let run_pass = || match &compiled {
+            Some(c) => compiled_forward(c, &input, &spec, device),
+            None => forward(model, &input, &spec, device),
+        };
+        if let Some(c) = &compiled {
+            check_compiled_input(c, &input)?;
+        }
         let mut warmup = Vec::with_capacity(checked.warmup() as usize);
         for i in 0..checked.warmup() {
             control.check()?;
-            let (sample, out, _) = timed_forward(model, &input, &spec, device, &meter, i, limit)?;
+            let (sample, out, _) = timed_pass(run_pass, &spec, device, &meter, i, limit)?;
             drop(out);
             let sample = Sample {
                 allocated_bytes: own(sample.allocated_bytes),
@@ -230,7 +245,7 @@ impl Lab {
             drop(last.take());
             let pass = || match &captured {
                 Some(graph) => graph.replay(),
-                None => forward(model, &input, &spec, device),
+                None => run_pass(),
             };
             let (sample, out, reserved) = timed_pass(pass, &spec, device, &meter, i, limit)?;
             peak_reserved = peak_reserved.max(reserved);
@@ -260,12 +275,23 @@ impl Lab {
                 is_inference: false,
                 requires_grad: false,
             });
+        // A compiled run: the eager model's passes on the same input, timed the same way
+        // after the compiled ones, and its output against the compiled output.
+        let compiled_facts = match (&compiled, &last) {
+            (Some(c), Some(out)) => Some(eager_beside(c, out, model, &input, &spec, device, &meter, checked, control, limit, &samples)?),
+            _ => None,
+        };
         drop(last);
         // The graph's private pool goes back to the allocator before the checks below.
         drop(captured);
+        drop(compiled);
 
-        // One traced pass after the timed ones: never in the statistics above.
-        let trace = traced_pass(model, &input, &spec, device, &meter, at_baseline)?;
+        // One traced pass after the timed ones: never in the statistics above. A compiled
+        // model is one opaque call: its eager twin's boundaries would not be its own.
+        let trace = match spec.advanced.compiled {
+            true => vec![],
+            false => traced_pass(model, &input, &spec, device, &meter, at_baseline)?,
+        };
         let memory_breakdown =
             breakdown(&meter, device, resident_before, baseline, other, &samples)?;
         let traffic = Traffic {
@@ -316,9 +342,94 @@ impl Lab {
             memory_breakdown,
             generation: None,
             run_to_run: None,
+            compiled: compiled_facts,
         };
         Ok((report, traffic))
     }
+}
+
+/// One pass of a compiled package on the run's input, inside the run's grad mode (the
+/// package records no graph whatever the mode; the mode is entered as the eager pass enters
+/// it, so the two differ only in what runs).
+fn compiled_forward(c: &super::compiled::Compiled, input: &crate::input::Input, spec: &RunSpec, device: DeviceKind) -> Result<Tensor, RunFailure> {
+    let _regions = super::forward::enter_regions(spec, device)?;
+    let placed = super::place_input(input, &spec.advanced, device)?;
+    let out = c.package.run(&[placed.first()]).map_err(torch_failure)?;
+    out.into_iter().next().ok_or_else(|| failure(FailureKind::Internal, "the compiled package returned no tensor"))
+}
+
+/// The package checks none of its inputs: a batch outside the range it was exported for is
+/// refused here, before it reaches it.
+fn check_compiled_input(c: &super::compiled::Compiled, input: &crate::input::Input) -> Result<(), RunFailure> {
+    let batch = input.first().size().first().copied().unwrap_or(0);
+    if batch < c.batch_min as i64 || batch > c.batch_max as i64 {
+        return Err(failure(
+            FailureKind::Invalid,
+            format!("batch {batch} is outside {}..={}, the range the compiled package was exported for", c.batch_min, c.batch_max),
+        ));
+    }
+    Ok(())
+}
+
+/// The eager model beside a compiled run: as many warm-up and timed passes as the compiled
+/// model had, on the same input, the output compared with the compiled one.
+#[allow(clippy::too_many_arguments)]
+fn eager_beside(
+    c: &super::compiled::Compiled,
+    compiled_out: &Tensor,
+    model: &crate::models::Model,
+    input: &crate::input::Input,
+    spec: &RunSpec,
+    device: DeviceKind,
+    meter: &crate::device::Meter,
+    checked: &ForwardRun,
+    control: &RunControl,
+    limit: Option<u64>,
+    compiled_samples: &[Sample],
+) -> Result<protocol::CompiledFacts, RunFailure> {
+    for i in 0..checked.warmup() {
+        control.check()?;
+        drop(timed_forward(model, input, spec, device, meter, i, limit)?);
+    }
+    let mut eager = Vec::with_capacity(checked.iters() as usize);
+    let mut out = None;
+    for i in 0..checked.iters() {
+        control.check()?;
+        drop(out.take());
+        let (sample, o, _) = timed_forward(model, input, spec, device, meter, i, limit)?;
+        eager.push(sample.latency_ms);
+        out = Some(o);
+    }
+    let eager_out = out.ok_or_else(|| failure(FailureKind::Internal, "no eager pass"))?;
+    let (max_abs_diff, bitwise_equal) = catch_torch(|| {
+        let a = compiled_out.to_kind(tch::Kind::Double);
+        let b = eager_out.to_kind(tch::Kind::Double);
+        let same_shape = compiled_out.size() == eager_out.size();
+        let diff = if same_shape { (&a - &b).abs().max().double_value(&[]) } else { f64::INFINITY };
+        (diff, same_shape && compiled_out.equal(&eager_out))
+    })?;
+    let median = |xs: &[f64]| latency_stats(xs).map_or(0.0, |s| s.p50);
+    let eager_p50_ms = median(&eager);
+    let compiled_p50 = median(&compiled_samples.iter().map(|s| s.latency_ms).collect::<Vec<_>>());
+    let one_time = c.export_ms + c.compile_ms + c.load_ms;
+    Ok(protocol::CompiledFacts {
+        package: c.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        package_bytes: c.package_bytes,
+        cached: c.cached,
+        export_ms: c.export_ms,
+        compile_ms: c.compile_ms,
+        subprocess_ms: c.subprocess_ms,
+        load_ms: c.load_ms,
+        batch_min: c.batch_min,
+        batch_max: c.batch_max,
+        eager_p50_ms,
+        eager_iters: eager.len() as u32,
+        max_abs_diff,
+        bitwise_equal,
+        break_even_passes: (eager_p50_ms > compiled_p50).then(|| one_time / (eager_p50_ms - compiled_p50)),
+        torch_version: c.torch_version.clone(),
+        threads: c.threads,
+    })
 }
 
 /// Bytes a forward pass reads besides its activations (for the roofline's estimate).

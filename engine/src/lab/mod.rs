@@ -21,6 +21,8 @@
 
 mod admission;
 mod advanced;
+mod compiled;
+pub use compiled::cache_dir as compiled_cache_dir;
 mod control;
 pub mod cuda_graph;
 pub mod decoder_figures;
@@ -72,6 +74,9 @@ pub struct LabConfig {
     /// The text a tokenized decoder's quality is measured on (`--quality-text`); `None`: the
     /// trained model's held-out slice.
     pub quality_text: Option<std::path::PathBuf>,
+    /// The Python with PyTorch that exports and compiles a compiled run's model
+    /// (`advanced.compiled`); `None`: such a run is refused, saying so.
+    pub python: Option<std::path::PathBuf>,
 }
 
 impl Default for LabConfig {
@@ -82,6 +87,7 @@ impl Default for LabConfig {
             seed: 0,
             model_cache: 3,
             quality_text: None,
+            python: None,
         }
     }
 }

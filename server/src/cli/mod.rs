@@ -467,6 +467,42 @@ pub(crate) fn print_report(r: &Report) -> Result<()> {
         )?;
     }
     writeln!(out, "throughput    {:.1} samples/s", r.throughput_per_s)?;
+    if let Some(c) = &r.compiled {
+        writeln!(
+            out,
+            "compiled      AOTInductor package {} ({}), batch {}..={}, kernels for {} threads, PyTorch {}{}",
+            c.package,
+            format_bytes(c.package_bytes),
+            c.batch_min,
+            c.batch_max,
+            c.threads,
+            c.torch_version,
+            if c.cached { ", from the cache (its compile times as measured when it was built)" } else { "" }
+        )?;
+        writeln!(
+            out,
+            "compile       once: export {:.0} ms + Inductor and the C++ build {:.0} ms (the Python process {:.0} ms in all) + load {:.0} ms",
+            c.export_ms, c.compile_ms, c.subprocess_ms, c.load_ms
+        )?;
+        writeln!(
+            out,
+            "eager beside  p50 {:.3} ms over {} passes on the same input (compiled p50 {:.3} ms: ×{:.2}); {}",
+            c.eager_p50_ms,
+            c.eager_iters,
+            l.p50,
+            if l.p50 > 0.0 { c.eager_p50_ms / l.p50 } else { 0.0 },
+            match c.break_even_passes {
+                Some(n) => format!("compiling pays for itself after {n:.0} passes"),
+                None => "the compiled pass is not faster: compiling never pays for itself here".into(),
+            }
+        )?;
+        writeln!(
+            out,
+            "output        largest |compiled − eager| {:.3e}{}",
+            c.max_abs_diff,
+            if c.bitwise_equal { " (equal bit for bit)" } else { "" }
+        )?;
+    }
     writeln!(out, "memory        {}", m.source.describe())?;
     writeln!(
         out,

@@ -29,6 +29,7 @@ pub fn worker_config(
     }
     lab.memory_limit_bytes = engine.memory_limit_mib.map(|m| m * 1024 * 1024);
     lab.quality_text = engine.quality_text.clone();
+    lab.python = engine.python();
     WorkerConfig {
         lab,
         limits: Limits {

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Compiles one of Gradless's built-in forward models ahead of time with AOTInductor.
+
+The engine runs this in a subprocess, with the venv's python. It builds the architecture
+in PyTorch from bench/peer.py (the same architectures Gradless builds with tch), loads
+Gradless's own weights into it (its VarStore saved as safetensors, renamed by the maps
+below), exports it with a dynamic batch dimension and packages it with
+torch._inductor.aoti_compile_and_package.
+
+    python aoti_compile.py --peer bench/peer.py --model NAME --input-size N
+        --weights W.safetensors --batch-min 1 --batch-max B --threads T
+        --device cpu|cuda --dtype fp32|fp16|bf16 --out PACKAGE.pt2 [--eval|--train]
+        [--check-eager] [--map-only]
+
+Prints one line of JSON on stdout and nothing else there:
+  {"export_s", "compile_s", "package_bytes", "torch_version", "inputs": [[null, ...]],
+   "weights_mapped"} (+ "max_abs_diff", "bitwise_equal" with --check-eager: the package
+  against the eager module at batch B); --map-only stops after loading: {"weights_mapped"}.
+Everything else (warnings, Inductor's logs, the C++ compiler's) goes to stderr. Failures:
+a one-line reason on stderr and exit 2 (bad arguments or weights), 3 (export), 4 (compile
+or loading the package).
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before torch loads: a persistent Inductor cache makes a second compile of the same graph
+# much faster (the engine sets its own), and Kineto's harmless CUDA warning stays quiet.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser("~/.cache/gradless/inductor"))
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+from torch.export import Dim
+
+
+def _next(fmt: str):
+    """A replacement that puts block j's torchvision index, j + 1, into `fmt`."""
+    return lambda m: fmt.format(int(m[1]) + 1)
+
+
+# Gradless's variable names (tch joins a module's path with '.'; the leaves are PyTorch's:
+# Linear/Conv `weight` [out, in(/groups), k...] and `bias`, BatchNorm `weight`, `bias`,
+# `running_mean`, `running_var`, LayerNorm `weight`, `bias`) -> peer.py's state_dict keys.
+# tch stores every one of these in PyTorch's own layout (it calls the same ATen ops), so a
+# rename is all a tensor needs. The first rule that matches a name renames it;
+# a name no rule matches keeps its own. From engine/src/models/*.rs.
+NAME_MAPS: dict[str, list[tuple[str, object]]] = {  # (pattern, replacement string or function)
+    # mlp.rs: fc1 bn1 fc2 bn2 fc3; peer.py: a Sequential (ReLU and Dropout hold no tensors).
+    "tiny_mlp": [(r"^fc1\.", "0."), (r"^bn1\.", "1."), (r"^fc2\.", "4."), (r"^bn2\.", "5."), (r"^fc3\.", "8.")],
+    # resnet.rs: stem.{conv,bn}; layer{S}_{i}.c{k}.{conv,bn}; layer{S}_{i}.down.{conv,bn}; fc.
+    "resnet": [
+        (r"^stem\.conv\.", "conv1."),
+        (r"^stem\.bn\.", "bn1."),
+        (r"^layer(\d)_(\d+)\.c(\d)\.conv\.", r"layer\1.\2.conv\3."),
+        (r"^layer(\d)_(\d+)\.c(\d)\.bn\.", r"layer\1.\2.bn\3."),
+        (r"^layer(\d)_(\d+)\.down\.conv\.", r"layer\1.\2.downsample.0."),
+        (r"^layer(\d)_(\d+)\.down\.bn\.", r"layer\1.\2.downsample.1."),
+    ],
+    # mobilenet.rs: first, block{j}.{expand,dw,project}, last (each .conv/.bn), classifier.
+    # torchvision counts features.0 = first, features.{j+1} = block j, features.18 = last;
+    # a block's `conv` Sequential is [expand (conv, bn, relu6)], dw (conv, bn, relu6),
+    # project conv, project bn; block0 (expansion 1) is the only one without an expand.
+    "mobilenet_v2": [
+        (r"^first\.conv\.", "features.0.0."),
+        (r"^first\.bn\.", "features.0.1."),
+        (r"^block0\.dw\.conv\.", "features.1.conv.0.0."),
+        (r"^block0\.dw\.bn\.", "features.1.conv.0.1."),
+        (r"^block0\.project\.conv\.", "features.1.conv.1."),
+        (r"^block0\.project\.bn\.", "features.1.conv.2."),
+        (r"^block(\d+)\.expand\.conv\.", _next("features.{}.conv.0.0.")),
+        (r"^block(\d+)\.expand\.bn\.", _next("features.{}.conv.0.1.")),
+        (r"^block(\d+)\.dw\.conv\.", _next("features.{}.conv.1.0.")),
+        (r"^block(\d+)\.dw\.bn\.", _next("features.{}.conv.1.1.")),
+        (r"^block(\d+)\.project\.conv\.", _next("features.{}.conv.2.")),
+        (r"^block(\d+)\.project\.bn\.", _next("features.{}.conv.3.")),
+        (r"^last\.conv\.", "features.18.0."),
+        (r"^last\.bn\.", "features.18.1."),
+        (r"^classifier\.", "classifier.1."),
+    ],
+    # encoder.rs: layer{i}.{in_proj,out_proj,linear1,linear2,norm1,norm2}; peer.py: a
+    # Sequential of EncoderLayers with those same module names.
+    "transformer": [(r"^layer(\d+)\.", r"\1.")],
+}
+NAME_MAPS["resnet18"] = NAME_MAPS["resnet50"] = NAME_MAPS.pop("resnet")
+DTYPES = ("fp32", "fp16", "bf16")
+
+
+def fail(code: int, reason: str) -> None:
+    print(f"aoti_compile: {reason}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def first_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
+def torch_name(model: str, name: str) -> str:
+    """Gradless's variable `name` of `model` as peer.py's state_dict key."""
+    for pattern, repl in NAME_MAPS[model]:
+        name, n = re.subn(pattern, repl, name, count=1)
+        if n:
+            break
+    return name
+
+
+def load_peer(path: str):
+    """bench/peer.py, imported by its path (it is no package)."""
+    try:
+        spec = importlib.util.spec_from_file_location("gradless_peer", path)
+        peer = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(peer)
+    except Exception as e:  # noqa: BLE001
+        fail(2, f"cannot import the peer {path}: {first_line(e)}")
+    return peer
+
+
+def build_and_load(peer, model: str, input_size: int, weights: str):
+    """peer.py's `model` holding Gradless's weights; returns (module, tensors mapped)."""
+    # builtin=True: peer.py's own copies of torchvision's architectures (same state_dict
+    # keys), so the result does not depend on whether torchvision is installed.
+    module, _ = peer.build_model(model, input_size, builtin=True)
+    try:
+        tensors = load_file(weights)
+    except Exception as e:  # noqa: BLE001 - an unreadable file is the caller's input error
+        fail(2, f"cannot read weights {weights}: {first_line(e)}")
+    expected = {k: v for k, v in module.state_dict().items() if not k.endswith("num_batches_tracked")}
+    renamed: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        key = torch_name(model, name)
+        if key not in expected:
+            fail(2, f"Gradless tensor `{name}` (as `{key}`) has no place in {model}")
+        if key in renamed:
+            fail(2, f"Gradless tensor `{name}` maps to `{key}`, which another tensor filled")
+        if tuple(t.shape) != tuple(expected[key].shape):
+            fail(2, f"Gradless tensor `{name}` has shape {list(t.shape)}, `{key}` needs {list(expected[key].shape)}")
+        renamed[key] = t
+    missing = sorted(set(expected) - set(renamed))
+    if missing:
+        fail(2, f"{weights} fills not every tensor of {model}: {len(missing)} missing, first peer.py's `{missing[0]}`")
+    # strict=False only for num_batches_tracked, which tch does not keep; everything else
+    # was checked above. load_state_dict copies (and casts to the module's dtype).
+    module.load_state_dict(renamed, strict=False)
+    return module, len(renamed)
+
+
+def parse_args(argv: list[str] | None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.error = lambda message: fail(2, message)  # one line, not argparse's usage block
+    p.add_argument("--peer", required=True, help="bench/peer.py")
+    p.add_argument("--model", required=True, choices=sorted(NAME_MAPS))
+    p.add_argument("--input-size", type=int, required=True)
+    p.add_argument("--weights", required=True, help="Gradless's VarStore as .safetensors")
+    p.add_argument("--batch-min", type=int, default=1)
+    p.add_argument("--batch-max", type=int, required=True)
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32")
+    p.add_argument("--out", help="the package to write (.pt2)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--eval", dest="eval", action="store_true", default=True)
+    mode.add_argument("--train", dest="eval", action="store_false")
+    p.add_argument("--check-eager", action="store_true", help="compare the package with eager at --batch-max")
+    p.add_argument("--map-only", action="store_true", help="stop after loading the weights")
+    a = p.parse_args(argv)
+    if not 1 <= a.batch_min <= a.batch_max:
+        fail(2, f"need 1 <= batch-min ({a.batch_min}) <= batch-max ({a.batch_max})")
+    if a.threads < 1:
+        fail(2, "threads must be at least 1")
+    if not a.map_only and not a.out:
+        fail(2, "--out is required unless --map-only")
+    if a.check_eager and not a.eval:
+        fail(2, "--check-eager needs --eval: dropout and batch statistics make train() outputs differ")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Only the JSON line may reach stdout: until then fd 1 (ours and the C++ compiler's
+    # that Inductor runs) is stderr.
+    stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    a = parse_args(argv)
+    peer = load_peer(a.peer)
+    lo = 32 if a.model in peer.IMAGE_MODELS else 1
+    if not lo <= a.input_size <= peer.INPUT_SIZES[a.model][1]:
+        fail(2, f"input size {a.input_size} out of range for {a.model}: {lo}..={peer.INPUT_SIZES[a.model][1]}")
+
+    # Before building anything: Inductor bakes the thread count into the CPU kernels.
+    torch.set_num_threads(a.threads)
+    module, mapped = build_and_load(peer, a.model, a.input_size, a.weights)
+    if a.map_only:
+        print(json.dumps({"weights_mapped": mapped}), file=stdout, flush=True)
+        return 0
+    if a.device == "cuda" and not torch.cuda.is_available():
+        fail(2, "--device cuda, but torch sees no CUDA device")
+    device, dtype = torch.device(a.device), peer.WEIGHT_DTYPES[a.dtype]
+    module = module.train(not a.eval).to(device, dtype)
+
+    # Export treats a Dim's min of 1 as 2 (it specialises sizes 0 and 1), yet the package
+    # runs batch 1; the example input must lie inside the range, so at least 2 when it can.
+    example = min(max(2, a.batch_min), a.batch_max)
+    x = torch.zeros(peer.input_shape(a.model, example, a.input_size), device=device, dtype=dtype)
+    # A one-size range is a static shape (export refuses a Dim with min == max).
+    dynamic = ({0: Dim("batch", min=a.batch_min, max=a.batch_max)},) if a.batch_min < a.batch_max else None
+    t0 = time.perf_counter()
+    try:
+        ep = torch.export.export(module, (x,), dynamic_shapes=dynamic)
+    except Exception as e:  # noqa: BLE001 - any export failure is reported the same way
+        fail(3, f"export failed: {first_line(e)}")
+    export_s = time.perf_counter() - t0
+
+    shape = ["batch"] + peer.input_shape(a.model, 1, a.input_size)[1:]
+    # Read back with the package (AOTIModelPackageLoader::get_metadata); strings only.
+    metadata = {f"gradless.{k}": str(v) for k, v in {
+        "model": a.model, "input_shape": json.dumps(shape), "batch_min": a.batch_min, "batch_max": a.batch_max,
+        "threads": a.threads, "dtype": a.dtype, "mode": "eval" if a.eval else "train"}.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        torch._inductor.aoti_compile_and_package(
+            ep, package_path=a.out, inductor_configs={"aot_inductor.metadata": metadata}
+        )
+    except Exception as e:  # noqa: BLE001
+        fail(4, f"compile failed: {first_line(e)}")
+    compile_s = time.perf_counter() - t0
+
+    report = {
+        "export_s": round(export_s, 3),
+        "compile_s": round(compile_s, 3),
+        "package_bytes": os.path.getsize(a.out),
+        "torch_version": torch.__version__,
+        "inputs": [[None] + shape[1:]],
+        "weights_mapped": mapped,
+    }
+    if a.check_eager:
+        report.update(check_eager(a, peer, module, device, dtype))
+    print(json.dumps(report), file=stdout, flush=True)
+    return 0
+
+
+def check_eager(a, peer, module, device, dtype) -> dict:
+    """The package against the eager module on one deterministic input at --batch-max."""
+    try:
+        runner = torch._inductor.aoti_load_package(a.out)
+    except Exception as e:  # noqa: BLE001
+        fail(4, f"cannot load the package: {first_line(e)}")
+    shape = peer.input_shape(a.model, a.batch_max, a.input_size)
+    n = torch.Size(shape).numel()
+    x = torch.sin(torch.arange(n, dtype=torch.float64) * 0.001).view(shape).to(device, dtype)
+    with torch.no_grad():
+        want, got = module(x), runner(x)
+    diff = (got.double() - want.double()).abs().max().item()
+    return {"max_abs_diff": diff, "bitwise_equal": bool(torch.equal(got, want))}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

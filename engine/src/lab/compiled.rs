@@ -1,0 +1,194 @@
+//! A forward model compiled ahead of time (`advanced.compiled`): `torch.export` and
+//! AOTInductor (`aoti_compile_and_package`) in the venv's Python, on Gradless's own weights,
+//! the package cached on disk and run from libtorch (`crate::torch_ext::AotiPackage`).
+//!
+//! The Python side is `engine/python/aoti_compile.py` (run with `-c`): it builds the same
+//! architecture as the PyTorch peer does (`bench/peer.py`), loads the weights Gradless saved
+//! (a safetensors file of the run's VarStore), exports it with a dynamic batch dimension and
+//! compiles it, timing each part. Inductor writes the CPU thread count into its kernels, so
+//! the package is compiled for the run's threads and the cache is keyed by them, as by the
+//! model, its weights, the device, the batch range, PyTorch's version and the script.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use protocol::{DeviceKind, FailureKind, RunFailure, RunSpec};
+use sha2::{Digest, Sha256};
+
+use super::RunControl;
+use crate::models::Model;
+use crate::torch_call::failure;
+use crate::torch_ext::AotiPackage;
+
+/// The compile script, run as `python -c`.
+const SCRIPT: &str = include_str!("../../python/aoti_compile.py");
+
+/// The longest a compile may take, interpreter start and imports included (a ResNet-50 on
+/// a busy 2-core CPU takes minutes); it is also kept inside the run's own deadline.
+const COMPILE_LIMIT: Duration = Duration::from_secs(540);
+
+/// A loaded package and what compiling it cost.
+pub(crate) struct Compiled {
+    pub package: AotiPackage,
+    pub file: PathBuf,
+    pub package_bytes: u64,
+    pub cached: bool,
+    pub export_ms: f64,
+    pub compile_ms: f64,
+    pub subprocess_ms: f64,
+    pub load_ms: f64,
+    pub batch_min: u32,
+    pub batch_max: u32,
+    pub torch_version: String,
+    pub threads: u32,
+}
+
+/// What the script reports, and what the cache keeps beside a package.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Built {
+    export_s: f64,
+    compile_s: f64,
+    #[serde(default)]
+    subprocess_s: f64,
+    torch_version: String,
+}
+
+/// Where packages are kept: `$GRADLESS_CACHE/aoti` (`~/.cache/gradless/aoti`).
+pub fn cache_dir() -> PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("GRADLESS_CACHE")
+        .or_else(|| var("HOME").map(|h| h.join(".cache/gradless")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("aoti")
+}
+
+/// The PyTorch definitions of the built-in models: `$GRADLESS_BENCH_DIR/peer.py` (a bundle
+/// copied elsewhere), else the repository's `bench/peer.py`, where the build found it.
+fn peer_script() -> PathBuf {
+    std::env::var_os("GRADLESS_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench")))
+        .join("peer.py")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compiles `model` as `spec` runs it (or takes it from the cache) and loads it.
+pub(crate) fn prepare(
+    model: &Model,
+    spec: &RunSpec,
+    device: DeviceKind,
+    threads: u32,
+    python: Option<&Path>,
+    control: &RunControl,
+) -> Result<Compiled, RunFailure> {
+    let invalid = |m: String| failure(FailureKind::Invalid, m);
+    let python = python.ok_or_else(|| {
+        invalid("advanced.compiled: this server has no Python with PyTorch (--python) to export and compile the model with".into())
+    })?;
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| failure(FailureKind::Internal, format!("{}: {e}", dir.display())))?;
+    // The run's weights, as the package will hold them.
+    let stamp = format!("{}-{:?}", std::process::id(), std::time::SystemTime::now());
+    let weights = dir.join(format!("weights-{:x}.safetensors", Sha256::digest(stamp.as_bytes())));
+    model.vs.save(&weights).map_err(|e| failure(FailureKind::Internal, format!("saving the weights to compile: {e}")))?;
+    let result = prepare_with(model, spec, device, threads, python, control, &dir, &weights);
+    let _ = std::fs::remove_file(&weights);
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn prepare_with(
+    model: &Model,
+    spec: &RunSpec,
+    device: DeviceKind,
+    threads: u32,
+    python: &Path,
+    control: &RunControl,
+    dir: &Path,
+    weights: &Path,
+) -> Result<Compiled, RunFailure> {
+    let internal = |m: String| failure(FailureKind::Internal, m);
+    let bytes = std::fs::read(weights).map_err(|e| internal(format!("{}: {e}", weights.display())))?;
+    let (batch_min, batch_max) = protocol::compiled_batch_range(spec.batch);
+    let input_size = spec.resolved_input_size();
+    let key_text = format!(
+        "{}|{input_size}|{}|fp32|{batch_min}..{batch_max}|threads {threads}|libtorch {}|eval {}|script {}|weights {}",
+        spec.model,
+        device.as_str(),
+        crate::device::LIBTORCH_VERSION,
+        spec.eval,
+        hex(&Sha256::digest(SCRIPT.as_bytes())),
+        hex(&Sha256::digest(&bytes)),
+    );
+    drop(bytes);
+    let key = &hex(&Sha256::digest(key_text.as_bytes()))[..20];
+    let file = dir.join(format!("{}-{key}.pt2", spec.model.as_str().replace('/', "_")));
+    let meta = file.with_extension("json");
+    let cached: Option<Built> = std::fs::read(&meta).ok().filter(|_| file.is_file()).and_then(|m| serde_json::from_slice(&m).ok());
+    let (built, cached) = match cached {
+        Some(b) => (b, true),
+        None => (compile(model, spec, device, threads, python, control, &file, weights, (batch_min, batch_max))?, false),
+    };
+    if !cached {
+        let _ = std::fs::write(&meta, serde_json::to_vec(&built).unwrap_or_default());
+    }
+    let start = Instant::now();
+    let package = AotiPackage::load(&file).map_err(|e| internal(format!("loading the compiled package {}: {e}", file.display())))?;
+    let load_ms = start.elapsed().as_secs_f64() * 1000.0;
+    Ok(Compiled {
+        package,
+        package_bytes: std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0),
+        file,
+        cached,
+        export_ms: built.export_s * 1000.0,
+        compile_ms: built.compile_s * 1000.0,
+        subprocess_ms: built.subprocess_s * 1000.0,
+        load_ms,
+        batch_min,
+        batch_max,
+        torch_version: built.torch_version,
+        threads,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compile(
+    model: &Model,
+    spec: &RunSpec,
+    device: DeviceKind,
+    threads: u32,
+    python: &Path,
+    control: &RunControl,
+    file: &Path,
+    weights: &Path,
+    (batch_min, batch_max): (u32, u32),
+) -> Result<Built, RunFailure> {
+    let limit = match control.time_left() {
+        Some(left) => COMPILE_LIMIT.min(left.saturating_sub(Duration::from_secs(5))),
+        None => COMPILE_LIMIT,
+    };
+    let partial = file.with_extension("partial.pt2");
+    let peer = peer_script();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let (peer, weights_arg, out) = (s(&peer), s(weights), s(&partial));
+    let (input, bmin, bmax, t) = (spec.resolved_input_size().to_string(), batch_min.to_string(), batch_max.to_string(), threads.to_string());
+    let args = [
+        "-c", SCRIPT, "--peer", &peer, "--model", model.id.as_str(), "--input-size", &input, "--weights", &weights_arg,
+        "--batch-min", &bmin, "--batch-max", &bmax, "--threads", &t, "--device", device.as_str(), "--dtype", "fp32", "--out", &out,
+        "--eval",
+    ];
+    let inductor = cache_dir().join("inductor");
+    let start = Instant::now();
+    let outcome = crate::pitfalls::python::run_python(python, &args, &[("TORCHINDUCTOR_CACHE_DIR", inductor.as_os_str())], limit, control)?;
+    let subprocess_s = start.elapsed().as_secs_f64();
+    let stdout = outcome.map_err(|why| failure(FailureKind::Invalid, format!("advanced.compiled: compiling {} failed: {why}", spec.model)))?;
+    let answer = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut built: Built = serde_json::from_str(answer)
+        .map_err(|e| failure(FailureKind::Internal, format!("the compile script's answer could not be read ({e}): `{}`", answer.chars().take(200).collect::<String>())))?;
+    built.subprocess_s = subprocess_s;
+    std::fs::rename(&partial, file).map_err(|e| failure(FailureKind::Internal, format!("{}: {e}", file.display())))?;
+    Ok(built)
+}

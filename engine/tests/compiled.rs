@@ -1,0 +1,85 @@
+//! A forward model compiled ahead of time (`advanced.compiled`): exported and compiled by
+//! AOTInductor in the venv's Python on Gradless's own weights, run from libtorch. The run
+//! reports the compile's cost, its passes and the eager model's beside them, and the
+//! largest difference between their outputs; a second run takes the package from the
+//! cache. The same package run from Python (`torch._inductor.aoti_load_package`) gives the
+//! same bits as Gradless's call on the same input: the peer. Needs a Python with torch:
+//! `GRADLESS_PYTHON` (scripts/test.sh points it at the venv). A small MLP keeps the compile
+//! to tens of seconds on a 2-core CPU.
+
+use engine::{LabConfig, Worker, WorkerConfig};
+use protocol::{GradMode, ModelId, RunSpec};
+
+fn spec(batch: u32) -> RunSpec {
+    let mut s = RunSpec {
+        model: ModelId::TinyMlp,
+        batch,
+        eval: true,
+        grad: GradMode::NoGrad,
+        threads: Some(1),
+        input_size: Some(64),
+        warmup: 2,
+        iters: 12,
+        device: protocol::DeviceChoice::Cpu,
+        ..RunSpec::default()
+    };
+    s.advanced.compiled = true;
+    s
+}
+
+#[test]
+fn a_compiled_model_runs_its_package_beside_the_eager_model() {
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        eprintln!("GRADLESS_PYTHON is not set: the compiled model was not compiled");
+        return;
+    };
+    let config = WorkerConfig {
+        lab: LabConfig { python: Some(python.clone().into()), threads: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let worker = Worker::start(config).unwrap();
+    let r = worker.measure(spec(8), |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let c = r.compiled.clone().expect("a compiled run reports its compile");
+    eprintln!(
+        "tiny_mlp batch 8: compiled p50 {:.4} ms, eager p50 {:.4} ms; export {:.0} ms, compile {:.0} ms, load {:.0} ms (cached: {}); max |Δ| {:.2e}, bitwise {}",
+        r.latency_ms.p50, c.eager_p50_ms, c.export_ms, c.compile_ms, c.load_ms, c.cached, c.max_abs_diff, c.bitwise_equal
+    );
+    assert!(c.max_abs_diff < 1e-4, "compiled against eager: {}", c.max_abs_diff);
+    assert!(c.export_ms > 0.0 && c.compile_ms > 0.0 && c.load_ms > 0.0 && c.package_bytes > 0);
+    assert!(c.eager_p50_ms > 0.0 && c.eager_iters == 12 && r.samples.len() == 12);
+    assert!((c.batch_min..=c.batch_max).contains(&8));
+    assert_eq!(r.output.shape, vec![8, 10], "the package's output is the model's");
+    assert!(r.trace.is_empty(), "a compiled model is one opaque call: no module boundaries");
+    // The second run of the same model and weights loads the cached package.
+    let again = worker.measure(spec(4), |_| {}).unwrap();
+    let c2 = again.compiled.unwrap();
+    assert!(c2.cached && c2.package == c.package, "{} then {}", c.package, c2.package);
+
+    // The peer: Python's aoti_load_package on the same package and the same input gives the
+    // same bits as Gradless's call.
+    let path = engine::lab::compiled_cache_dir().join(&c.package);
+    let package = engine::torch_ext::AotiPackage::load(&path).unwrap();
+    let x = (tch::Tensor::arange(8 * 64, (tch::Kind::Double, tch::Device::Cpu)) * 0.001).sin().to_kind(tch::Kind::Float).view([8, 64]);
+    let ours = {
+        let _g = tch::no_grad_guard();
+        package.run(&[&x]).unwrap().remove(0)
+    };
+    let ours: Vec<f32> = Vec::try_from(ours.flatten(0, -1)).unwrap();
+    let script = format!(
+        "import torch, torch._inductor\ntorch.set_num_threads(1)\nm = torch._inductor.aoti_load_package({:?})\nx = torch.sin(torch.arange(8 * 64, dtype=torch.float64) * 0.001).float().view(8, 64)\nwith torch.no_grad():\n    y = m(x)\nprint(y.contiguous().numpy().tobytes().hex())\n",
+        path.to_string_lossy()
+    );
+    let out = std::process::Command::new(&python).args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let theirs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let ours_hex: String = ours.iter().flat_map(|v| v.to_le_bytes()).map(|b| format!("{b:02x}")).collect();
+    assert_eq!(ours_hex, theirs, "Gradless's call and Python's aoti_load_package give the same bits");
+
+    // What cannot be compiled here is refused naming the field, before anything runs.
+    let mut train = spec(8);
+    train.eval = false;
+    assert_eq!(worker.check(train).unwrap_err().field, "advanced.compiled");
+    let mut decoder = spec(1);
+    decoder.model = "llama_tiny".parse().unwrap();
+    assert_eq!(worker.check(decoder).unwrap_err().field, "advanced.compiled");
+}

@@ -1,0 +1,54 @@
+//! A forward model compiled ahead of time by AOTInductor (`torch.export` then
+//! `torch._inductor.aoti_compile_and_package`, run from libtorch by
+//! `AOTIModelPackageLoader`): what compiling it cost and how its passes compare with the
+//! eager model's in the same run ([`CompiledFacts`], a report's `compiled`).
+
+use serde::{Deserialize, Serialize};
+
+/// What a compiled run measured beside its passes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CompiledFacts {
+    /// The package's file name in the server's cache (`<key>.pt2`; the key hashes the model,
+    /// its weights, dtype, device, batch range, threads, PyTorch's version and the options).
+    pub package: String,
+    pub package_bytes: u64,
+    /// Whether the package came from the cache (its compile times are then those measured
+    /// when it was compiled).
+    pub cached: bool,
+    /// `torch.export.export` of the model with a dynamic batch dimension, in the venv's
+    /// Python.
+    pub export_ms: f64,
+    /// `aoti_compile_and_package`: Inductor's lowering and the C++ (or Triton) build.
+    pub compile_ms: f64,
+    /// The Python process as a whole (interpreter and imports included): what the first
+    /// compiled call waits for.
+    pub subprocess_ms: f64,
+    /// Loading the package into this process (unpacking it, opening its shared library).
+    pub load_ms: f64,
+    /// The batch range the package was exported for; a batch outside it is refused before
+    /// it reaches the package, which checks none of its inputs.
+    pub batch_min: u32,
+    pub batch_max: u32,
+    /// The eager model's passes in the same run, same input and settings: median and count.
+    pub eager_p50_ms: f64,
+    pub eager_iters: u32,
+    /// Largest |compiled − eager| over the output, and whether they are equal bit for bit.
+    pub max_abs_diff: f64,
+    pub bitwise_equal: bool,
+    /// The passes after which compiling has paid for itself
+    /// (`(export + compile + load) / (eager p50 − compiled p50)`); `None` when the compiled
+    /// pass is not faster.
+    pub break_even_passes: Option<f64>,
+    /// The PyTorch that compiled it (the venv's), and how many threads its CPU kernels were
+    /// built for (Inductor writes the count into them).
+    pub torch_version: String,
+    pub threads: u32,
+}
+
+/// The batch range a run's package is exported for: 1 to the next power of two from the
+/// run's batch, at least 64 (one package serves the batches a page offers). The snippet
+/// exports the same range.
+pub fn compiled_batch_range(batch: u32) -> (u32, u32) {
+    (1, batch.max(64).next_power_of_two())
+}
