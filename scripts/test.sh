@@ -46,6 +46,13 @@ echo "==> The trained model against PyTorch + transformers on the same folder (b
   || { cat "$CARGO_TARGET_DIR/gradless-trained-peer.json" 2>/dev/null; echo "error: the trained model's peer check failed" >&2; exit 1; }
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("trained peer:", r["bits_per_byte"], "gzip", r["baselines"]["gzip_9"], "same tokens:", r["greedy"]["same_tokens"])' "$CARGO_TARGET_DIR/gradless-trained-peer.json"
 
+echo "==> A compiled model (AOTInductor) against Python running the same .pt2 and torch.compile (bench/compiled.py; about 40 s warm)"
+# The package was built by the compiled test above (engine/tests/compiled.rs, which also
+# checks Gradless's call and Python's give the same bits); here the per-pass ratio is
+# measured side by side and printed, never asserted (a benchmark).
+"$GRADLESS_PYTHON" bench/compiled.py --gradless "$CARGO_TARGET_DIR/release/gradless" --model tiny_mlp --input-size 64 \
+  --batches 8 --rounds 3 --threads 1 --json "$CARGO_TARGET_DIR/gradless-compiled-peer.json"
+
 echo "==> Fleet tests (nats-server and PostgreSQL on loopback; 2 fronts and 3 CPU workers as processes)"
 # Ports after the browser tests' (port, port + 2): NATS, PostgreSQL, then the fronts and
 # the workers' metrics (port + 5 ...). The services stay up for the browser tests' fleet

@@ -96,6 +96,9 @@ impl ForwardRun {
         spec.batch = batch;
         spec.warmup = warmup;
         spec.iters = iters;
+        // A probe measures the eager model: compiling belongs to the run itself (its cost is
+        // one of the run's figures), and the eager pass's memory bounds the admission.
+        spec.advanced.compiled = false;
         CheckedSpec::Forward(ForwardRun {
             spec,
             device: self.device,

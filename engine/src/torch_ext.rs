@@ -559,3 +559,25 @@ pub(crate) fn backend_flags_lock() -> std::sync::MutexGuard<'static, ()> {
 
 #[cfg(test)]
 mod tests;
+
+/// Copies `data` (a tensor's bytes as stored, little-endian, `shape` of `kind`) into `dst`,
+/// converting to `dst`'s dtype on the way, without an intermediate tensor: the bytes are read
+/// where they lie (a checkpoint's memory-mapped shard). Data that is not aligned to its
+/// element size is copied once into an aligned tensor first.
+pub fn copy_from_bytes(dst: &mut tch::Tensor, data: &[u8], shape: &[i64], kind: tch::Kind) -> std::result::Result<(), tch::TchError> {
+    let element = kind.elt_size_in_bytes();
+    let elements: i64 = shape.iter().product();
+    if data.len() as i64 != elements * element as i64 {
+        return Err(tch::TchError::Shape(format!("{} bytes for {shape:?} of {kind:?}", data.len())));
+    }
+    if (data.as_ptr() as usize) % element != 0 {
+        let src = tch::Tensor::f_from_data_size(data, shape, kind)?;
+        return dst.f_copy_(&src);
+    }
+    // SAFETY: `data` is initialised, aligned to its element size and holds exactly `shape`'s
+    // elements (checked above); the view borrows it only until `copy_` returns, and it is
+    // only read.
+    let view = unsafe { tch::Tensor::f_from_blob(data.as_ptr(), shape, &[], kind, tch::Device::Cpu)? };
+    dst.f_copy_(&view)
+}
+

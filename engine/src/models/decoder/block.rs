@@ -154,8 +154,8 @@ pub(super) struct Gated {
 }
 
 impl Gated {
-    fn new(p: &nn::Path, names: [&str; 3], width: i64, h: i64, init: nn::Init) -> Gated {
-        let w = |name: &str, out: i64, inp: i64| Linear::Dense((p / name).var("weight", &[out, inp], init));
+    fn new(p: &nn::Path, names: [&str; 3], width: i64, h: i64, init: MatrixInit) -> Gated {
+        let w = |name: &str, out: i64, inp: i64| Linear::Dense(init.var(&(p / name), "weight", &[out, inp]));
         Gated {
             gate: w(names[0], width, h),
             up: Some(w(names[1], width, h)),
@@ -165,8 +165,8 @@ impl Gated {
     }
 
     /// Phi-3's: one `gate_up_proj` and a `down_proj`.
-    fn fused(p: &nn::Path, width: i64, h: i64, init: nn::Init) -> Gated {
-        let w = |name: &str, out: i64, inp: i64| Linear::Dense((p / name).var("weight", &[out, inp], init));
+    fn fused(p: &nn::Path, width: i64, h: i64, init: MatrixInit) -> Gated {
+        let w = |name: &str, out: i64, inp: i64| Linear::Dense(init.var(&(p / name), "weight", &[out, inp]));
         Gated {
             gate: w("gate_up_proj", 2 * width, h),
             up: None,
@@ -380,8 +380,7 @@ impl Layer {
     /// Builds layer `i`'s variables under `l` (`model.layers.i`) with transformers'
     /// initialisation: normal(0, initializer_range) for matrices, zero biases, norms at 1
     /// (Gemma's at 0).
-    pub fn new(l: &nn::Path, i: usize, c: &DecoderConfig, layout: Layout) -> Layer {
-        let normal = matrix_init(c);
+    pub fn new(l: &nn::Path, i: usize, c: &DecoderConfig, layout: Layout, normal: MatrixInit) -> Layer {
         let h = c.hidden_size as i64;
         let d = c.head_dim as i64;
         let q_out = c.num_attention_heads as i64 * d;
@@ -389,7 +388,7 @@ impl Layer {
         let attn = l / "self_attn";
         let proj = |name: &str, out: i64, inp: i64, bias: bool| {
             let p = &attn / name;
-            let w = p.var("weight", &[out, inp], normal);
+            let w = normal.var(&p, "weight", &[out, inp]);
             let b = bias.then(|| p.var("bias", &[out], nn::Init::Const(0.0)));
             (Linear::Dense(w), b)
         };
@@ -401,7 +400,7 @@ impl Layer {
                 let width = m.expert_intermediate_size as i64;
                 let experts = &mlp_path / "experts";
                 Mlp::Moe(Moe {
-                    router: (&mlp_path / layout.router).var("weight", &[m.num_experts as i64, h], normal),
+                    router: normal.var(&(&mlp_path / layout.router), "weight", &[m.num_experts as i64, h]),
                     experts: (0..m.num_experts as i64)
                         .map(|e| Gated::new(&(&experts / e), layout.expert, width, h, normal))
                         .collect(),
@@ -766,13 +765,23 @@ fn fused_in(stacked: Option<&Tensor>, first: &Tensor, layout: WeightLayout) -> b
     stacked.is_some_and(|s| WeightLayout::of(s) == Some(layout) && s.data_ptr() == first.data_ptr())
 }
 
-/// transformers' initialisation of a matrix: normal(0, initializer_range). A range of 0
-/// (a model whose weights are read next: [`super::build`]) starts them at zero instead, so
-/// no random numbers are drawn for parameters about to be overwritten.
-pub(super) fn matrix_init(c: &DecoderConfig) -> nn::Init {
-    match c.initializer_range {
-        r if r > 0.0 => nn::Init::Randn { mean: 0.0, stdev: r },
-        _ => nn::Init::Const(0.0),
+/// How a matrix starts: transformers' initialisation, normal(0, initializer_range), or, for
+/// a model whose weights are read next ([`super::build`]), allocated and left unwritten:
+/// neither random numbers nor zeros are spent on memory the checkpoint overwrites
+/// (`weights::WeightFiles::load_into` fills every variable or the build fails).
+#[derive(Clone, Copy, Debug)]
+pub enum MatrixInit {
+    Normal(f64),
+    Unwritten,
+}
+
+impl MatrixInit {
+    /// The variable `name` of shape `dims` under `p`.
+    pub(super) fn var(self, p: &nn::Path, name: &str, dims: &[i64]) -> Tensor {
+        match self {
+            MatrixInit::Normal(stdev) => p.var(name, dims, nn::Init::Randn { mean: 0.0, stdev }),
+            MatrixInit::Unwritten => p.add(name, Tensor::empty(dims, (p.kind(), p.device())), true),
+        }
     }
 }
 

@@ -143,18 +143,27 @@ impl Decoder {
     /// biases, unit norms (Gemma's: zero, as they scale by 1 + weight). Names follow the
     /// family's checkpoints ([`Family::layout`]).
     pub fn new(p: &nn::Path, config: &DecoderConfig) -> Decoder {
+        Decoder::with_init(p, config, block::MatrixInit::Normal(config.initializer_range))
+    }
+
+    /// [`Decoder::new`] with its matrices allocated and left unwritten, for weights read
+    /// next from a checkpoint ([`build`]).
+    fn unwritten(p: &nn::Path, config: &DecoderConfig) -> Decoder {
+        Decoder::with_init(p, config, block::MatrixInit::Unwritten)
+    }
+
+    fn with_init(p: &nn::Path, config: &DecoderConfig, normal: block::MatrixInit) -> Decoder {
         let layout = registry::family(config.architecture).layout();
         let h = config.hidden_size as i64;
         let vocab = config.vocab_size as i64;
-        let normal = block::matrix_init(config);
         let m = p / "model";
-        let embed = (&m / "embed_tokens").var("weight", &[vocab, h], normal);
+        let embed = normal.var(&(&m / "embed_tokens"), "weight", &[vocab, h]);
         let layers = (0..config.num_hidden_layers as usize)
-            .map(|i| Layer::new(&(&m / "layers" / i as i64), i, config, layout))
+            .map(|i| Layer::new(&(&m / "layers" / i as i64), i, config, layout, normal))
             .collect();
         let norm = block::Norm::new(&m / "norm", h, config);
         let lm_head = (!config.tie_word_embeddings)
-            .then(|| (p / "lm_head").var("weight", &[vocab, h], normal));
+            .then(|| normal.var(&(p / "lm_head"), "weight", &[vocab, h]));
         let device = p.device();
         let freqs = |theta: f64, scaled: bool| Tensor::from_slice(&inv_freq(config, theta, scaled)).to_device(device);
         let inv_freq_local = config
@@ -518,13 +527,12 @@ pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
         panic!("the decoder `{name}` is not served here");
     };
     let dir = weights_dir(&model);
-    // Weights about to be read start at zero: drawing random ones first would cost as much
-    // as reading them.
-    let config = match dir {
-        Some(_) => DecoderConfig { initializer_range: 0.0, ..model.config.clone() },
-        None => model.config.clone(),
+    // Weights about to be read are allocated, not initialised: drawing random ones (or
+    // writing zeros) first would cost as much as reading them.
+    let decoder = match dir {
+        Some(_) => Decoder::unwritten(&vs.root(), &model.config),
+        None => Decoder::new(&vs.root(), &model.config),
     };
-    let decoder = Decoder::new(&vs.root(), &config);
     if let Some(dir) = dir {
         let loaded = weights::WeightFiles::find(&dir).and_then(|w| {
             w.ok_or_else(|| "its weights are gone from the folder".to_string())?.load_into(vs)

@@ -169,10 +169,11 @@ impl WeightFiles {
                     return Err(format!("`{name}` is {shape:?} in {file}, {:?} in the config's shape", var.size()));
                 }
                 let kind = kind_of(tensor.dtype()).ok_or_else(|| format!("{file}: `{name}` is {:?}", tensor.dtype()))?;
-                let src = Tensor::f_from_data_size(tensor.data(), &shape, kind).map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
-                // Converted to the run's weights dtype as it is copied: a bf16 checkpoint
-                // stays bf16 when the run's weights are bf16.
-                var.f_copy_(&src).map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
+                // Copied straight from the mapped file into the weight, converted to the
+                // run's weights dtype on the way: a bf16 checkpoint stays bf16 when the run's
+                // weights are bf16, and no tensor is held between the map and the weight.
+                crate::torch_ext::copy_from_bytes(&mut var, tensor.data(), &shape, kind)
+                    .map_err(|e| format!("{file}: `{name}`: {}", crate::torch_call::first_line(&e.to_string())))?;
             }
         }
         Ok(())
