@@ -18,8 +18,8 @@ export class LabPage {
     await this.testid("run").click();
   }
 
-  async waitDone() {
-    await expect(this.testid("status")).toContainText("Done", { timeout: 90_000 });
+  async waitDone(timeout = 90_000) {
+    await expect(this.testid("status")).toContainText("Done", { timeout });
   }
 
   /** The data of series `index` of the chart drawn in element `id`, read from ECharts itself. */
