@@ -182,7 +182,7 @@ fn compile(
     ];
     let inductor = cache_dir().join("inductor");
     let start = Instant::now();
-    let outcome = crate::pitfalls::python::run_python(python, &args, &[("TORCHINDUCTOR_CACHE_DIR", inductor.as_os_str())], limit, control)?;
+    let outcome = super::run_python(python, &args, &[("TORCHINDUCTOR_CACHE_DIR", inductor.as_os_str())], limit, control)?;
     let subprocess_s = start.elapsed().as_secs_f64();
     let stdout = outcome.map_err(|why| failure(FailureKind::Invalid, format!("advanced.compiled: compiling {} failed: {why}", spec.model)))?;
     let answer = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");

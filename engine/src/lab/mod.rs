@@ -22,6 +22,8 @@
 mod admission;
 mod advanced;
 mod compiled;
+mod subprocess;
+pub use subprocess::run_python;
 pub use compiled::cache_dir as compiled_cache_dir;
 mod control;
 pub mod cuda_graph;
