@@ -48,7 +48,7 @@ fn the_svg_prints_the_figures_as_the_page_does() {
     assert!(svg.contains("measured by Gradless 0.1.0"));
     assert!(svg.contains("2026-11-30 14:02 UTC"));
     assert!(svg.contains(&r.env.device_name));
-    assert!(svg.contains(r.spec.model.display_name()));
+    assert!(svg.contains(&r.spec.model.display_name()));
 }
 
 #[test]
