@@ -114,8 +114,9 @@ pub fn summary_table(r: &Report) -> impl IntoView + use<> {
                         format_bytes(c.package_bytes), c.batch_min, c.batch_max, c.threads
                     )}</td></tr>
                     <tr><th>"eager beside it"</th><td data-testid="compiled-eager">{format!(
-                        "p50 {:.3} ms (compiled {:.3} ms, ×{:.2}); {}",
+                        "p50 {:.3} ms (compiled {:.3} ms, ×{:.2}), peak {} above baseline (compiled {}); {}",
                         c.eager_p50_ms, l.p50, if l.p50 > 0.0 { c.eager_p50_ms / l.p50 } else { 0.0 },
+                        format_bytes(c.eager_peak_above_baseline_bytes), format_bytes(m.peak_above_baseline_bytes),
                         match c.break_even_passes {
                             Some(n) => format!("compiling pays for itself after {n:.0} passes"),
                             None => "the compiled pass is not faster here: compiling does not pay for itself".into(),

@@ -47,6 +47,8 @@ fn a_compiled_model_runs_its_package_beside_the_eager_model() {
     assert!(c.max_abs_diff < 1e-4, "compiled against eager: {}", c.max_abs_diff);
     assert!(c.export_ms > 0.0 && c.compile_ms > 0.0 && c.load_ms > 0.0 && c.package_bytes > 0);
     assert!(c.eager_p50_ms > 0.0 && c.eager_iters == 12 && r.samples.len() == 12);
+    // Both sides' activations are counted by the same memory source, above the same baseline.
+    assert!(c.eager_peak_above_baseline_bytes > 0 && r.memory.peak_above_baseline_bytes > 0, "{c:?}");
     assert!((c.batch_min..=c.batch_max).contains(&8));
     assert_eq!(r.output.shape, vec![8, 10], "the package's output is the model's");
     assert!(r.trace.is_empty(), "a compiled model is one opaque call: no module boundaries");

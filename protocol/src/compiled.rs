@@ -33,6 +33,11 @@ pub struct CompiledFacts {
     /// The eager model's passes in the same run, same input and settings: median and count.
     pub eager_p50_ms: f64,
     pub eager_iters: u32,
+    /// The eager passes' highest allocated memory above the baseline (weights + input), as
+    /// the run's own memory source counts it: beside the compiled passes' (the report's
+    /// `memory.peak_above_baseline_bytes`).
+    #[serde(default)]
+    pub eager_peak_above_baseline_bytes: u64,
     /// Largest |compiled − eager| over the output, and whether they are equal bit for bit.
     pub max_abs_diff: f64,
     pub bitwise_equal: bool,

@@ -278,7 +278,13 @@ impl Lab {
         // A compiled run: the eager model's passes on the same input, timed the same way
         // after the compiled ones, and its output against the compiled output.
         let compiled_facts = match (&compiled, &last) {
-            (Some(c), Some(out)) => Some(eager_beside(c, out, model, &input, &spec, device, &meter, checked, control, limit, &samples)?),
+            (Some(c), Some(out)) => {
+                let mut eager = eager_beside(c, out, model, &input, &spec, device, &meter, checked, control, limit, &samples)?;
+                // As the compiled passes' samples are counted: other cached models left out,
+                // above the weights and the input.
+                eager.eager_peak_above_baseline_bytes = own(eager.eager_peak_above_baseline_bytes).saturating_sub(baseline);
+                Some(eager)
+            }
             _ => None,
         };
         drop(last);
@@ -392,12 +398,14 @@ fn eager_beside(
         drop(timed_forward(model, input, spec, device, meter, i, limit)?);
     }
     let mut eager = Vec::with_capacity(checked.iters() as usize);
+    let mut peak = 0u64;
     let mut out = None;
     for i in 0..checked.iters() {
         control.check()?;
         drop(out.take());
         let (sample, o, _) = timed_forward(model, input, spec, device, meter, i, limit)?;
         eager.push(sample.latency_ms);
+        peak = peak.max(sample.peak_bytes);
         out = Some(o);
     }
     let eager_out = out.ok_or_else(|| failure(FailureKind::Internal, "no eager pass"))?;
@@ -424,6 +432,8 @@ fn eager_beside(
         batch_max: c.batch_max,
         eager_p50_ms,
         eager_iters: eager.len() as u32,
+        // The caller takes out what other models hold and the baseline.
+        eager_peak_above_baseline_bytes: peak,
         max_abs_diff,
         bitwise_equal,
         break_even_passes: (eager_p50_ms > compiled_p50).then(|| one_time / (eager_p50_ms - compiled_p50)),

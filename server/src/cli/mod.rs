@@ -486,11 +486,13 @@ pub(crate) fn print_report(r: &Report) -> Result<()> {
         )?;
         writeln!(
             out,
-            "eager beside  p50 {:.3} ms over {} passes on the same input (compiled p50 {:.3} ms: ×{:.2}); {}",
+            "eager beside  p50 {:.3} ms over {} passes on the same input (compiled p50 {:.3} ms: ×{:.2}); peak {} above baseline (compiled {}); {}",
             c.eager_p50_ms,
             c.eager_iters,
             l.p50,
             if l.p50 > 0.0 { c.eager_p50_ms / l.p50 } else { 0.0 },
+            format_bytes(c.eager_peak_above_baseline_bytes),
+            format_bytes(m.peak_above_baseline_bytes),
             match c.break_even_passes {
                 Some(n) => format!("compiling pays for itself after {n:.0} passes"),
                 None => "the compiled pass is not faster: compiling never pays for itself here".into(),
