@@ -85,3 +85,74 @@ fn a_compiled_model_runs_its_package_beside_the_eager_model() {
     decoder.model = "llama_tiny".parse().unwrap();
     assert_eq!(worker.check(decoder).unwrap_err().field, "advanced.compiled");
 }
+
+/// The compiled-model cards on the Tiny MLP (a compile of tens of seconds at most; the
+/// cards share its package, and compiled-shapes compiles one more, for batch 8 alone). Each
+/// card answers with a verdict, names what it measured as its plan said, has every figure
+/// its statements and its question rest on, and its invariants hold: the package runs the
+/// out-of-range batch unchecked and the checked process refuses it; the package's output
+/// never requires grad; the compiled output is close to eager's.
+#[test]
+fn the_compiled_cards_run_and_keep_their_invariants() {
+    use engine::pitfalls::{self, How};
+    use protocol::{PitfallOptions, Verdict};
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        eprintln!("GRADLESS_PYTHON is not set: the compiled cards were not run");
+        return;
+    };
+    let config = WorkerConfig { lab: LabConfig { python: Some(python.into()), threads: 1, ..Default::default() }, ..Default::default() };
+    let worker = Worker::start(config).unwrap();
+    let ids = ["compiled-first-call", "compiled-batch", "compiled-shapes", "compiled-outputs", "compiled-settings"];
+    for id in ids {
+        let opts = PitfallOptions { model: Some(ModelId::TinyMlp), device: protocol::DeviceChoice::Cpu, ..Default::default() };
+        let run_opts = opts.clone();
+        let start = std::time::Instant::now();
+        let r = worker
+            .call(move |lab| pitfalls::run(lab, id, run_opts, &engine::RunControl::default()))
+            .unwrap()
+            .unwrap_or_else(|f| panic!("{id}: {}", f.message));
+        eprintln!("{id}: {:?} in {:.1} s: {}", r.verdict, start.elapsed().as_secs_f64(), r.reason);
+        assert_ne!(r.verdict, Verdict::NotApplicable, "{id}: {}", r.reason);
+        let card = pitfalls::card(id).unwrap();
+        let control = engine::RunControl::default();
+        let ctx = pitfalls::kit::Ctx { device: protocol::DeviceKind::Cpu, opts, control: &control, python: None };
+        assert!(r.reason.contains(&card.planned(&ctx)[0]), "{id}: planned `{}`, measured: {}", card.planned(&ctx)[0], r.reason);
+        let figure = |name: &str| r.figures.iter().find(|f| f.name == name).unwrap_or_else(|| panic!("{id}: no figure `{name}`")).value;
+        for said in card.statements {
+            if let How::Run(names) = said.known {
+                for name in names {
+                    figure(name);
+                }
+            }
+        }
+        assert!(card.question.measured(&r.figures).is_some(), "{id}: its question has no answer in {:?}", r.figures.iter().map(|f| &f.name).collect::<Vec<_>>());
+        match id {
+            "compiled-first-call" => {
+                assert!(figure("Python process, in all") >= figure("export") + figure("compile"));
+                assert!(figure("one-time cost / eager pass") > 1.0, "compiling costs more than one eager pass");
+            }
+            "compiled-shapes" => {
+                assert_eq!(figure("outside the range, unchecked: ran"), 1.0, "{}", r.reason);
+                assert!(figure("outside the range: largest difference from eager, relative") < 1e-4, "{}", r.reason);
+                assert_eq!(figure("checked: outside the range refused"), 1.0, "{}", r.reason);
+                assert_eq!(figure("checked: batch 8 ran"), 1.0, "{}", r.reason);
+            }
+            "compiled-outputs" => {
+                assert_eq!(figure("eager, two calls: bitwise equal"), 1.0);
+                assert_eq!(figure("compiled, two calls: bitwise equal"), 1.0);
+                assert!(figure("largest difference, relative") < 1e-4, "{}", r.reason);
+            }
+            "compiled-settings" => {
+                for mode in ["grad enabled", "no_grad", "inference_mode"] {
+                    assert_eq!(figure(&format!("compiled, {mode}: output requires grad")), 0.0, "{mode}");
+                }
+                assert_eq!(figure("compiled, two calls: bitwise equal"), 1.0);
+                assert_eq!(figure("eager in train(), two calls: bitwise equal"), 0.0, "the Tiny MLP's Dropout is live in train()");
+                // Autograd keeps the eager model's activations; the package keeps none.
+                assert!(figure("eager, grad enabled: retained") > figure("eager, no_grad: retained"), "{}", r.reason);
+                assert_eq!(figure("compiled, grad enabled: retained"), figure("compiled, no_grad: retained"), "{}", r.reason);
+            }
+            _ => {}
+        }
+    }
+}

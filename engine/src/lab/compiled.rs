@@ -43,6 +43,24 @@ pub(crate) struct Compiled {
     pub threads: u32,
 }
 
+impl Compiled {
+    /// One pass of the package on a run's input, inside the run's grad mode (the package
+    /// records no graph whatever the mode; the mode is entered as the eager pass enters it,
+    /// so the two differ only in what runs).
+    pub fn forward(&self, input: &crate::input::Input, spec: &RunSpec, device: DeviceKind) -> Result<tch::Tensor, RunFailure> {
+        let _regions = super::forward::enter_regions(spec, device)?;
+        let placed = super::place_input(input, &spec.advanced, device)?;
+        self.call(placed.first())
+    }
+
+    /// One call of the package on `x`, under whatever mode the caller has entered; no check
+    /// of `x`'s shape against the exported range (the package makes none either).
+    pub fn call(&self, x: &tch::Tensor) -> Result<tch::Tensor, RunFailure> {
+        let out = self.package.run(&[x]).map_err(crate::torch_call::torch_failure)?;
+        out.into_iter().next().ok_or_else(|| failure(FailureKind::Internal, "the compiled package returned no tensor"))
+    }
+}
+
 /// What the script reports, and what the cache keeps beside a package.
 #[derive(serde::Deserialize, serde::Serialize)]
 struct Built {
@@ -75,15 +93,27 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Compiles `model` as `spec` runs it (or takes it from the cache) and loads it.
-pub(crate) fn prepare(
-    model: &Model,
-    spec: &RunSpec,
-    device: DeviceKind,
-    threads: u32,
-    python: Option<&Path>,
-    control: &RunControl,
-) -> Result<Compiled, RunFailure> {
+/// What to compile: a model as a run uses it (its weights, input size and mode), on a
+/// device, for the run's threads and a batch range.
+pub(crate) struct Job<'a> {
+    pub model: &'a Model,
+    pub spec: &'a RunSpec,
+    pub device: DeviceKind,
+    pub threads: u32,
+    /// The batches the package is exported for, `(min, max)`: a dynamic batch dimension,
+    /// or a static batch when `min == max`.
+    pub batches: (u32, u32),
+}
+
+impl<'a> Job<'a> {
+    /// The package a run of `spec` uses: its batch inside [`protocol::compiled_batch_range`].
+    pub fn for_run(model: &'a Model, spec: &'a RunSpec, device: DeviceKind, threads: u32) -> Job<'a> {
+        Job { model, spec, device, threads, batches: protocol::compiled_batch_range(spec.batch) }
+    }
+}
+
+/// Compiles `job` (or takes it from the cache) and loads it, with the server's Python.
+pub(crate) fn prepare(job: &Job, python: Option<&Path>, control: &RunControl) -> Result<Compiled, RunFailure> {
     let invalid = |m: String| failure(FailureKind::Invalid, m);
     let python = python.ok_or_else(|| {
         invalid("advanced.compiled: this server has no Python with PyTorch (--python) to export and compile the model with".into())
@@ -93,31 +123,23 @@ pub(crate) fn prepare(
     // The run's weights, as the package will hold them.
     let stamp = format!("{}-{:?}", std::process::id(), std::time::SystemTime::now());
     let weights = dir.join(format!("weights-{:x}.safetensors", Sha256::digest(stamp.as_bytes())));
-    model.vs.save(&weights).map_err(|e| failure(FailureKind::Internal, format!("saving the weights to compile: {e}")))?;
-    let result = prepare_with(model, spec, device, threads, python, control, &dir, &weights);
+    job.model.vs.save(&weights).map_err(|e| failure(FailureKind::Internal, format!("saving the weights to compile: {e}")))?;
+    let result = prepare_with(job, python, control, &dir, &weights);
     let _ = std::fs::remove_file(&weights);
     result
 }
 
-#[allow(clippy::too_many_arguments)]
-fn prepare_with(
-    model: &Model,
-    spec: &RunSpec,
-    device: DeviceKind,
-    threads: u32,
-    python: &Path,
-    control: &RunControl,
-    dir: &Path,
-    weights: &Path,
-) -> Result<Compiled, RunFailure> {
+fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weights: &Path) -> Result<Compiled, RunFailure> {
     let internal = |m: String| failure(FailureKind::Internal, m);
     let bytes = std::fs::read(weights).map_err(|e| internal(format!("{}: {e}", weights.display())))?;
-    let (batch_min, batch_max) = protocol::compiled_batch_range(spec.batch);
+    let (batch_min, batch_max) = job.batches;
+    let spec = job.spec;
     let input_size = spec.resolved_input_size();
     let key_text = format!(
-        "{}|{input_size}|{}|fp32|{batch_min}..{batch_max}|threads {threads}|libtorch {}|eval {}|script {}|weights {}",
+        "{}|{input_size}|{}|fp32|{batch_min}..{batch_max}|threads {}|libtorch {}|eval {}|script {}|weights {}",
         spec.model,
-        device.as_str(),
+        job.device.as_str(),
+        job.threads,
         crate::device::LIBTORCH_VERSION,
         spec.eval,
         hex(&Sha256::digest(SCRIPT.as_bytes())),
@@ -130,7 +152,7 @@ fn prepare_with(
     let cached: Option<Built> = std::fs::read(&meta).ok().filter(|_| file.is_file()).and_then(|m| serde_json::from_slice(&m).ok());
     let (built, cached) = match cached {
         Some(b) => (b, true),
-        None => (compile(model, spec, device, threads, python, control, &file, weights, (batch_min, batch_max))?, false),
+        None => (compile(job, python, control, &file, weights)?, false),
     };
     if !cached {
         let _ = std::fs::write(&meta, serde_json::to_vec(&built).unwrap_or_default());
@@ -150,22 +172,12 @@ fn prepare_with(
         batch_min,
         batch_max,
         torch_version: built.torch_version,
-        threads,
+        threads: job.threads,
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn compile(
-    model: &Model,
-    spec: &RunSpec,
-    device: DeviceKind,
-    threads: u32,
-    python: &Path,
-    control: &RunControl,
-    file: &Path,
-    weights: &Path,
-    (batch_min, batch_max): (u32, u32),
-) -> Result<Built, RunFailure> {
+fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights: &Path) -> Result<Built, RunFailure> {
+    let (spec, model, (batch_min, batch_max)) = (job.spec, job.model, job.batches);
     let limit = match control.time_left() {
         Some(left) => COMPILE_LIMIT.min(left.saturating_sub(Duration::from_secs(5))),
         None => COMPILE_LIMIT,
@@ -174,10 +186,10 @@ fn compile(
     let peer = peer_script();
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let (peer, weights_arg, out) = (s(&peer), s(weights), s(&partial));
-    let (input, bmin, bmax, t) = (spec.resolved_input_size().to_string(), batch_min.to_string(), batch_max.to_string(), threads.to_string());
+    let (input, bmin, bmax, t) = (spec.resolved_input_size().to_string(), batch_min.to_string(), batch_max.to_string(), job.threads.to_string());
     let args = [
         "-c", SCRIPT, "--peer", &peer, "--model", model.id.as_str(), "--input-size", &input, "--weights", &weights_arg,
-        "--batch-min", &bmin, "--batch-max", &bmax, "--threads", &t, "--device", device.as_str(), "--dtype", "fp32", "--out", &out,
+        "--batch-min", &bmin, "--batch-max", &bmax, "--threads", &t, "--device", job.device.as_str(), "--dtype", "fp32", "--out", &out,
         "--eval",
     ];
     let inductor = cache_dir().join("inductor");

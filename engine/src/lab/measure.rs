@@ -165,7 +165,7 @@ impl Lab {
         // A compiled run's package, loaded before the baseline: its own copy of the weights
         // is held apart ("other"), like another cached model's.
         let compiled = match spec.advanced.compiled {
-            true => Some(super::compiled::prepare(&self.models[index], &spec, device, threads, self.config.python.as_deref(), control)?),
+            true => Some(super::compiled::prepare(&super::compiled::Job::for_run(&self.models[index], &spec, device, threads), self.config.python.as_deref(), control)?),
             false => None,
         };
         let resident_before = crate::breakdown::resident_bytes();
@@ -203,7 +203,7 @@ impl Lab {
         // The pass the run times: the model, or its compiled package on the same input
         // under the same grad mode.
         let run_pass = || match &compiled {
-            Some(c) => compiled_forward(c, &input, &spec, device),
+            Some(c) => c.forward(&input, &spec, device),
             None => forward(model, &input, &spec, device),
         };
         if let Some(c) = &compiled {
@@ -352,16 +352,6 @@ impl Lab {
         };
         Ok((report, traffic))
     }
-}
-
-/// One pass of a compiled package on the run's input, inside the run's grad mode (the
-/// package records no graph whatever the mode; the mode is entered as the eager pass enters
-/// it, so the two differ only in what runs).
-fn compiled_forward(c: &super::compiled::Compiled, input: &crate::input::Input, spec: &RunSpec, device: DeviceKind) -> Result<Tensor, RunFailure> {
-    let _regions = super::forward::enter_regions(spec, device)?;
-    let placed = super::place_input(input, &spec.advanced, device)?;
-    let out = c.package.run(&[placed.first()]).map_err(torch_failure)?;
-    out.into_iter().next().ok_or_else(|| failure(FailureKind::Internal, "the compiled package returned no tensor"))
 }
 
 /// The package checks none of its inputs: a batch outside the range it was exported for is

@@ -21,7 +21,7 @@
 
 mod admission;
 mod advanced;
-mod compiled;
+pub(crate) mod compiled;
 mod subprocess;
 pub use subprocess::run_python;
 pub use compiled::cache_dir as compiled_cache_dir;

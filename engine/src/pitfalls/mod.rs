@@ -12,7 +12,8 @@
 //!   [`timing`] (warm-up and asynchronous execution), [`table`] (the classic rows side by
 //!   side), [`precision`] (cast weights against autocast, TF32), [`layout`]
 //!   (channels_last, the input's copy to the device, cudnn.benchmark), [`cuda_graphs`]
-//!   (CUDA graph replay) and [`generation`] (decoder LLMs: the KV cache, prefill and
+//!   (CUDA graph replay), [`compiled`] (a model compiled ahead of time by AOTInductor,
+//!   against eager) and [`generation`] (decoder LLMs: the KV cache, prefill and
 //!   decode).
 //! - [`python`]: the Python side of the cards about per-call overhead (the same experiment
 //!   timed from the server's Python, beside Gradless's figures from Rust).
@@ -30,6 +31,7 @@
 //! cards run small (96² images) to answer in seconds.
 
 pub mod allocator;
+pub mod compiled;
 pub mod cuda_graphs;
 pub mod generation;
 pub mod kit;
@@ -187,7 +189,7 @@ pub const SAME_BYTES: Ask = Ask::SameBytes { within: protocol::SAME_BYTES_WITHIN
 pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2.0 };
 
 /// The catalogue, in the order the guided tour walks it.
-pub static CARDS: [&Card; 39] = [
+pub static CARDS: [&Card; 44] = [
     &memory::EVAL_NOT_NOGRAD,
     &modes::NOGRAD_NOT_EVAL,
     &modes::INFERENCE_VS_NOGRAD,
@@ -207,6 +209,12 @@ pub static CARDS: [&Card; 39] = [
     &precision::TF32,
     &layout::CUDNN_BENCHMARK,
     &cuda_graphs::CUDA_GRAPHS,
+    // A model compiled ahead of time (torch.export + AOTInductor; see `compiled`).
+    &compiled::COMPILED_FIRST_CALL,
+    &compiled::COMPILED_BATCH,
+    &compiled::shapes::COMPILED_SHAPES,
+    &compiled::outputs::COMPILED_OUTPUTS,
+    &compiled::outputs::COMPILED_SETTINGS,
     // Decoder LLMs: generation (see `generation`).
     &generation::GENERATE_NO_GRAD,
     &generation::KV_CACHE_SIZE,

@@ -1,0 +1,206 @@
+//! compiled-shapes: what a package does with a batch outside the range it was exported
+//! for (it runs it, unless its process asks it to check its inputs), and what the dynamic
+//! batch costs against a package exported for one batch.
+//!
+//! The check is read once per process, from the environment (`AOTI_RUNTIME_CHECK_INPUTS`,
+//! in the wrapper Inductor generates: `torch/_inductor/codegen/cpp_wrapper_cpu.py`), so the
+//! checked calls run in a Python process of their own on the same package; the unchecked
+//! call is this process's, handed the out-of-range batch on purpose and said so.
+
+use std::time::Duration;
+
+use protocol::{ChartKind, GradMode, ModelId, RunFailure};
+
+use super::super::kit::{fig, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
+use super::super::precision::max_rel_diff;
+use super::super::{Card, Needs, Said};
+use super::{how_compiled, package, python_or_absent};
+use crate::lab::{forward, run_python, Lab};
+use crate::torch_call::catch_torch;
+
+/// The batch both packages are timed at (the static one is exported for it alone).
+const STATIC_BATCH: u32 = 8;
+
+pub const COMPILED_SHAPES: Card = Card {
+    id: "compiled-shapes",
+    title: "A package runs a batch outside its exported range without a word, unless its process asks it to check",
+    asks: "A model exported for batches 1 to 64 and compiled ahead of time is handed a batch of 128 from C++: what happens, and what does the dynamic batch cost against a package for one batch?",
+    labels: ["a package exported with a dynamic batch, 1 to 64", "a package exported for batch 8 alone"],
+    setup: shapes_setup,
+    needs: Needs::Any,
+    claim: "An AOTInductor package checks the shapes of its inputs only when the process that runs it sets AOTI_RUNTIME_CHECK_INPUTS=1: otherwise a batch twice the largest it was exported for runs without an error. With the check on it refuses that batch, and batch 1 as well: export gives a dynamic batch a lower bound of 2. Gradless therefore checks the range itself and refuses such a batch before the call. torch.compile's just-in-time path differs: its guards compile again for a shape they do not cover.",
+    statements: &[
+        Said::run("Handed a batch twice the largest it was exported for, the package ran it here without an error.", &["outside the range, unchecked: ran"]),
+        Said::run("Its output at that batch was compared with the eager model's: the largest difference, relative to the output's largest magnitude, is reported.", &["outside the range: largest difference from eager, relative"]),
+        Said::run("With AOTI_RUNTIME_CHECK_INPUTS=1 set in the process that loads it (a Python process here), the same package refused that batch and refused batch 1, and ran batch 8.", &["checked: outside the range refused", "checked: batch 1 refused", "checked: batch 8 ran"]),
+        Said::torch("Before compilation, the exported program guards its batch range in Python: a batch outside it raises.", "test_compile.py::test_the_exported_program_in_python_guards_its_batch_range"),
+        Said::torch("torch.compile with dynamic=False compiles again for every new batch it is called with.", "test_compile.py::test_a_static_compile_recompiles_for_every_new_batch"),
+        Said::torch("By default torch.compile specialises on the first batch, compiles once more with the batch symbolic when a second batch comes, and reuses that for the batches after.", "test_compile.py::test_by_default_the_second_batch_recompiles_once_as_dynamic"),
+        Said::run("At batch 8 the dynamic package's pass is timed against a package exported for batch 8 alone: their p50s and the interval of their ratio.", &["batch 8: p50 dynamic package", "batch 8: p50 static package", "dynamic / static, 95% interval low", "dynamic / static, 95% interval high"]),
+    ],
+    source: "https://pytorch.org/docs/stable/export.html#expressing-dynamism",
+    pitfall: "batch = Dim(\"batch\", min=1, max=64)\nep = torch.export.export(model.eval(), (x,), dynamic_shapes=({0: batch},))\nrunner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))\ny = runner(torch.randn(128, *x.shape[1:]))",
+    fix: "import os\nos.environ[\"AOTI_RUNTIME_CHECK_INPUTS\"] = \"1\"   # before the first call\nrunner = torch._inductor.aoti_load_package(path)\nfor chunk in x_big.split(64):\n    y = runner(chunk)",
+    threshold: "confirmed when the package, called from this process with twice the largest batch it was exported for, runs it, and the same package in a Python process with AOTI_RUNTIME_CHECK_INPUTS=1 refuses that batch and batch 1 while it runs batch 8; refuted when the unchecked call refuses the batch, or the checked process runs it or batch 1, or refuses batch 8; inconclusive when the Python process could not answer. The output at the large batch is compared with eager's and reported; the dynamic package against the static one at batch 8 (passes alternating, one untimed of each first, 10 of each on a CPU, 30 on a GPU) is reported, not judged",
+    question: super::super::value("A package exported for batches 1 to 64 is called from C++ (AOTIModelPackageLoader) with a batch of 128, and nothing else set: does it run it?", "outside the range, unchecked: ran", "", protocol::Ask::YesNo),
+    experiment: shapes,
+};
+
+fn shapes_plan(ctx: &Ctx) -> (Setup, usize) {
+    (Setup::with_batch(ctx, ctx.model(ModelId::Resnet18), STATIC_BATCH, GradMode::NoGrad), if ctx.cuda() { 30 } else { 10 })
+}
+
+fn shapes_line(ctx: &Ctx) -> String {
+    let (setup, rounds) = shapes_plan(ctx);
+    let (_, max) = protocol::compiled_batch_range(STATIC_BATCH);
+    format!(
+        "{}, {}, a package for batches 1..={max} handed batch {}, and batch {STATIC_BATCH} against a package for it alone, {rounds} passes of each",
+        setup.model.display_name(),
+        setup.model.describe_sample(setup.size),
+        2 * max
+    )
+}
+
+fn shapes_setup(ctx: &Ctx) -> Vec<String> {
+    let (_, max) = protocol::compiled_batch_range(STATIC_BATCH);
+    vec![
+        shapes_line(ctx),
+        how_compiled(ctx),
+        format!("Called on purpose with batch {} from this process (Gradless refuses such a batch in a run), and compared with the eager model at that batch; the same package loaded in a Python process with AOTI_RUNTIME_CHECK_INPUTS=1 and called with batches {}, 1 and {STATIC_BATCH}", 2 * max, 2 * max),
+        format!("Timed: the dynamic package and one exported for batch {STATIC_BATCH} alone, alternating at batch {STATIC_BATCH} (eval(), torch.no_grad(), fp32)"),
+    ]
+}
+
+/// What the Python process reports for each batch it calls the package with.
+#[derive(serde::Deserialize)]
+struct Checked {
+    batch: u32,
+    ran: bool,
+    error: String,
+}
+
+/// Loads `package` in a Python process with the input check on and calls it once with each
+/// of `batches` (the input's other dimensions `rest`); `Err` with a reason when the process
+/// could not answer.
+fn checked_calls(python: &std::path::Path, ctx: &Ctx, package: &std::path::Path, rest: &[i64], batches: &[u32]) -> Result<Result<Vec<Checked>, String>, RunFailure> {
+    const SCRIPT: &str = r#"
+import json, sys
+import torch, torch._inductor
+path, device, rest, batches = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+runner = torch._inductor.aoti_load_package(path)
+answers = []
+with torch.no_grad():
+    for b in batches:
+        try:
+            runner(torch.zeros([b] + rest, device=device))
+            answers.append({"batch": b, "ran": True, "error": ""})
+        except Exception as e:
+            answers.append({"batch": b, "ran": False, "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:300]})
+print(json.dumps(answers))
+"#;
+    let (rest, batches) = (serde_json::to_string(rest).unwrap_or_default(), serde_json::to_string(batches).unwrap_or_default());
+    let path = package.to_string_lossy();
+    let args = ["-c", SCRIPT, &path, ctx.device.as_str(), &rest, &batches];
+    let one = std::ffi::OsStr::new("1");
+    let env = [("AOTI_RUNTIME_CHECK_INPUTS", one), ("OMP_NUM_THREADS", one), ("KINETO_LOG_LEVEL", std::ffi::OsStr::new("5"))];
+    Ok(run_python(python, &args, &env, Duration::from_secs(120), ctx.control)?.and_then(|out| {
+        let line = out.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        serde_json::from_str(line).map_err(|e| format!("its answer could not be read ({e}): `{}`", line.chars().take(200).collect::<String>()))
+    }))
+}
+
+fn shapes(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let python = match python_or_absent(lab) {
+        Ok(p) => p,
+        Err(absent) => return Ok(absent),
+    };
+    let (setup, rounds) = shapes_plan(ctx);
+    let range = protocol::compiled_batch_range(STATIC_BATCH);
+    let outside = 2 * range.1;
+    let (_, fixed) = package(lab, ctx, &setup, &python, (STATIC_BATCH, STATIC_BATCH))?;
+    let (i, dynamic) = package(lab, ctx, &setup, &python, range)?;
+    let model = lab.model(i);
+    let spec = &setup.spec;
+
+    // The out-of-range call, on purpose, against the eager model on the same input.
+    let big = Setup::with_batch(ctx, setup.model, outside, GradMode::NoGrad);
+    let x = big.input(model, ctx)?;
+    let (ran, diff, why) = match dynamic.forward(&x, spec, ctx.device) {
+        Ok(out) => {
+            let eager = forward(model, &x, spec, ctx.device)?;
+            let same_shape = out.size() == eager.size();
+            let (d, scale) = if same_shape { max_rel_diff(&out, &eager)? } else { (f64::INFINITY, 1.0) };
+            (true, if same_shape { d / scale.max(f64::MIN_POSITIVE) } else { -1.0 }, String::new())
+        }
+        Err(e) => (false, -1.0, e.message),
+    };
+    let rest: Vec<i64> = catch_torch(|| x.first().size())?.into_iter().skip(1).collect();
+    drop(x);
+
+    let asked = [outside, 1, STATIC_BATCH];
+    let checked = checked_calls(&python, ctx, &dynamic.file, &rest, &asked)?;
+
+    // The dynamic package against the static one, at the static one's batch.
+    let input = setup.input(model, ctx)?;
+    drop((dynamic.forward(&input, spec, ctx.device)?, fixed.forward(&input, spec, ctx.device)?));
+    let times = time_passes(ctx, rounds, 2, |v, _| match v {
+        0 => dynamic.forward(&input, spec, ctx.device),
+        _ => fixed.forward(&input, spec, ctx.device),
+    })?;
+    let shift = Shift::of(&times[0], &times[1]);
+
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    let mut figures = vec![
+        fig("outside the range, unchecked: ran", flag(ran), ""),
+        fig("outside the range: largest difference from eager, relative", diff.max(0.0), ""),
+        fig(&format!("batch {STATIC_BATCH}: p50 dynamic package"), shift.slow_p50, "ms"),
+        fig(&format!("batch {STATIC_BATCH}: p50 static package"), shift.fast_p50, "ms"),
+        fig("dynamic / static, 95% interval low", shift.bounds().0, "ratio"),
+        fig("dynamic / static, 95% interval high", shift.bounds().1, "ratio"),
+        fig("static package: compile", fixed.compile_ms, "ms"),
+    ];
+    let mut notes = vec![];
+    if !ran {
+        notes.push(format!("The unchecked call of batch {outside} failed: {why}"));
+    }
+    let unchecked = if ran {
+        format!("Called from this process with batch {outside}, outside 1..={}, the package ran it; its output differs from eager's by {diff:.2e} of the largest magnitude.", range.1)
+    } else {
+        format!("Called from this process with batch {outside}, the package refused it: {why}.")
+    };
+    let timing = format!("At batch {STATIC_BATCH}, dynamic / static per pass: {}.", shift.describe());
+    let decision = match checked {
+        Err(why) => {
+            notes.push(format!("The Python process with AOTI_RUNTIME_CHECK_INPUTS=1 could not answer: {why}"));
+            Decision::inconclusive(format!("{unchecked} The checked calls could not be made: {why}. {timing}"))
+        }
+        Ok(answers) => {
+            let refused = |b: u32| answers.iter().find(|a| a.batch == b).map(|a| !a.ran);
+            let (big_refused, one_refused, ours_ran) = (refused(outside), refused(1), refused(STATIC_BATCH).map(|r| !r));
+            figures.extend([
+                fig("checked: outside the range refused", flag(big_refused == Some(true)), ""),
+                fig("checked: batch 1 refused", flag(one_refused == Some(true)), ""),
+                fig(&format!("checked: batch {STATIC_BATCH} ran"), flag(ours_ran == Some(true)), ""),
+            ]);
+            for a in answers.iter().filter(|a| !a.ran) {
+                notes.push(format!("With AOTI_RUNTIME_CHECK_INPUTS=1, batch {} was refused: {}", a.batch, a.error));
+            }
+            let said = |r: Option<bool>, yes: &str, no: &str| match r {
+                Some(true) => yes.to_string(),
+                _ => no.to_string(),
+            };
+            let text = format!(
+                "{unchecked} With AOTI_RUNTIME_CHECK_INPUTS=1 in a Python process, the same package {} batch {outside}, {} batch 1 and {} batch {STATIC_BATCH}. {timing}",
+                said(big_refused, "refused", "ran"),
+                said(one_refused, "refused", "ran"),
+                said(ours_ran, "ran", "refused"),
+            );
+            let holds = ran && big_refused == Some(true) && one_refused == Some(true) && ours_ran == Some(true);
+            Decision::rule(holds, text.clone(), text)
+        }
+    };
+    Ok(Outcome::new(decision, shapes_line(ctx), ChartKind::Bar)
+        .figures(figures)
+        .series(vec![series("p50 latency (ms)", "ms", vec![format!("dynamic package, batch {STATIC_BATCH}"), format!("static package, batch {STATIC_BATCH}")], vec![shift.slow_p50, shift.fast_p50])])
+        .notes(notes))
+}
