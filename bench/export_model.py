@@ -29,14 +29,26 @@ built into Gradless (a built-in model's, or a decoder preset's: BUILT_IN_MODELS)
 before anything is written: the server would not serve the file under it, and the CLI
 would not know which of the two is meant.
 
+The sidecar also says where the module's Python definition is, `"source"`, so that the
+server can compile the model ahead of time (a run's advanced.compiled: torch.export and
+AOTInductor rebuild the module from it and fill it with NAME.pt's state_dict): for a
+torchvision model `"torchvision:NAME"`, for a Python file `"FILE.py:NAME"`, with FILE.py
+copied into --out under its own name (unless that very file is already there; a different
+file of that name is replaced, and the script says so) and the path relative to it. The
+copy is imported alone, so the file may import installed packages but not the files beside
+it. --no-source leaves the field out (and copies nothing): such a model is served, but not
+compiled.
+
 The file is loaded back with torch.jit.load and run once on the sidecar's input before
 anything is written, so a pair this writes is a pair Gradless serves.
 """
 
 import argparse
+import filecmp
 import importlib.util
 import json
 import os
+import shutil
 import sys
 
 import torch
@@ -69,6 +81,9 @@ def parse_args(argv):
     p.add_argument("--method", choices=["trace", "script"],
                    help="default: trace for torchvision, script for Python files")
     p.add_argument("--weights", help="torchvision weights name (default: random weights)")
+    p.add_argument("--no-source", dest="source_field", action="store_false",
+                   help='leave "source" out of the sidecar (and copy no Python file): the '
+                   "server then cannot compile the model ahead of time")
     return p.parse_args(argv)
 
 
@@ -136,7 +151,7 @@ def example_tensor(spec, batch, size):
 
 def build(source, weights):
     """The module and whether it came from torchvision."""
-    if source.endswith(".py") or ".py:" in source:
+    if is_python_source(source):
         path, _, attr = source.partition(":")
         spec = importlib.util.spec_from_file_location("team_model_source", path)
         if spec is None or spec.loader is None:
@@ -153,6 +168,29 @@ def build(source, weights):
     if not hasattr(torchvision.models, source):
         sys.exit(f"error: torchvision.models has no `{source}`")
     return getattr(torchvision.models, source)(weights=weights), True
+
+
+def is_python_source(source):
+    return source.endswith(".py") or ".py:" in source
+
+
+def source_field(source):
+    """The sidecar's "source" and the Python file to copy beside it (None for torchvision):
+    `FILE.py:NAME` relative to the models directory, or `torchvision:NAME`."""
+    if not is_python_source(source):
+        return f"torchvision:{source}", None
+    path, _, attr = source.partition(":")
+    return f"{os.path.basename(path)}:{attr}", path
+
+
+def copy_source(path, out):
+    """Copies the Python file `path` into `out` under its own name, unless it is there."""
+    dest = os.path.join(out, os.path.basename(path))
+    if os.path.exists(dest):
+        if os.path.samefile(path, dest) or filecmp.cmp(path, dest, shallow=False):
+            return
+        print(f"note: replacing {dest}, a different file, with {path}")
+    shutil.copyfile(path, dest)
 
 
 def parse_shape(text):
@@ -189,6 +227,9 @@ def main(argv):
         sidecar["description"] = args.description
     if args.link:
         sidecar["link"] = args.link
+    source_file = None
+    if args.source_field:
+        sidecar["source"], source_file = source_field(args.source)
 
     def example(batch):
         return tuple(example_tensor(i, batch, size) for i in inputs)
@@ -204,11 +245,14 @@ def main(argv):
     loaded = torch.jit.load(pt)
     with torch.no_grad():
         loaded(*example(2))
+    if source_file is not None:
+        copy_source(source_file, args.out)
     with open(os.path.join(args.out, f"{name}.json"), "w") as f:
         json.dump(sidecar, f, indent=2, ensure_ascii=False)
         f.write("\n")
     params = sum(p.numel() for p in loaded.parameters())
-    print(f"wrote {pt} and {name}.json ({method}, {params:,} parameters)")
+    source = f", source {sidecar['source']}" if "source" in sidecar else ""
+    print(f"wrote {pt} and {name}.json ({method}, {params:,} parameters{source})")
 
 
 if __name__ == "__main__":

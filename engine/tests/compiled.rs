@@ -5,7 +5,7 @@
 //! cache. The same package run from Python (`torch._inductor.aoti_load_package`) gives the
 //! same bits as Gradless's call on the same input: the peer. Needs a Python with torch:
 //! `GRADLESS_PYTHON` (scripts/test.sh points it at the venv). A small MLP keeps the compile
-//! to tens of seconds on a 2-core CPU.
+//! to tens of seconds on a 2-core CPU; the compiled-model cards run on the same package.
 
 use engine::{LabConfig, Worker, WorkerConfig};
 use protocol::{GradMode, ModelId, RunSpec};
@@ -17,7 +17,9 @@ fn spec(batch: u32) -> RunSpec {
         eval: true,
         grad: GradMode::NoGrad,
         threads: Some(1),
-        input_size: Some(64),
+        // The Tiny MLP's default width (512): the cards below compile the same package, and
+        // scripts/test.sh's peer benchmark runs it too, so one compile serves all three.
+        input_size: None,
         warmup: 2,
         iters: 12,
         device: protocol::DeviceChoice::Cpu,
@@ -61,14 +63,14 @@ fn a_compiled_model_runs_its_package_beside_the_eager_model() {
     // same bits as Gradless's call.
     let path = engine::lab::compiled_cache_dir().join(&c.package);
     let package = engine::torch_ext::AotiPackage::load(&path).unwrap();
-    let x = (tch::Tensor::arange(8 * 64, (tch::Kind::Double, tch::Device::Cpu)) * 0.001).sin().to_kind(tch::Kind::Float).view([8, 64]);
+    let x = (tch::Tensor::arange(8 * 512, (tch::Kind::Double, tch::Device::Cpu)) * 0.001).sin().to_kind(tch::Kind::Float).view([8, 512]);
     let ours = {
         let _g = tch::no_grad_guard();
         package.run(&[&x]).unwrap().remove(0)
     };
     let ours: Vec<f32> = Vec::try_from(ours.flatten(0, -1)).unwrap();
     let script = format!(
-        "import torch, torch._inductor\ntorch.set_num_threads(1)\nm = torch._inductor.aoti_load_package({:?})\nx = torch.sin(torch.arange(8 * 64, dtype=torch.float64) * 0.001).float().view(8, 64)\nwith torch.no_grad():\n    y = m(x)\nprint(y.contiguous().numpy().tobytes().hex())\n",
+        "import torch, torch._inductor\ntorch.set_num_threads(1)\nm = torch._inductor.aoti_load_package({:?})\nx = torch.sin(torch.arange(8 * 512, dtype=torch.float64) * 0.001).float().view(8, 512)\nwith torch.no_grad():\n    y = m(x)\nprint(y.contiguous().numpy().tobytes().hex())\n",
         path.to_string_lossy()
     );
     let out = std::process::Command::new(&python).args(["-c", &script]).output().unwrap();

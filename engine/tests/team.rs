@@ -366,3 +366,36 @@ fn a_model_larger_than_the_memory_limit_is_refused_at_load() {
     );
     assert!(limited.models.iter().any(|m| m.name == "drop_batch"));
 }
+
+/// A team model whose sidecar names its Python definition (`source`, which
+/// bench/export_model.py writes) compiles ahead of time like a built-in model: built from its
+/// source, filled with its TorchScript file's weights, exported with its batch dynamic on
+/// every input, and its package's output matches the TorchScript module's (the eager model
+/// of the run). Two inputs, integer token ids and a mask, travel to the package as they do
+/// to the module. A team model without a source is refused naming the field.
+#[test]
+fn a_team_model_with_its_source_compiles_and_matches_its_torchscript() {
+    let (dir, _) = loaded();
+    let sidecar: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("token_mask.json")).unwrap()).unwrap();
+    assert_eq!(sidecar["source"], "team_nets.py:TokenMask", "the exporter writes the source beside the module");
+    assert!(dir.join("team_nets.py").is_file(), "... and copies the file into the models directory");
+    let config = WorkerConfig { lab: engine::LabConfig { python: Some(python().into()), threads: 1, ..Default::default() }, ..Default::default() };
+    let w = Worker::start(config).unwrap();
+    let mut s = spec("token_mask", 4, true, GradMode::NoGrad);
+    s.advanced.compiled = true;
+    s.threads = Some(1);
+    let r = measure(&w, s);
+    let c = r.compiled.expect("a compiled run reports its compile");
+    eprintln!(
+        "token_mask compiled: p50 {:.4} ms against the TorchScript module's {:.4} ms; export {:.0} ms, compile {:.0} ms; max |Δ| {:.2e}",
+        r.latency_ms.p50, c.eager_p50_ms, c.export_ms, c.compile_ms, c.max_abs_diff
+    );
+    assert!(c.max_abs_diff < 1e-4, "the package against the TorchScript module: {}", c.max_abs_diff);
+    assert!(c.export_ms > 0.0 && c.compile_ms > 0.0 && (c.batch_min..=c.batch_max).contains(&4));
+    // The exporter left picky's source out (--no-source): nothing to export it from.
+    let mut picky = spec("picky", 2, true, GradMode::NoGrad);
+    picky.advanced.compiled = true;
+    let e = w.check(picky).unwrap_err();
+    assert_eq!(e.field, "advanced.compiled");
+    assert!(e.message.contains("source"), "{}", e.message);
+}

@@ -75,6 +75,10 @@ pub enum Event {
         baseline_bytes: u64,
         memory_source: MemorySource,
         total: u32,
+        /// A generation asked for quality: what that measurement will score after the
+        /// steps (its time follows from the prefill rate the first step measures).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quality: Option<QualityPlan>,
     },
     Warmup {
         sample: Sample,

@@ -62,7 +62,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     let team = spec.model.team();
     let many = team.as_ref().is_some_and(|m| m.sidecar.inputs.len() > 1);
     let floating = !spec.model.is_decoder()
-        && team.is_none_or(|m| m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point()));
+        && team.as_ref().is_none_or(|m| m.sidecar.inputs.iter().any(|i| i.dtype.is_floating_point()));
     let on_host = adv.input_source != InputSource::Device;
     let x = if on_host { "x_host" } else { "x" };
     let input = if on_host {
@@ -115,9 +115,34 @@ pub fn python_snippet(spec: &RunSpec) -> String {
     }
     if adv.compiled {
         // As Gradless compiles it: exported with a dynamic batch dimension, compiled by
-        // AOTInductor into a package, the package loaded in place of the module.
+        // AOTInductor into a package, the package loaded in place of the module. A team
+        // model is exported from its Python definition (the sidecar's source), filled with
+        // the TorchScript file's weights: torch.export cannot trace TorchScript.
+        let mut args = "(x,)".to_string();
+        let mut dynamic = "({0: batch},)".to_string();
+        if let Some(m) = &team {
+            out.push_str("\n# torch.export traces Python, not TorchScript: the module's definition (its sidecar's source), with the TorchScript file's weights\n");
+            match m.sidecar.source.as_deref().map(crate::team::module_source) {
+                Some(Ok(crate::team::ModuleSource::Torchvision(name))) => out.push_str(&format!("import torchvision\neager = torchvision.models.{name}()\n")),
+                Some(Ok(crate::team::ModuleSource::File { file, name })) => out.push_str(&format!(
+                    "import importlib.util\nspec = importlib.util.spec_from_file_location(\"team_source\", {file:?})\nsource = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(source)\neager = source.{name}()\n"
+                )),
+                _ => out.push_str("eager = ...  # the sidecar names no source: the module's Python definition goes here\n"),
+            }
+            out.push_str("eager.load_state_dict(model.state_dict())\nmodel = eager.eval().to(device)\n");
+            let axes: Vec<String> = m
+                .sidecar
+                .inputs
+                .iter()
+                .map(|i| format!("{{{}: batch}}", i.shape.iter().position(|d| *d == crate::team::Dim::Named(crate::team::DimName::Batch)).unwrap_or(0)))
+                .collect();
+            if many {
+                args = "x".to_string();
+            }
+            dynamic = format!("({},)", axes.join(", "));
+        }
         out.push_str(&format!(
-            "\n# compiled ahead of time (AOTInductor), as Gradless does: once, then every call runs the package\ntorch.set_num_threads({})  # Inductor writes the thread count into its CPU kernels\nbatch = torch.export.Dim(\"batch\", min={}, max={})\nep = torch.export.export(model, (x,), dynamic_shapes=({{0: batch}},))\ntorch._inductor.aoti_compile_and_package(ep, package_path=\"model.pt2\")\nmodel = torch._inductor.aoti_load_package(\"model.pt2\")  # checks none of its inputs: keep batches in range\n",
+            "\n# compiled ahead of time (AOTInductor), as Gradless does: once, then every call runs the package\ntorch.set_num_threads({})  # Inductor writes the thread count into its CPU kernels\nbatch = torch.export.Dim(\"batch\", min={}, max={})\nep = torch.export.export(model, {args}, dynamic_shapes={dynamic})\ntorch._inductor.aoti_compile_and_package(ep, package_path=\"model.pt2\")\nmodel = torch._inductor.aoti_load_package(\"model.pt2\")  # checks none of its inputs: keep batches in range\n",
             spec.threads.unwrap_or(1),
             crate::compiled_batch_range(spec.batch).0,
             crate::compiled_batch_range(spec.batch).1

@@ -35,6 +35,41 @@ pub struct Sidecar {
     /// `input_size`. Required when a shape uses `"size"`, refused when none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<SizeSpec>,
+    /// Where the module's Python definition is, so the server can compile it ahead of time
+    /// (`advanced.compiled`): `FILE.py:NAME`, the file relative to the models directory
+    /// (NAME a class, or a function returning the module, called with no arguments), or
+    /// `torchvision:NAME`. The weights come from the TorchScript file's `state_dict`.
+    /// `bench/export_model.py` writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// A sidecar's `source`, read: a Python file in the models directory and the name in it,
+/// or a torchvision model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModuleSource<'a> {
+    File { file: &'a str, name: &'a str },
+    Torchvision(&'a str),
+}
+
+/// Reads a sidecar's `source` (see [`Sidecar::source`]): a file stays inside the models
+/// directory (relative, no `..`), and names are Python identifiers.
+pub fn module_source(source: &str) -> Result<ModuleSource<'_>, String> {
+    let identifier = |n: &str| !n.is_empty() && !n.starts_with(|c: char| c.is_ascii_digit()) && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let (file, name) = source
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`source` is `{source}`: it needs FILE.py:NAME or torchvision:NAME"))?;
+    if !identifier(name) {
+        return Err(format!("`source` names `{name}`, which is not a Python identifier"));
+    }
+    if file == "torchvision" {
+        return Ok(ModuleSource::Torchvision(name));
+    }
+    let inside = !file.starts_with('/') && !file.split(['/', '\\']).any(|part| part == ".." || part.is_empty());
+    if !file.ends_with(".py") || !inside {
+        return Err(format!("`source` file `{file}` must be a .py file inside the models directory (a relative path without `..`)"));
+    }
+    Ok(ModuleSource::File { file, name })
 }
 
 /// One positional input of the forward pass. Its values: random normal for a floating-point
@@ -263,6 +298,9 @@ impl Sidecar {
                     return Err(format!("inputs {j} and {i} are both named `{n}`"));
                 }
             }
+        }
+        if let Some(source) = &self.source {
+            module_source(source)?;
         }
         match (&self.size, uses_size) {
             (None, true) => Err(

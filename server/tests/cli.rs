@@ -146,7 +146,7 @@ fn every_card_in_one_process() {
     assert!(o.status.success() && lines.len() == 1, "{lines:?}");
     for (args, says) in [
         (&["pitfall", "all", "--only", "gqa,nope"][..], "--only: unknown pitfall `nope`"),
-        (&["pitfall", "all", "--batch", "4"][..], "--model, --batch and --predict apply to one card"),
+        (&["pitfall", "all", "--batch", "4"][..], "--model and --batch apply to one card (`gradless pitfall ID --model ...`) or to the cards --only names"),
     ] {
         let o = gradless(args);
         assert!(!o.status.success(), "{args:?}");

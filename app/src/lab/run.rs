@@ -61,6 +61,7 @@ impl Runs {
                 .as_ref()
                 .map(|g| g.steps.clone())
                 .unwrap_or_default(),
+            quality: None,
             report: Some(report),
         });
         self.current_id.set(id);

@@ -50,13 +50,15 @@ impl Compiled {
     pub fn forward(&self, input: &crate::input::Input, spec: &RunSpec, device: DeviceKind) -> Result<tch::Tensor, RunFailure> {
         let _regions = super::forward::enter_regions(spec, device)?;
         let placed = super::place_input(input, &spec.advanced, device)?;
-        self.call(placed.first())
+        self.call_all(placed.tensors())
     }
 
-    /// One call of the package on `x`, under whatever mode the caller has entered; no check
-    /// of `x`'s shape against the exported range (the package makes none either).
-    pub fn call(&self, x: &tch::Tensor) -> Result<tch::Tensor, RunFailure> {
-        let out = self.package.run(&[x]).map_err(crate::torch_call::torch_failure)?;
+    /// One call of the package with every positional input (a team model's may be
+    /// several), under whatever mode the caller has entered; no check of the shapes against
+    /// the exported range (the package makes none either).
+    pub fn call_all(&self, xs: &[tch::Tensor]) -> Result<tch::Tensor, RunFailure> {
+        let refs: Vec<&tch::Tensor> = xs.iter().collect();
+        let out = self.package.run(&refs).map_err(crate::torch_call::torch_failure)?;
         out.into_iter().next().ok_or_else(|| failure(FailureKind::Internal, "the compiled package returned no tensor"))
     }
 }
@@ -120,6 +122,12 @@ pub(crate) fn prepare(job: &Job, python: Option<&Path>, control: &RunControl) ->
     })?;
     let dir = cache_dir();
     std::fs::create_dir_all(&dir).map_err(|e| failure(FailureKind::Internal, format!("{}: {e}", dir.display())))?;
+    // A team model's weights are its TorchScript file's, as served.
+    if let protocol::ModelId::Team(name) = job.spec.model {
+        let file = crate::models::scripted::file_of(name.as_str())
+            .ok_or_else(|| invalid(format!("advanced.compiled: {} is not a team model this process loaded", job.spec.model)))?;
+        return prepare_with(job, python, control, &dir, &file);
+    }
     // The run's weights, as the package will hold them.
     let stamp = format!("{}-{:?}", std::process::id(), std::time::SystemTime::now());
     let weights = dir.join(format!("weights-{:x}.safetensors", Sha256::digest(stamp.as_bytes())));
@@ -146,6 +154,11 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
         hex(&Sha256::digest(&bytes)),
     );
     drop(bytes);
+    // A team model's package also depends on its Python definition.
+    let key_text = match team_source(job, weights)? {
+        Some(t) => format!("{key_text}|source {}|{}|inputs {}", t.source, hex(&Sha256::digest(&t.bytes)), t.inputs),
+        None => key_text,
+    };
     let key = &hex(&Sha256::digest(key_text.as_bytes()))[..20];
     let file = dir.join(format!("{}-{key}.pt2", spec.model.as_str().replace('/', "_")));
     let meta = file.with_extension("json");
@@ -176,6 +189,32 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
     })
 }
 
+/// A team model's source, as the compile script takes it: the Python file resolved beside
+/// its TorchScript file (or `torchvision:NAME`), and the sidecar's inputs as JSON.
+struct TeamSource {
+    source: String,
+    inputs: String,
+    /// The source file's bytes (empty for torchvision), for the cache key.
+    bytes: Vec<u8>,
+}
+
+fn team_source(job: &Job, weights: &Path) -> Result<Option<TeamSource>, RunFailure> {
+    let protocol::ModelId::Team(name) = job.spec.model else { return Ok(None) };
+    let invalid = |m: String| failure(FailureKind::Invalid, m);
+    let model = protocol::team::lookup(name.as_str()).ok_or_else(|| invalid(format!("advanced.compiled: {name} is not served here")))?;
+    let source = model.sidecar.source.as_deref().ok_or_else(|| invalid(format!("advanced.compiled: {name}'s sidecar names no `source`")))?;
+    let inputs = serde_json::to_string(&model.sidecar.inputs).map_err(|e| failure(FailureKind::Internal, e.to_string()))?;
+    match protocol::team::module_source(source).map_err(|e| invalid(format!("advanced.compiled: {name}.json: {e}")))? {
+        protocol::team::ModuleSource::Torchvision(_) => Ok(Some(TeamSource { source: source.to_string(), inputs, bytes: vec![] })),
+        protocol::team::ModuleSource::File { file, name: item } => {
+            let dir = weights.parent().unwrap_or(Path::new("."));
+            let path = dir.join(file);
+            let bytes = std::fs::read(&path).map_err(|e| invalid(format!("advanced.compiled: {name}.json's source {}: {e}", path.display())))?;
+            Ok(Some(TeamSource { source: format!("{}:{item}", path.to_string_lossy()), inputs, bytes }))
+        }
+    }
+}
+
 fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights: &Path) -> Result<Built, RunFailure> {
     let (spec, model, (batch_min, batch_max)) = (job.spec, job.model, job.batches);
     let limit = match control.time_left() {
@@ -187,11 +226,18 @@ fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights:
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let (peer, weights_arg, out) = (s(&peer), s(weights), s(&partial));
     let (input, bmin, bmax, t) = (spec.resolved_input_size().to_string(), batch_min.to_string(), batch_max.to_string(), job.threads.to_string());
-    let args = [
-        "-c", SCRIPT, "--peer", &peer, "--model", model.id.as_str(), "--input-size", &input, "--weights", &weights_arg,
-        "--batch-min", &bmin, "--batch-max", &bmax, "--threads", &t, "--device", job.device.as_str(), "--dtype", "fp32", "--out", &out,
-        "--eval",
+    let common = [
+        "--input-size", &input, "--batch-min", &bmin, "--batch-max", &bmax, "--threads", &t, "--device", job.device.as_str(), "--dtype", "fp32",
+        "--out", &out, "--eval",
     ];
+    let team = team_source(job, weights)?;
+    let mut args: Vec<&str> = vec!["-c", SCRIPT];
+    match &team {
+        // A team model: built from its sidecar's source, filled from its TorchScript file.
+        Some(t) => args.extend(["--team-source", &t.source, "--team-name", spec.model.as_str(), "--team-weights", &weights_arg, "--team-inputs", &t.inputs]),
+        None => args.extend(["--peer", &peer, "--model", model.id.as_str(), "--weights", &weights_arg]),
+    }
+    args.extend(common);
     let inductor = cache_dir().join("inductor");
     let start = Instant::now();
     let outcome = super::run_python(python, &args, &[("TORCHINDUCTOR_CACHE_DIR", inductor.as_os_str())], limit, control)?;

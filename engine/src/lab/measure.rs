@@ -195,6 +195,7 @@ impl Lab {
             baseline_bytes: baseline,
             memory_source: meter.source(),
             total: checked.warmup() + checked.iters(),
+            quality: None,
         });
 
         // On CUDA the budget is checked after each pass (the CPU's is checked at every

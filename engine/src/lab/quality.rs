@@ -184,16 +184,10 @@ pub fn unigram_bits_per_byte(counts: &[u64], data: &[u8]) -> f64 {
 }
 
 impl Lab {
-    /// The quality block for a run of `spec` on `device` (its model must be a trained one):
-    /// every setting of the table, or only those whose quantization `only` lists (a card's
-    /// two rows).
-    pub(crate) fn quality(
-        &mut self,
-        spec: &RunSpec,
-        device: DeviceKind,
-        control: &RunControl,
-        only: Option<&[LinearQuant]>,
-    ) -> Result<Quality, RunFailure> {
+    /// The text a quality measurement of `spec`'s model scores, and its units: (the model,
+    /// the text, its ids, the id that starts each chunk, whether a tokenizer made them).
+    #[allow(clippy::type_complexity)]
+    fn quality_text(&self, spec: &RunSpec) -> Result<(std::sync::Arc<protocol::decoder::DecoderModel>, HeldOut, Vec<i64>, i64, bool), RunFailure> {
         let model = spec
             .model
             .decoder()
@@ -222,6 +216,34 @@ impl Lab {
             }
             _ => return Err(failure(FailureKind::Invalid, format!("{} reads no text to measure quality on", spec.model))),
         };
+        Ok((model, held, ids, prefix, tokenized))
+    }
+
+    /// What the quality measurement of a run of `spec` on `device` will score, said before
+    /// it runs: its settings (those that apply to the model) and the text's units.
+    pub(crate) fn quality_plan(&self, spec: &RunSpec, device: DeviceKind) -> Result<protocol::QualityPlan, RunFailure> {
+        let (model, held, ids, _, _) = self.quality_text(spec)?;
+        let settings = measured_rows(device, None)
+            .into_iter()
+            .filter(|s| {
+                let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
+                protocol::check_quant(s.quant.weights, group, &model.config).is_ok()
+            })
+            .count() as u32;
+        Ok(protocol::QualityPlan { settings, tokens: ids.len() as u64, text: held.about.clone(), text_bytes: held.bytes.len() as u64 })
+    }
+
+    /// The quality block for a run of `spec` on `device` (its model must be a trained one):
+    /// every setting of the table, or only those whose quantization `only` lists (a card's
+    /// two rows).
+    pub(crate) fn quality(
+        &mut self,
+        spec: &RunSpec,
+        device: DeviceKind,
+        control: &RunControl,
+        only: Option<&[LinearQuant]>,
+    ) -> Result<Quality, RunFailure> {
+        let (model, held, ids, prefix, tokenized) = self.quality_text(spec)?;
         // Chunks of the model's context (at most 1,024 units), each fed as the prefix + the
         // chunk but its last unit, every unit scored once; the last chunk may be shorter.
         let context = (model.config.max_position_embeddings as i64).min(1024);

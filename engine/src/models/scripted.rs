@@ -23,6 +23,11 @@ use crate::trace::Probe;
 /// `crate::team::load_dir`, read whenever a run builds one of them.
 static FILES: RwLock<Option<HashMap<String, PathBuf>>> = RwLock::new(None);
 
+/// The TorchScript file this process serves as the team model `name`.
+pub(crate) fn file_of(name: &str) -> Option<PathBuf> {
+    FILES.read().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|f| f.get(name).cloned())
+}
+
 /// Serves the team models in `files` (name to path) from now on.
 pub(crate) fn register(files: HashMap<String, PathBuf>) {
     *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);

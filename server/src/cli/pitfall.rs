@@ -122,10 +122,13 @@ struct CardOutcome {
 ///
 /// `--json` prints one JSON array at the end; `--jsonl` prints each card's outcome as one
 /// line the moment it is known, so a caller that stops the command (a time limit) keeps
-/// every card that finished. `--only a,b` runs those cards.
+/// every card that finished. `--only a,b` runs those cards (with `--model`/`--batch`, all
+/// of them on that model or batch).
 pub fn pitfall_all(worker: &Worker, args: &PitfallArgs) -> Result<()> {
-    if args.model.is_some() || args.batch.is_some() || args.predict.is_some() {
-        bail!("`pitfall all` runs every card with its own model and batch, and asks no question: --model, --batch and --predict apply to one card (`gradless pitfall ID --model ...`)");
+    // A model or batch for every card only where the cards are named: the whole catalogue
+    // mixes forward models and decoders.
+    if args.predict.is_some() || (args.only.is_none() && (args.model.is_some() || args.batch.is_some())) {
+        bail!("`pitfall all` runs every card with its own model and batch, and asks no question: --model and --batch apply to one card (`gradless pitfall ID --model ...`) or to the cards --only names, --predict to one card");
     }
     let catalogue: Vec<String> = engine::pitfalls::ids();
     let ids: Vec<String> = match &args.only {

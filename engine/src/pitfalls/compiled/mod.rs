@@ -30,9 +30,14 @@ use crate::lab::{forward, Lab};
 use crate::torch_call::{failure, synchronize, torch_failure};
 
 /// The models a package can be compiled from: the built-in forward models, whose PyTorch
-/// definitions the compile script has.
+/// definitions the compile script has, and team models whose sidecar names theirs.
 fn compilable(model: ModelId) -> bool {
-    matches!(model, ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer)
+    match model {
+        ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer => true,
+        // A team model whose sidecar names its Python definition.
+        ModelId::Team(name) => protocol::team::lookup(name.as_str()).is_some_and(|m| m.sidecar.source.is_some()),
+        ModelId::Decoder(_) => false,
+    }
 }
 
 /// This server's Python, or the outcome that says a card cannot compile here.
@@ -53,7 +58,7 @@ fn check_model(model: ModelId) -> Result<(), RunFailure> {
     }
     Err(failure(
         FailureKind::Invalid,
-        format!("{model}: the compiled-model cards compile a built-in forward model (tiny_mlp, resnet18, resnet50, mobilenet_v2, transformer)"),
+        format!("{model}: the compiled-model cards compile a built-in forward model (tiny_mlp, resnet18, resnet50, mobilenet_v2, transformer) or a team model whose sidecar names its `source`"),
     ))
 }
 

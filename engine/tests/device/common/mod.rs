@@ -220,7 +220,7 @@ macro_rules! per_device {
     };
     // The list form, for bodies that are functions of their own: the tests are named
     // `cpu::NAME` and `cuda::NAME`. The pitfall cards use it: their CUDA halves take
-    // minutes, so scripts/gpu-check.sh's cuda-tests step skips `pitfalls::cuda::`; its
+    // minutes, so scripts/gpu-check/cuda-tests.sh (the GPU check's cuda-tests step) skips `pitfalls::cuda::`; its
     // pitfalls step runs the CUDA cards by id through `gradless pitfall all --only`, and of
     // these tests `pitfalls::cuda::a_card_answers_the_same_wherever_it_sits_in_the_tour`.
     ($($name:ident),+ $(,)?) => {

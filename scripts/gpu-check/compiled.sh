@@ -1,0 +1,126 @@
+# The GPU check's compiled step (sourced by scripts/gpu-check.sh; run under `step`, see there).
+
+# A forward model compiled ahead of time (`--compiled`: torch.export, then AOTInductor in the
+# venv's Python, the package run from libtorch), in three parts, each under its own share of
+# the step so that the figures are always written:
+#   1. tiny_mlp compiled and measured (`gradless measure --compiled --batch 8 --eval --grad
+#      no_grad`): export, Inductor + build and load times, the compiled pass's p50 beside the
+#      eager pass's, the largest difference, the package's size. GRADLESS_CACHE points at a
+#      scratch folder of this visit (under $BIN), so the package, Inductor's cache
+#      ($GRADLESS_CACHE/aoti/inductor) and Triton's are empty: the compile is a real one on
+#      this host (a package from a cache is a failure: its times would not be this host's).
+#   2. on a GPU only: torch.compile(mode="reduce-overhead") in the venv's Python, on a small
+#      Linear/ReLU stack under no_grad: CUDA graph trees serve the outputs from the graphs'
+#      memory, which the next call takes back. Read in torch/_inductor/cudagraph_trees.py
+#      (v2.11.0): a call that starts a new generation (every call of a compiled function in
+#      inference) ends the warm-up or recording run before it and frees that run's outputs,
+#      whose storages then raise "Error: accessing tensor output of CUDAGraphs that has been
+#      overwritten by a subsequent run" (dealloc_current_path_weakrefs, format_dealloc_msg);
+#      once replaying, each replay hands back the same cached output tensors
+#      (reconstruct_outputs), so an output kept from one call silently holds the next call's
+#      values. Either way a clone taken before the next call keeps its own. The check sees
+#      both, and the seconds of the first call (compile and warm-up). On the CPU it is
+#      recorded as skipped: CUDA graphs need a GPU.
+#   3. the compiled-model cards by id, on tiny_mlp, in one process (like the pitfalls step):
+#      each must report (any verdict, not_applicable included: a finding, not a failure).
+# The venv's Python compiles (GRADLESS_PYTHON: the binary's default is a venv under
+# GRADLESS_CACHE or HOME, not TORCH_VENV) from the bundle's bench/peer.py
+# (GRADLESS_BENCH_DIR). It needs a C++ compiler (AOTInductor's wrapper and CPU kernels), on
+# a GPU a C compiler and Python.h (Triton's launcher), and safetensors (the compile script
+# reads the weights with it; PyTorch does not depend on it, so the bundle carries a copy,
+# used only where the host's Python has none): checked first, each with its own reason. On
+# a GPU AOTInductor's CUDA build also needs a CUDA_HOME with crt/ among its headers and
+# libcuda.so where the linker looks (torch.utils.cpp_extension, torch/_inductor/
+# cpp_builder.py): where the host lacks one, the step works round it (torch's own
+# nvidia/cu13 as CUDA_HOME, the bundle's crt/ on CPLUS_INCLUDE_PATH, a link to the driver's
+# libcuda.so.1 on LIBRARY_PATH) and says so in its detail: a Gradless server compiling on
+# that host would need the same.
+COMPILED_CARDS="compiled-first-call,compiled-batch,compiled-shapes,compiled-outputs,compiled-settings"
+compiled_check() {
+  local work="$BIN/compiled" mrc=- rrc=- crc=- share
+  local report="$OUT/compiled-measure.json" ro="$OUT/compiled-reduce-overhead.json" cards="$OUT/compiled-cards.jsonl"
+  local tool="$OUT/compiled-toolchain.json"
+  rm -rf "$work" "$report" "$ro" "$cards" "$tool" "$OUT"/compiled-*.err
+  mkdir -p "$work/cache"
+  export GRADLESS_CACHE="$work/cache" TRITON_CACHE_DIR="$work/cache/triton"
+  export GRADLESS_PYTHON="$PY" GRADLESS_BENCH_DIR="$HERE/bench"
+  if [ "$MODE" = dry ]; then
+    # Made-up answers in the binary's shapes: the figures and the failure rules are exercised.
+    echo '{"dry_run": true, "problems": []}' >"$tool"
+    "$JSONPY" -c 'import json; print(json.dumps({"env": {"device_name": "dry"}, "latency_ms": {"p50": 0.03},
+      "compiled": {"package": "tiny_mlp-0.pt2", "package_bytes": 1, "cached": False, "export_ms": 1.0, "compile_ms": 2.0,
+                   "subprocess_ms": 3.0, "load_ms": 0.1, "batch_min": 1, "batch_max": 64, "eager_p50_ms": 0.05,
+                   "eager_iters": 20, "eager_peak_above_baseline_bytes": 0, "max_abs_diff": 0.0, "bitwise_equal": True,
+                   "break_even_passes": 100.0, "torch_version": "dry", "threads": 1}}))' >"$report"
+    mrc=0
+    for id in ${COMPILED_CARDS//,/ }; do
+      echo "{\"id\": \"$id\", \"seconds\": 0.1, \"report\": {\"verdict\": \"not_applicable\", \"reason\": \"dry\"}}"
+    done >"$cards"
+    crc=0
+  else
+    # safetensors: the host's, else the bundle's copy.
+    if ! "$PY" -c 'import safetensors' 2>/dev/null && [ -d "$HERE/pylib/safetensors" ]; then
+      export PYTHONPATH="$HERE/pylib${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    "$PY" "$PARTS/compiled_toolchain.py" "$MODE" "$HERE" "$work" >"$tool" 2>"$OUT/compiled-toolchain.err"
+    local toolchain_rc=$?
+    # What the toolchain check set for this step (CUDA_HOME, CPLUS_INCLUDE_PATH, LIBRARY_PATH).
+    while IFS= read -r kv; do [ -n "$kv" ] && export "$kv"; done < <("$JSONPY" -c 'import json,sys
+for k, v in (json.load(open(sys.argv[1])).get("env") or {}).items(): print(f"{k}={v}")' "$tool" 2>/dev/null)
+    if [ $toolchain_rc -eq 0 ]; then
+      # 1. tiny_mlp, compiled and measured: two fifths of the step at most.
+      share=$(($(left) * 2 / 5)); [ "$share" -ge 1 ] || share=1
+      timeout --kill-after=2 "$share" "$GRADLESS" measure --model tiny_mlp --compiled --batch 8 --eval --grad no_grad \
+        --device "$DEVICE" --threads 1 --json >"$report" 2>"$OUT/compiled-measure.err"
+      mrc=$?
+      compiled_summary "$report" "$mrc" "$ro" "$rrc" "$cards" "$crc" >"$OUT/compiled.partial.json" 2>/dev/null
+      # 2. reduce-overhead's outputs in CUDA graph memory: a minute at most, and never more
+      # than leaves the cards 20 s.
+      if [ "$MODE" = gpu ]; then
+        share=$(($(left) - 20)); [ "$share" -le 60 ] || share=60; [ "$share" -ge 1 ] || share=1
+        # (reduce_overhead.py is read from stdin, as its heredoc was: it has no __main__ guard,
+        # and a compile worker started with TORCHINDUCTOR_WORKER_START=spawn re-runs a main
+        # script that is a file.)
+        TORCHINDUCTOR_CACHE_DIR="$work/cache/reduce-overhead" TRITON_CACHE_DIR="$work/cache/reduce-overhead/triton" \
+          timeout --kill-after=2 "$share" "$PY" - "$ro" <"$PARTS/reduce_overhead.py" 2>"$OUT/compiled-reduce-overhead.err" >/dev/null
+        rrc=$?
+        compiled_summary "$report" "$mrc" "$ro" "$rrc" "$cards" "$crc" >"$OUT/compiled.partial.json" 2>/dev/null
+      fi
+      # 3. The cards, in what is left (less a margin for the figures). `pitfall all` that
+      # refuses --model (it took none before these cards) is met by one process per card.
+      share=$(($(left) - 4)); [ "$share" -ge 1 ] || share=1
+      timeout --kill-after=2 "$share" "$GRADLESS" pitfall all --only "$COMPILED_CARDS" --model tiny_mlp \
+        --device "$DEVICE" --jsonl >"$cards" 2>"$OUT/compiled-cards.err"
+      crc=$?
+      if [ $crc -ne 0 ] && [ ! -s "$cards" ] && grep -q -- "--model" "$OUT/compiled-cards.err"; then
+        echo "(pitfall all refused --model: one process per card)" >>"$OUT/compiled-cards.err"
+        crc=0
+        for id in ${COMPILED_CARDS//,/ }; do
+          share=$(($(left) - 4))
+          if [ "$share" -lt 2 ]; then crc=124; break; fi
+          local t0 r
+          t0=$(date +%s.%N)
+          timeout --kill-after=2 "$share" "$GRADLESS" pitfall "$id" --model tiny_mlp --device "$DEVICE" --json \
+            >"$work/card.json" 2>"$work/card.err"
+          r=$?
+          "$JSONPY" "$PARTS/compiled_card.py" "$id" "$t0" "$r" "$work/card.json" "$work/card.err" >>"$cards"
+          cat "$work/card.err" >>"$OUT/compiled-cards.err"
+          if [ $r -eq 124 ] || [ $r -eq 137 ]; then crc=$r; break; fi
+          [ $r -eq 0 ] || crc=$r
+        done
+      fi
+    fi
+  fi
+  compiled_summary "$report" "$mrc" "$ro" "$rrc" "$cards" "$crc" 2>"$OUT/compiled.reason"
+  local rc=$?
+  [ "$MODE" = gpu ] || echo "the reduce-overhead check did not run: CUDA graphs need a GPU" >>"$OUT/compiled.reason"
+  return $rc
+}
+
+# compiled_summary REPORT MEASURE_RC RO_JSON RO_RC CARDS_JSONL CARDS_RC: the compiled step's
+# figures ("-": that part has not run); exits 1 on a problem, each written to stderr.
+compiled_summary() {
+  "$JSONPY" "$PARTS/compiled_summary.py" "$@" "$COMPILED_CARDS" "$MODE" "$OUT"
+}
+export -f compiled_summary
+export COMPILED_CARDS
