@@ -316,7 +316,7 @@ pub fn GeneratePage() -> impl IntoView {
                     } />
                 <span class="control-name">"Measure quality on held-out text"</span>
                 <span class="explain">{match byte_level {
-                    true => "After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. About two minutes on one thread of a 2-core CPU; each row says how long it took.".to_string(),
+                    true => "After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. Its time is shown as the run starts, from the prefill's measured rate; each row says how long it took.".to_string(),
                     false => format!("After the run: bits per byte and perplexity on the server's quality text (--quality-text; else 64 KiB of PyTorch source), as its tokenizer encodes it, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9: one pass over the text per setting through {:.1} M parameters. Its time is shown as the run starts, from the prefill's measured rate; each row says how long it took.", decoder.config.parameters() as f64 / 1e6),
                 }}</span>
             </label>

@@ -103,12 +103,12 @@ fn how_compiled(ctx: &Ctx) -> String {
 
 pub const COMPILED_FIRST_CALL: Card = Card {
     id: "compiled-first-call",
-    title: "Compiling costs the first call thousands of passes, paid once per shape range",
+    title: "Compiling costs the first call hundreds of passes or more, paid once per shape range",
     asks: "What does the first call of a model compiled ahead of time wait for, against one eager pass?",
     labels: ["the eager model, called", "the model exported, compiled ahead of time, loaded, then called"],
     setup: first_call_setup,
     needs: Needs::Any,
-    claim: "Before a compiled model answers its first call, torch.export traces it and Inductor generates and builds its kernels: on the order of thousands of eager passes or more. It is paid once for each model, shape range, device, thread count and PyTorch version; a package already built loads from disk in a small fraction of that, and the compiled passes repay the compile only after the number of passes reported.",
+    claim: "Before a compiled model answers its first call, torch.export traces it and Inductor generates and builds its kernels: a hundred eager passes or more. It is paid once for each model, shape range, device, thread count and PyTorch version; a package already built loads from disk in a small fraction of that, and the compiled passes repay the compile only after the number of passes reported.",
     statements: &[
         Said::run("Exporting and compiling the model took a Python process this long: the export, then Inductor's lowering and the build of its kernels.", &["Python process, in all", "export", "compile"]),
         Said::run("That one-time cost is reported as a number of this model's eager passes.", &["one-time cost / eager pass", "p50 eager pass"]),
@@ -179,8 +179,8 @@ fn first_call(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig("eager / compiled, 95% interval low", shift.bounds().0, "ratio"),
         fig("eager / compiled, 95% interval high", shift.bounds().1, "ratio"),
         fig("one-time cost / eager pass", passes, "ratio"),
-        fig("passes to break even", break_even, "passes"),
-        fig("package from the cache", if c.cached { 1.0 } else { 0.0 }, ""),
+        fig("passes to break even", break_even.round(), "count"),
+        fig("package from the cache", if c.cached { 1.0 } else { 0.0 }, "bool"),
         fig("package size", c.package_bytes as f64, "bytes"),
     ];
     let whence = if c.cached {
@@ -278,7 +278,7 @@ fn batch(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let (model_id, rounds) = batch_plan(ctx);
     let range = protocol::compiled_batch_range(BATCHES[1]);
-    let mut figures = vec![fig("package batch range, max", range.1 as f64, "")];
+    let mut figures = vec![fig("package batch range, max", range.1 as f64, "count")];
     let (mut labels, mut p50s) = (vec![], vec![]);
     let mut texts = vec![];
     let mut at_large = None;

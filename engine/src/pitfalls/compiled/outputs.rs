@@ -74,10 +74,10 @@ fn outputs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let relative = diff / scale.max(f64::MIN_POSITIVE);
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     let figures = vec![
-        fig("eager, two calls: bitwise equal", flag(eager_same), ""),
-        fig("compiled, two calls: bitwise equal", flag(compiled_same), ""),
-        fig("compiled equals eager bit for bit", flag(equal), ""),
-        fig("elements that differ", share, "share"),
+        fig("eager, two calls: bitwise equal", flag(eager_same), "bool"),
+        fig("compiled, two calls: bitwise equal", flag(compiled_same), "bool"),
+        fig("compiled equals eager bit for bit", flag(equal), "bool"),
+        fig("elements that differ", share, "ratio"),
         fig("largest difference, compiled against eager", diff, ""),
         fig("largest difference, relative", relative, ""),
         fig("output's largest magnitude", scale, ""),
@@ -173,7 +173,7 @@ fn settings(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (t1, t2) = (forward(model, &input, &train, ctx.device)?, forward(model, &input, &train, ctx.device)?);
     let train_same = catch_torch(|| t1.equal(&t2))?;
     drop((t1, t2));
-    figures.extend([fig("compiled, two calls: bitwise equal", flag(compiled_same), ""), fig("eager in train(), two calls: bitwise equal", flag(train_same), "")]);
+    figures.extend([fig("compiled, two calls: bitwise equal", flag(compiled_same), "bool"), fig("eager in train(), two calls: bitwise equal", flag(train_same), "bool")]);
 
     let mut requires = vec![];
     let mut kept = vec![];
@@ -183,7 +183,7 @@ fn settings(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let r = out.requires_grad();
         drop(out);
         let (_, retained) = call_memory(lab, ctx, || c.forward(&input, &spec, ctx.device))?;
-        figures.push(fig(&format!("compiled, {}: output requires grad", mode_name(g)), flag(r), ""));
+        figures.push(fig(&format!("compiled, {}: output requires grad", mode_name(g)), flag(r), "bool"));
         figures.push(fig(&format!("compiled, {}: retained", mode_name(g)), retained as f64, "bytes"));
         requires.push(r);
         kept.push(retained);

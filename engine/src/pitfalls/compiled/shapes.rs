@@ -84,18 +84,36 @@ struct Checked {
 /// could not answer.
 fn checked_calls(python: &std::path::Path, ctx: &Ctx, package: &std::path::Path, rest: &[i64], batches: &[u32]) -> Result<Result<Vec<Checked>, String>, RunFailure> {
     const SCRIPT: &str = r#"
-import json, sys
+import json, os, sys, tempfile
 import torch, torch._inductor
 path, device, rest, batches = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 runner = torch._inductor.aoti_load_package(path)
 answers = []
-with torch.no_grad():
-    for b in batches:
+
+def call(b):
+    # The package's check writes its reason to the C++ stderr ("Error: input_handles[0]:
+    # ..."), and the exception only names the failed call: read the reason from fd 2.
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as err:
+        os.dup2(err.fileno(), 2)
         try:
             runner(torch.zeros([b] + rest, device=device))
-            answers.append({"batch": b, "ran": True, "error": ""})
+            failure = None
         except Exception as e:
-            answers.append({"batch": b, "ran": False, "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:300]})
+            failure = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        said = [l.strip() for l in err.read().decode(errors="replace").splitlines() if l.strip().startswith("Error:")]
+    if failure is None:
+        return {"batch": b, "ran": True, "error": ""}
+    return {"batch": b, "ran": False, "error": (said[0] if said else failure)[:300]}
+
+with torch.no_grad():
+    for b in batches:
+        answers.append(call(b))
 print(json.dumps(answers))
 "#;
     let (rest, batches) = (serde_json::to_string(rest).unwrap_or_default(), serde_json::to_string(batches).unwrap_or_default());
@@ -151,7 +169,7 @@ fn shapes(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     let mut figures = vec![
-        fig("outside the range, unchecked: ran", flag(ran), ""),
+        fig("outside the range, unchecked: ran", flag(ran), "bool"),
         fig("outside the range: largest difference from eager, relative", diff.max(0.0), ""),
         fig(&format!("batch {STATIC_BATCH}: p50 dynamic package"), shift.slow_p50, "ms"),
         fig(&format!("batch {STATIC_BATCH}: p50 static package"), shift.fast_p50, "ms"),
@@ -178,9 +196,9 @@ fn shapes(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             let refused = |b: u32| answers.iter().find(|a| a.batch == b).map(|a| !a.ran);
             let (big_refused, one_refused, ours_ran) = (refused(outside), refused(1), refused(STATIC_BATCH).map(|r| !r));
             figures.extend([
-                fig("checked: outside the range refused", flag(big_refused == Some(true)), ""),
-                fig("checked: batch 1 refused", flag(one_refused == Some(true)), ""),
-                fig(&format!("checked: batch {STATIC_BATCH} ran"), flag(ours_ran == Some(true)), ""),
+                fig("checked: outside the range refused", flag(big_refused == Some(true)), "bool"),
+                fig("checked: batch 1 refused", flag(one_refused == Some(true)), "bool"),
+                fig(&format!("checked: batch {STATIC_BATCH} ran"), flag(ours_ran == Some(true)), "bool"),
             ]);
             for a in answers.iter().filter(|a| !a.ran) {
                 notes.push(format!("With AOTI_RUNTIME_CHECK_INPUTS=1, batch {} was refused: {}", a.batch, a.error));
