@@ -28,7 +28,8 @@ dimension shared by all of them:
 when a shape uses it). --check-eager compares with the TorchScript module itself.
 
 Prints one line of JSON on stdout and nothing else there:
-  {"export_s", "compile_s", "package_bytes", "torch_version", "inputs": [[null, ...], ...]
+  {"export_s", "compile_s" (Inductor and the C++ build), "build_s" (the C++ build within it),
+   "package_bytes", "torch_version", "inputs": [[null, ...], ...]
    (each input's shape, null for the batch), "weights_mapped" (tensors loaded)}
   (+ "max_abs_diff", "bitwise_equal" with --check-eager: the package against the eager
   module at batch B); --map-only stops after loading: {"weights_mapped"}.
@@ -251,11 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     # A one-size range is a static shape (export refuses a Dim with min == max).
     dynamic = ({0: Dim("batch", min=a.batch_min, max=a.batch_max)},) if a.batch_min < a.batch_max else None
     shape = ["batch"] + peer.input_shape(a.model, 1, a.input_size)[1:]
-    export_s, compile_s = export_and_compile(a, module, (x,), dynamic, a.model, shape)
+    export_s, compile_s, build_s = export_and_compile(a, module, (x,), dynamic, a.model, shape)
 
     report = {
         "export_s": round(export_s, 3),
         "compile_s": round(compile_s, 3),
+        "build_s": round(build_s, 3),
         "package_bytes": os.path.getsize(a.out),
         "torch_version": torch.__version__,
         "inputs": [[None] + shape[1:]],
@@ -267,8 +269,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def export_and_compile(a, module, example: tuple, dynamic, model: str, input_shape) -> tuple[float, float]:
-    """Exports `module` on `example` and packages it at --out; the seconds each took."""
+def time_cpp_builds():
+    """Times every C++ compile and link Inductor runs in this process (`CppBuilder.build`:
+    the wrapper, the CPU kernels, the shared library), so that the report can split the C++
+    build from Inductor's own lowering and code generation (on a GPU the Triton kernels'
+    compile stays with Inductor). Returns a function that reads the seconds so far."""
+    from torch._inductor import cpp_builder
+
+    spent = [0.0]
+    original = cpp_builder.CppBuilder.build
+
+    def build(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    cpp_builder.CppBuilder.build = build
+    return lambda: spent[0]
+
+
+def export_and_compile(a, module, example: tuple, dynamic, model: str, input_shape) -> tuple[float, float, float]:
+    """Exports `module` on `example` and packages it at --out; the seconds the export, the
+    whole compile and the C++ build within it took."""
     t0 = time.perf_counter()
     try:
         ep = torch.export.export(module, example, dynamic_shapes=dynamic)
@@ -281,6 +305,7 @@ def export_and_compile(a, module, example: tuple, dynamic, model: str, input_sha
         "model": model, "input_shape": json.dumps(input_shape), "batch_min": a.batch_min, "batch_max": a.batch_max,
         "threads": a.threads, "dtype": a.dtype, "mode": "eval" if a.eval else "train"}.items()}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    built = time_cpp_builds()
     t0 = time.perf_counter()
     try:
         torch._inductor.aoti_compile_and_package(
@@ -288,7 +313,7 @@ def export_and_compile(a, module, example: tuple, dynamic, model: str, input_sha
         )
     except Exception as e:  # noqa: BLE001
         fail(4, f"compile failed: {first_line(e)}")
-    return export_s, time.perf_counter() - t0
+    return export_s, time.perf_counter() - t0, built()
 
 
 def check_eager(a, peer, module, device, dtype) -> dict:
@@ -460,11 +485,12 @@ def main_team(a, stdout) -> int:
     batch = min(max(2, a.batch_min), a.batch_max)
     example = tuple(team_tensor(spec, batch, device, dtype) for spec in a.team_inputs)
     shapes = [spec["shape"] for spec in a.team_inputs]
-    export_s, compile_s = export_and_compile(a, module, example, team_dynamic(a), a.team_name, shapes)
+    export_s, compile_s, build_s = export_and_compile(a, module, example, team_dynamic(a), a.team_name, shapes)
 
     report = {
         "export_s": round(export_s, 3),
         "compile_s": round(compile_s, 3),
+        "build_s": round(build_s, 3),
         "package_bytes": os.path.getsize(a.out),
         "torch_version": torch.__version__,
         "inputs": [[None if d == "batch" else d for d in shape] for shape in shapes],

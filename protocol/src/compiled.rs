@@ -21,6 +21,12 @@ pub struct CompiledFacts {
     pub export_ms: f64,
     /// `aoti_compile_and_package`: Inductor's lowering and the C++ (or Triton) build.
     pub compile_ms: f64,
+    /// The C++ compiles and links within `compile_ms` (Inductor's `CppBuilder`: the
+    /// wrapper, the CPU kernels, the shared library); the rest is Inductor's lowering and
+    /// code generation, with Triton's kernel compiles on a GPU. 0 in records made before it
+    /// was measured.
+    #[serde(default)]
+    pub build_ms: f64,
     /// The Python process as a whole (interpreter and imports included): what the first
     /// compiled call waits for.
     pub subprocess_ms: f64,

@@ -48,7 +48,7 @@ compiled_check() {
     # Made-up answers in the binary's shapes: the figures and the failure rules are exercised.
     echo '{"dry_run": true, "problems": []}' >"$tool"
     "$JSONPY" -c 'import json; print(json.dumps({"env": {"device_name": "dry"}, "latency_ms": {"p50": 0.03},
-      "compiled": {"package": "tiny_mlp-0.pt2", "package_bytes": 1, "cached": False, "export_ms": 1.0, "compile_ms": 2.0,
+      "compiled": {"package": "tiny_mlp-0.pt2", "package_bytes": 1, "cached": False, "export_ms": 1.0, "compile_ms": 2.0, "build_ms": 1.0,
                    "subprocess_ms": 3.0, "load_ms": 0.1, "batch_min": 1, "batch_max": 64, "eager_p50_ms": 0.05,
                    "eager_iters": 20, "eager_peak_above_baseline_bytes": 0, "max_abs_diff": 0.0, "bitwise_equal": True,
                    "break_even_passes": 100.0, "torch_version": "dry", "threads": 1}}))' >"$report"

@@ -21,7 +21,7 @@ if not tool and mode != "dry":
     problems.append(f"the toolchain check did not run: {tail('compiled-toolchain.err')}")
 blocked = bool(problems)
 # 1. tiny_mlp, compiled and measured.
-keys = ("export_ms", "compile_ms", "subprocess_ms", "load_ms", "eager_p50_ms", "max_abs_diff", "bitwise_equal",
+keys = ("export_ms", "compile_ms", "build_ms", "subprocess_ms", "load_ms", "eager_p50_ms", "max_abs_diff", "bitwise_equal",
         "package_bytes", "cached", "batch_min", "batch_max", "break_even_passes", "torch_version", "threads")
 r = load(report)
 if mrc == "-":

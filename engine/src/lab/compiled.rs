@@ -35,6 +35,8 @@ pub(crate) struct Compiled {
     pub cached: bool,
     pub export_ms: f64,
     pub compile_ms: f64,
+    /// The C++ build within `compile_ms`.
+    pub build_ms: f64,
     pub subprocess_ms: f64,
     pub load_ms: f64,
     pub batch_min: u32,
@@ -68,6 +70,8 @@ impl Compiled {
 struct Built {
     export_s: f64,
     compile_s: f64,
+    #[serde(default)]
+    build_s: f64,
     #[serde(default)]
     subprocess_s: f64,
     torch_version: String,
@@ -180,6 +184,7 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
         cached,
         export_ms: built.export_s * 1000.0,
         compile_ms: built.compile_s * 1000.0,
+        build_ms: built.build_s * 1000.0,
         subprocess_ms: built.subprocess_s * 1000.0,
         load_ms,
         batch_min,

@@ -417,6 +417,7 @@ fn eager_beside(
         cached: c.cached,
         export_ms: c.export_ms,
         compile_ms: c.compile_ms,
+        build_ms: c.build_ms,
         subprocess_ms: c.subprocess_ms,
         load_ms: c.load_ms,
         batch_min: c.batch_min,
