@@ -4,7 +4,8 @@
 Gradless calls libtorch from Rust, so its timings pay PyTorch's C++ dispatch and the kernels,
 and no Python interpreter per op. A team's code is Python: every module call, every op and
 every `with` block also runs bytecode. For the cards whose lesson is per-call overhead
-(inference-vs-nograd, warm-up, sync-timing, item-sync, cuda-graphs) the engine runs this file
+(inference-vs-nograd, warm-up, sync-timing, item-sync, cuda-graphs), and for
+compiled-first-call's torch.compile just-in-time path, the engine runs this file
 with the server's Python (`gradless serve --python PATH`, GRADLESS_PYTHON; by default the
 venv's) after its own timing, and shows these figures beside its own as "Python: <name>".
 
@@ -453,7 +454,55 @@ def cuda_graphs(req: dict, device: torch.device, out: dict) -> None:
         del graph, static_y, static_x
 
 
+def compiled_first_call(req: dict, device: torch.device, out: dict) -> None:
+    """torch.compile's just-in-time path on the same model, beside Gradless's package
+    compiled ahead of time: the first call of `torch.compile(model)` under no_grad (Dynamo
+    traces, Inductor compiles the kernels, with Inductor's on-disk graph cache off so it is
+    a first compile, as on a fresh machine), then `iters` passes of the compiled and the
+    eager model alternating, then the first call at two more batches (the second batch seen
+    recompiles with the batch symbolic; the third reuses it). Arms: "torch.compile: first
+    call", "torch.compile: pass", "eager: pass", "torch.compile: first call at batch B"."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    torch._inductor.config.fx_graph_cache = False
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = build(req["model"], req["size"], device, req["seed"])
+    compiled = torch.compile(model)
+    batch = req["batch"]
+    x = make_input(req["model"], batch, req["size"], device)
+    synchronize(device)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiled(x)
+        synchronize(device)
+        out["samples"]["torch.compile: first call"] = [ms_since(t0)]
+        eager, jit = [], []
+        for _ in range(req["iters"]):
+            for arm, fn in ((eager, model), (jit, compiled)):
+                t0 = time.perf_counter()
+                fn(x)
+                synchronize(device)
+                arm.append(ms_since(t0))
+        out["samples"]["eager: pass"] = eager
+        out["samples"]["torch.compile: pass"] = jit
+        for b in (batch + 1, batch + 2):
+            xb = make_input(req["model"], b, req["size"], device)
+            synchronize(device)
+            t0 = time.perf_counter()
+            compiled(xb)
+            synchronize(device)
+            out["samples"][f"torch.compile: first call at batch {b}"] = [ms_since(t0)]
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    out["notes"].append(
+        f"From Python, torch.compile compiled {graphs} graph(s) over batches {batch}, {batch + 1} and {batch + 2}: "
+        "the first call specialises on its batch, the second batch recompiles with the batch symbolic, the third reuses it."
+    )
+
+
 CARDS = {
+    "compiled-first-call": compiled_first_call,
     "inference-vs-nograd": inference_vs_nograd,
     "warm-up": warm_up,
     "sync-timing": sync_timing,

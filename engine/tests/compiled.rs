@@ -104,15 +104,17 @@ fn the_compiled_cards_run_and_keep_their_invariants() {
         eprintln!("GRADLESS_PYTHON is not set: the compiled cards were not run");
         return;
     };
-    let config = WorkerConfig { lab: LabConfig { python: Some(python.into()), threads: 1, ..Default::default() }, ..Default::default() };
+    let config = WorkerConfig { lab: LabConfig { python: Some(python.clone().into()), threads: 1, ..Default::default() }, ..Default::default() };
     let worker = Worker::start(config).unwrap();
     let ids = ["compiled-first-call", "compiled-batch", "compiled-shapes", "compiled-outputs", "compiled-settings"];
     for id in ids {
         let opts = PitfallOptions { model: Some(ModelId::TinyMlp), device: protocol::DeviceChoice::Cpu, ..Default::default() };
         let run_opts = opts.clone();
         let start = std::time::Instant::now();
+        // The first card also times torch.compile's just-in-time path from the Python peer.
+        let peer = (id == "compiled-first-call").then(|| pitfalls::PythonPeer::new(std::path::PathBuf::from(&python)));
         let r = worker
-            .call(move |lab| pitfalls::run(lab, id, run_opts, &engine::RunControl::default()))
+            .call(move |lab| pitfalls::run_with(lab, id, run_opts, &engine::RunControl::default(), peer.as_ref()))
             .unwrap()
             .unwrap_or_else(|f| panic!("{id}: {}", f.message));
         eprintln!("{id}: {:?} in {:.1} s: {}", r.verdict, start.elapsed().as_secs_f64(), r.reason);
@@ -134,6 +136,11 @@ fn the_compiled_cards_run_and_keep_their_invariants() {
             "compiled-first-call" => {
                 assert!(figure("Python process, in all") >= figure("export") + figure("compile"));
                 assert!(figure("one-time cost / eager pass") > 1.0, "compiling costs more than one eager pass");
+                // From Python, torch.compile pays its compile in the first call itself: far
+                // more than a compiled pass, and the second batch compiles again.
+                let first = figure("Python: torch.compile, first call");
+                assert!(first > 10.0 * figure("Python: torch.compile p50 pass"), "{first} ms: {:?}", r.notes);
+                assert!(figure("Python: torch.compile, first call at batch 9") > figure("Python: torch.compile, first call at batch 10"), "{:?}", r.notes);
             }
             "compiled-shapes" => {
                 assert_eq!(figure("outside the range, unchecked: ran"), 1.0, "{}", r.reason);

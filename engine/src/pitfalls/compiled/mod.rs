@@ -24,6 +24,7 @@ use std::time::Instant;
 use protocol::{ChartKind, GradMode, ModelId, RunFailure, RunSpec, FailureKind};
 
 use super::kit::{fig, interval_figures, mib, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
+use super::python;
 use super::{Card, Needs, Said};
 use crate::lab::compiled::{prepare, Compiled, Job};
 use crate::lab::{forward, Lab};
@@ -119,7 +120,7 @@ pub const COMPILED_FIRST_CALL: Card = Card {
     source: "https://pytorch.org/docs/stable/torch.compiler_aot_inductor.html",
     pitfall: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     fix: "ep = torch.export.export(model.eval(), (x,), dynamic_shapes=({0: Dim(\"batch\", min=1, max=64)},))\npath = torch._inductor.aoti_compile_and_package(ep)\nrunner = torch._inductor.aoti_load_package(path)\nwith torch.no_grad():\n    y = runner(x)",
-    threshold: "confirmed when the one-time cost (the Python process that exports and compiles, plus loading the package) is at least 100 of this run's eager passes (their median); refuted when it is under 10; inconclusive between. A package taken from the server's cache reports the export and compile measured when it was built (said in the reason), and its load measured now. The passes alternate with the eager model's on the same input (5 of each on a CPU beyond one untimed, 20 on a GPU)",
+    threshold: "confirmed when the one-time cost (the Python process that exports and compiles, plus loading the package) is at least 100 of this run's eager passes (their median); refuted when it is under 10; inconclusive between. A package taken from the server's cache reports the export and compile measured when it was built (said in the reason), and its load measured now. The passes alternate with the eager model's on the same input (5 of each on a CPU beyond one untimed, 20 on a GPU). Where the server has a Python, torch.compile's just-in-time path is timed from it beside (figures \"Python: torch.compile, …\"): they do not decide the verdict",
     question: super::value("ResNet-18 at batch 8: the one-time cost of compiling it ahead of time (export, Inductor, the kernels' build, loading the package) as a number of its eager passes?", "one-time cost / eager pass", "ratio", protocol::Ask::LogScale { min: 1.0, max: 1e7, within: 3.0 }),
     experiment: first_call,
 };
@@ -139,16 +140,17 @@ fn first_call_setup(ctx: &Ctx) -> Vec<String> {
         first_call_line(&setup, rounds),
         how_compiled(ctx),
         "Timed: the export and the compile (in the Python process), the whole process with the interpreter's start and imports, loading the package, its first call, then the eager and the compiled passes alternating".into(),
+        "Where this server has a Python with PyTorch, torch.compile's just-in-time path is timed from it beside: its first call (Inductor's on-disk graph cache off), its passes against eager's, and its first call at two more batches".into(),
     ]
 }
 
 fn first_call(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let python = match python_or_absent(lab) {
+    let interpreter = match python_or_absent(lab) {
         Ok(p) => p,
         Err(absent) => return Ok(absent),
     };
     let (setup, rounds) = first_call_plan(ctx);
-    let (i, c) = package(lab, ctx, &setup, &python, protocol::compiled_batch_range(setup.batch))?;
+    let (i, c) = package(lab, ctx, &setup, &interpreter, protocol::compiled_batch_range(setup.batch))?;
     let model = lab.model(i);
     let input = setup.input(model, ctx)?;
     let spec: &RunSpec = &setup.spec;
@@ -207,6 +209,41 @@ fn first_call(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     } else {
         Decision::inconclusive(format!("{text} Between 10 and 100 passes: neither the claim nor its opposite."))
     };
+    // torch.compile's just-in-time path, from this server's Python, beside: the first call
+    // compiles in the call itself, and a new batch compiles again. It never decides.
+    let mut figures = figures;
+    let mut notes = vec![];
+    let request = python::request(
+        COMPILED_FIRST_CALL.id,
+        ctx.device,
+        lab.config().threads,
+        lab.config().seed,
+        serde_json::json!({"model": setup.model.as_str(), "size": setup.size, "batch": setup.batch, "iters": rounds}),
+    );
+    if let Some(t) = python::ask(ctx.python, ctx.control, &request, &mut notes)? {
+        let one = |arm: &str| t.arm(arm).and_then(|s| s.first().copied());
+        if let Some(ms) = one("torch.compile: first call") {
+            figures.push(fig(&format!("{}torch.compile, first call", python::PYTHON), ms, "ms"));
+        }
+        for b in [setup.batch + 1, setup.batch + 2] {
+            if let Some(ms) = one(&format!("torch.compile: first call at batch {b}")) {
+                figures.push(fig(&format!("{}torch.compile, first call at batch {b}", python::PYTHON), ms, "ms"));
+            }
+        }
+        if let (Some(e), Some(j)) = (t.arm("eager: pass"), t.arm("torch.compile: pass")) {
+            figures.push(fig(&format!("{}eager p50 pass", python::PYTHON), super::kit::p(e, 50.0), "ms"));
+            figures.push(fig(&format!("{}torch.compile p50 pass", python::PYTHON), super::kit::p(j, 50.0), "ms"));
+        }
+    }
+    notes.insert(0, format!(
+        "Package {} ({} bytes), PyTorch {}, built for {} thread(s) and batches {}..={}.",
+        c.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        c.package_bytes,
+        c.torch_version,
+        c.threads,
+        c.batch_min,
+        c.batch_max
+    ));
     Ok(Outcome::new(decision, first_call_line(&setup, rounds), ChartKind::Bar)
         .figures(figures)
         .series(vec![series(
@@ -215,15 +252,7 @@ fn first_call(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             vec!["Python: export + Inductor".into(), "the C++ build".into(), "load".into(), "first call".into(), "eager pass (p50)".into(), "compiled pass (p50)".into()],
             vec![c.subprocess_ms - c.build_ms, c.build_ms, c.load_ms, first_ms, eager, compiled],
         )])
-        .notes(vec![format!(
-            "Package {} ({} bytes), PyTorch {}, built for {} thread(s) and batches {}..={}.",
-            c.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-            c.package_bytes,
-            c.torch_version,
-            c.threads,
-            c.batch_min,
-            c.batch_max
-        )]))
+        .notes(notes))
 }
 
 // ---------------------------------------------------------------------------------------
