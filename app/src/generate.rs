@@ -316,8 +316,8 @@ pub fn GeneratePage() -> impl IntoView {
                     } />
                 <span class="control-name">"Measure quality on held-out text"</span>
                 <span class="explain">{match byte_level {
-                    true => "After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. Its time is shown as the run starts, from the prefill's measured rate; each row says how long it took.".to_string(),
-                    false => format!("After the run: bits per byte and perplexity on the server's quality text (--quality-text; else 64 KiB of PyTorch source), as its tokenizer encodes it, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9: one pass over the text per setting through {:.1} M parameters. Its time is shown as the run starts, from the prefill's measured rate; each row says how long it took.", decoder.config.parameters() as f64 / 1e6),
+                    true => "After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. Each row says how long it took.".to_string(),
+                    false => format!("After the run: bits per byte and perplexity on the server's quality text (--quality-text; else 64 KiB of PyTorch source), as its tokenizer encodes it, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9: one pass over the text per setting through {:.1} M parameters. Each row says how long it took.", decoder.config.parameters() as f64 / 1e6),
                 }}</span>
             </label>
             })}
@@ -346,10 +346,7 @@ pub fn GeneratePage() -> impl IntoView {
             Phase::Idle => shown_note.get().unwrap_or_else(|| "Press Generate to measure one generation on this server.".into()),
             Phase::Submitting => "Sending…".into(),
             Phase::Queued(n) => format!("Waiting for the device ({n} ahead)."),
-            Phase::Running { done, total } => {
-                let then = v.quality_ahead().map(|q| format!(" {q}")).unwrap_or_default();
-                format!("Generating: {done} of {total} (one warm-up generation, then each step).{then}")
-            }
+            Phase::Running { done, total } => format!("Generating: {done} of {total} (one warm-up generation, then each step)"),
             Phase::Done => shown_note.get().unwrap_or_else(|| {
                 let ran = v.report.as_ref().map_or_else(|| "these settings".to_string(), crate::gen_results::ran_with);
                 format!("Done: every figure below was measured by this generation, now, with {ran}.")

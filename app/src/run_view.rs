@@ -39,8 +39,6 @@ pub struct RunView {
     pub samples: Vec<Sample>,
     /// A generate run's steps (the prefill, then each decode step) as they stream.
     pub steps: Vec<GenStep>,
-    /// A generation's quality measurement to come after its steps, as the run's start said.
-    pub quality: Option<protocol::QualityPlan>,
     pub report: Option<Report>,
 }
 
@@ -52,25 +50,6 @@ impl RunView {
         }
     }
 
-    /// The quality measurement still to come, with its time at the prefill rate this run
-    /// measured (once the prefill has streamed): "Then quality: 11 settings × 2,950 tokens
-    /// of … : about 4.2 s at this run's prefill rate (700 tokens/s)".
-    pub fn quality_ahead(&self) -> Option<String> {
-        let plan = self.quality.as_ref()?;
-        let what = format!("Then quality: {} settings × {} tokens of {}", plan.settings, plan.tokens, plan.text);
-        let prefill = self.steps.iter().find(|s| s.phase == protocol::GenPhase::Prefill && s.latency_ms > 0.0);
-        Some(match prefill {
-            Some(p) => {
-                let rate = p.tokens_in as f64 / (p.latency_ms / 1000.0);
-                match plan.estimate_ms(rate) {
-                    Some(ms) => format!("{what}: about {} at this run's prefill rate ({rate:.0} tokens/s).", seconds(ms)),
-                    None => format!("{what}."),
-                }
-            }
-            None => format!("{what}: its time follows from the prefill's rate, measured next."),
-        })
-    }
-
     /// Folds one streamed event into the view.
     pub fn apply(&mut self, event: Event) {
         match event {
@@ -80,10 +59,9 @@ impl RunView {
                 baseline_bytes,
                 memory_source,
                 total,
-                quality,
+                ..
             } => {
                 self.phase = Phase::Running { done: 0, total };
-                self.quality = quality;
                 self.device_name = Some(device_name);
                 self.baseline_bytes = Some(baseline_bytes);
                 self.memory_source = Some(memory_source);
@@ -139,45 +117,13 @@ mod tests {
         }
     }
 
-    /// A run with quality says what it will score when it starts, and its time once the
-    /// prefill has measured a rate: settings × tokens at that rate.
-    #[test]
-    fn the_quality_ahead_is_timed_by_the_prefill_rate() {
-        let mut v = RunView::submitting();
-        assert_eq!(v.quality_ahead(), None);
-        v.apply(Event::Started {
-            device_name: "cpu".into(),
-            baseline_bytes: 5,
-            memory_source: MemorySource::CpuTensorMemory,
-            total: 3,
-            quality: Some(protocol::QualityPlan { settings: 10, tokens: 2000, text: "notes.txt".into(), text_bytes: 8000 }),
-        });
-        let before = v.quality_ahead().unwrap();
-        assert!(before.contains("10 settings × 2000 tokens of notes.txt") && before.contains("measured next"), "{before}");
-        // 100 tokens in 50 ms: 2,000 tokens/s, so 10 × 2,000 tokens take 10 s.
-        let step: protocol::GenStep = serde_json::from_value(serde_json::json!({
-            "step": 0, "phase": "prefill", "position": 0, "tokens_in": 100, "latency_ms": 50.0,
-            "allocated_bytes": 0, "peak_bytes": 0, "kv_cache_bytes": 0, "graph_bytes": 0
-        }))
-        .unwrap();
-        v.apply(Event::Step { step });
-        let timed = v.quality_ahead().unwrap();
-        assert!(timed.contains("about 10 s") && timed.contains("2000 tokens/s"), "{timed}");
-    }
-
     #[test]
     fn events_fold_into_progress_and_samples() {
         let mut v = RunView::submitting();
         v.apply(Event::Queued { position: 1 });
         assert_eq!(v.phase, Phase::Queued(1));
         assert!(v.phase.busy());
-        v.apply(Event::Started {
-            device_name: "cpu".into(),
-            baseline_bytes: 5,
-            memory_source: MemorySource::CpuTensorMemory,
-            total: 4,
-            quality: None,
-        });
+        v.apply(Event::started("cpu".into(), 5, MemorySource::CpuTensorMemory, 4));
         v.apply(Event::Warmup { sample: sample(0) });
         v.apply(Event::Sample { sample: sample(0) });
         assert_eq!(v.phase, Phase::Running { done: 2, total: 4 });
@@ -194,14 +140,3 @@ mod tests {
     }
 }
 
-/// A time for people: "0.4 s", "12 s", "3 min 20 s".
-fn seconds(ms: f64) -> String {
-    let s = ms / 1000.0;
-    if s < 10.0 {
-        format!("{s:.1} s")
-    } else if s < 120.0 {
-        format!("{s:.0} s")
-    } else {
-        format!("{} min {} s", (s / 60.0).floor(), (s % 60.0).round())
-    }
-}

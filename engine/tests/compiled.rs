@@ -167,3 +167,24 @@ fn the_compiled_cards_run_and_keep_their_invariants() {
         }
     }
 }
+
+/// A model that ran in train mode first (BatchNorm's running statistics updated by the
+/// passes, Dropout live) compiles to a package that computes what the eager model computes:
+/// the weights the package is built from are the model's as it stands.
+#[test]
+fn a_package_compiled_after_a_train_mode_run_matches_the_eager_model() {
+    let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+        eprintln!("GRADLESS_PYTHON is not set: nothing was compiled");
+        return;
+    };
+    let config = WorkerConfig { lab: LabConfig { python: Some(python.into()), threads: 1, ..Default::default() }, ..Default::default() };
+    let worker = Worker::start(config).unwrap();
+    let mut train = spec(16);
+    train.advanced.compiled = false;
+    train.eval = false;
+    train.grad = GradMode::Enabled;
+    worker.measure(train, |_| {}).unwrap();
+    let r = worker.measure(spec(8), |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let c = r.compiled.unwrap();
+    assert!(c.max_abs_diff.is_finite() && c.max_abs_diff < 1e-4, "the package against eager after a train-mode run: {}", c.max_abs_diff);
+}

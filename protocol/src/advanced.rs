@@ -158,12 +158,8 @@ impl Advanced {
             let refuse = |message: String| Err(SpecError { field: "advanced.compiled".into(), message });
             match model {
                 ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer => {}
-                ModelId::Team(name) => match crate::team::lookup(name.as_str()) {
-                    Some(m) if m.sidecar.source.is_some() => {}
-                    Some(_) => return refuse(format!("{model} cannot be compiled here: its sidecar names no `source` (its Python definition, FILE.py:NAME or torchvision:NAME), which torch.export needs; bench/export_model.py writes it")),
-                    None => return refuse(format!("{model} is not a model this server serves")),
-                },
-                _ => return refuse(format!("{model} cannot be compiled here: AOTInductor compiles the built-in forward models (tiny_mlp, resnet18, resnet50, mobilenet_v2, transformer) and team models whose sidecar names their `source`")),
+                ModelId::Team(name) if crate::team::lookup(name.as_str()).is_some_and(|m| m.sidecar.source.is_some()) => {}
+                _ => return refuse(format!("{model} cannot be compiled here: AOTInductor compiles the built-in forward models and team models whose sidecar names their Python `source` (bench/export_model.py writes it)")),
             }
             if self.weights != WeightsDtype::Fp32 || self.memory_format != MemoryFormat::Contiguous || self.cuda_graph || self.input_source != InputSource::Device {
                 return refuse("a compiled model runs as it was exported: fp32 weights, contiguous, input on the device, no CUDA graph of Gradless's around it".into());

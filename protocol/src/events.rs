@@ -75,10 +75,6 @@ pub enum Event {
         baseline_bytes: u64,
         memory_source: MemorySource,
         total: u32,
-        /// A generation asked for quality: what that measurement will score after the
-        /// steps (its time follows from the prefill rate the first step measures).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        quality: Option<QualityPlan>,
     },
     Warmup {
         sample: Sample,
@@ -99,6 +95,11 @@ pub enum Event {
 }
 
 impl Event {
+    /// A run's start (see [`Event::Started`]).
+    pub fn started(device_name: String, baseline_bytes: u64, memory_source: MemorySource, total: u32) -> Event {
+        Event::Started { device_name, baseline_bytes, memory_source, total }
+    }
+
     pub fn is_terminal(&self) -> bool {
         matches!(self, Event::Done { .. } | Event::Failed { .. })
     }

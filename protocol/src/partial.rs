@@ -58,7 +58,7 @@ impl PartialRun {
         if let (Some(device_name), Some(baseline_bytes), Some(memory_source), Some(total)) =
             (&self.device_name, self.baseline_bytes, self.memory_source, self.planned)
         {
-            out.push(Event::Started { device_name: device_name.clone(), baseline_bytes, memory_source, total, quality: None });
+            out.push(Event::started(device_name.clone(), baseline_bytes, memory_source, total));
         }
         out.extend(self.warmup.iter().map(|s| Event::Warmup { sample: s.clone() }));
         out.extend(self.samples.iter().map(|s| Event::Sample { sample: s.clone() }));
@@ -112,7 +112,7 @@ mod tests {
     fn events_fold_into_the_figures_and_back() {
         let streamed = vec![
             Event::Queued { position: 0 },
-            Event::Started { device_name: "cpu".into(), baseline_bytes: 1000, memory_source: MemorySource::CpuTensorMemory, total: 4, quality: None },
+            Event::started("cpu".into(), 1000, MemorySource::CpuTensorMemory, 4),
             Event::Warmup { sample: sample(0, 9.0, 3000) },
             Event::Sample { sample: sample(0, 2.0, 2048) },
             Event::Sample { sample: sample(1, 4.0, 3048) },

@@ -118,28 +118,16 @@ pub fn python_snippet(spec: &RunSpec) -> String {
         // AOTInductor into a package, the package loaded in place of the module. A team
         // model is exported from its Python definition (the sidecar's source), filled with
         // the TorchScript file's weights: torch.export cannot trace TorchScript.
-        let mut args = "(x,)".to_string();
-        let mut dynamic = "({0: batch},)".to_string();
+        let (mut args, mut dynamic) = ("(x,)", "({0: batch},)");
         if let Some(m) = &team {
-            out.push_str("\n# torch.export traces Python, not TorchScript: the module's definition (its sidecar's source), with the TorchScript file's weights\n");
-            match m.sidecar.source.as_deref().map(crate::team::module_source) {
-                Some(Ok(crate::team::ModuleSource::Torchvision(name))) => out.push_str(&format!("import torchvision\neager = torchvision.models.{name}()\n")),
-                Some(Ok(crate::team::ModuleSource::File { file, name })) => out.push_str(&format!(
-                    "import importlib.util\nspec = importlib.util.spec_from_file_location(\"team_source\", {file:?})\nsource = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(source)\neager = source.{name}()\n"
-                )),
-                _ => out.push_str("eager = ...  # the sidecar names no source: the module's Python definition goes here\n"),
-            }
-            out.push_str("eager.load_state_dict(model.state_dict())\nmodel = eager.eval().to(device)\n");
-            let axes: Vec<String> = m
-                .sidecar
-                .inputs
-                .iter()
-                .map(|i| format!("{{{}: batch}}", i.shape.iter().position(|d| *d == crate::team::Dim::Named(crate::team::DimName::Batch)).unwrap_or(0)))
-                .collect();
-            if many {
-                args = "x".to_string();
-            }
-            dynamic = format!("({},)", axes.join(", "));
+            // The source is parsed, and each input's batch axis found, by the Python itself.
+            out.push_str(&format!(
+                "\n# torch.export traces Python, not TorchScript: the module's definition (its sidecar's source), with the TorchScript file's weights\nimport importlib.util, json\nfile, name = \"{}\".split(\":\")\nif file == \"torchvision\":\n    import torchvision\n    eager = getattr(torchvision.models, name)()\nelse:\n    spec = importlib.util.spec_from_file_location(\"team_source\", file)\n    source = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(source)\n    eager = getattr(source, name)()\neager.load_state_dict(model.state_dict())\nmodel = eager.eval().to(device)\naxes = [i[\"shape\"].index(\"batch\") for i in json.load(open(\"{}.json\"))[\"inputs\"]]\n",
+                m.sidecar.source.as_deref().unwrap_or(":"),
+                m.name
+            ));
+            args = if many { "x" } else { "(x,)" };
+            dynamic = "tuple({a: batch} for a in axes)";
         }
         out.push_str(&format!(
             "\n# compiled ahead of time (AOTInductor), as Gradless does: once, then every call runs the package\ntorch.set_num_threads({})  # Inductor writes the thread count into its CPU kernels\nbatch = torch.export.Dim(\"batch\", min={}, max={})\nep = torch.export.export(model, {args}, dynamic_shapes={dynamic})\ntorch._inductor.aoti_compile_and_package(ep, package_path=\"model.pt2\")\nmodel = torch._inductor.aoti_load_package(\"model.pt2\")  # checks none of its inputs: keep batches in range\n",

@@ -37,30 +37,6 @@ pub struct QualityRow {
     pub this_run: bool,
 }
 
-/// What a generation's quality measurement will score, said when the run starts
-/// (`Event::Started`), so that its time can be shown before it runs: the settings (rows)
-/// and the tokens of the text each one scores.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct QualityPlan {
-    /// The settings measured, one pass over the text each (the rows the table will have).
-    pub settings: u32,
-    /// The units scored per setting: the text's tokens (bytes for a byte-level model).
-    pub tokens: u64,
-    /// The text: its name (a file name, or the trained model's held-out slice) and bytes.
-    pub text: String,
-    pub text_bytes: u64,
-}
-
-impl QualityPlan {
-    /// The time it will take at `tokens_per_s`, a prefill rate this run measured: every
-    /// setting scores every token once. An estimate, not a measurement: the quality passes
-    /// run chunks of up to 1,024 tokens, and quantized rows run other kernels.
-    pub fn estimate_ms(&self, tokens_per_s: f64) -> Option<f64> {
-        (tokens_per_s.is_finite() && tokens_per_s > 0.0).then(|| 1000.0 * self.settings as f64 * self.tokens as f64 / tokens_per_s)
-    }
-}
-
 /// The quality block of a generation ([`crate::GenerationReport::quality`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

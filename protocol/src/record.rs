@@ -332,7 +332,7 @@ mod tests {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str(), "as_str is the JSON name");
         }
         let mut p = PartialRun::default();
-        p.observe(&Event::Started { device_name: "cpu".into(), baseline_bytes: 0, memory_source: MemorySource::CpuTensorMemory, total: 3, quality: None });
+        p.observe(&Event::started("cpu".into(), 0, MemorySource::CpuTensorMemory, 3));
         p.observe(&Event::Sample { sample: sample(0, 1.5, 1024) });
         let failure = RunFailure { kind: FailureKind::Timeout, message: "the run went past the server's time limit".into() };
         let u = Unfinished::run(crate::RunSpec::default(), "2026-12-01T10:00:00Z".into()).failed("2026-12-01T10:00:05Z".into(), failure.clone(), p.clone());

@@ -61,7 +61,6 @@ impl Runs {
                 .as_ref()
                 .map(|g| g.steps.clone())
                 .unwrap_or_default(),
-            quality: None,
             report: Some(report),
         });
         self.current_id.set(id);

@@ -376,13 +376,12 @@ impl Lab {
         control: &RunControl,
     ) -> Result<Profile, RunFailure> {
         let at = |batch: u32| -> Result<CheckedSpec, RunFailure> { Ok(checked.probe(batch, 1, 2)) };
-        // A team model in train mode may refuse one sample (a script's BatchNorm checks for
-        // two, as PyTorch's does): probe it at 2 and extrapolate the line back to 1.
-        let first = if checked.spec().model.team().is_some() && !checked.spec().eval {
-            2
-        } else {
-            1
-        };
+        // In train mode a BatchNorm over one sample has one value per channel: PyTorch's
+        // refuses it (a team script's does too), and ATen's, which the built-in models call,
+        // divides by n − 1 = 0 and writes NaN into the running variance, which every later
+        // pass of the cached model would read. So a train-mode probe starts at 2, and the
+        // line is extrapolated back to 1.
+        let first = if !checked.spec().eval { 2 } else { 1 };
         let one = self.measure(&at(first)?, control, &mut |_| {})?;
         let four = self.measure(&at(PROBE_BATCH)?, control, &mut |_| {})?;
         let steps = (PROBE_BATCH - first) as u64;

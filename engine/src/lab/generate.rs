@@ -363,16 +363,7 @@ impl Lab {
         let baseline = weights + at_baseline.saturating_sub(before_prompt);
         let other = at_baseline.saturating_sub(baseline);
         meter.reset_peak().map_err(torch_failure)?;
-        // A quality measurement after the steps is said up front, so its time can be shown
-        // before it runs (a text that cannot be read fails it then, with its reason).
-        let quality = if g.quality { self.quality_plan(&spec, device).ok() } else { None };
-        emit(Event::Started {
-            device_name: self.machine.stamp(device, threads).device_name,
-            baseline_bytes: baseline,
-            memory_source: meter.source(),
-            total: 1 + g.new_tokens,
-            quality,
-        });
+        emit(Event::started(self.machine.stamp(device, threads).device_name, baseline, meter.source(), 1 + g.new_tokens));
         let limit = control.budget_bytes.filter(|_| device == DeviceKind::Cuda);
         let args = |new_tokens| GenerateArgs {
             decoder,

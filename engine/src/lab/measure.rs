@@ -190,13 +190,7 @@ impl Lab {
         let other = at_baseline.saturating_sub(baseline);
         let own = |bytes: u64| bytes.saturating_sub(other);
         meter.reset_peak().map_err(torch_failure)?;
-        emit(Event::Started {
-            device_name: self.machine.stamp(device, threads).device_name,
-            baseline_bytes: baseline,
-            memory_source: meter.source(),
-            total: checked.warmup() + checked.iters(),
-            quality: None,
-        });
+        emit(Event::started(self.machine.stamp(device, threads).device_name, baseline, meter.source(), checked.warmup() + checked.iters()));
 
         // On CUDA the budget is checked after each pass (the CPU's is checked at every
         // allocation by the guard).

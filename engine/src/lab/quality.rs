@@ -219,20 +219,6 @@ impl Lab {
         Ok((model, held, ids, prefix, tokenized))
     }
 
-    /// What the quality measurement of a run of `spec` on `device` will score, said before
-    /// it runs: its settings (those that apply to the model) and the text's units.
-    pub(crate) fn quality_plan(&self, spec: &RunSpec, device: DeviceKind) -> Result<protocol::QualityPlan, RunFailure> {
-        let (model, held, ids, _, _) = self.quality_text(spec)?;
-        let settings = measured_rows(device, None)
-            .into_iter()
-            .filter(|s| {
-                let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
-                protocol::check_quant(s.quant.weights, group, &model.config).is_ok()
-            })
-            .count() as u32;
-        Ok(protocol::QualityPlan { settings, tokens: ids.len() as u64, text: held.about.clone(), text_bytes: held.bytes.len() as u64 })
-    }
-
     /// The quality block for a run of `spec` on `device` (its model must be a trained one):
     /// every setting of the table, or only those whose quantization `only` lists (a card's
     /// two rows).
