@@ -152,6 +152,13 @@ pub fn GeneratePage() -> impl IntoView {
     // The setting changed since the generation on the charts while its prediction is
     // asked: its help stays folded until the run (client-side, as the box itself).
     let awaiting = RwSignal::new(None::<String>);
+    // What the quality measurement will score, asked of the server when it is switched on
+    // (GET /api/quality-plan), keyed by the model and device it was asked for: its time is
+    // then shown before it runs, at the prefill rate the run measures first. Held as one
+    // string (see `gen_quality::plan_entry`), and asked by the same effect: a signal of a
+    // type of its own and an effect of its own would add their reactive machinery (~2 KB
+    // brotli) to this page's code.
+    let plan = RwSignal::new(None::<String>);
     #[cfg(feature = "hydrate")]
     Effect::new(move |_| {
         let now = spec.get();
@@ -159,7 +166,10 @@ pub fn GeneratePage() -> impl IntoView {
         if awaiting.get_untracked() != changed {
             awaiting.set(changed);
         }
+        crate::gen_quality::ask(&now, plan);
     });
+    // The plan of the settings on the page, once the server has said it.
+    let plan_now = move || crate::gen_quality::read(&spec.get(), plan);
     let run_one = move |_| {
         let s = spec.get_untracked();
         prediction.pending.set(crate::lab::predict::pending(prediction, &s));
@@ -319,6 +329,13 @@ pub fn GeneratePage() -> impl IntoView {
                     true => "After the run: bits per byte on 64 KiB of PyTorch source the model never saw, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9. Each row says how long it took.".to_string(),
                     false => format!("After the run: bits per byte and perplexity on the server's quality text (--quality-text; else 64 KiB of PyTorch source), as its tokenizer encodes it, under fp32, bf16, fp16, int8, int4 (groups of 32, 64, 128) and half-precision KV caches, beside gzip -9: one pass over the text per setting through {:.1} M parameters. Each row says how long it took.", decoder.config.parameters() as f64 / 1e6),
                 }}</span>
+                {g.quality.then(|| view! {
+                    <span class="explain" data-testid="gen-quality-plan">{move || match plan_now() {
+                        None => "Asking the server what it will score…".to_string(),
+                        Some(Ok(p)) => format!("{}: its time is shown once the run's prefill has measured a rate.", crate::gen_quality::plan_words(&p, byte_level)),
+                        Some(Err(e)) => format!("The server cannot say what it will score: {e}"),
+                    }}</span>
+                })}
             </label>
             })}
         })
@@ -346,7 +363,13 @@ pub fn GeneratePage() -> impl IntoView {
             Phase::Idle => shown_note.get().unwrap_or_else(|| "Press Generate to measure one generation on this server.".into()),
             Phase::Submitting => "Sending…".into(),
             Phase::Queued(n) => format!("Waiting for the device ({n} ahead)."),
-            Phase::Running { done, total } => format!("Generating: {done} of {total} (one warm-up generation, then each step)"),
+            Phase::Running { done, total } => {
+                let s = spec.get();
+                let planned = plan_now().and_then(Result::ok).filter(|_| s.generate.as_ref().is_some_and(|g| g.quality));
+                let byte_level = s.model.decoder().is_some_and(|d| d.byte_bos().is_some());
+                let then = planned.map(|p| format!(" {}", crate::gen_quality::quality_ahead(&p, byte_level, &v.steps))).unwrap_or_default();
+                format!("Generating: {done} of {total} (one warm-up generation, then each step).{then}")
+            }
             Phase::Done => shown_note.get().unwrap_or_else(|| {
                 let ran = v.report.as_ref().map_or_else(|| "these settings".to_string(), crate::gen_results::ran_with);
                 format!("Done: every figure below was measured by this generation, now, with {ran}.")
@@ -546,6 +569,7 @@ fn is_default_generation(r: &Report, default: &RunSpec) -> bool {
         && (s.batch, s.eval, s.grad, s.autocast) == (d.batch, d.eval, d.grad, d.autocast)
         && s.resolved_input_size() == d.resolved_input_size()
 }
+
 
 #[cfg(test)]
 mod tests {

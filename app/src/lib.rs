@@ -16,6 +16,7 @@ mod client;
 pub mod embed;
 pub mod explain;
 pub mod fleet;
+pub mod gen_quality;
 pub mod gen_results;
 pub mod gen_settings;
 pub mod generate;

@@ -1,6 +1,6 @@
 // The trained byte-level model on the Generate page: picking it offers a text prompt, the
-// continuation streams in as text, a prompt past the cap is refused naming the field, and
-// the page is looked at (1440 and 390 px, GRADLESS_SHOTS).
+// continuation streams in as text, the quality measurement says what it will score before it
+// runs, a prompt past the cap is refused naming the field, and the page is looked at (1440 and 390 px, GRADLESS_SHOTS).
 import { expect, test } from "@playwright/test";
 
 const shots = process.env.GRADLESS_SHOTS ?? "test-results/shots";
@@ -19,6 +19,13 @@ test("the trained model writes text from a text prompt, streamed step by step", 
   await expect(page).toHaveURL(/prompt_text=def%20forward/);
   // The prompt's length is the text's: its count control gives way.
   await expect(page.getByTestId("gen-prompt")).toBeHidden();
+  // Switching the quality measurement on says, before any run, what it will score (the
+  // server's GET /api/quality-plan); switched off again, it is not measured here.
+  await page.getByTestId("gen-quality-toggle").check();
+  await expect(page.getByTestId("gen-quality-plan")).toContainText(/\d+ settings × \d+ bytes of .*held out/);
+  await expect(page.getByTestId("gen-quality-plan")).toContainText("its time is shown once the run's prefill has measured a rate");
+  await page.getByTestId("gen-quality-toggle").uncheck();
+  await expect(page.getByTestId("gen-quality-plan")).toHaveCount(0);
   await box.fill("class Linear(Module):");
   await box.dispatchEvent("change");
   await expect(page).toHaveURL(/prompt_text=class%20Linear%28Module%29%3A/);

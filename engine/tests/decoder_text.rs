@@ -134,8 +134,14 @@ fn a_tokenized_checkpoint_writes_what_transformers_writes() {
     for (name, want) in reference["models"].as_object().unwrap() {
         let mut q = spec(name, text, 2);
         q.generate.as_mut().unwrap().quality = true;
+        // What the server says before the run (GET /api/quality-plan) is what it then scores:
+        // every row it measures, the tokens each scores, the text.
+        let plan = worker.quality_plan(q.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let r = worker.measure(q, |_| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
         let quality = r.generation.unwrap().quality.expect("quality was asked");
+        assert_eq!(plan.settings as usize, quality.rows.len(), "{name}: {plan:?}");
+        assert_eq!(Some(plan.tokens), quality.tokens, "{name}: {plan:?}");
+        assert_eq!((plan.text_bytes, plan.text.as_str()), (quality.bytes, quality.text.as_str()), "{name}");
         assert_eq!(quality.tokens, want["quality_tokens"].as_u64(), "{name}: the tokens its tokenizer makes of the text");
         assert_eq!(quality.bytes, want["quality_bytes"].as_u64().unwrap());
         assert!(quality.text.contains("quality.txt") && quality.unigram_bits_per_byte.is_none(), "{}", quality.text);

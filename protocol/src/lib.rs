@@ -27,7 +27,7 @@ mod python_generate;
 mod quant;
 pub use quant::*;
 mod quality;
-pub use quality::{Quality, QualityRow};
+pub use quality::{Quality, QualityPlan, QualityRow};
 pub use python_generate::{hand_written_loop as python_generate_loop, with_generate as python_generate_hf};
 mod record;
 mod report;

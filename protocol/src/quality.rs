@@ -37,6 +37,31 @@ pub struct QualityRow {
     pub this_run: bool,
 }
 
+/// What a generation's quality measurement will score (`GET /api/quality-plan`), asked by
+/// the Generate page when the measurement is switched on, so that its time is shown before
+/// it runs: the settings (rows) and the units of the text each one scores.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QualityPlan {
+    /// The settings measured, one pass over the text each (the rows the table will have).
+    pub settings: u32,
+    /// The units each setting scores: the text's tokens (bytes for a byte-level model).
+    pub tokens: u64,
+    /// The text as the report names it (its file and SHA-256, or the trained model's
+    /// held-out slice).
+    pub text: String,
+    pub text_bytes: u64,
+}
+
+impl QualityPlan {
+    /// Its time at `tokens_per_s`, a prefill rate the run measured: every setting scores
+    /// every unit once. An estimate, not a measurement: the passes run chunks of up to
+    /// 1,024 units, each row builds its model first, and quantized rows run other kernels.
+    pub fn estimate_ms(&self, tokens_per_s: f64) -> Option<f64> {
+        (tokens_per_s.is_finite() && tokens_per_s > 0.0).then(|| 1000.0 * self.settings as f64 * self.tokens as f64 / tokens_per_s)
+    }
+}
+
 /// The quality block of a generation ([`crate::GenerationReport::quality`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

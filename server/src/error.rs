@@ -81,6 +81,9 @@ pub enum ApiError {
     /// A fleet front's route asked of a single server (the message says which).
     #[error("{0}")]
     FleetOnly(String),
+    /// A single server's route asked of a fleet front (the message says which and why).
+    #[error("{0}")]
+    SingleServerOnly(String),
     /// Too many event streams are open at once.
     #[error("too many event streams are open on this server ({0}); try again shortly")]
     TooManyStreams(usize),
@@ -129,6 +132,7 @@ impl ApiError {
             ApiError::QueueFull { .. } => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::FleetOnly(_) => (StatusCode::NOT_FOUND, "fleet_only"),
+            ApiError::SingleServerOnly(_) => (StatusCode::NOT_FOUND, "single_server_only"),
             ApiError::UnknownPitfall(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoReport(_) => (StatusCode::CONFLICT, "no_report"),
             ApiError::PredictionLocked(_) => (StatusCode::CONFLICT, "prediction_locked"),

@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(api::export_record))
         .routes(routes!(api::health))
         .routes(routes!(api::pitfalls))
+        .routes(routes!(api::quality_plan))
         .routes(routes!(openapi::serve))
         .merge(crate::learn_api::routes())
         .merge(drive)

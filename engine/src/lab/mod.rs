@@ -54,7 +54,7 @@ pub use advanced::{
 pub use control::RunControl;
 pub use forward::{forward, forward_probed, traced_pass};
 pub use measure::timed_forward;
-pub use quality::quantized;
+pub use quality::{quality_plan, quantized};
 
 // The libtorch helpers this module and its files use (they live in the leaf `torch_call`).
 use crate::torch_call::{catch_torch, synchronize, tch_device, torch_failure};

@@ -183,42 +183,59 @@ pub fn unigram_bits_per_byte(counts: &[u64], data: &[u8]) -> f64 {
     bits / data.len().max(1) as f64
 }
 
-impl Lab {
-    /// The text a quality measurement of `spec`'s model scores, and its units: (the model,
-    /// the text, its ids, the id that starts each chunk, whether a tokenizer made them).
-    #[allow(clippy::type_complexity)]
-    fn quality_text(&self, spec: &RunSpec) -> Result<(std::sync::Arc<protocol::decoder::DecoderModel>, HeldOut, Vec<i64>, i64, bool), RunFailure> {
-        let model = spec
-            .model
-            .decoder()
-            .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
-        // The units scored and what starts each chunk: the trained model's bytes after its
-        // BOS, or the tokens its tokenizer makes of the text (no special tokens) after BOS,
-        // else EOS (lm-evaluation-harness's prefix where a model has no BOS).
-        let (held, ids, prefix, tokenized) = match (&model.source, model.text_vocab()) {
-            (DecoderSource::Trained { folder, .. }, Some(TextVocab::Bytes { bos })) => {
-                let held = read_held_out(folder).map_err(|e| failure(FailureKind::Internal, format!("the held-out text: {e}")))?;
-                let ids = held.bytes.iter().map(|&b| i64::from(b)).collect::<Vec<_>>();
-                (held, ids, bos as i64, false)
+/// The text a quality measurement of `spec`'s model scores (`operator_text`: the server's
+/// `--quality-text`), and its units: (the model, the text, its ids, the id that starts each
+/// chunk, whether a tokenizer made them).
+#[allow(clippy::type_complexity)]
+fn quality_text(operator_text: Option<&std::path::Path>, spec: &RunSpec) -> Result<(std::sync::Arc<protocol::decoder::DecoderModel>, HeldOut, Vec<i64>, i64, bool), RunFailure> {
+    let model = spec
+        .model
+        .decoder()
+        .ok_or_else(|| failure(FailureKind::Invalid, format!("{} is not a decoder", spec.model)))?;
+    // The units scored and what starts each chunk: the trained model's bytes after its
+    // BOS, or the tokens its tokenizer makes of the text (no special tokens) after BOS,
+    // else EOS (lm-evaluation-harness's prefix where a model has no BOS).
+    let (held, ids, prefix, tokenized) = match (&model.source, model.text_vocab()) {
+        (DecoderSource::Trained { folder, .. }, Some(TextVocab::Bytes { bos })) => {
+            let held = read_held_out(folder).map_err(|e| failure(FailureKind::Internal, format!("the held-out text: {e}")))?;
+            let ids = held.bytes.iter().map(|&b| i64::from(b)).collect::<Vec<_>>();
+            (held, ids, bos as i64, false)
+        }
+        (_, Some(TextVocab::Tokenizer(t))) => {
+            let held = match operator_text {
+                Some(path) => read_operator_text(path),
+                None => read_held_out(crate::models::decoder::text::DEFAULT_QUALITY_FOLDER),
             }
-            (_, Some(TextVocab::Tokenizer(t))) => {
-                let held = match &self.config.quality_text {
-                    Some(path) => read_operator_text(path),
-                    None => read_held_out(crate::models::decoder::text::DEFAULT_QUALITY_FOLDER),
-                }
-                .map_err(|e| failure(FailureKind::Invalid, format!("the quality text: {e}")))?;
-                let text = String::from_utf8_lossy(&held.bytes);
-                let ids = crate::models::decoder::text::plain_ids(&model, &text).map_err(|e| failure(FailureKind::Invalid, e))?;
-                let prefix = t.bos.or(t.eos.first().copied()).ok_or_else(|| {
-                    failure(FailureKind::Invalid, format!("{} has neither a BOS nor an EOS id in its configs to start each chunk with", spec.model))
-                })?;
-                (held, ids, prefix as i64, true)
-            }
-            _ => return Err(failure(FailureKind::Invalid, format!("{} reads no text to measure quality on", spec.model))),
-        };
-        Ok((model, held, ids, prefix, tokenized))
-    }
+            .map_err(|e| failure(FailureKind::Invalid, format!("the quality text: {e}")))?;
+            let text = String::from_utf8_lossy(&held.bytes);
+            let ids = crate::models::decoder::text::plain_ids(&model, &text).map_err(|e| failure(FailureKind::Invalid, e))?;
+            let prefix = t.bos.or(t.eos.first().copied()).ok_or_else(|| {
+                failure(FailureKind::Invalid, format!("{} has neither a BOS nor an EOS id in its configs to start each chunk with", spec.model))
+            })?;
+            (held, ids, prefix as i64, true)
+        }
+        _ => return Err(failure(FailureKind::Invalid, format!("{} reads no text to measure quality on", spec.model))),
+    };
+    Ok((model, held, ids, prefix, tokenized))
+}
 
+/// What the quality measurement of a generation of `spec` on `device` will score, said
+/// before it runs (`GET /api/quality-plan`): the settings that apply to the model (the
+/// table's rows) and the units of the text each one scores. Reads and encodes the text, on
+/// no device: any thread may call it.
+pub fn quality_plan(operator_text: Option<&std::path::Path>, spec: &RunSpec, device: DeviceKind) -> Result<protocol::QualityPlan, RunFailure> {
+    let (model, held, ids, _, _) = quality_text(operator_text, spec)?;
+    let settings = measured_rows(device, None)
+        .into_iter()
+        .filter(|s| {
+            let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
+            protocol::check_quant(s.quant.weights, group, &model.config).is_ok()
+        })
+        .count() as u32;
+    Ok(protocol::QualityPlan { settings, tokens: ids.len() as u64, text: held.about.clone(), text_bytes: held.bytes.len() as u64 })
+}
+
+impl Lab {
     /// The quality block for a run of `spec` on `device` (its model must be a trained one):
     /// every setting of the table, or only those whose quantization `only` lists (a card's
     /// two rows).
@@ -229,7 +246,7 @@ impl Lab {
         control: &RunControl,
         only: Option<&[LinearQuant]>,
     ) -> Result<Quality, RunFailure> {
-        let (model, held, ids, prefix, tokenized) = self.quality_text(spec)?;
+        let (model, held, ids, prefix, tokenized) = quality_text(self.config.quality_text.as_deref(), spec)?;
         // Chunks of the model's context (at most 1,024 units), each fed as the prefix + the
         // chunk but its last unit, every unit scored once; the last chunk may be shorter.
         let context = (model.config.max_position_embeddings as i64).min(1024);

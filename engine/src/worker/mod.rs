@@ -115,6 +115,9 @@ pub struct Worker {
     config: WorkerConfig,
     budgets: Vec<(DeviceKind, Budget)>,
     profiles: Profiles,
+    /// Quality plans already worked out, by model and device: the server's text and models
+    /// do not change while it runs, and encoding the text costs a tokenizer pass.
+    plans: Mutex<std::collections::HashMap<(String, DeviceKind), protocol::QualityPlan>>,
 }
 
 impl Worker {
@@ -155,6 +158,7 @@ impl Worker {
             config,
             budgets: ready.budgets,
             profiles: ready.profiles,
+            plans: Mutex::default(),
         })
     }
 
@@ -194,6 +198,25 @@ impl Worker {
     /// Validates a spec without running it.
     pub fn check(&self, spec: RunSpec) -> Result<CheckedSpec, SpecError> {
         check_spec(spec, &self.config.limits, &self.machine)
+    }
+
+    /// What the quality measurement of a generation of `spec` (its model and device; the
+    /// measurement asked for whatever `spec.generate` says) will score, said before it runs:
+    /// see [`crate::lab::quality_plan`]. Checked as a run is (a model not served, or one
+    /// that reads no text, names its field); worked out here, off the device thread, once
+    /// per model and device.
+    pub fn quality_plan(&self, mut spec: RunSpec) -> Result<protocol::QualityPlan, SpecError> {
+        spec.generate.get_or_insert_with(Default::default).quality = true;
+        let checked = self.check(spec)?;
+        let device = checked.device();
+        let key = (checked.spec().model.to_string(), device);
+        if let Some(plan) = self.plans.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(plan.clone());
+        }
+        let plan = crate::lab::quality_plan(self.config.lab.quality_text.as_deref(), checked.spec(), device)
+            .map_err(|f| SpecError { field: "generate.quality".into(), message: f.message })?;
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).insert(key, plan.clone());
+        Ok(plan)
     }
 
     /// Validates a spec and, when its model and mode have been profiled, refuses it if it is

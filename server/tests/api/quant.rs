@@ -175,3 +175,27 @@ async fn a_text_prompt_is_checked_and_its_text_comes_back() {
     assert_eq!(text.prompt, "import torch");
     assert_eq!(text.generated[0], protocol::bytes_text(&g.tokens[0]));
 }
+
+/// `GET /api/quality-plan` says what a generation's quality measurement will score before it
+/// runs: for the byte-level model, one unit per byte of its held-out text, several settings.
+/// A model that reads no text, a missing or unknown parameter are 4xx naming the field.
+#[tokio::test]
+async fn the_quality_plan_says_what_will_be_scored_or_names_the_field() {
+    let (status, _, bytes) = send(app(), get("/api/quality-plan?model=torch_bytes&device=cpu")).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+    let plan: protocol::QualityPlan = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(plan.tokens, plan.text_bytes, "a byte-level model scores every byte once: {plan:?}");
+    assert!(plan.settings > 1 && plan.text.contains("held out"), "{plan:?}");
+    let cases = [
+        ("/api/quality-plan?model=tiny_mlp", StatusCode::UNPROCESSABLE_ENTITY, "model"),
+        ("/api/quality-plan?model=llama_tiny", StatusCode::UNPROCESSABLE_ENTITY, "generate.quality"),
+        ("/api/quality-plan", StatusCode::BAD_REQUEST, "model"),
+        ("/api/quality-plan?model=torch_bytes&batch=2", StatusCode::BAD_REQUEST, "batch"),
+        ("/api/quality-plan?model=torch_bytes&device=tpu", StatusCode::BAD_REQUEST, "device"),
+    ];
+    for (uri, want, field) in cases {
+        let (status, _, bytes) = send(app(), get(uri)).await;
+        assert_eq!(status, want, "{uri}: {}", String::from_utf8_lossy(&bytes));
+        assert_eq!(error_of(&bytes).field.as_deref(), Some(field), "{uri}");
+    }
+}
