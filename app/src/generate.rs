@@ -285,6 +285,7 @@ pub fn GeneratePage() -> impl IntoView {
         let decoder = s.model.decoder().filter(|d| d.takes_text())?;
         let byte_level = decoder.byte_bos().is_some();
         let g = s.generate.clone().unwrap_or_default();
+        let given = g.prompt_text.is_some();
         let text = g.prompt_text.clone().unwrap_or_default();
         let bytes = text.len();
         let (max, fed) = match decoder.tokenizer() {
@@ -313,9 +314,11 @@ pub fn GeneratePage() -> impl IntoView {
                             s.input_size = None;
                         });
                     }></textarea>
-                <span class="explain" class:warn={bytes > max || bytes == 0}>{format!(
-                    "{bytes} of at most {max} bytes of UTF-8, {fed}. Greedy decoding continues it."
-                )}</span>
+                <span class="explain" class:warn={given && (bytes > max || bytes == 0)}>{match given {
+                    true => format!("{bytes} of at most {max} bytes of UTF-8, {fed}. Greedy decoding continues it."),
+                    // An address without text: the run takes random ids, as the count says.
+                    false => format!("No text: the prompt is {} random ids (the prompt length below). Type text to start from it instead: at most {max} bytes of UTF-8, {fed}.", s.resolved_input_size()),
+                }}</span>
             </label>
             {Some(view! {
             <label class="control control-check" for="gen-quality">
