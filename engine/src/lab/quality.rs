@@ -75,6 +75,25 @@ fn measured_rows(device: DeviceKind, only: Option<&[LinearQuant]>) -> Vec<Settin
     settings(device).into_iter().filter(wanted).collect()
 }
 
+/// The rows measured on `device` for a model of `config`, and those said instead: a group
+/// size that does not split the model's layers (a small team model's hidden 64 and groups
+/// of 128) is no setting of it. One rule for the measurement and its plan.
+fn rows_for(device: DeviceKind, only: Option<&[LinearQuant]>, config: &protocol::decoder::DecoderConfig) -> (Vec<Setting>, Vec<String>) {
+    let mut skipped = vec![];
+    let rows = measured_rows(device, only)
+        .into_iter()
+        .filter(|s| {
+            let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
+            let fits = protocol::check_quant(s.quant.weights, group, config);
+            if let Err(e) = &fits {
+                skipped.push(format!("{}: {}", s.label, e.message));
+            }
+            fits.is_ok()
+        })
+        .collect();
+    (rows, skipped)
+}
+
 /// The text a quality measurement scores.
 struct HeldOut {
     bytes: Vec<u8>,
@@ -225,13 +244,7 @@ fn quality_text(operator_text: Option<&std::path::Path>, spec: &RunSpec) -> Resu
 /// no device: any thread may call it.
 pub fn quality_plan(operator_text: Option<&std::path::Path>, spec: &RunSpec, device: DeviceKind) -> Result<protocol::QualityPlan, RunFailure> {
     let (model, held, ids, _, _) = quality_text(operator_text, spec)?;
-    let settings = measured_rows(device, None)
-        .into_iter()
-        .filter(|s| {
-            let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
-            protocol::check_quant(s.quant.weights, group, &model.config).is_ok()
-        })
-        .count() as u32;
+    let settings = rows_for(device, None, &model.config).0.len() as u32;
     Ok(protocol::QualityPlan { settings, tokens: ids.len() as u64, text: held.about.clone(), text_bytes: held.bytes.len() as u64 })
 }
 
@@ -275,16 +288,9 @@ impl Lab {
         })?;
         let g = spec.generate.clone().unwrap_or_default();
         let mut rows = vec![];
-        let mut skipped = vec![];
-        for s in measured_rows(device, only) {
+        let (settings, skipped) = rows_for(device, only, &model.config);
+        for s in settings {
             control.check()?;
-            // A group size that does not split this model's layers (a small team model's
-            // hidden 64 and groups of 128) is no setting of it: said, not measured.
-            let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
-            if let Err(e) = protocol::check_quant(s.quant.weights, group, &model.config) {
-                skipped.push(format!("{}: {}", s.label, e.message));
-                continue;
-            }
             let start = Instant::now();
             let row = row_spec(spec, &s);
             if let Err(e) = crate::spec::check_device(&row, device, self.machine.compute_capability()) {
