@@ -129,7 +129,7 @@ pub const OUTPUT_LIFETIME: Card = Card {
     statements: &[
         Said::run("Here outputs dropped after each request left allocated memory flat.", &["growth per request, dropped"]),
         Said::run("Outputs kept on the device under torch.no_grad() grew it by about one output's bytes a request.", &["growth per request, kept on device", "one output"]),
-        Said::source("On a GPU the caching allocator counts each tensor in blocks rounded up to a multiple of 512 bytes, so a small output counts a little more than its bytes.", "c10/cuda/CUDACachingAllocator.cpp", "round_size", "pitfalls"),
+        Said::source("On a GPU the caching allocator counts each tensor in blocks rounded up to a multiple of 512 bytes, so a small output counts a little more than its bytes.", "c10/cuda/CUDACachingAllocator.cpp", "round_size", "more-cards"),
         Said::torch("An output that requires grad references its graph, and the graph holds every tensor its ops saved for backward: those activations live as long as the output.", "test_grad_modes.py::test_a_kept_output_holds_the_activations_its_graph_saved"),
         Said::torch("Under torch.no_grad() the output has no graph and nothing is saved, so only the output itself stays.", "test_grad_modes.py::test_no_grad_saves_nothing"),
         Said::run("Here outputs kept with autograd on grew memory more than twice as fast as outputs kept under torch.no_grad().", &["growth per request, kept with grad", "growth per request, kept on device"]),

@@ -28,7 +28,7 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
     statements: &[
         Said::run("In fp32 the trained model needs fewer bits per byte than gzip -9 on the held-out text: it has learned the text's kind.", &["fp32: bits per byte", "gzip -9: bits per byte"]),
         Said::run("int4 in groups of 32 raised its bits per byte by under 5%.", &["int4: bits per byte", "fp32: bits per byte"]),
-        Said::source("On CUDA int4's kernel (torch._weight_int4pack_mm) takes bf16 activations only, so there the int4 figures are int4 with bf16 activations.", "aten/src/ATen/native/cuda/int4mm.cu", "_weight_int4pack_mm_cuda", "pitfalls"),
+        Said::source("On CUDA int4's kernel (torch._weight_int4pack_mm) takes bf16 activations only, so there the int4 figures are int4 with bf16 activations.", "aten/src/ATen/native/cuda/int4mm.cu", "_weight_int4pack_mm_cuda", "more-cards"),
         Said::run("int4 left most of the trained model's greedy picks as they were.", &["trained: greedy agreement"]),
         Said::run("The same int4 flipped most greedy picks of the random-weights preset.", &["random: greedy agreement"]),
         Said::run("A greedy pick can flip only where its top-1 margin is small against the change int4 makes to the logits: far more of the random weights' positions had a margin below int4's largest change of a logit than the trained model's.", &["random: low-margin share", "trained: low-margin share"]),

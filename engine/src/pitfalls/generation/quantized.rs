@@ -88,7 +88,7 @@ pub const QUANTIZED_WEIGHTS_NOT_KV: Card = Card {
         Said::torch("PyTorch's int4 kernel reads its weights packed two to a byte.", "test_quant_attention.py::test_int4_packs_half_a_byte_per_weight"),
         Said::run("The embeddings, the norms and the LM head kept their bytes: int4 quantizes only the blocks' linear layers.", &["int4: other weights", "unquantized: other weights"]),
         Said::torch("The packed int4 matmul returns its output in the activations' dtype, so the keys and values the cache stores come out of it as they did unquantized.", "test_quant_attention.py::test_the_int4_matmul_returns_the_activations_dtype"),
-        Said::source("On CUDA the int4 kernel (torch._weight_int4pack_mm, tinygemm) takes bf16 activations only, so there both runs are bf16.", "aten/src/ATen/native/cuda/int4mm.cu", "_weight_int4pack_mm_cuda", "pitfalls"),
+        Said::source("On CUDA the int4 kernel (torch._weight_int4pack_mm, tinygemm) takes bf16 activations only, so there both runs are bf16.", "aten/src/ATen/native/cuda/int4mm.cu", "_weight_int4pack_mm_cuda", "more-cards"),
         Said::run("The KV cache held the same bytes with int4 as unquantized.", &["int4: KV cache", "unquantized: KV cache"]),
         Said::run("The weights are paid once while the cache grows with every token, so with int4 the cache passes the weights after fewer tokens.", &["tokens at which the cache passes the weights (int4)", "tokens at which the cache passes the weights (unquantized)"]),
     ],
@@ -212,7 +212,7 @@ pub const INT8_SPEED_DEPENDS: Card = Card {
     statements: &[
         Said::run("The int8 layers hold one byte per weight and a scale per output channel, so an int8 step read fewer weight bytes than an unquantized one.", &["int8: weights read per step", "unquantized: weights read per step"]),
         Said::torch("torch._weight_int8pack_mm dequantizes inside the matmul, by one scale per output channel, and returns the activations' dtype.", "test_quant_attention.py::test_the_int8_matmul_dequantizes_inside_and_returns_the_activations_dtype"),
-        Said::source("On CUDA, PyTorch 2.11's torch._weight_int8pack_mm casts the activations and the scales to fp32 and runs one thread per output element, each walking its weight row one byte at a time: a simple kernel, not one built to read the weights at the GPU's bandwidth.", "aten/src/ATen/native/cuda/int8mm.cu", "_weight_int8pack_mm_cuda", "pitfalls"),
+        Said::source("On CUDA, PyTorch 2.11's torch._weight_int8pack_mm casts the activations and the scales to fp32 and runs one thread per output element, each walking its weight row one byte at a time: a simple kernel, not one built to read the weights at the GPU's bandwidth.", "aten/src/ATen/native/cuda/int8mm.cu", "_weight_int8pack_mm_cuda", "cards"),
         Said::run("On this device the int8 step took longer than the unquantized step, though it read fewer bytes: the time followed the kernel, not the bytes.", &["int8: per-token p50", "unquantized: per-token p50", "int8: per-token p50 / unquantized: per-token p50, 95% interval low", "int8: per-token p50 / unquantized: per-token p50, 95% interval high"]),
     ],
     source: "https://github.com/pytorch-labs/gpt-fast",
