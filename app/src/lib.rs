@@ -472,7 +472,7 @@ fn BottomBar(version: String, libtorch: String) -> impl IntoView {
             let full = full_page(&path, &query);
             view! {
                 <footer class="embed-footer">
-                    {format!("Measured by Gradless {version} ({libtorch}) · ")}
+                    {format!("Measured by Gradless {version} · {libtorch} · ")}
                     <a href=full target="_blank" rel="noopener">"open the full page ↗"</a>
                 </footer>
             }

@@ -22,7 +22,7 @@ pub fn AnswersRoute() -> impl IntoView {
             <section class="tour" aria-label="About these answers">
                 <h1>{format!("What the team predicted: {}", path.title)}</h1>
                 <p>
-                    {format!("{} answers kept", view.kept)}
+                    {format!("{} answer{} kept", view.kept, if view.kept == 1 { "" } else { "s" })}
                     {format!(" (at most {} per path: past that the oldest are dropped). ", view.max)}
                     "Each is a prediction locked in before its run, with what that run measured: no name, address or browser is kept. "
                     <a href=format!("/learn/{}", path.id) rel="external">"Walk the path"</a>" · "
