@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks that every relative link and backticked repository path in README.md and
-docs/*.md resolves.
+docs/**/*.md (docs/development/ too) resolves.
 
 A link is a Markdown link or image (`[text](target)`, `![alt](target)`, `[label]: target`)
 or an HTML `href=`/`src=` attribute, outside fenced code blocks and inline code. For each
@@ -21,7 +21,7 @@ ignored build outputs (`target/site`), and tokens with a placeholder or a patter
 (`paths/NAME.toml`, `OUT_DIR/x.json`, `/runs/{id}.png`, `<hash>`, `*`, `...`). A `:LINE` after a path is
 dropped before the check.
 
-Usage: scripts/check-links.py [FILE.md ...]   (default: README.md and docs/*.md)
+Usage: scripts/check-links.py [FILE.md ...]   (default: README.md and docs/**/*.md)
 Exits 1 and lists every broken link or path, with its file and line, when one does not
 resolve. Python 3 standard library only (and `git ls-files` for the tracked files, read
 from the work tree when git is not there); runs in well under a second.
@@ -240,7 +240,7 @@ def check(path):
 
 
 def main(argv):
-    files = [Path(a).resolve() for a in argv] or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files = [Path(a).resolve() for a in argv] or [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     broken, count, paths = [], 0, 0
     for path in files:
         count += sum(1 for _ in links(path))
