@@ -87,7 +87,7 @@ fn print_generation(r: &Report) -> Result<()> {
     if let Some(d) = r.spec.model.decoder() {
         writeln!(out, "model         {}", d.provenance())?;
     }
-    writeln!(out, "settings      {}, {} threads", r.spec.label(), r.env.threads)?;
+    writeln!(out, "settings      {}, {} thread{}", r.spec.label(), r.env.threads, if r.env.threads == 1 { "" } else { "s" })?;
     writeln!(
         out,
         "prefill       {:.3} ms for {} prompt tokens × {} (time to first token); {:.3} TFLOP/s{}",
@@ -442,10 +442,11 @@ pub(crate) fn print_report(r: &Report) -> Result<()> {
     )?;
     writeln!(
         out,
-        "settings      {}, input_size {}, {} threads",
+        "settings      {}, input_size {}, {} thread{}",
         r.spec.label(),
         r.spec.resolved_input_size(),
-        r.env.threads
+        r.env.threads,
+        if r.env.threads == 1 { "" } else { "s" }
     )?;
     writeln!(
         out,
@@ -470,12 +471,13 @@ pub(crate) fn print_report(r: &Report) -> Result<()> {
     if let Some(c) = &r.compiled {
         writeln!(
             out,
-            "compiled      AOTInductor package {} ({}), batch {}..={}, kernels for {} threads, PyTorch {}{}",
+            "compiled      AOTInductor package {} ({}), batch {}..={}, kernels for {} thread{}, PyTorch {}{}",
             c.package,
             format_bytes(c.package_bytes),
             c.batch_min,
             c.batch_max,
             c.threads,
+            if c.threads == 1 { "" } else { "s" },
             c.torch_version,
             if c.cached { ", from the cache (its compile times as measured when it was built)" } else { "" }
         )?;
