@@ -1,12 +1,12 @@
 """What the compiled-model lessons say of PyTorch, observed in PyTorch itself (run by
 scripts/test.sh).
 
-The cards about a model compiled ahead of time (compiled-settings, compiled-shapes) contrast
-AOTInductor's package, which Gradless runs and measures, with two things it is not: the
-exported program before compilation, and torch.compile's just-in-time path. These tests
-observe both in the venv's PyTorch. They never run Inductor: torch.export alone, and
-torch.compile with a counting backend (Dynamo's guards and recompiles are decided before any
-backend runs), so they take seconds on a CPU.
+The cards about a model compiled ahead of time (compiled-first-call, compiled-settings,
+compiled-shapes) contrast AOTInductor's package, which Gradless runs and measures, with two
+things it is not: the exported program before compilation, and torch.compile's just-in-time
+path. These tests observe both in the venv's PyTorch. They never run Inductor: torch.export
+alone, and torch.compile with a counting backend (Dynamo's guards and recompiles are decided
+before any backend runs), so they take seconds on a CPU.
 """
 import unittest
 
@@ -54,6 +54,18 @@ class ExportFreezesTheMode(unittest.TestCase):
         with self.assertRaisesRegex(Exception, "8"):
             f(torch.randn(16, 16))
 
+    def test_export_keeps_a_dynamic_batchs_range_from_1_and_runs_batch_1(self):
+        # The range the exported program records for the batch is the one it was given,
+        # 1 to 64, and its module runs batch 1: a refusal of batch 1 comes from the compiled
+        # package's own input check, not from the export.
+        x = torch.randn(8, 16)
+        ep = torch.export.export(mlp().eval(), (x,), dynamic_shapes=({0: Dim("batch", min=1, max=64)},))
+        (name,) = ep.graph_signature.user_inputs
+        (batch,) = [n.meta["val"].shape[0] for n in ep.graph.nodes if n.name == name]
+        bounds = ep.range_constraints[batch.node.expr]
+        self.assertEqual((int(bounds.lower), int(bounds.upper)), (1, 64))
+        self.assertEqual(tuple(ep.module()(torch.randn(1, 16)).shape), (1, 4))
+
 
 class FloatOrder(unittest.TestCase):
     """Why a compiled kernel's output differs from eager's in the last bits."""
@@ -96,6 +108,22 @@ class JustInTime(unittest.TestCase):
         # Automatic dynamic shapes: the first call specialises on its batch, the second
         # batch seen recompiles with the batch symbolic, and later batches reuse it.
         self.assertEqual(self.frames([2, 3, 4, 2, 5]), 2)
+
+    def test_it_compiles_at_the_first_call_once_more_at_a_second_batch_and_at_a_mode_switch(self):
+        # Dynamo's frames compiled after each call: three batches, then the same batch in
+        # train(). Automatic dynamic shapes: the second batch recompiles with the batch
+        # symbolic, and the third reuses that graph; the mode's guard fails at train().
+        counter = CompileCounter()
+        module = mlp().eval()
+        compiled = torch.compile(module, backend=counter)
+        after = []
+        for batch in (2, 3, 4):
+            compiled(torch.randn(batch, 16))
+            after.append(counter.frame_count)
+        module.train()
+        compiled(torch.randn(4, 16))
+        after.append(counter.frame_count)
+        self.assertEqual(after, [1, 2, 2, 3])
 
     def test_switching_to_train_recompiles(self):
         counter = CompileCounter()

@@ -161,18 +161,29 @@ class Padding(unittest.TestCase):
 
     def test_a_mask_hides_padded_keys_that_are_still_there(self):
         torch.manual_seed(0)
-        q = torch.randn(1, 2, 1, 16)
-        k = torch.randn(1, 2, 6, 16)
-        v = torch.randn(1, 2, 6, 16)
-        # Left padding: the first 2 of 6 positions are padding.
-        mask = torch.tensor([[False, False, True, True, True, True]])
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        k2, v2 = k.clone(), v.clone()
-        k2[:, :, :2] = 100.0
-        v2[:, :, :2] = -100.0
-        self.assertTrue(torch.allclose(out, F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)))
-        # ... while the keys and values kept for them are as large as the real ones'.
-        self.assertEqual(k.shape[2], 6)
+        emb = torch.nn.Embedding(10, 32)
+        proj = torch.nn.Linear(32, 64)  # keys and values: 2 heads x 16 each
+        # Left padding: the first 2 of 6 positions hold the pad id, 0.
+        ids = torch.tensor([[0, 0, 3, 4, 5, 6]])
+        mask = ids != 0
+        with torch.no_grad():
+            k, v = proj(emb(ids)).view(1, 6, 4, 16).transpose(1, 2).split(2, 1)
+            cache = [torch.cat([torch.empty(1, 2, 0, 16), t], 2) for t in (k, v)]
+            # The projection computed the padded positions' keys and values as it did the
+            # real ones' (the pad token's), and the cache keeps all 6 positions.
+            pad_kv = proj(emb(torch.tensor([0]))).view(4, 16)
+            torch.testing.assert_close(cache[0][0, :, 0], pad_kv[:2])
+            torch.testing.assert_close(cache[1][0, :, 1], pad_kv[2:])
+            self.assertEqual([t.shape[2] for t in cache], [6, 6])
+            self.assertEqual(sum(t.nbytes for t in cache), 6 * 2 * 2 * 16 * 4)
+            # The mask hides them from the real positions' attention: whatever they hold,
+            # the output is the same.
+            q = torch.randn(1, 2, 1, 16)
+            out = F.scaled_dot_product_attention(q, *cache, attn_mask=mask)
+            k2, v2 = cache[0].clone(), cache[1].clone()
+            k2[:, :, :2] = 100.0
+            v2[:, :, :2] = -100.0
+            torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask))
 
 
 class GroupedQueryAttention(unittest.TestCase):

@@ -111,8 +111,8 @@ class NoGradLeavesTrainingOn(unittest.TestCase):
 
 class InferenceMode(unittest.TestCase):
     """inference_mode records no graph, as no_grad does, and also skips autograd's
-    dispatch entirely, version counters and view tracking: its tensors are 'inference
-    tensors', which autograd refuses to save."""
+    dispatch entirely: the tensors it makes are 'inference tensors', with no version
+    counter and no view tracking, which autograd refuses to save."""
 
     def test_inference_mode_saves_nothing_like_no_grad(self):
         model = mlp().eval()
@@ -164,13 +164,25 @@ class InferenceMode(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "do not track version counter"):
             b._version
 
-    def test_inference_mode_does_not_track_views(self):
-        with torch.no_grad():
-            a = torch.randn(4)
-            self.assertTrue(a.view(2, 2)._is_view())
+    def test_views_of_inference_tensors_are_not_tracked_as_views(self):
+        normal = torch.randn(4)
         with torch.inference_mode():
-            b = torch.randn(4)
-            self.assertFalse(b.view(2, 2)._is_view())
+            made_here = torch.randn(4)
+            # A view of an inference tensor is not tracked as one: no base, inside the mode...
+            view = made_here.view(2, 2)
+            self.assertTrue(view.is_inference())
+            self.assertFalse(view._is_view())
+            self.assertIsNone(view._base)
+            # ... while a view of a normal tensor, made in the same mode, is tracked, and is
+            # a normal tensor itself.
+            tracked = normal.view(2, 2)
+            self.assertTrue(tracked._is_view())
+            self.assertIs(tracked._base, normal)
+            self.assertFalse(tracked.is_inference())
+        # ... or outside it.
+        self.assertFalse(made_here.view(2, 2)._is_view())
+        with torch.no_grad():
+            self.assertTrue(normal.view(2, 2)._is_view())
 
     def test_inference_tensors_cannot_be_saved_for_backward(self):
         with torch.inference_mode():

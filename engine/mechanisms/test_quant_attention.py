@@ -12,6 +12,7 @@ import unittest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def int4_packed(n, k, group, dtype):
@@ -99,8 +100,9 @@ class Ranges(unittest.TestCase):
 
 
 class Fp16Autocast(unittest.TestCase):
-    """fp16 autocast is not model.half(): the weights stay fp32, matmuls run in fp16, and an
-    add follows type promotion, so a residual stream that starts in fp32 stays fp32."""
+    """fp16 autocast is not model.half(): the weights stay fp32, matmuls run in fp16, an op
+    its lists do not name runs in its inputs' dtype (fp16 after a matmul), and an add follows
+    type promotion, so a residual stream that starts in fp32 stays fp32."""
 
     def linear_of_ones(self):
         lin = torch.nn.Linear(4, 4, bias=False)
@@ -115,6 +117,20 @@ class Fp16Autocast(unittest.TestCase):
             y = lin(x)
         self.assertEqual((y.dtype, lin.weight.dtype), (torch.float16, torch.float32))
         self.assertTrue(torch.isinf(y).all())
+
+    def test_an_elementwise_op_on_fp16_autocast_outputs_overflows_too(self):
+        # A gated MLP's SiLU(gate) * up: both linear layers run in fp16 and stay inside its
+        # range (300 each); the elementwise ops after them are not on autocast's lists, so
+        # they run in their inputs' dtype, fp16, and the product, 90,000, is inf.
+        gate, up = self.linear_of_ones(), self.linear_of_ones()
+        x = torch.full((1, 4), 75.0)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+            g, u = gate(x), up(x)
+            act = F.silu(g)
+            h = act * u
+        self.assertEqual((g.dtype, u.dtype, act.dtype, h.dtype), (torch.float16,) * 4)
+        self.assertTrue(torch.isfinite(g).all() and torch.isfinite(u).all() and torch.isfinite(act).all())
+        self.assertTrue(torch.isinf(h).all())
 
     def test_autocast_leaves_the_residual_add_to_type_promotion(self):
         lin = self.linear_of_ones()
@@ -162,6 +178,41 @@ class AttentionKernels(unittest.TestCase):
         q, k, v = self.qkv()
         with sdpa_kernel(SDPBackend.MATH):
             self.assertEqual(SDPBackend(torch._fused_sdp_choice(q, k, v, None, 0.0, True)), SDPBackend.MATH)
+
+    def test_the_math_kernel_computes_the_scores_of_16_bit_inputs_in_fp32(self):
+        # The dtype of the score matrix ([batch, heads, tokens, tokens], from the matmul
+        # q @ k^T) and of its softmax, as the math kernel's own ops produce them, for bf16
+        # query, key and value. By default it casts them to fp32 first; the switch
+        # torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) keeps them in bf16.
+        class Scores(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.dtypes = {}
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = func.overloadpacket.__name__
+                if name in ("bmm", "_safe_softmax") and out.shape[-2:] == (256, 256):
+                    self.dtypes[name] = out.dtype
+                return out
+
+        q, k, v = (t.to(torch.bfloat16) for t in self.qkv())
+
+        def scores():
+            seen = Scores()
+            with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), seen:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return seen.dtypes, out.dtype
+
+        default = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+        self.assertFalse(default)
+        self.assertEqual(scores(), ({"bmm": torch.float32, "_safe_softmax": torch.float32}, torch.bfloat16))
+        self.assertEqual(torch.finfo(torch.float32).bits, 2 * torch.finfo(torch.bfloat16).bits)
+        try:
+            torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+            self.assertEqual(scores(), ({"bmm": torch.bfloat16, "_safe_softmax": torch.bfloat16}, torch.bfloat16))
+        finally:
+            torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(default)
 
 
 if __name__ == "__main__":

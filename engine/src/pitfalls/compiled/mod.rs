@@ -115,7 +115,7 @@ pub const COMPILED_FIRST_CALL: Card = Card {
         Said::run("That one-time cost is reported as a number of this model's eager passes.", &["one-time cost / eager pass", "p50 eager pass"]),
         Said::run("Loading the built package into this process took the time reported, and its first call the time reported beside it.", &["load the package", "first compiled call"]),
         Said::run("The compiled and eager passes then alternate, and the number of passes after which compiling has paid for itself follows from their medians (0 when the compiled pass is not faster: it never pays).", &["p50 compiled pass", "p50 eager pass", "passes to break even"]),
-        Said::torch("torch.compile's just-in-time path pays its compile in the first call of every new shape it has not seen, and again when the mode changes (its guards recompile); an exported package is compiled once, before serving.", "test_compile.py::test_switching_to_train_recompiles"),
+        Said::torch("torch.compile's just-in-time path compiles in its first call and, by default, once more in the first call with a second batch size, with the batch made symbolic (automatic dynamic shapes), which later batch sizes reuse; switching the module between eval() and train() compiles again (its guards fail).", "test_compile.py::test_it_compiles_at_the_first_call_once_more_at_a_second_batch_and_at_a_mode_switch"),
     ],
     source: "https://pytorch.org/docs/stable/torch.compiler_aot_inductor.html",
     pitfall: "model.eval()\nwith torch.no_grad():\n    y = model(x)",

@@ -125,7 +125,7 @@ pub const COMPILED_SETTINGS: Card = Card {
         Said::run("With autograd on it kept no more memory while its output lived than under no_grad, where the eager model with autograd on kept its activations.", &["compiled, grad enabled: retained", "compiled, no_grad: retained", "eager, grad enabled: retained", "eager, no_grad: retained"]),
         Said::run("Its passes under the three modes are timed side by side.", &["compiled, grad enabled: p50", "compiled, no_grad: p50", "compiled, inference_mode: p50"]),
         Said::torch("torch.compile's just-in-time path guards the module's mode: switching it to train() compiles again.", "test_compile.py::test_switching_to_train_recompiles"),
-        Said::source("Under mode=\"reduce-overhead\" on a GPU, torch.compile replays CUDA graphs whose outputs live in the graph's memory pool: the next call overwrites them, and reading an older output raises an error.", "torch/_inductor/cudagraph_trees.py", "CUDAGraphTreeManager.dealloc_current_path_weakrefs", "compiled-cards"),
+        Said::source("Under mode=\"reduce-overhead\" on a GPU, torch.compile replays CUDA graphs whose outputs live in the graphs' memory pool: once it replays, every call returns the same output tensors, rewritten in place, so an output kept from an earlier call silently holds the next call's values, with no error (only an output of the recording call raises \"overwritten by a subsequent run\" when read after the next call); a clone taken before the next call keeps its own.", "torch/_inductor/cudagraph_trees.py", "CUDAGraphNode.reconstruct_outputs", "compiled-cards"),
     ],
     source: "https://pytorch.org/docs/stable/export.html",
     pitfall: "runner = torch._inductor.aoti_load_package(path)\ny = runner(x)",

@@ -36,7 +36,8 @@ pub const SDPA_BACKEND: Card = Card {
         Said::source("On CUDA, FlashAttention takes no attention mask, and select_sdp_backend moves on to the next kernel in the order without a warning; cuDNN attention and the memory-efficient kernel take a mask.", "aten/src/ATen/native/transformers/cuda/sdp_utils.cpp", "select_sdp_backend", "cards"),
         Said::torch("On a CPU, libtorch runs its flash kernel for is_causal and for a boolean mask alike.", "test_quant_attention.py::test_the_cpu_runs_its_flash_kernel_for_is_causal_and_for_a_boolean_mask"),
         Said::torch("With only the math kernel enabled, the call runs math.", "test_quant_attention.py::test_the_math_kernel_runs_when_it_is_the_only_one_enabled"),
-        Said::run("The math kernel held at least the score matrix (batch × heads × tokens² elements) above its inputs.", &["math only: peak above the inputs", "score matrix"]),
+        Said::torch("On 16-bit inputs the math kernel casts the query, key and value to fp32 first (unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) is set), so its score matrix and the softmax of it are fp32: 4 bytes an element, twice a bf16 matrix.", "test_quant_attention.py::test_the_math_kernel_computes_the_scores_of_16_bit_inputs_in_fp32"),
+        Said::run("The math kernel held at least the score matrix (batch × heads × tokens² elements at the inputs' element size) above its inputs.", &["math only: peak above the inputs", "score matrix"]),
         Said::run("libtorch's own choice for is_causal held under a quarter of it: it never materialised the scores.", &["is_causal: peak above the inputs", "score matrix"]),
     ],
     source: "https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
@@ -69,10 +70,15 @@ fn sdpa_backend_setup(ctx: &Ctx) -> Vec<String> {
         sdpa_describe(ctx),
         "Three calls of scaled_dot_product_attention on the same query, key and value: is_causal=True with libtorch's default choice of kernel; an explicit boolean causal mask (A); is_causal=True with only the math kernel enabled".into(),
         format!(
-            "{elt} bytes per element: query, key, value and the output {} each; the boolean mask {}; a [batch, heads, tokens, tokens] score matrix in this dtype: {}",
+            "{elt} bytes per element: query, key, value and the output {} each; the boolean mask {}; a [batch, heads, tokens, tokens] score matrix in this dtype: {}{}",
             protocol::format_bytes((heads * tokens * dim) as u64 * elt),
             protocol::format_bytes((tokens * tokens) as u64),
             protocol::format_bytes((heads * tokens * tokens) as u64 * elt),
+            if elt < 4 {
+                format!(", or {} in fp32, the dtype the math kernel computes it in", protocol::format_bytes((heads * tokens * tokens) as u64 * 4))
+            } else {
+                String::new()
+            },
         ),
         "Measured per call: the kernel libtorch names for it, the peak allocated memory above the inputs (after one unmeasured call), and the time over interleaved rounds".into(),
     ]

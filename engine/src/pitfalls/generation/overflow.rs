@@ -37,7 +37,7 @@ pub const FP16_OVERFLOW: Card = Card {
     labels: ["weights in fp16 (model.half())", "weights in bf16, non-finite values counted per layer"],
     setup: fp16_overflow_setup,
     needs: Needs::Any,
-    claim: "A decoder whose activations pass 65504, fp16's largest finite value, produces inf and then NaN once its weights and activations are cast to fp16 (model.half()), and stays finite in bf16, whose range is nearly fp32's. fp16 autocast is not the same: it keeps the weights in fp32 and leaves the residual adds to type promotion, so the residual stream stays fp32 and only an op autocast runs in fp16 (a linear, a matmul) overflows, where its own output passes 65504.",
+    claim: "A decoder whose activations pass 65504, fp16's largest finite value, produces inf and then NaN once its weights and activations are cast to fp16 (model.half()), and stays finite in bf16, whose range is nearly fp32's. fp16 autocast is not the same: it keeps the weights in fp32 and leaves the residual adds to type promotion, so the residual stream stays fp32, while what runs in fp16 overflows where its own output passes 65504: an op autocast casts down (a linear, a matmul) and the ops on its fp16 outputs that autocast leaves in their inputs' dtype (an MLP's SiLU(gate) * up).",
     statements: &[
         Said::torch("fp16's largest finite value is 65504: a value, or a sum, past it is inf.", "test_quant_attention.py::test_fp16_ends_at_65504"),
         Said::torch("bf16 keeps fp32's 8 exponent bits (to about 3.4e38) and pays in precision: 8 significant bits against fp16's 11.", "test_quant_attention.py::test_bf16_keeps_fp32s_range_with_fewer_bits"),
@@ -47,6 +47,7 @@ pub const FP16_OVERFLOW: Card = Card {
         Said::torch("An inf turns to NaN at the next RMSNorm: its row's root mean square is inf, and the inf times its inverse, 0, is NaN.", "test_quant_attention.py::test_an_inf_through_rms_norm_is_nan"),
         Said::run("The bf16 pass produced none.", &["bf16: non-finite values", "bf16: non-finite values in the logits"]),
         Said::torch("Under fp16 autocast the weights stay fp32 and a linear layer runs in fp16: its output is inf where it passes 65504.", "test_quant_attention.py::test_a_linear_under_fp16_autocast_overflows_in_its_output"),
+        Said::torch("An op autocast does not list runs in its inputs' dtype, so the elementwise ops on fp16 linear outputs run in fp16 too: an MLP's SiLU(gate) * up is inf where the product passes 65504, though neither factor does.", "test_quant_attention.py::test_an_elementwise_op_on_fp16_autocast_outputs_overflows_too"),
         Said::torch("Autocast leaves an add to type promotion: an fp32 residual plus a 16-bit output is fp32, so under autocast the residual stream stays fp32 and may pass 65504 unharmed.", "test_quant_attention.py::test_autocast_leaves_the_residual_add_to_type_promotion"),
     ],
     source: "https://pytorch.org/docs/stable/amp.html",
