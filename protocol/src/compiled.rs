@@ -55,6 +55,14 @@ pub struct CompiledFacts {
     /// built for (Inductor writes the count into them).
     pub torch_version: String,
     pub threads: u32,
+    /// On CUDA, how much the driver's count of device memory in use grew while the package
+    /// loaded: AOTInductor allocates the package's constants (its own copy of the weights)
+    /// with its own `cudaMalloc`, outside PyTorch's caching allocator, so no
+    /// `memory_allocated` figure of the run holds them. `None` on the CPU (the package's
+    /// constants are tensors there, and a run's memory figures leave them out like another
+    /// cached model's) and in records made before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_device_bytes: Option<u64>,
 }
 
 /// The batch range a run's package is exported for: 1 to the next power of two from the

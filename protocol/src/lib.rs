@@ -8,6 +8,7 @@
 //! the engine.
 
 mod advanced;
+pub mod bytes_rule;
 mod compiled;
 pub mod decoder;
 mod errors;

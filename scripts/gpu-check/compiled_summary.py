@@ -1,8 +1,10 @@
-# The compiled step's figures (gpu-check/compiled.sh: compiled_summary); exits 1 on a problem,
-# each written to stderr.
-# argv: REPORT MEASURE_RC RO_JSON RO_RC CARDS_JSONL CARDS_RC WANTED_CARDS MODE OUT_DIR
+# The compiled steps' figures (gpu-check/compiled.sh: compiled_summary): PART `measure` (the
+# compiled step: the toolchain and tiny_mlp compiled and measured) or `cards` (the
+# compiled-cards step: reduce-overhead's outputs and the compiled-model cards, on the
+# package the compiled step built); exits 1 on a problem, each written to stderr.
+# argv: PART REPORT MEASURE_RC RO_JSON RO_RC CARDS_JSONL CARDS_RC WANTED_CARDS MODE OUT_DIR
 import json, math, os, sys
-report, mrc, ro, rrc, cards, crc, wanted, mode, out_dir = sys.argv[1:10]
+part, report, mrc, ro, rrc, cards, crc, wanted, mode, out_dir = sys.argv[1:11]
 def load(path):
     try:
         return json.load(open(path))
@@ -20,11 +22,16 @@ problems += tool.get("problems", [])
 if not tool and mode != "dry":
     problems.append(f"the toolchain check did not run: {tail('compiled-toolchain.err')}")
 blocked = bool(problems)
-# 1. tiny_mlp, compiled and measured.
+# 1. tiny_mlp, compiled and measured (the compiled step; the cards step reads it to check
+# that its cards took the same package).
+measured = None
 keys = ("export_ms", "compile_ms", "build_ms", "subprocess_ms", "load_ms", "eager_p50_ms", "max_abs_diff", "bitwise_equal",
-        "package_bytes", "cached", "batch_min", "batch_max", "break_even_passes", "torch_version", "threads")
+        "package", "package_bytes", "cached", "batch_min", "batch_max", "break_even_passes", "torch_version", "threads",
+        "load_device_bytes")
 r = load(report)
-if mrc == "-":
+if part == "cards":
+    measured = (r or {}).get("compiled") if isinstance(r, dict) else None
+elif mrc == "-":
     if not blocked:
         problems.append("tiny_mlp was not compiled (the step's limit came first)")
 elif mrc != "0" or not isinstance(r, dict) or not isinstance(r.get("compiled"), dict):
@@ -44,6 +51,19 @@ else:
     d = c.get("max_abs_diff")
     if not isinstance(d, (int, float)) or not math.isfinite(d):
         problems.append(f"the compiled output's largest difference from eager is {d}")
+    # On CUDA the package's constants live outside the caching allocator: the driver's
+    # growth across the load is their figure.
+    if mode == "gpu" and c.get("load_device_bytes") is None:
+        problems.append("no driver reading of the package's load on CUDA (load_device_bytes)")
+if part == "measure":
+    figs["problems"] = problems
+    print(json.dumps(figs))
+    for w in tool.get("workarounds") or []:
+        print(f"worked round (a Gradless server compiling here needs the same): {w}", file=sys.stderr)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        sys.exit(1)
+    sys.exit(0)
 # 2. reduce-overhead's outputs in CUDA graph memory (GPU only).
 if mode != "gpu":
     figs["reduce_overhead"] = {"skipped": "CUDA graphs need a GPU" + (" (dry run)" if mode == "dry" else " (a CPU rehearsal)")}
@@ -74,6 +94,15 @@ if os.path.exists(cards):
             problems.append(f'{o["id"]}: failed: {(o.get("error") or "")[:300]}')
         else:
             by_card[o["id"]] = {"verdict": rep.get("verdict"), "seconds": o.get("seconds"), "reason": (rep.get("reason") or "")[:400]}
+            cached = next((f["value"] for f in rep.get("figures") or [] if f.get("name") == "package from the cache"), None)
+            if cached is not None:
+                by_card[o["id"]]["package_from_cache"] = bool(cached)
+# One package key for the compiled step and the cards (the same threads, batch range and
+# weights): the first card took the package the compiled step built, from the cache.
+first = by_card.get("compiled-first-call", {})
+if measured and not measured.get("cached") and first.get("package_from_cache") is False:
+    problems.append("compiled-first-call compiled tiny_mlp again instead of taking the compiled step's package from the cache "
+                    f"(a different key: the step built {measured.get('package')} for {measured.get('threads')} thread(s))")
 counts = {}
 for c in by_card.values():
     counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1

@@ -58,20 +58,29 @@ if mode == "gpu":
         def linker_finds(name):
             found = subprocess.run([t["cxx"], f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
             return found if os.path.isabs(found) else None
+        # The driver's library is often outside the linker's own paths on a GPU host: in
+        # LD_LIBRARY_PATH (where the loader finds it), /usr/local/nvidia/lib64 (the
+        # container runtime's mount) or the toolkit's stubs.
+        dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d] + ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"]
+        if home:
+            dirs += [os.path.join(home, "lib64"), os.path.join(home, "lib64", "stubs"), os.path.join(home, "lib", "stubs")]
+        def in_dirs(name):
+            return next((os.path.join(d, name) for d in dirs if os.path.exists(os.path.join(d, name))), None)
+        def ldconfig_finds(name):
+            ldconfig = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout if os.path.exists("/sbin/ldconfig") else ""
+            return next((l.split()[-1] for l in ldconfig.splitlines() if f"{name} " in l), None)
+        t["libcuda_searched"] = ["the linker's paths", *dirs, "ldconfig -p"]
         t["libcuda_so"] = linker_finds("libcuda.so")
         if not t["libcuda_so"]:
-            so1 = linker_finds("libcuda.so.1")
-            if not so1:
-                ldconfig = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout if os.path.exists("/sbin/ldconfig") else ""
-                so1 = next((l.split()[-1] for l in ldconfig.splitlines() if "libcuda.so.1 " in l), None)
+            so1 = linker_finds("libcuda.so.1") or in_dirs("libcuda.so") or in_dirs("libcuda.so.1") or ldconfig_finds("libcuda.so.1")
             if so1:
                 link = os.path.join(work, "cuda-link")
                 os.makedirs(link, exist_ok=True)
                 os.symlink(so1, os.path.join(link, "libcuda.so"))
                 env["LIBRARY_PATH"] = ":".join(p for p in (link, os.environ.get("LIBRARY_PATH")) if p)
-                workarounds.append(f"no libcuda.so where the linker looks (the driver's {so1} only): a link to it put on LIBRARY_PATH")
+                workarounds.append(f"no libcuda.so where the linker looks ({so1} found): a link to it put on LIBRARY_PATH")
             else:
-                problems.append("no libcuda.so or libcuda.so.1 (the driver's) for AOTInductor's -lcuda")
+                problems.append("no libcuda.so or libcuda.so.1 (the driver's) for AOTInductor's -lcuda, in: " + ", ".join(t["libcuda_searched"]))
 t.update(workarounds=workarounds, env=env, problems=problems)
 print(json.dumps(t))
 sys.exit(1 if problems else 0)

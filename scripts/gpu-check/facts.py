@@ -11,14 +11,19 @@ def save():
 import torch
 out.update(torch=torch.__version__, torch_cuda=torch.version.cuda, import_s=round(time.time() - t0, 1),
            cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None)
-try:
+def sdp_order():
     names = []
     for b in torch._C._get_sdp_priority_order():
         try:
             names.append(torch.nn.attention.SDPBackend(b).name)
         except Exception:
             names.append(str(b))
-    out["sdp_priority_order"] = names
+    return names
+try:
+    # Read before any SDPA call, and again after one (below): in 2.11 the order can change
+    # at the first backend selection (cuDNN attention first from cuDNN 9.15 on sm_90 and
+    # sm_100), so only the second reading is what a run meets.
+    out["sdp_priority_order_before_first_call"] = sdp_order()
 except Exception as e:
     problems.append(f"torch._C._get_sdp_priority_order(): {e}")
 try:
@@ -65,6 +70,28 @@ if device == "cuda":
                                          "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
                                          "CUBLASLT_WORKSPACE_SIZE": os.environ.get("CUBLASLT_WORKSPACE_SIZE")}
         save()
+        # One bf16 SDPA call, as a decoder's prefill makes it (batch 1, 8 heads, 512 tokens,
+        # head dim 128, causal): the backend order read after it, and the kernels that ran,
+        # by name, from the profiler (flash, efficient, cudnn or math).
+        try:
+            q = torch.randn(1, 8, 512, 128, device="cuda", dtype=torch.bfloat16)
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            torch.cuda.synchronize()
+            out["sdp_priority_order"] = sdp_order()
+            from torch.profiler import profile, ProfilerActivity
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+                torch.cuda.synchronize()
+            kernels = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+            low = " ".join(kernels).lower()
+            ran = ("cudnn" if "cudnn" in low or "sm90_flash" in low or "cudnn_generated" in low
+                   else "flash" if "flash" in low else "efficient" if "fmha" in low or "mem_eff" in low or "efficient" in low
+                   else "math" if kernels else None)
+            out["sdpa_bf16_prefill"] = {"shape": [1, 8, 512, 128], "kernels": kernels[:12], "backend": ran}
+            del q
+        except Exception as e:
+            problems.append(f"one bf16 SDPA call and its kernels: {e}")
+        save()
         # Copy bandwidth (read + write) over 1 GiB, and square matmuls of 8192.
         n = 256 << 20
         x = torch.empty(n, device="cuda"); y = torch.empty_like(x)
@@ -80,6 +107,8 @@ if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = prev
         torch.cuda.empty_cache()
         save()
+if "sdp_priority_order" not in out and "sdp_priority_order_before_first_call" in out:
+    out["sdp_priority_order"] = out["sdp_priority_order_before_first_call"]
 # The peak Gradless reports against: a datasheet row its device name matches, or measured.
 try:
     r = subprocess.run([gradless, "measure", "--device", device, "--model", "tiny_mlp", "--batch", "1", "--warmup", "0",

@@ -43,6 +43,9 @@ pub(crate) struct Compiled {
     pub batch_max: u32,
     pub torch_version: String,
     pub threads: u32,
+    /// On CUDA, the driver's device memory in use grown across the load (the package's
+    /// constants, which AOTInductor allocates outside the caching allocator).
+    pub load_device_bytes: Option<u64>,
 }
 
 impl Compiled {
@@ -174,9 +177,17 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
     if !cached {
         let _ = std::fs::write(&meta, serde_json::to_vec(&built).unwrap_or_default());
     }
+    // On CUDA the package's constants are allocated by AOTInductor's own cudaMalloc, outside
+    // the caching allocator: only the driver's count of memory in use sees them.
+    let driver = (job.device == DeviceKind::Cuda).then_some(crate::device::Meter::Cuda { index: 0 });
+    let used_before = driver.as_ref().and_then(|m| m.device_used());
     let start = Instant::now();
     let package = AotiPackage::load(&file).map_err(|e| internal(format!("loading the compiled package {}: {e}", file.display())))?;
     let load_ms = start.elapsed().as_secs_f64() * 1000.0;
+    let load_device_bytes = match (used_before, driver.as_ref().and_then(|m| m.device_used())) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     Ok(Compiled {
         package,
         package_bytes: std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0),
@@ -191,6 +202,7 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
         batch_max,
         torch_version: built.torch_version,
         threads: job.threads,
+        load_device_bytes,
     })
 }
 

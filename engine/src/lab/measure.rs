@@ -162,8 +162,12 @@ impl Lab {
         let weights = self.models[index].held_bytes;
         tch::manual_seed(self.config.seed);
         let meter = self.meter(device);
-        // A compiled run's package, loaded before the baseline: its own copy of the weights
-        // is held apart ("other"), like another cached model's.
+        // A compiled run's package, loaded before the baseline. Its own copy of the weights
+        // (the package's constants) is not in any figure of the run: on the CPU they are
+        // tensors held apart ("other"), like another cached model's; on CUDA AOTInductor
+        // allocates them with its own cudaMalloc, outside the caching allocator, so
+        // `memory_allocated` never sees them, and the driver's growth across the load is
+        // reported instead (`CompiledFacts::load_device_bytes`).
         let compiled = match spec.advanced.compiled {
             true => Some(super::compiled::prepare(&super::compiled::Job::for_run(&self.models[index], &spec, device, threads), self.config.python.as_deref(), control)?),
             false => None,
@@ -425,6 +429,7 @@ fn eager_beside(
         break_even_passes: (eager_p50_ms > compiled_p50).then(|| one_time / (eager_p50_ms - compiled_p50)),
         torch_version: c.torch_version.clone(),
         threads: c.threads,
+        load_device_bytes: c.load_device_bytes,
     })
 }
 

@@ -466,7 +466,9 @@ mod tests {
                     }
                     How::Source { file, function, gpu_step } => {
                         assert!(!file.is_empty() && !function.is_empty(), "{}: `{}`", c.id, s.text);
-                        assert!(gpu_check.contains(&format!("step {gpu_step} ")), "{}: the GPU check has no step `{gpu_step}`", c.id);
+                        // A step is a row of the script's STEPS table: `"NAME GPU_LIMIT CPU_LIMIT ...`
+                        // (engine/tests/gpu_check_script.rs also checks that the step runs the card).
+                        assert!(gpu_check.contains(&format!("\"{gpu_step} ")), "{}: the GPU check has no step `{gpu_step}`", c.id);
                     }
                 }
             }

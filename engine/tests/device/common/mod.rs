@@ -1,10 +1,11 @@
 //! Per-device tests, like candle's test_utils: one test body, run on the CPU always and on
 //! CUDA by `scripts/gpu-check.sh` on a GPU host. The CUDA halves are always compiled (so
 //! CI type-checks them and the GPU check carries the very binary CI built) and marked
-//! `#[ignore]`: the check runs them with `--ignored --test-threads=1` (the CUDA allocator's
-//! statistics are per process, so tests in parallel would mix their peaks and baselines),
-//! skipping the statistical A/A test (`a_a::`), the soak (`soak::`) and the cards
-//! (`pitfalls::cuda::`, which its pitfalls step runs).
+//! `#[ignore]`: the check runs them by exact name with `--ignored --test-threads=1` (the CUDA
+//! allocator's statistics are per process, so tests in parallel would mix their peaks and
+//! baselines), leaving out the statistical A/A test (`a_a::`), the soak (`soak::`) and the
+//! cards (`pitfalls::cuda::`: its card steps run the cards by id, its tour step the
+//! tour-order test).
 //!
 //! Byte figures are compared by ONE rule, [`Bytes`]: exact on the CPU, within the caching
 //! allocator's granularity on CUDA, and a process-wide CUDA statistic only as a difference
@@ -54,15 +55,10 @@ pub fn require(device: DeviceKind) {
     }
 }
 
-/// The CUDA caching allocator's granularity: every block it hands out is a whole number of
-/// 512 B (`kMinBlockSize` in c10/cuda/CUDACachingAllocator.cpp).
-pub const CUDA_BLOCK: u64 = 512;
-/// Above this size (`kSmallSize`, 1 MiB) a request comes from the large pool, where a cached
-/// block is handed out unsplit when less than this much of it would be left over
-/// (`should_split`), and `memory_allocated` counts the whole block.
-pub const CUDA_SMALL: u64 = 1 << 20;
+pub use protocol::bytes_rule::{CUDA_BLOCK, CUDA_SMALL};
 
-/// How byte figures are compared on a device: ONE rule for every device test (issue 54).
+/// How byte figures are compared on a device: ONE rule for every device test, the one in
+/// `protocol::bytes_rule` (which the GPU check's scripts and the tour-order test use too).
 ///
 /// - The CPU's counter sees the bytes each allocation asked for, on the measuring thread
 ///   only: a figure is exact, and compared exactly.
@@ -88,13 +84,22 @@ impl Bytes {
     /// nothing on the CPU; on CUDA a block's rounding per small tensor, a large pool's
     /// unsplit remainder per large one.
     pub fn slack(&self, sizes: impl IntoIterator<Item = u64>) -> u64 {
-        match self.device {
-            DeviceKind::Cpu => 0,
-            DeviceKind::Cuda => sizes
-                .into_iter()
-                .map(|s| if s <= CUDA_SMALL { CUDA_BLOCK } else { CUDA_SMALL + CUDA_BLOCK })
-                .sum(),
-        }
+        protocol::bytes_rule::slack(self.device, sizes)
+    }
+
+    /// Peak `a` is at most peak `b`: exactly on the CPU; on CUDA within the slack of two
+    /// peaks of the same computation (`protocol::bytes_rule::peak_slack`).
+    #[track_caller]
+    pub fn assert_peak_le(&self, a: u64, b: u64, what: impl std::fmt::Display) {
+        let slack = protocol::bytes_rule::peak_slack(self.device, a, b);
+        assert!(protocol::bytes_rule::peak_at_most(self.device, a, b), "{what}: {a} B above {b} B (allowed: {slack} B)");
+    }
+
+    /// Two peaks of the same computation agree (`protocol::bytes_rule::same_peak`).
+    #[track_caller]
+    pub fn assert_same_peak(&self, a: u64, b: u64, what: impl std::fmt::Display) {
+        let slack = protocol::bytes_rule::peak_slack(self.device, a, b);
+        assert!(protocol::bytes_rule::same_peak(self.device, a, b), "{what}: {a} B against {b} B, {} B apart (allowed: {slack} B)", a.abs_diff(b));
     }
 
     /// The slack of `n` small tensors (each at most 1 MiB).
@@ -220,9 +225,10 @@ macro_rules! per_device {
     };
     // The list form, for bodies that are functions of their own: the tests are named
     // `cpu::NAME` and `cuda::NAME`. The pitfall cards use it: their CUDA halves take
-    // minutes, so scripts/gpu-check/cuda-tests.sh (the GPU check's cuda-tests step) skips `pitfalls::cuda::`; its
-    // pitfalls step runs the CUDA cards by id through `gradless pitfall all --only`, and of
-    // these tests `pitfalls::cuda::a_card_answers_the_same_wherever_it_sits_in_the_tour`.
+    // minutes, so scripts/gpu-check/cuda-tests.sh (the GPU check's cuda-tests step) names
+    // none of `pitfalls::cuda::`; its card steps run the CUDA cards by id through `gradless
+    // pitfall all --only`, and its tour step, of these tests,
+    // `pitfalls::cuda::a_card_answers_the_same_wherever_it_sits_in_the_tour`.
     ($($name:ident),+ $(,)?) => {
         mod cpu {
             $(#[test]
