@@ -38,7 +38,7 @@ fn run() -> anyhow::Result<()> {
             server::cli::load_weights(&args)
         }
         Some(Command::Models(args)) => server::cli::models(&worker(&args.engine)?, args.json),
-        Some(Command::Pitfall(args)) if args.id == "list" => server::cli::pitfall_list(args.json),
+        Some(Command::Pitfall(args)) if args.id == "list" => server::cli::pitfall_list(args.device, args.json),
         Some(Command::Pitfall(args)) if args.id == "all" => server::cli::pitfall_all(&worker(&args.engine)?, &args),
         Some(Command::Pitfall(args)) => server::cli::pitfall(&worker(&args.engine)?, &args),
         // Reading the record needs no device: no worker is started.

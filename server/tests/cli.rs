@@ -153,3 +153,40 @@ fn every_card_in_one_process() {
         assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+/// `gradless pitfall list --device cuda`: the cards as a GPU server lists them, on this
+/// machine whatever it has (docs/questions.md is written from it on a CPU). A CUDA-only
+/// card says "not here" in the CPU's view and not in the GPU's; every card's setup names the
+/// device it describes; each card carries its answer controls in the page's words.
+#[test]
+fn the_cards_are_listed_as_a_named_device_shows_them() {
+    let list = |device: &str| -> Vec<serde_json::Value> {
+        serde_json::from_str(&stdout(&gradless(&["pitfall", "list", "--json", "--device", device]))).unwrap()
+    };
+    let (cuda, cpu) = (list("cuda"), list("cpu"));
+    let ids = |cards: &[serde_json::Value]| cards.iter().map(|c| c["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(ids(&cuda), ids(&cpu));
+    let card = |cards: &[serde_json::Value], id: &str| cards.iter().find(|c| c["id"] == id).unwrap().clone();
+    // cuda-graphs needs a GPU: the CPU's view says so before the lock-in, the GPU's does not.
+    assert!(card(&cpu, "cuda-graphs")["not_here"].as_str().is_some_and(|w| !w.is_empty()));
+    assert!(card(&cuda, "cuda-graphs").get("not_here").is_none());
+    assert!(cuda.iter().all(|c| c.get("not_here").is_none()));
+    let last = |c: &serde_json::Value| c["setup"].as_array().unwrap().last().unwrap().as_str().unwrap().to_string();
+    assert!(cuda.iter().all(|c| last(c) == "Device: this server's CUDA GPU"));
+    assert!(cpu.iter().all(|c| last(c) == "Device: this server's CPU"));
+    // The answer controls: a log-scale slider's ends, or the choices, and when it is right.
+    for c in &cuda {
+        let q = serde_json::from_value::<protocol::PitfallInfo>(c.clone()).unwrap().question;
+        let answer = &c["answer"];
+        assert_eq!(answer["counted_right"], q.tolerance(), "{}", c["id"]);
+        match q.ask {
+            protocol::Ask::LogScale { min, max, .. } | protocol::Ask::Bytes { min, max, .. } => {
+                assert_eq!(answer["scale"]["from"], q.format(min), "{}", c["id"]);
+                assert_eq!(answer["scale"]["to"], q.format(max), "{}", c["id"]);
+                assert!(answer.get("choices").is_none());
+            }
+            protocol::Ask::YesNo => assert_eq!(answer["choices"], serde_json::json!(["yes", "no"])),
+            _ => assert_eq!(answer["choices"], serde_json::json!(["lower", "about the same", "higher"])),
+        }
+    }
+}

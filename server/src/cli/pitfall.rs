@@ -8,20 +8,80 @@ use engine::Worker;
 use super::{model, print_json};
 use crate::config::PitfallArgs;
 
-/// `gradless pitfall list`.
-pub fn pitfall_list(json: bool) -> Result<()> {
-    // Listing starts no worker: the cards are described as this machine would run them
-    // (its GPU where libtorch sees one), read from libtorch directly.
-    let device = if engine::torch_ext::cuda_available() { protocol::DeviceKind::Cuda } else { protocol::DeviceKind::Cpu };
+/// `gradless pitfall list`: the cards as a server running them on `device` lists them (its
+/// setup lines, and whether the effect can show there). `auto` is this machine's default
+/// device, its GPU where libtorch sees one; `cuda` describes a GPU server's cards on any
+/// machine (listing runs nothing, and starts no worker).
+pub fn pitfall_list(device: protocol::DeviceChoice, json: bool) -> Result<()> {
+    let device = match device {
+        protocol::DeviceChoice::Cpu => protocol::DeviceKind::Cpu,
+        protocol::DeviceChoice::Cuda => protocol::DeviceKind::Cuda,
+        protocol::DeviceChoice::Auto if engine::torch_ext::cuda_available() => protocol::DeviceKind::Cuda,
+        protocol::DeviceChoice::Auto => protocol::DeviceKind::Cpu,
+    };
     let cards = engine::pitfalls::catalogue(device);
     if json {
-        return print_json(&cards);
+        return print_json(&cards.into_iter().map(Listed::from).collect::<Vec<_>>());
     }
     let mut out = std::io::stdout().lock();
     for c in cards {
         writeln!(out, "{:<22} {}", c.id, c.title)?;
     }
     Ok(())
+}
+
+/// A card as `gradless pitfall list --json` prints it: what the page lists (the API's
+/// `PitfallInfo`), and `answer`, its question's answer controls in the page's words.
+#[derive(serde::Serialize)]
+struct Listed {
+    #[serde(flatten)]
+    info: protocol::PitfallInfo,
+    answer: Answer,
+}
+
+/// A question's answer controls as the page shows them before the lock-in
+/// (`app/src/prediction.rs`, `PredictControls`), formatted by `protocol` as the page formats
+/// them: the choices offered, or the log-scale slider's two ends and the value it starts at,
+/// and when an answer counts as right. `scripts/questions-doc.py` writes docs/questions.md
+/// from them, so that page formats no number itself.
+#[derive(Debug, serde::Serialize)]
+struct Answer {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    choices: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale: Option<Scale>,
+    counted_right: String,
+}
+
+/// A log-scale slider: its two ends, and the value it starts at (its middle).
+#[derive(Debug, serde::Serialize)]
+struct Scale {
+    from: String,
+    middle: String,
+    to: String,
+}
+
+impl From<protocol::PitfallInfo> for Listed {
+    fn from(info: protocol::PitfallInfo) -> Listed {
+        use protocol::{Ask, Choice};
+        let q = &info.question;
+        let choices = match q.ask {
+            Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. } => vec![Choice::Lower, Choice::Same, Choice::Higher],
+            Ask::YesNo => vec![Choice::Yes, Choice::No],
+            Ask::LogScale { .. } | Ask::Bytes { .. } => vec![],
+        };
+        let scale = match q.ask {
+            // The slider starts halfway along its log scale.
+            Ask::LogScale { min, max, .. } | Ask::Bytes { min, max, .. } => Some(Scale {
+                from: q.format(min),
+                middle: q.format(min * ((max / min).ln() / 2.0).exp()),
+                to: q.format(max),
+            }),
+            _ => None,
+        };
+        let answer = Answer { choices: choices.into_iter().map(Choice::as_str).collect(), scale, counted_right: q.tolerance() };
+        Listed { info, answer }
+    }
 }
 
 /// The options a card's experiment runs with, from the command line (no prediction).

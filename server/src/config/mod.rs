@@ -195,6 +195,9 @@ pub struct PitfallArgs {
     /// With `all`: only these cards (comma-separated ids), in this order.
     #[arg(long)]
     pub only: Option<String>,
+    /// The device a card's experiment runs on. With `list`: the device the cards are
+    /// described for, as a server running them there lists them (its setup lines, and
+    /// whether the effect can show there); `cuda` lists a GPU server's view on any machine.
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
     /// The model to use instead of the card's default (a team model of --models-dir too).
