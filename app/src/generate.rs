@@ -162,8 +162,9 @@ pub fn GeneratePage() -> impl IntoView {
     #[cfg(feature = "hydrate")]
     Effect::new(move |_| {
         let now = spec.get();
+        // Folded until the run's result, not until the press of Generate.
         let changed = prediction.shown.with(|r| r.as_ref().and_then(|r| crate::lab::predict::one_change(&now, &r.spec, true)).map(|c| c.0));
-        if awaiting.get_untracked() != changed {
+        if awaiting.get_untracked() != changed && !busy.get() {
             awaiting.set(changed);
         }
         crate::gen_quality::ask(&now, plan);
@@ -257,6 +258,12 @@ pub fn GeneratePage() -> impl IntoView {
         .map(control)
         .collect_view();
 
+    // The KV cache's bytes per token are the answer a pitfall card asks for: the picker
+    // names them once that card has been answered in this browser (the results show the
+    // cache measured beside its formula after any generation).
+    let kv_told = RwSignal::new(false);
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| kv_told.set(crate::pitfalls::answered_here(KV_CARD)));
     let model_picker = view! {
         <label class="control" for="gen-model">
             <span class="control-name">"Model"</span>
@@ -269,7 +276,7 @@ pub fn GeneratePage() -> impl IntoView {
                     view! { <option value=value selected=move || spec.get().model.as_str() == v>{text}</option> }
                 }).collect_view()}
             </select>
-            <span class="explain">{move || spec.get().model.decoder().map(|d| format!("{}. {}", d.provenance(), shape_line(&d.config))).unwrap_or_default()}</span>
+            <span class="explain" data-testid="gen-model-shape">{move || spec.get().model.decoder().map(|d| format!("{}. {}", d.provenance(), shape_line(&d.config, kv_told.get()))).unwrap_or_default()}</span>
             {move || {
                 let model = spec.get().model;
                 fits.iter().find(|(id, _)| id == model.as_str()).and_then(|(_, fit)| fit.clone()).map(|why| {
@@ -397,8 +404,8 @@ pub fn GeneratePage() -> impl IntoView {
                 <crate::lab::predict::LazyPrediction args=prediction />
                 <div class="actions gen-actions">
                     <button class="primary" data-testid="gen-run" on:click=run_one disabled=move || busy.get()>"Generate"</button>
-                    <button data-testid="gen-compare-cache" on:click=compare_cache disabled=move || busy.get()>"Compare cache modes"</button>
-                    <button data-testid="gen-compare-grad" on:click=compare_grad disabled=move || busy.get()>"Compare grad modes"</button>
+                    <button data-testid="gen-compare-cache" aria-label="Compare cache modes" on:click=compare_cache disabled=move || busy.get()><span class="wide-only">"Compare "</span>"cache modes"</button>
+                    <button data-testid="gen-compare-grad" aria-label="Compare grad modes" on:click=compare_grad disabled=move || busy.get()><span class="wide-only">"Compare "</span>"grad modes"</button>
                 </div>
                 <p class="status" data-testid="gen-status" role="status">{status}</p>
                 <crate::gen_results::GenText view_state spec />
@@ -416,30 +423,34 @@ fn folded_help(awaiting: RwSignal<Option<String>>, id: String, key: &'static str
     move || {
         let asked = awaiting.with(|a| a.as_deref() == Some(key));
         if asked {
-            view! {
-                <details class="explain folded" data-testid=format!("{id}-explain")>
-                    <summary>"Predict first: what this setting does opens after the run"</summary>
-                    <span>{help()}</span>
-                </details>
-            }
-            .into_any()
+            // Not in the page at all until the run: a fold would open with one click.
+            view! { <span class="explain folded" data-testid=format!("{id}-explain")>"Predict first: what this setting does shows after the run."</span> }.into_any()
         } else {
             view! { <span class="explain" data-testid=format!("{id}-explain")>{help()}</span> }.into_any()
         }
     }
 }
 
-fn shape_line(c: &protocol::decoder::DecoderConfig) -> String {
+/// The card whose question is the KV cache's bytes per token ([`shape_line`]).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+const KV_CARD: &str = "kv-cache-size";
+
+/// A decoder's shape under the picker; its KV cache per token only when `kv_told` (the card
+/// that asks for it has been answered here), else where to find it.
+fn shape_line(c: &protocol::decoder::DecoderConfig, kv_told: bool) -> String {
     let notes = c.family_notes();
+    let kv = match kv_told {
+        true => format!("KV cache {} per token per sequence (fp32)", format_bytes(c.kv_cache_bytes(1, 1, 4))),
+        false => "the KV cache's bytes are measured beside their formula once it generates".to_string(),
+    };
     format!(
-        "{} layers, hidden {}, {} heads / {} KV heads of {}, vocab {}; KV cache {} per token per sequence (fp32){}",
+        "{} layers, hidden {}, {} heads / {} KV heads of {}, vocab {}; {kv}{}",
         c.num_hidden_layers,
         c.hidden_size,
         c.num_attention_heads,
         c.num_key_value_heads,
         c.head_dim,
         c.vocab_size,
-        format_bytes(c.kv_cache_bytes(1, 1, 4)),
         if notes.is_empty() { String::new() } else { format!(". {notes}") }
     )
 }
@@ -463,9 +474,9 @@ fn GenSnippets(spec: Memo<RunSpec>) -> impl IntoView {
         <section class="snippet gen-snippets" aria-label="The same in PyTorch">
             <h2>"The same in PyTorch"</h2>
             <p class="explain">"A hand-written loop, as Gradless runs it:"</p>
-            <pre><code data-testid="gen-snippet-loop">{move || protocol::python_generate_loop(&spec.get())}</code></pre>
+            <pre tabindex="0"><code data-testid="gen-snippet-loop">{move || protocol::python_generate_loop(&spec.get())}</code></pre>
             <p class="explain">"The same through transformers' generate():"</p>
-            <pre><code data-testid="gen-snippet-generate">{move || protocol::python_generate_hf(&spec.get())}</code></pre>
+            <pre tabindex="0"><code data-testid="gen-snippet-generate">{move || protocol::python_generate_hf(&spec.get())}</code></pre>
         </section>
     }
 }

@@ -44,6 +44,13 @@ fn keep_answer(answers: RwSignal<Answers>, id: &str, p: protocol::Prediction) {
     }
 }
 
+/// Whether card `id` has been answered (locked in, or its lesson opened) in this browser:
+/// other pages hold back a figure that card asks for until then.
+#[cfg(feature = "hydrate")]
+pub fn answered_here(id: &str) -> bool {
+    answer_of(&stored_answers(), id).is_some()
+}
+
 /// The answers kept in this browser (none on the server, or when unreadable).
 #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
 fn stored_answers() -> Answers {
@@ -151,11 +158,21 @@ fn PitfallsTour(cards: Vec<PitfallInfo>) -> impl IntoView {
             }
         })
         .collect_view();
+    // On a narrow screen the list is folded under its heading (forty-odd questions would
+    // push the first card screens down); beside the cards on a wide one it is always open.
+    let contents_open = RwSignal::new(false);
     view! {
         <div class="pitfalls-page">
-        <nav class="contents" aria-label="Pitfall cards" data-testid="contents">
-            <h2>"Cards"</h2>
-            <ol>{contents}</ol>
+        <nav class="contents" class:open=contents_open aria-label="Pitfall cards" data-testid="contents">
+            <h2>
+                "Cards"
+                <button class="link contents-toggle" data-testid="contents-toggle" aria-controls="contents-list"
+                    aria-expanded=move || contents_open.get().to_string()
+                    on:click=move |_| contents_open.update(|o| *o = !*o)>
+                    {move || if contents_open.get() { "hide the list".to_string() } else { format!("show all {total}") }}
+                </button>
+            </h2>
+            <ol id="contents-list">{contents}</ol>
         </nav>
         <div class="pitfalls">
             <section class="tour" data-testid="tour" aria-label="Guided tour">
@@ -478,11 +495,11 @@ fn PitfallCard(
             <div class="code-pair">
                 <div>
                     <h3>{move || if revealed.get() { "Falls in" } else { "A" }}": "{label_a}</h3>
-                    <pre><code>{card.python_pitfall.clone()}</code></pre>
+                    <pre tabindex="0"><code>{card.python_pitfall.clone()}</code></pre>
                 </div>
                 <div>
                     <h3>{move || if revealed.get() { "Avoids it" } else { "B" }}": "{label_b}</h3>
-                    <pre><code>{card.python_fix.clone()}</code></pre>
+                    <pre tabindex="0"><code>{card.python_fix.clone()}</code></pre>
                 </div>
             </div>
             {budget_picker}

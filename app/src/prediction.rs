@@ -60,7 +60,10 @@ pub fn PredictControls(
         _ => None,
     };
     let q = question.clone();
-    let shown = RwSignal::new(String::from("not set: move the slider"));
+    // The middle is an answer like any other: pressing the thumb where it sits (or a key on
+    // it) picks it, so it never takes a move away and back.
+    let unset = scale.map(|(min, max)| format!("not set: drag the slider, or press its thumb to pick {}", question.format(at(min, max, STEPS / 2.0)))).unwrap_or_default();
+    let shown = RwSignal::new(unset);
     let restored = restored.unwrap_or_else(|| Signal::derive(|| None));
     let q2 = question.clone();
     // An answer put back: the controls show it, and it counts as answered.
@@ -73,6 +76,17 @@ pub fn PredictControls(
         }
     });
     let name = format!("predict-{id}");
+    let q3 = StoredValue::new(question.clone());
+    // The slider pressed (or a key on it) without a move: its value now is the answer.
+    let pick = move |value: String| {
+        if locked.get_untracked() {
+            return;
+        }
+        answered.set(true);
+        if let (Some((min, max)), Ok(t)) = (scale, value.parse::<u32>()) {
+            shown.set(q3.with_value(|q| q.format(at(min, max, f64::from(t)))));
+        }
+    };
     view! {
         <fieldset class="predict" data-testid=name.clone() prop:disabled=locked
             on:input=move |ev| {
@@ -94,6 +108,7 @@ pub fn PredictControls(
                     <label class="scale" class:unset=move || !answered.get()>
                         <span class="ends">{question.format(min)}</span>
                         <input type="range" min="0" max=STEPS step="1" value=STEPS / 2.0 aria-label="Your prediction" data-testid=format!("predict-slider-{id}")
+                            on:pointerdown=move |ev| pick(event_target_value(&ev)) on:keydown=move |ev| pick(event_target_value(&ev))
                             prop:value=move || match restored.get() {
                                 Some(Prediction::Value(v)) => step_of(min, max, v).to_string(),
                                 _ => (STEPS / 2.0).to_string(),
@@ -194,13 +209,17 @@ pub fn scored_html(s: &Scored) -> String {
     }
     if let Some(v) = s.measured {
         let at = match (q.ask, s.measured_band()) {
-            (Ask::YesNo, _) => (if v > 0.0 { 75.0 } else { 25.0 }, None),
-            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(Choice::Lower)) => (16.7, None),
-            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(Choice::Higher)) => (83.3, None),
-            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, _) => (50.0, None),
-            _ => placed(min, max, v),
+            (Ask::YesNo, _) => Some((if v > 0.0 { 75.0 } else { 25.0 }, None)),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(Choice::Lower)) => Some((16.7, None)),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(Choice::Higher)) => Some((83.3, None)),
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, Some(_)) => Some((50.0, None)),
+            // Not decided: the measurement is in no one band, so it marks none.
+            (Ask::Choice { .. } | Ask::Direction { .. } | Ask::SameBytes { .. }, None) => None,
+            _ => Some(placed(min, max, v)),
         };
-        marks += &marker("measured", at, &q.format(v));
+        if let Some(at) = at {
+            marks += &marker("measured", at, &q.format(v));
+        }
     }
     let class = match s.right {
         Some(true) => "scored right",
@@ -214,8 +233,15 @@ pub fn scored_html(s: &Scored) -> String {
     };
     let sentence = escape(&s.sentence());
     let said = sentence.trim_end_matches(": right").trim_end_matches(": wrong");
+    // The legend names only what the axis marks: nothing predicted, no "predicted" dot.
+    let legend = match (predicted.is_some(), marks.contains("measured")) {
+        (true, true) => r#"<span class="dot predicted"></span> predicted <span class="dot measured"></span> measured"#,
+        (true, false) => r#"<span class="dot predicted"></span> predicted"#,
+        (false, true) => r#"<span class="dot measured"></span> measured"#,
+        (false, false) => "",
+    };
     format!(
-        r#"<div class="{class}" data-testid="scored"><p><strong data-testid="grade">Your prediction: {}</strong> — {said}.</p><div class="axis" role="img" aria-label="{sentence}">{marks}</div><p class="axis-ends"><span>{}</span><span><span class="dot predicted"></span> predicted <span class="dot measured"></span> measured</span><span>{}</span></p><p class="explain">Counted right: {}.</p></div>"#,
+        r#"<div class="{class}" data-testid="scored"><p><strong data-testid="grade">Your prediction: {}</strong> — {said}.</p><div class="axis" role="img" aria-label="{sentence}">{marks}</div><p class="axis-ends"><span>{}</span><span data-testid="axis-legend">{legend}</span><span>{}</span></p><p class="explain">Counted right: {}.</p></div>"#,
         escape(&s.grade()),
         escape(&lo),
         escape(&hi),
@@ -255,5 +281,27 @@ mod tests {
         let far = protocol::Figure { name: "f".into(), value: 21.3, unit: "ratio".into() };
         let html = scored_html(&q.score(Prediction::Value(4.0), &[far]));
         assert!(html.contains(r#"past above" style="left:100.0%" data-testid="past-measured">×21.3 →"#), "{html}");
+    }
+
+    /// Run without predicting: the axis marks the measurement alone, and its legend names
+    /// nothing that is not on it (no "● predicted").
+    #[test]
+    fn an_unpredicted_run_shows_no_predicted_legend() {
+        let q = Question { text: "q?".into(), figure: "f".into(), over: None, unit: "ratio".into(), ask: Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 } };
+        let f = protocol::Figure { name: "f".into(), value: 0.1, unit: "ratio".into() };
+        let html = scored_html(&q.score(Prediction::Skipped, &[f.clone()]));
+        assert!(!html.contains("predicted <") && !html.contains("dot predicted") && html.contains("dot measured"), "{html}");
+        let html = scored_html(&q.score(Prediction::Value(0.2), &[f]));
+        assert!(html.contains("dot predicted") && html.contains("dot measured"), "{html}");
+    }
+
+    /// A direction the noise cannot decide marks no band as measured and heads "not decided".
+    #[test]
+    fn an_undecided_direction_marks_no_band() {
+        let q = Question { text: "q?".into(), figure: "a".into(), over: Some("b".into()), unit: "ratio".into(), ask: Ask::Direction { timed: true } };
+        let (l, h) = q.interval_names();
+        let fig = |n: &str, v: f64| protocol::Figure { name: n.into(), value: v, unit: "ratio".into() };
+        let html = scored_html(&q.score(Prediction::Choice(Choice::Lower), &[fig("a", 0.78), fig("b", 1.0), fig(&l, 0.295), fig(&h, 2.06)]));
+        assert!(html.contains("Your prediction: not decided") && !html.contains("marker measured"), "{html}");
     }
 }

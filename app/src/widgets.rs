@@ -408,6 +408,7 @@ pub fn outcome_view(r: &PitfallReport) -> impl IntoView + use<> {
     });
     view! {
         {r.prediction.as_ref().map(|p| view! { <div inner_html=crate::prediction::scored_html(p)></div> })}
+        {r.graded_by().map(|g| view! { <p class="explain graded-by" data-testid="graded-by">{g}</p> })}
         <p class=class data-testid=format!("verdict-{}", r.id)>
             <strong>{word}</strong>" — "{r.reason.clone()}
         </p>

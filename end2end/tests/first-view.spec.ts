@@ -72,10 +72,11 @@ test("first view, then the guided start clicked through", async ({ page, browser
   await expect(page).toHaveURL(/grad=enabled/);
   await expect(page.locator('.lab[data-guide-step="2"]')).toHaveCount(1);
   // Step 1 ran the recorded run's settings again: two runs of identical settings read as
-  // the same within this server's run-to-run noise, never as a difference.
+  // the same within this server's run-to-run noise, or, where that noise is too wide to
+  // decide (a young server, a busy machine), as not decided — never as a difference.
   const latencyTitle = JSON.stringify((await option(page, "latency-chart")).title);
-  expect(latencyTitle).toMatch(/p50 within run-to-run noise \(±[\d.]+%\)"/);
-  await expect(lab.testid("reading")).toContainText("no difference beyond run-to-run noise");
+  expect(latencyTitle).toMatch(/p50 within run-to-run noise \(±[\d.]+%\)"|p50 against the previous run: not decided/);
+  await expect(lab.testid("reading")).toContainText(/no difference beyond run-to-run noise|median latency: not decided: .*rerun on a quieter machine, or with more iterations/);
 
   await lab.testid("guide-step-2").click();
   await expect(lab.testid("guide-progress")).toContainText("2 of 3", { timeout: 90_000 });

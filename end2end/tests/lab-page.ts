@@ -22,6 +22,28 @@ export class LabPage {
     await expect(this.testid("status")).toContainText("Done", { timeout });
   }
 
+  /**
+   * From now on, watches element `id`: whether its text ever holds `phrase` while the status
+   * does not say Done (a run too quick to catch between two checks is still seen). Read it
+   * with `leaked()`.
+   */
+  async watchBeforeDone(id: string, phrase: string) {
+    await this.page.evaluate(([id, phrase]) => {
+      const w = window as any;
+      w.__leaked = false;
+      const check = () => {
+        const el = document.querySelector(`[data-testid="${id}"]`);
+        const status = document.querySelector('[data-testid="status"]')?.textContent ?? "";
+        if (el?.textContent?.includes(phrase) && !status.includes("Done")) w.__leaked = true;
+      };
+      new MutationObserver(check).observe(document.body, { subtree: true, childList: true, characterData: true });
+    }, [id, phrase]);
+  }
+
+  async leaked(): Promise<boolean> {
+    return this.page.evaluate(() => (window as any).__leaked === true);
+  }
+
   /** The data of series `index` of the chart drawn in element `id`, read from ECharts itself. */
   async chartData(id: string, index = 0): Promise<unknown[]> {
     return this.page.evaluate(

@@ -38,6 +38,26 @@ test("the trained model writes text from a text prompt, streamed step by step", 
   expect(generated.length).toBeGreaterThan(10);
   expect([...generated].filter((c) => /[\x20-\x7e\n\t]/.test(c)).length / [...generated].length).toBeGreaterThan(0.9);
   await expect(page.getByTestId("gen-status")).toContainText("Prompt text: class Linear(Module):");
+  // Issue 68: a prompt is what the model reads, not a setting to predict. The run's own
+  // prompt length (resolved from the text) against the page's "from the text" raises no
+  // box once it is on the charts, nor does a new prompt typed and generated.
+  const predictBox = page.getByTestId("lab-predict");
+  await expect(predictBox).toHaveCount(0);
+  await box.fill("def __init__(self):");
+  await box.dispatchEvent("change");
+  await expect(predictBox).toHaveCount(0);
+  await page.getByTestId("gen-run").click();
+  await expect(page.getByTestId("gen-status")).toContainText("Prompt text: def __init__(self):", { timeout: 60_000 });
+  await expect(page.getByTestId("gen-summary")).toBeVisible({ timeout: 60_000 });
+  await expect(predictBox).toHaveCount(0);
+  // A setting changed: the box names it and its values as the select does, never "unset".
+  await page.getByTestId("gen-quant").selectOption("int4");
+  await expect(predictBox).toContainText("You changed one setting: Quantized linear layers from none (as the weights) to int4, a scale and a zero per group.");
+  await expect(predictBox).not.toContainText("unset");
+  await page.getByTestId("gen-quant").selectOption("none");
+  await expect(predictBox).toHaveCount(0);
+  await box.fill("class Linear(Module):");
+  await box.dispatchEvent("change");
   for (const [name, width, height] of [["1440", 1440, 900], ["390", 390, 844]] as const) {
     await page.setViewportSize({ width, height });
     await text.scrollIntoViewIfNeeded();

@@ -104,8 +104,9 @@ fn a_a_pairs_on_a_busy_machine_read_as_no_difference_and_real_differences_still_
             differ += 1;
             eprintln!("A/A pair read as different: {}", c.latency_reading());
         } else {
+            // The same, or (a floor too wide on a busy machine) not decided: never a change.
             let text = c.latency_reading();
-            assert!(text.starts_with("no difference beyond run-to-run noise"), "{text}");
+            assert!(text.starts_with("no difference beyond run-to-run noise") || text.starts_with("not decided: "), "{text}");
         }
     }
     eprintln!(

@@ -127,6 +127,19 @@ pub fn change_figures(figure: ChangeFigure, before: &crate::Report, after: &crat
     figures
 }
 
+/// A change step's answer scored against the run before and the run after: by
+/// [`change_figures`], and for the latency by the comparison's decision alone
+/// ([`crate::noise::Comparison::decided`]): where it decides nothing (too few iterations,
+/// no noise measured, a noise too wide) no answer is graded and the reading says why.
+pub fn score_change(figure: ChangeFigure, question: &Question, predicted: crate::Prediction, before: &crate::Report, after: &crate::Report) -> crate::Scored {
+    let mut scored = question.score(predicted, &change_figures(figure, before, after, question));
+    let comparison = (figure == ChangeFigure::P50).then(|| crate::noise::Comparison::of_runs(after, before)).flatten();
+    if let Some(c) = comparison.filter(|c| c.decided().is_none()) {
+        (scored.right, scored.not_graded) = (None, Some(c.latency_reading()));
+    }
+    scored
+}
+
 /// A value of a setting as a person reads it: `no_grad`, `8`, `false`.
 pub fn setting_text(v: &str) -> String {
     v.to_string()

@@ -37,6 +37,11 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::predict::not_decided;
+/// The one rule by which an interval of a ratio decides lower, about the same, higher or
+/// nothing (`crate::predict`'s): here for the pages that read a ratio's interval of their
+/// own (a generation's comparisons), so they read it as every other page does.
+pub use crate::predict::{decided, not_decided as not_decided_words, SAME_WITHIN_FACTOR};
 use crate::stats::{median, RatioCi, Side, MIN_SAMPLES};
 use crate::Report;
 
@@ -320,6 +325,21 @@ impl Comparison {
         [lo, hi]
     }
 
+    /// What this comparison decides, by the one rule every page reads a ratio with
+    /// ([`crate::predict::decided`] on [`Comparison::noise_interval`]): lower (`a` faster),
+    /// higher (slower), about the same, or `None` — not decided: too few iterations, no
+    /// run-to-run noise measured yet, or an interval so wide it holds an effect and none
+    /// alike. A prediction of the change is graded by this and nothing else.
+    pub fn decided(&self) -> Option<crate::Choice> {
+        match self.verdict {
+            Verdict::TooFew | Verdict::NoFloor => None,
+            _ => {
+                let [lo, hi] = self.noise_interval();
+                crate::predict::decided(lo, hi)
+            }
+        }
+    }
+
     fn floor_words(&self) -> String {
         match &self.floor {
             Some(f) => format!("this server's run-to-run noise (two runs of the same settings here land up to {} apart; {})", f.apart(), f.origin()),
@@ -337,70 +357,78 @@ impl Comparison {
         }
     }
 
-    /// The interval as a factor in the reading's direction: "1.22–1.40".
+    /// The comparison's one interval ([`Comparison::noise_interval`]) as a factor in the
+    /// reading's direction: "1.22–1.40".
     fn interval(&self) -> String {
-        let c = &self.ci;
-        if c.ratio >= 1.0 {
-            c.range()
+        let [lo, hi] = self.noise_interval();
+        if self.ci.ratio >= 1.0 {
+            format!("{lo:.2}–{hi:.2}")
         } else {
-            format!("{:.2}–{:.2}", 1.0 / c.hi, 1.0 / c.lo)
+            format!("{:.2}–{:.2}", 1.0 / hi, 1.0 / lo)
         }
     }
 
-    /// How people read `a`'s latency against `b`'s: "1.31× slower (1.22–1.40), beyond
-    /// this server's run-to-run noise (±6%, ...)", or "no difference beyond run-to-run
-    /// noise: ...", saying which noise covers it.
-    pub fn latency_reading(&self) -> String {
-        let (factor, interval) = (self.factor(), self.interval());
+    /// Why nothing is decided, as the clause after "not decided: " (see [`not_decided`]).
+    fn undecided_cause(&self) -> String {
+        let medians = format!("the medians say {}", self.factor());
+        let floor = self.floor.as_ref();
         match self.verdict {
-            Verdict::Slower | Verdict::Faster => {
-                format!("{factor} ({interval}), beyond {}", self.floor_words())
-            }
-            Verdict::WithinRunToRun => format!(
-                "no difference beyond run-to-run noise: the two runs' medians differ by less than two runs of the same settings do ({factor}, {interval}; {})",
-                self.floor_words()
-            ),
-            Verdict::WithinRunNoise => {
-                let mut s = format!(
-                    "no difference beyond run-to-run noise: {factor}, inside the runs' own noise (95% interval {interval}; {})",
-                    self.floor_words()
-                );
-                let past_floor = self
-                    .floor
-                    .as_ref()
-                    .is_some_and(|f| self.ci.ratio.ln().abs() > f.half_width_log);
-                if let Some(more) = self.ci.more_iterations(1.0).filter(|_| past_floor) {
-                    s.push_str(&format!(
-                        "; about {more} more iterations each would likely decide it"
-                    ));
-                }
-                s
-            }
             Verdict::TooFew => format!(
-                "no difference beyond run-to-run noise: too few iterations to tell ({} and {}; at least {MIN_SAMPLES} each)",
+                "too few iterations to tell ({} and {}; at least {MIN_SAMPLES} each)",
                 self.ci.n_a, self.ci.n_b
             ),
-            Verdict::NoFloor => format!(
-                "not decided: {factor} ({interval}), but {}",
+            Verdict::NoFloor => format!("{medians}, but this server's run-to-run noise is not measured for these runs yet (run the same settings twice)"),
+            // The median moved past the floor, the fast iterations did not: the load.
+            Verdict::WithinRunToRun if floor.is_some_and(|f| self.ci.ratio.ln().abs() > f.half_width_log) => format!(
+                "{medians}, but the fastest iterations did not move with them: the machine's load, not the setting, may have slowed one run"
+            ),
+            _ => {
+                let within = (self.ci.hi / self.ci.lo).ln() / 2.0;
+                match floor {
+                    Some(f) if f.half_width_log >= within => format!("{medians}, but two runs of the same settings here differ by up to {} ({})", f.apart(), f.origin()),
+                    _ => format!("{medians}, but the runs' own iterations vary too much to tell"),
+                }
+            }
+        }
+    }
+
+    /// How people read `a`'s latency against `b`'s, by [`Comparison::decided`], with one
+    /// interval: "1.31× slower (1.22–1.40), beyond this server's run-to-run noise (...)",
+    /// "no difference beyond run-to-run noise: the medians are 1.04× apart, within ...", or
+    /// "not decided: ...; rerun on a quieter machine, or with more iterations".
+    pub fn latency_reading(&self) -> String {
+        let (factor, interval) = (self.factor(), self.interval());
+        match self.decided() {
+            Some(crate::Choice::Lower | crate::Choice::Higher) => {
+                format!("{factor} ({interval}), beyond {}", self.floor_words())
+            }
+            Some(_) => format!(
+                "no difference beyond run-to-run noise: the medians are {} apart, within the noise ({interval}; {})",
+                factor.replace(" slower", "").replace(" faster", ""),
                 self.floor_words()
             ),
+            None => not_decided(&self.undecided_cause()),
         }
     }
 
     /// The short reading written on a chart for `a` against `what` (e.g. "the previous
-    /// run"): "p50 1.20× lower than the previous run (1.12–1.29)", or "p50 within
-    /// run-to-run noise (±8%)".
+    /// run"), by [`Comparison::decided`]: "p50 1.20× lower than the previous run
+    /// (1.12–1.29)", "p50 within run-to-run noise (±8%)", or "p50 against the previous run:
+    /// not decided (noise here ±116%)".
     pub fn chart_reading(&self, what: &str) -> String {
         let c = &self.ci;
-        match self.verdict {
-            Verdict::Slower => format!("p50 {:.2}× higher than {what} ({})", c.ratio, self.interval()),
-            Verdict::Faster => format!("p50 {:.2}× lower than {what} ({})", 1.0 / c.ratio, self.interval()),
-            Verdict::NoFloor => format!("p50 against {what}: not decided (run-to-run noise not measured yet)"),
-            Verdict::TooFew => format!("p50 against {what}: too few iterations to tell"),
-            Verdict::WithinRunToRun | Verdict::WithinRunNoise => match &self.floor {
-                // Short: it must fit above a phone's plot (the legend names the run behind).
+        match self.decided() {
+            Some(crate::Choice::Higher) => format!("p50 {:.2}× higher than {what} ({})", c.ratio, self.interval()),
+            Some(crate::Choice::Lower) => format!("p50 {:.2}× lower than {what} ({})", 1.0 / c.ratio, self.interval()),
+            // Short: it must fit above a phone's plot (the legend names the run behind).
+            Some(_) => match &self.floor {
                 Some(f) => format!("p50 within run-to-run noise ({})", f.percent()),
                 None => format!("p50 within the noise of {what}"),
+            },
+            None => match (self.verdict, &self.floor) {
+                (Verdict::TooFew, _) => format!("p50 against {what}: not decided (too few iterations)"),
+                (Verdict::NoFloor, _) | (_, None) => format!("p50 against {what}: not decided (run-to-run noise not measured yet)"),
+                (_, Some(f)) => format!("p50 against {what}: not decided (noise here {})", f.percent()),
             },
         }
     }

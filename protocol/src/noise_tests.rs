@@ -126,8 +126,10 @@ fn a_a_pairs_read_as_no_difference_beyond_run_to_run_noise() {
         if c.differs() {
             differ += 1;
         } else {
+            // The same, or (a young server's floor, ±27% here) not decided: never a change.
             let text = c.latency_reading();
-            assert!(text.starts_with("no difference beyond run-to-run noise"), "{text}");
+            assert!(text.starts_with("no difference beyond run-to-run noise") || text.starts_with("not decided: "), "{text}");
+            assert!(!matches!(c.decided(), Some(crate::Choice::Lower | crate::Choice::Higher)), "{text}");
         }
     }
     eprintln!("A/A: {differ_within_run} of 20 differ by the runs' own intervals, {differ} against the floor");
@@ -222,4 +224,50 @@ fn the_noise_interval_includes_one_exactly_when_the_runs_do_not_differ() {
         assert!(lo <= c.ci.ratio && c.ci.ratio <= hi, "{f}: {lo}..{hi}");
         assert_eq!(lo <= 1.0 && 1.0 <= hi, !c.differs(), "×{f}: {:?} against {lo}..{hi}", c.verdict);
     }
+}
+
+/// Issue 68's rule for two runs: a noise too large to decide says so plainly and decides
+/// nothing (no grade follows from it); a decision's words follow its direction, and each
+/// reading shows one interval, the one that decided.
+#[test]
+fn a_floor_too_wide_to_decide_says_so_and_a_decision_reads_its_direction() {
+    // p50 29 → 19 ms, every iteration moved, but this server's repeats land up to 71% apart.
+    let quiet = |level: f64| run_of("no_grad", &(0..20).map(|i| level + (i % 5) as f64 * 0.01 * level).collect::<Vec<_>>());
+    let wide = RunToRun { sigma_log: 0.1333, df: 20, runs: 24, scope: NoiseScope::Model };
+    let a = quiet(29.0);
+    let mut b = quiet(19.0);
+    b.run_to_run = Some(wide.clone());
+    let c = Comparison::of_runs(&b, &a).unwrap();
+    assert_eq!(c.decided(), None, "{c:?}");
+    let text = c.latency_reading();
+    assert!(text.starts_with("not decided: the medians say 1.53× faster, but two runs of the same settings here differ by up to 71% (measured from 24 repeated runs"), "{text}");
+    assert!(text.ends_with("; rerun on a quieter machine, or with more iterations"), "{text}");
+    assert!(!text.contains("no difference"), "{text}");
+    assert_eq!(c.chart_reading("the previous run"), "p50 against the previous run: not decided (noise here ±71%)");
+    // The grade follows: a change step's p50 answered "lower" is not graded.
+    let q = crate::Question { text: "".into(), figure: "after".into(), over: Some("before".into()), unit: "ratio".into(), ask: crate::Ask::Direction { timed: true } };
+    let [lo, hi] = c.noise_interval();
+    assert!(lo < 1.0 / crate::predict::SAME_WITHIN_FACTOR && hi >= 1.0, "{lo}..{hi}");
+    let figure = |name: &str, value: f64| crate::Figure { name: name.into(), value, unit: "ratio".into() };
+    let (l, h) = q.interval_names();
+    let figures = [figure("after", 19.0), figure("before", 29.0), figure(&l, lo), figure(&h, hi)];
+    let s = q.score(crate::Prediction::Choice(crate::Choice::Lower), &figures);
+    assert_eq!((s.right, s.grade().as_str()), (None, "not decided"));
+
+    // The same pair on a quiet server (±15%): decided lower, and the words say faster with
+    // the interval that decided, never the runs' own one beside it.
+    b.run_to_run = Some(RunToRun { sigma_log: 0.035, df: 20, runs: 24, scope: NoiseScope::Model });
+    let c = Comparison::of_runs(&b, &a).unwrap();
+    assert_eq!(c.decided(), Some(crate::Choice::Lower));
+    let [lo, hi] = c.noise_interval();
+    let text = c.latency_reading();
+    assert!(text.starts_with(&format!("1.53× faster ({:.2}–{:.2}), beyond", 1.0 / hi, 1.0 / lo)), "{text}");
+    assert!(c.chart_reading("the previous run").starts_with("p50 1.53× lower than the previous run ("));
+    // A slow iteration's load: the median moved, the fastest iterations did not.
+    let loaded: Vec<f64> = a.latencies().iter().enumerate().map(|(i, x)| if i % 3 == 0 { *x } else { x * 2.0 }).collect();
+    let mut l = run_of("no_grad", &loaded);
+    l.run_to_run = Some(RunToRun { sigma_log: 0.02, df: 30, runs: 40, scope: NoiseScope::Model });
+    let c = Comparison::of_runs(&l, &a).unwrap();
+    assert_eq!(c.decided(), None);
+    assert!(c.latency_reading().contains("the fastest iterations did not move with them"), "{}", c.latency_reading());
 }

@@ -210,6 +210,32 @@ pub const BUDGET_PRESETS: [(&str, u64); 5] = [
     ("24 GiB card", 24 << 30),
     ("80 GiB card", 80 << 30),
 ];
+/// The prefix of a card's figure timed from the server's Python (`Python: NAME` is `NAME`
+/// timed from Python; the engine's `pitfalls::python`).
+pub const PYTHON_FIGURE: &str = "Python: ";
+
+impl PitfallReport {
+    /// Where the report also timed the question's figure from Python, which timing grades
+    /// and why, with both values: said once under the grade, so a learner who sees ×0.909
+    /// graded and ×1.015 in the figures below knows which one counted. `None` without a
+    /// prediction or a Python figure of the same thing.
+    pub fn graded_by(&self) -> Option<String> {
+        let q = &self.prediction.as_ref()?.question;
+        let ours = q.measured(&self.figures)?;
+        let python: Vec<Figure> = self
+            .figures
+            .iter()
+            .filter_map(|f| f.name.strip_prefix(PYTHON_FIGURE).map(|name| Figure { name: name.into(), ..f.clone() }))
+            .collect();
+        let theirs = q.measured(&python)?;
+        Some(format!(
+            "Graded by Gradless's timing ({}): libtorch called from Rust, the run the card's rule reads. The Python timing of the same experiment ({}, in the figures as \"Python: …\") pays the interpreter on every op, as a team's code does, and is shown beside it, not graded.",
+            q.format(ours),
+            q.format(theirs)
+        ))
+    }
+}
+
 /// Grading a card's question lives with the card, whose verdict decides whether it grades.
 impl crate::Question {
     /// [`Question::score`] for a card whose verdict is `verdict`: where the effect cannot
@@ -253,5 +279,40 @@ mod tests {
         }
         // Where it applies, the same answer is graded.
         assert_eq!(q.score_card(Prediction::Value(0.1), &figures, Verdict::Confirmed, "").right, Some(false));
+    }
+
+    /// A card timed twice (Gradless's run and the server's Python): the page says which
+    /// timing grades, with both values.
+    #[test]
+    fn a_card_timed_from_python_too_says_which_timing_grades() {
+        let q = Question {
+            text: "inference_mode's p50 over no_grad's?".into(),
+            figure: "* latency ratio inference_mode / no_grad".into(),
+            over: None,
+            unit: "ratio".into(),
+            ask: Ask::Direction { timed: true },
+        };
+        let ratio = |name: &str, value: f64| Figure { name: name.into(), value, unit: "ratio".into() };
+        let mut figures = vec![ratio("tiny_mlp b1 latency ratio inference_mode / no_grad", 0.909)];
+        let report = |figures: Vec<Figure>| PitfallReport {
+            id: "x".into(),
+            claim: String::new(),
+            verdict: Verdict::Confirmed,
+            reason: String::new(),
+            threshold: String::new(),
+            prediction: Some(q.score(Prediction::Choice(crate::Choice::Lower), &figures)),
+            figures,
+            chart: ChartKind::Bar,
+            series: vec![],
+            notes: vec![],
+            table: None,
+            traces: vec![],
+            env: crate::testing::report("no_grad", 1, vec![]).env,
+            record_id: None,
+        };
+        assert_eq!(report(figures.clone()).graded_by(), None, "no Python figure: nothing to say");
+        figures.push(ratio("Python: tiny_mlp b1 latency ratio inference_mode / no_grad", 1.02));
+        let said = report(figures).graded_by().unwrap();
+        assert!(said.starts_with("Graded by Gradless's timing (×0.909)") && said.contains("(×1.02,") && said.contains("not graded"), "{said}");
     }
 }

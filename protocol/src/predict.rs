@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::Figure;
 
+mod rule;
+mod scored;
+pub use rule::{decided, not_decided, SAME_WITHIN_FACTOR};
+pub(crate) use rule::significant;
+pub use scored::Scored;
+
 /// How a question is answered, and when an answer counts as right.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -122,30 +128,6 @@ pub enum Prediction {
     Choice(Choice),
 }
 
-/// A prediction next to what was measured: part of the record.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Scored {
-    pub question: Question,
-    pub predicted: Prediction,
-    /// The measured value the question asks about; absent when the report lacks the
-    /// figures (an effect that cannot show on this device).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub measured: Option<f64>,
-    /// Right by the question's tolerance; absent when skipped, not measured, or not graded
-    /// here ([`Scored::not_graded`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub right: Option<bool>,
-    /// The measured ratio's 95% noise interval `[low, high]`, for a direction question:
-    /// the statistic that decided the grade.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<[f64; 2]>,
-    /// Why the answer was not graded although it was given: the effect cannot show on
-    /// this device, so its figure here answers a different question.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_graded: Option<String>,
-}
-
 impl Question {
     /// The measured value this question asks about, from a report's figures.
     pub fn measured(&self, figures: &[Figure]) -> Option<f64> {
@@ -194,11 +176,12 @@ impl Question {
         }
     }
 
-    /// The band a direction question's figures fall in: lower when the whole interval is
-    /// below ×1, higher when above, about the same when it includes ×1.
+    /// The band a direction question's figures fall in, by [`decided`]: lower when the whole
+    /// interval is below ×1, higher when above, about the same when it includes ×1 within
+    /// ×0.8–×1.25; `None` when it decides nothing.
     pub fn band_of(&self, figures: &[Figure]) -> Option<Choice> {
         match self.ask {
-            Ask::Direction { .. } => self.interval(figures).map(|[lo, hi]| direction(lo, hi)),
+            Ask::Direction { .. } => self.interval(figures).and_then(|[lo, hi]| decided(lo, hi)),
             _ => self.measured(figures).and_then(|m| self.band(m)),
         }
     }
@@ -230,7 +213,7 @@ impl Question {
     /// question's point, as if it had no noise: see [`Question::band_of`]).
     pub fn band(&self, measured: f64) -> Option<Choice> {
         match self.ask {
-            Ask::Direction { .. } => Some(direction(measured, measured)),
+            Ask::Direction { .. } => decided(measured, measured),
             Ask::SameBytes { within } => Some(bytes_direction(measured, within)),
             Ask::Choice { below, .. } if measured < below => Some(Choice::Lower),
             Ask::Choice { above, .. } if measured > above => Some(Choice::Higher),
@@ -244,9 +227,11 @@ impl Question {
     pub fn score(&self, predicted: Prediction, figures: &[Figure]) -> Scored {
         let measured = self.measured(figures);
         let interval = self.interval(figures);
+        // A direction whose interval decides nothing grades nothing, and says why.
+        let undecided = matches!(self.ask, Ask::Direction { .. }) && interval.is_some_and(|[lo, hi]| decided(lo, hi).is_none());
         let right = match (predicted, measured, self.ask) {
             (Prediction::Skipped, ..) | (_, None, _) => None,
-            (Prediction::Choice(c), Some(_), Ask::Direction { .. }) => interval.map(|[lo, hi]| direction(lo, hi) == c),
+            (Prediction::Choice(c), Some(_), Ask::Direction { .. }) => interval.and_then(|[lo, hi]| decided(lo, hi)).map(|band| band == c),
             (Prediction::Choice(c), Some(m), _) => Some(self.band(m) == Some(c)),
             (Prediction::Value(p), Some(m), Ask::LogScale { within, .. } | Ask::Bytes { within, .. }) => {
                 Some(p > 0.0 && m > 0.0 && (p / m).max(m / p) <= within)
@@ -259,14 +244,16 @@ impl Question {
             measured,
             right,
             interval,
-            not_graded: None,
+            not_graded: undecided.then(|| {
+                not_decided("that interval reaches from lower to higher, the noise too large to tell a change from none")
+            }),
         }
     }
 
     /// When an answer counts as right, as the card states it.
     pub fn tolerance(&self) -> String {
         match self.ask {
-            Ask::Direction { timed: true } => "each side is timed many times, and the spread of those times gives a range the true ratio lies in (95% of the time). “About the same” is right when that range includes ×1: the difference is smaller than the runs' own noise. “Lower” or “higher” is right when the whole range is below or above ×1".into(),
+            Ask::Direction { timed: true } => format!("each side is timed many times, and the spread of those times gives a range the true ratio lies in (95% of the time). “Lower” or “higher” is right when the whole range is below or above ×1; “about the same” when the range includes ×1 and stays within ×{}–×{} (no change of a quarter either way). A range that includes ×1 but reaches further decides nothing: the noise is too large, and no answer is graded", significant(1.0 / SAME_WITHIN_FACTOR), significant(SAME_WITHIN_FACTOR)),
             Ask::Direction { timed: false } => "memory repeats to the byte from run to run here, so “about the same” is right only when the two are equal; “lower” or “higher” when the measured ratio is below or above ×1".into(),
             Ask::SameBytes { within } => format!(
                 "“about the same” is right when the two are within {}% of each other (×{}–×{}); “lower” or “higher” when the ratio is beyond that. On a CPU byte counts repeat to the byte; the {}% allows for the CUDA allocator rounding each block up to 512 bytes and the few hundred KiB a train-mode BatchNorm keeps, never for an effect a lesson teaches",
@@ -327,299 +314,6 @@ impl Question {
     }
 }
 
-impl Scored {
-    /// How far a value prediction was from the measurement, as a factor of at least 1
-    /// (`2.0`: off by ×2, either way); `None` for choices, skips and unmeasured runs.
-    pub fn off_by(&self) -> Option<f64> {
-        match (self.predicted, self.measured) {
-            (Prediction::Value(p), Some(m)) if p > 0.0 && m > 0.0 => Some((p / m).max(m / p)),
-            _ => None,
-        }
-    }
-
-    /// The grade alone, as the page heads it: "right", "off by ×2.0", "wrong: it was
-    /// lower", "not graded here", "not predicted".
-    pub fn grade(&self) -> String {
-        if matches!(self.predicted, Prediction::Skipped) {
-            return "not predicted".into();
-        }
-        if self.not_graded.is_some() {
-            return "not graded here".into();
-        }
-        match (self.right, self.off_by()) {
-            (Some(true), _) => "right".into(),
-            (Some(false), Some(f)) => format!("off by ×{f:.1}"),
-            (Some(false), None) => match self.measured_band() {
-                Some(band) => format!("wrong: it was {}", band.as_str()),
-                None => "wrong".into(),
-            },
-            (None, _) => "not measured on this device".into(),
-        }
-    }
-
-    /// The band the measurement fell in, by the statistic that graded it.
-    pub fn measured_band(&self) -> Option<Choice> {
-        match (self.question.ask, self.interval, self.measured) {
-            (Ask::Direction { .. }, Some([lo, hi]), _) => Some(direction(lo, hi)),
-            (_, _, Some(m)) => self.question.band(m),
-            _ => None,
-        }
-    }
-
-    /// The prediction as a person reads it: `×0.5`, `lower`, `not predicted`.
-    pub fn predicted_text(&self) -> String {
-        match self.predicted {
-            Prediction::Skipped => "not predicted".into(),
-            Prediction::Value(v) => self.question.format(v),
-            Prediction::Choice(c) => c.as_str().into(),
-        }
-    }
-
-    /// One line for records, pictures and exports: "predicted ×0.5, measured ×0.15: wrong".
-    pub fn sentence(&self) -> String {
-        let measured = match self.measured {
-            Some(m) => match (self.measured_band(), self.interval) {
-                (Some(band), Some([lo, hi])) if lo < hi => format!(
-                    "measured {} (95% interval {}–{}: {})",
-                    self.question.format(m),
-                    self.question.format(lo),
-                    self.question.format(hi),
-                    band.as_str()
-                ),
-                (Some(band), _) if self.question.ask != Ask::YesNo => {
-                    format!("measured {} ({})", self.question.format(m), band.as_str())
-                }
-                _ => format!("measured {}", self.question.format(m)),
-            },
-            None => "not measured on this device".into(),
-        };
-        let verdict = match (self.right, &self.not_graded) {
-            (_, Some(why)) => format!(" ({why})"),
-            (Some(true), _) => ": right".into(),
-            (Some(false), _) => ": wrong".into(),
-            (None, _) => String::new(),
-        };
-        match self.predicted {
-            Prediction::Skipped => format!("run without predicting; {measured}"),
-            _ => format!("predicted {}, {measured}{verdict}", self.predicted_text()),
-        }
-    }
-}
-
-/// Lower, about the same or higher for an interval against ×1.
-fn direction(lo: f64, hi: f64) -> Choice {
-    if hi < 1.0 {
-        Choice::Lower
-    } else if lo > 1.0 {
-        Choice::Higher
-    } else {
-        Choice::Same
-    }
-}
-
-/// Three significant figures, without a trailing zero run: 0.153, 1.5, 42, 1234.
-fn significant(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    // The decimal exponent by division, not log10: the browser build then needs no libm.
-    let (mut m, mut exponent) = (v.abs(), 0i32);
-    while m >= 10.0 {
-        m /= 10.0;
-        exponent += 1;
-    }
-    while m < 1.0 {
-        m *= 10.0;
-        exponent -= 1;
-    }
-    let digits = (2 - exponent).max(0) as usize;
-    let s = format!("{v:.digits$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fig(name: &str, value: f64) -> Figure {
-        Figure {
-            name: name.into(),
-            value,
-            unit: "bytes".into(),
-        }
-    }
-
-    fn ratio(ask: Ask) -> Question {
-        Question {
-            text: "no_grad's peak as a multiple of grad's?".into(),
-            figure: "no_grad peak".into(),
-            over: Some("grad peak".into()),
-            unit: "ratio".into(),
-            ask,
-        }
-    }
-
-    const LOG: Ask = Ask::LogScale { min: 0.01, max: 10.0, within: 2.0 };
-
-    #[test]
-    fn a_ratio_is_scored_within_its_factor() {
-        let q = ratio(LOG);
-        let figures = [fig("grad peak", 40e6), fig("no_grad peak", 6e6)];
-        assert_eq!(q.measured(&figures), Some(0.15));
-        let s = q.score(Prediction::Value(0.5), &figures);
-        assert_eq!(s.right, Some(false));
-        assert_eq!(s.sentence(), "predicted ×0.5, measured ×0.15: wrong");
-        assert_eq!(q.score(Prediction::Value(0.25), &figures).right, Some(true));
-        assert_eq!(q.score(Prediction::Value(0.075), &figures).right, Some(true));
-        assert_eq!(q.score(Prediction::Value(0.07), &figures).right, Some(false));
-        let skipped = q.score(Prediction::Skipped, &figures);
-        assert_eq!(skipped.right, None);
-        assert_eq!(skipped.sentence(), "run without predicting; measured ×0.15");
-    }
-
-    #[test]
-    fn a_choice_is_right_in_its_band_only() {
-        let q = ratio(Ask::Choice { below: 0.95, above: 1.05 });
-        let at = |m: f64| [fig("grad peak", 1.0), fig("no_grad peak", m)];
-        assert_eq!(q.score(Prediction::Choice(Choice::Same), &at(1.04)).right, Some(true));
-        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &at(0.5)).right, Some(true));
-        assert_eq!(q.score(Prediction::Choice(Choice::Higher), &at(1.04)).right, Some(false));
-        assert_eq!(q.score(Prediction::Choice(Choice::Same), &at(0.5)).sentence(), "predicted about the same, measured ×0.5 (lower): wrong");
-        assert!(q.tolerance().contains("×0.95") && q.tolerance().contains("×1.05"));
-    }
-
-    /// A byte ratio within the stated tolerance is "about the same", and only that: the
-    /// cards whose verdict says "no difference" at ×0.997 grade that answer right.
-    #[test]
-    fn a_byte_ratio_is_the_same_within_its_stated_tolerance() {
-        let q = ratio(Ask::SameBytes { within: crate::SAME_BYTES_WITHIN });
-        let at = |m: f64| [fig("grad peak", 1.0), fig("no_grad peak", m)];
-        for (m, band) in [(0.997, Choice::Same), (1.0, Choice::Same), (1.009, Choice::Same), (0.98, Choice::Lower), (1.5, Choice::Higher)] {
-            for c in [Choice::Lower, Choice::Same, Choice::Higher] {
-                assert_eq!(q.score(Prediction::Choice(c), &at(m)).right, Some(c == band), "{m}: {c:?}");
-            }
-            assert_eq!(crate::bytes_direction(m, crate::SAME_BYTES_WITHIN), band);
-        }
-        assert_eq!(q.score(Prediction::Choice(Choice::Same), &at(0.997)).sentence(), "predicted about the same, measured ×0.997 (about the same): right");
-        assert!(q.tolerance().contains("within 1%") && q.tolerance().contains("×0.99–×1.01"), "{}", q.tolerance());
-        // Records made before the tolerance read back graded as they were: exact.
-        let exact = ratio(Ask::Direction { timed: false });
-        assert_eq!(exact.score(Prediction::Choice(Choice::Same), &at(0.997)).right, Some(false));
-    }
-
-    /// The figures of a timed ratio `m` with its interval, named as the question reads them.
-    fn timed(q: &Question, m: f64, lo: f64, hi: f64) -> Vec<Figure> {
-        let (l, h) = q.interval_names();
-        vec![fig("grad peak", 1.0), fig("no_grad peak", m), fig(&l, lo), fig(&h, hi)]
-    }
-
-    #[test]
-    fn a_direction_is_graded_by_the_verdicts_own_interval() {
-        let q = ratio(Ask::Direction { timed: true });
-        // ×0.96 whose whole interval is below ×1 is lower, beyond noise: "lower" is right,
-        // "about the same" is wrong, however close to 1 it is.
-        let tight = timed(&q, 0.96, 0.96, 0.96);
-        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &tight).right, Some(true));
-        assert_eq!(q.score(Prediction::Choice(Choice::Same), &tight).right, Some(false));
-        // ×0.8 whose interval reaches past ×1 is within the runs' noise: "about the same".
-        let wide = timed(&q, 0.8, 0.6, 1.02);
-        assert_eq!(q.score(Prediction::Choice(Choice::Same), &wide).right, Some(true));
-        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &wide).right, Some(false));
-        let s = q.score(Prediction::Choice(Choice::Higher), &timed(&q, 1.3, 1.2, 1.4));
-        assert_eq!((s.right, s.interval), (Some(true), Some([1.2, 1.4])));
-        assert!(s.sentence().contains("95% interval ×1.2–×1.4: higher"), "{}", s.sentence());
-        // A timed ratio without its interval is not graded (never by a made-up band).
-        let bare = [fig("grad peak", 1.0), fig("no_grad peak", 0.5)];
-        assert_eq!(q.score(Prediction::Choice(Choice::Lower), &bare).right, None);
-        // Bytes repeat exactly: the point is the interval.
-        let b = ratio(Ask::Direction { timed: false });
-        assert_eq!(b.score(Prediction::Choice(Choice::Same), &[fig("grad peak", 8.0), fig("no_grad peak", 8.0)]).right, Some(true));
-        assert_eq!(b.score(Prediction::Choice(Choice::Lower), &[fig("grad peak", 8.0), fig("no_grad peak", 7.9)]).right, Some(true));
-        assert!(q.tolerance().contains("includes ×1") && b.tolerance().contains("to the byte"));
-    }
-
-    #[test]
-    fn the_grade_reads_apart_from_the_verdict() {
-        let q = ratio(LOG);
-        let figures = [fig("grad peak", 40e6), fig("no_grad peak", 6e6)];
-        assert_eq!(q.score(Prediction::Value(0.45), &figures).grade(), "off by ×3.0");
-        assert_eq!(q.score(Prediction::Value(0.15), &figures).grade(), "right");
-        assert_eq!(q.score(Prediction::Skipped, &figures).grade(), "not predicted");
-        let d = ratio(Ask::Direction { timed: false });
-        assert_eq!(d.score(Prediction::Choice(Choice::Higher), &figures).grade(), "wrong: it was lower");
-    }
-
-    #[test]
-    fn missing_figures_are_not_scored_and_wildcards_match_suffixes() {
-        let q = Question {
-            text: "".into(),
-            figure: "* weights parameters".into(),
-            over: Some("fp32 parameters".into()),
-            unit: "ratio".into(),
-            ask: LOG,
-        };
-        let figures = [fig("fp32 parameters", 8.0), fig("bf16 weights parameters", 4.0)];
-        assert_eq!(q.measured(&figures), Some(0.5));
-        let s = q.score(Prediction::Value(0.5), &figures[..1]);
-        assert_eq!((s.measured, s.right), (None, None));
-        assert!(s.sentence().contains("not measured"));
-        // A zero denominator is no measurement, not infinity.
-        assert_eq!(q.measured(&[fig("fp32 parameters", 0.0), fig("bf16 weights parameters", 4.0)]), None);
-    }
-
-    #[test]
-    fn answers_of_the_wrong_kind_or_out_of_range_are_refused() {
-        let q = ratio(LOG);
-        assert!(q.check(&Prediction::Value(0.5)).is_ok());
-        assert!(q.check(&Prediction::Skipped).is_ok());
-        let e = q.check(&Prediction::Value(20.0)).unwrap_err();
-        assert!(e.contains("×0.01") && e.contains("×10"), "{e}");
-        assert!(q.check(&Prediction::Value(f64::NAN)).is_err());
-        assert!(q.check(&Prediction::Choice(Choice::Lower)).is_err());
-        let yes_no = Question { unit: "bool".into(), over: None, ask: Ask::YesNo, ..ratio(LOG) };
-        assert!(yes_no.check(&Prediction::Choice(Choice::Yes)).is_ok());
-        assert!(yes_no.check(&Prediction::Choice(Choice::Same)).is_err());
-        assert_eq!(yes_no.score(Prediction::Choice(Choice::Yes), &[fig("no_grad peak", 1.0)]).right, Some(true));
-    }
-
-    #[test]
-    fn the_command_line_forms_parse() {
-        let q = ratio(LOG);
-        assert_eq!(q.parse("x0.5"), Ok(Prediction::Value(0.5)));
-        assert_eq!(q.parse("×2"), Ok(Prediction::Value(2.0)));
-        assert_eq!(q.parse("skip"), Ok(Prediction::Skipped));
-        assert!(q.parse("lower").is_err() && q.parse("half").is_err() && q.parse("100").is_err());
-        let bytes = Question { unit: "bytes".into(), ask: Ask::Bytes { min: 1.0, max: 1e12, within: 2.0 }, ..ratio(LOG) };
-        assert_eq!(bytes.parse("12MiB"), Ok(Prediction::Value(12.0 * 1048576.0)));
-        assert_eq!(bytes.format(12.0 * 1048576.0), "12.0 MiB");
-    }
-
-    #[test]
-    fn predictions_read_as_the_api_documents_them() {
-        let p: Prediction = serde_json::from_str(r#"{"value": 0.5}"#).unwrap();
-        assert_eq!(p, Prediction::Value(0.5));
-        let p: Prediction = serde_json::from_str(r#"{"choice": "lower"}"#).unwrap();
-        assert_eq!(p, Prediction::Choice(Choice::Lower));
-        let p: Prediction = serde_json::from_str(r#""skipped""#).unwrap();
-        assert_eq!(p, Prediction::Skipped);
-        assert!(serde_json::from_str::<Prediction>(r#"{"value": "half"}"#).is_err());
-        let q = ratio(LOG);
-        let json = serde_json::to_string(&q).unwrap();
-        assert!(json.contains(r#""ask":{"log_scale":{"min":0.01"#), "{json}");
-        let back: Question = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, q);
-    }
-
-    #[test]
-    fn values_read_with_three_significant_figures() {
-        assert_eq!(significant(0.153_42), "0.153");
-        assert_eq!(significant(1.5), "1.5");
-        assert_eq!(significant(4.0), "4");
-        assert_eq!(significant(1234.6), "1235");
-        assert_eq!(significant(0.0123), "0.0123");
-    }
-}
+mod tests;

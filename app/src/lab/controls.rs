@@ -272,23 +272,17 @@ pub fn ModeControl(lab: LabCtx) -> impl IntoView {
     row_radios(lab, "eval", "", always, move || explain::eval_text(spec.get().eval, spec.get().model), ())
 }
 
-/// A setting's explanation, folded while a change of that setting waits for its run: the
-/// page is asking what the change will do, and the explanation would answer it. Opens by
-/// itself once the run is on the charts (or when the learner unfolds it).
+/// A setting's explanation, held back while a change of that setting waits for its run:
+/// the page is asking what the change will do, and the explanation would answer it. It is
+/// not in the page at all until then (a fold would open with one click), and shows by
+/// itself once the run's result is on the charts.
 fn folded(lab: LabCtx, key: &'static str, testid: String, text: impl Fn() -> String + Send + Sync + 'static) -> impl IntoView {
     let text = std::sync::Arc::new(text);
     move || {
-        let body = text();
         if lab.awaiting.get().as_deref() == Some(key) {
-            view! {
-                <details class="explain folded" data-testid=testid.clone()>
-                    <summary>"Predict first: what this setting does opens after the run"</summary>
-                    <p>{crate::widgets::rich_text(&body)}</p>
-                </details>
-            }
-            .into_any()
+            view! { <p class="explain folded" data-testid=testid.clone()>"Predict first: what this setting does shows after the run."</p> }.into_any()
         } else {
-            view! { <p class="explain" data-testid=testid.clone()>{crate::widgets::rich_text(&body)}</p> }.into_any()
+            view! { <p class="explain" data-testid=testid.clone()>{crate::widgets::rich_text(&text())}</p> }.into_any()
         }
     }
 }

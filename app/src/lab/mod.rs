@@ -154,6 +154,11 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     #[cfg(feature = "hydrate")]
     Effect::new(move |_| {
         let now = spec.get();
+        // While the run that answers it is under way, the explanation stays folded: it
+        // opens with the result, not with the press of Run.
+        if busy.get() {
+            return;
+        }
         let changed = shown.with(|r| r.as_ref().and_then(|r| predict::one_change(&now, &r.spec, false)).map(|c| c.0));
         if lab.awaiting.get_untracked() != changed {
             lab.awaiting.set(changed);
@@ -347,7 +352,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     view! {
         {(!embed).then(|| view! { <GuidePanel guide on_step /> })}
         <div class="lab" data-guide-step=guide_step>
-            <section class="controls" aria-label="Settings">
+            <section class="controls" id="settings" aria-label="Settings">
                 {move || {
                     let ignored = info.with_value(|i| query.with(|q| ignored_in_query(&i.devices, |k| q.get(k))));
                     (!ignored.is_empty()).then(|| view! {
@@ -413,6 +418,18 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
 
             <Results lab runs embed bare memory_scale />
         </div>
+        {(!embed).then(|| view! {
+            // On a phone the charts come first and the settings below: Run in a bar at the
+            // screen's foot (CSS shows it under 900 px), the same button's action.
+            <div class="run-bar" data-testid="run-bar">
+                <button class="primary" data-testid="run-bar-run" on:click=on_run
+                    aria-disabled=move || busy.get().to_string() prop:disabled=move || validity.problem().is_some()>
+                    {move || if busy.get() { "Running…" } else { "Run" }}
+                </button>
+                <span class="run-bar-state">{move || spec.with(|s| format!("{} · {}", s.model.display_name(), s.label()))}</span>
+                <a href="#settings">"Settings"</a>
+            </div>
+        })}
     }
 }
 

@@ -18,41 +18,28 @@ use protocol::{Prediction, Question, Report, RunSpec, Scored};
 
 
 /// Settings that are not a lesson's change: where the run goes (device, threads) and how
-/// long it is timed (warm-up, iterations). The model is no setting of a model.
-const NOT_A_CHANGE: [&str; 5] = ["device", "threads", "warmup", "iters", "model"];
+/// long it is timed (warm-up, iterations). The model is no setting of a model, and neither
+/// what a generation is fed (its text) nor the quality measurement beside it.
+const NOT_A_CHANGE: [&str; 7] = ["device", "threads", "warmup", "iters", "model", "prompt_text", "quality"];
 
 /// The one setting that differs between `before` (the run on the charts) and `now` (the
-/// settings shown), as `(setting, from, to)` in the link's words (the Lab's, or with
-/// `generate` the Generate page's); `None` when none or more than one differ, or when the
-/// model does.
+/// settings shown), as `(setting, from, to)`: the address's key and its values as the
+/// page's controls hold them (a setting left at its default reads as that default, never
+/// "unset"; one that applies only with another's value follows it). `None` when none or
+/// more than one differ, or when the model does. A count the page leaves to the run (the
+/// input size, a text prompt's length) is no change while one side leaves it.
 pub fn one_change(now: &RunSpec, before: &RunSpec, generate: bool) -> Option<(String, String, String)> {
+    use protocol::settings::{on_page, Page, SETTINGS};
     if now.model != before.model {
         return None;
     }
-    let query: fn(&RunSpec) -> String = if generate { crate::gen_settings::query_from_spec } else { crate::settings::query_from_spec };
-    let pairs = |s: &RunSpec| -> Vec<(String, String)> {
-        query(s)
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .filter(|(k, _)| !NOT_A_CHANGE.contains(k))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    };
-    let (a, b) = (pairs(before), pairs(now));
-    let value = |list: &[(String, String)], key: &str| list.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    let mut keys: Vec<&String> = a.iter().chain(b.iter()).map(|(k, _)| k).collect();
-    keys.sort();
-    keys.dedup();
-    let changed: Vec<(String, String, String)> = keys
-        .into_iter()
-        .filter_map(|k| {
-            let (from, to) = (value(&a, k), value(&b, k));
-            // A report's spec has its input size filled in where the Lab's may leave it to
-            // the model's default: only two sizes both given differ.
-            if k == "input_size" && (from.is_none() || to.is_none()) {
-                return None;
-            }
-            (from != to).then(|| (k.clone(), words(k, from), words(k, to)))
+    let page = if generate { Page::Generate } else { Page::Lab };
+    let value = |row: &protocol::settings::Setting, s: &RunSpec| row.in_use(s).then(|| row.shown(s)).flatten();
+    let changed: Vec<(String, String, String)> = on_page(SETTINGS, page)
+        .filter(|row| !NOT_A_CHANGE.contains(&row.key))
+        .filter_map(|row| match (value(row, before), value(row, now)) {
+            (Some(from), Some(to)) if from != to => Some((row.key.to_string(), from, to)),
+            _ => None,
         })
         .collect();
     match changed.as_slice() {
@@ -61,19 +48,27 @@ pub fn one_change(now: &RunSpec, before: &RunSpec, generate: bool) -> Option<(St
     }
 }
 
-/// A setting's value as the Lab's controls name it.
-fn words(key: &str, value: Option<String>) -> String {
-    match (key, value.as_deref()) {
-        ("eval", Some("1")) => "eval()".into(),
-        ("eval", Some("0")) => "train()".into(),
-        (_, Some(v)) => v.to_string(),
-        (_, None) => "unset".into(),
-    }
+/// A value of setting `key` as its control names it ("model.eval()", "int4, a scale and a
+/// zero per group"), for the box's first line.
+fn control_text(key: &str, value: &str, generate: bool) -> String {
+    use protocol::settings::{on_page, Page, SETTINGS};
+    let page = if generate { Page::Generate } else { Page::Lab };
+    on_page(SETTINGS, page).find(|row| row.key == key).map_or_else(|| value.to_string(), |row| row.text(value))
+}
+
+/// A setting's name as its control is labelled ("Quantization"), else its key.
+fn control_label(key: &str, generate: bool) -> String {
+    use protocol::settings::{on_page, Page, SETTINGS};
+    let page = if generate { Page::Generate } else { Page::Lab };
+    on_page(SETTINGS, page).find(|row| row.key == key).map_or_else(|| key.to_string(), |row| row.label.to_string())
 }
 
 /// The two questions of a change: peak memory, then p50, the new run's over the old's.
 pub fn questions(change: &(String, String, String), spec: &RunSpec, generate: bool) -> [Question; 2] {
-    let (setting, from, to) = change.clone();
+    // Named as the controls name them: "Switching Grad mode from enabled (no context) to
+    // torch.no_grad()".
+    let (key, from, to) = change;
+    let (setting, from, to) = (control_label(key, generate), control_text(key, from, generate), control_text(key, to, generate));
     let ask = |figure| {
         let step = Step {
             title: String::new(),
@@ -94,19 +89,19 @@ pub fn questions(change: &(String, String, String), spec: &RunSpec, generate: bo
     [ask(ChangeFigure::Peak), ask(ChangeFigure::P50)]
 }
 
-/// The predictions scored against the run before the change and the run after it.
+/// The predictions scored against the run before the change and the run after it, by the
+/// rule a learning path's change step is scored by ([`protocol::learn::score_change`]).
 pub fn score(questions: &[Question; 2], predicted: &[Prediction; 2], before: &Report, after: &Report) -> [Scored; 2] {
-    let figures = |figure, q| protocol::learn::change_figures(figure, before, after, q);
-    [
-        questions[0].score(predicted[0], &figures(ChangeFigure::Peak, &questions[0])),
-        questions[1].score(predicted[1], &figures(ChangeFigure::P50, &questions[1])),
-    ]
+    let scored = |figure, i: usize| protocol::learn::score_change(figure, &questions[i], predicted[i], before, after);
+    [scored(ChangeFigure::Peak, 0), scored(ChangeFigure::P50, 1)]
 }
 
-/// The latency reading against the runs' noise, under the scored latency answer: the same
-/// comparison graded it ([`protocol::learn::change_figures`]), so the two never disagree.
+/// The latency reading against the runs' noise, under the scored latency answer, where the
+/// comparison decided: the same comparison graded it, so the two never disagree (where it
+/// decided nothing, the scored answer already says why, in the same words).
 fn latency_note(after: &Report, before: &Report) -> Option<String> {
     let comparison = protocol::noise::Comparison::of_runs(after, before)?;
+    comparison.decided()?;
     Some(format!("Against the runs' noise, the median latency: {}.", comparison.latency_reading()))
 }
 
@@ -262,7 +257,12 @@ fn LabPrediction(spec: Memo<RunSpec>, shown: Signal<Option<Report>>, pending: Rw
             view! {
                 <section class="lab-predict" data-testid="lab-predict" aria-label="Predict first">
                     <p class="explain">
-                        <strong>{format!("You changed one setting: {setting} from {from} to {to}.")}</strong>
+                        <strong>{format!(
+                            "You changed one setting: {} from {} to {}.",
+                            control_label(&setting, generate),
+                            control_text(&setting, &from, generate),
+                            control_text(&setting, &to, generate)
+                        )}</strong>
                         {format!(" Predict what it does against the run on the charts, then press {button} (or just run it).")}
                     </p>
                     <crate::prediction::PredictControls question=peak answered=a1 locked id=IDS[0].to_string() />
@@ -312,10 +312,35 @@ mod tests {
         now.generate.as_mut().unwrap().cache = protocol::KvCacheKind::Static;
         assert_eq!(one_change(&now, &before, true), Some(("cache".into(), "dynamic".into(), "static".into())));
         let q = questions(&one_change(&now, &before, true).unwrap(), &now, true);
-        assert!(q[0].text.starts_with("Switching cache from dynamic to static"), "{}", q[0].text);
+        assert!(q[0].text.starts_with("Switching KV cache from dynamic (grows) to static (allocated once)"), "{}", q[0].text);
         let mut both = now.clone();
         both.generate.as_mut().unwrap().new_tokens += 8;
         assert_eq!(one_change(&both, &before, true), None);
+    }
+
+    /// Issue 68: on the trained model, a typed prompt is no setting to predict (the report's
+    /// resolved prompt length against the page's "from the text" is no change either), and
+    /// a quiet setting at its default reads as the control's value, never "unset".
+    #[test]
+    fn a_typed_prompt_raises_no_box_and_defaults_read_as_the_controls_do() {
+        let llama = crate::gen_settings::spec_from_query(&[], |_| None);
+        let trained = crate::gen_settings::with_model(&llama, protocol::decoder::TRAINED_PRESET.parse().unwrap());
+        // The run on the charts: its prompt's length resolved (25 bytes), its text as typed.
+        let mut ran = trained.clone();
+        ran.input_size = Some(25);
+        let mut typed = trained.clone();
+        typed.generate.as_mut().unwrap().prompt_text = Some("class Linear(Module):".into());
+        assert_eq!(one_change(&typed, &ran, true), None);
+        assert_eq!(one_change(&trained, &ran, true), None);
+        // int4 from the default: "none", as the select names it, and its group size follows.
+        let mut int4 = trained.clone();
+        let g = int4.generate.as_mut().unwrap();
+        (g.weights, g.group_size) = (protocol::WeightQuant::Int4, Some(32));
+        let change = one_change(&int4, &ran, true).expect("one setting");
+        assert_eq!(change, ("quant".into(), "none".into(), "int4".into()));
+        let q = questions(&change, &int4, true);
+        assert!(q[0].text.starts_with("Switching Quantized linear layers from none (as the weights) to int4, a scale and a zero per group"), "{}", q[0].text);
+        assert!(!q[0].text.contains("unset"));
     }
 
     #[test]
@@ -335,20 +360,27 @@ mod tests {
     }
 
     #[test]
-    fn a_latency_change_inside_the_noise_is_graded_about_the_same_as_the_reading_says() {
+    fn a_latency_change_the_noise_cannot_decide_is_not_graded_and_says_why() {
         let before = spec();
         let now = RunSpec { grad: GradMode::NoGrad, ..before.clone() };
         let q = questions(&one_change(&now, &before, false).unwrap(), &now, false);
         // Half the iterations three times slower than the rest: medians ×0.8 apart, and
-        // an interval that spans far more. The grade and the reading beside it agree.
+        // an interval that spans far more. Neither answer is graded; the page says why.
         let noisy = |f: f64| (0..20).map(|i| if i % 2 == 0 { f } else { 3.0 * f }).collect::<Vec<_>>();
         let old = crate::explain::tests::report("tiny_mlp", 4, 1000, &noisy(1.0));
         let new = crate::explain::tests::report("tiny_mlp", 4, 400, &noisy(0.8));
-        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Lower)], &old, &new);
-        assert_eq!(s[1].right, Some(false), "×0.8 within the noise is not lower: {}", s[1].sentence());
-        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Same)], &old, &new);
+        for c in [Choice::Lower, Choice::Same, Choice::Higher] {
+            let s = score(&q, &[Prediction::Skipped, Prediction::Choice(c)], &old, &new);
+            assert_eq!((s[1].right, s[1].grade().as_str()), (None, "not decided"), "{}", s[1].sentence());
+            assert!(s[1].sentence().contains(": not decided: ") && s[1].sentence().contains("rerun on a quieter machine, or with more iterations"), "{}", s[1].sentence());
+        }
+        assert_eq!(latency_note(&new, &old), None, "said once, in the scored answer");
+        // A change the runs decide: the note reads the direction the grade is given by.
+        let fast = crate::explain::tests::report("tiny_mlp", 4, 400, &[1.0; 20]);
+        let slow = crate::explain::tests::report("tiny_mlp", 4, 1000, &[2.0; 20]);
+        let s = score(&q, &[Prediction::Skipped, Prediction::Choice(Choice::Lower)], &slow, &fast);
         assert_eq!(s[1].right, Some(true), "{}", s[1].sentence());
-        let note = latency_note(&new, &old).unwrap();
-        assert!(note.contains("no difference beyond"), "{note}");
+        let note = latency_note(&fast, &slow).unwrap();
+        assert!(note.contains("2.00× faster"), "{note}");
     }
 }

@@ -321,7 +321,7 @@ fn Snippet(spec: Memo<RunSpec>, view_state: RwSignal<RunView>) -> impl IntoView 
                 <h2>"The same in PyTorch"</h2>
                 <button data-testid="copy-snippet" on:click=on_copy>{move || if copied.get() { "Copied" } else { "Copy" }}</button>
             </div>
-            <pre><code data-testid="snippet">{move || python_snippet(&shown.get())}</code></pre>
+            <pre tabindex="0"><code data-testid="snippet">{move || python_snippet(&shown.get())}</code></pre>
         </div>
     }
 }

@@ -58,7 +58,7 @@ fn step_view(s: &StepAnswers) -> impl IntoView + use<> {
         .collect_view();
     let label = format!("Predictions at step {}", s.step);
     view! {
-        <li class="card step" data-testid=format!("answers-{}", s.step)>
+        <li class="card step" id=format!("answers-{}", s.step) data-testid=format!("answers-{}", s.step)>
             <h2>{format!("Step {}. {}", s.step, s.title)}</h2>
             <p class="question">{s.question.clone()}</p>
             <p data-testid=format!("share-{}", s.step)>

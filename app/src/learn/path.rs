@@ -118,7 +118,6 @@ fn LearnPage(embed: bool) -> impl IntoView {
                 {(!path.note.is_empty()).then(|| view! { <p class="claim">{rich_text(&path.note)}</p> })}
                 <p class="progress-line">
                     <span data-testid="path-progress">{summary}</span>
-                    " · " <a href=answers_href rel="external">"What the team predicted"</a>
                     " · " <button class="link" on:click=reset>"Start over"</button>
                 </p>
                 <p class="explain">"Your progress stays in this browser. A prediction you lock in is kept anonymously with the path's answers (no name, address or cookie); one run without predicting is not."</p>
@@ -198,6 +197,7 @@ fn StepCard(path: LearnPath, step: Step, n: usize, progress: RwSignal<Progress>,
         #[cfg(not(feature = "hydrate"))]
         let _ = (&path_id, request, progress);
     });
+    let path_id2 = path.id.clone();
     let earlier = move || {
         (state.with(|s| *s == StepState::Idle))
             .then(|| progress.with(|p| p.iter().find(|(m, _)| *m == n).map(|(_, s)| s.clone())))
@@ -206,15 +206,17 @@ fn StepCard(path: LearnPath, step: Step, n: usize, progress: RwSignal<Progress>,
                 <div class="outcome earlier" data-testid=format!("earlier-{n}")>
                     <p class="explain">"From your earlier visit:"</p>
                     <div inner_html=crate::prediction::scored_html(&s)></div>
+                    <p class="explain"><a href=format!("/learn/{path_id2}/answers#answers-{n}") rel="external" data-testid="team-answers">"What the team predicted at this step"</a></p>
                 </div>
             })
     };
+    let answers_at = format!("/learn/{}/answers#answers-{n}", path.id);
     let result = move || {
         state.with(|s| match s {
             StepState::Idle => None,
             StepState::Running => Some(view! { <p class="verdict running" role="status">"Measuring on the server…"</p> }.into_any()),
             StepState::Failed(m) => Some(view! { <p class="error" role="alert">{m.clone()}</p> }.into_any()),
-            StepState::Done(o) => Some(outcome(o).into_any()),
+            StepState::Done(o) => Some(outcome(o, answers_at.clone()).into_any()),
         })
     };
     let card = match &step.kind {
@@ -261,8 +263,10 @@ fn StepCard(path: LearnPath, step: Step, n: usize, progress: RwSignal<Progress>,
 }
 
 /// A step's result: the prediction against the measurement, then what measured it.
-fn outcome(o: &StepOutcome) -> impl IntoView + use<> {
+fn outcome(o: &StepOutcome, answers_at: String) -> impl IntoView + use<> {
     let scored = crate::prediction::scored_html(&o.scored);
+    // Two timings of the same thing on screen (Gradless's and Python's): which one graded.
+    let graded_by = o.report.as_ref().and_then(|r| r.graded_by()).map(|g| view! { <p class="explain graded-by" data-testid="graded-by">{g}</p> });
     let report = o.report.as_ref().map(|r| {
         // Its prediction is the one shown above, on its axis: not a second time.
         let r = &protocol::PitfallReport { prediction: None, ..(**r).clone() };
@@ -284,7 +288,11 @@ fn outcome(o: &StepOutcome) -> impl IntoView + use<> {
         }
     });
     let counted = o.counted.then(|| view! { <p class="explain">"Your prediction was added to the path's answers."</p> });
-    view! { <div class="outcome" data-testid="step-outcome"><div inner_html=scored></div>{report}{runs}{counted}</div> }
+    // The team's answers hold the measured value: linked from a step once it is done.
+    let team = view! {
+        <p class="explain"><a href=answers_at rel="external" data-testid="team-answers">"What the team predicted at this step"</a></p>
+    };
+    view! { <div class="outcome" data-testid="step-outcome"><div inner_html=scored></div>{graded_by}{report}{runs}{counted}{team}</div> }
 }
 
 /// What step `key`'s controls hold now.

@@ -67,7 +67,7 @@ fn record_view(record: &Record, embed: bool) -> impl IntoView + use<> {
                     <CompareWith id=id.clone() />
                     <section class="panel snippet">
                         <h2>"The same in PyTorch"</h2>
-                        <pre><code>{if is_generation { protocol::python_generate_loop(&report.spec) } else { python_snippet(&report.spec) }}</code></pre>
+                        <pre tabindex="0"><code>{if is_generation { protocol::python_generate_loop(&report.spec) } else { python_snippet(&report.spec) }}</code></pre>
                     </section>
                 })}
             }
@@ -151,7 +151,7 @@ fn unfinished_view(id: &str, u: &Unfinished, embed: bool) -> impl IntoView + use
         {(!embed).then(|| snippet.map(|code| view! {
             <section class="panel snippet">
                 <h2>"The same in PyTorch"</h2>
-                <pre><code>{code}</code></pre>
+                <pre tabindex="0"><code>{code}</code></pre>
             </section>
         }))}
     }

@@ -74,7 +74,8 @@ pub async fn run(
             let (id_after, r_after) = run_once(state, headers, peer, after).await?;
             let figures = protocol::learn::change_figures(*figure, &r_before, &r_after, &question);
             let (va, vb) = (figures[0].value, figures[1].value);
-            StepOutcome { scored: question.score(prediction, &figures), report: None, runs: vec![id_before, id_after], values: vec![vb, va], counted: false }
+            let scored = protocol::learn::score_change(*figure, &question, prediction, &r_before, &r_after);
+            StepOutcome { scored, report: None, runs: vec![id_before, id_after], values: vec![vb, va], counted: false }
         }
     };
     if let (true, Some(measured), Some(right)) = (locked, outcome.scored.measured, outcome.scored.right) {
