@@ -97,6 +97,14 @@ pub fn GenResults(
     };
     let progress = move || format!("{:.0}%", view_state.with(|v| v.progress()) * 100.0);
     let steps_shown = move || view_state.with(|v| v.steps.len());
+    // After the last step, a long part (the quality measurement) says what it does; the
+    // bar above follows its parts.
+    let working = move || {
+        view_state.with(|v| match &v.phase {
+            crate::run_view::Phase::Working { what, .. } => format!(" · {what}"),
+            _ => String::new(),
+        })
+    };
     let links = move || {
         let rows = finished.get();
         let ids: Vec<String> = rows.iter().rev().take(5).map(|(id, _)| id.clone()).collect();
@@ -119,7 +127,7 @@ pub fn GenResults(
     view! {
         <section class="results" id="gen-results" aria-label="Measured generation">
             <div class="progress" aria-hidden="true"><div class="bar" style:width=progress></div></div>
-            <p class="steps-count" id="gen-top" data-testid="gen-steps">{move || format!("{} steps streamed", steps_shown())}</p>
+            <p class="steps-count" id="gen-top" data-testid="gen-steps">{move || format!("{} steps streamed{}", steps_shown(), working())}</p>
             {previous}
             <div id="gen-latency-chart" class="chart" data-testid="gen-latency-chart"></div>
             <div id="gen-memory-chart" class="chart" data-testid="gen-memory-chart"></div>

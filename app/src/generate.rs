@@ -380,6 +380,7 @@ pub fn GeneratePage() -> impl IntoView {
                 let then = planned.map(|p| format!(" {}", crate::gen_quality::quality_ahead(&p, byte_level, &v.steps))).unwrap_or_default();
                 format!("Generating: {done} of {total} (one warm-up generation, then each step).{then}")
             }
+            Phase::Working { what, .. } => format!("{what}."),
             Phase::Done => shown_note.get().unwrap_or_else(|| {
                 let ran = v.report.as_ref().map_or_else(|| "these settings".to_string(), crate::gen_results::ran_with);
                 format!("Done: every figure below was measured by this generation, now, with {ran}.")

@@ -16,6 +16,13 @@ pub enum Phase {
         done: u32,
         total: u32,
     },
+    /// A long part outside the passes (a compile ahead of time, the quality measurement):
+    /// what it is and its part now, `done` of `total` parts finished.
+    Working {
+        what: String,
+        done: u32,
+        total: u32,
+    },
     Done,
     Failed(String),
 }
@@ -24,7 +31,7 @@ impl Phase {
     pub fn busy(&self) -> bool {
         matches!(
             self,
-            Phase::Submitting | Phase::Queued(_) | Phase::Running { .. }
+            Phase::Submitting | Phase::Queued(_) | Phase::Running { .. } | Phase::Working { .. }
         )
     }
 }
@@ -78,6 +85,7 @@ impl RunView {
                 self.steps.push(step);
                 self.advance();
             }
+            Event::Progress { what, done, total } => self.phase = Phase::Working { what, done, total },
             Event::Done { report } => {
                 self.phase = Phase::Done;
                 self.report = Some(*report);
@@ -95,7 +103,7 @@ impl RunView {
     /// Progress in 0..=1 for the progress bar.
     pub fn progress(&self) -> f64 {
         match self.phase {
-            Phase::Running { done, total } if total > 0 => done as f64 / total as f64,
+            Phase::Running { done, total } | Phase::Working { done, total, .. } if total > 0 => done as f64 / total as f64,
             Phase::Done => 1.0,
             _ => 0.0,
         }
@@ -137,6 +145,26 @@ mod tests {
         });
         assert_eq!(v.phase, Phase::Failed("OOM at batch 9".into()));
         assert!(!v.phase.busy());
+    }
+
+    /// A compile before the passes and a quality measurement after the steps each say what
+    /// they are doing and move the bar (issue 68: an empty bar under "Queued", then a full
+    /// one under "64 steps streamed").
+    #[test]
+    fn a_long_part_outside_the_passes_names_itself_and_moves() {
+        let mut v = RunView::submitting();
+        v.apply(Event::Queued { position: 0 });
+        v.apply(Event::Progress { what: "Compiling ahead of time (AOTInductor): export (torch.export)".into(), done: 1, total: 5 });
+        assert!(v.phase.busy());
+        assert_eq!(v.progress(), 0.2);
+        assert!(matches!(&v.phase, Phase::Working { what, .. } if what.contains("export")));
+        v.apply(Event::started("cpu".into(), 5, MemorySource::CpuTensorMemory, 1));
+        v.apply(Event::Sample { sample: sample(0) });
+        assert_eq!(v.progress(), 1.0);
+        v.apply(Event::Progress { what: "Measuring quality: setting 3 of 9 (fp32)".into(), done: 2, total: 9 });
+        assert!(v.phase.busy());
+        assert!((v.progress() - 2.0 / 9.0).abs() < 1e-12);
+        assert_eq!(v.samples.len(), 1, "the figures streamed so far stay");
     }
 }
 

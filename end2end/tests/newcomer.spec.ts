@@ -7,6 +7,7 @@
 import { expect, Page, test } from "@playwright/test";
 import { LabPage } from "./lab-page";
 import { GeneratePage } from "./generate-page";
+import { seenTexts, watchTexts } from "./watch";
 
 const shots = process.env.GRADLESS_SHOTS ?? "test-results/shots";
 const PHONE = { width: 390, height: 844 };
@@ -117,4 +118,24 @@ test("the model picker keeps the KV cache card's answer until that card is done 
   await page.reload();
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   await expect(shape).toContainText(/KV cache [\d.]+ \w+ per token per sequence/);
+});
+
+// A quality measurement runs most of a minute after the last step; the page said "64 steps
+// streamed" under a full bar. It now names the setting it measures, and the bar restarts.
+test("a quality measurement names each setting as it goes", async ({ page }) => {
+  test.setTimeout(300_000);
+  const gen = new GeneratePage(page);
+  await gen.open("model=torch_bytes&device=cpu&batch=1&new_tokens=8&cache=dynamic&eval=1&grad=no_grad&autocast=off&quality=1&prompt_text=def%20f(x)%3A");
+  await watchTexts(page, "gen-steps");
+  await watchTexts(page, "gen-status");
+  await gen.generate();
+  await gen.waitDone(280_000);
+  const steps = (await seenTexts(page, "gen-steps")).join("\n");
+  const status = (await seenTexts(page, "gen-status")).join("\n");
+  expect(steps).toMatch(/steps streamed · Measuring quality: setting 1 of (\d+) \(/);
+  const total = Number(steps.match(/setting 1 of (\d+)/)![1]);
+  expect(total).toBeGreaterThan(1);
+  expect(steps).toContain(`Measuring quality: setting ${total} of ${total} (`);
+  expect(status).toMatch(/Measuring quality: setting \d+ of \d+/);
+  await expect(gen.testid("gen-quality")).toBeVisible();
 });

@@ -33,7 +33,8 @@ Prints one line of JSON on stdout and nothing else there:
    (each input's shape, null for the batch), "weights_mapped" (tensors loaded)}
   (+ "max_abs_diff", "bitwise_equal" with --check-eager: the package against the eager
   module at batch B); --map-only stops after loading: {"weights_mapped"}.
-Everything else (warnings, Inductor's logs, the C++ compiler's) goes to stderr. Failures:
+Everything else (warnings, Inductor's logs, the C++ compiler's) goes to stderr, with a line
+`gradless-phase: export|inductor|c++ build` as each part begins (the page shows it). Failures:
 a one-line reason on stderr and exit 2 (bad arguments or weights), 3 (export), 4 (compile
 or loading the package).
 """
@@ -109,6 +110,12 @@ NAME_MAPS: dict[str, list[tuple[str, object]]] = {  # (pattern, replacement stri
 }
 NAME_MAPS["resnet18"] = NAME_MAPS["resnet50"] = NAME_MAPS.pop("resnet")
 DTYPES = ("fp32", "fp16", "bf16")
+
+
+def phase(name: str) -> None:
+    """Says on stderr which part of the work begins (`gradless-phase: export`): the engine
+    passes it on to the page while the compile runs (engine/src/lab/subprocess.rs)."""
+    print(f"gradless-phase: {name}", file=sys.stderr, flush=True)
 
 
 def fail(code: int, reason: str) -> None:
@@ -280,6 +287,8 @@ def time_cpp_builds():
     original = cpp_builder.CppBuilder.build
 
     def build(self, *args, **kwargs):
+        if spent[0] == 0.0:
+            phase("c++ build")
         t0 = time.perf_counter()
         try:
             return original(self, *args, **kwargs)
@@ -293,6 +302,7 @@ def time_cpp_builds():
 def export_and_compile(a, module, example: tuple, dynamic, model: str, input_shape) -> tuple[float, float, float]:
     """Exports `module` on `example` and packages it at --out; the seconds the export, the
     whole compile and the C++ build within it took."""
+    phase("export")
     t0 = time.perf_counter()
     try:
         ep = torch.export.export(module, example, dynamic_shapes=dynamic)
@@ -306,6 +316,7 @@ def export_and_compile(a, module, example: tuple, dynamic, model: str, input_sha
         "threads": a.threads, "dtype": a.dtype, "mode": "eval" if a.eval else "train"}.items()}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     built = time_cpp_builds()
+    phase("inductor")
     t0 = time.perf_counter()
     try:
         torch._inductor.aoti_compile_and_package(

@@ -58,7 +58,9 @@ pub struct RunFailure {
 
 /// What a run streams, in order: `queued`* `started` `warmup`* then `sample`* (a forward
 /// run) or `step`* (a generate run: the prefill, then one per decode step), then `done` or
-/// `failed` (which may come at any point).
+/// `failed` (which may come at any point). `progress` says what a long part of the run
+/// outside its passes is doing: a compile ahead of time (before `started`), a generation's
+/// quality measurement (after its last `step`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -85,6 +87,15 @@ pub enum Event {
     /// One step of a generation, as it happens.
     Step {
         step: GenStep,
+    },
+    /// A long part of the run outside its passes, as each of its parts begins: `what`
+    /// names it and the part ("Compiling ahead of time (AOTInductor): export
+    /// (torch.export)", "Measuring quality: setting 3 of 9 (int4 g64)"); `done` of its
+    /// `total` parts are finished.
+    Progress {
+        what: String,
+        done: u32,
+        total: u32,
     },
     Done {
         report: Box<Report>,

@@ -42,7 +42,7 @@ impl PartialRun {
             Event::Warmup { sample } => self.warmup.push(sample.clone()),
             Event::Sample { sample } => self.samples.push(sample.clone()),
             Event::Step { step } => self.steps.push(step.clone()),
-            Event::Queued { .. } | Event::Done { .. } | Event::Failed { .. } => {}
+            Event::Queued { .. } | Event::Progress { .. } | Event::Done { .. } | Event::Failed { .. } => {}
         }
     }
 

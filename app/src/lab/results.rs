@@ -119,6 +119,7 @@ fn Status(runs: Runs, bare: bool) -> impl IntoView {
                         "Running on {}: iteration {done} of {total}.",
                         v.device_name.clone().unwrap_or_default()
                     ),
+                    Phase::Working { what, done, total } => format!("{what}, part {} of {total}.", done + 1),
                     Phase::Done => format!("Done on {}.", v.device_name.clone().unwrap_or_default()),
                     Phase::Failed(_) => "The run did not finish.".to_string(),
                 })
@@ -270,6 +271,7 @@ pub fn RunProgress(view_state: RwSignal<RunView>) -> impl IntoView {
             Phase::Submitting => Some("Sending…".to_string()),
             Phase::Queued(n) => Some(format!("Queued ({n} ahead)")),
             Phase::Running { done, total } => Some(format!("Iteration {done} of {total}…")),
+            Phase::Working { what, .. } => Some(what.clone()),
             Phase::Done => v.report.as_ref().map(|r| {
                 format!(
                     "Done: p50 {:.2} ms, peak {} above baseline.",

@@ -121,8 +121,35 @@ impl<'a> Job<'a> {
     }
 }
 
+/// The parts of a compile, in order, as the script names each when it begins (its
+/// `gradless-phase:` lines; "start" and "load" are the engine's) and as the page says it:
+/// a compile takes a minute or more, and the page says which part it is in.
+const STAGES: [(&str, &str); 5] = [
+    ("start", "starting Python and building the model in PyTorch"),
+    ("export", "export (torch.export)"),
+    ("inductor", "Inductor (lowering, generating the kernels)"),
+    ("c++ build", "C++ build of the kernels"),
+    ("load", "loading the package"),
+];
+
+/// What a run says while its model compiles (`on`'s arguments: what, parts done, parts).
+pub(crate) type OnStage<'a> = &'a mut dyn FnMut(&str, u32, u32);
+
+/// Tells `on` that part `name` of [`STAGES`] begins (a name the script did not list is
+/// passed over).
+fn stage(on: OnStage, name: &str) {
+    if let Some(i) = STAGES.iter().position(|(n, _)| *n == name) {
+        on(&format!("Compiling ahead of time (AOTInductor): {}", STAGES[i].1), i as u32, STAGES.len() as u32);
+    }
+}
+
 /// Compiles `job` (or takes it from the cache) and loads it, with the server's Python.
 pub(crate) fn prepare(job: &Job, python: Option<&Path>, control: &RunControl) -> Result<Compiled, RunFailure> {
+    prepare_reporting(job, python, control, &mut |_, _, _| {})
+}
+
+/// [`prepare`], telling `on` each part of the compile as it begins ([`STAGES`]).
+pub(crate) fn prepare_reporting(job: &Job, python: Option<&Path>, control: &RunControl, on: OnStage) -> Result<Compiled, RunFailure> {
     let invalid = |m: String| failure(FailureKind::Invalid, m);
     let python = python.ok_or_else(|| {
         invalid("advanced.compiled: this server has no Python with PyTorch (--python) to export and compile the model with".into())
@@ -133,18 +160,18 @@ pub(crate) fn prepare(job: &Job, python: Option<&Path>, control: &RunControl) ->
     if let protocol::ModelId::Team(name) = job.spec.model {
         let file = crate::models::scripted::file_of(name.as_str())
             .ok_or_else(|| invalid(format!("advanced.compiled: {} is not a team model this process loaded", job.spec.model)))?;
-        return prepare_with(job, python, control, &dir, &file);
+        return prepare_with(job, python, control, &dir, &file, on);
     }
     // The run's weights, as the package will hold them.
     let stamp = format!("{}-{:?}", std::process::id(), std::time::SystemTime::now());
     let weights = dir.join(format!("weights-{:x}.safetensors", Sha256::digest(stamp.as_bytes())));
     job.model.vs.save(&weights).map_err(|e| failure(FailureKind::Internal, format!("saving the weights to compile: {e}")))?;
-    let result = prepare_with(job, python, control, &dir, &weights);
+    let result = prepare_with(job, python, control, &dir, &weights, on);
     let _ = std::fs::remove_file(&weights);
     result
 }
 
-fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weights: &Path) -> Result<Compiled, RunFailure> {
+fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weights: &Path, on: OnStage) -> Result<Compiled, RunFailure> {
     let internal = |m: String| failure(FailureKind::Internal, m);
     let bytes = std::fs::read(weights).map_err(|e| internal(format!("{}: {e}", weights.display())))?;
     let (batch_min, batch_max) = job.batches;
@@ -172,8 +199,9 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
     let cached: Option<Built> = std::fs::read(&meta).ok().filter(|_| file.is_file()).and_then(|m| serde_json::from_slice(&m).ok());
     let (built, cached) = match cached {
         Some(b) => (b, true),
-        None => (compile(job, python, control, &file, weights)?, false),
+        None => (compile(job, python, control, &file, weights, on)?, false),
     };
+    stage(on, "load");
     if !cached {
         let _ = std::fs::write(&meta, serde_json::to_vec(&built).unwrap_or_default());
     }
@@ -232,7 +260,7 @@ fn team_source(job: &Job, weights: &Path) -> Result<Option<TeamSource>, RunFailu
     }
 }
 
-fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights: &Path) -> Result<Built, RunFailure> {
+fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights: &Path, on: OnStage) -> Result<Built, RunFailure> {
     let (spec, model, (batch_min, batch_max)) = (job.spec, job.model, job.batches);
     let limit = match control.time_left() {
         Some(left) => COMPILE_LIMIT.min(left.saturating_sub(Duration::from_secs(5))),
@@ -257,7 +285,8 @@ fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights:
     args.extend(common);
     let inductor = cache_dir().join("inductor");
     let start = Instant::now();
-    let outcome = super::run_python(python, &args, &[("TORCHINDUCTOR_CACHE_DIR", inductor.as_os_str())], limit, control)?;
+    stage(on, "start");
+    let outcome = super::run_python_reporting(python, &args, &[("TORCHINDUCTOR_CACHE_DIR", inductor.as_os_str())], limit, control, &mut |name| stage(on, name))?;
     let subprocess_s = start.elapsed().as_secs_f64();
     let stdout = outcome.map_err(|why| failure(FailureKind::Invalid, format!("advanced.compiled: compiling {} failed: {why}", spec.model)))?;
     let answer = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");

@@ -61,7 +61,7 @@ impl Lab {
                 let result = self.generate_guarded(run, &control, emit);
                 drop(guard);
                 let report = result.map_err(|f| explain(f, &spec, device, budget))?;
-                self.finish_generation(run, report, &control, budget)
+                self.finish_generation(run, report, &control, budget, emit)
             }
             CheckedSpec::Forward(run) => {
                 let result = self.measure_guarded(run, &control, emit);
@@ -81,6 +81,7 @@ impl Lab {
         mut report: Report,
         control: &RunControl,
         budget: Option<u64>,
+        emit: &mut dyn FnMut(Event),
     ) -> Result<Report, RunFailure> {
         let (spec, g) = (run.spec(), run.generation());
         let precision = match spec.advanced.weights {
@@ -111,7 +112,10 @@ impl Lab {
         }
         if g.quality && report.generation.is_some() {
             // Asked for: like the logits, a missing block would read as a pass.
-            let quality = self.quality(spec, run.device(), control, None)?;
+            // Tens of seconds after the last step: each setting is said as it begins.
+            let quality = self.quality_reporting(spec, run.device(), control, None, &mut |what, done, total| {
+                emit(Event::Progress { what: what.to_string(), done, total })
+            })?;
             if let Some(g) = report.generation.as_mut() {
                 g.quality = Some(quality);
             }
@@ -169,7 +173,13 @@ impl Lab {
         // `memory_allocated` never sees them, and the driver's growth across the load is
         // reported instead (`CompiledFacts::load_device_bytes`).
         let compiled = match spec.advanced.compiled {
-            true => Some(super::compiled::prepare(&super::compiled::Job::for_run(&self.models[index], &spec, device, threads), self.config.python.as_deref(), control)?),
+            // A minute or more before the first pass: each part is said as it begins.
+            true => Some(super::compiled::prepare_reporting(
+                &super::compiled::Job::for_run(&self.models[index], &spec, device, threads),
+                self.config.python.as_deref(),
+                control,
+                &mut |what, done, total| emit(Event::Progress { what: what.to_string(), done, total }),
+            )?),
             false => None,
         };
         let resident_before = crate::breakdown::resident_bytes();

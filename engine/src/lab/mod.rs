@@ -23,7 +23,7 @@ mod admission;
 mod advanced;
 pub(crate) mod compiled;
 mod subprocess;
-pub use subprocess::run_python;
+pub use subprocess::{run_python, run_python_reporting};
 pub use compiled::cache_dir as compiled_cache_dir;
 mod control;
 pub mod cuda_graph;

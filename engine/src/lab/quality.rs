@@ -259,6 +259,19 @@ impl Lab {
         control: &RunControl,
         only: Option<&[LinearQuant]>,
     ) -> Result<Quality, RunFailure> {
+        self.quality_reporting(spec, device, control, only, &mut |_, _, _| {})
+    }
+
+    /// [`Lab::quality`], telling `on` each setting as its measurement begins (what, settings
+    /// done, settings): a table of nine settings takes most of a minute on a CPU.
+    pub(crate) fn quality_reporting(
+        &mut self,
+        spec: &RunSpec,
+        device: DeviceKind,
+        control: &RunControl,
+        only: Option<&[LinearQuant]>,
+        on: &mut dyn FnMut(&str, u32, u32),
+    ) -> Result<Quality, RunFailure> {
         let (model, held, ids, prefix, tokenized) = quality_text(self.config.quality_text.as_deref(), spec)?;
         // Chunks of the model's context (at most 1,024 units), each fed as the prefix + the
         // chunk but its last unit, every unit scored once; the last chunk may be shorter.
@@ -289,8 +302,10 @@ impl Lab {
         let g = spec.generate.clone().unwrap_or_default();
         let mut rows = vec![];
         let (settings, skipped) = rows_for(device, only, &model.config);
-        for s in settings {
+        let total = settings.len() as u32;
+        for (done, s) in settings.into_iter().enumerate() {
             control.check()?;
+            on(&format!("Measuring quality: setting {} of {total} ({})", done + 1, s.label), done as u32, total);
             let start = Instant::now();
             let row = row_spec(spec, &s);
             if let Err(e) = crate::spec::check_device(&row, device, self.machine.compute_capability()) {

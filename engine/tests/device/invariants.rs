@@ -116,6 +116,7 @@ fn reports_keep_warmup_apart_and_order_their_statistics(device) {
             protocol::Event::Warmup { .. } => "warmup",
             protocol::Event::Sample { .. } => "sample",
             protocol::Event::Step { .. } => "step",
+            protocol::Event::Progress { .. } => "progress",
             protocol::Event::Done { .. } => "done",
             protocol::Event::Failed { .. } => "failed",
         })
