@@ -12,6 +12,9 @@ python3 scripts/check-links.py
 echo "==> Import cycles between modules (each crate's module tree, level by level)"
 python3 scripts/check-imports.py --self-test
 python3 scripts/check-imports.py engine/src server/src fleet/src protocol/src app/src render/src
+echo "==> Architecture invariants (docs/ARCHITECTURE.md): file sizes, unsafe, bench/, statics, decoder/nn"
+python3 scripts/check-architecture.py --self-test
+python3 scripts/check-architecture.py
 scripts/setup.sh --browser --fleet
 source scripts/env.sh
 port=${GRADLESS_TEST_PORT:-3137}

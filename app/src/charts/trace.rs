@@ -147,9 +147,11 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
         "backgroundColor": "transparent",
         "animation": false,
         // The axis is named in the subtitle: a name under rotated labels would overlap them.
+        // A ResNet's 70 modules' names side by side cannot be read: every n-th is written
+        // (at most MODULE_LABELS), the tooltip names each point's module.
         "xAxis": {
             "type": "category", "data": modules,
-            "axisLabel": {"rotate": 50, "fontSize": 9},
+            "axisLabel": {"rotate": 40, "fontSize": 10, "interval": label_interval(modules.len()), "hideOverlap": true},
         },
         "yAxis": {"type": "value", "name": "MiB above baseline"},
         "series": series,
@@ -162,6 +164,15 @@ fn traces_chart(lines: &[(String, &[TracePoint])], subtitle: &str) -> ChartOptio
             sentences.join("; ")
         ),
     )
+}
+
+/// How many module names the trace's axis writes at most.
+const MODULE_LABELS: usize = 16;
+
+/// ECharts' category `interval` (labels skipped between two written ones) that writes at
+/// most [`MODULE_LABELS`] of `n` names.
+pub(super) fn label_interval(n: usize) -> usize {
+    n.div_ceil(MODULE_LABELS).saturating_sub(1)
 }
 
 /// Whether a breakdown part is the run's own (its weights and input; on CUDA also the

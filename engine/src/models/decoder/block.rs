@@ -4,7 +4,8 @@
 //! window's mask, grouped-query attention through `scaled_dot_product_attention`), and the
 //! MLP: a gated one (SwiGLU or GeGLU) or a mixture of experts (a router's top-k over
 //! separate gated MLPs, run expert by expert over the tokens routed to it, as transformers'
-//! eager `Qwen3MoeExperts` / `MixtralExperts` loop does).
+//! eager `Qwen3MoeExperts` / `MixtralExperts` loop does). The layers themselves are in
+//! `nn/`; this file composes them and decides, from the config, what differs by family.
 
 use protocol::decoder::{Architecture, DecoderConfig, LayerType};
 use protocol::SdpBackend;
@@ -14,285 +15,10 @@ use tch::{Device, Kind, Tensor};
 use super::cache::KvCache;
 use super::family::Layout;
 use super::linear::Linear;
+use super::nn::weights::{fuse, fused_in};
+use super::nn::{lay_out_weight, tensor_bytes, Act, Gated, MatrixInit, Moe, Norm};
 use super::WeightLayout;
 
-/// An RMSNorm's weight and how it scales.
-#[derive(Debug)]
-pub(super) struct Norm {
-    pub weight: Tensor,
-    eps: f64,
-    /// Gemma's: normalise and scale by `1 + weight` in fp32, then cast back.
-    gemma: bool,
-}
-
-impl Norm {
-    pub fn new(p: nn::Path, width: i64, c: &DecoderConfig) -> Norm {
-        let gemma = c.architecture.gemma_style();
-        // transformers initialises Gemma's weights to 0 (they scale by 1 + weight).
-        let init = nn::Init::Const(if gemma { 0.0 } else { 1.0 });
-        Norm {
-            weight: p.var("weight", &[width], init),
-            eps: c.rms_norm_eps,
-            gemma,
-        }
-    }
-
-    pub fn apply(&self, x: &Tensor) -> Tensor {
-        match self.in_one_op(x, None) {
-            Some(y) => y,
-            None => self.normalize(x, &self.weight),
-        }
-    }
-
-    /// fp32 on the CPU with no gradient recorded: the extension's one-op RMSNorm
-    /// ([`crate::torch_ext::rms_norm_f32`]), where libtorch's composite dispatches a dozen
-    /// ops; `None` elsewhere. `second`: another norm's weight for the heads from `split` on,
-    /// of `heads` per row group.
-    fn in_one_op(&self, x: &Tensor, second: Option<(&Tensor, i64, i64)>) -> Option<Tensor> {
-        let one_op = x.kind() == Kind::Float
-            && self.weight.kind() == Kind::Float
-            && x.device() == Device::Cpu
-            && !crate::torch_ext::grad_enabled();
-        one_op
-            .then(|| crate::torch_ext::rms_norm_f32(x, &self.weight, second, self.eps, self.gemma).ok())
-            .flatten()
-    }
-
-    /// The queries' and the keys' norms over `x` `[batch, tokens, heads + kv_heads,
-    /// head_dim]` (the query heads first) in one pass: the same products as `q_norm` on the
-    /// query heads and `k_norm` on the key heads, each head normalised on its own, with the
-    /// two weights stacked per head (`[heads + kv_heads, head_dim]`). One norm instead of
-    /// two, which a decode step at batch 1 pays per op, twice per layer.
-    pub fn apply_heads(q_norm: &Norm, k_norm: &Norm, x: &Tensor, heads: i64) -> Tensor {
-        let (n, d) = (x.size()[2], x.size()[3]);
-        if let Some(y) = q_norm.in_one_op(x, Some((&k_norm.weight, heads, n))) {
-            return y;
-        }
-        let weight = Tensor::cat(
-            &[q_norm.weight.expand([heads, d], false), k_norm.weight.expand([n - heads, d], false)],
-            0,
-        );
-        q_norm.normalize(x, &weight)
-    }
-
-    /// Normalises `x` over its last dimension and scales by `weight` (`[width]`, or any
-    /// shape that broadcasts against `x`), in this norm's style.
-    fn normalize(&self, x: &Tensor, weight: &Tensor) -> Tensor {
-        let kind = x.kind();
-        if kind == Kind::Float && weight.kind() == Kind::Float {
-            // fp32: no casts, so the six ops of libtorch's own rms_norm (`x * rsqrt(mean(x²)
-            // + eps)`, then the scale), the same products to the bit, without the casts
-            // and copies its composite dispatches around them (3% of a decode step on
-            // qwen3_tiny: 1.61 → 1.56 ms p50, interleaved). Gemma's scale is `1 + weight`.
-            let scale = match self.gemma {
-                true => weight + 1.0,
-                false => weight.shallow_clone(),
-            };
-            let inv = (x.square().mean_dim(-1, true, None) + self.eps).rsqrt();
-            return x * inv * scale;
-        }
-        let x32 = x.to_kind(Kind::Float);
-        let inv = (x32.square().mean_dim(-1, true, Kind::Float) + self.eps).rsqrt();
-        let normed = x32 * inv;
-        match self.gemma {
-            true => (normed * (weight.to_kind(Kind::Float) + 1.0)).to_kind(kind),
-            // transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale.
-            false => weight * normed.to_kind(kind),
-        }
-    }
-
-    fn bytes(&self) -> u64 {
-        tensor_bytes(&self.weight)
-    }
-}
-
-/// The gated MLP's activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Act {
-    /// SwiGLU's.
-    Silu,
-    /// GeGLU's: GELU with the tanh approximation (`gelu_pytorch_tanh`).
-    GeluTanh,
-}
-
-impl Act {
-    pub fn of(a: Architecture) -> Act {
-        match a.gemma_style() {
-            true => Act::GeluTanh,
-            false => Act::Silu,
-        }
-    }
-
-    fn apply(self, x: Tensor) -> Tensor {
-        match self {
-            Act::Silu => x.silu(),
-            Act::GeluTanh => x.gelu("tanh"),
-        }
-    }
-
-    /// In place (no gradient may be recorded through `x`).
-    fn apply_(self, mut x: Tensor) -> Tensor {
-        match self {
-            Act::Silu => x.silu_(),
-            Act::GeluTanh => x.gelu_("tanh"),
-        }
-    }
-}
-
-/// `down(act(gate(x)) × up(x))`.
-#[derive(Debug)]
-pub(super) struct Gated {
-    /// The gate projection; with `up` absent, Phi-3's fused `gate_up_proj`
-    /// (`[2 × width, hidden]`: the gate's rows, then the up's).
-    pub gate: Linear,
-    pub up: Option<Linear>,
-    pub down: Linear,
-    /// gate and up stacked (`[2 × width, hidden]`, in the run's layout) when both are
-    /// dense: their variables are views of it ([`Gated::lay_out`]), so one matmul computes
-    /// both where no gradient is recorded.
-    gate_up: Option<Tensor>,
-}
-
-impl Gated {
-    fn new(p: &nn::Path, names: [&str; 3], width: i64, h: i64, init: MatrixInit) -> Gated {
-        let w = |name: &str, out: i64, inp: i64| Linear::Dense(init.var(&(p / name), "weight", &[out, inp]));
-        Gated {
-            gate: w(names[0], width, h),
-            up: Some(w(names[1], width, h)),
-            down: w(names[2], h, width),
-            gate_up: None,
-        }
-    }
-
-    /// Phi-3's: one `gate_up_proj` and a `down_proj`.
-    fn fused(p: &nn::Path, width: i64, h: i64, init: MatrixInit) -> Gated {
-        let w = |name: &str, out: i64, inp: i64| Linear::Dense(init.var(&(p / name), "weight", &[out, inp]));
-        Gated {
-            gate: w("gate_up_proj", 2 * width, h),
-            up: None,
-            down: w("down_proj", h, width),
-            gate_up: None,
-        }
-    }
-
-    fn apply(&self, x: &Tensor, act: Act) -> Tensor {
-        // transformers' `gate, up = gate_up_proj(x).chunk(2, dim=-1)`.
-        let halves = |both: Tensor| {
-            let width = both.size()[both.dim() - 1] / 2;
-            (both.narrow(-1, 0, width), both.narrow(-1, width, width))
-        };
-        let stacked = self.gate_up.as_ref().filter(|_| !crate::torch_ext::grad_enabled());
-        let (gated, up) = match (stacked, &self.up) {
-            // One matmul. Gate and up are halves of one tensor that lives until the
-            // product, so the activation goes in place into the gate's half (no gradient
-            // is recorded here): the peak is the product and the two halves, as with two
-            // separate projections.
-            (Some(w), _) => {
-                let (gate, up) = halves(x.linear::<&Tensor>(w, None));
-                (act.apply_(gate), up)
-            }
-            (None, Some(up)) => {
-                let (gate, up) = (self.gate.apply(x, None), up.apply(x, None));
-                (act.apply(gate), up)
-            }
-            // Phi-3's `gate_up_proj`.
-            (None, None) => {
-                let (gate, up) = halves(self.gate.apply(x, None));
-                (act.apply(gate), up)
-            }
-        };
-        self.down.apply(&(gated * up), None)
-    }
-
-    /// Lays the weights out (see [`lay_out_weight`]), gate and up stacked when both are
-    /// dense (see [`fuse`]).
-    pub fn lay_out(&mut self, layout: WeightLayout) {
-        match (self.gate.dense(), self.up.as_ref().and_then(Linear::dense)) {
-            (Some(g), Some(u)) => {
-                let ws = [g.shallow_clone(), u.shallow_clone()];
-                if !fused_in(self.gate_up.as_ref(), &ws[0], layout) {
-                    self.gate_up = Some(fuse(&ws, layout));
-                }
-            }
-            (Some(g), None) => lay_out_weight(g, layout),
-            _ => {}
-        }
-        if let Some(w) = self.down.dense() {
-            lay_out_weight(w, layout);
-        }
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.gate.bytes() + self.up.as_ref().map_or(0, Linear::bytes) + self.down.bytes()
-    }
-}
-
-/// A mixture of experts: the router's weight `[experts, hidden]` and the experts.
-#[derive(Debug)]
-pub(super) struct Moe {
-    pub router: Tensor,
-    pub experts: Vec<Gated>,
-    top_k: i64,
-    norm_topk: bool,
-    /// Mixtral keeps the routing weights in fp32; Qwen3-MoE casts them to the hidden
-    /// states' dtype.
-    weights_fp32: bool,
-}
-
-impl Moe {
-    /// `x` `[batch, tokens, hidden]` through the router and its top-k experts. The experts
-    /// run one at a time, in order, on the tokens routed to them (ordered by their rank in
-    /// the top-k, then by token), and their weighted outputs are added into a zero tensor:
-    /// transformers' eager loop, sum for sum. The distinct experts touched are appended to
-    /// `log`.
-    fn apply(&self, x: &Tensor, act: Act, log: Option<&mut Vec<Vec<u32>>>) -> Tensor {
-        let size = x.size();
-        let h = size[size.len() - 1];
-        let flat = x.reshape([-1, h]);
-        let logits = flat.linear::<&Tensor>(&self.router, None);
-        let probs = logits.softmax(-1, Kind::Float);
-        let (mut weights, chosen) = probs.topk(self.top_k, -1, true, true);
-        drop(probs);
-        if self.norm_topk {
-            weights = &weights / weights.sum_dim_intlist(-1, true, Kind::Float);
-        }
-        if !self.weights_fp32 {
-            weights = weights.to_kind(logits.kind());
-        }
-        let tokens = flat.size()[0];
-        let k = self.top_k;
-        // Which experts each token goes to: on the host, as transformers' loop reads it.
-        let ids = Vec::<i64>::try_from(chosen.to_device(Device::Cpu).reshape([-1]))
-            .expect("the router's choices read as int64");
-        let mut routed: Vec<(Vec<i64>, Vec<i64>)> = vec![(vec![], vec![]); self.experts.len()];
-        for rank in 0..k {
-            for token in 0..tokens {
-                let e = ids[(token * k + rank) as usize] as usize;
-                routed[e].0.push(token);
-                routed[e].1.push(rank);
-            }
-        }
-        let mut out = flat.zeros_like();
-        let device = flat.device();
-        let mut touched = Vec::new();
-        for (e, (token_ids, ranks)) in routed.iter().enumerate() {
-            if token_ids.is_empty() {
-                continue;
-            }
-            touched.push(e as u32);
-            let t = Tensor::from_slice(token_ids).to_device(device);
-            let r = Tensor::from_slice(ranks).to_device(device);
-            let y = self.experts[e].apply(&flat.index_select(0, &t), act);
-            let w = weights.index(&[Some(&t), Some(&r)]).unsqueeze(-1);
-            let y = (y * w).to_kind(out.kind());
-            let _ = out.index_add_(0, &t, &y);
-        }
-        if let Some(log) = log {
-            log.push(touched);
-        }
-        out.view(size.as_slice())
-    }
-}
 
 /// A layer's MLP.
 #[derive(Debug)]
@@ -371,7 +97,10 @@ impl Dims {
             head_dim: c.head_dim as i64,
             dropout: c.attention_dropout,
             scale: c.query_pre_attn_scalar.map(|s| s.powf(-0.5)),
-            act: Act::of(c.architecture),
+            act: match c.architecture.gemma_style() {
+                true => Act::GeluTanh,
+                false => Act::Silu,
+            },
         }
     }
 }
@@ -392,7 +121,7 @@ impl Layer {
             let b = bias.then(|| p.var("bias", &[out], nn::Init::Const(0.0)));
             (Linear::Dense(w), b)
         };
-        let norm = |name: &str| Norm::new(l / name, h, c);
+        let norm = |name: &str| Norm::new(l / name, h, c.rms_norm_eps, c.architecture.gemma_style());
         let mlp_path = l / layout.mlp;
         let mlp = match c.is_moe_layer(i) {
             true => {
@@ -436,8 +165,8 @@ impl Layer {
             v: (!layout.fused).then(|| proj("v_proj", kv_out, h, c.attention_bias)),
             qkv: None,
             o: proj("o_proj", h, q_out, false).0,
-            q_norm: c.qk_norm.then(|| Norm::new(&attn / "q_norm", d, c)),
-            k_norm: c.qk_norm.then(|| Norm::new(&attn / "k_norm", d, c)),
+            q_norm: c.qk_norm.then(|| Norm::new(&attn / "q_norm", d, c.rms_norm_eps, c.architecture.gemma_style())),
+            k_norm: c.qk_norm.then(|| Norm::new(&attn / "k_norm", d, c.rms_norm_eps, c.architecture.gemma_style())),
             mlp,
             mlp_name: layout.mlp,
             expert_names: layout.expert,
@@ -725,63 +454,3 @@ fn rope(x: Tensor, cos: &Tensor, signed_sin: &Tensor) -> Tensor {
     drop(x);
     a + rotated * signed_sin
 }
-
-pub(super) fn tensor_bytes(t: &Tensor) -> u64 {
-    t.numel() as u64 * t.kind().elt_size_in_bytes() as u64
-}
-
-/// Lays one weight out (see [`WeightLayout`]) in place: the variable keeps its name and
-/// values, its data becomes a copy in `layout` unless it is in it already.
-pub(super) fn lay_out_weight(w: &Tensor, layout: WeightLayout) {
-    if w.dim() != 2 || WeightLayout::of(w) == Some(layout) {
-        return;
-    }
-    let laid = match layout {
-        WeightLayout::RowMajor => w.contiguous(),
-        WeightLayout::ColumnMajor => w.tr().contiguous().tr(),
-    };
-    w.shallow_clone().set_data(&laid);
-}
-
-/// Stacks `ws` (`[out_i, in]` each) into one `[Σ out_i, in]` tensor in `layout` and makes
-/// each variable a view of its rows: one allocation of the same bytes instead of several,
-/// the variables' names and values unchanged, so a matmul with the stack computes them all.
-fn fuse(ws: &[Tensor], layout: WeightLayout) -> Tensor {
-    let stacked = match layout {
-        WeightLayout::RowMajor => Tensor::cat(ws, 0),
-        WeightLayout::ColumnMajor => Tensor::cat(&ws.iter().map(Tensor::tr).collect::<Vec<_>>(), 1).tr(),
-    };
-    let mut row = 0;
-    for w in ws {
-        let rows = w.size()[0];
-        w.shallow_clone().set_data(&stacked.narrow(0, row, rows));
-        row += rows;
-    }
-    stacked
-}
-
-/// Whether `stacked` is in `layout` with `first`'s variable still a view of it.
-fn fused_in(stacked: Option<&Tensor>, first: &Tensor, layout: WeightLayout) -> bool {
-    stacked.is_some_and(|s| WeightLayout::of(s) == Some(layout) && s.data_ptr() == first.data_ptr())
-}
-
-/// How a matrix starts: transformers' initialisation, normal(0, initializer_range), or, for
-/// a model whose weights are read next ([`super::build`]), allocated and left unwritten:
-/// neither random numbers nor zeros are spent on memory the checkpoint overwrites
-/// (`weights::WeightFiles::load_into` fills every variable or the build fails).
-#[derive(Clone, Copy, Debug)]
-pub enum MatrixInit {
-    Normal(f64),
-    Unwritten,
-}
-
-impl MatrixInit {
-    /// The variable `name` of shape `dims` under `p`.
-    pub(super) fn var(self, p: &nn::Path, name: &str, dims: &[i64]) -> Tensor {
-        match self {
-            MatrixInit::Normal(stdev) => p.var(name, dims, nn::Init::Randn { mean: 0.0, stdev }),
-            MatrixInit::Unwritten => p.add(name, Tensor::empty(dims, (p.kind(), p.device())), true),
-        }
-    }
-}
-

@@ -20,7 +20,7 @@ use std::sync::{Mutex, RwLock};
 use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource, LayerType};
 use protocol::LinearQuant;
 use protocol::SdpBackend;
-use tch::nn::{self, ModuleT};
+use tch::nn::ModuleT;
 use tch::{Kind, Tensor};
 
 use super::Net;
@@ -34,6 +34,7 @@ pub mod linear;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
+mod nn;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
@@ -107,7 +108,7 @@ pub struct Decoder {
     /// before it multiplies the embeddings, as transformers casts it.
     embed_scale: Option<Tensor>,
     layers: Vec<Layer>,
-    norm: block::Norm,
+    norm: nn::Norm,
     /// `None` when the head is tied to the embedding.
     lm_head: Option<Tensor>,
     /// `1 / theta^(2i/d)`, fp32, with Llama 3's or linear scaling when the config has it:
@@ -142,17 +143,17 @@ impl Decoder {
     /// initialisation: normal(0, initializer_range) for matrices and embeddings, zero
     /// biases, unit norms (Gemma's: zero, as they scale by 1 + weight). Names follow the
     /// family's checkpoints ([`Family::layout`]).
-    pub fn new(p: &nn::Path, config: &DecoderConfig) -> Decoder {
-        Decoder::with_init(p, config, block::MatrixInit::Normal(config.initializer_range))
+    pub fn new(p: &tch::nn::Path, config: &DecoderConfig) -> Decoder {
+        Decoder::with_init(p, config, nn::MatrixInit::Normal(config.initializer_range))
     }
 
     /// [`Decoder::new`] with its matrices allocated and left unwritten, for weights read
     /// next from a checkpoint ([`build`]).
-    fn unwritten(p: &nn::Path, config: &DecoderConfig) -> Decoder {
-        Decoder::with_init(p, config, block::MatrixInit::Unwritten)
+    fn unwritten(p: &tch::nn::Path, config: &DecoderConfig) -> Decoder {
+        Decoder::with_init(p, config, nn::MatrixInit::Unwritten)
     }
 
-    fn with_init(p: &nn::Path, config: &DecoderConfig, normal: block::MatrixInit) -> Decoder {
+    fn with_init(p: &tch::nn::Path, config: &DecoderConfig, normal: nn::MatrixInit) -> Decoder {
         let layout = registry::family(config.architecture).layout();
         let h = config.hidden_size as i64;
         let vocab = config.vocab_size as i64;
@@ -161,7 +162,7 @@ impl Decoder {
         let layers = (0..config.num_hidden_layers as usize)
             .map(|i| Layer::new(&(&m / "layers" / i as i64), i, config, layout, normal))
             .collect();
-        let norm = block::Norm::new(&m / "norm", h, config);
+        let norm = nn::Norm::new(&m / "norm", h, config.rms_norm_eps, config.architecture.gemma_style());
         let lm_head = (!config.tie_word_embeddings)
             .then(|| normal.var(&(p / "lm_head"), "weight", &[vocab, h]));
         let device = p.device();
@@ -198,7 +199,7 @@ impl Decoder {
     /// the model's parameters as a reader's model has them).
     pub fn lay_out(&mut self, layout: WeightLayout) {
         let _no_grad = tch::no_grad_guard();
-        block::lay_out_weight(self.lm_head.as_ref().unwrap_or(&self.embed), layout);
+        nn::lay_out_weight(self.lm_head.as_ref().unwrap_or(&self.embed), layout);
         self.layers.iter_mut().for_each(|layer| layer.lay_out(layout));
     }
 
@@ -225,7 +226,7 @@ impl Decoder {
     /// `.scales_and_zeros` (int4), not trainable. The embedding, the norms, the biases, the
     /// routers and the LM head stay as they are. A quantized decoder is quantized once: a
     /// second call changes nothing.
-    pub fn quantize(&mut self, vs: &nn::VarStore, q: LinearQuant) {
+    pub fn quantize(&mut self, vs: &tch::nn::VarStore, q: LinearQuant) {
         if q.is_none() {
             return;
         }
@@ -267,8 +268,8 @@ impl Decoder {
     /// and with their scales when quantized; every expert's) and the rest (embedding,
     /// norms, biases, routers, head).
     pub fn weights_breakdown(&self) -> (u64, u64) {
-        let mut other = block::tensor_bytes(&self.embed) + block::tensor_bytes(&self.norm.weight);
-        other += self.lm_head.as_ref().map_or(0, block::tensor_bytes);
+        let mut other = nn::tensor_bytes(&self.embed) + nn::tensor_bytes(&self.norm.weight);
+        other += self.lm_head.as_ref().map_or(0, nn::tensor_bytes);
         let mut linear = 0;
         for l in &self.layers {
             let (a, b) = l.bytes();
@@ -522,7 +523,7 @@ pub fn trained_dir(folder: &str) -> PathBuf {
 /// weights dtype converts them). Panics (caught as a run failure by the lab's
 /// `catch_torch`) when the decoder is not served or its weights do not load: a model whose
 /// files are there never runs on random weights.
-pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
+pub fn build(name: &str, vs: &tch::nn::VarStore) -> Box<dyn Net> {
     let Some(model) = protocol::decoder::lookup(name) else {
         panic!("the decoder `{name}` is not served here");
     };

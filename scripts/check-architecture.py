@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Checks the architecture invariants docs/ARCHITECTURE.md states, on the source tree.
+
+Each check reads the sources (comments and string literals left out where a token is
+looked for) and prints what breaks its rule, with the file and line. A check that still
+has known exceptions lists them in EXCEPTIONS with why; an exception that no longer
+breaks the rule fails the check too, so the list only shrinks.
+
+Usage: scripts/check-architecture.py [--self-test]
+Exits 1 when an invariant is broken, 0 with one "ok:" line per invariant otherwise.
+Python 3 standard library only.
+"""
+
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRATES = ["protocol", "engine", "server", "app", "render", "fleet"]
+MAX_LINES = 600
+
+# Files still over MAX_LINES, each with the work that splits it. Remove a line when the
+# file is split; a listed file that is no longer over fails the check.
+EXCEPTIONS_SIZE = {
+    "protocol/src/settings.rs": "typed settings rows (issue 63, item 1)",
+    "protocol/src/team.rs": "the catalog that replaces the registries (issue 63, item 4)",
+    "engine/src/pitfalls/kit.rs": "a card in a file of its own (issue 63, item 3)",
+    "engine/src/pitfalls/generation/memory.rs": "a card in a file of its own (issue 63, item 3)",
+    "engine/src/pitfalls/generation/speed.rs": "a card in a file of its own (issue 63, item 3)",
+    "server/src/cli/mod.rs": "the commands apart (issue 63, item 6)",
+    "app/src/lib.rs": "the shell apart from the routes (issue 63, item 6)",
+    "app/src/generate.rs": "the page apart from its controls (issue 63, item 6)",
+}
+
+# Where `unsafe` may appear: the libtorch-facing extension, and the one memory map of a
+# checkpoint's shards (memmap2's `Mmap::map` is unsafe because another process may change
+# the file under it).
+UNSAFE_ALLOWED = [
+    "engine/src/torch_ext.rs",
+    "engine/src/torch_ext/",
+    "engine/src/models/decoder/weights.rs",
+]
+
+# Product code that still reads bench/ (the Python package moves it: issue 63, item 5).
+EXCEPTIONS_BENCH = {
+    "engine/src/lab/compiled.rs": "finds bench/peer.py at run time",
+    "engine/src/pitfalls/python.rs": "includes bench/card_peer.py",
+    "server/src/export.rs": "includes bench/peer.py",
+}
+
+# Process-wide state in protocol still to be replaced by a catalog value (issue 63, item 4).
+EXCEPTIONS_STATIC = {
+    "protocol/src/team.rs": "REGISTRY",
+    "protocol/src/decoder/served.rs": "TEAM",
+}
+
+
+def strip_code(text: str) -> str:
+    """The Rust source with comments and string/char literals blanked (newlines kept, so
+    line numbers still hold)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
+            i = j
+        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+            end = text.find('"' + hashes, i + 2 + len(hashes))
+            end = n if end < 0 else end + 1 + len(hashes)
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:end]))
+            i = end
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
+            i = j
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4] + "  "):
+            m = re.match(r"'(\\.|[^\\'])'", text[i:])
+            out.append(" " * len(m.group(0)))
+            i += len(m.group(0))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def production_sources():
+    for crate in CRATES:
+        for p in sorted((ROOT / crate / "src").rglob("*.rs")):
+            rel = p.relative_to(ROOT).as_posix()
+            # Unit tests kept in a file of their own are not production code.
+            if p.name == "tests.rs" or p.name.endswith("_tests.rs") or "/tests/" in rel:
+                continue
+            yield rel, p
+
+
+def check_size(files):
+    errors, over = [], {}
+    for rel, p in files:
+        n = sum(1 for _ in p.open(encoding="utf-8"))
+        if n > MAX_LINES:
+            over[rel] = n
+    for rel, n in over.items():
+        if rel not in EXCEPTIONS_SIZE:
+            errors.append(f"{rel}: {n} lines, over {MAX_LINES}: split it by concept")
+    for rel, why in EXCEPTIONS_SIZE.items():
+        if rel not in over:
+            errors.append(f"{rel} is listed as over {MAX_LINES} lines ({why}) but is not: remove it from EXCEPTIONS_SIZE")
+    return errors, f"no production source over {MAX_LINES} lines but the {len(EXCEPTIONS_SIZE)} listed"
+
+
+def check_unsafe(files):
+    errors = []
+    for rel, p in files:
+        if any(rel == a or (a.endswith("/") and rel.startswith(a)) for a in UNSAFE_ALLOWED):
+            continue
+        code = strip_code(p.read_text(encoding="utf-8"))
+        for i, line in enumerate(code.split("\n"), 1):
+            if re.search(r"\bunsafe\b", line):
+                errors.append(f"{rel}:{i}: `unsafe` outside the libtorch extension (engine/src/torch_ext)")
+    return errors, "`unsafe` only in engine/src/torch_ext and the checkpoint's memory map"
+
+
+def check_bench(files):
+    errors, reading = [], set()
+    for rel, p in files:
+        if not rel.split("/")[0] in ("engine", "server", "protocol"):
+            continue
+        code = p.read_text(encoding="utf-8")
+        stripped = strip_code(code)
+        for i, (line, raw) in enumerate(zip(stripped.split("\n"), code.split("\n")), 1):
+            # A path into bench/ in code: in a string literal (blanked in `line`, so read
+            # from `raw` where `line` still has the code around it).
+            if re.search(r"\binclude_(str|bytes)!", line) and "bench/" in raw:
+                reading.add(rel)
+            elif "bench" in raw and re.search(r'"[^"]*\.\./bench[^"]*"|"[^"]*/bench/[^"]*"|"bench/', raw) and not raw.lstrip().startswith("//"):
+                reading.add(rel)
+    for rel in sorted(reading - set(EXCEPTIONS_BENCH)):
+        errors.append(f"{rel}: product code reads a file of bench/ (benchmarks only there)")
+    for rel, why in EXCEPTIONS_BENCH.items():
+        if rel not in reading:
+            errors.append(f"{rel} is listed as reading bench/ ({why}) but does not: remove it from EXCEPTIONS_BENCH")
+    return errors, f"engine, server and protocol read no file of bench/ but the {len(EXCEPTIONS_BENCH)} listed"
+
+
+def check_statics(files):
+    errors, holding = [], {}
+    for rel, p in files:
+        if not rel.startswith("protocol/"):
+            continue
+        code = strip_code(p.read_text(encoding="utf-8"))
+        for i, line in enumerate(code.split("\n"), 1):
+            m = re.match(r"\s*(pub(\([^)]*\))?\s+)?static\s+(mut\s+)?([A-Z_][A-Z0-9_]*)\s*:\s*(.*)", line)
+            # Writable state only: a constant built once (a OnceLock of the presets) is
+            # not state, however it is stored.
+            if m and re.search(r"RwLock|Mutex|\bCell<|RefCell|Atomic", m.group(5)):
+                holding.setdefault(rel, []).append((i, m.group(4)))
+    for rel, items in holding.items():
+        if rel not in EXCEPTIONS_STATIC:
+            for i, name in items:
+                errors.append(f"{rel}:{i}: static {name} holds process-wide state in protocol: pass a value instead")
+    for rel, name in EXCEPTIONS_STATIC.items():
+        if rel not in holding:
+            errors.append(f"{rel} is listed as holding static {name} but does not: remove it from EXCEPTIONS_STATIC")
+    return errors, f"protocol holds no process-wide state but the {len(EXCEPTIONS_STATIC)} listed"
+
+
+def check_nn(files):
+    errors = []
+    for rel, p in files:
+        if not rel.startswith("engine/src/models/decoder/nn/"):
+            continue
+        code = strip_code(p.read_text(encoding="utf-8"))
+        for i, line in enumerate(code.split("\n"), 1):
+            if re.search(r"\b(Architecture|architecture|gemma_style|DecoderConfig)\b", line):
+                errors.append(f"{rel}:{i}: a shared decoder layer reads the family or its config: take what differs as a parameter")
+    return errors, "the decoder's shared layers (decoder/nn/) read no family and no config"
+
+
+CHECKS = [check_size, check_unsafe, check_bench, check_statics, check_nn]
+
+
+def self_test():
+    src = 'let a = "unsafe // not a comment"; // unsafe here\n/* unsafe */ let b = \'u\'; unsafe { x }\nlet r = r#"unsafe"#;'
+    s = strip_code(src)
+    assert s.count("unsafe") == 1, s
+    assert len(s.split("\n")) == 3
+    assert "let a" in s and "let b" in s and "let r" in s
+    print("ok: self-test")
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        self_test()
+        return 0
+    files = list(production_sources())
+    failed = False
+    for check in CHECKS:
+        errors, what = check(files)
+        for e in errors:
+            print(f"error: {e}", file=sys.stderr)
+        if errors:
+            failed = True
+        else:
+            print(f"ok: {what}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
