@@ -38,6 +38,9 @@ python3 scripts/lessons-doc.py "$CARGO_TARGET_DIR/release/gradless" --check
 echo "==> docs/questions.md is what the cards ask (each card's question state, on a GPU server and on a CPU one)"
 python3 scripts/questions-doc.py "$CARGO_TARGET_DIR/release/gradless" --check
 
+echo "==> docs/cli.md is the binary's own help (every command and subcommand)"
+python3 scripts/cli-doc.py "$CARGO_TARGET_DIR/release/gradless" --check
+
 echo "==> Quantized linear layers against a plain-PyTorch peer on the same weights (bench/generate.py --check; about 20 s)"
 # The peer quantizes the same safetensors with linear.rs's formula and calls the same packed
 # kernels: the weights' bytes, the greedy tokens and the drift must agree (never the timings).
