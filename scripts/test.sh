@@ -40,6 +40,8 @@ python3 scripts/questions-doc.py "$CARGO_TARGET_DIR/release/gradless" --check
 
 echo "==> docs/cli.md is the binary's own help (every command and subcommand)"
 python3 scripts/cli-doc.py "$CARGO_TARGET_DIR/release/gradless" --check
+echo "==> The docs' card count and decoder families are the code's"
+python3 scripts/docs-facts.py "$CARGO_TARGET_DIR/release/gradless"
 
 echo "==> Quantized linear layers against a plain-PyTorch peer on the same weights (bench/generate.py --check; about 20 s)"
 # The peer quantizes the same safetensors with linear.rs's formula and calls the same packed
