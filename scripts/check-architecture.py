@@ -24,9 +24,6 @@ MAX_LINES = 600
 EXCEPTIONS_SIZE = {
     "protocol/src/settings.rs": "typed settings rows (issue 63, item 1)",
     "protocol/src/team.rs": "the catalog that replaces the registries (issue 63, item 4)",
-    "engine/src/pitfalls/kit.rs": "a card in a file of its own (issue 63, item 3)",
-    "engine/src/pitfalls/generation/memory.rs": "a card in a file of its own (issue 63, item 3)",
-    "engine/src/pitfalls/generation/speed.rs": "a card in a file of its own (issue 63, item 3)",
     "server/src/cli/mod.rs": "the commands apart (issue 63, item 6)",
     "app/src/lib.rs": "the shell apart from the routes (issue 63, item 6)",
     "app/src/generate.rs": "the page apart from its controls (issue 63, item 6)",

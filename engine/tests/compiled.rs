@@ -127,41 +127,41 @@ fn the_compiled_cards_run_and_keep_their_invariants() {
         for said in card.statements {
             if let How::Run(names) = said.known {
                 for name in names {
-                    figure(name);
+                    figure(name.name());
                 }
             }
         }
         assert!(card.question.measured(&r.figures).is_some(), "{id}: its question has no answer in {:?}", r.figures.iter().map(|f| &f.name).collect::<Vec<_>>());
         match id {
             "compiled-first-call" => {
-                assert!(figure("Python process, in all") >= figure("export") + figure("compile"));
-                assert!(figure("one-time cost / eager pass") > 1.0, "compiling costs more than one eager pass");
+                assert!(figure(pitfalls::compiled::PYTHON_PROCESS_IN_ALL.name()) >= figure(pitfalls::compiled::EXPORT.name()) + figure(pitfalls::compiled::COMPILE.name()));
+                assert!(figure(pitfalls::compiled::ONE_TIME_COST_OVER_EAGER_PASS.name()) > 1.0, "compiling costs more than one eager pass");
                 // From Python, torch.compile pays its compile in the first call itself: far
                 // more than a compiled pass, and the second batch compiles again.
-                let first = figure("Python: torch.compile, first call");
-                assert!(first > 10.0 * figure("Python: torch.compile p50 pass"), "{first} ms: {:?}", r.notes);
-                assert!(figure("Python: torch.compile, first call at batch 9") > figure("Python: torch.compile, first call at batch 10"), "{:?}", r.notes);
+                let first = figure(&pitfalls::compiled::EACH_TORCH_COMPILE_FIRST_CALL.label(&[&pitfalls::python::PYTHON]));
+                assert!(first > 10.0 * figure(&pitfalls::compiled::EACH_TORCH_COMPILE_P50_PASS.label(&[&pitfalls::python::PYTHON])), "{first} ms: {:?}", r.notes);
+                assert!(figure(&pitfalls::compiled::EACH_TORCH_COMPILE_FIRST_CALL_AT_BATCH.label(&[&pitfalls::python::PYTHON, &9])) > figure(&pitfalls::compiled::EACH_TORCH_COMPILE_FIRST_CALL_AT_BATCH.label(&[&pitfalls::python::PYTHON, &10])), "{:?}", r.notes);
             }
             "compiled-shapes" => {
-                assert_eq!(figure("outside the range, unchecked: ran"), 1.0, "{}", r.reason);
-                assert!(figure("outside the range: largest difference from eager, relative") < 1e-4, "{}", r.reason);
-                assert_eq!(figure("checked: outside the range refused"), 1.0, "{}", r.reason);
-                assert_eq!(figure("checked: batch 8 ran"), 1.0, "{}", r.reason);
+                assert_eq!(figure(pitfalls::compiled::shapes::OUTSIDE_THE_RANGE_UNCHECKED_RAN.name()), 1.0, "{}", r.reason);
+                assert!(figure(pitfalls::compiled::shapes::OUTSIDE_THE_RANGE_LARGEST_DIFFERENCE_FROM_EAGER_RELATIVE.name()) < 1e-4, "{}", r.reason);
+                assert_eq!(figure(pitfalls::compiled::shapes::CHECKED_OUTSIDE_THE_RANGE_REFUSED.name()), 1.0, "{}", r.reason);
+                assert_eq!(figure(pitfalls::compiled::shapes::CHECKED_BATCH_8_RAN.name()), 1.0, "{}", r.reason);
             }
             "compiled-outputs" => {
-                assert_eq!(figure("eager, two calls: bitwise equal"), 1.0);
-                assert_eq!(figure("compiled, two calls: bitwise equal"), 1.0);
-                assert!(figure("largest difference, relative") < 1e-4, "{}", r.reason);
+                assert_eq!(figure(pitfalls::compiled::outputs::EAGER_TWO_CALLS_BITWISE_EQUAL.name()), 1.0);
+                assert_eq!(figure(pitfalls::compiled::outputs::COMPILED_TWO_CALLS_BITWISE_EQUAL.name()), 1.0);
+                assert!(figure(pitfalls::compiled::outputs::LARGEST_DIFFERENCE_RELATIVE.name()) < 1e-4, "{}", r.reason);
             }
             "compiled-settings" => {
                 for mode in ["grad enabled", "no_grad", "inference_mode"] {
-                    assert_eq!(figure(&format!("compiled, {mode}: output requires grad")), 0.0, "{mode}");
+                    assert_eq!(figure(&pitfalls::compiled::outputs::COMPILED_OUTPUT_REQUIRES_GRAD.label(&[&mode])), 0.0, "{mode}");
                 }
-                assert_eq!(figure("compiled, two calls: bitwise equal"), 1.0);
-                assert_eq!(figure("eager in train(), two calls: bitwise equal"), 0.0, "the Tiny MLP's Dropout is live in train()");
+                assert_eq!(figure(pitfalls::compiled::outputs::COMPILED_TWO_CALLS_BITWISE_EQUAL.name()), 1.0);
+                assert_eq!(figure(pitfalls::compiled::outputs::EAGER_IN_TRAIN_TWO_CALLS_BITWISE_EQUAL.name()), 0.0, "the Tiny MLP's Dropout is live in train()");
                 // Autograd keeps the eager model's activations; the package keeps none.
-                assert!(figure("eager, grad enabled: retained") > figure("eager, no_grad: retained"), "{}", r.reason);
-                assert_eq!(figure("compiled, grad enabled: retained"), figure("compiled, no_grad: retained"), "{}", r.reason);
+                assert!(figure(pitfalls::compiled::outputs::EAGER_GRAD_ENABLED_RETAINED.name()) > figure(pitfalls::compiled::outputs::EAGER_NO_GRAD_RETAINED.name()), "{}", r.reason);
+                assert_eq!(figure(pitfalls::compiled::outputs::COMPILED_GRAD_ENABLED_RETAINED.name()), figure(pitfalls::compiled::outputs::COMPILED_NO_GRAD_RETAINED.name()), "{}", r.reason);
             }
             _ => {}
         }

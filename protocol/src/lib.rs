@@ -44,7 +44,7 @@ pub use advanced::*;
 pub use compiled::{compiled_batch_range, CompiledFacts};
 pub use errors::*;
 pub use events::*;
-pub use figure::Figure;
+pub use figure::{Figure, Unit};
 pub use format::*;
 pub use generate::*;
 pub use info::*;

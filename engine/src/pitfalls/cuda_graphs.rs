@@ -4,12 +4,29 @@
 
 use protocol::{cpu_reason, Advanced, ChartKind, GradMode, ModelId, Report, RunFailure, RunSpec};
 
-use super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
+use super::kit::{fig_of, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
 use super::precision::max_rel_diff;
 use super::python::{self, beside};
 use super::{Card, Needs, Said};
 use crate::lab::{cuda_graph, forward, Lab};
 use crate::torch_call::synchronize;
+use crate::pitfalls::figures::{BATCH_1_P50_EAGER, BATCH_P50_EAGER, P50_LATENCY_MS};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const BATCH_P50_REPLAY: FigureName = FigureName::new("batch {}: p50 replay", Unit::Ms);
+pub const BATCH_EAGER_OVER_REPLAY_CI_LOW: FigureName = FigureName::new("batch {}: eager / replay, 95% interval low", Unit::Ratio);
+pub const BATCH_EAGER_OVER_REPLAY_CI_HIGH: FigureName = FigureName::new("batch {}: eager / replay, 95% interval high", Unit::Ratio);
+pub const BATCH_RESERVED_EAGER: FigureName = FigureName::new("batch {}: reserved, eager", Unit::Mib);
+pub const BATCH_RESERVED_REPLAY: FigureName = FigureName::new("batch {}: reserved, replay", Unit::Mib);
+pub const BATCH_REPLAY_VS_EAGER_OUTPUT_MAX_DIFFERENCE: FigureName = FigureName::new("batch {}: replay vs eager output, max difference", Unit::Plain);
+pub const BATCH_1_P50_REPLAY: FigureName = BATCH_P50_REPLAY.instance("batch 1: p50 replay");
+pub const BATCH_1_EAGER_OVER_REPLAY_CI_LOW: FigureName = BATCH_EAGER_OVER_REPLAY_CI_LOW.instance("batch 1: eager / replay, 95% interval low");
+pub const ANY_P50_REPLAY: FigureName = BATCH_P50_REPLAY.ending("* p50 replay");
+pub const ANY_P50_EAGER: FigureName = BATCH_P50_EAGER.ending("* p50 eager");
+pub const BATCH_1_EAGER_OVER_REPLAY_CI_HIGH: FigureName = BATCH_EAGER_OVER_REPLAY_CI_HIGH.instance("batch 1: eager / replay, 95% interval high");
+pub const BATCH_1_REPLAY_VS_EAGER_OUTPUT_MAX_DIFFERENCE: FigureName = BATCH_REPLAY_VS_EAGER_OUTPUT_MAX_DIFFERENCE.instance("batch 1: replay vs eager output, max difference");
 
 pub const CUDA_GRAPHS: Card = Card {
     id: "cuda-graphs",
@@ -22,8 +39,8 @@ pub const CUDA_GRAPHS: Card = Card {
     statements: &[
         Said::torch("Eager, the CPU issues ResNet-18's 69 operators one after another, each launching its own kernels.", "test_runtime.py::test_resnet18_forward_calls_69_operators"),
         Said::source("A replay launches the whole captured pass as one unit (one cudaGraphLaunch), with no per-op work on the CPU.", "aten/src/ATen/cuda/CUDAGraph.cpp", "CUDAGraph::replay", "cards"),
-        Said::run("At batch 1 the replay was faster than the eager pass.", &["batch 1: p50 eager", "batch 1: p50 replay", "batch 1: eager / replay, 95% interval low", "batch 1: eager / replay, 95% interval high"]),
-        Said::run("It computed the same output: the replayed output matches the eager one within 1e-3 of its largest magnitude.", &["batch 1: replay vs eager output, max difference"]),
+        Said::run("At batch 1 the replay was faster than the eager pass.", &[BATCH_1_P50_EAGER, BATCH_1_P50_REPLAY, BATCH_1_EAGER_OVER_REPLAY_CI_LOW, BATCH_1_EAGER_OVER_REPLAY_CI_HIGH]),
+        Said::run("It computed the same output: the replayed output matches the eager one within 1e-3 of its largest magnitude.", &[BATCH_1_REPLAY_VS_EAGER_OUTPUT_MAX_DIFFERENCE]),
         Said::source("During capture every allocation comes from a private memory pool, whose addresses the graph bakes in: a new input must be copied into the captured input tensor, and each replay overwrites the captured output.", "c10/cuda/CUDACachingAllocator.cpp", "beginAllocateToPool", "cards"),
         Said::source("That pool stays reserved while the graph lives; once the graph is destroyed its blocks go back to the driver only at the next empty_cache() (or an out-of-memory retry).", "c10/cuda/CUDACachingAllocator.cpp", "releasePool", "cards"),
     ],
@@ -31,7 +48,7 @@ pub const CUDA_GRAPHS: Card = Card {
     pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # each kernel launched in turn",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
     threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged: each reserved figure is the allocator's whole pool during that run, which also holds what the runs before it cached, the pools of the graphs captured before it included. Gradless issues the eager ops from Rust through libtorch, without Python's per-op cost, and replays with the input already in the captured buffer (no copy): from Python the eager pass costs the CPU more per op, so a graph saves more there: where the server has a Python, the same runs are also timed from it with torch.cuda.graph (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's), what a team's code sees; they do not decide the verdict. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
-    question: super::ratio("ResNet-18 at batch 1, 224², under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)? (A judgment: about 70 ops, each issued by the CPU in eager, against their GPU time at batch 1.)", "* p50 replay", "* p50 eager", super::PEAKS),
+    question: super::ratio("ResNet-18 at batch 1, 224², under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)? (A judgment: about 70 ops, each issued by the CPU in eager, against their GPU time at batch 1.)", ANY_P50_REPLAY, ANY_P50_EAGER, super::PEAKS),
     experiment: cuda_graphs,
 };
 
@@ -107,13 +124,13 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         let shift = Shift::of(&eager.latencies(), &replay.latencies());
         let reserved = |r: &Report| r.memory.peak_reserved_bytes.map_or(0.0, mib);
         figures.extend([
-            fig(&format!("batch {batch}: p50 eager"), eager.latency_ms.p50, "ms"),
-            fig(&format!("batch {batch}: p50 replay"), replay.latency_ms.p50, "ms"),
-            fig(&format!("batch {batch}: eager / replay, 95% interval low"), shift.bounds().0, "ratio"),
-            fig(&format!("batch {batch}: eager / replay, 95% interval high"), shift.bounds().1, "ratio"),
-            fig(&format!("batch {batch}: reserved, eager"), reserved(&eager), "MiB"),
-            fig(&format!("batch {batch}: reserved, replay"), reserved(&replay), "MiB"),
-            fig(&format!("batch {batch}: replay vs eager output, max difference"), diff, ""),
+            fig_of(BATCH_P50_EAGER, &[&batch], eager.latency_ms.p50),
+            fig_of(BATCH_P50_REPLAY, &[&batch], replay.latency_ms.p50),
+            fig_of(BATCH_EAGER_OVER_REPLAY_CI_LOW, &[&batch], shift.bounds().0),
+            fig_of(BATCH_EAGER_OVER_REPLAY_CI_HIGH, &[&batch], shift.bounds().1),
+            fig_of(BATCH_RESERVED_EAGER, &[&batch], reserved(&eager)),
+            fig_of(BATCH_RESERVED_REPLAY, &[&batch], reserved(&replay)),
+            fig_of(BATCH_REPLAY_VS_EAGER_OUTPUT_MAX_DIFFERENCE, &[&batch], diff),
         ]);
         labels.extend([format!("eager, batch {batch}"), format!("replay, batch {batch}")]);
         p50s.extend([eager.latency_ms.p50, replay.latency_ms.p50]);
@@ -170,6 +187,6 @@ fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         ChartKind::Bar,
     )
     .figures(figures)
-    .series(vec![series("p50 latency (ms)", "ms", labels, p50s)])
+    .series(vec![series(P50_LATENCY_MS, labels, p50s)])
     .notes(notes))
 }

@@ -33,6 +33,7 @@
 pub mod allocator;
 pub mod compiled;
 pub mod cuda_graphs;
+pub mod figures;
 pub mod generation;
 pub mod kit;
 pub mod layout;
@@ -53,7 +54,8 @@ use protocol::{
 
 use crate::lab::{Lab, RunControl};
 use crate::torch_call::failure;
-use kit::{Ctx, Outcome};
+use kit::{Ctx, FigureName, Outcome};
+use protocol::Unit;
 pub use python::PythonPeer;
 
 /// An experiment: runs on the lab under the context, returns its figures and verdict.
@@ -103,9 +105,10 @@ pub struct Said {
 
 /// How a statement is known (the wire form is [`protocol::Known`]).
 pub enum How {
-    /// Decided by this run's figures, by name (a name beginning with `*` matches the first
-    /// figure whose name ends with the rest, as a question's does).
-    Run(&'static [&'static str]),
+    /// Decided by this run's figures, each named by its const (one ending made by
+    /// [`FigureName::ending`], its name beginning with `*`, matches the first figure whose
+    /// name ends with the rest, as a question's does).
+    Run(&'static [FigureName]),
     /// Observed in PyTorch itself by a test of `engine/mechanisms/` (`FILE::TEST`), which
     /// `scripts/test.sh` runs with the venv's PyTorch: when PyTorch changes, the test fails.
     Pytorch(&'static str),
@@ -116,7 +119,7 @@ pub enum How {
 
 impl Said {
     /// A statement this run's figures decide.
-    pub const fn run(text: &'static str, figures: &'static [&'static str]) -> Said {
+    pub const fn run(text: &'static str, figures: &'static [FigureName]) -> Said {
         Said { text, known: How::Run(figures) }
     }
 
@@ -133,7 +136,7 @@ impl Said {
     /// The wire form.
     pub fn info(&self) -> protocol::Statement {
         let known = match &self.known {
-            How::Run(figures) => protocol::Known::Run { figures: figures.iter().map(|f| f.trim_start_matches('*').to_string()).collect() },
+            How::Run(figures) => protocol::Known::Run { figures: figures.iter().map(|f| f.name().trim_start_matches('*').to_string()).collect() },
             How::Pytorch(test) => protocol::Known::Pytorch { test: test.to_string() },
             How::Source { file, function, gpu_step } => protocol::Known::Source {
                 file: file.to_string(),
@@ -155,23 +158,29 @@ pub enum Needs {
 }
 
 /// A question about `figure / over`, a ratio of two figures of the card's report.
-pub const fn ratio(text: &'static str, figure: &'static str, over: &'static str, ask: Ask) -> Question {
+pub const fn ratio(text: &'static str, figure: FigureName, over: FigureName, ask: Ask) -> Question {
     Question {
         text: Cow::Borrowed(text),
-        figure: Cow::Borrowed(figure),
-        over: Some(Cow::Borrowed(over)),
-        unit: Cow::Borrowed("ratio"),
+        figure: Cow::Borrowed(figure.name()),
+        over: Some(Cow::Borrowed(over.name())),
+        unit: Cow::Borrowed(Unit::Ratio.as_str()),
         ask,
     }
 }
 
 /// A question about one figure of the card's report, in its unit.
-pub const fn value(text: &'static str, figure: &'static str, unit: &'static str, ask: Ask) -> Question {
+pub const fn value(text: &'static str, figure: FigureName, ask: Ask) -> Question {
+    value_in(text, figure, figure.unit(), ask)
+}
+
+/// A question about one figure of the card's report, its answer read in `unit` (a yes/no
+/// question about a `bool` figure whose answer reads as a plain number: `Unit::Plain`).
+pub const fn value_in(text: &'static str, figure: FigureName, unit: Unit, ask: Ask) -> Question {
     Question {
         text: Cow::Borrowed(text),
-        figure: Cow::Borrowed(figure),
+        figure: Cow::Borrowed(figure.name()),
         over: None,
-        unit: Cow::Borrowed(unit),
+        unit: Cow::Borrowed(unit.as_str()),
         ask,
     }
 }
@@ -440,6 +449,9 @@ mod tests {
         for c in CARDS {
             assert!(std::ptr::eq(card(c.id).unwrap(), c));
             assert!(!c.threshold.is_empty() && !c.claim.is_empty());
+            // A question names one figure (or an ending), never a family's `{}`.
+            let q = &c.question;
+            assert!(!q.figure.contains("{}") && !q.over.as_deref().unwrap_or("").contains("{}"), "{}: the question names a family", c.id);
         }
         assert!(card("nope").is_none() && !exists("nope"));
     }
@@ -457,7 +469,12 @@ mod tests {
             for s in c.statements {
                 assert!(s.text.ends_with('.') || s.text.ends_with('?') || s.text.ends_with(')'), "{}: `{}` is not a sentence", c.id, s.text);
                 match &s.known {
-                    How::Run(figures) => assert!(!figures.is_empty(), "{}: `{}` names no figure", c.id, s.text),
+                    How::Run(figures) => {
+                        assert!(!figures.is_empty(), "{}: `{}` names no figure", c.id, s.text);
+                        for f in *figures {
+                            assert!(!f.is_family(), "{}: `{}` names the family `{}`, not one of its figures", c.id, s.text, f.name());
+                        }
+                    }
                     How::Pytorch(test) => {
                         let (file, name) = test.split_once("::").unwrap_or_else(|| panic!("{}: `{test}` is not FILE::TEST", c.id));
                         let body = std::fs::read_to_string(root.join("mechanisms").join(file)).unwrap_or_else(|_| panic!("{}: no mechanism file {file}", c.id));

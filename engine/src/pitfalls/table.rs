@@ -2,10 +2,20 @@
 
 use protocol::{Autocast, ChartKind, FailureKind, GradMode, ModelId, RunFailure, RunSpec, Table};
 
-use super::kit::{bytes_compared, describe, fig, measure, mib, named, series, Ctx, Decision, Outcome};
+use super::kit::{bytes_compared, describe, fig_of, measure, mib, named, series, Ctx, Decision, Outcome};
 use super::{Card, Needs, Said};
 use crate::lab::Lab;
 use crate::torch_call::failure;
+use crate::pitfalls::figures::{EACH_PEAK_ABOVE_BASELINE, EVAL_NO_GRAD_PEAK_ABOVE_BASELINE, EVAL_ONLY_PEAK_ABOVE_BASELINE, P50_LATENCY_MS, PEAK_ABOVE_BASELINE_MIB, TRAIN_PEAK_ABOVE_BASELINE};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const EACH_P50: FigureName = FigureName::new("{}: p50", Unit::Ms);
+pub const EACH_MEMORY_VS_TRAIN: FigureName = FigureName::new("{}: memory vs train", Unit::Ratio);
+pub const EACH_LATENCY_VS_TRAIN: FigureName = FigureName::new("{}: latency vs train", Unit::Ratio);
+pub const NO_GRAD_ONLY_PEAK_ABOVE_BASELINE: FigureName = EACH_PEAK_ABOVE_BASELINE.instance("no_grad only: peak above baseline");
+pub const ANY_F_16_PEAK_ABOVE_BASELINE: FigureName = EACH_PEAK_ABOVE_BASELINE.ending("*16: peak above baseline");
 
 pub const SEED_TABLE: Card = Card {
     id: "seed-table",
@@ -19,18 +29,18 @@ pub const SEED_TABLE: Card = Card {
         Said::torch("eval() switches the layers that behave differently in training (here batch norm; a ResNet has no dropout) and does not turn autograd off: the output still has a grad_fn.", "test_table.py::test_eval_leaves_autograd_on"),
         Said::torch("Batch norm in eval() normalises with its running statistics; in train() with the batch's own, and it updates the running ones.", "test_table.py::test_eval_changes_batch_norm_to_its_running_statistics"),
         Said::torch("With autograd on, a forward pass saves the activations a backward pass would read, in train() and in eval() alike: the two differ only by batch norm's per-channel statistics, a few bytes per channel.", "test_table.py::test_train_and_eval_save_the_same_activations_for_backward"),
-        Said::run("So eval() alone leaves the forward pass's peak within 1% of train()'s.", &["eval only: peak above baseline", "train: peak above baseline"]),
+        Said::run("So eval() alone leaves the forward pass's peak within 1% of train()'s.", &[EVAL_ONLY_PEAK_ABOVE_BASELINE, TRAIN_PEAK_ABOVE_BASELINE]),
         Said::torch("Under torch.no_grad() nothing is saved for backward, in train() or in eval(), and the output has no grad_fn.", "test_table.py::test_no_grad_saves_nothing_for_backward"),
-        Said::run("So no_grad, with eval() or without, removes most of the peak: below half of train()'s.", &["eval + no_grad: peak above baseline", "no_grad only: peak above baseline", "train: peak above baseline"]),
+        Said::run("So no_grad, with eval() or without, removes most of the peak: below half of train()'s.", &[EVAL_NO_GRAD_PEAK_ABOVE_BASELINE, NO_GRAD_ONLY_PEAK_ABOVE_BASELINE, TRAIN_PEAK_ABOVE_BASELINE]),
         Said::torch("Autocast's 16-bit type is fp16 by default on CUDA and bf16 on a CPU, the two this table uses.", "test_table.py::test_autocast_defaults_to_bf16_on_a_cpu_and_fp16_on_cuda"),
         Said::torch("Under no_grad autocast keeps the fp32 weights and caches a 16-bit copy of each weight it casts until the autocast region ends, so the pass holds both.", "test_autocast.py::test_weights_are_cast_once_with_grad_and_under_no_grad"),
-        Said::run("Whether the 16-bit row's peak is below eval + no_grad's depends on which is larger, those copies or the activation bytes the 16-bit type halves; this run's two peaks say which it was here.", &["*16: peak above baseline", "eval + no_grad: peak above baseline"]),
+        Said::run("Whether the 16-bit row's peak is below eval + no_grad's depends on which is larger, those copies or the activation bytes the 16-bit type halves; this run's two peaks say which it was here.", &[ANY_F_16_PEAK_ABOVE_BASELINE, EVAL_NO_GRAD_PEAK_ABOVE_BASELINE]),
     ],
     source: "https://pytorch.org/docs/stable/notes/autograd.html#inference-mode",
     pitfall: "model.eval()\ny = model(x)",
     fix: "model.eval()\nwith torch.no_grad(), torch.autocast(\"cuda\", dtype=torch.float16):  # on a CPU: \"cpu\", torch.bfloat16\n    y = model(x)",
     threshold: "confirmed when eval-only's peak is within 1% of train's (the byte rule the question is graded by) and eval + no_grad's is below half of train's; the 16-bit row is judged in the notes, not in the verdict. The rows are the Lab's classic rows (the ones `gradless compare` runs) without inference_mode, with the device's 16-bit autocast (fp16 on a GPU, bf16 on a CPU). Regime: any; on a GPU (ResNet-50, batch 32, 224²) train keeps every activation (GBs) while eval + no_grad holds a few layers' worth",
-    question: super::ratio("ResNet-50: the peak memory above baseline of a forward pass in eval() with autograd on, against the same pass in train() with autograd on?", "eval only: peak above baseline", "train: peak above baseline", super::SAME_BYTES),
+    question: super::ratio("ResNet-50: the peak memory above baseline of a forward pass in eval() with autograd on, against the same pass in train() with autograd on?", EVAL_ONLY_PEAK_ABOVE_BASELINE, TRAIN_PEAK_ABOVE_BASELINE, super::SAME_BYTES),
     experiment: seed_table,
 };
 
@@ -130,17 +140,15 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut figures = vec![];
     for (label, r) in labels.iter().zip(&reports) {
         let peak = r.memory.peak_above_baseline_bytes as f64;
-        figures.push(fig(&format!("{label}: peak above baseline"), peak, "bytes"));
-        figures.push(fig(&format!("{label}: p50"), r.latency_ms.p50, "ms"));
-        figures.push(fig(
-            &format!("{label}: memory vs train"),
+        figures.push(fig_of(EACH_PEAK_ABOVE_BASELINE, &[&label], peak));
+        figures.push(fig_of(EACH_P50, &[&label], r.latency_ms.p50));
+        figures.push(fig_of(
+            EACH_MEMORY_VS_TRAIN, &[&label],
             peak / first_peak,
-            "ratio",
         ));
-        figures.push(fig(
-            &format!("{label}: latency vs train"),
+        figures.push(fig_of(
+            EACH_LATENCY_VS_TRAIN, &[&label],
             r.latency_ms.p50 / first_p50,
-            "ratio",
         ));
     }
     let change = |x: f64, first: f64| format!("{:+.0}%", 100.0 * (x - first) / first);
@@ -242,8 +250,7 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     .figures(figures)
     .series(vec![
         series(
-            "peak above baseline (MiB)",
-            "MiB",
+            PEAK_ABOVE_BASELINE_MIB,
             labels.clone(),
             reports
                 .iter()
@@ -251,8 +258,7 @@ fn seed_table(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
                 .collect(),
         ),
         series(
-            "p50 latency (ms)",
-            "ms",
+            P50_LATENCY_MS,
             labels,
             reports.iter().map(|r| r.latency_ms.p50).collect(),
         ),

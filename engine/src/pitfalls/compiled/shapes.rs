@@ -11,12 +11,30 @@ use std::time::Duration;
 
 use protocol::{ChartKind, GradMode, ModelId, RunFailure};
 
-use super::super::kit::{fig, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
+use super::super::kit::{fig, fig_of, series, time_passes, Ctx, Decision, Outcome, Setup, Shift};
 use super::super::precision::max_rel_diff;
 use super::super::{Card, Needs, Said};
 use super::{how_compiled, package, python_or_absent};
 use crate::lab::{forward, run_python, Lab};
 use crate::torch_call::catch_torch;
+use crate::pitfalls::figures::{P50_LATENCY_MS};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const CHECKED_OUTSIDE_THE_RANGE_REFUSED: FigureName = FigureName::new("checked: outside the range refused", Unit::Bool);
+pub const CHECKED_BATCH_1_REFUSED: FigureName = FigureName::new("checked: batch 1 refused", Unit::Bool);
+pub const DYNAMIC_OVER_STATIC_CI_LOW: FigureName = FigureName::new("dynamic / static, 95% interval low", Unit::Ratio);
+pub const OUTSIDE_THE_RANGE_UNCHECKED_RAN: FigureName = FigureName::new("outside the range, unchecked: ran", Unit::Bool);
+pub const OUTSIDE_THE_RANGE_LARGEST_DIFFERENCE_FROM_EAGER_RELATIVE: FigureName = FigureName::new("outside the range: largest difference from eager, relative", Unit::Plain);
+pub const BATCH_P50_DYNAMIC_PACKAGE: FigureName = FigureName::new("batch {}: p50 dynamic package", Unit::Ms);
+pub const BATCH_P50_STATIC_PACKAGE: FigureName = FigureName::new("batch {}: p50 static package", Unit::Ms);
+pub const DYNAMIC_OVER_STATIC_CI_HIGH: FigureName = FigureName::new("dynamic / static, 95% interval high", Unit::Ratio);
+pub const STATIC_PACKAGE_COMPILE: FigureName = FigureName::new("static package: compile", Unit::Ms);
+pub const CHECKED_BATCH_RAN: FigureName = FigureName::new("checked: batch {} ran", Unit::Bool);
+pub const BATCH_8_P50_DYNAMIC_PACKAGE: FigureName = BATCH_P50_DYNAMIC_PACKAGE.instance("batch 8: p50 dynamic package");
+pub const BATCH_8_P50_STATIC_PACKAGE: FigureName = BATCH_P50_STATIC_PACKAGE.instance("batch 8: p50 static package");
+pub const CHECKED_BATCH_8_RAN: FigureName = CHECKED_BATCH_RAN.instance("checked: batch 8 ran");
 
 /// The batch both packages are timed at (the static one is exported for it alone).
 const STATIC_BATCH: u32 = 8;
@@ -30,20 +48,20 @@ pub const COMPILED_SHAPES: Card = Card {
     needs: Needs::Any,
     claim: "An AOTInductor package checks the shapes of its inputs only when the process that runs it sets AOTI_RUNTIME_CHECK_INPUTS=1: otherwise a batch twice the largest it was exported for runs without an error. With the check on it refuses that batch, and batch 1 as well, though the exported program's batch range starts at 1 and the exported program runs batch 1: the refusal is the compiled package's own input check. Gradless therefore checks the range itself and refuses such a batch before the call. torch.compile's just-in-time path differs: its guards compile again for a shape they do not cover.",
     statements: &[
-        Said::run("Handed a batch twice the largest it was exported for, the package ran it here without an error.", &["outside the range, unchecked: ran"]),
-        Said::run("Its output at that batch was compared with the eager model's: the largest difference, relative to the output's largest magnitude, is reported.", &["outside the range: largest difference from eager, relative"]),
-        Said::run("With AOTI_RUNTIME_CHECK_INPUTS=1 set in the process that loads it (a Python process here), the same package refused that batch and refused batch 1, and ran batch 8.", &["checked: outside the range refused", "checked: batch 1 refused", "checked: batch 8 ran"]),
+        Said::run("Handed a batch twice the largest it was exported for, the package ran it here without an error.", &[OUTSIDE_THE_RANGE_UNCHECKED_RAN]),
+        Said::run("Its output at that batch was compared with the eager model's: the largest difference, relative to the output's largest magnitude, is reported.", &[OUTSIDE_THE_RANGE_LARGEST_DIFFERENCE_FROM_EAGER_RELATIVE]),
+        Said::run("With AOTI_RUNTIME_CHECK_INPUTS=1 set in the process that loads it (a Python process here), the same package refused that batch and refused batch 1, and ran batch 8.", &[CHECKED_OUTSIDE_THE_RANGE_REFUSED, CHECKED_BATCH_1_REFUSED, CHECKED_BATCH_8_RAN]),
         Said::torch("Before compilation, the exported program guards its batch range in Python: a batch outside it raises.", "test_compile.py::test_the_exported_program_in_python_guards_its_batch_range"),
         Said::torch("torch.export keeps the batch range it is given: exported for batches 1 to 64, its program's range_constraints read [1, 64], and it runs batch 1, so the refusal of batch 1 above comes from the compiled package's input check, not from the export.", "test_compile.py::test_export_keeps_a_dynamic_batchs_range_from_1_and_runs_batch_1"),
         Said::torch("torch.compile with dynamic=False compiles again for every new batch it is called with.", "test_compile.py::test_a_static_compile_recompiles_for_every_new_batch"),
         Said::torch("By default torch.compile specialises on the first batch, compiles once more with the batch symbolic when a second batch comes, and reuses that for the batches after.", "test_compile.py::test_by_default_the_second_batch_recompiles_once_as_dynamic"),
-        Said::run("At batch 8 the dynamic package's pass is timed against a package exported for batch 8 alone: their p50s and the interval of their ratio.", &["batch 8: p50 dynamic package", "batch 8: p50 static package", "dynamic / static, 95% interval low", "dynamic / static, 95% interval high"]),
+        Said::run("At batch 8 the dynamic package's pass is timed against a package exported for batch 8 alone: their p50s and the interval of their ratio.", &[BATCH_8_P50_DYNAMIC_PACKAGE, BATCH_8_P50_STATIC_PACKAGE, DYNAMIC_OVER_STATIC_CI_LOW, DYNAMIC_OVER_STATIC_CI_HIGH]),
     ],
     source: "https://pytorch.org/docs/stable/export.html#expressing-dynamism",
     pitfall: "batch = Dim(\"batch\", min=1, max=64)\nep = torch.export.export(model.eval(), (x,), dynamic_shapes=({0: batch},))\nrunner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))\ny = runner(torch.randn(128, *x.shape[1:]))",
     fix: "x8 = torch.randn(8, *x.shape[1:])\nep = torch.export.export(model.eval(), (x8,))\nrunner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))\ny = runner(x8)",
     threshold: "confirmed when the package, called from this process with twice the largest batch it was exported for, runs it, and the same package in a Python process with AOTI_RUNTIME_CHECK_INPUTS=1 refuses that batch and batch 1 while it runs batch 8; refuted when the unchecked call refuses the batch, or the checked process runs it or batch 1, or refuses batch 8; inconclusive when the Python process could not answer. The output at the large batch is compared with eager's and reported; the dynamic package against the static one at batch 8 (passes alternating, one untimed of each first, 10 of each on a CPU, 30 on a GPU) is reported, not judged",
-    question: super::super::value("A package exported for batches 1 to 64 is called from C++ (AOTIModelPackageLoader) with a batch of 128, and nothing else set: does it run it?", "outside the range, unchecked: ran", "", protocol::Ask::YesNo),
+    question: super::super::value_in("A package exported for batches 1 to 64 is called from C++ (AOTIModelPackageLoader) with a batch of 128, and nothing else set: does it run it?", OUTSIDE_THE_RANGE_UNCHECKED_RAN, protocol::Unit::Plain, protocol::Ask::YesNo),
     experiment: shapes,
 };
 
@@ -170,13 +188,13 @@ fn shapes(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
 
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     let mut figures = vec![
-        fig("outside the range, unchecked: ran", flag(ran), "bool"),
-        fig("outside the range: largest difference from eager, relative", diff.max(0.0), ""),
-        fig(&format!("batch {STATIC_BATCH}: p50 dynamic package"), shift.slow_p50, "ms"),
-        fig(&format!("batch {STATIC_BATCH}: p50 static package"), shift.fast_p50, "ms"),
-        fig("dynamic / static, 95% interval low", shift.bounds().0, "ratio"),
-        fig("dynamic / static, 95% interval high", shift.bounds().1, "ratio"),
-        fig("static package: compile", fixed.compile_ms, "ms"),
+        fig(OUTSIDE_THE_RANGE_UNCHECKED_RAN, flag(ran)),
+        fig(OUTSIDE_THE_RANGE_LARGEST_DIFFERENCE_FROM_EAGER_RELATIVE, diff.max(0.0)),
+        fig_of(BATCH_P50_DYNAMIC_PACKAGE, &[&STATIC_BATCH], shift.slow_p50),
+        fig_of(BATCH_P50_STATIC_PACKAGE, &[&STATIC_BATCH], shift.fast_p50),
+        fig(DYNAMIC_OVER_STATIC_CI_LOW, shift.bounds().0),
+        fig(DYNAMIC_OVER_STATIC_CI_HIGH, shift.bounds().1),
+        fig(STATIC_PACKAGE_COMPILE, fixed.compile_ms),
     ];
     let mut notes = vec![];
     if !ran {
@@ -197,9 +215,9 @@ fn shapes(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
             let refused = |b: u32| answers.iter().find(|a| a.batch == b).map(|a| !a.ran);
             let (big_refused, one_refused, ours_ran) = (refused(outside), refused(1), refused(STATIC_BATCH).map(|r| !r));
             figures.extend([
-                fig("checked: outside the range refused", flag(big_refused == Some(true)), "bool"),
-                fig("checked: batch 1 refused", flag(one_refused == Some(true)), "bool"),
-                fig(&format!("checked: batch {STATIC_BATCH} ran"), flag(ours_ran == Some(true)), "bool"),
+                fig(CHECKED_OUTSIDE_THE_RANGE_REFUSED, flag(big_refused == Some(true))),
+                fig(CHECKED_BATCH_1_REFUSED, flag(one_refused == Some(true))),
+                fig_of(CHECKED_BATCH_RAN, &[&STATIC_BATCH], flag(ours_ran == Some(true))),
             ]);
             for a in answers.iter().filter(|a| !a.ran) {
                 notes.push(format!("With AOTI_RUNTIME_CHECK_INPUTS=1, batch {} was refused: {}", a.batch, a.error));
@@ -220,6 +238,6 @@ fn shapes(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     Ok(Outcome::new(decision, shapes_line(ctx), ChartKind::Bar)
         .figures(figures)
-        .series(vec![series("p50 latency (ms)", "ms", vec![format!("dynamic package, batch {STATIC_BATCH}"), format!("static package, batch {STATIC_BATCH}")], vec![shift.slow_p50, shift.fast_p50])])
+        .series(vec![series(P50_LATENCY_MS, vec![format!("dynamic package, batch {STATIC_BATCH}"), format!("static package, batch {STATIC_BATCH}")], vec![shift.slow_p50, shift.fast_p50])])
         .notes(notes))
 }

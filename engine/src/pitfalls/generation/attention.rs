@@ -11,6 +11,19 @@ use super::super::{ratio, Ask, Card, Needs, Said};
 use crate::lab::Lab;
 use crate::torch_call::{catch_torch, failure, synchronize, tch_device, torch_failure};
 use crate::torch_ext::{sdp_choice, SdpFlags, SdpFlagsGuard};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const MATH_ONLY_PEAK_ABOVE_THE_INPUTS: FigureName = FigureName::new("math only: peak above the inputs", Unit::Bytes);
+pub const PEAK_ABOVE_THE_INPUTS: FigureName = FigureName::new("peak above the inputs", Unit::Mib);
+pub const IS_CAUSAL_PEAK_ABOVE_THE_INPUTS: FigureName = FigureName::new("is_causal: peak above the inputs", Unit::Bytes);
+pub const EXPLICIT_MASK_PEAK_ABOVE_THE_INPUTS: FigureName = FigureName::new("explicit mask: peak above the inputs", Unit::Bytes);
+pub const SCORE_MATRIX: FigureName = FigureName::new("score matrix", Unit::Bytes);
+pub const IS_CAUSAL_P50: FigureName = FigureName::new("is_causal: p50", Unit::Ms);
+pub const P50: FigureName = FigureName::new("p50", Unit::Ms);
+pub const EXPLICIT_MASK_P50: FigureName = FigureName::new("explicit mask: p50", Unit::Ms);
+pub const MATH_ONLY_P50: FigureName = FigureName::new("math only: p50", Unit::Ms);
 
 /// The rules, as pure functions of the figures.
 pub mod rules {
@@ -37,14 +50,14 @@ pub const SDPA_BACKEND: Card = Card {
         Said::torch("On a CPU, libtorch runs its flash kernel for is_causal and for a boolean mask alike.", "test_quant_attention.py::test_the_cpu_runs_its_flash_kernel_for_is_causal_and_for_a_boolean_mask"),
         Said::torch("With only the math kernel enabled, the call runs math.", "test_quant_attention.py::test_the_math_kernel_runs_when_it_is_the_only_one_enabled"),
         Said::torch("On 16-bit inputs the math kernel casts the query, key and value to fp32 first (unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) is set), so its score matrix and the softmax of it are fp32: 4 bytes an element, twice a bf16 matrix.", "test_quant_attention.py::test_the_math_kernel_computes_the_scores_of_16_bit_inputs_in_fp32"),
-        Said::run("The math kernel held at least the score matrix (batch × heads × tokens² elements at the inputs' element size) above its inputs.", &["math only: peak above the inputs", "score matrix"]),
-        Said::run("libtorch's own choice for is_causal held under a quarter of it: it never materialised the scores.", &["is_causal: peak above the inputs", "score matrix"]),
+        Said::run("The math kernel held at least the score matrix (batch × heads × tokens² elements at the inputs' element size) above its inputs.", &[MATH_ONLY_PEAK_ABOVE_THE_INPUTS, SCORE_MATRIX]),
+        Said::run("libtorch's own choice for is_causal held under a quarter of it: it never materialised the scores.", &[IS_CAUSAL_PEAK_ABOVE_THE_INPUTS, SCORE_MATRIX]),
     ],
     source: "https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
     pitfall: "mask = torch.ones(t, t, dtype=torch.bool).tril()\nout = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
     fix: "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n# check which kernel runs:\nwith torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):\n    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # FlashAttention only",
     threshold: "on one long prompt's query, key and value (CPU: 8 heads × 1,024 tokens × 64, fp32; CUDA: 32 heads × 4,096 × 128, bf16), three calls — is_causal (libtorch's default choice), an explicit boolean causal mask, and the math kernel alone — each with the backend libtorch names for it (at::_fused_sdp_choice, the op the call itself consults), its peak above the inputs and its time over interleaved rounds; confirmed when the math kernel's peak is at least the score matrix's bytes (batch × heads × tokens² × element size) and the default's under a quarter of it. The kernels are reported as they ran, and the times with their noise; neither decides. Regime: any device",
-    question: ratio("The setup's query, key and value: the peak above the inputs of the call restricted to the math kernel, as a multiple of the is_causal call's (libtorch's own choice of kernel)?", "math only: peak above the inputs", "is_causal: peak above the inputs", Ask::LogScale { min: 0.1, max: 10_000.0, within: 2.0 }),
+    question: ratio("The setup's query, key and value: the peak above the inputs of the call restricted to the math kernel, as a multiple of the is_causal call's (libtorch's own choice of kernel)?", MATH_ONLY_PEAK_ABOVE_THE_INPUTS, IS_CAUSAL_PEAK_ABOVE_THE_INPUTS, Ask::LogScale { min: 0.1, max: 10_000.0, within: 2.0 }),
     experiment: sdpa_backend,
 };
 
@@ -170,17 +183,17 @@ fn sdpa_backend(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let x: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     Ok(Outcome::new(decision, sdpa_describe(ctx), ChartKind::Bar)
         .figures(vec![
-            fig("is_causal: peak above the inputs", peaks[0] as f64, "bytes"),
-            fig("explicit mask: peak above the inputs", peaks[1] as f64, "bytes"),
-            fig("math only: peak above the inputs", peaks[2] as f64, "bytes"),
-            fig("score matrix", scores as f64, "bytes"),
-            fig("is_causal: p50", super::rules::median(&times[0]), "ms"),
-            fig("explicit mask: p50", super::rules::median(&times[1]), "ms"),
-            fig("math only: p50", super::rules::median(&times[2]), "ms"),
+            fig(IS_CAUSAL_PEAK_ABOVE_THE_INPUTS, peaks[0] as f64),
+            fig(EXPLICIT_MASK_PEAK_ABOVE_THE_INPUTS, peaks[1] as f64),
+            fig(MATH_ONLY_PEAK_ABOVE_THE_INPUTS, peaks[2] as f64),
+            fig(SCORE_MATRIX, scores as f64),
+            fig(IS_CAUSAL_P50, super::rules::median(&times[0])),
+            fig(EXPLICIT_MASK_P50, super::rules::median(&times[1])),
+            fig(MATH_ONLY_P50, super::rules::median(&times[2])),
         ])
         .series(vec![
-            series("peak above the inputs", "MiB", x.clone(), peaks.iter().map(|&b| mib(b)).collect()),
-            series("p50", "ms", x, times.iter().map(|t| super::rules::median(t)).collect()),
+            series(PEAK_ABOVE_THE_INPUTS, x.clone(), peaks.iter().map(|&b| mib(b)).collect()),
+            series(P50, x, times.iter().map(|t| super::rules::median(t)).collect()),
         ])
         .table(Table { columns: vec!["call".into(), "kernel".into(), "peak above the inputs".into(), "p50".into()], rows })
         .notes(notes))

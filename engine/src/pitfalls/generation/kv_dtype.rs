@@ -9,6 +9,21 @@ use super::super::{ratio, Card, Needs, Said, SAME_BYTES};
 use super::quantized::{weights_split, with};
 use super::{decoder, gen_spec, generate, held_positions, setup, shape};
 use crate::lab::Lab;
+use crate::pitfalls::figures::{KV_CACHE_MIB, WEIGHTS_MIB};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const BF16_CACHE_KV_CACHE: FigureName = FigureName::new("bf16 cache: KV cache", Unit::Bytes);
+pub const FP16_CACHE_KV_CACHE: FigureName = FigureName::new("fp16 cache: KV cache", Unit::Bytes);
+pub const FP32_CACHE_WEIGHTS: FigureName = FigureName::new("fp32 cache: weights", Unit::Bytes);
+pub const BF16_CACHE_WEIGHTS: FigureName = FigureName::new("bf16 cache: weights", Unit::Bytes);
+pub const BF16_CACHE_PEAK_ALLOCATED: FigureName = FigureName::new("bf16 cache: peak allocated", Unit::Bytes);
+pub const FP16_CACHE_PEAK_ALLOCATED: FigureName = FigureName::new("fp16 cache: peak allocated", Unit::Bytes);
+pub const FP32_CACHE_PEAK_ALLOCATED: FigureName = FigureName::new("fp32 cache: peak allocated", Unit::Bytes);
+pub const FP32_CACHE_KV_CACHE: FigureName = FigureName::new("fp32 cache: KV cache", Unit::Bytes);
+pub const FP16_CACHE_WEIGHTS: FigureName = FigureName::new("fp16 cache: weights", Unit::Bytes);
+pub const FP8_E4M3_CACHE_KV_CACHE: FigureName = FigureName::new("fp8 e4m3 cache: KV cache", Unit::Bytes);
 
 /// The rules, as pure functions of the figures.
 pub mod rules {
@@ -44,17 +59,17 @@ pub const KV_DTYPE: Card = Card {
     claim: "Storing the KV cache in bf16 or fp16 under fp32 weights halves the cache's bytes exactly and leaves the weights as they were, so the run's peak moves by less than the fp32 cache's own bytes (each step also casts the layer it attends to back to fp32). Where the weights dominate memory, as on this setup, the peak stays within 1%; a 16-bit cache pays off where the cache is the large part: long contexts, large batches.",
     statements: &[
         Said::torch("bf16 and fp16 take two bytes an element, fp32 four, fp8 e4m3 one.", "test_quant_attention.py::test_bytes_per_element"),
-        Said::run("The bf16 and the fp16 cache each held exactly half the fp32 cache's bytes: the cache holds 2 × layers × KV heads × head_dim × positions × batch elements, and only the bytes per element changed.", &["bf16 cache: KV cache", "fp16 cache: KV cache", "fp32 cache: KV cache"]),
-        Said::run("The weights held the same bytes in every run.", &["fp32 cache: weights", "bf16 cache: weights", "fp16 cache: weights"]),
+        Said::run("The bf16 and the fp16 cache each held exactly half the fp32 cache's bytes: the cache holds 2 × layers × KV heads × head_dim × positions × batch elements, and only the bytes per element changed.", &[BF16_CACHE_KV_CACHE, FP16_CACHE_KV_CACHE, FP32_CACHE_KV_CACHE]),
+        Said::run("The weights held the same bytes in every run.", &[FP32_CACHE_WEIGHTS, BF16_CACHE_WEIGHTS, FP16_CACHE_WEIGHTS]),
         Said::torch("Attention takes its query, keys and values in one dtype, so every step casts the 16-bit cache it attends to back to the activations' fp32.", "test_quant_attention.py::test_attention_takes_one_dtype"),
-        Said::run("The run's peak moved by less than the fp32 cache's own bytes.", &["bf16 cache: peak allocated", "fp16 cache: peak allocated", "fp32 cache: peak allocated", "fp32 cache: KV cache"]),
-        Said::run("Here the fp32 cache was under 1% of the run's peak, so the peak with a bf16 cache stayed within 1% of the fp32 cache's.", &["bf16 cache: peak allocated", "fp32 cache: peak allocated", "fp32 cache: KV cache"]),
+        Said::run("The run's peak moved by less than the fp32 cache's own bytes.", &[BF16_CACHE_PEAK_ALLOCATED, FP16_CACHE_PEAK_ALLOCATED, FP32_CACHE_PEAK_ALLOCATED, FP32_CACHE_KV_CACHE]),
+        Said::run("Here the fp32 cache was under 1% of the run's peak, so the peak with a bf16 cache stayed within 1% of the fp32 cache's.", &[BF16_CACHE_PEAK_ALLOCATED, FP32_CACHE_PEAK_ALLOCATED, FP32_CACHE_KV_CACHE]),
     ],
     source: "https://huggingface.co/docs/transformers/kv_cache",
     pitfall: "model = model.float()\ncache = [(k.to(torch.bfloat16), v.to(torch.bfloat16)) for k, v in cache]",
     fix: "kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * context * batch * cache_dtype_bytes\nshare = kv_bytes / (weights_bytes + kv_bytes + activations_bytes)",
     threshold: "confirmed when, with fp32 weights on the same prompt and tokens, the bf16 and fp16 caches each hold exactly half the fp32 cache's bytes (each equal to the formula), and on a GPU with fp8 (compute capability 8.9+) an fp8 e4m3 cache exactly a quarter, while the weights are the same to the byte and each 16-bit run's peak differs from the fp32 run's by less than the fp32 cache's bytes (on CUDA, beyond the allocator's rounding); where the fp32 cache is under 1% of the peak, the bf16 run's peak must also be within 1% of the fp32 run's, the band the question is graded by. The drift from the fp32 cache (max |Δ logit| at the prefill, greedy agreement) is reported beside them. Regime: any device; bytes repeat exactly",
-    question: ratio("The setup's decoder with fp32 weights, same prompt and tokens: the peak allocated memory of the run with a bf16 KV cache, against the run with an fp32 cache?", "bf16 cache: peak allocated", "fp32 cache: peak allocated", SAME_BYTES),
+    question: ratio("The setup's decoder with fp32 weights, same prompt and tokens: the peak allocated memory of the run with a bf16 KV cache, against the run with an fp32 cache?", BF16_CACHE_PEAK_ALLOCATED, FP32_CACHE_PEAK_ALLOCATED, SAME_BYTES),
     experiment: kv_dtype,
 };
 
@@ -146,22 +161,22 @@ fn kv_dtype(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let x: Vec<String> = cells.iter().map(|c| format!("{} cache", c.0)).collect();
     Ok(Outcome::new(decision, format!("{}, fp32 weights", setup(&base)), ChartKind::Bar)
         .figures(vec![
-            fig("fp32 cache: KV cache", full_kv as f64, "bytes"),
-            fig("bf16 cache: KV cache", cells[1].1 as f64, "bytes"),
-            fig("fp16 cache: KV cache", cells[2].1 as f64, "bytes"),
-            fig("fp32 cache: weights", full_w as f64, "bytes"),
-            fig("bf16 cache: weights", cells[1].2 as f64, "bytes"),
-            fig("fp16 cache: weights", cells[2].2 as f64, "bytes"),
-            fig("fp32 cache: peak allocated", full_peak as f64, "bytes"),
-            fig("bf16 cache: peak allocated", cells[1].3 as f64, "bytes"),
-            fig("fp16 cache: peak allocated", cells[2].3 as f64, "bytes"),
+            fig(FP32_CACHE_KV_CACHE, full_kv as f64),
+            fig(BF16_CACHE_KV_CACHE, cells[1].1 as f64),
+            fig(FP16_CACHE_KV_CACHE, cells[2].1 as f64),
+            fig(FP32_CACHE_WEIGHTS, full_w as f64),
+            fig(BF16_CACHE_WEIGHTS, cells[1].2 as f64),
+            fig(FP16_CACHE_WEIGHTS, cells[2].2 as f64),
+            fig(FP32_CACHE_PEAK_ALLOCATED, full_peak as f64),
+            fig(BF16_CACHE_PEAK_ALLOCATED, cells[1].3 as f64),
+            fig(FP16_CACHE_PEAK_ALLOCATED, cells[2].3 as f64),
         ]
         .into_iter()
-        .chain(cells.get(3).map(|c| fig("fp8 e4m3 cache: KV cache", c.1 as f64, "bytes")))
+        .chain(cells.get(3).map(|c| fig(FP8_E4M3_CACHE_KV_CACHE, c.1 as f64)))
         .collect())
         .series(vec![
-            series("KV cache", "MiB", x.clone(), cells.iter().map(|c| mib(c.1)).collect()),
-            series("weights", "MiB", x, cells.iter().map(|c| mib(c.2)).collect()),
+            series(KV_CACHE_MIB, x.clone(), cells.iter().map(|c| mib(c.1)).collect()),
+            series(WEIGHTS_MIB, x, cells.iter().map(|c| mib(c.2)).collect()),
         ])
         .table(Table { columns: vec!["cache".into(), "KV cache".into(), "weights".into(), "peak allocated".into(), "drift from the fp32 cache".into()], rows })
         .notes(notes))

@@ -8,14 +8,14 @@
 //! (int4 on a trained model), and `families` (the decoder families teams serve now: a sliding
 //! window's cache, a mixture of experts' memory and reads), one card family each.
 
-mod attention;
-mod families;
-mod kv_dtype;
-mod memory;
-mod overflow;
-mod quality;
-mod quantized;
-mod speed;
+pub mod attention;
+pub mod families;
+pub mod kv_dtype;
+pub mod memory;
+pub mod overflow;
+pub mod quality;
+pub mod quantized;
+pub mod speed;
 
 pub use families::{MOE_BATCH_READS_MORE, MOE_MEMORY_IS_TOTAL, SLIDING_WINDOW_KV};
 pub use quality::INT4_ON_A_TRAINED_MODEL;

@@ -13,6 +13,19 @@ use crate::models::decoder::{KvCache, Logits};
 use crate::models::Model;
 use crate::torch_call::{catch_torch, failure, tch_device};
 use crate::trace::{Probe, ValuePoint};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const FP32_LARGEST_ACTIVATION: FigureName = FigureName::new("fp32: largest |activation|", Unit::Magnitude);
+pub const FP16_NON_FINITE_VALUES: FigureName = FigureName::new("fp16: non-finite values", Unit::Count);
+pub const BF16_NON_FINITE_VALUES: FigureName = FigureName::new("bf16: non-finite values", Unit::Count);
+pub const FP16_ANY_INF_OR_NAN: FigureName = FigureName::new("fp16: any inf or NaN", Unit::Bool);
+pub const FP32_NON_FINITE_VALUES: FigureName = FigureName::new("fp32: non-finite values", Unit::Count);
+pub const FP16_NON_FINITE_VALUES_IN_THE_LOGITS: FigureName = FigureName::new("fp16: non-finite values in the logits", Unit::Count);
+pub const BF16_NON_FINITE_VALUES_IN_THE_LOGITS: FigureName = FigureName::new("bf16: non-finite values in the logits", Unit::Count);
+pub const FP32_LOG10_1_LARGEST_X: FigureName = FigureName::new("fp32: log10(1 + largest |x|)", Unit::Log10);
+pub const BF16_LOG10_1_LARGEST_X: FigureName = FigureName::new("bf16: log10(1 + largest |x|)", Unit::Log10);
 
 /// The rules, as pure functions of the figures.
 pub mod rules {
@@ -41,11 +54,11 @@ pub const FP16_OVERFLOW: Card = Card {
     statements: &[
         Said::torch("fp16's largest finite value is 65504: a value, or a sum, past it is inf.", "test_quant_attention.py::test_fp16_ends_at_65504"),
         Said::torch("bf16 keeps fp32's 8 exponent bits (to about 3.4e38) and pays in precision: 8 significant bits against fp16's 11.", "test_quant_attention.py::test_bf16_keeps_fp32s_range_with_fewer_bits"),
-        Said::run("The fp32 pass reached past 65504 with every value finite.", &["fp32: largest |activation|", "fp32: non-finite values"]),
+        Said::run("The fp32 pass reached past 65504 with every value finite.", &[FP32_LARGEST_ACTIVATION, FP32_NON_FINITE_VALUES]),
         Said::torch("After model.half() every tensor of the pass is fp16, the residual stream included: a residual sum past 65504 is inf.", "test_quant_attention.py::test_after_half_the_residual_stream_is_fp16"),
-        Said::run("The fp16 pass produced inf or NaN, and they reached the logits.", &["fp16: non-finite values", "fp16: non-finite values in the logits"]),
+        Said::run("The fp16 pass produced inf or NaN, and they reached the logits.", &[FP16_NON_FINITE_VALUES, FP16_NON_FINITE_VALUES_IN_THE_LOGITS]),
         Said::torch("An inf turns to NaN at the next RMSNorm: its row's root mean square is inf, and the inf times its inverse, 0, is NaN.", "test_quant_attention.py::test_an_inf_through_rms_norm_is_nan"),
-        Said::run("The bf16 pass produced none.", &["bf16: non-finite values", "bf16: non-finite values in the logits"]),
+        Said::run("The bf16 pass produced none.", &[BF16_NON_FINITE_VALUES, BF16_NON_FINITE_VALUES_IN_THE_LOGITS]),
         Said::torch("Under fp16 autocast the weights stay fp32 and a linear layer runs in fp16: its output is inf where it passes 65504.", "test_quant_attention.py::test_a_linear_under_fp16_autocast_overflows_in_its_output"),
         Said::torch("An op autocast does not list runs in its inputs' dtype, so the elementwise ops on fp16 linear outputs run in fp16 too: an MLP's SiLU(gate) * up is inf where the product passes 65504, though neither factor does.", "test_quant_attention.py::test_an_elementwise_op_on_fp16_autocast_outputs_overflows_too"),
         Said::torch("Autocast leaves an add to type promotion: an fp32 residual plus a 16-bit output is fp32, so under autocast the residual stream stays fp32 and may pass 65504 unharmed.", "test_quant_attention.py::test_autocast_leaves_the_residual_add_to_type_promotion"),
@@ -54,7 +67,7 @@ pub const FP16_OVERFLOW: Card = Card {
     pitfall: "model = model.half()\nlogits = model(ids).logits",
     fix: "model = model.to(torch.bfloat16)\n# or find the layer: count non-finite values per layer with forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
     threshold: "one untimed forward pass over the same prompt with the model cast to fp32, fp16 and bf16 (weights and activations alike, as model.half() and .to(torch.bfloat16) cast them), each layer's output read by a probe; confirmed when the fp32 pass's largest |activation| passes 65504 with every value finite, the fp16 pass has non-finite values and the bf16 pass none. A team checkpoint is run as it is; a preset's weights are random, and the first layer's MLP (up and down projections) is scaled until the fp32 pass's largest |activation| passes 250,000 (stated in the result). fp16 autocast is not run: its statements rest on PyTorch's own tests. Regime: any device",
-    question: value("The setup's decoder and prompt with the model cast to fp16 (A, model.half()): does the forward pass produce any inf or NaN? (A knowledge check: the largest value fp16 can hold.)", "fp16: any inf or NaN", "bool", Ask::YesNo),
+    question: value("The setup's decoder and prompt with the model cast to fp16 (A, model.half()): does the forward pass produce any inf or NaN? (A knowledge check: the largest value fp16 can hold.)", FP16_ANY_INF_OR_NAN, Ask::YesNo),
     experiment: fp16_overflow,
 };
 
@@ -192,18 +205,18 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let log = |points: &[ValuePoint]| points.iter().map(|p| (1.0 + p.max_abs).log10()).collect::<Vec<_>>();
     Ok(Outcome::new(decision, format!("{}{scaled}", fp16_overflow_describe(model, tokens)), ChartKind::Line)
         .figures(vec![
-            fig("fp32: largest |activation|", largest(&fp32), "magnitude"),
-            fig("fp32: non-finite values", non_finite(&fp32) as f64, "count"),
-            fig("fp16: any inf or NaN", f64::from(u8::from(non_finite(&fp16) > 0)), "bool"),
-            fig("fp16: non-finite values", non_finite(&fp16) as f64, "count"),
-            fig("bf16: non-finite values", non_finite(&bf16) as f64, "count"),
-            fig("fp16: non-finite values in the logits", logits_bad(&fp16) as f64, "count"),
-            fig("bf16: non-finite values in the logits", logits_bad(&bf16) as f64, "count"),
+            fig(FP32_LARGEST_ACTIVATION, largest(&fp32)),
+            fig(FP32_NON_FINITE_VALUES, non_finite(&fp32) as f64),
+            fig(FP16_ANY_INF_OR_NAN, f64::from(u8::from(non_finite(&fp16) > 0))),
+            fig(FP16_NON_FINITE_VALUES, non_finite(&fp16) as f64),
+            fig(BF16_NON_FINITE_VALUES, non_finite(&bf16) as f64),
+            fig(FP16_NON_FINITE_VALUES_IN_THE_LOGITS, logits_bad(&fp16) as f64),
+            fig(BF16_NON_FINITE_VALUES_IN_THE_LOGITS, logits_bad(&bf16) as f64),
         ])
         .series(vec![
-            series("fp32: log10(1 + largest |x|)", "log10", x.clone(), log(&fp32)),
-            series("bf16: log10(1 + largest |x|)", "log10", x.clone(), log(&bf16)),
-            series("fp16: non-finite values", "count", x, fp16.iter().map(|p| p.non_finite as f64).collect()),
+            series(FP32_LOG10_1_LARGEST_X, x.clone(), log(&fp32)),
+            series(BF16_LOG10_1_LARGEST_X, x.clone(), log(&bf16)),
+            series(FP16_NON_FINITE_VALUES, x, fp16.iter().map(|p| p.non_finite as f64).collect()),
         ])
         .table(Table { columns: vec!["output of".into(), "fp32: largest |x|".into(), "fp16: non-finite".into(), "bf16: non-finite".into()], rows }))
 }

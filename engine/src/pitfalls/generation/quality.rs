@@ -10,6 +10,18 @@ use super::super::{Ask, Card, Needs, Said};
 use super::{gen_spec, generate};
 use crate::lab::Lab;
 use crate::torch_call::failure;
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const FP32_BITS_PER_BYTE: FigureName = FigureName::new("fp32: bits per byte", Unit::BitsPerByte);
+pub const INT4_BITS_PER_BYTE: FigureName = FigureName::new("int4: bits per byte", Unit::BitsPerByte);
+pub const RANDOM_LOW_MARGIN_SHARE: FigureName = FigureName::new("random: low-margin share", Unit::Share);
+pub const GZIP_9_BITS_PER_BYTE: FigureName = FigureName::new("gzip -9: bits per byte", Unit::BitsPerByte);
+pub const TRAINED_GREEDY_AGREEMENT: FigureName = FigureName::new("trained: greedy agreement", Unit::Share);
+pub const RANDOM_GREEDY_AGREEMENT: FigureName = FigureName::new("random: greedy agreement", Unit::Share);
+pub const GREEDY_PICKS_INT4_LEAVES_AS_THEY_WERE: FigureName = FigureName::new("greedy picks int4 leaves as they were", Unit::Percent);
+pub const TRAINED_LOW_MARGIN_SHARE: FigureName = FigureName::new("trained: low-margin share", Unit::Share);
 
 /// int4's group size here: the smallest, the closest to the weights.
 const GROUP: u32 = 32;
@@ -26,12 +38,12 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
     needs: Needs::Any,
     claim: "Weight-only int4 (groups of 32) raises a trained model's bits per byte on held-out text by under 5% and leaves most of its greedy picks as they were; on random weights, whose top-1 margins are tiny, the same quantization flips most greedy picks. Judge a quantization on a trained model, by a quality figure on real text.",
     statements: &[
-        Said::run("In fp32 the trained model needs fewer bits per byte than gzip -9 on the held-out text: it has learned the text's kind.", &["fp32: bits per byte", "gzip -9: bits per byte"]),
-        Said::run("int4 in groups of 32 raised its bits per byte by under 5%.", &["int4: bits per byte", "fp32: bits per byte"]),
+        Said::run("In fp32 the trained model needs fewer bits per byte than gzip -9 on the held-out text: it has learned the text's kind.", &[FP32_BITS_PER_BYTE, GZIP_9_BITS_PER_BYTE]),
+        Said::run("int4 in groups of 32 raised its bits per byte by under 5%.", &[INT4_BITS_PER_BYTE, FP32_BITS_PER_BYTE]),
         Said::source("On CUDA int4's kernel (torch._weight_int4pack_mm) takes bf16 activations only, so there the int4 figures are int4 with bf16 activations.", "aten/src/ATen/native/cuda/int4mm.cu", "_weight_int4pack_mm_cuda", "more-cards"),
-        Said::run("int4 left most of the trained model's greedy picks as they were.", &["trained: greedy agreement"]),
-        Said::run("The same int4 flipped most greedy picks of the random-weights preset.", &["random: greedy agreement"]),
-        Said::run("A greedy pick can flip only where its top-1 margin is small against the change int4 makes to the logits: far more of the random weights' positions had a margin below int4's largest change of a logit than the trained model's.", &["random: low-margin share", "trained: low-margin share"]),
+        Said::run("int4 left most of the trained model's greedy picks as they were.", &[TRAINED_GREEDY_AGREEMENT]),
+        Said::run("The same int4 flipped most greedy picks of the random-weights preset.", &[RANDOM_GREEDY_AGREEMENT]),
+        Said::run("A greedy pick can flip only where its top-1 margin is small against the change int4 makes to the logits: far more of the random weights' positions had a margin below int4's largest change of a logit than the trained model's.", &[RANDOM_LOW_MARGIN_SHARE, TRAINED_LOW_MARGIN_SHARE]),
     ],
     source: "https://github.com/pytorch-labs/gpt-fast#int4-weight-only-quantization",
     pitfall: "agree = (quantized.generate(ids).sequences == model.generate(ids).sequences).float().mean()",
@@ -39,8 +51,8 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
     threshold: "confirmed when the trained model's bits per byte with int4 (groups of 32) linear layers is at most 1.05× its fp32 figure on the held-out text, and int4 leaves it a higher greedy agreement with its unquantized self than it leaves the random-weights preset. Regime: any device (on CUDA int4 runs with bf16 activations, the only dtype its kernel takes); the bits per byte repeat to the last digits",
     question: crate::pitfalls::ratio(
         "The trained model on its held-out text: its bits per byte with int4 linear layers (groups of 32, in the activations the int4 kernel takes on this device), as a multiple of its bits per byte in fp32?",
-        "int4: bits per byte",
-        "fp32: bits per byte",
+        INT4_BITS_PER_BYTE,
+        FP32_BITS_PER_BYTE,
         Ask::LogScale { min: 0.5, max: 8.0, within: 1.05 },
     ),
     experiment: int4_on_a_trained_model,
@@ -143,22 +155,21 @@ fn int4_on_a_trained_model(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailu
     ];
     let agreement = vec!["trained model".to_string(), "random weights".into()];
     let mut figures = vec![
-        fig("fp32: bits per byte", fp32, "bits/byte"),
-        fig("int4: bits per byte", int4, "bits/byte"),
-        fig("gzip -9: bits per byte", q.gzip_bits_per_byte, "bits/byte"),
-        fig("trained: greedy agreement", dt.greedy_agreement, "share"),
-        fig("random: greedy agreement", dr.greedy_agreement, "share"),
+        fig(FP32_BITS_PER_BYTE, fp32),
+        fig(INT4_BITS_PER_BYTE, int4),
+        fig(GZIP_9_BITS_PER_BYTE, q.gzip_bits_per_byte),
+        fig(TRAINED_GREEDY_AGREEMENT, dt.greedy_agreement),
+        fig(RANDOM_GREEDY_AGREEMENT, dr.greedy_agreement),
     ];
-    for (name, d) in [("trained: low-margin share", &dt), ("random: low-margin share", &dr)] {
+    for (name, d) in [(TRAINED_LOW_MARGIN_SHARE, &dt), (RANDOM_LOW_MARGIN_SHARE, &dr)] {
         if let Some(s) = d.low_margin_share {
-            figures.push(fig(name, s, "share"));
+            figures.push(fig(name, s));
         }
     }
     Ok(Outcome::new(decision, describe(&trained), ChartKind::Bar)
         .figures(figures)
         .series(vec![series(
-            "greedy picks int4 leaves as they were",
-            "%",
+            GREEDY_PICKS_INT4_LEAVES_AS_THEY_WERE,
             agreement,
             vec![100.0 * dt.greedy_agreement, 100.0 * dr.greedy_agreement],
         )])

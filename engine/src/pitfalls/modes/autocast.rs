@@ -3,13 +3,35 @@
 use protocol::{Autocast, ChartKind, DeviceKind, FailureKind, GradMode, ModelId, RunFailure, RunSpec};
 use tch::{Kind, Tensor};
 
-use super::super::kit::{fig, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
+use super::super::kit::{fig, fig_of, measure, mib, series, Ctx, Decision, Outcome, Setup, Shift};
 use super::super::{Card, Needs, Said};
 use super::max_abs_diff;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
 use crate::torch_call::{catch_torch, failure, tch_device, torch_failure};
 use crate::torch_ext::{AutocastGuard, LowPrecision};
+use crate::pitfalls::figures::{P50_LATENCY_MS, PEAK_ABOVE_BASELINE_MIB};
+use crate::pitfalls::kit::{INTERVAL_HIGH, INTERVAL_LOW};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const EACH_PEAK_ABOVE_BASELINE: FigureName = FigureName::new("{} peak above baseline", Unit::Bytes);
+pub const FP32_P50: FigureName = FigureName::new("fp32 p50", Unit::Ms);
+pub const FP32_PEAK_ABOVE_BASELINE: FigureName = FigureName::new("fp32 peak above baseline", Unit::Bytes);
+pub const EACH_P50: FigureName = FigureName::new("{} p50", Unit::Ms);
+pub const EACH_MAX_OUTPUT_FP32_OUTPUT: FigureName = FigureName::new("{} max |output - fp32 output|", Unit::Abs);
+pub const EACH_LINEAR_LAYER_OUTPUT_IS: FigureName = FigureName::new("{} linear layer output is {}", Unit::Bool);
+pub const EACH_LAYER_NORM_OUTPUT_IS_FP32: FigureName = FigureName::new("{} layer_norm output is fp32", Unit::Bool);
+pub const EACH_SOFTMAX_OUTPUT_IS_FP32: FigureName = FigureName::new("{} softmax output is fp32", Unit::Bool);
+pub const EACH_LATENCY_VS_FP32: FigureName = FigureName::new("{} latency vs fp32", Unit::Ratio);
+pub const WEIGHTS_STILL_FLOAT32: FigureName = FigureName::new("weights still float32", Unit::Bool);
+pub const FP32_OUTPUT_MAX_VALUE: FigureName = FigureName::new("fp32 output max |value|", Unit::Abs);
+pub const FP16_MAX_OUTPUT_FP32_OUTPUT: FigureName = EACH_MAX_OUTPUT_FP32_OUTPUT.instance("fp16 max |output - fp32 output|");
+pub const FP16_P50: FigureName = EACH_P50.instance("fp16 p50");
+pub const FP16_P50_OVER_FP32_P50_CI_LOW: FigureName = INTERVAL_LOW.instance("fp16 p50 / fp32 p50, 95% interval low");
+pub const FP16_LINEAR_LAYER_OUTPUT_IS_FP16: FigureName = EACH_LINEAR_LAYER_OUTPUT_IS.instance("fp16 linear layer output is fp16");
+pub const FP16_P50_OVER_FP32_P50_CI_HIGH: FigureName = INTERVAL_HIGH.instance("fp16 p50 / fp32 p50, 95% interval high");
 
 pub const AUTOCAST: Card = Card {
     id: "autocast",
@@ -21,8 +43,8 @@ pub const AUTOCAST: Card = Card {
     claim: "Autocast runs convolutions and matmuls (linear layers included) in fp16 or bf16 and leaves the weights in fp32, casting them as those ops run; the output differs a little from fp32, and whether it is faster depends on the hardware.",
     statements: &[
         Said::torch("Inside torch.autocast, convolutions and linear layers with fp32 weights return the low-precision dtype, and the weights stay fp32.", "test_grad_modes.py::test_autocast_runs_convolutions_and_linear_layers_low_and_keeps_fp32_weights"),
-        Said::run("Here a linear layer of the model returned fp16 inside the fp16 region.", &["fp16 linear layer output is fp16"]),
-        Said::run("Here the weights were still float32 after the passes.", &["weights still float32"]),
+        Said::run("Here a linear layer of the model returned fp16 inside the fp16 region.", &[FP16_LINEAR_LAYER_OUTPUT_IS_FP16]),
+        Said::run("Here the weights were still float32 after the passes.", &[WEIGHTS_STILL_FLOAT32]),
         Said::torch("With autograd on and under torch.no_grad(), autocast casts each weight that requires grad once and keeps the copy until the region ends.", "test_autocast.py::test_weights_are_cast_once_with_grad_and_under_no_grad"),
         Said::torch("Under torch.inference_mode() it casts the weights again at every call.", "test_autocast.py::test_inference_mode_skips_the_cast_cache"),
         Said::source("On CUDA, autocast runs layer_norm and group_norm in fp32 whatever the region's dtype.", "aten/src/ATen/autocast_mode.h", "AT_FORALL_FP32", "more-cards"),
@@ -30,14 +52,14 @@ pub const AUTOCAST: Card = Card {
         Said::torch("A CPU's autocast has no such rule for them: BatchNorm, LayerNorm, softmax and sum keep a low-precision input's dtype there.", "test_grad_modes.py::test_cpu_autocast_leaves_batchnorm_layer_norm_and_softmax_in_the_input_dtype"),
         Said::torch("An fp32 tensor plus a low-precision one is fp32 by type promotion, so a residual sum, and a model ending in one, can return fp32 under autocast.", "test_grad_modes.py::test_a_residual_sum_of_fp32_and_low_precision_is_fp32"),
         Said::torch("16-bit floats keep fewer mantissa bits, so the output differs from fp32 by a little, never by nothing.", "test_grad_modes.py::test_autocast_output_differs_a_little_from_fp32"),
-        Said::run("Here the model's output under fp16 autocast differed from the fp32 output by a non-zero amount below 10% of its largest magnitude.", &["fp16 max |output - fp32 output|", "fp32 output max |value|"]),
-        Said::run("Whether autocast is faster depends on the hardware's 16-bit arithmetic: this run's fp16 / fp32 p50 ratio and its 95% interval say it for this device.", &["fp16 p50", "fp32 p50", "fp16 p50 / fp32 p50, 95% interval low", "fp16 p50 / fp32 p50, 95% interval high"]),
+        Said::run("Here the model's output under fp16 autocast differed from the fp32 output by a non-zero amount below 10% of its largest magnitude.", &[FP16_MAX_OUTPUT_FP32_OUTPUT, FP32_OUTPUT_MAX_VALUE]),
+        Said::run("Whether autocast is faster depends on the hardware's 16-bit arithmetic: this run's fp16 / fp32 p50 ratio and its 95% interval say it for this device.", &[FP16_P50, FP32_P50, FP16_P50_OVER_FP32_P50_CI_LOW, FP16_P50_OVER_FP32_P50_CI_HIGH]),
     ],
     source: "https://pytorch.org/docs/stable/amp.html",
     pitfall: "model.half()  # casts the stored weights to fp16",
     fix: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16):\n    y = model(x)",
     threshold: "confirmed when, for every low precision the device runs, a linear layer of the model (its own fp32 weight, inside the same autocast region) yields the low-precision dtype, the weights are still float32 afterwards, and the model's output differs from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. The model's own output dtype is reported but does not decide: an output that comes from a residual sum or, on CUDA, from a norm is fp32 under autocast (the transformer's is: its residual sums add fp32 to the low-precision branch, and on CUDA autocast runs its LayerNorm in fp32). Regime: any; dtypes and differences do not depend on scale. Latency is reported, not judged: it depends on the device's 16-bit arithmetic (tensor cores on a GPU; on a CPU, fp16 or bf16 units, without which the 16-bit kernels are slower)",
-    question: super::super::ratio("ResNet-18 on this device: its p50 latency inside torch.autocast(fp16) as a multiple of its p50 in plain fp32?", "fp16 p50", "fp32 p50", super::super::SAME_TIME),
+    question: super::super::ratio("ResNet-18 on this device: its p50 latency inside torch.autocast(fp16) as a multiple of its p50 in plain fp32?", FP16_P50, FP32_P50, super::super::SAME_TIME),
     experiment: autocast,
 };
 
@@ -152,11 +174,10 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (weight_name, weight) = a_linear_weight(model)
         .ok_or_else(|| failure(FailureKind::Internal, "the model has no linear layer"))?;
     let mut figures = vec![
-        fig("fp32 p50", fp32.latency_ms.p50, "ms"),
+        fig(FP32_P50, fp32.latency_ms.p50),
         fig(
-            "fp32 peak above baseline",
+            FP32_PEAK_ABOVE_BASELINE,
             fp32.memory.peak_above_baseline_bytes as f64,
-            "bytes",
         ),
     ];
     let mut labels = vec!["fp32".to_string()];
@@ -219,36 +240,30 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
                 &Shift::of(&r.latencies(), &fp32.latencies()),
             ));
         }
-        figures.push(fig(&format!("{name} p50"), r.latency_ms.p50, "ms"));
-        figures.push(fig(
-            &format!("{name} peak above baseline"),
+        figures.push(fig_of(EACH_P50, &[&name], r.latency_ms.p50));
+        figures.push(fig_of(
+            EACH_PEAK_ABOVE_BASELINE, &[&name],
             r.memory.peak_above_baseline_bytes as f64,
-            "bytes",
         ));
-        figures.push(fig(
-            &format!("{name} max |output - fp32 output|"),
+        figures.push(fig_of(
+            EACH_MAX_OUTPUT_FP32_OUTPUT, &[&name],
             diff,
-            "abs",
         ));
-        figures.push(fig(
-            &format!("{name} linear layer output is {name}"),
+        figures.push(fig_of(
+            EACH_LINEAR_LAYER_OUTPUT_IS, &[&name, &name],
             f64::from(u8::from(linear == low)),
-            "bool",
         ));
-        figures.push(fig(
-            &format!("{name} layer_norm output is fp32"),
+        figures.push(fig_of(
+            EACH_LAYER_NORM_OUTPUT_IS_FP32, &[&name],
             f64::from(u8::from(dtypes.layer_norm == Kind::Float)),
-            "bool",
         ));
-        figures.push(fig(
-            &format!("{name} softmax output is fp32"),
+        figures.push(fig_of(
+            EACH_SOFTMAX_OUTPUT_IS_FP32, &[&name],
             f64::from(u8::from(dtypes.softmax == Kind::Float)),
-            "bool",
         ));
-        figures.push(fig(
-            &format!("{name} latency vs fp32"),
+        figures.push(fig_of(
+            EACH_LATENCY_VS_FP32, &[&name],
             r.latency_ms.p50 / fp32.latency_ms.p50,
-            "ratio",
         ));
         labels.push(name.into());
         p50.push(r.latency_ms.p50);
@@ -262,11 +277,10 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         .all(|t| t.kind() == Kind::Float);
     ok &= weights_fp32;
     figures.push(fig(
-        "weights still float32",
+        WEIGHTS_STILL_FLOAT32,
         f64::from(u8::from(weights_fp32)),
-        "bool",
     ));
-    figures.push(fig("fp32 output max |value|", scale, "abs"));
+    figures.push(fig(FP32_OUTPUT_MAX_VALUE, scale));
     let decision = if labels.len() == 1 {
         Decision::not_applicable("This device runs neither fp16 nor bf16 autocast.")
     } else {
@@ -280,8 +294,8 @@ fn autocast(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         Outcome::new(decision, setup.describe(), ChartKind::Bar)
             .figures(figures)
             .series(vec![
-                series("p50 latency (ms)", "ms", labels.clone(), p50),
-                series("peak above baseline (MiB)", "MiB", labels, peak),
+                series(P50_LATENCY_MS, labels.clone(), p50),
+                series(PEAK_ABOVE_BASELINE_MIB, labels, peak),
             ])
             .notes(notes),
     )

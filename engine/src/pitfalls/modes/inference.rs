@@ -4,12 +4,30 @@
 use protocol::{ChartKind, GradMode, ModelId, Report, RunFailure, RunSpec};
 use tch::{Kind, Tensor};
 
-use super::super::kit::{describe, fig, measure, named, series, Ctx, Decision, Outcome, Shift};
+use super::super::kit::{describe, fig, fig_of, measure, named, series, Ctx, Decision, Outcome, Shift};
 use super::super::python::{self, beside};
 use super::super::{Card, Needs, Said};
 use crate::lab::Lab;
 use crate::torch_call::{catch_torch, tch_device, torch_failure};
 use crate::torch_ext::InferenceModeGuard;
+use crate::pitfalls::figures::{ERROR_RAISED};
+use crate::pitfalls::kit::{FigureName, INTERVAL_HIGH, INTERVAL_LOW};
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const EACH_NO_GRAD_P50: FigureName = FigureName::new("{} no_grad p50", Unit::Ms);
+pub const EACH_INFERENCE_MODE_P50: FigureName = FigureName::new("{} inference_mode p50", Unit::Ms);
+pub const EACH_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD: FigureName = FigureName::new("{} latency ratio inference_mode / no_grad", Unit::Ratio);
+pub const EACH_LATENCY_RATIO_CI_LOW: FigureName = FigureName::new("{} latency ratio, 95% interval low", Unit::Ratio);
+pub const EACH_LATENCY_RATIO_CI_HIGH: FigureName = FigureName::new("{} latency ratio, 95% interval high", Unit::Ratio);
+pub const EACH_NO_GRAD_PEAK_ABOVE_BASELINE: FigureName = FigureName::new("{} no_grad peak above baseline", Unit::Bytes);
+pub const EACH_INFERENCE_MODE_PEAK_ABOVE_BASELINE: FigureName = FigureName::new("{} inference_mode peak above baseline", Unit::Bytes);
+pub const CLONE_FIX_WORKS: FigureName = FigureName::new("clone() fix works", Unit::Bool);
+pub const NO_GRAD_P50_MS: FigureName = FigureName::new("no_grad p50 (ms)", Unit::Ms);
+pub const INFERENCE_MODE_P50_MS: FigureName = FigureName::new("inference_mode p50 (ms)", Unit::Ms);
+pub const ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD: FigureName = EACH_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD.ending("* latency ratio inference_mode / no_grad");
+pub const ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD_CI_LOW: FigureName = INTERVAL_LOW.ending("* latency ratio inference_mode / no_grad, 95% interval low");
+pub const ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD_CI_HIGH: FigureName = INTERVAL_HIGH.ending("* latency ratio inference_mode / no_grad, 95% interval high");
 
 pub const INFERENCE_VS_NOGRAD: Card = Card {
     id: "inference-vs-nograd",
@@ -25,18 +43,18 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
         Said::torch("Under torch.no_grad() every op still passes through autograd's dispatch kernel, which then records nothing; torch.inference_mode() excludes autograd's dispatch keys for every op, and the tensors it makes carry none.", "test_grad_modes.py::test_inference_mode_skips_autograds_dispatch_and_no_grad_does_not"),
         Said::torch("Tensors made under inference_mode (inference tensors) have no version counter.", "test_grad_modes.py::test_inference_tensors_have_no_version_counter"),
         Said::torch("A view of an inference tensor is not tracked as a view (it has no base), inside the mode or out; a view of a normal tensor made inside the mode is still tracked, and is a normal tensor.", "test_grad_modes.py::test_views_of_inference_tensors_are_not_tracked_as_views"),
-        Said::run("What skipping that work saves per op is known here for libtorch called from Rust, with no Python interpreter per op: the Tiny MLP's p50 ratio at batch 1 and its 95% interval say whether it shows beyond this run's noise.", &["* latency ratio inference_mode / no_grad", "* latency ratio inference_mode / no_grad, 95% interval low", "* latency ratio inference_mode / no_grad, 95% interval high"]),
+        Said::run("What skipping that work saves per op is known here for libtorch called from Rust, with no Python interpreter per op: the Tiny MLP's p50 ratio at batch 1 and its 95% interval say whether it shows beyond this run's noise.", &[ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD, ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD_CI_LOW, ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD_CI_HIGH]),
         Said::torch("An inference tensor cannot be saved for backward: outside the mode, an op that must save it (a matmul with a weight that requires grad) raises.", "test_grad_modes.py::test_inference_tensors_cannot_be_saved_for_backward"),
         Said::torch("An op whose backward needs no saved input, such as an addition, accepts an inference tensor.", "test_grad_modes.py::test_an_op_that_saves_nothing_accepts_an_inference_tensor"),
         Said::torch("A clone made outside the mode is a normal tensor, which autograd can save.", "test_grad_modes.py::test_a_clone_outside_the_mode_is_a_normal_tensor"),
-        Said::run("Here libtorch raised that error for the matmul, and the clone() fix worked.", &["error raised", "clone() fix works"]),
+        Said::run("Here libtorch raised that error for the matmul, and the clone() fix worked.", &[ERROR_RAISED, CLONE_FIX_WORKS]),
         Said::torch("An in-place update to an inference tensor outside the mode raises too.", "test_grad_modes.py::test_inplace_on_an_inference_tensor_outside_the_mode_raises"),
     ],
     source: "https://pytorch.org/docs/stable/generated/torch.inference_mode.html",
     pitfall: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats).sum()  # head trainable, autograd on",
     fix: "with torch.inference_mode():\n    feats = backbone(x)\nloss = head(feats.clone()).sum()  # clone outside the mode",
     threshold: "confirmed when inference_mode's peak memory is within 5% of no_grad's on every model tried, saving an inference tensor for backward raises libtorch's error, and the clone() fix works. Latency does not decide the verdict: the figures show each model's latency ratio, timed from Rust through libtorch (no Python per op), labelled within or beyond noise by the 95% bootstrap interval of the ratio of medians over the timed iterations. Where the server has a Python, the same runs are timed from it too (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's): they pay the interpreter's per-op cost as a team's code does, are labelled against their noise the same way, and do not decide the verdict either. Regime: any; peaks are exact byte counts, and on a GPU (tiny MLP batch 1, launch-bound; ResNet-18 batch 32, 224², GPU-bound) no_grad and inference_mode free the same activations",
-    question: super::super::value("The Tiny MLP at batch 1 (the first model): its p50 latency under torch.inference_mode() as a multiple of its p50 under torch.no_grad()? Timed from Rust through libtorch, so no Python interpreter runs per op; in eval(), a pass is about ten small ops on one 512-feature sample (linear layers 512 → 512, 512 → 512 and 512 → 10, two BatchNorms, two ReLUs, two Dropouts that pass everything through). A judgment about what dominates a pass this small — the framework's per-op work or the arithmetic — and whether any difference shows beyond the run's noise.", "* latency ratio inference_mode / no_grad", "ratio", super::super::SAME_TIME),
+    question: super::super::value("The Tiny MLP at batch 1 (the first model): its p50 latency under torch.inference_mode() as a multiple of its p50 under torch.no_grad()? Timed from Rust through libtorch, so no Python interpreter runs per op; in eval(), a pass is about ten small ops on one 512-feature sample (linear layers 512 → 512, 512 → 512 and 512 → 10, two BatchNorms, two ReLUs, two Dropouts that pass everything through). A judgment about what dominates a pass this small — the framework's per-op work or the arithmetic — and whether any difference shows beyond the run's noise.", ANY_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD, super::super::SAME_TIME),
     experiment: inference_vs_nograd,
 };
 
@@ -138,37 +156,31 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             figures.extend(super::super::kit::interval_figures(&INFERENCE_VS_NOGRAD.question, &shift));
         }
         let name = format!("{} b{batch}", model.as_str());
-        figures.push(fig(&format!("{name} no_grad p50"), shift.fast_p50, "ms"));
-        figures.push(fig(
-            &format!("{name} inference_mode p50"),
+        figures.push(fig_of(EACH_NO_GRAD_P50, &[&name], shift.fast_p50));
+        figures.push(fig_of(
+            EACH_INFERENCE_MODE_P50, &[&name],
             shift.slow_p50,
-            "ms",
         ));
-        figures.push(fig(
-            &format!("{name} latency ratio inference_mode / no_grad"),
+        figures.push(fig_of(
+            EACH_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD, &[&name],
             shift.slow_p50 / shift.fast_p50,
-            "ratio",
         ));
         let (lo, hi) = shift.bounds();
-        figures.push(fig(
-            &format!("{name} latency ratio, 95% interval low"),
+        figures.push(fig_of(
+            EACH_LATENCY_RATIO_CI_LOW, &[&name],
             lo,
-            "ratio",
         ));
-        figures.push(fig(
-            &format!("{name} latency ratio, 95% interval high"),
+        figures.push(fig_of(
+            EACH_LATENCY_RATIO_CI_HIGH, &[&name],
             hi,
-            "ratio",
         ));
-        figures.push(fig(
-            &format!("{name} no_grad peak above baseline"),
+        figures.push(fig_of(
+            EACH_NO_GRAD_PEAK_ABOVE_BASELINE, &[&name],
             a,
-            "bytes",
         ));
-        figures.push(fig(
-            &format!("{name} inference_mode peak above baseline"),
+        figures.push(fig_of(
+            EACH_INFERENCE_MODE_PEAK_ABOVE_BASELINE, &[&name],
             b,
-            "bytes",
         ));
         notes.push(format!(
             "{name}: inference_mode / no_grad latency {} over {} iterations each ({rounds} alternating runs); not part of the verdict.",
@@ -207,12 +219,12 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             };
             let shift = Shift::of(im, ng);
             let (lo, hi) = shift.bounds();
-            from_python.extend(beside(&figures, &format!("{name} no_grad p50"), shift.fast_p50, "ms"));
+            from_python.extend(beside(&figures, &EACH_NO_GRAD_P50.label(&[&name]), shift.fast_p50, "ms"));
             from_python.extend(beside(&figures, &format!("{name} inference_mode p50"), shift.slow_p50, "ms"));
             from_python.extend(beside(&figures, &format!("{name} latency ratio inference_mode / no_grad"), shift.slow_p50 / shift.fast_p50, "ratio"));
             from_python.extend(beside(&figures, &format!("{name} latency ratio, 95% interval low"), lo, "ratio"));
             from_python.extend(beside(&figures, &format!("{name} latency ratio, 95% interval high"), hi, "ratio"));
-            let gradless = figures.iter().find(|f| f.name == format!("{name} no_grad p50")).map_or(f64::NAN, |f| f.value);
+            let gradless = figures.iter().find(|f| f.name == EACH_NO_GRAD_P50.label(&[&name])).map_or(f64::NAN, |f| f.value);
             python_notes.push(format!(
                 "{name} from Python: inference_mode / no_grad latency {} over {} iterations each; a no_grad pass took {:.3} ms from Python against {gradless:.3} ms from Rust (×{:.2}).",
                 shift.describe(),
@@ -264,17 +276,17 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
             if fixed { "works" } else { "fails" }
         ),
     );
-    figures.push(fig(INFERENCE_PEAK_GAP, largest_gap, "ratio"));
-    figures.push(fig("error raised", f64::from(u8::from(raised)), "bool"));
-    figures.push(fig("clone() fix works", f64::from(u8::from(fixed)), "bool"));
+    figures.push(fig(INFERENCE_PEAK_GAP, largest_gap));
+    figures.push(fig(ERROR_RAISED, f64::from(u8::from(raised))));
+    figures.push(fig(CLONE_FIX_WORKS, f64::from(u8::from(fixed))));
     // Python's figures after all of Gradless's: a question's `*` name finds Gradless's first.
     figures.extend(from_python);
     notes.extend(python_notes);
     Ok(Outcome::new(decision, inference_measured_on(&plan), ChartKind::Bar)
         .figures(figures)
         .series(vec![
-            series("no_grad p50 (ms)", "ms", labels.clone(), p50_ng),
-            series("inference_mode p50 (ms)", "ms", labels, p50_im),
+            series(NO_GRAD_P50_MS, labels.clone(), p50_ng),
+            series(INFERENCE_MODE_P50_MS, labels, p50_im),
         ])
         .notes(notes)
         .traces(traces))
@@ -282,4 +294,4 @@ fn inference_vs_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> 
 
 /// inference-vs-nograd's figure for its memory statement: the largest gap, over the models
 /// tried, between the two modes' peaks, as a share of the larger.
-const INFERENCE_PEAK_GAP: &str = "peak above baseline: largest gap between the modes, share of the larger";
+const INFERENCE_PEAK_GAP: FigureName = FigureName::new("peak above baseline: largest gap between the modes, share of the larger", Unit::Ratio);

@@ -11,6 +11,18 @@ use crate::input::Input;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
 use crate::torch_call::{catch_torch, failure, tch_device};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const TRAIN_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES: FigureName = FigureName::new("train+no_grad: max |Δ| sample 0 with other batch-mates", Unit::Abs);
+pub const EVAL_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE: FigureName = FigureName::new("eval+no_grad: max |Δ| same input twice", Unit::Abs);
+pub const EVAL_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES: FigureName = FigureName::new("eval+no_grad: max |Δ| sample 0 with other batch-mates", Unit::Abs);
+pub const TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE: FigureName = FigureName::new("train+no_grad: max |Δ| same input twice", Unit::Abs);
+pub const TRAIN_NO_GRAD_RUNNING_MEAN_CHANGE: FigureName = FigureName::new("train+no_grad: running mean change", Unit::Abs);
+pub const EVAL_NO_GRAD_RUNNING_MEAN_CHANGE: FigureName = FigureName::new("eval+no_grad: running mean change", Unit::Abs);
+pub const TRAIN_NO_GRAD: FigureName = FigureName::new("train + no_grad", Unit::MaxAbsDelta);
+pub const EVAL_NO_GRAD: FigureName = FigureName::new("eval + no_grad", Unit::MaxAbsDelta);
 
 pub const NOGRAD_NOT_EVAL: Card = Card {
     id: "nograd-not-eval",
@@ -23,16 +35,16 @@ pub const NOGRAD_NOT_EVAL: Card = Card {
     statements: &[
         Said::torch("torch.no_grad() only stops graph recording: a model in train() stays in train(), every module's training flag still True.", "test_grad_modes.py::test_no_grad_leaves_train_mode_on"),
         Said::torch("Dropout reads that flag, not grad mode: in train() it zeroes a random share of the units and scales up the rest, under no_grad as with grad.", "test_grad_modes.py::test_dropout_stays_random_under_no_grad_in_train"),
-        Said::run("Here the same input run twice in train() under torch.no_grad() gave different outputs.", &["train+no_grad: max |Δ| same input twice"]),
+        Said::run("Here the same input run twice in train() under torch.no_grad() gave different outputs.", &[TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE]),
         Said::torch("BatchNorm in train() normalises with the batch's own mean and variance and updates its running statistics, under no_grad too.", "test_grad_modes.py::test_batchnorm_uses_the_batch_and_updates_its_running_stats_under_no_grad"),
-        Said::run("Here one sample's output changed with its batch-mates, and BatchNorm's running mean moved during a pass under torch.no_grad().", &["train+no_grad: max |Δ| sample 0 with other batch-mates", "train+no_grad: running mean change"]),
-        Said::run("In eval() under the same torch.no_grad(), none of the three moved: Dropout passes every unit through and BatchNorm uses its running statistics.", &["eval+no_grad: max |Δ| same input twice", "eval+no_grad: max |Δ| sample 0 with other batch-mates", "eval+no_grad: running mean change"]),
+        Said::run("Here one sample's output changed with its batch-mates, and BatchNorm's running mean moved during a pass under torch.no_grad().", &[TRAIN_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES, TRAIN_NO_GRAD_RUNNING_MEAN_CHANGE]),
+        Said::run("In eval() under the same torch.no_grad(), none of the three moved: Dropout passes every unit through and BatchNorm uses its running statistics.", &[EVAL_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE, EVAL_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES, EVAL_NO_GRAD_RUNNING_MEAN_CHANGE]),
     ],
     source: "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval",
     pitfall: "with torch.no_grad():\n    y = model(x)  # the model is in train() mode",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; repeating the same computation on the same kernels is bit-identical (the eval() figures read 0), so rounding cannot reach 1e-6. Regime: any; the effects are of order one (Dropout with p = 0.5 zeroes about half the units), whatever the device",
-    question: super::super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad() (A): does the same input give a different output when run twice?", "train+no_grad: max |Δ| same input twice", "abs", super::super::Ask::YesNo),
+    question: super::super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad() (A): does the same input give a different output when run twice?", TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE, super::super::Ask::YesNo),
     experiment: nograd_not_eval,
 };
 
@@ -132,38 +144,32 @@ fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     )
     .figures(vec![
         fig(
-            "train+no_grad: max |Δ| same input twice",
+            TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE,
             dropout_train,
-            "abs",
         ),
         fig(
-            "eval+no_grad: max |Δ| same input twice",
+            EVAL_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE,
             dropout_eval,
-            "abs",
         ),
         fig(
-            "train+no_grad: max |Δ| sample 0 with other batch-mates",
+            TRAIN_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES,
             mates_train,
-            "abs",
         ),
         fig(
-            "eval+no_grad: max |Δ| sample 0 with other batch-mates",
+            EVAL_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES,
             mates_eval,
-            "abs",
         ),
-        fig("train+no_grad: running mean change", stats_train, "abs"),
-        fig("eval+no_grad: running mean change", stats_eval, "abs"),
+        fig(TRAIN_NO_GRAD_RUNNING_MEAN_CHANGE, stats_train),
+        fig(EVAL_NO_GRAD_RUNNING_MEAN_CHANGE, stats_eval),
     ])
     .series(vec![
         series(
-            "train + no_grad",
-            "max |Δ|",
+            TRAIN_NO_GRAD,
             labels.clone(),
             vec![dropout_train, mates_train, stats_train],
         ),
         series(
-            "eval + no_grad",
-            "max |Δ|",
+            EVAL_NO_GRAD,
             labels,
             vec![dropout_eval, mates_eval, stats_eval],
         ),

@@ -11,6 +11,18 @@ use super::from_rust;
 use crate::input::Input;
 use crate::lab::{forward, Lab};
 use crate::torch_call::{catch_torch, tch_device};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const ONE_BATCH_LAUNCHES_ALONE_NAIVE_P50: FigureName = FigureName::new("one batch: launches alone (naive p50)", Unit::Ms);
+pub const LOOP_WITH_ITEM_PER_BATCH: FigureName = FigureName::new("loop with .item() per batch", Unit::Ms);
+pub const LOOP_ACCUMULATING_ON_DEVICE: FigureName = FigureName::new("loop accumulating on device", Unit::Ms);
+pub const RATIO: FigureName = FigureName::new("ratio", Unit::Ratio);
+pub const RATIO_CI_LOW: FigureName = FigureName::new("ratio, 95% interval low", Unit::Ratio);
+pub const RATIO_CI_HIGH: FigureName = FigureName::new("ratio, 95% interval high", Unit::Ratio);
+pub const ONE_BATCH_SYNCHRONISED_P50: FigureName = FigureName::new("one batch: synchronised p50", Unit::Ms);
+pub const F_20_BATCH_LOOP_P50_MS: FigureName = FigureName::new("20-batch loop, p50 (ms)", Unit::Ms);
 
 pub const ITEM_SYNC: Card = Card {
     id: "item-sync",
@@ -23,14 +35,14 @@ pub const ITEM_SYNC: Card = Card {
     statements: &[
         Said::torch(".item() runs aten::_local_scalar_dense, which copies one element to the host.", "test_runtime.py::test_item_reads_the_value_through_local_scalar_dense"),
         Said::source("On a GPU that copy synchronises the stream: it returns only once every kernel queued before it has finished.", "aten/src/ATen/native/cuda/CUDAScalar.cu", "_local_scalar_dense_cuda", "more-cards"),
-        Said::run("Without a read-back, a batch's forward pass returns before the GPU has run it: issuing its ops took less than the synchronised batch.", &["one batch: launches alone (naive p50)", "one batch: synchronised p50"]),
-        Said::run("The loop reading .item() on every batch took longer than the loop accumulating on the device and reading once: each read stops the CPU from queueing the next batch while the GPU works.", &["loop with .item() per batch", "loop accumulating on device", "ratio", "ratio, 95% interval low", "ratio, 95% interval high"]),
+        Said::run("Without a read-back, a batch's forward pass returns before the GPU has run it: issuing its ops took less than the synchronised batch.", &[ONE_BATCH_LAUNCHES_ALONE_NAIVE_P50, ONE_BATCH_SYNCHRONISED_P50]),
+        Said::run("The loop reading .item() on every batch took longer than the loop accumulating on the device and reading once: each read stops the CPU from queueing the next batch while the GPU works.", &[LOOP_WITH_ITEM_PER_BATCH, LOOP_ACCUMULATING_ON_DEVICE, RATIO, RATIO_CI_LOW, RATIO_CI_HIGH]),
     ],
     source: "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#avoid-unnecessary-cpu-gpu-synchronization",
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
     threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). Gradless queues each batch from Rust through libtorch, without Python's per-op cost: in Python the CPU's share of each batch is larger, and so is the overlap a per-batch sync throws away. Where the server has a Python, the same loops are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; a batch's launches alone only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
-    question: super::super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", "loop with .item() per batch", "loop accumulating on device", super::super::SAME_TIME),
+    question: super::super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", LOOP_WITH_ITEM_PER_BATCH, LOOP_ACCUMULATING_ON_DEVICE, super::super::SAME_TIME),
     experiment: item_sync,
 };
 
@@ -149,13 +161,13 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (item, acc) = (&times[0], &times[1]);
     let shift = Shift::of(item, acc);
     let figures: Vec<protocol::Figure> = vec![
-        fig("loop with .item() per batch", shift.slow_p50, "ms"),
-        fig("loop accumulating on device", shift.fast_p50, "ms"),
-        fig("ratio", shift.slow_p50 / shift.fast_p50, "ratio"),
-        fig("ratio, 95% interval low", shift.bounds().0, "ratio"),
-        fig("ratio, 95% interval high", shift.bounds().1, "ratio"),
-        fig("one batch: launches alone (naive p50)", launch, "ms"),
-        fig("one batch: synchronised p50", synced, "ms"),
+        fig(LOOP_WITH_ITEM_PER_BATCH, shift.slow_p50),
+        fig(LOOP_ACCUMULATING_ON_DEVICE, shift.fast_p50),
+        fig(RATIO, shift.slow_p50 / shift.fast_p50),
+        fig(RATIO_CI_LOW, shift.bounds().0),
+        fig(RATIO_CI_HIGH, shift.bounds().1),
+        fig(ONE_BATCH_LAUNCHES_ALONE_NAIVE_P50, launch),
+        fig(ONE_BATCH_SYNCHRONISED_P50, synced),
     ]
     .into_iter()
     .chain(super::super::kit::interval_figures(&ITEM_SYNC.question, &shift))
@@ -212,8 +224,7 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     .figures(figures.into_iter().chain(from_python).collect())
     .notes(notes)
     .series(vec![series(
-        "20-batch loop, p50 (ms)",
-        "ms",
+        F_20_BATCH_LOOP_P50_MS,
         vec![
             ".item() per batch".into(),
             "accumulate, .item() once".into(),

@@ -9,6 +9,18 @@ use super::super::{Card, Needs, Said};
 use super::from_rust;
 use crate::lab::{forward, Lab};
 use crate::models::Model;
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const NAIVE_P50: FigureName = FigureName::new("naive p50", Unit::Ms);
+pub const SYNCHRONISED_P50: FigureName = FigureName::new("synchronised p50", Unit::Ms);
+pub const NAIVE_OVER_SYNCHRONISED: FigureName = FigureName::new("naive / synchronised", Unit::Ratio);
+pub const SYNCHRONISED_OVER_NAIVE_CI_LOW: FigureName = FigureName::new("synchronised / naive, 95% interval low", Unit::Ratio);
+pub const SYNCHRONISED_P50_AT_BATCH_1: FigureName = FigureName::new("synchronised p50 at batch 1", Unit::Ms);
+pub const SYNCHRONISED_OVER_NAIVE_CI_HIGH: FigureName = FigureName::new("synchronised / naive, 95% interval high", Unit::Ratio);
+pub const NAIVE_TIMER_MS: FigureName = FigureName::new("naive timer (ms)", Unit::Ms);
+pub const SYNCHRONISED_TIMER_MS: FigureName = FigureName::new("synchronised timer (ms)", Unit::Ms);
 
 pub const SYNC_TIMING: Card = Card {
     id: "sync-timing",
@@ -20,16 +32,16 @@ pub const SYNC_TIMING: Card = Card {
     claim: "On a GPU, model(x) returns once its kernels are queued: a timer stopped right after it measures the CPU issuing the ops, not the GPU's work, and reads a fraction of the true time where that work dominates. Gradless issues the ops from Rust through libtorch, with no Python interpreter per op, so its naive timer reads PyTorch's C++ dispatch and the launches alone; from Python, as a team's code runs, each op also pays the interpreter, and where this server has a Python its two timers are shown beside.",
     statements: &[
         Said::torch("ResNet-18's forward pass calls 69 operators (20 convolutions, 20 batch norms, 17 ReLUs, 8 residual additions, two poolings, a flatten, one linear layer), which the CPU issues one after another.", "test_runtime.py::test_resnet18_forward_calls_69_operators"),
-        Said::run("A timer stopped right after model(x) returned read less than half the synchronised time: on a GPU the pass returns once its kernels are queued, before they have run.", &["naive p50", "synchronised p50", "naive / synchronised", "synchronised / naive, 95% interval low", "synchronised / naive, 95% interval high"]),
+        Said::run("A timer stopped right after model(x) returned read less than half the synchronised time: on a GPU the pass returns once its kernels are queued, before they have run.", &[NAIVE_P50, SYNCHRONISED_P50, NAIVE_OVER_SYNCHRONISED, SYNCHRONISED_OVER_NAIVE_CI_LOW, SYNCHRONISED_OVER_NAIVE_CI_HIGH]),
         Said::source("torch.cuda.synchronize() waits until every kernel queued on the device has finished (cudaDeviceSynchronize).", "c10/cuda/CUDAFunctions.cpp", "device_synchronize", "cards"),
         Said::source("Reading a value back to the host waits too: .item() copies it and synchronises the stream.", "aten/src/ATen/native/cuda/CUDAScalar.cu", "_local_scalar_dense_cuda", "cards"),
-        Said::run("The batch was doubled until a synchronised pass took at least 5× a pass at batch 1, so the GPU's work, not the launches, set the synchronised time.", &["synchronised p50 at batch 1", "synchronised p50"]),
+        Said::run("The batch was doubled until a synchronised pass took at least 5× a pass at batch 1, so the GPU's work, not the launches, set the synchronised time.", &[SYNCHRONISED_P50_AT_BATCH_1, SYNCHRONISED_P50]),
     ],
     source: "https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
     threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). Gradless issues the ops from Rust through libtorch: the naive timer reads PyTorch's C++ dispatch and the kernel launches alone. From Python each op also pays the interpreter, so a naive Python timer reads more, yet still not the GPU's work: where the server has a Python, the same alternating passes are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; the naive timer only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
-    question: super::super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", "naive p50", "synchronised p50", super::super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
+    question: super::super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", NAIVE_P50, SYNCHRONISED_P50, super::super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
     experiment: sync_timing,
 };
 
@@ -131,15 +143,15 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (naive, synced) = (&times[0], &times[1]);
     let (n, s) = (p(naive, 50.0), p(synced, 50.0));
     let mut figures = vec![
-        fig("naive p50", n, "ms"),
-        fig("synchronised p50", s, "ms"),
-        fig("naive / synchronised", n / s, "ratio"),
+        fig(NAIVE_P50, n),
+        fig(SYNCHRONISED_P50, s),
+        fig(NAIVE_OVER_SYNCHRONISED, n / s),
     ];
     let (lo, hi) = Shift::of(synced, naive).bounds();
-    figures.push(fig("synchronised / naive, 95% interval low", lo, "ratio"));
-    figures.push(fig("synchronised / naive, 95% interval high", hi, "ratio"));
+    figures.push(fig(SYNCHRONISED_OVER_NAIVE_CI_LOW, lo));
+    figures.push(fig(SYNCHRONISED_OVER_NAIVE_CI_HIGH, hi));
     if let Some(f) = floor {
-        figures.push(fig("synchronised p50 at batch 1", f, "ms"));
+        figures.push(fig(SYNCHRONISED_P50_AT_BATCH_1, f));
     }
     // The same alternating passes from Python, at the batch chosen here: beside, never
     // deciding. Its naive timer runs on CUDA only.
@@ -186,14 +198,12 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     .figures(figures)
     .series(vec![
         series(
-            "naive timer (ms)",
-            "ms",
+            NAIVE_TIMER_MS,
             numbered(naive.len()),
             naive.clone(),
         ),
         series(
-            "synchronised timer (ms)",
-            "ms",
+            SYNCHRONISED_TIMER_MS,
             numbered(synced.len()),
             synced.clone(),
         ),

@@ -10,6 +10,14 @@ use super::super::kit::{describe, fig, numbered, p, series, time_passes, Ctx, De
 use super::super::python::{self, beside};
 use super::super::{Card, Needs, Said};
 use crate::lab::{forward, Lab};
+use crate::pitfalls::kit::FigureName;
+use protocol::Unit;
+
+// The figures this file's cards report, each defined once (see `kit::figure`).
+pub const FIRST_ITERATION: FigureName = FigureName::new("first iteration", Unit::Ms);
+pub const MEDIAN_OF_ITERATIONS_6_15: FigureName = FigureName::new("median of iterations 6-15", Unit::Ms);
+pub const FIRST_OVER_STEADY_RATIO: FigureName = FigureName::new("first / steady", Unit::Ratio);
+pub const LATENCY_MS: FigureName = FigureName::new("latency (ms)", Unit::Ms);
 
 pub const WARM_UP: Card = Card {
     id: "warm-up",
@@ -20,7 +28,7 @@ pub const WARM_UP: Card = Card {
     needs: Needs::Any,
     claim: "The first pass on a new input shape pays one-time costs the passes after it do not: on a CPU, oneDNN creating a primitive for each convolution shape; on a GPU, cuDNN choosing and building a plan for each convolution shape, kernels loaded on their first launch, and the caching allocator's first cudaMalloc calls. Timing it skews the statistics. Gradless times these passes from Rust through libtorch, with no Python interpreter per op; a team's Python code adds the interpreter's cost to every pass, first or not, and where this server has a Python the same passes timed from it are shown beside.",
     statements: &[
-        Said::run("The first pass on a batch size this process had not run took more than 1.5× the median of the steady passes (iterations 6–15), beyond their spread.", &["first iteration", "median of iterations 6-15", "first / steady"]),
+        Said::run("The first pass on a batch size this process had not run took more than 1.5× the median of the steady passes (iterations 6–15), beyond their spread.", &[FIRST_ITERATION, MEDIAN_OF_ITERATIONS_6_15, FIRST_OVER_STEADY_RATIO]),
         Said::torch("On a CPU, PyTorch runs these fp32 convolutions through oneDNN.", "test_runtime.py::test_cpu_convolutions_run_through_onednn"),
         Said::torch("oneDNN creates a convolution primitive on the first call with each new input shape, and takes it from its cache on later calls with that shape.", "test_runtime.py::test_onednn_creates_a_convolution_primitive_per_new_shape"),
         Said::source("On a GPU, cuDNN chooses and builds an execution plan for each new convolution configuration (a new batch size is one) on its first call, from its heuristics, or by timing the candidates under torch.backends.cudnn.benchmark (off here, as by default); later calls reuse the cached plan.", "aten/src/ATen/native/cudnn/Conv_v8.cpp", "run_single_conv", "more-cards"),
@@ -31,7 +39,7 @@ pub const WARM_UP: Card = Card {
     pitfall: "t0 = time.perf_counter(); model(x)  # on a GPU, then torch.cuda.synchronize()\nprint(time.perf_counter() - t0)",
     fix: "for _ in range(3): model(x)  # untimed calls, then time many runs",
     threshold: "confirmed when the first iteration of a freshly built model on an input shape this process has not run takes more than 1.5× the median of iterations 6–15 even at the steady passes' own spread (first / p90 of iterations 6–15 above 1.5); refuted when it stays below 1.5× even at their spread (first / p10 below 1.5); inconclusive in between, where the machine's noise cannot tell. The device is synchronised after the model and input are built, so their kernels never count as the first iteration. Gradless times libtorch from Rust: no pass pays Python's per-op cost, which in Python would add the same to every pass, first or not. Where the server has a Python, the same passes are also timed from it (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's), after one untimed pass at another batch so that its new process's own start-up is not counted: what a team's code sees; they do not decide the verdict. Regime: any. On a GPU (ResNet-18, batch 33–96, 224²) the first pass on a new shape pays for cuDNN's plan for each convolution configuration, any kernel not launched before, and the allocator's cudaMalloc of its blocks, not for the CUDA context or the cuBLAS handles and workspaces, which the worker made at start. On a CPU (96², batch 5–68) it pays for oneDNN's primitives, a few milliseconds against a pass of tens, which a busy machine's noise can hide",
-    question: super::super::ratio("ResNet-18, built fresh, on a batch size this process has not run: the first iteration's time as a multiple of the median of iterations 6–15? (A judgment of the one-time costs of a new shape on this device against a steady pass.)", "first iteration", "median of iterations 6-15", super::super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
+    question: super::super::ratio("ResNet-18, built fresh, on a batch size this process has not run: the first iteration's time as a multiple of the median of iterations 6–15? (A judgment of the one-time costs of a new shape on this device against a steady pass.)", FIRST_ITERATION, MEDIAN_OF_ITERATIONS_6_15, super::super::Ask::LogScale { min: 0.1, max: 1000.0, within: 2.0 }),
     experiment: warm_up,
 };
 
@@ -133,9 +141,9 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let mut decision = warm_up_rule(times[0], &times[5..]);
     decision.reason = format!("{} {}", decision.reason, warm_up_context(ctx.device, &times[..3], median));
     let mut figures = vec![
-        fig("first iteration", times[0], "ms"),
-        fig("median of iterations 6-15", median, "ms"),
-        fig("first / steady", ratio, "ratio"),
+        fig(FIRST_ITERATION, times[0]),
+        fig(MEDIAN_OF_ITERATIONS_6_15, median),
+        fig(FIRST_OVER_STEADY_RATIO, ratio),
     ];
     // The same passes from Python, on the same new batch: beside, never deciding.
     let mut notes = vec![];
@@ -175,8 +183,7 @@ fn warm_up(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     .figures(figures)
     .notes(notes)
     .series(vec![series(
-        "latency (ms)",
-        "ms",
+        LATENCY_MS,
         numbered(times.len()),
         times,
     )]))

@@ -7,8 +7,8 @@ use super::*;
 pub(super) fn eval_not_nograd(device: DeviceKind) {
     let r = run(device, "eval-not-nograd", defaults());
     assert!(
-        figure(&r, "eval+grad peak above baseline")
-            > figure(&r, "eval+no_grad peak above baseline")
+        figure(&r, pitfalls::memory::EVAL_GRAD_PEAK_ABOVE_BASELINE.name())
+            > figure(&r, pitfalls::memory::EVAL_NO_GRAD_PEAK_ABOVE_BASELINE.name())
     );
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
@@ -16,21 +16,21 @@ pub(super) fn eval_not_nograd(device: DeviceKind) {
 pub(super) fn nograd_not_eval(device: DeviceKind) {
     let r = run(device, "nograd-not-eval", defaults());
     assert!(
-        figure(&r, "train+no_grad: max |Δ| same input twice") > 0.0,
+        figure(&r, pitfalls::modes::nograd::TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE.name()) > 0.0,
         "dropout differs in train mode"
     );
     assert_eq!(
-        figure(&r, "eval+no_grad: max |Δ| same input twice"),
+        figure(&r, pitfalls::modes::nograd::EVAL_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE.name()),
         0.0,
         "eval is deterministic"
     );
-    assert!(figure(&r, "train+no_grad: max |Δ| sample 0 with other batch-mates") > 0.0);
+    assert!(figure(&r, pitfalls::modes::nograd::TRAIN_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES.name()) > 0.0);
     assert_eq!(
-        figure(&r, "eval+no_grad: max |Δ| sample 0 with other batch-mates"),
+        figure(&r, pitfalls::modes::nograd::EVAL_NO_GRAD_MAX_DELTA_SAMPLE_0_WITH_OTHER_BATCH_MATES.name()),
         0.0
     );
     assert!(
-        figure(&r, "train+no_grad: running mean change") > 0.0,
+        figure(&r, pitfalls::modes::nograd::TRAIN_NO_GRAD_RUNNING_MEAN_CHANGE.name()) > 0.0,
         "BatchNorm stats move under no_grad"
     );
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
@@ -38,8 +38,8 @@ pub(super) fn nograd_not_eval(device: DeviceKind) {
 
 pub(super) fn inference_vs_nograd(device: DeviceKind) {
     let r = run(device, "inference-vs-nograd", defaults());
-    assert_eq!(figure(&r, "error raised"), 1.0);
-    assert_eq!(figure(&r, "clone() fix works"), 1.0);
+    assert_eq!(figure(&r, pitfalls::figures::ERROR_RAISED.name()), 1.0);
+    assert_eq!(figure(&r, pitfalls::modes::inference::CLONE_FIX_WORKS.name()), 1.0);
     // The verdict rests on memory only; each model's latency is labelled against its noise.
     let latency_notes = r
         .notes
@@ -91,10 +91,10 @@ pub(super) fn inference_vs_nograd_from_python(device: DeviceKind) {
             assert!(v.is_finite() && v > 0.0, "{name}: {v}");
         }
     }
-    let ratio = figure(&r, "Python: tiny_mlp b1 latency ratio inference_mode / no_grad");
+    let ratio = figure(&r, &format!("{}{}", pitfalls::python::PYTHON, pitfalls::modes::inference::EACH_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD.label(&[&"tiny_mlp b1"])));
     assert!(ratio.is_finite() && ratio > 0.0, "{ratio}");
     let question = &pitfalls::card("inference-vs-nograd").unwrap().question;
-    assert_eq!(question.measured(&r.figures), Some(figure(&r, "tiny_mlp b1 latency ratio inference_mode / no_grad")));
+    assert_eq!(question.measured(&r.figures), Some(figure(&r, &pitfalls::modes::inference::EACH_LATENCY_RATIO_INFERENCE_MODE_OVER_NO_GRAD.label(&[&"tiny_mlp b1"]))));
     println!("{}", r.notes.iter().filter(|n| n.contains("Python")).cloned().collect::<Vec<_>>().join("\n"));
     for f in r.figures.iter().filter(|f| f.name.contains(" p50")) {
         println!("{}: {:.4} {}", f.name, f.value, f.unit);
@@ -103,14 +103,14 @@ pub(super) fn inference_vs_nograd_from_python(device: DeviceKind) {
 
 pub(super) fn autocast(device: DeviceKind) {
     let r = run(device, "autocast", with_model(ModelId::TinyMlp));
-    assert_eq!(figure(&r, "weights still float32"), 1.0);
+    assert_eq!(figure(&r, pitfalls::modes::autocast::WEIGHTS_STILL_FLOAT32.name()), 1.0);
     if device == DeviceKind::Cpu {
         assert!(
             r.notes.iter().any(|n| n == "bf16 output dtype: BFloat16"),
             "{:?}",
             r.notes
         );
-        assert_eq!(figure(&r, "bf16 linear layer output is bf16"), 1.0);
+        assert_eq!(figure(&r, &pitfalls::modes::autocast::EACH_LINEAR_LAYER_OUTPUT_IS.label(&[&"bf16", &"bf16"])), 1.0);
     }
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
@@ -132,7 +132,7 @@ pub(super) fn autocast_transformer(device: DeviceKind) {
         r.notes
     );
     assert_eq!(
-        figure(&r, &format!("{low} linear layer output is {low}")),
+        figure(&r, &pitfalls::modes::autocast::EACH_LINEAR_LAYER_OUTPUT_IS.label(&[&low, &low])),
         1.0
     );
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
@@ -148,14 +148,14 @@ pub(super) fn batch_scaling(device: DeviceKind) {
         },
     );
     assert!(
-        figure(&r, "no_grad: largest batch within budget")
-            > figure(&r, "grad enabled: largest batch within budget"),
+        figure(&r, pitfalls::allocator::NO_GRAD_LARGEST_BATCH_WITHIN_BUDGET.name())
+            > figure(&r, pitfalls::allocator::GRAD_ENABLED_LARGEST_BATCH_WITHIN_BUDGET.name()),
         "{}",
         r.reason
     );
     assert!(
-        figure(&r, "grad enabled: memory per sample (slope)")
-            > figure(&r, "no_grad: memory per sample (slope)")
+        figure(&r, pitfalls::allocator::GRAD_ENABLED_MEMORY_PER_SAMPLE_SLOPE.name())
+            > figure(&r, pitfalls::allocator::NO_GRAD_MEMORY_PER_SAMPLE_SLOPE.name())
     );
     // Each sweep says why it ended.
     for mode in ["grad enabled:", "no_grad:"] {
@@ -167,7 +167,7 @@ pub(super) fn batch_scaling(device: DeviceKind) {
     }
     if device != DeviceKind::Cpu {
         assert_eq!(
-            figure(&r, "memory budget"),
+            figure(&r, pitfalls::allocator::MEMORY_BUDGET.name()),
             protocol::DEFAULT_CUDA_BUDGET_BYTES as f64
         );
         assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
@@ -179,7 +179,7 @@ pub(super) fn allocated_vs_reserved(device: DeviceKind) {
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
     if want == Verdict::Confirmed {
-        assert!(figure(&r, "reserved after release") > figure(&r, "allocated after release"));
+        assert!(figure(&r, pitfalls::allocator::RESERVED_AFTER_RELEASE.name()) > figure(&r, pitfalls::allocator::ALLOCATED_AFTER_RELEASE.name()));
     }
 }
 
@@ -190,16 +190,16 @@ pub(super) fn empty_cache(device: DeviceKind) {
     if want == Verdict::NotApplicable {
         assert!(r.reason.contains("CUDA"), "{}", r.reason);
     } else {
-        assert_eq!(figure(&r, "allocated change from empty_cache"), 0.0);
+        assert_eq!(figure(&r, pitfalls::allocator::ALLOCATED_CHANGE_FROM_EMPTY_CACHE.name()), 0.0);
     }
 }
 
 pub(super) fn output_lifetime(device: DeviceKind) {
     let r = run(device, "output-lifetime", with_model(ModelId::TinyMlp));
-    let with_grad = figure(&r, "growth per request, kept with grad");
-    let kept = figure(&r, "growth per request, kept on device");
+    let with_grad = figure(&r, pitfalls::memory::GROWTH_PER_REQUEST_KEPT_WITH_GRAD.name());
+    let kept = figure(&r, pitfalls::memory::GROWTH_PER_REQUEST_KEPT_ON_DEVICE.name());
     assert_eq!(
-        figure(&r, "growth per request, dropped"),
+        figure(&r, pitfalls::memory::GROWTH_PER_REQUEST_DROPPED.name()),
         0.0,
         "dropped outputs free everything"
     );
@@ -214,7 +214,7 @@ pub(super) fn warm_up(device: DeviceKind) {
     let attempts: Vec<String> = (0..3)
         .map(|_| run(device, "warm-up", with_model(ModelId::Resnet18)))
         .map(|r| {
-            let slower = figure(&r, "first iteration") > figure(&r, "median of iterations 6-15");
+            let slower = figure(&r, pitfalls::timing::warm_up::FIRST_ITERATION.name()) > figure(&r, pitfalls::timing::warm_up::MEDIAN_OF_ITERATIONS_6_15.name());
             format!(
                 "{}{}",
                 if slower { "slower: " } else { "not slower: " },
@@ -238,16 +238,16 @@ pub(super) fn item_sync(device: DeviceKind) {
     let r = run(device, "item-sync", defaults());
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
-    assert!(figure(&r, "loop with .item() per batch") > 0.0);
+    assert!(figure(&r, pitfalls::timing::item_sync::LOOP_WITH_ITEM_PER_BATCH.name()) > 0.0);
 }
 
 pub(super) fn freeze_vs_nograd(device: DeviceKind) {
     let r = run(device, "freeze-vs-nograd", defaults());
     let (full, partial, frozen, nograd) = (
-        figure(&r, "all trainable"),
-        figure(&r, "backbone frozen (last stage + head trainable)"),
-        figure(&r, "all frozen"),
-        figure(&r, "no_grad"),
+        figure(&r, pitfalls::memory::ALL_TRAINABLE.name()),
+        figure(&r, pitfalls::memory::BACKBONE_FROZEN_LAST_STAGE_HEAD_TRAINABLE.name()),
+        figure(&r, pitfalls::memory::ALL_FROZEN.name()),
+        figure(&r, pitfalls::memory::NO_GRAD.name()),
     );
     assert!(nograd < partial && partial < full, "{}", r.reason);
     // The question's band: the same bytes within 1%.
@@ -337,16 +337,16 @@ pub(super) fn half_weights(device: DeviceKind) {
     let r = run(device, "half-weights", with_model(ModelId::Resnet18));
     let low = if device == DeviceKind::Cpu { "bf16" } else { "fp16" };
     // The invariant: exactly half the parameter bytes; autocast keeps fp32's.
-    let fp32 = figure(&r, "fp32 parameters");
-    assert_eq!(2.0 * figure(&r, &format!("{low} weights parameters")), fp32);
-    assert_eq!(figure(&r, &format!("{low} autocast parameters")), fp32);
+    let fp32 = figure(&r, pitfalls::precision::FP32_PARAMETERS.name());
+    assert_eq!(2.0 * figure(&r, &pitfalls::precision::EACH_WEIGHTS_PARAMETERS.label(&[&low])), fp32);
+    assert_eq!(figure(&r, &pitfalls::precision::EACH_AUTOCAST_PARAMETERS.label(&[&low])), fp32);
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
 pub(super) fn channels_last(device: DeviceKind) {
     let r = run(device, "channels-last", with_model(ModelId::Resnet18));
-    assert_eq!(figure(&r, "input has NHWC strides"), 1.0);
-    assert_eq!(figure(&r, "conv weights with NHWC strides"), figure(&r, "conv weights"));
+    assert_eq!(figure(&r, pitfalls::layout::INPUT_HAS_NHWC_STRIDES.name()), 1.0);
+    assert_eq!(figure(&r, pitfalls::layout::CONV_WEIGHTS_WITH_NHWC_STRIDES.name()), figure(&r, pitfalls::layout::CONV_WEIGHTS.name()));
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
     // A model without convolutions: nothing to lay out.
     let mlp = run(device, "channels-last", with_model(ModelId::TinyMlp));
@@ -357,8 +357,8 @@ pub(super) fn input_copy(device: DeviceKind) {
     let r = run(device, "input-copy", with_model(ModelId::Resnet18));
     // Each copy adds exactly the input's bytes to the pass's peak.
     assert_eq!(
-        figure(&r, "peak above baseline, copied from pageable"),
-        figure(&r, "peak above baseline, input on the device") + figure(&r, "input bytes")
+        figure(&r, pitfalls::layout::PEAK_ABOVE_BASELINE_COPIED_FROM_PAGEABLE.name()),
+        figure(&r, pitfalls::layout::PEAK_ABOVE_BASELINE_INPUT_ON_THE_DEVICE.name()) + figure(&r, pitfalls::layout::INPUT_BYTES.name())
     );
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);

@@ -71,12 +71,14 @@ fn check_report(device: DeviceKind, id: &str, r: PitfallReport, small_copy: Pitf
     if r.verdict != Verdict::NotApplicable {
         for said in card.statements {
             if let pitfalls::How::Run(names) = said.known {
-                for name in names {
+                for figure in names {
+                    let name = figure.name();
                     let found = match name.strip_prefix('*') {
-                        Some(suffix) => r.figures.iter().any(|f| f.name.ends_with(suffix)),
-                        None => r.figures.iter().any(|f| f.name == *name),
+                        Some(suffix) => r.figures.iter().find(|f| f.name.ends_with(suffix)),
+                        None => r.figures.iter().find(|f| f.name == name),
                     };
-                    assert!(found, "{id}: `{}` rests on figure `{name}`, which the report lacks: {:?}", said.text, r.figures.iter().map(|f| &f.name).collect::<Vec<_>>());
+                    let found = found.unwrap_or_else(|| panic!("{id}: `{}` rests on figure `{name}`, which the report lacks: {:?}", said.text, r.figures.iter().map(|f| &f.name).collect::<Vec<_>>()));
+                    assert_eq!(found.unit, figure.unit().as_str(), "{id}: `{name}` is reported in another unit than its const's");
                 }
             }
         }

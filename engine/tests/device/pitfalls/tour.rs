@@ -14,6 +14,10 @@
 
 use super::*;
 
+use engine::pitfalls::allocator;
+use engine::pitfalls::kit::FigureName;
+use protocol::Unit;
+
 /// The cards the test compares alone and after the tour: memory cards of both halves of the
 /// tour, and on CUDA the two that read the caching allocator's pool (a tour would otherwise
 /// leave them its high-water mark).
@@ -36,12 +40,12 @@ enum Pool {
 /// `torch.cuda.memory_allocated()` and `memory_reserved()` return them), not a difference the
 /// card took itself: compared as their excess over the run's start. Every other byte
 /// figure is already a difference inside the run (a peak above its baseline, a change).
-const WHOLE_PROCESS: [(&str, Pool); 5] = [
-    ("allocated at the run's baseline (weights and input)", Pool::Allocated),
-    ("allocated once the output was freed (weights and input)", Pool::Allocated),
-    ("allocated after release", Pool::Allocated),
-    ("reserved after release", Pool::Reserved),
-    ("peak reserved during the run", Pool::Reserved),
+const WHOLE_PROCESS: [(FigureName, Pool); 5] = [
+    (allocator::ALLOCATED_AT_THE_RUNS_BASELINE_WEIGHTS_AND_INPUT, Pool::Allocated),
+    (allocator::ALLOCATED_ONCE_THE_OUTPUT_WAS_FREED_WEIGHTS_AND_INPUT, Pool::Allocated),
+    (allocator::ALLOCATED_AFTER_RELEASE, Pool::Allocated),
+    (allocator::RESERVED_AFTER_RELEASE, Pool::Reserved),
+    (allocator::PEAK_RESERVED_DURING_THE_RUN, Pool::Reserved),
 ];
 
 /// What the process held when a run began, after the worker's reset.
@@ -78,7 +82,7 @@ fn run_from_start(w: &Worker, device: DeviceKind, id: &'static str) -> (PitfallR
 /// A figure of `r` as the test compares it: its excess over the run's start where it reads
 /// the whole process.
 fn comparable(name: &str, value: f64, start: Start) -> f64 {
-    match WHOLE_PROCESS.iter().find(|(n, _)| *n == name).map(|(_, p)| *p) {
+    match WHOLE_PROCESS.iter().find(|(n, _)| n.name() == name).map(|(_, p)| *p) {
         Some(Pool::Allocated) => value - start.allocated as f64,
         Some(Pool::Reserved) => value - start.reserved as f64,
         None => value,
@@ -117,10 +121,12 @@ pub(super) fn a_card_answers_the_same_wherever_it_sits_in_the_tour(device: Devic
 
 #[test]
 fn the_whole_process_figures_are_the_ones_the_cards_report() {
-    // A renamed figure would silently be compared whole again: each name here is one that
-    // allocated-vs-reserved's source names.
-    let source = include_str!("../../../src/pitfalls/allocator.rs");
+    // A renamed figure would silently be compared whole again: each name here is a const
+    // (a misspelt one does not compile) that allocated-vs-reserved's own file defines, a
+    // byte figure.
+    let source = include_str!("../../../src/pitfalls/allocator/allocated_vs_reserved.rs");
     for (name, _) in WHOLE_PROCESS {
-        assert!(source.contains(&format!("\"{name}\"")), "`{name}` is no figure of engine/src/pitfalls/allocator.rs");
+        assert!(source.contains(&format!("\"{}\"", name.name())), "`{}` is no figure of engine/src/pitfalls/allocator/allocated_vs_reserved.rs", name.name());
+        assert_eq!(name.unit(), Unit::Bytes, "`{}`", name.name());
     }
 }
