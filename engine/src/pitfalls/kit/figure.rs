@@ -37,6 +37,7 @@
 //!
 //! const P50_EAGER: FigureName = FigureName::new("batch {}: p50 eager", Unit::Ms);
 //! const BATCH_1: FigureName = P50_EAGER.instance("batch 1: p50 eagre");
+//! assert_eq!(BATCH_1.unit(), Unit::Ms);
 //! ```
 
 use std::fmt::Display;
