@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side driver: Gradless (`gradless measure`) against its PyTorch peer (peer.py).
+"""Side-by-side driver: Gradless (`gradless measure`) against its PyTorch peer
+(python/gradless/peer.py).
 
 This file owns the comparison method and its table. For each configuration it runs both
 sides over several rounds, interleaved so that slow drifts of the machine (heat, other
@@ -332,7 +333,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the gradless binary (default: $CARGO_TARGET_DIR/release/gradless, "
                         "else ~/.cache/gradless/target/release/gradless)")
     p.add_argument("--python", default=sys.executable, help="the Python that runs peer.py (default: this one)")
-    p.add_argument("--peer", default=str(HERE / "peer.py"), help="the peer script")
+    p.add_argument("--peer", default=str(HERE.parent / "python" / "gradless" / "peer.py"),
+                   help="the peer script (default: python/gradless/peer.py, beside bench/)")
     p.add_argument("--config", action="append", default=None, metavar="SPEC",
                    help="model:batch:eval|train:grad[:autocast[:input_size]]; repeat for several")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 2 with --quick)")

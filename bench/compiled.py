@@ -17,7 +17,7 @@ Per batch (CPU, eval, no_grad, fp32):
     compiled passes) and `compiled.eager_p50_ms` (libtorch eager, same run).
   Python (this process, loaded once per batch, kept across rounds): AOTI = the package
     through `aoti_load_package`; torch.compile = `torch.compile(model)` (default mode) of
-    peer.build_model(name, size, builtin=True) in eval, its first call (Dynamo's trace and
+    gradless.models.build(name, size) in eval, its first call (Dynamo's trace and
     Inductor's compile) timed once per batch after torch._dynamo.reset(); Inductor's disk
     cache is a fresh directory for this process, shared by its batches, so the first
     batch's figure also holds Inductor's one-time start; eager = that model itself.
@@ -28,7 +28,7 @@ runner of the identical compiled code (goal <= 1.1; reported, not asserted: exit
 Gradless eager / PyTorch eager is the same figure for the eager model; torch.compile shows
 what a Python user gets from JIT compiling the same architecture, and what its first call
 costs. The inputs are random (the timings do not depend on their values); the Python
-models' weights are peer.py's seeded ones, the package holds Gradless's. Outputs are not
+models' weights are gradless.models's seeded ones, the package holds Gradless's. Outputs are not
 compared here (a test checks the package bit for bit); Gradless's own compiled-vs-eager
 max |diff| is printed. Memory is not measured here.
 """
@@ -50,11 +50,12 @@ import time
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="gradless-bench-inductor-")
 atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The package gradless (python/, beside bench/): the architectures and the peer's helpers.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
 import torch  # noqa: E402
 
-import peer  # noqa: E402
+from gradless import models, peer  # noqa: E402
 
 
 def gradless(a, batch):
@@ -91,9 +92,9 @@ def run_batch(a, batch):
     path = os.path.join(cache_dir(), c0["package"])
     aoti = torch._inductor.aoti_load_package(path)
     torch.manual_seed(0)
-    x = torch.randn(peer.input_shape(a.model, batch, a.input_size))
+    x = torch.randn(models.input_shape(a.model, batch, a.input_size))
     torch.manual_seed(0)
-    model = peer.build_model(a.model, a.input_size, builtin=True)[0].eval()
+    model = models.build(a.model, a.input_size).eval()
     torch._dynamo.reset()
     compiled = torch.compile(model)
     with torch.no_grad():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks Gradless's FLOP count against PyTorch's own `torch.utils.flop_counter.FlopCounterMode`.
 
-For every built-in model (same architecture as bench/peer.py's, same batch and input size)
+For every built-in model (same architecture as python/gradless/models.py's, same batch and input size)
 it runs one forward pass under FlopCounterMode and one `gradless measure --json` (whose
 `flops` field is counted from the shapes at every module boundary of the traced pass), and
 prints both totals and their ratio. They must agree within 1%: the exit status is 1
@@ -22,17 +22,17 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peer  # noqa: E402  (the same architectures Gradless mirrors)
+# The package gradless (python/, beside bench/): the same architectures Gradless builds.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+from gradless import models  # noqa: E402
 
-MODELS = ["tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer"]
+MODELS = list(models.MODELS)
 DEFAULT_SIZE = {"tiny_mlp": 512, "resnet18": 224, "resnet50": 224, "mobilenet_v2": 224, "transformer": 128}
 
 
 def pytorch_flops(name: str, batch: int, size: int) -> int:
-    model, _ = peer.build_model(name, size, builtin=True)
-    model.eval()
-    x = torch.randn(peer.input_shape(name, batch, size))
+    model = models.build(name, size).eval()
+    x = torch.randn(models.input_shape(name, batch, size))
     counter = FlopCounterMode(display=False)
     # On the CPU, attention dispatches to `_scaled_dot_product_flash_attention_for_cpu`,
     # which FlopCounterMode has no formula for (it would count attention as 0). The math

@@ -38,12 +38,9 @@ UNSAFE_ALLOWED = [
     "engine/src/models/decoder/weights.rs",
 ]
 
-# Product code that still reads bench/ (the Python package moves it: issue 63, item 5).
-EXCEPTIONS_BENCH = {
-    "engine/src/lab/compiled.rs": "finds bench/peer.py at run time",
-    "engine/src/pitfalls/python.rs": "includes bench/card_peer.py",
-    "server/src/export.rs": "includes bench/peer.py",
-}
+# Product code that still reads bench/: none since the Python package (python/gradless/,
+# issue 63, item 5).
+EXCEPTIONS_BENCH: dict[str, str] = {}
 
 # Process-wide state in protocol still to be replaced by a catalog value (issue 63, item 4).
 EXCEPTIONS_STATIC = {

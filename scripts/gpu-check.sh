@@ -8,10 +8,10 @@
 #     the host needs into one folder (default target/gpu-bundle, ignored by git): the
 #     stripped, xz-compressed `gradless` binary and the engine's per-device test binary
 #     (the very ones `cargo test --release --workspace` built), this script and its parts
-#     (gpu-check/, beside it), the peer benchmark (bench/compare.py, and bench/peer.py,
-#     which the compiled runs build their models from), copies of the venv's safetensors
-#     (pylib/) and of CUDA's crt/ headers (cuda/include/crt), each used on the host only
-#     where it lacks its own, and bundle.json (commit, sizes, sha256, and whether CUDA graph
+#     (gpu-check/, beside it), the peer benchmark (bench/compare.py, and the package it
+#     runs, python/gradless/, whose sources the binary also carries), copies of the venv's
+#     safetensors (pylib/) and of CUDA's crt/ headers (cuda/include/crt), each used on the
+#     host only where it lacks its own, and bundle.json (commit, sizes, sha256, and whether CUDA graph
 #     capture is compiled in). What travels to the host is the whole working tree AND the
 #     bundle, 64 MiB together: the bundle step counts both and fails above 62 MiB, and fails
 #     when graph capture is not compiled in, unless --allow-no-cuda-graphs.

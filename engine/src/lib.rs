@@ -9,6 +9,7 @@
 //! - [`worker`]: the thread that owns the device, and its bounded queue.
 //! - [`pitfalls`]: one live experiment per pitfall card, each with a measured verdict.
 //! - [`input`]: the forward pass's inputs (several for some team models).
+//! - [`python_package`]: the Python package `python/gradless/`, compiled in.
 //! - [`models`], [`device`], [`spec`], [`stats`]: the model zoo, the hardware, spec
 //!   checking and latency statistics.
 
@@ -20,6 +21,7 @@ pub mod lab;
 pub mod models;
 pub mod peak;
 pub mod pitfalls;
+pub mod python_package;
 pub mod spec;
 pub mod stats;
 pub mod team;

@@ -337,7 +337,7 @@ impl ModelId {
             ModelId::Resnet50 => "torchvision.models.resnet50()",
             ModelId::MobilenetV2 => "torchvision.models.mobilenet_v2()",
             // PyTorch's own layer, configured like the engine's encoder (which writes the same
-            // layer out op by op, as bench/peer.py's EncoderLayer does).
+            // layer out op by op, as python/gradless/models.py's EncoderLayer does).
             ModelId::Transformer => "nn.TransformerEncoder(\n    nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True),\n    num_layers=4,\n    enable_nested_tensor=False,\n)",
             ModelId::Team(name) => {
                 return format!("torch.jit.load(\"{name}.pt\", map_location=device)")

@@ -66,8 +66,12 @@ print(json.dumps(f))' "$facts_file" "$libtorch_cuda" "$ALLOW_NO_GRAPHS")"
   # Its parts: each step's body (bash) and the Python it runs, found beside the script.
   cp -r "$PARTS" "$BUNDLE/gpu-check"
   rm -rf "$BUNDLE/gpu-check/__pycache__"
-  cp bench/compare.py bench/peer.py "$BUNDLE/bench/"
-  # safetensors, for the compile script (engine/python/aoti_compile.py reads the weights
+  # The peer benchmark: bench/compare.py runs python/gradless/peer.py, found beside bench/
+  # (the binary carries the package's sources it runs itself).
+  cp bench/compare.py "$BUNDLE/bench/"
+  mkdir -p "$BUNDLE/python/gradless"
+  cp python/gradless/*.py "$BUNDLE/python/gradless/"
+  # safetensors, for the compile script (python/gradless/aoti_compile.py reads the weights
   # with it) on a host whose venv lacks it: PyTorch does not depend on it. The venv's copy
   # is an abi3 wheel's (CPython 3.10 or newer, manylinux); the compiled step puts pylib/ on
   # PYTHONPATH only where the host's Python cannot import its own.

@@ -30,8 +30,8 @@
 #   3. the compiled-model cards by id, on tiny_mlp, in one process (like the pitfalls step):
 #      each must report (any verdict, not_applicable included: a finding, not a failure).
 # The venv's Python compiles (GRADLESS_PYTHON: the binary's default is a venv under
-# GRADLESS_CACHE or HOME, not TORCH_VENV) from the bundle's bench/peer.py
-# (GRADLESS_BENCH_DIR). It needs a C++ compiler (AOTInductor's wrapper and CPU kernels), on
+# GRADLESS_CACHE or HOME, not TORCH_VENV), with the compile script and the architectures the
+# binary carries (python/gradless/, compiled in). It needs a C++ compiler (AOTInductor's wrapper and CPU kernels), on
 # a GPU a C compiler and Python.h (Triton's launcher), and safetensors (the compile script
 # reads the weights with it; PyTorch does not depend on it, so the bundle carries a copy,
 # used only where the host's Python has none): checked first, each with its own reason. On
@@ -49,7 +49,7 @@ compiled_setup() {
   local work="$BIN/compiled" tool="$OUT/compiled-toolchain.json"
   mkdir -p "$work/cache"
   export GRADLESS_CACHE="$work/cache" TRITON_CACHE_DIR="$work/cache/triton" GRADLESS_THREADS=1
-  export GRADLESS_PYTHON="$PY" GRADLESS_BENCH_DIR="$HERE/bench"
+  export GRADLESS_PYTHON="$PY"
   if [ "$MODE" = dry ]; then
     echo '{"dry_run": true, "problems": []}' >"$tool"
     return 0

@@ -6,9 +6,6 @@
 
 use protocol::{Record, RecordBody, Report};
 
-/// Gradless's own Python peer: the same method, step by step (see bench/peer.py's docs).
-/// The exported script is this file, unchanged, with the run's settings as its arguments.
-const PEER_PY: &str = include_str!("../../bench/peer.py");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -190,7 +187,7 @@ fn write_csv<const N: usize>(header: [&str; N], rows: Vec<[String; N]>) -> Strin
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-/// The command-line arguments of bench/peer.py that repeat `r`'s run: the settings table's
+/// The command-line arguments of gradless.peer (python/gradless/peer.py) that repeat `r`'s run: the settings table's
 /// flags for a forward run (peer.py takes `gradless measure`'s), with the threads the run
 /// used.
 pub fn peer_args(r: &Report) -> Vec<String> {
@@ -214,7 +211,7 @@ fn py_str(s: &str) -> String {
 }
 
 /// What the exported script prints beside its own figures: the recorded run's, under the
-/// field names bench/peer.py's report uses (its table reads both the same way).
+/// field names gradless.peer's report uses (its table reads both the same way).
 fn recorded_figures(id: &str, r: &Report) -> serde_json::Value {
     serde_json::json!({
         "run_id": id,
@@ -229,8 +226,10 @@ fn recorded_figures(id: &str, r: &Report) -> serde_json::Value {
     })
 }
 
-/// bench/peer.py with the recorded run's settings as its default arguments, and the
-/// recorded figures printed beside the new ones.
+/// Gradless's own Python peer, the same method step by step (python/gradless/peer.py, with
+/// the architectures it imports inlined: [`engine::python_package::standalone_peer`]), with
+/// the recorded run's settings as its default arguments, and the recorded figures printed
+/// beside the new ones.
 pub fn python_script(id: &str, r: &Report) -> String {
     let l = &r.latency_ms;
     let m = &r.memory;
@@ -283,15 +282,15 @@ pub fn python_script(id: &str, r: &Report) -> String {
         ));
     }
     head.push_str(
-        "# Below is Gradless's Python peer (bench/peer.py), unchanged: the same warm-up,\n",
+        "# Below is Gradless's Python peer (python/gradless/peer.py, with the architectures it\n\
+         # imports from python/gradless/models.py inlined): the same warm-up,\n",
     );
     head.push_str(
         "# synchronisation and per-iteration peak reset as the server's measurement.\n\n",
     );
 
-    let body = PEER_PY
-        .strip_prefix("#!/usr/bin/env python3\n")
-        .unwrap_or(PEER_PY);
+    let peer = engine::python_package::standalone_peer();
+    let body = peer.strip_prefix("#!/usr/bin/env python3\n").unwrap_or(&peer);
     let main_call = "if __name__ == \"__main__\":\n    sys.exit(main())\n";
     let body = body.strip_suffix(main_call).unwrap_or(body);
     let mut tail = String::from("\n# ---- the recorded run ----------------------------------------------------------------------\n\n");
@@ -319,9 +318,10 @@ mod tests {
 
     #[test]
     fn peer_ends_with_the_main_call_the_export_replaces() {
-        // If bench/peer.py changes its ending, the export would call main() twice.
-        assert!(PEER_PY.ends_with("if __name__ == \"__main__\":\n    sys.exit(main())\n"));
-        assert!(PEER_PY.starts_with("#!/usr/bin/env python3\n"));
+        // If peer.py changes its ending, the export would call main() twice.
+        let peer = engine::python_package::standalone_peer();
+        assert!(peer.ends_with("if __name__ == \"__main__\":\n    sys.exit(main())\n"));
+        assert!(peer.starts_with("#!/usr/bin/env python3\n"));
     }
 
     #[test]

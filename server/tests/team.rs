@@ -1,7 +1,7 @@
 //! Team models through the binary and the API: `--models-dir` on `models` and `measure`
 //! (with the refused files named on stderr), a failing forward as a failed run with its
 //! reason, the API's info, runs and errors, the exported script, and CPU peak memory equal
-//! to Python PyTorch's (bench/peer.py) for the same TorchScript file and settings.
+//! to Python PyTorch's (python/gradless/peer.py) for the same TorchScript file and settings.
 //! The models are made during the test by the venv's PyTorch
 //! (engine/tests/fixtures/make_team_models.py).
 
@@ -322,7 +322,7 @@ fn cpu_peak_memory_equals_pytorchs_for_the_same_torchscript_file() {
         assert!(ours.status.success(), "{}", text(&ours.stderr));
         let ours: serde_json::Value = serde_json::from_slice(&ours.stdout).unwrap();
         let peer = Command::new(python())
-            .arg(repo("bench/peer.py"))
+            .arg(repo("python/gradless/peer.py"))
             .args(&args)
             .args(["--models-dir", &dir])
             .output()

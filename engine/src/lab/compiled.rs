@@ -2,12 +2,14 @@
 //! AOTInductor (`aoti_compile_and_package`) in the venv's Python, on Gradless's own weights,
 //! the package cached on disk and run from libtorch (`crate::torch_ext::AotiPackage`).
 //!
-//! The Python side is `engine/python/aoti_compile.py` (run with `-c`): it builds the same
-//! architecture as the PyTorch peer does (`bench/peer.py`), loads the weights Gradless saved
-//! (a safetensors file of the run's VarStore), exports it with a dynamic batch dimension and
-//! compiles it, timing each part. Inductor writes the CPU thread count into its kernels, so
-//! the package is compiled for the run's threads and the cache is keyed by them, as by the
-//! model, its weights, the device, the batch range, PyTorch's version and the script.
+//! The Python side is `python/gradless/aoti_compile.py`, run from the sources compiled in
+//! (`crate::python_package`, with `-c`): it builds the same architecture as the PyTorch peer
+//! does (`gradless.models`), loads the weights Gradless saved (a safetensors file of the
+//! run's VarStore, whose variable names are the module's state_dict names), exports it with a
+//! dynamic batch dimension and compiles it, timing each part. Inductor writes the CPU thread
+//! count into its kernels, so the package is compiled for the run's threads and the cache is
+//! keyed by them, as by the model, its weights, the device, the batch range, PyTorch's
+//! version and the program (the script and the architectures).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,8 +22,10 @@ use crate::models::Model;
 use crate::torch_call::failure;
 use crate::torch_ext::AotiPackage;
 
-/// The compile script, run as `python -c`.
-const SCRIPT: &str = include_str!("../../python/aoti_compile.py");
+/// The compile program, run as `python -c`: `gradless.aoti_compile` and the architectures.
+fn program() -> String {
+    crate::python_package::program(crate::python_package::Entry::AotiCompile)
+}
 
 /// The longest a compile may take, interpreter start and imports included (a ResNet-50 on
 /// a busy 2-core CPU takes minutes); it is also kept inside the run's own deadline.
@@ -87,15 +91,6 @@ pub fn cache_dir() -> PathBuf {
         .or_else(|| var("HOME").map(|h| h.join(".cache/gradless")))
         .unwrap_or_else(std::env::temp_dir)
         .join("aoti")
-}
-
-/// The PyTorch definitions of the built-in models: `$GRADLESS_BENCH_DIR/peer.py` (a bundle
-/// copied elsewhere), else the repository's `bench/peer.py`, where the build found it.
-fn peer_script() -> PathBuf {
-    std::env::var_os("GRADLESS_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench")))
-        .join("peer.py")
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -178,13 +173,13 @@ fn prepare_with(job: &Job, python: &Path, control: &RunControl, dir: &Path, weig
     let spec = job.spec;
     let input_size = spec.resolved_input_size();
     let key_text = format!(
-        "{}|{input_size}|{}|fp32|{batch_min}..{batch_max}|threads {}|libtorch {}|eval {}|script {}|weights {}",
+        "{}|{input_size}|{}|fp32|{batch_min}..{batch_max}|threads {}|libtorch {}|eval {}|program {}|weights {}",
         spec.model,
         job.device.as_str(),
         job.threads,
         crate::device::LIBTORCH_VERSION,
         spec.eval,
-        hex(&Sha256::digest(SCRIPT.as_bytes())),
+        hex(&Sha256::digest(program().as_bytes())),
         hex(&Sha256::digest(&bytes)),
     );
     drop(bytes);
@@ -267,20 +262,20 @@ fn compile(job: &Job, python: &Path, control: &RunControl, file: &Path, weights:
         None => COMPILE_LIMIT,
     };
     let partial = file.with_extension("partial.pt2");
-    let peer = peer_script();
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let (peer, weights_arg, out) = (s(&peer), s(weights), s(&partial));
+    let (weights_arg, out) = (s(weights), s(&partial));
     let (input, bmin, bmax, t) = (spec.resolved_input_size().to_string(), batch_min.to_string(), batch_max.to_string(), job.threads.to_string());
     let common = [
         "--input-size", &input, "--batch-min", &bmin, "--batch-max", &bmax, "--threads", &t, "--device", job.device.as_str(), "--dtype", "fp32",
         "--out", &out, "--eval",
     ];
     let team = team_source(job, weights)?;
-    let mut args: Vec<&str> = vec!["-c", SCRIPT];
+    let program = program();
+    let mut args: Vec<&str> = vec!["-c", &program];
     match &team {
         // A team model: built from its sidecar's source, filled from its TorchScript file.
         Some(t) => args.extend(["--team-source", &t.source, "--team-name", spec.model.as_str(), "--team-weights", &weights_arg, "--team-inputs", &t.inputs]),
-        None => args.extend(["--peer", &peer, "--model", model.id.as_str(), "--weights", &weights_arg]),
+        None => args.extend(["--model", model.id.as_str(), "--weights", &weights_arg]),
     }
     args.extend(common);
     let inductor = cache_dir().join("inductor");

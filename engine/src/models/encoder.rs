@@ -1,5 +1,6 @@
-//! The transformer encoder (Dropout + LayerNorm), written op by op as `bench/peer.py`'s
-//! EncoderLayer is.
+//! The transformer encoder (Dropout + LayerNorm), written op by op as
+//! `python/gradless/models.py`'s EncoderLayer is. Its variables are named as that file's
+//! nn.Sequential of EncoderLayers names them (`{layer}.in_proj.weight`, ...).
 
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
@@ -24,7 +25,7 @@ pub(super) struct Transformer {
 impl Transformer {
     pub(super) fn new(p: &nn::Path) -> Transformer {
         let layers = (0..LAYERS)
-            .map(|i| EncoderLayer::new(&(p / format!("layer{i}")), i))
+            .map(|i| EncoderLayer::new(&(p / i.to_string()), i))
             .collect();
         Transformer { layers }
     }
@@ -79,7 +80,7 @@ impl EncoderLayer {
 }
 
 impl EncoderLayer {
-    // Mirrors bench/peer.py's EncoderLayer.forward; see the module docs for why each
+    // Mirrors gradless.models's EncoderLayer.forward; see the module docs for why each
     // intermediate gets its own statement.
     fn forward(&self, input: &Tensor, train: bool, probe: &mut Probe<'_>) -> Tensor {
         let (b, s, d) = input

@@ -1,5 +1,7 @@
 //! The tiny MLP: Linear → BatchNorm → ReLU → Dropout, twice, then a linear head (the fast
-//! CPU default, mirrored in `bench/peer.py`).
+//! CPU default, mirrored in `python/gradless/models.py`). Its variables are named as that
+//! nn.Sequential's state_dict names them (the index of each module holding tensors: ReLU
+//! and Dropout hold none), so the weights Gradless saves load there by name.
 
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
@@ -23,11 +25,11 @@ pub(super) struct Mlp {
 impl Mlp {
     pub(super) fn new(p: &nn::Path, features: i64) -> Mlp {
         Mlp {
-            fc1: nn::linear(p / "fc1", features, MLP_HIDDEN, Default::default()),
-            bn1: nn::batch_norm1d(p / "bn1", MLP_HIDDEN, Default::default()),
-            fc2: nn::linear(p / "fc2", MLP_HIDDEN, MLP_HIDDEN, Default::default()),
-            bn2: nn::batch_norm1d(p / "bn2", MLP_HIDDEN, Default::default()),
-            fc3: nn::linear(p / "fc3", MLP_HIDDEN, 10, Default::default()),
+            fc1: nn::linear(p / "0", features, MLP_HIDDEN, Default::default()),
+            bn1: nn::batch_norm1d(p / "1", MLP_HIDDEN, Default::default()),
+            fc2: nn::linear(p / "4", MLP_HIDDEN, MLP_HIDDEN, Default::default()),
+            bn2: nn::batch_norm1d(p / "5", MLP_HIDDEN, Default::default()),
+            fc3: nn::linear(p / "8", MLP_HIDDEN, 10, Default::default()),
         }
     }
 }

@@ -1,4 +1,8 @@
-//! torchvision's MobileNet-V2, line for line.
+//! torchvision's MobileNet-V2, line for line. Variables are named as torchvision's
+//! state_dict names them: `features.0` the first Conv2dNormActivation (`.0` its convolution,
+//! `.1` its BatchNorm), `features.{j+1}.conv` block j's Sequential ([expand], depthwise,
+//! project convolution, project BatchNorm), `features.18` the last, `classifier.1` the
+//! linear layer (after the Dropout at `classifier.0`).
 
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
@@ -73,40 +77,40 @@ impl MobileNetV2 {
             (6, 160, 3, 2),
             (6, 320, 1, 1),
         ];
-        let first =
-            ConvBnRelu6(ConvBn::new(&(p / "first"), 3, 32, 3, 2, 1, 1).named("features.0".into()));
+        let features = p / "features";
+        let first = ConvBnRelu6(ConvBn::sequential(&(&features / "0"), 3, 32, 3, 2, 1, 1).named("features.0".into()));
         let mut blocks = Vec::new();
         let mut cin = 32;
         for (t, c, n, s) in SETTINGS {
             for i in 0..n {
                 let stride = if i == 0 { s } else { 1 };
                 let hidden = cin * t;
-                let q = p / format!("block{}", blocks.len());
                 // torchvision's path: features.0 is the first convolution.
-                let name = format!("features.{}", blocks.len() + 1);
+                let index = blocks.len() + 1;
+                let name = format!("features.{index}");
+                let q = &features / index.to_string() / "conv";
+                // The block's Sequential: [expand,] depthwise, project conv, project bn.
+                let at = |i: usize| &q / i.to_string();
+                let dw = usize::from(t != 1);
                 blocks.push(InvertedResidual {
                     expand: (t != 1).then(|| {
-                        ConvBnRelu6(
-                            ConvBn::new(&(&q / "expand"), cin, hidden, 1, 1, 0, 1)
-                                .named(format!("{name}.expand")),
-                        )
+                        ConvBnRelu6(ConvBn::sequential(&at(0), cin, hidden, 1, 1, 0, 1).named(format!("{name}.expand")))
                     }),
                     depthwise: ConvBnRelu6(
-                        ConvBn::new(&(&q / "dw"), hidden, hidden, 3, stride, 1, hidden)
-                            .named(format!("{name}.dw")),
+                        ConvBn::sequential(&at(dw), hidden, hidden, 3, stride, 1, hidden).named(format!("{name}.dw")),
                     ),
-                    project: ConvBn::new(&(&q / "project"), hidden, c, 1, 1, 0, 1)
-                        .named(format!("{name}.project")),
+                    project: ConvBn::new(&at(dw + 1), &at(dw + 2), hidden, c, 1, 1, 0, 1).named(format!("{name}.project")),
                     residual: (stride == 1 && cin == c).then(|| format!("{name}.add")),
                 });
                 cin = c;
             }
         }
+        let last_index = (blocks.len() + 1).to_string();
         let last = ConvBnRelu6(
-            ConvBn::new(&(p / "last"), cin, 1280, 1, 1, 0, 1)
-                .named(format!("features.{}", blocks.len() + 1)),
+            ConvBn::sequential(&(&features / last_index.as_str()), cin, 1280, 1, 1, 0, 1)
+                .named(format!("features.{last_index}")),
         );
-        let classifier = nn::linear(p / "classifier", 1280, CLASSES, Default::default());
+        let classifier = nn::linear(p / "classifier" / "1", 1280, CLASSES, Default::default());
         MobileNetV2 {
             first,
             blocks,

@@ -6,7 +6,12 @@
 //! alive to the end of the statement, where Python drops each one as soon as the next op has
 //! consumed it. ResNet and MobileNet-V2 follow torchvision 0.26 line for line (in-place
 //! ReLUs and residual additions included), so peak memory matches PyTorch's; the MLP and
-//! the transformer are mirrored in `bench/peer.py`.
+//! the transformer are mirrored in `python/gradless/models.py`.
+//!
+//! Every variable is named as the PyTorch module's `state_dict` names it (torchvision's for
+//! ResNet and MobileNet-V2, `gradless.models`'s for the MLP and the encoder), so the weights
+//! Gradless saves load into the Python side by name (the ahead-of-time compile does;
+//! `engine/tests/python_package.rs` checks every name and shape against Python's).
 //!
 //! Every forward pass takes a [`Probe`] and marks it after each module (names follow
 //! torchvision's module paths, so `layer2.1.conv2` means what it means there). The timed
@@ -223,6 +228,58 @@ mod tests {
         assert_eq!(count(ModelId::Resnet18), 11_689_512);
         assert_eq!(count(ModelId::MobilenetV2), 3_504_872);
         assert_eq!(count(ModelId::Resnet50), 25_557_032);
+    }
+
+    /// Every variable of every built-in model has the name and shape of a tensor in the
+    /// state_dict of `python/gradless/models.py`'s module, and every tensor there (but the
+    /// BatchNorms' `num_batches_tracked`, which tch does not keep) a variable; for the image
+    /// models the same holds against torchvision's own module. The ahead-of-time compile
+    /// loads Gradless's weights by these names. Needs `GRADLESS_PYTHON` (scripts/test.sh sets
+    /// it) with torch and torchvision.
+    #[test]
+    fn variable_names_are_the_python_modules_state_dict_names() {
+        let Some(python) = std::env::var_os("GRADLESS_PYTHON") else {
+            eprintln!("GRADLESS_PYTHON is not set: the names were not compared with Python's");
+            return;
+        };
+        const SIZE: u32 = 64;
+        let ours: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<i64>>> = [
+            ModelId::TinyMlp,
+            ModelId::Resnet18,
+            ModelId::Resnet50,
+            ModelId::MobilenetV2,
+            ModelId::Transformer,
+        ]
+        .into_iter()
+        .map(|id| {
+            let m = Model::build(id, Device::Cpu, SIZE);
+            let vars = m.vs.variables().into_iter().map(|(name, t)| (name, t.size())).collect();
+            (id.as_str().to_string(), vars)
+        })
+        .collect();
+        let script = format!(
+            "import json\nimport torchvision\nfrom gradless import models\n\
+             def names(m):\n    return {{k: list(v.shape) for k, v in m.state_dict().items() if not k.endswith('num_batches_tracked')}}\n\
+             out = {{name: names(models.build(name, {SIZE})) for name in models.MODELS}}\n\
+             out.update({{'torchvision ' + name: names(getattr(torchvision.models, name)()) for name in models.IMAGE_MODELS}})\n\
+             print(json.dumps(out))\n"
+        );
+        let out = std::process::Command::new(&python)
+            .args(["-c", &script])
+            .env("PYTHONPATH", concat!(env!("CARGO_MANIFEST_DIR"), "/../python"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let theirs: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<i64>>> =
+            serde_json::from_slice(&out.stdout).unwrap();
+        for (name, vars) in &ours {
+            assert!(!vars.is_empty(), "{name}");
+            assert_eq!(Some(vars), theirs.get(name), "{name}: Gradless's variables against gradless.models's state_dict");
+            if let Some(tv) = theirs.get(&format!("torchvision {name}")) {
+                assert_eq!(vars, tv, "{name}: Gradless's variables against torchvision's state_dict");
+            }
+        }
+        assert_eq!(theirs.keys().filter(|k| k.starts_with("torchvision ")).count(), 3, "{:?}", theirs.keys());
     }
 
     #[test]

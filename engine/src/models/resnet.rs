@@ -1,5 +1,7 @@
 //! torchvision's ResNet (v1.5), line for line (in-place ReLUs and residual additions
-//! included), and the Conv → BatchNorm pair MobileNet-V2 shares.
+//! included), and the Conv → BatchNorm pair MobileNet-V2 shares. Variables are named as
+//! torchvision's state_dict names them (`layer2.0.conv1.weight`, `layer2.0.downsample.1.
+//! running_mean`).
 
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
@@ -19,9 +21,12 @@ pub(super) struct ConvBn {
 }
 
 impl ConvBn {
+    /// The convolution's variables under `conv`, the BatchNorm's under `bn` (torchvision's
+    /// names for the pair differ by where it sits).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
-        p: &nn::Path,
+        conv: &nn::Path,
+        bn: &nn::Path,
         cin: i64,
         cout: i64,
         k: i64,
@@ -37,10 +42,16 @@ impl ConvBn {
             ..Default::default()
         };
         ConvBn {
-            conv: nn::conv2d(p / "conv", cin, cout, k, config),
-            bn: nn::batch_norm2d(p / "bn", cout, Default::default()),
+            conv: nn::conv2d(conv, cin, cout, k, config),
+            bn: nn::batch_norm2d(bn, cout, Default::default()),
             name: String::new(),
         }
+    }
+
+    /// The pair as an nn.Sequential holds it (torchvision's `downsample` and
+    /// Conv2dNormActivation): the convolution at `p.0`, the BatchNorm at `p.1`.
+    pub(super) fn sequential(p: &nn::Path, cin: i64, cout: i64, k: i64, stride: i64, padding: i64, groups: i64) -> ConvBn {
+        ConvBn::new(&(p / "0"), &(p / "1"), cin, cout, k, stride, padding, groups)
     }
 
     pub(super) fn named(mut self, name: String) -> ConvBn {
@@ -77,21 +88,25 @@ impl Block {
         planes: i64,
         stride: i64,
     ) -> Block {
+        // torchvision's conv{k}, bn{k}.
+        let pair = |k: usize, cin, cout, size, stride, padding| {
+            ConvBn::new(&(p / format!("conv{k}")), &(p / format!("bn{k}")), cin, cout, size, stride, padding, 1)
+        };
         let (convs, cout) = if bottleneck {
             let out = planes * 4;
             (
                 vec![
-                    ConvBn::new(&(p / "c1"), cin, planes, 1, 1, 0, 1),
-                    ConvBn::new(&(p / "c2"), planes, planes, 3, stride, 1, 1),
-                    ConvBn::new(&(p / "c3"), planes, out, 1, 1, 0, 1),
+                    pair(1, cin, planes, 1, 1, 0),
+                    pair(2, planes, planes, 3, stride, 1),
+                    pair(3, planes, out, 1, 1, 0),
                 ],
                 out,
             )
         } else {
             (
                 vec![
-                    ConvBn::new(&(p / "c1"), cin, planes, 3, stride, 1, 1),
-                    ConvBn::new(&(p / "c2"), planes, planes, 3, 1, 1, 1),
+                    pair(1, cin, planes, 3, stride, 1),
+                    pair(2, planes, planes, 3, 1, 1),
                 ],
                 planes,
             )
@@ -102,7 +117,7 @@ impl Block {
             .map(|(i, c)| c.named(format!("{name}.conv{}", i + 1)))
             .collect();
         let downsample = (stride != 1 || cin != cout)
-            .then(|| ConvBn::new(&(p / "down"), cin, cout, 1, stride, 0, 1));
+            .then(|| ConvBn::sequential(&(p / "downsample"), cin, cout, 1, stride, 0, 1));
         // The downsample is marked together with the addition: its output only lives until
         // the addition, so a point between them would show a dip that no saved tensor makes.
         let add = match downsample {
@@ -149,7 +164,7 @@ pub(super) struct ResNet {
 
 impl ResNet {
     pub(super) fn new(p: &nn::Path, bottleneck: bool, depths: [usize; 4]) -> ResNet {
-        let stem = ConvBn::new(&(p / "stem"), 3, 64, 7, 2, 3, 1).named("conv1".into());
+        let stem = ConvBn::new(&(p / "conv1"), &(p / "bn1"), 3, 64, 7, 2, 3, 1).named("conv1".into());
         let expansion = if bottleneck { 4 } else { 1 };
         let mut blocks = Vec::new();
         let mut cin = 64;
@@ -157,7 +172,7 @@ impl ResNet {
             for i in 0..depth {
                 let stride = if stage > 0 && i == 0 { 2 } else { 1 };
                 blocks.push(Block::new(
-                    &(p / format!("layer{}_{i}", stage + 1)),
+                    &(p / format!("layer{}", stage + 1) / i.to_string()),
                     &format!("layer{}.{i}", stage + 1),
                     bottleneck,
                     cin,

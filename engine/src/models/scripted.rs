@@ -35,7 +35,7 @@ pub(crate) fn register(files: HashMap<String, PathBuf>) {
 
 /// A team model's inputs at `batch` and `size`, as its sidecar describes each: random
 /// normal (floating point), uniform in `0..high` (ids), or `fill` everywhere (a mask).
-/// `bench/peer.py` makes the same tensors, so both sides hold the same bytes.
+/// `python/gradless/peer.py` makes the same tensors, so both sides hold the same bytes.
 pub fn input(sidecar: &Sidecar, batch: u32, size: u32, device: Device) -> Input {
     let tensors = sidecar
         .inputs

@@ -3,7 +3,8 @@
 //! no Python interpreter per op; a team's code is Python, and pays it on every op and module
 //! call. So these cards run their experiment a second time from the server's Python
 //! ([`PythonPeer`]: `gradless serve --python PATH`, passed in through
-//! [`crate::WorkerConfig::python`]), with `bench/card_peer.py` (compiled in), after their own
+//! [`crate::WorkerConfig::python`]), with `python/gradless/card_peer.py` (compiled in,
+//! `crate::python_package`), after their own
 //! timing, and add its figures beside theirs: `Python: NAME` is the figure `NAME` timed from
 //! Python, `Python / Gradless: NAME` Python's time over Gradless's.
 //!
@@ -22,8 +23,11 @@ use serde::Deserialize;
 
 use crate::lab::RunControl;
 
-/// The peer's source, compiled in (`python -c SOURCE REQUEST`): a server needs no checkout.
-pub const SCRIPT: &str = include_str!("../../../bench/card_peer.py");
+/// The peer's program, from the sources compiled in (`python -c PROGRAM REQUEST`): a server
+/// needs no checkout.
+pub fn program() -> String {
+    crate::python_package::program(crate::python_package::Entry::CardPeer)
+}
 
 /// The prefix of a figure timed from Python: `Python: NAME` is Gradless's `NAME`, from Python.
 pub const PYTHON: &str = "Python: ";
@@ -69,7 +73,8 @@ impl PythonPeer {
         }
         let who = self.interpreter.display().to_string();
         let request = request.to_string();
-        let stdout = match crate::lab::run_python(&self.interpreter, &["-c", SCRIPT, &request], &[], limit, control)? {
+        let program = program();
+        let stdout = match crate::lab::run_python(&self.interpreter, &["-c", &program, &request], &[], limit, control)? {
             Ok(out) => out,
             Err(why) => return Ok(Err(why)),
         };
@@ -78,7 +83,7 @@ impl PythonPeer {
     }
 }
 
-/// What the peer timed (see `bench/card_peer.py`).
+/// What the peer timed (see `python/gradless/card_peer.py`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct Timed {
     pub python: String,

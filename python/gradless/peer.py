@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The PyTorch peer of `gradless measure`: the same measurement, written in plain Python.
 
-This file owns the Python side of the side-by-side benchmark (bench/compare.py runs it).
+This module owns the Python side of the side-by-side benchmark (bench/compare.py runs it)
+and the script a recorded run exports (server/src/export.rs: this file with the
+architectures, gradless/models.py, in place of their import).
 It takes the same flags as `gradless measure` and prints the same JSON keys where they
 apply, so that a reader can check Gradless's numbers against what PyTorch itself reports.
 
@@ -9,8 +11,8 @@ The method mirrors engine/src/lab.rs step by step:
 
   1. torch.manual_seed(0); build the model (random weights) and put it on the device;
      model.train() or model.eval().
-     Without torchvision, the image models come from this file's line-for-line copies of
-     torchvision's architectures (checked with --check-builtin).
+     Without torchvision, the image models come from gradless.models's line-for-line
+     copies of torchvision's architectures (checked with --check-builtin).
   2. torch.manual_seed(0); the input is torch.randn(shape) on the device (a team model's
      inputs as its sidecar describes each: randn, randint(0, high) for ids, or full(fill)
      for a mask; several inputs are a tuple passed as model(*x), and each setting applies
@@ -46,8 +48,8 @@ latency pass, so profiler overhead never touches the timings. The CPU baseline i
 bytes of the distinct storages of the model's parameters and buffers and of the input:
 what Gradless's counter holds at that point for a freshly built model.
 
-Run `python bench/peer.py --self-test` to check the CPU memory method on known tensors, and
-`python bench/peer.py --check-builtin` to check the built-in image models against torchvision.
+Run `python python/gradless/peer.py --self-test` to check the CPU memory method on known tensors, and
+`python python/gradless/peer.py --check-builtin` to check the built-in image models against torchvision.
 """
 
 from __future__ import annotations
@@ -69,276 +71,29 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-MODELS = ("tiny_mlp", "resnet18", "resnet50", "mobilenet_v2", "transformer")
+# ---- the architectures: gradless/models.py (an exported script carries its text here) ----
+if __name__ == "__main__" and not __package__:
+    # Run as a file (python python/gradless/peer.py): the package is the folder above.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gradless.models import (  # noqa: E402
+    BUILTIN_IMAGE_MODELS,
+    CLASSES,
+    IMAGE_MODELS,
+    INPUT_SIZES,
+    MODELS,
+    WEIGHT_DTYPES,
+    build,
+    input_shape,
+)
+# ---- end of the architectures ----
+
 GRAD_MODES = ("enabled", "no_grad", "inference_mode")
 AUTOCASTS = ("off", "fp16", "bf16")
 WEIGHTS = ("fp32", "fp16", "bf16")
 MEMORY_FORMATS = ("contiguous", "channels_last")
 INPUT_SOURCES = ("device", "pageable", "pinned")
-WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SEED = 0
-
-# Input sizes: (default, max), as protocol::ModelId::input says; ResNets and MobileNet need
-# at least 32 pixels a side.
-INPUT_SIZES = {
-    "tiny_mlp": (512, 65_536),
-    "resnet18": (224, 1024),
-    "resnet50": (224, 1024),
-    "mobilenet_v2": (224, 1024),
-    "transformer": (128, 4096),
-}
-IMAGE_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
-
-# Transformer and MLP constants, as in engine/src/models.rs.
-D_MODEL = 256
-HEADS = 4
-FF = 1024
-LAYERS = 4
-DROPOUT = 0.1
-MLP_HIDDEN = 512
-MLP_DROPOUT = 0.5
-CLASSES = 1000
-
-
-# ---- models ---------------------------------------------------------------------------------
-
-
-def tiny_mlp(features: int) -> nn.Module:
-    """Linear -> BatchNorm -> ReLU -> Dropout, twice, then a linear head (models.rs tiny_mlp)."""
-    return nn.Sequential(
-        nn.Linear(features, MLP_HIDDEN),
-        nn.BatchNorm1d(MLP_HIDDEN),
-        nn.ReLU(),
-        nn.Dropout(MLP_DROPOUT),
-        nn.Linear(MLP_HIDDEN, MLP_HIDDEN),
-        nn.BatchNorm1d(MLP_HIDDEN),
-        nn.ReLU(),
-        nn.Dropout(MLP_DROPOUT),
-        nn.Linear(MLP_HIDDEN, 10),
-    )
-
-
-class EncoderLayer(nn.Module):
-    """One post-norm encoder layer, written out op by op like models.rs's EncoderLayer.
-
-    Deliberately not nn.TransformerEncoderLayer: its fused inference fast path would run a
-    different kernel sequence from Gradless's and make the comparison unfair.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.in_proj = nn.Linear(D_MODEL, 3 * D_MODEL)
-        self.out_proj = nn.Linear(D_MODEL, D_MODEL)
-        self.linear1 = nn.Linear(D_MODEL, FF)
-        self.linear2 = nn.Linear(FF, D_MODEL)
-        self.norm1 = nn.LayerNorm(D_MODEL)
-        self.norm2 = nn.LayerNorm(D_MODEL)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        qkv = self.in_proj(x).view(b, s, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        # Attention dropout, like nn.MultiheadAttention's, only in training.
-        p = DROPOUT if self.training else 0.0
-        attn = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        attn = self.out_proj(attn.transpose(1, 2).reshape(b, s, d))
-        x = self.norm1(x + F.dropout(attn, DROPOUT, self.training))
-        ff = self.linear2(F.dropout(F.relu(self.linear1(x)), DROPOUT, self.training))
-        return self.norm2(x + F.dropout(ff, DROPOUT, self.training))
-
-
-def transformer() -> nn.Module:
-    """4 post-norm layers, d_model 256, 4 heads, ff 1024, dropout 0.1, batch first."""
-    return nn.Sequential(*[EncoderLayer() for _ in range(LAYERS)])
-
-
-# ---- torchvision's image models, for Pythons without torchvision --------------------------------
-#
-# Line for line the architectures of torchvision 0.26's resnet.py and mobilenetv2.py (module
-# names included, so torchvision's state_dict loads into them strictly), in-place ReLUs and
-# additions included, and statement by statement in forward(): when a Python variable drops
-# its tensor decides the peak memory. Used only when torchvision cannot be imported (or with
-# --builtin-models); `python bench/peer.py --check-builtin` checks them against torchvision.
-
-
-def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, kernel_size=3, stride=stride, padding=1, bias=False)
-
-
-def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, kernel_size=1, stride=stride, bias=False)
-
-
-class BasicBlock(nn.Module):
-    expansion = 1
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
-        super().__init__()
-        self.conv1 = _conv3x3(inplanes, planes, stride)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = _conv3x3(planes, planes)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = downsample
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x
-        out = self.conv1(x)
-        out = self.bn1(out)
-        out = self.relu(out)
-        out = self.conv2(out)
-        out = self.bn2(out)
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        out = self.relu(out)
-        return out
-
-
-class Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
-        super().__init__()
-        self.conv1 = _conv1x1(inplanes, planes)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = _conv3x3(planes, planes, stride)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = _conv1x1(planes, planes * self.expansion)
-        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = downsample
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x
-        out = self.conv1(x)
-        out = self.bn1(out)
-        out = self.relu(out)
-        out = self.conv2(out)
-        out = self.bn2(out)
-        out = self.relu(out)
-        out = self.conv3(out)
-        out = self.bn3(out)
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        out = self.relu(out)
-        return out
-
-
-class ResNet(nn.Module):
-    def __init__(self, block, layers: list[int], num_classes: int = CLASSES):
-        super().__init__()
-        self.inplanes = 64
-        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(block, 64, layers[0])
-        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
-        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
-        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512 * block.expansion, num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.constant_(m.weight, 1)
-                nn.init.constant_(m.bias, 0)
-
-    def _make_layer(self, block, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
-        downsample = None
-        if stride != 1 or self.inplanes != planes * block.expansion:
-            downsample = nn.Sequential(
-                _conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion)
-            )
-        layers = [block(self.inplanes, planes, stride, downsample)]
-        self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv1(x)
-        x = self.bn1(x)
-        x = self.relu(x)
-        x = self.maxpool(x)
-        x = self.layer1(x)
-        x = self.layer2(x)
-        x = self.layer3(x)
-        x = self.layer4(x)
-        x = self.avgpool(x)
-        x = torch.flatten(x, 1)
-        x = self.fc(x)
-        return x
-
-
-def _conv_bn_relu6(cin: int, cout: int, kernel_size: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
-    """torchvision's Conv2dNormActivation(norm_layer=BatchNorm2d, activation_layer=ReLU6)."""
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, kernel_size, stride, (kernel_size - 1) // 2, groups=groups, bias=False),
-        nn.BatchNorm2d(cout),
-        nn.ReLU6(inplace=True),
-    )
-
-
-class InvertedResidual(nn.Module):
-    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
-        super().__init__()
-        hidden = int(round(inp * expand_ratio))
-        self.use_res_connect = stride == 1 and inp == oup
-        layers = [_conv_bn_relu6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
-        layers += [
-            _conv_bn_relu6(hidden, hidden, stride=stride, groups=hidden),
-            nn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
-            nn.BatchNorm2d(oup),
-        ]
-        self.conv = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv(x) if self.use_res_connect else self.conv(x)
-
-
-class MobileNetV2(nn.Module):
-    # t (expansion), c (channels), n (repeats), s (first stride); width 1.0 keeps every c.
-    SETTINGS = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
-
-    def __init__(self, num_classes: int = CLASSES):
-        super().__init__()
-        cin, last = 32, 1280
-        features = [_conv_bn_relu6(3, cin, stride=2)]
-        for t, c, n, s in self.SETTINGS:
-            for i in range(n):
-                features.append(InvertedResidual(cin, c, s if i == 0 else 1, expand_ratio=t))
-                cin = c
-        features.append(_conv_bn_relu6(cin, last, kernel_size=1))
-        self.features = nn.Sequential(*features)
-        self.classifier = nn.Sequential(nn.Dropout(p=0.2), nn.Linear(last, num_classes))
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.features(x)
-        x = F.adaptive_avg_pool2d(x, (1, 1))
-        x = torch.flatten(x, 1)
-        x = self.classifier(x)
-        return x
-
-
-BUILTIN_IMAGE_MODELS = {
-    "resnet18": lambda: ResNet(BasicBlock, [2, 2, 2, 2]),
-    "resnet50": lambda: ResNet(Bottleneck, [3, 4, 6, 3]),
-    "mobilenet_v2": lambda: MobileNetV2(),
-}
 
 
 def team_sidecar(models_dir: str | None, name: str) -> dict | None:
@@ -378,18 +133,16 @@ def build_model(name: str, input_size: int, builtin: bool = False, models_dir: s
     if name not in MODELS:
         path = Path(models_dir) / f"{name}.pt"
         return torch.jit.load(str(path), map_location="cpu"), f"torch.jit.load({path})"
-    if name == "tiny_mlp":
-        return tiny_mlp(input_size), "bench/peer.py"
-    if name == "transformer":
-        return transformer(), "bench/peer.py"
-    if not builtin:
+    if not builtin and name in IMAGE_MODELS:
         try:
             import torchvision  # only the image models need it
         except ImportError:
             pass
         else:
             return getattr(torchvision.models, name)(num_classes=CLASSES), f"torchvision {torchvision.__version__}"
-    return BUILTIN_IMAGE_MODELS[name](), "bench/peer.py (torchvision's architecture; torchvision not used)"
+    if name in IMAGE_MODELS:
+        return build(name, input_size), "gradless.models (torchvision's architecture; torchvision not used)"
+    return build(name, input_size), "gradless.models"
 
 
 def check_builtin() -> int:
@@ -421,14 +174,6 @@ def check_builtin() -> int:
         )
         failures += not (same and same_memory)
     return 1 if failures else 0
-
-
-def input_shape(name: str, batch: int, size: int) -> list[int]:
-    if name == "tiny_mlp":
-        return [batch, size]
-    if name in IMAGE_MODELS:
-        return [batch, 3, size, size]
-    return [batch, size, D_MODEL]
 
 
 # ---- statistics -----------------------------------------------------------------------------

@@ -9,8 +9,9 @@ compiled-first-call's torch.compile just-in-time path, the engine runs this file
 with the server's Python (`gradless serve --python PATH`, GRADLESS_PYTHON; by default the
 venv's) after its own timing, and shows these figures beside its own as "Python: <name>".
 
-The engine passes the source on the command line (`python -c SOURCE REQUEST`), so a server
-needs no checkout; by hand: `python bench/card_peer.py '{"card": "warm-up", ...}'`.
+The engine passes this module and gradless/models.py on the command line, compiled into the
+binary (engine/src/python_package.rs: `python -c PROGRAM REQUEST`), so a server needs no
+checkout; by hand: `python python/gradless/card_peer.py '{"card": "warm-up", ...}'`.
 
 The request (one JSON object, argv[1]) is built by the card's experiment from its own plan
 (engine/src/pitfalls/python.rs and the card's file): the card, the device ("cpu" or "cuda"),
@@ -34,10 +35,10 @@ before the next pass; warm-up passes are never timed. Arms alternate exactly as 
 experiment alternates them (runs of passes for inference-vs-nograd, pass by pass for
 sync-timing, loop by loop for item-sync).
 
-The models are built here with the architecture Gradless builds (tiny MLP, torchvision's
-ResNet-18/50 and MobileNetV2, the 4-layer encoder; copies of bench/peer.py's, which
-`python bench/peer.py --check-builtin` checks against torchvision). Their weights are
-random: they do not change a pass's time, only its values. On CUDA the TF32 switches and
+The models are gradless.models's, the architectures Gradless builds (tiny MLP, torchvision's
+ResNet-18/50 and MobileNetV2, the 4-layer encoder; `python python/gradless/peer.py
+--check-builtin` checks them against torchvision). Their weights are random: they do not
+change a pass's time, only its values. On CUDA the TF32 switches and
 cudnn.benchmark are off, as in Gradless's passes.
 
 Python 3 and PyTorch only.
@@ -56,182 +57,12 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-CLASSES = 1000
-MLP_HIDDEN = 512
-MLP_DROPOUT = 0.5
-D_MODEL, HEADS, FF, LAYERS, DROPOUT = 256, 4, 1024, 4, 0.1
-
-
-# ---- models: the architectures Gradless builds (engine/src/models/), as bench/peer.py's ----------
-
-
-def tiny_mlp(features: int) -> nn.Module:
-    return nn.Sequential(
-        nn.Linear(features, MLP_HIDDEN), nn.BatchNorm1d(MLP_HIDDEN), nn.ReLU(), nn.Dropout(MLP_DROPOUT),
-        nn.Linear(MLP_HIDDEN, MLP_HIDDEN), nn.BatchNorm1d(MLP_HIDDEN), nn.ReLU(), nn.Dropout(MLP_DROPOUT),
-        nn.Linear(MLP_HIDDEN, 10),
-    )
-
-
-class EncoderLayer(nn.Module):
-    """One post-norm encoder layer written op by op (not nn.TransformerEncoderLayer, whose
-    fused fast path runs other kernels than Gradless's)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.in_proj = nn.Linear(D_MODEL, 3 * D_MODEL)
-        self.out_proj = nn.Linear(D_MODEL, D_MODEL)
-        self.linear1 = nn.Linear(D_MODEL, FF)
-        self.linear2 = nn.Linear(FF, D_MODEL)
-        self.norm1 = nn.LayerNorm(D_MODEL)
-        self.norm2 = nn.LayerNorm(D_MODEL)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        qkv = self.in_proj(x).view(b, s, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], dropout_p=DROPOUT if self.training else 0.0)
-        attn = self.out_proj(attn.transpose(1, 2).reshape(b, s, d))
-        x = self.norm1(x + F.dropout(attn, DROPOUT, self.training))
-        ff = self.linear2(F.dropout(F.relu(self.linear1(x)), DROPOUT, self.training))
-        return self.norm2(x + F.dropout(ff, DROPOUT, self.training))
-
-
-def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-
-
-def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 1, stride, bias=False)
-
-
-class BasicBlock(nn.Module):
-    expansion = 1
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
-        super().__init__()
-        self.conv1, self.bn1 = _conv3x3(inplanes, planes, stride), nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2, self.bn2 = _conv3x3(planes, planes), nn.BatchNorm2d(planes)
-        self.downsample = downsample
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
-
-
-class Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
-        super().__init__()
-        self.conv1, self.bn1 = _conv1x1(inplanes, planes), nn.BatchNorm2d(planes)
-        self.conv2, self.bn2 = _conv3x3(planes, planes, stride), nn.BatchNorm2d(planes)
-        self.conv3, self.bn3 = _conv1x1(planes, planes * 4), nn.BatchNorm2d(planes * 4)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = downsample
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
-
-
-class ResNet(nn.Module):
-    def __init__(self, block, layers: list[int]):
-        super().__init__()
-        self.inplanes = 64
-        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(block, 64, layers[0])
-        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)
-        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)
-        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512 * block.expansion, CLASSES)
-
-    def _make_layer(self, block, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
-        downsample = None
-        if stride != 1 or self.inplanes != planes * block.expansion:
-            downsample = nn.Sequential(
-                _conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion)
-            )
-        layers = [block(self.inplanes, planes, stride, downsample)]
-        self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
-def _conv_bn_relu6(cin: int, cout: int, kernel_size: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, kernel_size, stride, (kernel_size - 1) // 2, groups=groups, bias=False),
-        nn.BatchNorm2d(cout),
-        nn.ReLU6(inplace=True),
-    )
-
-
-class InvertedResidual(nn.Module):
-    def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
-        super().__init__()
-        hidden = int(round(inp * expand_ratio))
-        self.use_res_connect = stride == 1 and inp == oup
-        layers = [_conv_bn_relu6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
-        layers += [
-            _conv_bn_relu6(hidden, hidden, stride=stride, groups=hidden),
-            nn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
-            nn.BatchNorm2d(oup),
-        ]
-        self.conv = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv(x) if self.use_res_connect else self.conv(x)
-
-
-class MobileNetV2(nn.Module):
-    SETTINGS = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
-
-    def __init__(self):
-        super().__init__()
-        cin, last = 32, 1280
-        features = [_conv_bn_relu6(3, cin, stride=2)]
-        for t, c, n, s in self.SETTINGS:
-            for i in range(n):
-                features.append(InvertedResidual(cin, c, s if i == 0 else 1, expand_ratio=t))
-                cin = c
-        features.append(_conv_bn_relu6(cin, last, kernel_size=1))
-        self.features = nn.Sequential(*features)
-        self.classifier = nn.Sequential(nn.Dropout(p=0.2), nn.Linear(last, CLASSES))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.flatten(F.adaptive_avg_pool2d(self.features(x), (1, 1)), 1)
-        return self.classifier(x)
-
-
-BUILDERS = {
-    "tiny_mlp": tiny_mlp,
-    "resnet18": lambda size: ResNet(BasicBlock, [2, 2, 2, 2]),
-    "resnet50": lambda size: ResNet(Bottleneck, [3, 4, 6, 3]),
-    "mobilenet_v2": lambda size: MobileNetV2(),
-    "transformer": lambda size: nn.Sequential(*[EncoderLayer() for _ in range(LAYERS)]),
-}
+# ---- the architectures: gradless/models.py --------------------------------------------------
+if __name__ == "__main__" and not __package__:
+    # Run as a file (python python/gradless/card_peer.py): the package is the folder above.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gradless import models  # noqa: E402
 
 
 class NotBuilt(Exception):
@@ -240,20 +71,14 @@ class NotBuilt(Exception):
 
 def build(name: str, size: int, device: torch.device, seed: int) -> nn.Module:
     """The architecture `name` with random weights, in eval(), on the device."""
-    if name not in BUILDERS:
-        raise NotBuilt(f"{name} is not timed from Python: this peer builds {', '.join(BUILDERS)}")
+    if name not in models.MODELS:
+        raise NotBuilt(f"{name} is not timed from Python: this peer builds {', '.join(models.MODELS)}")
     torch.manual_seed(seed)
-    return BUILDERS[name](size).to(device).eval()
+    return models.build(name, size).to(device).eval()
 
 
 def make_input(name: str, batch: int, size: int, device: torch.device) -> torch.Tensor:
-    if name == "tiny_mlp":
-        shape = [batch, size]
-    elif name == "transformer":
-        shape = [batch, size, D_MODEL]
-    else:
-        shape = [batch, 3, size, size]
-    return torch.randn(shape, device=device)
+    return torch.randn(models.input_shape(name, batch, size), device=device)
 
 
 # ---- timing -------------------------------------------------------------------------------------

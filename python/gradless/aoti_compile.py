@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Compiles one of Gradless's built-in forward models ahead of time with AOTInductor.
 
-The engine runs this in a subprocess, with the venv's python. It builds the architecture
-in PyTorch from bench/peer.py (the same architectures Gradless builds with tch), loads
-Gradless's own weights into it (its VarStore saved as safetensors, renamed by the maps
-below), exports it with a dynamic batch dimension and packages it with
+The engine runs this in a subprocess, with the venv's python, from the sources compiled into
+it (engine/src/python_package.rs). It builds the architecture in PyTorch from gradless.models
+(the same architectures Gradless builds with tch), loads Gradless's own weights into it (its
+VarStore saved as safetensors: Gradless's variable names are the module's state_dict names),
+exports it with a dynamic batch dimension and packages it with
 torch._inductor.aoti_compile_and_package.
 
-    python aoti_compile.py --peer bench/peer.py --model NAME --input-size N
+    python python/gradless/aoti_compile.py --model NAME --input-size N
         --weights W.safetensors --batch-min 1 --batch-max B --threads T
         --device cpu|cuda --dtype fp32|fp16|bf16 --out PACKAGE.pt2 [--eval|--train]
         [--check-eager] [--map-only]
@@ -51,7 +52,6 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 import argparse
 import importlib.util
 import json
-import re
 import sys
 import time
 
@@ -59,56 +59,12 @@ import torch
 from safetensors.torch import load_file
 from torch.export import Dim
 
+if __name__ == "__main__" and not __package__:
+    # Run as a file (python python/gradless/aoti_compile.py): the package is the folder above.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gradless import models  # noqa: E402
 
-def _next(fmt: str):
-    """A replacement that puts block j's torchvision index, j + 1, into `fmt`."""
-    return lambda m: fmt.format(int(m[1]) + 1)
 
-
-# Gradless's variable names (tch joins a module's path with '.'; the leaves are PyTorch's:
-# Linear/Conv `weight` [out, in(/groups), k...] and `bias`, BatchNorm `weight`, `bias`,
-# `running_mean`, `running_var`, LayerNorm `weight`, `bias`) -> peer.py's state_dict keys.
-# tch stores every one of these in PyTorch's own layout (it calls the same ATen ops), so a
-# rename is all a tensor needs. The first rule that matches a name renames it;
-# a name no rule matches keeps its own. From engine/src/models/*.rs.
-NAME_MAPS: dict[str, list[tuple[str, object]]] = {  # (pattern, replacement string or function)
-    # mlp.rs: fc1 bn1 fc2 bn2 fc3; peer.py: a Sequential (ReLU and Dropout hold no tensors).
-    "tiny_mlp": [(r"^fc1\.", "0."), (r"^bn1\.", "1."), (r"^fc2\.", "4."), (r"^bn2\.", "5."), (r"^fc3\.", "8.")],
-    # resnet.rs: stem.{conv,bn}; layer{S}_{i}.c{k}.{conv,bn}; layer{S}_{i}.down.{conv,bn}; fc.
-    "resnet": [
-        (r"^stem\.conv\.", "conv1."),
-        (r"^stem\.bn\.", "bn1."),
-        (r"^layer(\d)_(\d+)\.c(\d)\.conv\.", r"layer\1.\2.conv\3."),
-        (r"^layer(\d)_(\d+)\.c(\d)\.bn\.", r"layer\1.\2.bn\3."),
-        (r"^layer(\d)_(\d+)\.down\.conv\.", r"layer\1.\2.downsample.0."),
-        (r"^layer(\d)_(\d+)\.down\.bn\.", r"layer\1.\2.downsample.1."),
-    ],
-    # mobilenet.rs: first, block{j}.{expand,dw,project}, last (each .conv/.bn), classifier.
-    # torchvision counts features.0 = first, features.{j+1} = block j, features.18 = last;
-    # a block's `conv` Sequential is [expand (conv, bn, relu6)], dw (conv, bn, relu6),
-    # project conv, project bn; block0 (expansion 1) is the only one without an expand.
-    "mobilenet_v2": [
-        (r"^first\.conv\.", "features.0.0."),
-        (r"^first\.bn\.", "features.0.1."),
-        (r"^block0\.dw\.conv\.", "features.1.conv.0.0."),
-        (r"^block0\.dw\.bn\.", "features.1.conv.0.1."),
-        (r"^block0\.project\.conv\.", "features.1.conv.1."),
-        (r"^block0\.project\.bn\.", "features.1.conv.2."),
-        (r"^block(\d+)\.expand\.conv\.", _next("features.{}.conv.0.0.")),
-        (r"^block(\d+)\.expand\.bn\.", _next("features.{}.conv.0.1.")),
-        (r"^block(\d+)\.dw\.conv\.", _next("features.{}.conv.1.0.")),
-        (r"^block(\d+)\.dw\.bn\.", _next("features.{}.conv.1.1.")),
-        (r"^block(\d+)\.project\.conv\.", _next("features.{}.conv.2.")),
-        (r"^block(\d+)\.project\.bn\.", _next("features.{}.conv.3.")),
-        (r"^last\.conv\.", "features.18.0."),
-        (r"^last\.bn\.", "features.18.1."),
-        (r"^classifier\.", "classifier.1."),
-    ],
-    # encoder.rs: layer{i}.{in_proj,out_proj,linear1,linear2,norm1,norm2}; peer.py: a
-    # Sequential of EncoderLayers with those same module names.
-    "transformer": [(r"^layer(\d+)\.", r"\1.")],
-}
-NAME_MAPS["resnet18"] = NAME_MAPS["resnet50"] = NAME_MAPS.pop("resnet")
 DTYPES = ("fp32", "fp16", "bf16")
 
 
@@ -127,64 +83,39 @@ def first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
-def torch_name(model: str, name: str) -> str:
-    """Gradless's variable `name` of `model` as peer.py's state_dict key."""
-    for pattern, repl in NAME_MAPS[model]:
-        name, n = re.subn(pattern, repl, name, count=1)
-        if n:
-            break
-    return name
-
-
-def load_peer(path: str):
-    """bench/peer.py, imported by its path (it is no package)."""
-    try:
-        spec = importlib.util.spec_from_file_location("gradless_peer", path)
-        peer = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(peer)
-    except Exception as e:  # noqa: BLE001
-        fail(2, f"cannot import the peer {path}: {first_line(e)}")
-    return peer
-
-
-def build_and_load(peer, model: str, input_size: int, weights: str):
-    """peer.py's `model` holding Gradless's weights; returns (module, tensors mapped)."""
-    # builtin=True: peer.py's own copies of torchvision's architectures (same state_dict
-    # keys), so the result does not depend on whether torchvision is installed.
-    module, _ = peer.build_model(model, input_size, builtin=True)
+def build_and_load(model: str, input_size: int, weights: str):
+    """gradless.models's `model` holding Gradless's weights; returns (module, tensors loaded).
+    Gradless's variable names are the module's state_dict names (engine/src/models/ names its
+    variables as torchvision and gradless.models name their modules): every tensor must have
+    its place and its shape, and every place a tensor."""
+    module = models.build(model, input_size)
     try:
         tensors = load_file(weights)
     except Exception as e:  # noqa: BLE001 - an unreadable file is the caller's input error
         fail(2, f"cannot read weights {weights}: {first_line(e)}")
     expected = {k: v for k, v in module.state_dict().items() if not k.endswith("num_batches_tracked")}
-    renamed: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
-        key = torch_name(model, name)
-        if key not in expected:
-            fail(2, f"Gradless tensor `{name}` (as `{key}`) has no place in {model}")
-        if key in renamed:
-            fail(2, f"Gradless tensor `{name}` maps to `{key}`, which another tensor filled")
-        if tuple(t.shape) != tuple(expected[key].shape):
-            fail(2, f"Gradless tensor `{name}` has shape {list(t.shape)}, `{key}` needs {list(expected[key].shape)}")
-        renamed[key] = t
-    missing = sorted(set(expected) - set(renamed))
+        if name not in expected:
+            fail(2, f"Gradless tensor `{name}` has no place in {model}")
+        if tuple(t.shape) != tuple(expected[name].shape):
+            fail(2, f"Gradless tensor `{name}` has shape {list(t.shape)}, {model}'s needs {list(expected[name].shape)}")
+    missing = sorted(set(expected) - set(tensors))
     if missing:
-        fail(2, f"{weights} fills not every tensor of {model}: {len(missing)} missing, first peer.py's `{missing[0]}`")
+        fail(2, f"{weights} fills not every tensor of {model}: {len(missing)} missing, first `{missing[0]}`")
     # strict=False only for num_batches_tracked, which tch does not keep; everything else
     # was checked above. load_state_dict copies (and casts to the module's dtype).
-    module.load_state_dict(renamed, strict=False)
-    return module, len(renamed)
+    module.load_state_dict(tensors, strict=False)
+    return module, len(tensors)
 
 
 def parse_args(argv: list[str] | None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.error = lambda message: fail(2, message)  # one line, not argparse's usage block
     # Required ones are checked below: which depends on the mode.
-    p.add_argument("--peer", help="bench/peer.py")
-    p.add_argument("--model", choices=sorted(NAME_MAPS))
+    p.add_argument("--model", choices=models.MODELS)
     p.add_argument("--input-size", type=int)
     p.add_argument("--weights", help="Gradless's VarStore as .safetensors")
-    p.add_argument("--team-source", help="a team model's FILE.py:NAME or torchvision:NAME (instead of --peer, --model, --weights)")
+    p.add_argument("--team-source", help="a team model's FILE.py:NAME or torchvision:NAME (instead of --model, --weights)")
     p.add_argument("--team-name", help="the team model's name (for the package's metadata)")
     p.add_argument("--team-weights", help="the team model's TorchScript file, whose state_dict fills the module")
     p.add_argument("--team-inputs", help="the sidecar's `inputs` list, as JSON")
@@ -202,7 +133,7 @@ def parse_args(argv: list[str] | None):
     a = p.parse_args(argv)
     team = a.team_source is not None
     if team:
-        stray = [f for f, v in (("--peer", a.peer), ("--model", a.model), ("--weights", a.weights)) if v is not None]
+        stray = [f for f, v in (("--model", a.model), ("--weights", a.weights)) if v is not None]
         if stray:
             fail(2, f"--team-source takes no {', '.join(stray)}")
         required = ("--team-name", "--team-weights", "--team-inputs", "--batch-max", "--threads")
@@ -210,7 +141,7 @@ def parse_args(argv: list[str] | None):
         stray = [f for f in ("--team-name", "--team-weights", "--team-inputs") if getattr(a, f[2:].replace("-", "_")) is not None]
         if stray:
             fail(2, f"{', '.join(stray)} belong{'s' if len(stray) == 1 else ''} to --team-source")
-        required = ("--peer", "--model", "--input-size", "--weights", "--batch-max", "--threads")
+        required = ("--model", "--input-size", "--weights", "--batch-max", "--threads")
     missing = [f for f in required if getattr(a, f[2:].replace("-", "_")) is None]
     if missing:
         fail(2, f"the following arguments are required: {', '.join(missing)}")
@@ -236,29 +167,28 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.team_source is not None:
         return main_team(a, stdout)
-    peer = load_peer(a.peer)
-    lo = 32 if a.model in peer.IMAGE_MODELS else 1
-    if not lo <= a.input_size <= peer.INPUT_SIZES[a.model][1]:
-        fail(2, f"input size {a.input_size} out of range for {a.model}: {lo}..={peer.INPUT_SIZES[a.model][1]}")
+    lo = 32 if a.model in models.IMAGE_MODELS else 1
+    if not lo <= a.input_size <= models.INPUT_SIZES[a.model][1]:
+        fail(2, f"input size {a.input_size} out of range for {a.model}: {lo}..={models.INPUT_SIZES[a.model][1]}")
 
     # Before building anything: Inductor bakes the thread count into the CPU kernels.
     torch.set_num_threads(a.threads)
-    module, mapped = build_and_load(peer, a.model, a.input_size, a.weights)
+    module, mapped = build_and_load(a.model, a.input_size, a.weights)
     if a.map_only:
         print(json.dumps({"weights_mapped": mapped}), file=stdout, flush=True)
         return 0
     if a.device == "cuda" and not torch.cuda.is_available():
         fail(2, "--device cuda, but torch sees no CUDA device")
-    device, dtype = torch.device(a.device), peer.WEIGHT_DTYPES[a.dtype]
+    device, dtype = torch.device(a.device), models.WEIGHT_DTYPES[a.dtype]
     module = module.train(not a.eval).to(device, dtype)
 
     # Export treats a Dim's min of 1 as 2 (it specialises sizes 0 and 1), yet the package
     # runs batch 1; the example input must lie inside the range, so at least 2 when it can.
     example = min(max(2, a.batch_min), a.batch_max)
-    x = torch.zeros(peer.input_shape(a.model, example, a.input_size), device=device, dtype=dtype)
+    x = torch.zeros(models.input_shape(a.model, example, a.input_size), device=device, dtype=dtype)
     # A one-size range is a static shape (export refuses a Dim with min == max).
     dynamic = ({0: Dim("batch", min=a.batch_min, max=a.batch_max)},) if a.batch_min < a.batch_max else None
-    shape = ["batch"] + peer.input_shape(a.model, 1, a.input_size)[1:]
+    shape = ["batch"] + models.input_shape(a.model, 1, a.input_size)[1:]
     export_s, compile_s, build_s = export_and_compile(a, module, (x,), dynamic, a.model, shape)
 
     report = {
@@ -271,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "weights_mapped": mapped,
     }
     if a.check_eager:
-        report.update(check_eager(a, peer, module, device, dtype))
+        report.update(check_eager(a, module, device, dtype))
     print(json.dumps(report), file=stdout, flush=True)
     return 0
 
@@ -327,13 +257,13 @@ def export_and_compile(a, module, example: tuple, dynamic, model: str, input_sha
     return export_s, time.perf_counter() - t0, built()
 
 
-def check_eager(a, peer, module, device, dtype) -> dict:
+def check_eager(a, module, device, dtype) -> dict:
     """The package against the eager module on one deterministic input at --batch-max."""
     try:
         runner = torch._inductor.aoti_load_package(a.out)
     except Exception as e:  # noqa: BLE001
         fail(4, f"cannot load the package: {first_line(e)}")
-    shape = peer.input_shape(a.model, a.batch_max, a.input_size)
+    shape = models.input_shape(a.model, a.batch_max, a.input_size)
     n = torch.Size(shape).numel()
     x = torch.sin(torch.arange(n, dtype=torch.float64) * 0.001).view(shape).to(device, dtype)
     with torch.no_grad():
@@ -346,7 +276,6 @@ def check_eager(a, peer, module, device, dtype) -> dict:
 
 TEAM_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
-WEIGHT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # peer.py's
 
 
 def parse_team_inputs(text: str, size: int | None) -> list[dict]:
@@ -489,7 +418,7 @@ def main_team(a, stdout) -> int:
         return 0
     if a.device == "cuda" and not torch.cuda.is_available():
         fail(2, "--device cuda, but torch sees no CUDA device")
-    device, dtype = torch.device(a.device), WEIGHT_DTYPES[a.dtype]
+    device, dtype = torch.device(a.device), models.WEIGHT_DTYPES[a.dtype]
     module = module.train(not a.eval).to(device, dtype)
 
     # As in the built-in mode: export takes a Dim's min of 1 as 2.
