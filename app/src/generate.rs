@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
-use protocol::settings::{self, Kind, Page, Setting, SETTINGS};
+use protocol::settings::{self, Kind, Page, Setting, SettingId, SETTINGS};
 use protocol::{format_bytes, GenerateSpec, GradMode, KvCacheKind, ModelId, Report, RunSpec, ServerInfo, WeightQuant};
 
 use crate::gen_results::GenResults;
@@ -48,12 +48,12 @@ pub enum Comparison {
 /// chosen value's own sentence where the page has one, else the row's help.
 fn explain(row: &Setting, spec: &RunSpec) -> String {
     let g = spec.generate.clone().unwrap_or_default();
-    match row.key {
-        "cache" => explain_cache(g.cache).to_string(),
-        "grad" => explain_grad(spec.grad).to_string(),
-        "quant" => explain_quant(g.weights).to_string(),
-        "eval" if spec.eval => "eval(): attention dropout off.".to_string(),
-        "eval" => "train(): attention dropout on (where the config has attention_dropout > 0), so the tokens can change from run to run.".to_string(),
+    match row.id {
+        SettingId::Cache => explain_cache(g.cache).to_string(),
+        SettingId::Grad => explain_grad(spec.grad).to_string(),
+        SettingId::Quant => explain_quant(g.weights).to_string(),
+        SettingId::Eval if spec.eval => "eval(): attention dropout off.".to_string(),
+        SettingId::Eval => "train(): attention dropout on (where the config has attention_dropout > 0), so the tokens can change from run to run.".to_string(),
         _ => row.help.to_string(),
     }
 }
@@ -221,7 +221,7 @@ pub fn GeneratePage() -> impl IntoView {
         // A text prompt sets the prompt's length: its count control gives way.
         let hidden = move || {
             let s = spec.get();
-            !row.in_use(&s) || (row.key == "prompt" && s.generate.as_ref().is_some_and(|g| g.prompt_text.is_some()))
+            !row.in_use(&s) || (row.id == SettingId::InputSize && s.generate.as_ref().is_some_and(|g| g.prompt_text.is_some()))
         };
         let shown = move || row.shown(&spec.get()).unwrap_or_default();
         let put = move |v: String| update(&|s| {

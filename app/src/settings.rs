@@ -204,8 +204,8 @@ pub(crate) mod tests {
         for s in settings::on_page(SETTINGS, page) {
             for v in s.choices().into_iter().chain(["2".to_string(), "llama_tiny_mha".to_string()]) {
                 let mut one = base.clone();
-                if let Some((path, word)) = s.only_with {
-                    settings::setting_at(path).unwrap().set(&mut one, word).unwrap();
+                if let Some(only) = s.only_with {
+                    settings::setting(only.on).set(&mut one, only.word).unwrap();
                 }
                 // A value the row takes but the run would refuse (a text prompt on a model
                 // without a byte vocabulary) is refused by the reading too: no round trip.

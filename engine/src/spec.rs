@@ -1,6 +1,7 @@
 //! Turning a [`RunSpec`] from outside into a [`CheckedSpec`] that can run on this machine.
 //! After this point no code sees an invalid spec.
 
+use protocol::settings::SettingId;
 use protocol::{DeviceChoice, DeviceKind, GenerateSpec, Limits, RunSpec, SpecError};
 
 use crate::device::Machine;
@@ -146,7 +147,7 @@ pub fn check_spec(
         let cpus = cpu_count();
         if t > cpus {
             return Err(SpecError {
-                field: "threads".into(),
+                field: SettingId::Threads.into(),
                 message: format!(
                     "threads {t} is more than this machine's {cpus} CPUs; use 1..={cpus} (or leave it out for the server's default)"
                 ),
@@ -158,7 +159,7 @@ pub fn check_spec(
         DeviceChoice::Cuda if machine.has_cuda() => DeviceKind::Cuda,
         DeviceChoice::Cuda => {
             return Err(SpecError {
-                field: "device".into(),
+                field: SettingId::Device.into(),
                 message: "this server has no CUDA device (libtorch found none); use cpu or auto"
                     .into(),
             })
@@ -171,7 +172,7 @@ pub fn check_spec(
     if spec.advanced.cuda_graph {
         if let Some(message) = cuda_graph_refusal(&spec) {
             return Err(SpecError {
-                field: "advanced.cuda_graph".into(),
+                field: SettingId::CudaGraph.into(),
                 message,
             });
         }
@@ -183,7 +184,7 @@ pub fn check_spec(
     {
         if !s.supported {
             return Err(SpecError {
-                field: "autocast".into(),
+                field: SettingId::Autocast.into(),
                 message: format!(
                     "autocast {} cannot run on this {}: {}",
                     spec.autocast.as_str(),
@@ -229,7 +230,7 @@ fn check_generation(
     let fp8 = g.kv_dtype == protocol::KvDtype::Fp8E4m3;
     if fp8 && (device == DeviceKind::Cpu || cc.is_some_and(|cc| cc < 89)) {
         return Err(SpecError {
-            field: "generate.kv_dtype".into(),
+            field: SettingId::KvDtype.into(),
             message: match device {
                 DeviceKind::Cpu => "fp8_e4m3 is not applicable on the CPU: an fp8 cache needs a CUDA device with fp8 (compute capability 8.9 or later); on the CPU choose bf16 or fp16".into(),
                 DeviceKind::Cuda => format!(
@@ -242,7 +243,7 @@ fn check_generation(
     }
     if weights_for(device, g.weights, spec.advanced.weights) != spec.advanced.weights {
         return Err(SpecError {
-            field: "generate.quant".into(),
+            field: SettingId::Quant.into(),
             message: format!(
                 "int4 linear layers on CUDA run PyTorch's tinygemm kernel (torch._weight_int4pack_mm), which takes bf16 activations only; set advanced.dtype to bf16, not {}",
                 spec.advanced.weights.as_str()
@@ -298,7 +299,7 @@ fn cuda_graph_refusal(spec: &RunSpec) -> Option<String> {
 /// `generate.prompt_text` past it (the byte model's prompt is checked by its bytes in
 /// [`RunSpec::check`]).
 fn count_prompt_tokens(mut spec: RunSpec) -> Result<RunSpec, SpecError> {
-    let err = |field: &str, message: String| SpecError { field: field.into(), message };
+    let err = |field: SettingId, message: String| SpecError { field: field.into(), message };
     let Some(g) = spec.generate.as_ref() else {
         return Ok(spec);
     };
@@ -312,16 +313,16 @@ fn count_prompt_tokens(mut spec: RunSpec) -> Result<RunSpec, SpecError> {
         // RunSpec::check words these.
         return Ok(spec);
     }
-    let ids = crate::models::decoder::text::prompt_ids(&decoder, text).map_err(|e| err("generate.prompt_text", e))?;
+    let ids = crate::models::decoder::text::prompt_ids(&decoder, text).map_err(|e| err(SettingId::PromptText, e))?;
     let n = ids.len() as u32;
     let context = decoder.config.max_position_embeddings;
     let room = context.saturating_sub(g.new_tokens);
     if n == 0 {
-        return Err(err("generate.prompt_text", "the prompt text encodes to no tokens".into()));
+        return Err(err(SettingId::PromptText, "the prompt text encodes to no tokens".into()));
     }
     if n > room {
         return Err(err(
-            "generate.prompt_text",
+            SettingId::PromptText,
             format!(
                 "the prompt text is {n} tokens ({}'s {}), and {} new tokens leave room for {room} in its context of {context}",
                 spec.model,
@@ -332,7 +333,7 @@ fn count_prompt_tokens(mut spec: RunSpec) -> Result<RunSpec, SpecError> {
     }
     if let Some(given) = spec.input_size.filter(|&given| given != n) {
         return Err(err(
-            "input_size",
+            SettingId::InputSize,
             format!("the prompt text sets the prompt's length ({n} tokens by its tokenizer), not {given}: leave input_size out"),
         ));
     }

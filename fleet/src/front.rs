@@ -20,6 +20,7 @@
 //! store, and ends as "worker gone" any whose lease lapsed without an end, and as expired
 //! any that was never handed to a worker.
 
+use protocol::settings::SettingId;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -206,7 +207,7 @@ impl Front {
             })?;
             if !has(&card) {
                 return Err(SubmitError::Spec(SpecError {
-                    field: "device".into(),
+                    field: SettingId::Device.into(),
                     message: format!("worker {} has no CUDA device; use cpu or auto", card.name),
                 }));
             }

@@ -4,6 +4,7 @@
 //! `advanced` object that is left out of the JSON while every field is at its default, so
 //! specs and records from before these settings read (and serialise) exactly as they did.
 
+use crate::settings::SettingId;
 use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 
@@ -130,46 +131,48 @@ impl Advanced {
         *self == Advanced::default()
     }
 
-    /// The CUDA-only switches that are on, by name.
-    pub fn cuda_only(&self) -> Vec<&'static str> {
+    /// The CUDA-only settings that are on.
+    pub fn cuda_only(&self) -> Vec<SettingId> {
         [
-            (self.tf32, "tf32"),
-            (self.cudnn_benchmark, "cudnn_benchmark"),
-            (self.cuda_graph, "cuda_graph"),
-            (self.input_source == InputSource::Pinned, "input_source"),
+            (self.tf32, SettingId::Tf32),
+            (self.cudnn_benchmark, SettingId::CudnnBenchmark),
+            (self.cuda_graph, SettingId::CudaGraph),
+            (self.input_source == InputSource::Pinned, SettingId::InputSource),
         ]
         .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
+        .filter_map(|(on, id)| on.then_some(id))
         .collect()
     }
 
-    /// The checks that need no device: channels_last needs a convolution model.
+    /// The checks that need no device: channels_last needs a convolution model, and a CUDA
+    /// graph the input on the device. (A compiled model's rules need the whole spec:
+    /// [`crate::compiled_refusal`].)
     pub fn check(&self, model: ModelId) -> Result<(), SpecError> {
+        self.check_format(model)?;
+        self.check_graph()
+    }
+
+    /// channels_last needs a convolution model.
+    pub(crate) fn check_format(&self, model: ModelId) -> Result<(), SpecError> {
         if self.memory_format == MemoryFormat::ChannelsLast && !model.is_conv() {
-            return Err(SpecError {
-                field: "advanced.memory_format".into(),
-                message: format!(
+            return Err(SpecError::at(
+                SettingId::MemoryFormat,
+                format!(
                     "channels_last is a layout for 4-D image tensors and convolutions; {} has none (use resnet18, resnet50 or mobilenet_v2)",
                     model
                 ),
-            });
+            ));
         }
-        if self.compiled {
-            let refuse = |message: String| Err(SpecError { field: "advanced.compiled".into(), message });
-            match model {
-                ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer => {}
-                ModelId::Team(name) if crate::team::lookup(name.as_str()).is_some_and(|m| m.sidecar.source.is_some()) => {}
-                _ => return refuse(format!("{model} cannot be compiled here: AOTInductor compiles the built-in forward models and team models whose sidecar names their Python `source` (bench/export_model.py writes it)")),
-            }
-            if self.weights != WeightsDtype::Fp32 || self.memory_format != MemoryFormat::Contiguous || self.cuda_graph || self.input_source != InputSource::Device {
-                return refuse("a compiled model runs as it was exported: fp32 weights, contiguous, input on the device, no CUDA graph of Gradless's around it".into());
-            }
-        }
+        Ok(())
+    }
+
+    /// A CUDA graph replays fixed device buffers.
+    pub(crate) fn check_graph(&self) -> Result<(), SpecError> {
         if self.cuda_graph && self.input_source != InputSource::Device {
-            return Err(SpecError {
-                field: "advanced.cuda_graph".into(),
-                message: "a CUDA graph replays fixed device buffers; with it the input must already be on the device".into(),
-            });
+            return Err(SpecError::at(
+                SettingId::CudaGraph,
+                "a CUDA graph replays fixed device buffers; with it the input must already be on the device",
+            ));
         }
         Ok(())
     }
@@ -179,25 +182,22 @@ impl Advanced {
         if device == DeviceKind::Cuda {
             return None;
         }
-        let name = self.cuda_only().into_iter().next()?;
-        Some(SpecError {
-            field: format!("advanced.{name}"),
-            message: format!("{name} cannot run on the CPU: {}", cpu_reason(name)),
-        })
+        let id = self.cuda_only().into_iter().next()?;
+        let name = crate::settings::setting(id).key;
+        Some(SpecError::at(id, format!("{name} cannot run on the CPU: {}", cpu_reason(id))))
     }
 }
 
 /// Why a CUDA-only setting means nothing on a CPU.
-pub fn cpu_reason(name: &str) -> &'static str {
-    match name {
-        "tf32" => "this setting switches TF32, a tensor-core math mode of NVIDIA GPUs from Ampere on, in cuBLAS and cuDNN, which run on NVIDIA GPUs only (a CPU's fp32 matmuls reach a TF32 path only through oneDNN's own precision setting, on CPUs with AMX-FP16)",
-        "cudnn_benchmark" => "it selects among cuDNN's convolution algorithms, and cuDNN runs on NVIDIA GPUs only",
-        "cuda_graph" => "a CUDA graph records GPU kernel launches to replay them without the CPU's launch overhead; a CPU executes ops directly",
-        "input_source" => "pinned (page-locked) host memory is allocated through the CUDA driver so a GPU can copy from it by DMA, asynchronously; a CPU run reads the input where it is, with no device copy to speed up (libtorch cannot pin memory without CUDA)",
+pub fn cpu_reason(id: SettingId) -> &'static str {
+    match id {
+        SettingId::Tf32 => "this setting switches TF32, a tensor-core math mode of NVIDIA GPUs from Ampere on, in cuBLAS and cuDNN, which run on NVIDIA GPUs only (a CPU's fp32 matmuls reach a TF32 path only through oneDNN's own precision setting, on CPUs with AMX-FP16)",
+        SettingId::CudnnBenchmark => "it selects among cuDNN's convolution algorithms, and cuDNN runs on NVIDIA GPUs only",
+        SettingId::CudaGraph => "a CUDA graph records GPU kernel launches to replay them without the CPU's launch overhead; a CPU executes ops directly",
+        SettingId::InputSource => "pinned (page-locked) host memory is allocated through the CUDA driver so a GPU can copy from it by DMA, asynchronously; a CPU run reads the input where it is, with no device copy to speed up (libtorch cannot pin memory without CUDA)",
         _ => "it is a CUDA setting",
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -237,7 +237,7 @@ mod tests {
             ..Advanced::default()
         };
         let e = pinned.unsupported_on(DeviceKind::Cpu).unwrap();
-        assert!(e.field == "advanced.input_source" && e.message.contains("page-locked"));
+        assert!(e.field == SettingId::InputSource && e.field == "advanced.input_source" && e.message.contains("page-locked"));
         assert!(pinned.unsupported_on(DeviceKind::Cuda).is_none());
         assert!(Advanced::default().unsupported_on(DeviceKind::Cpu).is_none());
     }

@@ -5,6 +5,37 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::{Autocast, InputSource, MemoryFormat, ModelId, RunSpec, WeightsDtype};
+
+/// Why `spec` cannot be compiled here (`advanced.compiled`); `None` when it can, or does
+/// not ask to be. Every rule of the setting, in one place: the spec's check refuses with it
+/// and the Lab shows it beside the switch.
+pub fn compiled_refusal(spec: &RunSpec) -> Option<String> {
+    let a = &spec.advanced;
+    if !a.compiled {
+        return None;
+    }
+    let model = spec.model;
+    match model {
+        ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer => {}
+        ModelId::Team(name) if crate::team::lookup(name.as_str()).is_some_and(|m| m.sidecar.source.is_some()) => {}
+        _ => return Some(format!("{model} cannot be compiled here: AOTInductor compiles the built-in forward models and team models whose sidecar names their Python `source` (bench/export_model.py writes it)")),
+    }
+    if a.weights != WeightsDtype::Fp32 || a.memory_format != MemoryFormat::Contiguous || a.cuda_graph || a.input_source != InputSource::Device {
+        return Some("a compiled model runs as it was exported: fp32 weights, contiguous, input on the device, no CUDA graph of Gradless's around it".into());
+    }
+    if spec.generate.is_some() {
+        return Some("a generation is not compiled here: AOTInductor compiles the forward models' single pass (the Lab)".into());
+    }
+    if !spec.eval {
+        return Some("eval() is baked into a compiled model when it is exported (Dropout off, BatchNorm's running statistics): turn eval on".into());
+    }
+    if spec.autocast != Autocast::Off {
+        return Some("a compiled model is measured here without autocast: its graph is exported in fp32, and an autocast region around the package's call is not a setting Gradless measures: turn autocast off".into());
+    }
+    None
+}
+
 /// What a compiled run measured beside its passes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -41,7 +41,7 @@ mod trace;
 pub mod settings;
 pub mod words;
 pub use advanced::*;
-pub use compiled::{compiled_batch_range, CompiledFacts};
+pub use compiled::{compiled_batch_range, compiled_refusal, CompiledFacts};
 pub use errors::*;
 pub use events::*;
 pub use figure::{Figure, Unit};

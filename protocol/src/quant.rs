@@ -12,6 +12,7 @@
 //! (4-bit weights packed two to a byte, a scale and a zero point per group of
 //! `group_size` input columns and output channel).
 
+use crate::settings::SettingId;
 use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 
@@ -129,7 +130,7 @@ pub fn check_quant(
     group_size: Option<u32>,
     c: &DecoderConfig,
 ) -> Result<LinearQuant, SpecError> {
-    let err = |field: &str, message: String| SpecError {
+    let err = |field: SettingId, message: String| SpecError {
         field: field.into(),
         message,
     };
@@ -137,7 +138,7 @@ pub fn check_quant(
         WeightQuant::None | WeightQuant::Int8 => {
             if let Some(g) = group_size {
                 return Err(err(
-                    "generate.group_size",
+                    SettingId::GroupSize,
                     format!(
                         "group_size {g} applies to int4 (generate.quant) only; {} linear layers have {}",
                         weights.as_str(),
@@ -157,7 +158,7 @@ pub fn check_quant(
             let g = group_size.unwrap_or(DEFAULT_GROUP_SIZE);
             if !GROUP_SIZES.contains(&g) {
                 return Err(err(
-                    "generate.group_size",
+                    SettingId::GroupSize,
                     format!("int4's group size must be 32, 64 or 128 (PyTorch's int4 kernels), not {g}"),
                 ));
             }
@@ -169,7 +170,7 @@ pub fn check_quant(
                         .map(|s| s.to_string())
                         .collect();
                     return Err(err(
-                        "generate.group_size",
+                        SettingId::GroupSize,
                         format!(
                             "group size {g} does not divide {name} = {width} (a group is {g} input columns of a linear layer, so every input width must split into whole groups){}",
                             match fits.is_empty() {

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr, VariantArray, VariantNames};
 use std::fmt;
 
+use crate::settings::SettingId;
 use crate::{Advanced, ModelId};
 
 /// Which device a run asks for. `auto` means CUDA when the server has it, else the CPU.
@@ -154,9 +155,102 @@ impl Default for Limits {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpecError {
-    pub field: String,
+    pub field: FieldName,
     pub message: String,
 }
+
+impl SpecError {
+    /// A refusal of setting `id`.
+    pub fn at(id: SettingId, message: impl Into<String>) -> SpecError {
+        SpecError { field: FieldName::Setting(id), message: message.into() }
+    }
+}
+
+/// What a refusal names: a setting of the spec, or another part of a request (a
+/// prediction, a path's step, a record's format). On the wire it is the name alone
+/// (`generate.group_size`, `prediction`), as it always was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldName {
+    Setting(SettingId),
+    Other(String),
+}
+
+impl FieldName {
+    pub fn as_str(&self) -> &str {
+        match self {
+            FieldName::Setting(id) => id.as_str(),
+            FieldName::Other(name) => name,
+        }
+    }
+
+    /// The setting it names, if it names one.
+    pub fn setting(&self) -> Option<SettingId> {
+        match self {
+            FieldName::Setting(id) => Some(*id),
+            FieldName::Other(_) => None,
+        }
+    }
+}
+
+impl From<SettingId> for FieldName {
+    fn from(id: SettingId) -> FieldName {
+        FieldName::Setting(id)
+    }
+}
+
+/// A name as written: a setting's when it is one.
+impl From<&str> for FieldName {
+    fn from(name: &str) -> FieldName {
+        SettingId::from_name(name).map_or_else(|| FieldName::Other(name.to_string()), FieldName::Setting)
+    }
+}
+
+impl From<String> for FieldName {
+    fn from(name: String) -> FieldName {
+        FieldName::from(name.as_str())
+    }
+}
+
+impl PartialEq<&str> for FieldName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<SettingId> for FieldName {
+    fn eq(&self, other: &SettingId) -> bool {
+        self.setting() == Some(*other)
+    }
+}
+
+impl fmt::Display for FieldName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FieldName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FieldName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(FieldName::from(String::deserialize(d)?))
+    }
+}
+
+/// The name of the field at fault: a setting's place in the spec's JSON
+/// (`generate.group_size`), or another part of the request.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for FieldName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String).into()
+    }
+}
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for FieldName {}
 
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -181,18 +275,18 @@ impl RunSpec {
 
     /// Checks the rules that need no device. The engine adds the device-dependent ones.
     pub fn check(&self, limits: &Limits) -> Result<(), SpecError> {
-        let err = |field: &str, message: String| {
+        let err = |field: SettingId, message: String| {
             Err(SpecError {
                 field: field.into(),
                 message,
             })
         };
         if self.batch == 0 {
-            return err("batch", "batch must be at least 1".into());
+            return err(SettingId::Batch, "batch must be at least 1".into());
         }
         if self.batch > limits.max_batch {
             return err(
-                "batch",
+                SettingId::Batch,
                 format!(
                     "batch {} is above this server's limit of {}",
                     self.batch, limits.max_batch
@@ -201,7 +295,7 @@ impl RunSpec {
         }
         if let ModelId::Team(name) = self.model {
             if self.model.team().is_none() {
-                return err("model", ModelId::unknown_message(&name));
+                return err(SettingId::Model, ModelId::unknown_message(&name));
             }
         }
         if let Some(size) = self.input_size {
@@ -209,7 +303,7 @@ impl RunSpec {
             let min = self.model.min_input_size();
             if shape.max == 0 && size != 0 {
                 return err(
-                    "input_size",
+                    SettingId::InputSize,
                     format!(
                         "{} has a fixed input shape: leave input_size out",
                         self.model
@@ -218,7 +312,7 @@ impl RunSpec {
             }
             if shape.max > 0 && (size < min || size > shape.max) {
                 return err(
-                    "input_size",
+                    SettingId::InputSize,
                     format!(
                         "input_size {size} is out of range for {} ({}): allowed {min}..={}",
                         self.model, shape.meaning, shape.max
@@ -227,11 +321,11 @@ impl RunSpec {
             }
         }
         if self.iters == 0 {
-            return err("iters", "at least one timed iteration is needed".into());
+            return err(SettingId::Iters, "at least one timed iteration is needed".into());
         }
         if self.iters > limits.max_iters {
             return err(
-                "iters",
+                SettingId::Iters,
                 format!(
                     "iters {} is above the limit of {}",
                     self.iters, limits.max_iters
@@ -240,30 +334,23 @@ impl RunSpec {
         }
         if self.warmup > limits.max_warmup {
             return err(
-                "warmup",
+                SettingId::Warmup,
                 format!(
                     "warmup {} is above the limit of {}",
                     self.warmup, limits.max_warmup
                 ),
             );
         }
-        self.advanced.check(self.model)?;
-        if self.advanced.compiled {
-            if self.generate.is_some() {
-                return err("advanced.compiled", "a generation is not compiled here: AOTInductor compiles the forward models' single pass (the Lab)".into());
-            }
-            if !self.eval {
-                return err("advanced.compiled", "eval() is baked into a compiled model when it is exported (Dropout off, BatchNorm's running statistics): turn eval on".into());
-            }
-            if self.autocast != crate::Autocast::Off {
-                return err("advanced.compiled", "a compiled model is measured here without autocast: its graph is exported in fp32, and an autocast region around the package's call is not a setting Gradless measures: turn autocast off".into());
-            }
+        self.advanced.check_format(self.model)?;
+        if let Some(message) = crate::compiled_refusal(self) {
+            return err(SettingId::Compiled, message);
         }
+        self.advanced.check_graph()?;
         self.check_generate()?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
-                    "threads",
+                    SettingId::Threads,
                     format!("threads must be between 1 and {}", limits.max_threads),
                 );
             }
@@ -276,7 +363,7 @@ impl RunSpec {
     /// and, for the byte model, the prompt's length its own; quality for the trained model.
     fn check_prompt_text(&self, g: &crate::GenerateSpec, decoder: &crate::decoder::DecoderModel) -> Result<(), SpecError> {
         use crate::decoder::TextVocab;
-        let err = |field: &str, message: String| {
+        let err = |field: SettingId, message: String| {
             Err(SpecError {
                 field: field.into(),
                 message,
@@ -284,7 +371,7 @@ impl RunSpec {
         };
         if g.quality && !decoder.takes_text() {
             return err(
-                "generate.quality",
+                SettingId::Quality,
                 format!(
                     "{} reads no text (neither a byte vocabulary nor a tokenizer.json), so there is no text to measure its quality on; the trained model `{}` and a team folder with its tokenizer can",
                     self.model,
@@ -297,7 +384,7 @@ impl RunSpec {
         };
         let Some(vocab) = decoder.text_vocab() else {
             return err(
-                "generate.prompt_text",
+                SettingId::PromptText,
                 format!(
                     "{} has neither a byte vocabulary nor a tokenizer.json in its folder, so its prompt is random token ids (input_size); a text prompt needs a model that reads text, such as `{}` or a team folder with its tokenizer",
                     self.model,
@@ -306,7 +393,7 @@ impl RunSpec {
             );
         };
         if text.is_empty() {
-            return err("generate.prompt_text", "the prompt text is empty: give at least one character".into());
+            return err(SettingId::PromptText, "the prompt text is empty: give at least one character".into());
         }
         let bytes = text.len() as u32;
         let max = match vocab {
@@ -315,7 +402,7 @@ impl RunSpec {
         };
         if bytes > max {
             return err(
-                "generate.prompt_text",
+                SettingId::PromptText,
                 format!("the prompt text is {bytes} bytes of UTF-8, above the {max} a prompt may have here"),
             );
         }
@@ -323,7 +410,7 @@ impl RunSpec {
         // holds the tokenizer.
         if let (TextVocab::Bytes { .. }, Some(n)) = (vocab, self.input_size.filter(|n| *n != bytes + 1)) {
             return err(
-                "input_size",
+                SettingId::InputSize,
                 format!("the prompt text sets the prompt's length ([BOS] + {bytes} bytes = {}), not {n}: leave input_size out", bytes + 1),
             );
         }
@@ -333,7 +420,7 @@ impl RunSpec {
     /// The generate run's own rules: a decoder, a length within its context, a cache that
     /// CUDA graph replay can capture.
     fn check_generate(&self) -> Result<(), SpecError> {
-        let err = |field: &str, message: String| {
+        let err = |field: SettingId, message: String| {
             Err(SpecError {
                 field: field.into(),
                 message,
@@ -341,7 +428,7 @@ impl RunSpec {
         };
         if let ModelId::Decoder(name) = self.model {
             if self.model.decoder().is_none() {
-                return err("model", ModelId::unknown_message(&name));
+                return err(SettingId::Model, ModelId::unknown_message(&name));
             }
         }
         let Some(g) = &self.generate else {
@@ -350,7 +437,7 @@ impl RunSpec {
         let Some(decoder) = self.model.decoder() else {
             let decoders: Vec<_> = crate::decoder::served().iter().map(|d| d.name.clone()).collect();
             return err(
-                "model",
+                SettingId::Model,
                 format!(
                     "{} is not a decoder LLM, so it cannot generate; decoders: {}",
                     self.model,
@@ -360,7 +447,7 @@ impl RunSpec {
         };
         if g.new_tokens == 0 || g.new_tokens > crate::MAX_NEW_TOKENS {
             return err(
-                "generate.new_tokens",
+                SettingId::NewTokens,
                 format!(
                     "new_tokens must be between 1 and {}, not {}",
                     crate::MAX_NEW_TOKENS,
@@ -374,7 +461,7 @@ impl RunSpec {
         let max = decoder.config.max_position_embeddings as u64;
         if total > max {
             return err(
-                "generate.new_tokens",
+                SettingId::NewTokens,
                 format!(
                     "prompt {prompt} + {} new tokens = {total} positions, beyond {}'s max_position_embeddings of {max}",
                     g.new_tokens, self.model
@@ -385,7 +472,7 @@ impl RunSpec {
         let logits = self.batch as u64 * decoder.config.vocab_size as u64;
         if g.prefill_logits && logits > crate::MAX_PREFILL_LOGITS {
             return err(
-                "generate.prefill_logits",
+                SettingId::PrefillLogits,
                 format!(
                     "prefill_logits would return batch {} × vocab {} = {logits} numbers, above the {} this server returns; use a smaller batch",
                     self.batch,
@@ -396,19 +483,19 @@ impl RunSpec {
         }
         if g.kv_dtype != crate::KvDtype::AsActivations && g.cache == crate::KvCacheKind::Off {
             return err(
-                "generate.kv_dtype",
+                SettingId::KvDtype,
                 format!("kv_dtype {} sets the KV cache's dtype, and this run keeps no cache (cache off)", g.kv_dtype.as_str()),
             );
         }
         if g.kv_dtype != crate::KvDtype::AsActivations && self.advanced.cuda_graph {
             return err(
-                "generate.kv_dtype",
+                SettingId::KvDtype,
                 "a cache in another dtype than the activations is not captured in CUDA graphs here; turn advanced.cuda_graph off".into(),
             );
         }
         if !g.weights.is_none() && self.autocast != Autocast::Off {
             return err(
-                "generate.quant",
+                SettingId::Quant,
                 format!(
                     "{} linear layers run PyTorch's packed kernels in the weights' dtype (advanced.dtype), which autocast does not cast into; turn autocast off and set advanced.dtype to fp16 or bf16 for half-precision activations",
                     g.weights.as_str()
@@ -417,7 +504,7 @@ impl RunSpec {
         }
         if self.advanced.cuda_graph && decoder.config.moe.is_some() {
             return err(
-                "advanced.cuda_graph",
+                SettingId::CudaGraph,
                 format!(
                     "{} is a mixture of experts: each step's router picks its experts on the host (which tokens go to which expert decides the kernels), and a CUDA graph replays fixed kernels; turn advanced.cuda_graph off",
                     self.model
@@ -426,7 +513,7 @@ impl RunSpec {
         }
         if self.advanced.cuda_graph && g.cache != crate::KvCacheKind::Static {
             return err(
-                "advanced.cuda_graph",
+                SettingId::CudaGraph,
                 format!(
                     "CUDA graph replay of the decode step needs the static cache (a {} cache changes its shapes every step, and a graph replays fixed shapes)",
                     g.cache.as_str()

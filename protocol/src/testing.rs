@@ -2,7 +2,7 @@
 //! with the spec and forward-pass trace a test chooses, and measured by nothing (every
 //! figure outside the trace is a placeholder). Nothing outside tests calls it.
 
-use crate::settings::{self, Setting, SETTINGS};
+use crate::settings::{self, Setting, SettingId, SETTINGS};
 use crate::{Report, TracePoint};
 
 /// A trace point of module `module` with output `[batch, 4]` (float32), holding `held`
@@ -67,7 +67,7 @@ pub fn with_latencies(mut r: Report, latencies_ms: &[f64]) -> Report {
 }
 
 /// The settings table with one more row: `generate.prefill_logits` (a command-line setting
-/// only, until now) on the Generate page as `logits`: what docs/ARCHITECTURE.md's "Adding a
+/// only, until now) on the Generate page as `logits`, read and written through its field: what docs/ARCHITECTURE.md's "Adding a
 /// setting" adds. The tests of each part that reads the table run it on this one.
 pub fn settings_with_a_new_row() -> &'static [Setting] {
     static TABLE: std::sync::OnceLock<Vec<Setting>> = std::sync::OnceLock::new();
@@ -77,7 +77,11 @@ pub fn settings_with_a_new_row() -> &'static [Setting] {
 fn table_with_a_new_row() -> Vec<Setting> {
     let mut table: Vec<Setting> = SETTINGS.iter().filter(|s| s.key != "prefill_logits").copied().collect();
     table.push(Setting {
-        path: "generate.prefill_logits",
+        id: SettingId::PrefillLogits,
+        access: settings::Access::Bool {
+            get: |s| s.generate.as_ref().map(|g| g.prefill_logits),
+            set: |s, on| s.generate.get_or_insert_with(Default::default).prefill_logits = on,
+        },
         key: "logits",
         flag: "logits",
         label: "Prefill logits",

@@ -2,6 +2,7 @@
 //! JSON body, and [`json_errors`], the layer that turns what axum and the connection
 //! limits answer by themselves (plain text) into the same JSON. No error leaks internals.
 
+use protocol::settings::SettingId;
 use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -110,7 +111,7 @@ impl ApiError {
     pub fn experiment_failed(f: protocol::RunFailure) -> ApiError {
         match f.kind {
             protocol::FailureKind::Invalid => ApiError::InvalidSpec(SpecError {
-                field: "device".into(),
+                field: SettingId::Device.into(),
                 message: f.message,
             }),
             _ => ApiError::NoReport(f.message),
@@ -160,7 +161,7 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_and_code();
         let field = match &self {
             ApiError::BadRequest { field, .. } => field.clone(),
-            ApiError::InvalidSpec(e) => Some(e.field.clone()),
+            ApiError::InvalidSpec(e) => Some(e.field.to_string()),
             _ => None,
         };
         let message = match &self {

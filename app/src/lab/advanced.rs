@@ -4,29 +4,36 @@
 //! disabled, with the reason beside it, as autocast's are.
 
 use leptos::prelude::*;
-use protocol::settings::{setting_at, Setting};
-use protocol::{cpu_reason, DeviceKind, GradMode, InputSource, RunSpec};
+use protocol::settings::{setting, Setting, SettingId};
+use protocol::{compiled_refusal, cpu_reason, Advanced, DeviceKind, GradMode, InputSource, RunSpec};
 
 use super::{resolved_device, LabCtx};
 
-/// Why `name` cannot be chosen for `spec` on this server; empty when it can. `no_graphs`:
-/// why the device cannot capture CUDA graphs in this build (from `/api/info`).
-pub fn unavailable(device: DeviceKind, spec: &RunSpec, name: &str, no_graphs: Option<&str>) -> String {
-    match name {
-        "cuda_graph" if device == DeviceKind::Cpu => format!("not on a CPU: {}", cpu_reason(name)),
-        "cuda_graph" if no_graphs.is_some() => no_graphs.unwrap_or_default().to_string(),
-        "cuda_graph" if spec.grad == GradMode::Enabled => {
+/// Why setting `id` (for memory format and input source: their one refusable value,
+/// channels_last and pinned; for a switch: turning it on) cannot be chosen for `spec` on
+/// this server; empty when it can. `no_graphs`: why the device cannot capture CUDA graphs in
+/// this build (from `/api/info`).
+pub fn unavailable(device: DeviceKind, spec: &RunSpec, id: SettingId, no_graphs: Option<&str>) -> String {
+    match id {
+        SettingId::CudaGraph if device == DeviceKind::Cpu => format!("not on a CPU: {}", cpu_reason(id)),
+        SettingId::CudaGraph if no_graphs.is_some() => no_graphs.unwrap_or_default().to_string(),
+        SettingId::CudaGraph if spec.grad == GradMode::Enabled => {
             "needs no_grad or inference_mode: the graph captures an inference pass".into()
         }
-        "cuda_graph" if spec.advanced.input_source != InputSource::Device => {
+        SettingId::CudaGraph if spec.advanced.input_source != InputSource::Device => {
             "the input must already be on the device: a graph replays fixed device buffers".into()
         }
-        "channels_last" if !spec.model.is_conv() => format!(
+        SettingId::MemoryFormat if !spec.model.is_conv() => format!(
             "channels_last is a layout for convolutions' 4-D tensors; {} has none",
             spec.model.display_name()
         ),
-        "tf32" | "cudnn_benchmark" | "input_source" if device == DeviceKind::Cpu => {
-            format!("not on a CPU: {}", cpu_reason(name))
+        SettingId::Tf32 | SettingId::CudnnBenchmark | SettingId::InputSource if device == DeviceKind::Cpu => {
+            format!("not on a CPU: {}", cpu_reason(id))
+        }
+        // The spec's own rules for it, as the check would give them with it on.
+        SettingId::Compiled => {
+            let on = RunSpec { advanced: Advanced { compiled: true, ..spec.advanced }, ..spec.clone() };
+            compiled_refusal(&on).unwrap_or_default()
         }
         _ => String::new(),
     }
@@ -67,20 +74,20 @@ pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
             i.devices.iter().find(|x| x.kind == d).and_then(|x| x.no_cuda_graphs.clone())
         })
     };
-    let why = move |name: &'static str| {
-        Signal::derive(move || unavailable(device(), &spec.get(), name, no_graphs().as_deref()))
+    let why = move |id: SettingId| {
+        Signal::derive(move || unavailable(device(), &spec.get(), id, no_graphs().as_deref()))
     };
     let none = Signal::derive(String::new);
     // A setting's values from the table, each with why the device or the model refuses it.
-    let group = move |path: &'static str| {
-        let row = setting_at(path).expect("a row of the settings table");
+    let group = move |id: SettingId| {
+        let row = setting(id);
         let radios = row
             .choices()
             .into_iter()
             .map(|word| {
-                let reason = match (row.key, word.as_str()) {
-                    ("memory_format", "channels_last") => why("channels_last"),
-                    ("input_source", "pinned") => why("input_source"),
+                let reason = match (row.id, word.as_str()) {
+                    (SettingId::MemoryFormat, "channels_last") => why(SettingId::MemoryFormat),
+                    (SettingId::InputSource, "pinned") => why(SettingId::InputSource),
                     _ => none,
                 };
                 radio(lab, row, word, reason)
@@ -88,13 +95,13 @@ pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
             .collect_view();
         (row, radios)
     };
-    let (weights, weights_radios) = group("advanced.dtype");
-    let (formats, format_radios) = group("advanced.memory_format");
-    let (sources, source_radios) = group("advanced.input_source");
-    let switch = move |path: &'static str| {
-        let row = setting_at(path).expect("a row of the settings table");
+    let (weights, weights_radios) = group(SettingId::Dtype);
+    let (formats, format_radios) = group(SettingId::MemoryFormat);
+    let (sources, source_radios) = group(SettingId::InputSource);
+    let switch = move |id: SettingId| {
+        let row = setting(id);
         let name = row.key;
-        let reason = why(name);
+        let reason = why(id);
         let on = move || row.value(&spec.get()).as_deref() == Some("1");
         view! {
             <label class="choice" title=move || reason.get()>
@@ -124,23 +131,23 @@ pub fn BeyondSwitches(lab: LabCtx) -> impl IntoView {
         <fieldset class="control beyond">
             <legend>{formats.label}</legend>
             {format_radios}
-            <p class="explain note" data-testid="memory_format-reason">{move || why("channels_last").get()}</p>
+            <p class="explain note" data-testid="memory_format-reason">{move || why(SettingId::MemoryFormat).get()}</p>
         </fieldset>
         <fieldset class="control beyond">
             <legend>{sources.label}</legend>
             {source_radios}
             <p class="explain">"pageable or pinned: the input sits in host memory and each timed iteration includes its copy to the device."</p>
-            <p class="explain note" data-testid="input_source-reason">{move || why("input_source").get()}</p>
+            <p class="explain note" data-testid="input_source-reason">{move || why(SettingId::InputSource).get()}</p>
         </fieldset>
         <fieldset class="control beyond">
             <legend>"CUDA switches"</legend>
-            {switch("advanced.tf32")}
-            {switch("advanced.cudnn_benchmark")}
-            {switch("advanced.cuda_graph")}
+            {switch(SettingId::Tf32)}
+            {switch(SettingId::CudnnBenchmark)}
+            {switch(SettingId::CudaGraph)}
         </fieldset>
         <fieldset class="control beyond">
             <legend>"torch.compile, ahead of time"</legend>
-            {switch("advanced.compiled")}
+            {switch(SettingId::Compiled)}
             <p class="explain">"The model exported (torch.export) and compiled by AOTInductor in the server's Python, then run from libtorch: the first run of a model compiles it (tens of seconds to minutes, shown apart from the passes); the eager model runs beside it on the same input."</p>
         </fieldset>
     }
@@ -155,24 +162,37 @@ mod tests {
     fn settings_a_device_cannot_run_say_why() {
         let mlp = RunSpec::default();
         let resnet = RunSpec { model: ModelId::Resnet18, ..RunSpec::default() };
-        assert!(unavailable(DeviceKind::Cpu, &mlp, "channels_last", None).contains("convolutions"));
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "channels_last", None).is_empty());
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "input_source", None).contains("page-locked"));
-        assert!(unavailable(DeviceKind::Cuda, &resnet, "input_source", None).is_empty());
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "tf32", None).contains("TF32"));
-        assert!(unavailable(DeviceKind::Cuda, &resnet, "tf32", None).is_empty());
+        assert!(unavailable(DeviceKind::Cpu, &mlp, SettingId::MemoryFormat, None).contains("convolutions"));
+        assert!(unavailable(DeviceKind::Cpu, &resnet, SettingId::MemoryFormat, None).is_empty());
+        assert!(unavailable(DeviceKind::Cpu, &resnet, SettingId::InputSource, None).contains("page-locked"));
+        assert!(unavailable(DeviceKind::Cuda, &resnet, SettingId::InputSource, None).is_empty());
+        assert!(unavailable(DeviceKind::Cpu, &resnet, SettingId::Tf32, None).contains("TF32"));
+        assert!(unavailable(DeviceKind::Cuda, &resnet, SettingId::Tf32, None).is_empty());
         // CUDA graphs: not on a CPU; not where the build cannot capture; only for an
         // inference pass on an input already on the device.
-        assert!(unavailable(DeviceKind::Cpu, &resnet, "cuda_graph", None).contains("CPU"));
+        assert!(unavailable(DeviceKind::Cpu, &resnet, SettingId::CudaGraph, None).contains("CPU"));
         let why = "this libtorch was built without CUDA";
-        assert_eq!(unavailable(DeviceKind::Cuda, &resnet, "cuda_graph", Some(why)), why);
-        assert!(unavailable(DeviceKind::Cuda, &resnet, "cuda_graph", None).contains("no_grad"));
+        assert_eq!(unavailable(DeviceKind::Cuda, &resnet, SettingId::CudaGraph, Some(why)), why);
+        assert!(unavailable(DeviceKind::Cuda, &resnet, SettingId::CudaGraph, None).contains("no_grad"));
         let inference = RunSpec { grad: GradMode::InferenceMode, ..resnet.clone() };
-        assert!(unavailable(DeviceKind::Cuda, &inference, "cuda_graph", None).is_empty());
+        assert!(unavailable(DeviceKind::Cuda, &inference, SettingId::CudaGraph, None).is_empty());
         let copied = RunSpec {
             advanced: Advanced { input_source: InputSource::Pinned, ..Advanced::default() },
             ..inference
         };
-        assert!(unavailable(DeviceKind::Cuda, &copied, "cuda_graph", None).contains("device"));
+        assert!(unavailable(DeviceKind::Cuda, &copied, SettingId::CudaGraph, None).contains("device"));
+    }
+
+    #[test]
+    fn the_compiled_switch_says_why_as_the_spec_check_would() {
+        let resnet = RunSpec { model: ModelId::Resnet18, ..RunSpec::default() };
+        assert!(unavailable(DeviceKind::Cpu, &resnet, SettingId::Compiled, None).is_empty());
+        let train = RunSpec { eval: false, ..resnet.clone() };
+        let why = unavailable(DeviceKind::Cpu, &train, SettingId::Compiled, None);
+        assert!(why.contains("turn eval on"), "{why}");
+        // The same words as the spec's check, which names the setting.
+        let on = RunSpec { advanced: Advanced { compiled: true, ..Advanced::default() }, ..train };
+        let e = on.check(&Default::default()).unwrap_err();
+        assert_eq!((e.field, e.message), (SettingId::Compiled.into(), why));
     }
 }

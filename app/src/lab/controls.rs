@@ -5,7 +5,7 @@
 //! [`BatchState`] so the Run button can refuse an invalid batch).
 
 use leptos::prelude::*;
-use protocol::settings::setting_at;
+use protocol::settings::{setting, SettingId};
 use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, ModelId, RunSpec};
 
 use super::{autocast_support, LabCtx};
@@ -206,16 +206,14 @@ pub fn DeviceControl(lab: LabCtx) -> impl IntoView {
 /// and the chosen value's explanation, folded while a prediction waits.
 fn row_radios(
     lab: LabCtx,
-    path: &'static str,
+    id: SettingId,
     guide: &'static str,
     support: impl Fn(&RunSpec, &str) -> (bool, String) + Copy + Send + Sync + 'static,
     text: impl Fn() -> String + Send + Sync + 'static,
     note: impl IntoView + 'static,
 ) -> impl IntoView {
     let LabCtx { spec, .. } = lab;
-    let Some(row) = setting_at(path) else {
-        return ().into_any();
-    };
+    let row = setting(id);
     // The radio group's name and test ids: `grad-no_grad`, `mode-eval` (a pair's words).
     let name = if row.key == "eval" { "mode" } else { row.key };
     let radios = row
@@ -269,7 +267,7 @@ fn always(_: &RunSpec, _: &str) -> (bool, String) {
 #[component]
 pub fn ModeControl(lab: LabCtx) -> impl IntoView {
     let spec = lab.spec;
-    row_radios(lab, "eval", "", always, move || explain::eval_text(spec.get().eval, spec.get().model), ())
+    row_radios(lab, SettingId::Eval, "", always, move || explain::eval_text(spec.get().eval, spec.get().model), ())
 }
 
 /// A setting's explanation, held back while a change of that setting waits for its run:
@@ -291,7 +289,7 @@ fn folded(lab: LabCtx, key: &'static str, testid: String, text: impl Fn() -> Str
 #[component]
 pub fn GradControl(lab: LabCtx) -> impl IntoView {
     let spec = lab.spec;
-    row_radios(lab, "grad", "1 2", always, move || explain::grad_text(spec.get().grad).to_string(), ())
+    row_radios(lab, SettingId::Grad, "1 2", always, move || explain::grad_text(spec.get().grad).to_string(), ())
 }
 
 /// Autocast off, fp16 or bf16, each disabled with the reason where the device cannot.
@@ -310,7 +308,7 @@ pub fn AutocastControl(lab: LabCtx) -> impl IntoView {
             }}
         </p>
     };
-    row_radios(lab, "autocast", "", support, move || explain::autocast_text(spec.get().autocast).to_string(), note)
+    row_radios(lab, SettingId::Autocast, "", support, move || explain::autocast_text(spec.get().autocast).to_string(), note)
 }
 
 /// The batch: a slider over powers of two, or any whole number typed in.

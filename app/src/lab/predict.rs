@@ -14,13 +14,22 @@
 
 use leptos::prelude::*;
 use protocol::learn::{ChangeFigure, Step, StepKind};
+use protocol::settings::SettingId;
 use protocol::{Prediction, Question, Report, RunSpec, Scored};
 
 
 /// Settings that are not a lesson's change: where the run goes (device, threads) and how
 /// long it is timed (warm-up, iterations). The model is no setting of a model, and neither
 /// what a generation is fed (its text) nor the quality measurement beside it.
-const NOT_A_CHANGE: [&str; 7] = ["device", "threads", "warmup", "iters", "model", "prompt_text", "quality"];
+const NOT_A_CHANGE: [SettingId; 7] = [
+    SettingId::Device,
+    SettingId::Threads,
+    SettingId::Warmup,
+    SettingId::Iters,
+    SettingId::Model,
+    SettingId::PromptText,
+    SettingId::Quality,
+];
 
 /// The one setting that differs between `before` (the run on the charts) and `now` (the
 /// settings shown), as `(setting, from, to)`: the address's key and its values as the
@@ -36,7 +45,7 @@ pub fn one_change(now: &RunSpec, before: &RunSpec, generate: bool) -> Option<(St
     let page = if generate { Page::Generate } else { Page::Lab };
     let value = |row: &protocol::settings::Setting, s: &RunSpec| row.in_use(s).then(|| row.shown(s)).flatten();
     let changed: Vec<(String, String, String)> = on_page(SETTINGS, page)
-        .filter(|row| !NOT_A_CHANGE.contains(&row.key))
+        .filter(|row| !NOT_A_CHANGE.contains(&row.id))
         .filter_map(|row| match (value(row, before), value(row, now)) {
             (Some(from), Some(to)) if from != to => Some((row.key.to_string(), from, to)),
             _ => None,

@@ -83,7 +83,7 @@ fn cuda_graphs_setup(ctx: &Ctx) -> Vec<String> {
 fn cuda_graphs(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
         return Ok(Outcome::new(
-            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("cuda_graph"))),
+            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason(protocol::settings::SettingId::CudaGraph))),
             String::new(),
             ChartKind::Bar,
         )

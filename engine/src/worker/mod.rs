@@ -17,6 +17,7 @@ mod device_loop;
 mod experiments;
 mod queue;
 
+use protocol::settings::SettingId;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -214,7 +215,7 @@ impl Worker {
             return Ok(plan.clone());
         }
         let plan = crate::lab::quality_plan(self.config.lab.quality_text.as_deref(), checked.spec(), device)
-            .map_err(|f| SpecError { field: "generate.quality".into(), message: f.message })?;
+            .map_err(|f| SpecError { field: SettingId::Quality.into(), message: f.message })?;
         self.plans.lock().unwrap_or_else(|e| e.into_inner()).insert(key, plan.clone());
         Ok(plan)
     }
@@ -228,7 +229,7 @@ impl Worker {
             .and_then(|budget| crate::lab::decoder_refusal(checked.spec(), budget))
         {
             return Err(SpecError {
-                field: "model".into(),
+                field: SettingId::Model.into(),
                 message,
             });
         }
@@ -241,7 +242,7 @@ impl Worker {
                 self.config.run_timeout,
             ) {
                 return Err(SpecError {
-                    field: "batch".into(),
+                    field: SettingId::Batch.into(),
                     message,
                 });
             }

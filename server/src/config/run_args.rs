@@ -1,7 +1,7 @@
 //! A run's settings on the command line: one flag for each row of the settings table that
 //! applies to the command's kind of run.
 
-use protocol::settings::{Kind, RunKind, Setting, SETTINGS};
+use protocol::settings::{Kind, RunKind, Setting, SettingId, SETTINGS};
 use protocol::RunSpec;
 
 /// A command's run settings: a flag for each setting of the table
@@ -10,8 +10,8 @@ use protocol::RunSpec;
 /// every command whose runs it applies to.
 pub trait RunCommand {
     const RUN: RunKind;
-    /// Keys the command sets itself (compare varies the mode, grad and autocast).
-    const SKIP: &'static [&'static str];
+    /// Settings the command sets itself (compare varies the mode, grad and autocast).
+    const SKIP: &'static [SettingId];
     fn defaults() -> RunSpec;
     /// The settings table (a test's may have a row more).
     fn table() -> &'static [Setting] {
@@ -24,7 +24,7 @@ pub trait RunCommand {
 pub struct MeasureRun;
 impl RunCommand for MeasureRun {
     const RUN: RunKind = RunKind::Forward;
-    const SKIP: &'static [&'static str] = &[];
+    const SKIP: &'static [SettingId] = &[];
     fn defaults() -> RunSpec {
         RunSpec::default()
     }
@@ -35,7 +35,7 @@ impl RunCommand for MeasureRun {
 pub struct CompareRun;
 impl RunCommand for CompareRun {
     const RUN: RunKind = RunKind::Forward;
-    const SKIP: &'static [&'static str] = &["eval", "grad", "autocast"];
+    const SKIP: &'static [SettingId] = &[SettingId::Eval, SettingId::Grad, SettingId::Autocast];
     fn defaults() -> RunSpec {
         RunSpec::default()
     }
@@ -46,7 +46,7 @@ impl RunCommand for CompareRun {
 pub struct GenerateRun;
 impl RunCommand for GenerateRun {
     const RUN: RunKind = RunKind::Generate;
-    const SKIP: &'static [&'static str] = &[];
+    const SKIP: &'static [SettingId] = &[];
     fn defaults() -> RunSpec {
         RunSpec {
             model: protocol::decoder::CPU_PRESET.parse().unwrap_or(protocol::ModelId::TinyMlp),
@@ -70,7 +70,7 @@ pub struct RunArgs<C> {
 impl<C: RunCommand> RunArgs<C> {
     /// The rows of the table this command takes, in the table's order.
     pub fn rows() -> impl Iterator<Item = &'static Setting> {
-        C::table().iter().filter(|s| s.applies_to(C::RUN) && !C::SKIP.contains(&s.key))
+        C::table().iter().filter(|s| s.applies_to(C::RUN) && !C::SKIP.contains(&s.id))
     }
 }
 
@@ -215,7 +215,7 @@ mod tests {
     struct WithANewRow;
     impl RunCommand for WithANewRow {
         const RUN: RunKind = RunKind::Generate;
-        const SKIP: &'static [&'static str] = &[];
+        const SKIP: &'static [SettingId] = &[];
         fn defaults() -> RunSpec {
             GenerateRun::defaults()
         }

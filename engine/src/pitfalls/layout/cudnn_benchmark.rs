@@ -62,7 +62,7 @@ pub(super) fn cudnn_benchmark_setup(ctx: &Ctx) -> Vec<String> {
 pub(super) fn cudnn_benchmark(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     if !ctx.cuda() {
         return Ok(Outcome::new(
-            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason("cudnn_benchmark"))),
+            Decision::not_applicable(format!("Not on a CPU: {}.", cpu_reason(protocol::settings::SettingId::CudnnBenchmark))),
             String::new(),
             ChartKind::Line,
         ));

@@ -116,7 +116,7 @@ pub(super) fn input_copy(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
     let decision = if !exact {
         Decision::rule(false, "", text)
     } else if !ctx.cuda() {
-        Decision::not_applicable(format!("{text} On a CPU there is no host-to-device copy to leave out of a timer: the model reads the input where it is, and the pageable case is a memcpy. Pinned memory: {}.", cpu_reason("input_source")))
+        Decision::not_applicable(format!("{text} On a CPU there is no host-to-device copy to leave out of a timer: the model reads the input where it is, and the pageable case is a memcpy. Pinned memory: {}.", cpu_reason(protocol::settings::SettingId::InputSource)))
     } else {
         Decision::latency(&shift, 1.0, 1.05, text.clone(), text)
     };
