@@ -559,7 +559,9 @@ impl Setting {
         }
         let object = at.as_object_mut().ok_or_else(|| format!("{}: not inside an object", self.path))?;
         object.insert(keys[keys.len() - 1].to_string(), value);
+        let model = spec.model;
         *spec = serde_json::from_value(json).map_err(|e| format!("{} “{text}”: {e}", self.key))?;
+        keep_resolved(spec, model);
         for other in SETTINGS.iter().filter(|s| s.only_with.is_some_and(|(p, _)| p == self.path)) {
             if !other.in_use(spec) {
                 other.clear(spec);
@@ -579,7 +581,9 @@ impl Setting {
             object.remove(self.path);
         }
         if let Ok(s) = serde_json::from_value(json) {
+            let model = spec.model;
             *spec = s;
+            keep_resolved(spec, model);
         }
     }
 
@@ -607,6 +611,14 @@ impl Setting {
             Kind::Name(check) => check(t).map(|_| Json::String(t.into())),
             Kind::Text => unreachable!("read above"),
         }
+    }
+}
+
+/// Read back from JSON, a team model's id is its name again ([`crate::ModelId::Named`]):
+/// the id it had, resolved by a catalog, is kept while the name is the same.
+fn keep_resolved(spec: &mut RunSpec, model: crate::ModelId) {
+    if spec.model == model {
+        spec.model = model;
     }
 }
 
@@ -655,13 +667,18 @@ pub struct Reading {
 
 /// Applies the address's values (`get`: the router's reading of a key) to `spec`, page
 /// `page`'s rows in table order; a value a row cannot take leaves the spec's.
+///
+/// The model's name is resolved in `catalog` (the row reads a name without one); a name it
+/// does not serve is refused, the spec keeping its model.
 pub fn read_query(
     table: &'static [Setting],
     page: Page,
     spec: &mut RunSpec,
     get: &dyn Fn(&str) -> Option<String>,
+    catalog: &crate::Catalog,
 ) -> Reading {
     let mut reading = Reading::default();
+    let model = spec.model;
     let run = RunKind::of(spec);
     for s in on_page(table, page).filter(|s| s.applies_to(run)) {
         if let Some(v) = get(s.key) {
@@ -690,6 +707,12 @@ pub fn read_query(
             });
             reading.refused.push((old.into(), v, why));
         }
+    }
+    spec.model = catalog.resolve(spec.model);
+    if let crate::ModelId::Named(name) = spec.model {
+        // The model's row is the table's first: its refusal is said first.
+        reading.refused.insert(0, ("model".into(), name.to_string(), catalog.unknown_message(&name)));
+        spec.model = model;
     }
     reading
 }
@@ -882,12 +905,12 @@ mod tests {
     fn an_old_weights_key_reads_as_the_setting_whose_word_it_is() {
         for (value, key) in [("int4", "quant"), ("bf16", "dtype")] {
             let mut spec = generation();
-            let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| value.to_string()));
+            let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| value.to_string()), &crate::Catalog::built_in());
             assert_eq!(r.renamed, vec![("weights".to_string(), value.to_string(), key.to_string())]);
             assert!(r.refused.is_empty());
         }
         let mut spec = generation();
-        let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| "int3".to_string()));
+        let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| "int3".to_string()), &crate::Catalog::built_in());
         assert_eq!(r.refused.len(), 1);
         // Today's key wins over the old one.
         let mut spec = generation();
@@ -895,7 +918,7 @@ mod tests {
             "weights" => Some("fp16".into()),
             "dtype" => Some("bf16".into()),
             _ => None,
-        });
+        }, &crate::Catalog::built_in());
         assert_eq!(spec.advanced.weights, WeightsDtype::Bf16);
     }
 

@@ -179,8 +179,10 @@ impl RunSpec {
         self.input_size.unwrap_or(self.model.input().default)
     }
 
-    /// Checks the rules that need no device. The engine adds the device-dependent ones.
-    pub fn check(&self, limits: &Limits) -> Result<(), SpecError> {
+    /// Checks the rules that need no device, against what `catalog` serves (the model is
+    /// resolved first: [`crate::Catalog::resolve`]; one that is still a name is not served).
+    /// The engine adds the device-dependent ones.
+    pub fn check(&self, catalog: &crate::Catalog, limits: &Limits) -> Result<(), SpecError> {
         let err = |field: &str, message: String| {
             Err(SpecError {
                 field: field.into(),
@@ -199,10 +201,8 @@ impl RunSpec {
                 ),
             );
         }
-        if let ModelId::Team(name) = self.model {
-            if self.model.team().is_none() {
-                return err("model", ModelId::unknown_message(&name));
-            }
+        if let ModelId::Named(name) = self.model {
+            return err("model", catalog.unknown_message(&name));
         }
         if let Some(size) = self.input_size {
             let shape = self.model.input();
@@ -259,7 +259,7 @@ impl RunSpec {
                 return err("advanced.compiled", "a compiled model is measured here without autocast: its graph is exported in fp32, and an autocast region around the package's call is not a setting Gradless measures: turn autocast off".into());
             }
         }
-        self.check_generate()?;
+        self.check_generate(catalog)?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
@@ -332,23 +332,18 @@ impl RunSpec {
 
     /// The generate run's own rules: a decoder, a length within its context, a cache that
     /// CUDA graph replay can capture.
-    fn check_generate(&self) -> Result<(), SpecError> {
+    fn check_generate(&self, catalog: &crate::Catalog) -> Result<(), SpecError> {
         let err = |field: &str, message: String| {
             Err(SpecError {
                 field: field.into(),
                 message,
             })
         };
-        if let ModelId::Decoder(name) = self.model {
-            if self.model.decoder().is_none() {
-                return err("model", ModelId::unknown_message(&name));
-            }
-        }
         let Some(g) = &self.generate else {
             return Ok(());
         };
         let Some(decoder) = self.model.decoder() else {
-            let decoders: Vec<_> = crate::decoder::served().iter().map(|d| d.name.clone()).collect();
+            let decoders: Vec<_> = catalog.decoders().map(|d| d.name.clone()).collect();
             return err(
                 "model",
                 format!(
