@@ -414,6 +414,15 @@ impl<'de> Deserialize<'de> for ModelId {
     }
 }
 
+impl ModelId {
+    /// `self`, or `resolved` when that is the same model already resolved in a catalog:
+    /// read back from JSON (a report of a run this page submitted), a team model's id is
+    /// its name again.
+    pub fn or_resolved(self, resolved: ModelId) -> ModelId {
+        if self == resolved { resolved } else { self }
+    }
+}
+
 /// The meaning, default and upper bound of a model's `input_size`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InputShape {

@@ -150,7 +150,9 @@ pub fn measure(lab: &mut Lab, ctx: &Ctx, spec: RunSpec) -> Result<Report, RunFai
         max_batch: u32::MAX,
         ..Limits::default()
     };
-    let checked = check_spec(spec, &limits, lab.machine())
+    // An experiment's models are built in, or resolved by the worker's check of its
+    // options: the built-in catalog checks them.
+    let checked = check_spec(spec, &protocol::Catalog::built_in(), &limits, lab.machine())
         .map_err(|e| failure(FailureKind::Invalid, e.to_string()))?;
     let result = lab.measure(&checked, ctx.control, &mut |_: Event| {});
     if result.is_err() {
@@ -568,7 +570,7 @@ pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
         }),
         // A script hides its layers: the input's elements per sample times 64 (the
         // built-in convolutional stems' widening), so a sweep stays well below the limit.
-        ModelId::Team(_) => model.team().map_or(1 << 20, |m| {
+        ModelId::Team(_) | ModelId::Named(_) => model.team().map_or(1 << 20, |m| {
             let shape = &m.sidecar.shapes(1, size)[0];
             64 * shape.iter().map(|d| *d as u64).product::<u64>()
         }),

@@ -176,7 +176,7 @@ fn sliding_window_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         c.num_hidden_layers as f64 / c.layers_of(LayerType::Full).max(1) as f64
     )];
     notes.push("A growing cache keeps window − 1 positions in a sliding layer between steps (the next token's own key and value join at attention time), as transformers' DynamicSlidingWindowLayer does; a static one allocates the window and rolls it.".into());
-    let gemma = protocol::decoder::lookup("gemma3_1b").map(|d| d.config.clone());
+    let gemma = protocol::decoder::preset("gemma3_1b").map(|d| d.config.clone());
     let gemma_t = 32_768;
     if let Some(g) = &gemma {
         notes.push(format!(
@@ -325,7 +325,7 @@ fn moe_memory(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     )];
     let mut shapes = vec![];
     for (name, label) in [("qwen3_30b_a3b", "Qwen3-30B-A3B shape"), ("mixtral_8x7b", "Mixtral-8x7B shape")] {
-        if let Some(d) = protocol::decoder::lookup(name) {
+        if let Some(d) = protocol::decoder::preset(name) {
             let p = &d.config;
             shapes.push(fig(&format!("{label}: parameters"), p.parameters() as f64, "count"));
             shapes.push(fig(&format!("{label}: active parameters"), p.active_parameters() as f64, "count"));
