@@ -120,8 +120,10 @@ pub async fn start_run_on(spec: &RunSpec, worker: Option<&str>) -> Result<RunCre
 }
 
 /// Follows a run's events, calling `on_event` for each; resolves after the terminal one.
-/// A dropped connection ends the run on this page with a readable failure.
-pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
+/// A dropped connection ends the run on this page with a readable failure. `model`: the
+/// run's model as this page's catalog resolved it, which the report's spec gets back (read
+/// from JSON, a team model's id is its name).
+pub async fn follow(events_url: &str, model: protocol::ModelId, on_event: impl Fn(Event) + 'static) {
     let (done_tx, done_rx) = futures::channel::oneshot::channel::<()>();
     let done_tx = Rc::new(RefCell::new(Some(done_tx)));
     let on_event = Rc::new(on_event);
@@ -155,7 +157,10 @@ pub async fn follow(events_url: &str, on_event: impl Fn(Event) + 'static) {
             let Some(text) = m.data().as_string() else {
                 return;
             };
-            if let Ok(event) = serde_json::from_str::<Event>(&text) {
+            if let Ok(mut event) = serde_json::from_str::<Event>(&text) {
+                if let Event::Done { report } = &mut event {
+                    report.spec.model = report.spec.model.or_resolved(model);
+                }
                 let terminal = event.is_terminal();
                 on_event(event);
                 if terminal {

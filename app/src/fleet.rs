@@ -102,13 +102,14 @@ async fn run_everywhere(spec: &RunSpec, names: &[String], status: RwSignal<Strin
     let total = created.len();
     status.set(format!("Running on {total} devices…"));
     let finished = Rc::new(RefCell::new(Vec::<(String, Result<String, String>)>::new()));
+    let model = spec.model;
     let follows = created.into_iter().map(|(name, c)| {
         let finished = finished.clone();
         async move {
             let id = c.id.clone();
             let outcome = Rc::new(RefCell::new(None));
             let seen = outcome.clone();
-            crate::client::follow(&c.events_url, move |event| match event {
+            crate::client::follow(&c.events_url, model, move |event| match event {
                 protocol::Event::Done { .. } => *seen.borrow_mut() = Some(Ok(id.clone())),
                 protocol::Event::Failed { failure } => *seen.borrow_mut() = Some(Err(failure.message)),
                 _ => {}

@@ -37,18 +37,18 @@ pub fn default_on(kind: DeviceKind, device: DeviceChoice) -> RunSpec {
 
 /// A generate spec from the address (`get`: the router's reading of a key); anything
 /// missing or unreadable keeps the default ([`default_spec`]).
-pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
-    read_query(devices, &get).0
+pub fn spec_from_query(devices: &[DeviceInfo], catalog: &protocol::Catalog, get: impl Fn(&str) -> Option<String>) -> RunSpec {
+    read_query(devices, catalog, &get).0
 }
 
 /// The spec, and what reading the address refused or read under an old key.
-pub fn read_query(devices: &[DeviceInfo], get: &dyn Fn(&str) -> Option<String>) -> (RunSpec, Reading) {
+pub fn read_query(devices: &[DeviceInfo], catalog: &protocol::Catalog, get: &dyn Fn(&str) -> Option<String>) -> (RunSpec, Reading) {
     let device = get("device")
         .and_then(|v| v.parse::<DeviceChoice>().ok())
         .unwrap_or(DeviceChoice::Auto);
     let default = default_spec(devices, device);
     let mut spec = default.clone();
-    let mut reading = settings::read_query(SETTINGS, Page::Generate, &mut spec, get);
+    let mut reading = settings::read_query(SETTINGS, Page::Generate, &mut spec, get, catalog);
     if !spec.model.is_decoder() {
         let why = format!("{} is not a decoder LLM, so it cannot generate", spec.model);
         reading.refused.push(("model".into(), spec.model.as_str().to_string(), why));
@@ -124,72 +124,72 @@ mod tests {
 
     #[test]
     fn every_setting_round_trips_through_the_address_as_the_router_reads_it() {
-        let base = spec_from_query(&[], |_| None);
-        crate::settings::tests::each_setting_round_trips(Page::Generate, &base, query_from_spec, |q| spec_from_query(&[], router(q)));
+        let base = spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
+        crate::settings::tests::each_setting_round_trips(Page::Generate, &base, query_from_spec, |q| spec_from_query(&[], &protocol::Catalog::built_in(), router(q)));
         // And on the trained model, whose text prompt and quality switch apply.
         let trained = with_model(&base, protocol::decoder::TRAINED_PRESET.parse().unwrap());
-        crate::settings::tests::each_setting_round_trips(Page::Generate, &trained, query_from_spec, |q| spec_from_query(&[], router(q)));
+        crate::settings::tests::each_setting_round_trips(Page::Generate, &trained, query_from_spec, |q| spec_from_query(&[], &protocol::Catalog::built_in(), router(q)));
     }
 
     #[test]
     fn int4_on_bf16_weights_survives_a_reload() {
         // The address the page writes for int4 in groups of 32 on bf16 weights (gpt-fast's
         // setup), read back as the router reads it.
-        let mut spec = spec_from_query(&[], |_| None);
+        let mut spec = spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
         let g = spec.generate.as_mut().unwrap();
         (g.weights, g.group_size, g.kv_dtype, g.cache) = (WeightQuant::Int4, Some(32), KvDtype::Bf16, KvCacheKind::Static);
         spec.advanced.weights = WeightsDtype::Bf16;
         let q = query_from_spec(&spec);
         assert!(q.contains("dtype=bf16") && q.contains("quant=int4&group_size=32") && !q.contains("weights="), "{q}");
-        let back = spec_from_query(&[], router(&q));
+        let back = spec_from_query(&[], &protocol::Catalog::built_in(), router(&q));
         assert_eq!(back, spec);
-        back.check(&Default::default()).unwrap();
+        back.check(&protocol::Catalog::built_in(), &Default::default()).unwrap();
     }
 
     #[test]
     fn an_old_address_with_the_ambiguous_weights_key_reads_as_it_did() {
         // The router reads the last `weights`: the quantization's word or the dtype's, each
         // read as the setting whose word it is, and said.
-        let (spec, reading) = read_query(&[], &router("model=llama_tiny&weights=int4&group_size=32"));
+        let (spec, reading) = read_query(&[], &protocol::Catalog::built_in(), &router("model=llama_tiny&weights=int4&group_size=32"));
         assert_eq!(spec.generate.as_ref().map(|g| (g.weights, g.group_size)), Some((WeightQuant::Int4, Some(32))));
         assert_eq!(reading.renamed.len(), 1);
-        let (spec, _) = read_query(&[], &router("model=llama_tiny&weights=int4&group_size=32&weights=bf16"));
+        let (spec, _) = read_query(&[], &protocol::Catalog::built_in(), &router("model=llama_tiny&weights=int4&group_size=32&weights=bf16"));
         assert_eq!(spec.advanced.weights, WeightsDtype::Bf16);
         // The group size applies to int4 only: left out, as the spec check wants.
         assert_eq!(spec.generate.as_ref().unwrap().group_size, None);
-        spec.check(&Default::default()).unwrap();
-        let said = crate::settings::said_of_reading(Page::Generate, &spec, &read_query(&[], &router("weights=int8")).1);
+        spec.check(&protocol::Catalog::built_in(), &Default::default()).unwrap();
+        let said = crate::settings::said_of_reading(Page::Generate, &spec, &read_query(&[], &protocol::Catalog::built_in(), &router("weights=int8")).1);
         assert!(said[0].contains("quant=int8"), "{said:?}");
     }
 
     #[test]
     fn the_trained_model_takes_a_text_prompt_and_other_models_refuse_one() {
-        let llama = spec_from_query(&[], |_| None);
+        let llama = spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
         let trained: ModelId = protocol::decoder::TRAINED_PRESET.parse().unwrap();
         let on_bytes = with_model(&llama, trained);
         assert_eq!(on_bytes.generate.as_ref().unwrap().prompt_text.as_deref(), Some(DEFAULT_PROMPT_TEXT));
-        on_bytes.check(&Default::default()).unwrap();
+        on_bytes.check(&protocol::Catalog::built_in(), &Default::default()).unwrap();
         // Through the address and back, as the router reads it.
         let mut asked = on_bytes.clone();
         asked.generate.as_mut().unwrap().quality = true;
         let q = query_from_spec(&asked);
         assert!(q.contains("prompt_text=def%20forward%28self%2C%20x%29%3A") && !q.contains("prompt="), "{q}");
-        assert_eq!(spec_from_query(&[], router(&q)), asked);
+        assert_eq!(spec_from_query(&[], &protocol::Catalog::built_in(), router(&q)), asked);
         // Back on a random-weights preset: no text, no quality, the default prompt length.
         let back = with_model(&asked, llama.model);
         assert_eq!(back, llama);
         // An address that gives a text prompt to a model without a byte vocabulary.
-        let (spec, reading) = read_query(&[], &router("model=llama_tiny&prompt_text=hi&quality=1"));
-        spec.check(&Default::default()).unwrap();
+        let (spec, reading) = read_query(&[], &protocol::Catalog::built_in(), &router("model=llama_tiny&prompt_text=hi&quality=1"));
+        spec.check(&protocol::Catalog::built_in(), &Default::default()).unwrap();
         let keys: Vec<&str> = reading.refused.iter().map(|(k, _, _)| k.as_str()).collect();
         assert_eq!(keys, ["prompt_text", "quality"]);
     }
 
     #[test]
     fn a_model_that_cannot_generate_falls_back_to_the_default_decoder() {
-        let (s, reading) = read_query(&[], &router("model=resnet18"));
+        let (s, reading) = read_query(&[], &protocol::Catalog::built_in(), &router("model=resnet18"));
         assert_eq!(s.model.as_str(), protocol::decoder::CPU_PRESET);
-        assert!(s.check(&Default::default()).is_ok());
+        assert!(s.check(&protocol::Catalog::built_in(), &Default::default()).is_ok());
         assert_eq!(reading.refused.len(), 1);
     }
 }

@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use protocol::settings::{self, Kind, Page, Setting, SettingId, SETTINGS};
-use protocol::{format_bytes, GenerateSpec, GradMode, KvCacheKind, ModelId, Report, RunSpec, ServerInfo, WeightQuant};
+use protocol::{format_bytes, GenerateSpec, GradMode, KvCacheKind, Report, RunSpec, ServerInfo, WeightQuant};
 
 use crate::gen_results::GenResults;
 pub use crate::gen_settings::{default_model, query_from_spec, spec_from_query};
@@ -106,8 +106,9 @@ pub fn GeneratePage() -> impl IntoView {
         .collect();
     let fits: Vec<(String, Option<String>)> = decoders.iter().map(|(id, _, fit)| (id.clone(), fit.clone())).collect();
     let info = StoredValue::new(info);
+    let catalog = StoredValue::new(crate::catalog());
     let query = use_query_map();
-    let spec = Memo::new(move |_| info.with_value(|i| query.with(|q| spec_from_query(&i.devices, |k| q.get(k)))));
+    let spec = Memo::new(move |_| info.with_value(|i| query.with(|q| spec_from_query(&i.devices, &catalog.get_value(), |k| q.get(k)))));
     let navigate = use_navigate();
     let set = Callback::new(move |next: RunSpec| {
         navigate(
@@ -269,7 +270,7 @@ pub fn GeneratePage() -> impl IntoView {
             <span class="control-name">"Model"</span>
             <select id="gen-model" data-testid="gen-model" on:change=move |ev| {
                 let v = event_target_value(&ev);
-                if let Ok(m) = v.parse::<ModelId>() { update(&|s| *s = crate::gen_settings::with_model(s, m)); }
+                if let Ok(m) = catalog.get_value().parse(&v) { update(&|s| *s = crate::gen_settings::with_model(s, m)); }
             }>
                 {decoders.into_iter().map(|(value, text, _)| {
                     let v = value.clone();
@@ -356,7 +357,7 @@ pub fn GeneratePage() -> impl IntoView {
     let address_notes = move || {
         let said = info.with_value(|i| {
             query.with(|q| {
-                let (spec, reading) = crate::gen_settings::read_query(&i.devices, &|k| q.get(k));
+                let (spec, reading) = crate::gen_settings::read_query(&i.devices, &catalog.get_value(), &|k| q.get(k));
                 crate::settings::said_of_reading(Page::Generate, &spec, &reading)
             })
         });
@@ -502,7 +503,7 @@ async fn execute(
             }
             Ok(created) => {
                 let id = created.id.clone();
-                crate::client::follow(&created.events_url, move |event| {
+                crate::client::follow(&created.events_url, spec.model, move |event| {
                     if let protocol::Event::Done { report } = &event {
                         let report = (**report).clone();
                         finished.update(|h| h.push((id.clone(), report.clone())));
@@ -592,7 +593,7 @@ mod tests {
 
     #[test]
     fn the_first_view_finds_a_recorded_default_generation_by_its_listed_label() {
-        let default = spec_from_query(&[], |_| None);
+        let default = spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
         // What /api/records lists for a recorded run of these settings.
         let listed = protocol::Record {
             id: "r1".into(),
@@ -624,7 +625,7 @@ mod tests {
 
     #[test]
     fn comparisons_vary_one_setting() {
-        let s = spec_from_query(&[], |_| None);
+        let s = spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
         let cache = comparison(&s, Comparison::Cache);
         assert_eq!(cache.len(), 3);
         assert!(cache.iter().all(|r| r.grad == s.grad));

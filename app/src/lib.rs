@@ -263,29 +263,31 @@ pub(crate) fn page_json(id: &str) -> Option<String> {
         .and_then(|e| e.text_content())
 }
 
-/// The ServerInfo for this render: from context on the server, from the page in the browser.
-fn server_info() -> ServerInfo {
+/// The models this page knows ([`protocol::Catalog`]): the server's, in context (the
+/// server provides its own; the browser the one [`App`] read from the page's /api/info).
+/// Names read from an address, a picker or a record are resolved in it.
+pub fn catalog() -> protocol::Catalog {
+    use_context::<protocol::Catalog>().unwrap_or_default()
+}
+
+/// The ServerInfo for this render, and the catalog of its models: from context on the
+/// server, from the page in the browser.
+fn server_info() -> (ServerInfo, protocol::Catalog) {
     #[cfg(feature = "hydrate")]
     {
-        // The team models this server serves are registered first, read from the raw JSON,
-        // so their names parse and display here as they do on the server (see
-        // protocol::team): a name read before its registration (a hub decoder's `ORG/NAME`,
-        // a team decoder's) would not parse as the model it is, and the page would list
-        // other models than the server rendered (hydration then fails).
-        let raw = page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-        if let Some(raw) = raw {
-            let models = raw.get("models").and_then(|m| m.as_array()).cloned().unwrap_or_default();
-            fn field<T: serde::de::DeserializeOwned>(models: &[serde_json::Value], key: &str) -> Vec<T> {
-                models.iter().filter_map(|m| m.get(key)).filter(|v| !v.is_null()).filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
-            }
-            protocol::team::register(field(&models, "team"));
-            protocol::decoder::register(field(&models, "decoder"));
-            if let Ok(info) = serde_json::from_value::<ServerInfo>(raw) {
-                return info;
-            }
+        // The catalog is read from the info's own models (the team's sidecars and
+        // decoders), and the info's ids resolved in it, so names parse and display here
+        // as they do on the server: a team decoder's name left unresolved would not be the
+        // model it is, and the page would list other models than the server rendered
+        // (hydration then fails).
+        let info = page_json(INFO_ELEMENT).and_then(|t| serde_json::from_str::<ServerInfo>(&t).ok());
+        if let Some(mut info) = info {
+            let catalog = info.catalog();
+            info.resolve(&catalog);
+            return (info, catalog);
         }
     }
-    use_context::<ServerInfo>().unwrap_or_else(|| ServerInfo {
+    let info = use_context::<ServerInfo>().unwrap_or_else(|| ServerInfo {
         version: String::new(),
         libtorch_version: String::new(),
         devices: vec![],
@@ -294,13 +296,15 @@ fn server_info() -> ServerInfo {
         pitfalls: vec![],
         auth_required: false,
         workers: vec![],
-    })
+    });
+    (info, catalog())
 }
 
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    let info = server_info();
+    let (info, catalog) = server_info();
+    provide_context(catalog);
     let path = page_path();
     // What the hydrating app reads from the page; a page that does not hydrate needs none.
     let hydrates = !static_page::is_static();

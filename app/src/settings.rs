@@ -59,17 +59,17 @@ pub fn lab_default(devices: &[DeviceInfo], choice: DeviceChoice) -> RunSpec {
 /// A RunSpec from query parameters (`get`: the router's reading of a key, its last value);
 /// anything missing or unreadable keeps this server's default for the device asked for
 /// ([`lab_default`]). The keys are the settings table's ([`protocol::settings`]).
-pub fn spec_from_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> RunSpec {
-    read_query(devices, &get).0
+pub fn spec_from_query(devices: &[DeviceInfo], catalog: &protocol::Catalog, get: impl Fn(&str) -> Option<String>) -> RunSpec {
+    read_query(devices, catalog, &get).0
 }
 
-fn read_query(devices: &[DeviceInfo], get: &dyn Fn(&str) -> Option<String>) -> (RunSpec, Reading) {
+fn read_query(devices: &[DeviceInfo], catalog: &protocol::Catalog, get: &dyn Fn(&str) -> Option<String>) -> (RunSpec, Reading) {
     let device = get("device")
         .and_then(|v| v.parse::<DeviceChoice>().ok())
         .unwrap_or(DeviceChoice::Auto);
     let mut spec = lab_default(devices, device);
     // The Lab measures forward passes; generate runs come from the Generate page.
-    let reading = settings::read_query(SETTINGS, Page::Lab, &mut spec, get);
+    let reading = settings::read_query(SETTINGS, Page::Lab, &mut spec, get, catalog);
     (spec, reading)
 }
 
@@ -100,8 +100,8 @@ pub fn said_of_reading(page: Page, spec: &RunSpec, reading: &Reading) -> Vec<Str
 }
 
 /// What a link asked for that the Lab could not use ([`said_of_reading`]).
-pub fn ignored_in_query(devices: &[DeviceInfo], get: impl Fn(&str) -> Option<String>) -> Vec<String> {
-    let (spec, reading) = read_query(devices, &get);
+pub fn ignored_in_query(devices: &[DeviceInfo], catalog: &protocol::Catalog, get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let (spec, reading) = read_query(devices, catalog, &get);
     said_of_reading(Page::Lab, &spec, &reading)
 }
 
@@ -192,9 +192,9 @@ pub(crate) mod tests {
             },
             generate: None,
         };
-        let back = spec_from_query(&[], router(&query_from_spec(&spec)));
+        let back = spec_from_query(&[], &protocol::Catalog::built_in(), router(&query_from_spec(&spec)));
         assert_eq!(back, spec);
-        each_setting_round_trips(Page::Lab, &lab_default(&[], DeviceChoice::Cpu), query_from_spec, |q| spec_from_query(&[], router(q)));
+        each_setting_round_trips(Page::Lab, &lab_default(&[], DeviceChoice::Cpu), query_from_spec, |q| spec_from_query(&[], &protocol::Catalog::built_in(), router(q)));
     }
 
     /// Every setting of `page`, one at a time, each of its values (and a number, and a
@@ -209,7 +209,7 @@ pub(crate) mod tests {
                 }
                 // A value the row takes but the run would refuse (a text prompt on a model
                 // without a byte vocabulary) is refused by the reading too: no round trip.
-                if s.set(&mut one, &v).is_err() || one.check(&Default::default()).is_err() {
+                if s.set(&mut one, &v).is_err() || one.check(&protocol::Catalog::built_in(), &Default::default()).is_err() {
                     continue;
                 }
                 assert_eq!(read(&query(&one)), one, "{}={v}", s.key);
@@ -219,14 +219,14 @@ pub(crate) mod tests {
 
     #[test]
     fn an_old_weights_key_still_reads_in_the_lab() {
-        let said = ignored_in_query(&[], router("model=resnet18&weights=bf16"));
+        let said = ignored_in_query(&[], &protocol::Catalog::built_in(), router("model=resnet18&weights=bf16"));
         assert!(said.len() == 1 && said[0].contains("dtype=bf16"), "{said:?}");
-        assert_eq!(spec_from_query(&[], router("weights=bf16")).advanced.weights, WeightsDtype::Bf16);
+        assert_eq!(spec_from_query(&[], &protocol::Catalog::built_in(), router("weights=bf16")).advanced.weights, WeightsDtype::Bf16);
     }
 
     #[test]
     fn garbage_in_the_url_falls_back_to_defaults() {
-        let spec = spec_from_query(&[], |k| {
+        let spec = spec_from_query(&[], &protocol::Catalog::built_in(), |k| {
             Some(if k == "batch" {
                 "0".into()
             } else {
@@ -283,13 +283,13 @@ pub(crate) mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let said = ignored_in_query(&[], q(&[("model", "resnet999"), ("batch", "8")]));
+        let said = ignored_in_query(&[], &protocol::Catalog::built_in(), q(&[("model", "resnet999"), ("batch", "8")]));
         assert_eq!(said.len(), 1, "{said:?}");
         let shown = lab_default(&[], DeviceChoice::Auto).model;
         assert!(said[0].contains("resnet999") && said[0].contains(shown.as_str()));
-        assert!(ignored_in_query(&[], q(&[("model", "resnet18"), ("grad", "no_grad")])).is_empty());
+        assert!(ignored_in_query(&[], &protocol::Catalog::built_in(), q(&[("model", "resnet18"), ("grad", "no_grad")])).is_empty());
         assert_eq!(
-            ignored_in_query(&[], q(&[("batch", "0"), ("iters", "x")])).len(),
+            ignored_in_query(&[], &protocol::Catalog::built_in(), q(&[("batch", "0"), ("iters", "x")])).len(),
             2
         );
     }
@@ -311,9 +311,9 @@ pub(crate) mod tests {
         let none = |_: &str| None;
         // The seed setting on a GPU; a small model on a CPU, never the tiny MLP whose
         // grad/no_grad difference is invisible beside its baseline.
-        let gpu = spec_from_query(&gpu_server, none);
+        let gpu = spec_from_query(&gpu_server, &protocol::Catalog::built_in(), none);
         assert_eq!((gpu.model, gpu.batch), (ModelId::Resnet50, 32));
-        let cpu = spec_from_query(&cpu_only, none);
+        let cpu = spec_from_query(&cpu_only, &protocol::Catalog::built_in(), none);
         assert_ne!(cpu.model, ModelId::TinyMlp);
         assert!(
             cpu.batch <= 4,
@@ -322,17 +322,17 @@ pub(crate) mod tests {
         );
         // Asking for the CPU on a GPU server gets the CPU's default, not ResNet-50 at 32.
         let asked_cpu =
-            spec_from_query(&gpu_server, |k| (k == "device").then(|| "cpu".to_string()));
+            spec_from_query(&gpu_server, &protocol::Catalog::built_in(), |k| (k == "device").then(|| "cpu".to_string()));
         assert_eq!((asked_cpu.model, asked_cpu.batch), (cpu.model, cpu.batch));
         assert_eq!(asked_cpu.device, DeviceChoice::Cpu);
         // Only what the address leaves out is defaulted; the lesson's setting starts at
         // autograd on, so the first run shows the cost no_grad removes.
-        let asked = spec_from_query(&gpu_server, |k| (k == "batch").then(|| "4".to_string()));
+        let asked = spec_from_query(&gpu_server, &protocol::Catalog::built_in(), |k| (k == "batch").then(|| "4".to_string()));
         assert_eq!((asked.model, asked.batch), (ModelId::Resnet50, 4));
         assert_eq!(gpu.grad, GradMode::Enabled);
         // Every default is a spec the server accepts.
         for d in [gpu, cpu] {
-            assert!(d.check(&Limits::default()).is_ok(), "{d:?}");
+            assert!(d.check(&protocol::Catalog::built_in(), &Limits::default()).is_ok(), "{d:?}");
         }
     }
 }

@@ -49,7 +49,7 @@ fn main() {
                 },
                 ..RunSpec::default()
             };
-            let checked = engine::check_spec(spec.clone(), &Limits::default(), lab.machine())
+            let checked = engine::check_spec(spec.clone(), &protocol::Catalog::built_in(), &Limits::default(), lab.machine())
                 .expect("valid spec");
             let control = RunControl::default();
             // Once to build the model and find the device's peak; then the measured run.

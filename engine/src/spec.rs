@@ -135,14 +135,17 @@ pub fn cpu_count() -> u32 {
         .unwrap_or(1)
 }
 
-/// Checks `spec` against the limits and against what this machine can do.
+/// Resolves `spec`'s model in `catalog` and checks it against the limits and against what
+/// this machine can do.
 pub fn check_spec(
-    spec: RunSpec,
+    mut spec: RunSpec,
+    catalog: &protocol::Catalog,
     limits: &Limits,
     machine: &Machine,
 ) -> Result<CheckedSpec, SpecError> {
+    spec.model = catalog.resolve(spec.model);
     let spec = count_prompt_tokens(spec)?;
-    spec.check(limits)?;
+    spec.check(catalog, limits)?;
     if let Some(t) = spec.threads {
         let cpus = cpu_count();
         if t > cpus {

@@ -74,8 +74,9 @@ fn every_family_computes_what_transformers_computes() {
     let flat: Vec<i64> = prompt.concat();
     let prompt = Tensor::from_slice(&flat).view([rows, -1]);
     let _no_grad = tch::no_grad_guard();
+    let catalog = loaded.catalog();
     for (name, want) in reference["models"].as_object().unwrap() {
-        let id: ModelId = name.parse().unwrap();
+        let id: ModelId = catalog.parse(name).unwrap();
         let config = id.decoder().unwrap().config.clone();
         let mut model = Model::build(id, Device::Cpu, 0);
 
@@ -161,7 +162,7 @@ fn every_family_computes_what_transformers_computes() {
         let config = read_config(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let theirs = want["parameters"].as_u64().unwrap();
         assert_eq!(config.parameters(), theirs, "{name}: parameters");
-        let preset = protocol::decoder::lookup(name).unwrap_or_else(|| panic!("a preset named {name}"));
+        let preset = protocol::decoder::preset(name).unwrap_or_else(|| panic!("a preset named {name}"));
         assert_eq!(preset.config, config, "{name}: the preset copies the published config");
         let types: Vec<String> = serde_json::from_value(want["layer_types"].clone()).unwrap();
         for (i, t) in types.iter().enumerate() {
@@ -374,7 +375,7 @@ fn generate_reports_the_cache_by_layer_type_and_the_experts() {
         let r = worker.measure(spec, |_| {}).expect("generation succeeds");
         r.generation.expect("a generation section")
     };
-    let gemma = protocol::decoder::lookup("gemma3_tiny").unwrap().config.clone();
+    let gemma = protocol::decoder::preset("gemma3_tiny").unwrap().config.clone();
     let w = gemma.sliding_window.unwrap() as u64;
     for (cache, sliding_positions) in [(KvCacheKind::Dynamic, w - 1), (KvCacheKind::Static, w)] {
         let g = run(generate_spec("gemma3_tiny", 2, 40, 12, cache));
@@ -391,7 +392,7 @@ fn generate_reports_the_cache_by_layer_type_and_the_experts() {
         assert!(g.moe.is_none());
     }
 
-    let moe = protocol::decoder::lookup("qwen3_moe_tiny").unwrap().config.clone();
+    let moe = protocol::decoder::preset("qwen3_moe_tiny").unwrap().config.clone();
     let m = moe.moe.clone().unwrap();
     let mut means = vec![];
     for batch in [1, 8] {
@@ -441,7 +442,7 @@ fn quantization_kv_dtype_and_autocast_apply_to_every_family() {
             assert!(g.drift.is_some(), "{model}: drift reported");
             if let Some(m) = &g.moe {
                 // The experts are quantized too: one expert weighs its packed bytes.
-                assert!(m.expert_bytes * 3 < protocol::decoder::lookup(model).unwrap().config.expert_parameters() * 4);
+                assert!(m.expert_bytes * 3 < protocol::decoder::preset(model).unwrap().config.expert_parameters() * 4);
             }
         }
         let mut spec = generate_spec(model, 2, 40, 4, KvCacheKind::Dynamic);
@@ -457,7 +458,7 @@ fn quantization_kv_dtype_and_autocast_apply_to_every_family() {
     let mut spec = generate_spec("qwen3_moe_tiny", 1, 8, 4, KvCacheKind::Static);
     spec.device = protocol::DeviceChoice::Cuda;
     spec.advanced.cuda_graph = true;
-    let e = spec.check(&protocol::Limits::default()).unwrap_err();
+    let e = spec.check(&protocol::Catalog::built_in(), &protocol::Limits::default()).unwrap_err();
     assert_eq!(e.field, "advanced.cuda_graph");
     assert!(e.message.contains("mixture of experts"), "{e}");
 }
@@ -471,7 +472,7 @@ fn quantization_kv_dtype_and_autocast_apply_to_every_family() {
 fn the_trained_preset_loads_its_folder_and_writes_text() {
     let folder = engine::models::decoder::trained_dir("torch_bytes");
     let config = read_config(&std::fs::read_to_string(folder.join("config.json")).unwrap()).unwrap();
-    let preset = protocol::decoder::lookup(protocol::decoder::TRAINED_PRESET).unwrap();
+    let preset = protocol::decoder::preset(protocol::decoder::TRAINED_PRESET).unwrap();
     assert_eq!(config, preset.config, "the preset's config is the folder's");
     assert!(!preset.random_weights() && preset.byte_bos() == Some(256));
 

@@ -75,8 +75,9 @@ fn prefill_logits_and_greedy_tokens_match_transformers() {
     let flat: Vec<i64> = prompt.concat();
     let prompt = Tensor::from_slice(&flat).view([rows, -1]);
     let _no_grad = tch::no_grad_guard();
+    let catalog = loaded.catalog();
     for (name, want) in reference["models"].as_object().unwrap() {
-        let id: ModelId = name.parse().unwrap();
+        let id: ModelId = catalog.parse(name).unwrap();
         assert!(id.is_decoder());
         let model = Model::build(id, Device::Cpu, 0);
         let decoder = model.net.as_decoder().unwrap();

@@ -70,13 +70,14 @@ fn a_tokenized_checkpoint_writes_what_transformers_writes() {
     // The operator's text for the quality measurement (`--quality-text`).
     let config = engine::WorkerConfig {
         lab: engine::LabConfig { quality_text: Some(dir.join("quality.txt")), threads: 1, ..Default::default() },
+        catalog: loaded.catalog(),
         ..Default::default()
     };
     let worker = engine::Worker::start(config).expect("worker starts");
     for (name, want) in reference["models"].as_object().unwrap() {
         let ids: Vec<i64> = serde_json::from_value(want["prompt_ids"].clone()).unwrap();
         let tokens: Vec<i64> = serde_json::from_value(want["tokens"].clone()).unwrap();
-        let id: ModelId = name.parse().unwrap();
+        let id: ModelId = worker.catalog().parse(name).unwrap();
         // The prompt's logits, every position, against transformers' (fp32).
         {
             let _no_grad = tch::no_grad_guard();

@@ -50,9 +50,14 @@ fn loaded() -> &'static (PathBuf, Loaded) {
     })
 }
 
+/// The catalog serving what [`loaded`] found, built once per test process.
+fn catalog() -> &'static protocol::Catalog {
+    static CATALOG: OnceLock<protocol::Catalog> = OnceLock::new();
+    CATALOG.get_or_init(|| loaded().1.catalog())
+}
+
 fn id(name: &str) -> ModelId {
-    loaded();
-    name.parse().unwrap_or_else(|e| panic!("{e}"))
+    catalog().parse(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn spec(model: &str, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
@@ -71,7 +76,7 @@ fn spec(model: &str, batch: u32, eval: bool, grad: GradMode) -> RunSpec {
 }
 
 fn worker() -> Worker {
-    Worker::start(WorkerConfig::default()).expect("worker starts")
+    Worker::start(WorkerConfig { catalog: catalog().clone(), ..WorkerConfig::default() }).expect("worker starts")
 }
 
 fn measure(w: &Worker, s: RunSpec) -> Report {
@@ -132,18 +137,18 @@ fn good_files_are_served_and_each_bad_one_is_named_with_its_reason() {
     );
     assert_eq!(loaded.problems.len(), 6, "{:?}", loaded.problems);
     // A request for a refused file's model says why, not just "unknown".
-    let why = ModelId::unknown_message("broken");
+    let why = catalog().unknown_message("broken");
     assert!(
         why.starts_with("team model `broken` is not served: broken.pt: does not load as TorchScript"),
         "{why}"
     );
-    assert!(ModelId::unknown_message("orphan").contains("orphan.json: a sidecar without its module"));
-    assert!(ModelId::unknown_message("nothing_here").starts_with("unknown model `nothing_here`"));
+    assert!(catalog().unknown_message("orphan").contains("orphan.json: a sidecar without its module"));
+    assert!(catalog().unknown_message("nothing_here").starts_with("unknown model `nothing_here`"));
 
     // Served like built-in models: listed, parsed, displayed by the sidecar's name.
-    assert!(ModelId::served().contains(&id("drop_batch")));
+    assert!(catalog().models().contains(&id("drop_batch")));
     assert_eq!(id("drop_batch").display_name(), "Drop + Batch (test)");
-    let e = "nonexistent".parse::<ModelId>().unwrap_err();
+    let e = catalog().parse("nonexistent").unwrap_err();
     assert!(e.contains("drop_batch") && e.contains("resnet18"), "{e}");
 }
 
@@ -379,7 +384,7 @@ fn a_team_model_with_its_source_compiles_and_matches_its_torchscript() {
     let sidecar: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("token_mask.json")).unwrap()).unwrap();
     assert_eq!(sidecar["source"], "team_nets.py:TokenMask", "the exporter writes the source beside the module");
     assert!(dir.join("team_nets.py").is_file(), "... and copies the file into the models directory");
-    let config = WorkerConfig { lab: engine::LabConfig { python: Some(python().into()), threads: 1, ..Default::default() }, ..Default::default() };
+    let config = WorkerConfig { lab: engine::LabConfig { python: Some(python().into()), threads: 1, ..Default::default() }, catalog: catalog().clone(), ..Default::default() };
     let w = Worker::start(config).unwrap();
     let mut s = spec("token_mask", 4, true, GradMode::NoGrad);
     s.advanced.compiled = true;

@@ -224,9 +224,9 @@ impl Front {
     }
 
     /// Checks `spec` against the worker's limits and devices (the worker checks the rest
-    /// and fails the run with the reason).
+    /// and fails the run with the reason). Fleet workers serve the built-in models.
     pub fn check(&self, card: &WorkerCard, spec: &RunSpec) -> Result<(), SubmitError> {
-        spec.check(&card.limits).map_err(SubmitError::Spec)
+        spec.check(&protocol::Catalog::built_in(), &card.limits).map_err(SubmitError::Spec)
     }
 
     /// Queues `task` as job `id` for `worker`: its `queued` event first (with the jobs ahead

@@ -404,10 +404,10 @@ mod tests {
     fn a_text_prompt_sets_the_prompt_length_and_is_refused_where_it_cannot_apply() {
         let trained = crate::decoder::TRAINED_PRESET;
         let ok = on(trained, text("def forward(self, x):"));
-        ok.check(&Limits::default()).unwrap();
+        ok.check(&crate::Catalog::built_in(), &Limits::default()).unwrap();
         assert_eq!(ok.resolved_input_size(), 1 + 21);
         // Each refusal names its field.
-        let field = |s: RunSpec| s.check(&Limits::default()).unwrap_err().field;
+        let field = |s: RunSpec| s.check(&crate::Catalog::built_in(), &Limits::default()).unwrap_err().field;
         assert_eq!(field(on(trained, text(""))), "generate.prompt_text");
         assert_eq!(field(on(trained, text(&"x".repeat(MAX_PROMPT_TEXT_BYTES as usize + 1)))), "generate.prompt_text");
         // The cap counts UTF-8 bytes, not characters: 97 × "é" is 194 bytes.

@@ -15,11 +15,11 @@ pub struct ModelInfo {
     pub default_input_size: u32,
     pub has_dropout: bool,
     pub has_batchnorm: bool,
-    /// For a team model: its sidecar and what was measured when it was loaded (the browser
-    /// registers these, see [`crate::team`]).
+    /// For a team model: its sidecar and what was measured when it was loaded (the browser's
+    /// catalog is read from these: [`ServerInfo::catalog`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<crate::team::TeamModel>,
-    /// For a decoder: its shape and where it comes from (the browser registers the team's).
+    /// For a decoder: its shape and where it comes from (the browser's catalog reads the team's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decoder: Option<crate::decoder::DecoderModel>,
     /// For a decoder: why the Generate page's default generation on it cannot fit this
@@ -27,6 +27,25 @@ pub struct ModelInfo {
     /// fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fit: Option<String>,
+}
+
+impl ServerInfo {
+    /// The catalog of the models this info lists: the team models and decoders it carries
+    /// (what the browser knows of a server's models). Built once per page, not per use.
+    pub fn catalog(&self) -> crate::Catalog {
+        crate::Catalog::new(
+            self.models.iter().filter_map(|m| m.team.clone()).collect(),
+            self.models.iter().filter_map(|m| m.decoder.clone()).collect(),
+            vec![],
+        )
+    }
+
+    /// Resolves the listed ids in `catalog` (read from JSON, a team model's is a name).
+    pub fn resolve(&mut self, catalog: &crate::Catalog) {
+        for m in &mut self.models {
+            m.id = catalog.resolve(m.id);
+        }
+    }
 }
 
 /// A device the server can run on, and what it can do.

@@ -8,6 +8,7 @@
 //! the engine.
 
 mod advanced;
+mod catalog;
 pub mod bytes_rule;
 mod compiled;
 pub mod decoder;
@@ -41,6 +42,7 @@ mod trace;
 pub mod settings;
 pub mod words;
 pub use advanced::*;
+pub use catalog::Catalog;
 pub use compiled::{compiled_batch_range, compiled_refusal, CompiledFacts};
 pub use errors::*;
 pub use events::*;
@@ -80,7 +82,7 @@ mod tests {
         // A name that could be a team model's reads (records of removed models must), and
         // the check refuses it by name; one that could not be is refused while reading.
         let spec = serde_json::from_str::<RunSpec>(r#"{"model": "resnet9"}"#).unwrap();
-        let e = spec.check(&Limits::default()).unwrap_err();
+        let e = spec.check(&Catalog::built_in(), &Limits::default()).unwrap_err();
         assert_eq!(e.field, "model");
         assert!(
             e.message.contains("resnet9") && e.message.contains("resnet18"),
@@ -141,9 +143,9 @@ mod tests {
             ),
         ];
         for (spec, field) in cases {
-            assert_eq!(spec.check(&limits).unwrap_err().field, field, "{spec:?}");
+            assert_eq!(spec.check(&Catalog::built_in(), &limits).unwrap_err().field, field, "{spec:?}");
         }
-        assert!(RunSpec::default().check(&limits).is_ok());
+        assert!(RunSpec::default().check(&Catalog::built_in(), &limits).is_ok());
     }
 
     #[test]

@@ -8,10 +8,10 @@ use std::fmt;
 /// The longest model name: a hub repository's `ORG/NAME` ([`crate::team::MAX_HUB_NAME_LEN`]).
 pub const MAX_MODEL_NAME: usize = 128;
 
-/// A team model's or a decoder's name, held inline: owned, `Copy`, no allocation and no
-/// registry. Reading one (a request, a record) has no side effect; what it names is looked
-/// up among what this process serves when it is used, and a record of a model no longer
-/// served still reads and says so.
+/// A name that is not built in, held inline: owned, `Copy`, no allocation. Reading one (a
+/// request, a record) has no side effect; what it names is looked up in a
+/// [`crate::Catalog`] when it is used, and a record of a model no longer served still reads
+/// and says so.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ModelName {
     len: u8,
@@ -61,9 +61,10 @@ impl PartialEq<&str> for ModelName {
 }
 
 /// The models a run can use: the built-in architectures (random weights: weights do not
-/// change memory or latency) and the team models of the server's models directory
-/// ([`crate::team`]). In JSON, URLs and on the command line a model is its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// change memory or latency), the decoders and the team models of the server's models
+/// directory ([`crate::team`]), as a [`crate::Catalog`] serves them. In JSON, URLs and on
+/// the command line a model is its name; two ids are equal when their names are.
+#[derive(Clone, Copy)]
 pub enum ModelId {
     /// A three-layer MLP with BatchNorm and Dropout: the fast CPU default.
     TinyMlp,
@@ -75,12 +76,41 @@ pub enum ModelId {
     MobilenetV2,
     /// A small transformer encoder with Dropout and LayerNorm.
     Transformer,
-    /// A TorchScript module from the operator's models directory, by name (its file's
-    /// stem). What it is lives in the registry of [`crate::team`].
-    Team(ModelName),
-    /// A Llama-style decoder LLM by name: a built-in preset or a team folder with a
-    /// `config.json`. What it is lives in [`crate::decoder`].
-    Decoder(ModelName),
+    /// A TorchScript module from the operator's models directory (named by its file's
+    /// stem), as the catalog that resolved it serves it.
+    Team(&'static crate::team::TeamModel),
+    /// A Llama-style decoder LLM: a built-in preset or a team folder with a `config.json`.
+    Decoder(&'static crate::decoder::DecoderModel),
+    /// A name read without a catalog (a request body, a record) that is neither a built-in
+    /// model nor a preset: a team model or decoder, or one no longer served.
+    /// [`crate::Catalog::resolve`] turns it into what it names; the spec's check refuses
+    /// one that stays a name (not served here).
+    Named(ModelName),
+}
+
+impl PartialEq for ModelId {
+    fn eq(&self, other: &ModelId) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ModelId {}
+
+impl std::hash::Hash for ModelId {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h)
+    }
+}
+
+impl fmt::Debug for ModelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelId::Team(m) => write!(f, "Team({:?})", m.name),
+            ModelId::Decoder(m) => write!(f, "Decoder({:?})", m.name),
+            ModelId::Named(n) => write!(f, "Named({n:?})"),
+            _ => f.write_str(self.as_str()),
+        }
+    }
 }
 
 /// Which family of network a model is: what it is built from and what its input is.
@@ -126,7 +156,7 @@ pub struct ModelFacts {
 }
 
 impl ModelId {
-    /// The built-in models (team models: [`ModelId::served`]).
+    /// The built-in models (with the decoders and team models: [`crate::Catalog::models`]).
     pub const ALL: [ModelId; 5] = [
         ModelId::TinyMlp,
         ModelId::Resnet18,
@@ -143,37 +173,31 @@ impl ModelId {
             ModelId::Resnet50 => "resnet50",
             ModelId::MobilenetV2 => "mobilenet_v2",
             ModelId::Transformer => "transformer",
-            ModelId::Team(name) | ModelId::Decoder(name) => name.as_str(),
+            ModelId::Team(m) => &m.name,
+            ModelId::Decoder(m) => &m.name,
+            ModelId::Named(name) => name.as_str(),
         }
     }
 
-    /// A served decoder's id.
-    pub fn decoder_named(name: &str) -> Option<ModelId> {
-        crate::decoder::lookup(name).and_then(|d| ModelName::new(&d.name)).map(ModelId::Decoder)
+    /// A built-in model or decoder preset by name: what needs no catalog.
+    pub fn built_in(name: &str) -> Option<ModelId> {
+        ModelId::ALL
+            .into_iter()
+            .find(|m| m.as_str() == name)
+            .or_else(|| crate::decoder::preset(name).map(ModelId::Decoder))
     }
 
-    /// Every model this process serves: the built-in ones, the decoders, then the team's.
-    pub fn served() -> Vec<ModelId> {
-        let decoders = crate::decoder::served()
-            .into_iter()
-            .filter_map(|m| ModelName::new(&m.name).map(ModelId::Decoder));
-        let team = crate::team::served()
-            .into_iter()
-            .filter_map(|m| ModelName::new(&m.name).map(ModelId::Team));
-        ModelId::ALL.into_iter().chain(decoders).chain(team).collect()
-    }
-
-    /// The decoder behind this id, when it is one and it is served here.
-    pub fn decoder(self) -> Option<std::sync::Arc<crate::decoder::DecoderModel>> {
+    /// The decoder behind this id, when it is one.
+    pub fn decoder(self) -> Option<&'static crate::decoder::DecoderModel> {
         match self {
-            ModelId::Decoder(name) => crate::decoder::lookup(&name),
+            ModelId::Decoder(m) => Some(m),
             _ => None,
         }
     }
 
     /// Whether this is a decoder LLM (generate runs need one).
     pub fn is_decoder(self) -> bool {
-        self.facts().family == Family::Decoder
+        matches!(self, ModelId::Decoder(_))
     }
 
     /// The one table of model facts. A new family is a new arm here, and nothing else can
@@ -190,23 +214,17 @@ impl ModelId {
             ModelId::Resnet18 | ModelId::Resnet50 => f(Family::ResNet, InputKind::Image, false, true),
             ModelId::MobilenetV2 => f(Family::MobileNet, InputKind::Image, true, true),
             ModelId::Transformer => f(Family::Encoder, InputKind::Embeddings, true, false),
-            ModelId::Decoder(_) => f(
-                Family::Decoder,
-                InputKind::TokenIds,
-                self.decoder().is_some_and(|d| d.config.attention_dropout > 0.0),
-                false,
-            ),
+            ModelId::Decoder(d) => f(Family::Decoder, InputKind::TokenIds, d.config.attention_dropout > 0.0, false),
             // Measured at load: train-mode randomness, and a deterministic train/eval
-            // difference (BatchNorm-like).
-            ModelId::Team(_) => {
-                let t = self.team().map(|m| m.training);
-                f(
-                    Family::TorchScript,
-                    InputKind::Sidecar,
-                    t.is_some_and(|t| t.random_in_train),
-                    t.is_some_and(|t| !t.random_in_train && t.train_differs_from_eval),
-                )
-            }
+            // difference (BatchNorm-like). A name not served is a team model's as far as
+            // anything can say (what a record of a removed one reads as).
+            ModelId::Team(m) => f(
+                Family::TorchScript,
+                InputKind::Sidecar,
+                m.training.random_in_train,
+                !m.training.random_in_train && m.training.train_differs_from_eval,
+            ),
+            ModelId::Named(_) => f(Family::TorchScript, InputKind::Sidecar, false, false),
         }
     }
 
@@ -224,10 +242,10 @@ impl ModelId {
         }
     }
 
-    /// The team model behind this id, when it is one and it is served here.
-    pub fn team(self) -> Option<std::sync::Arc<crate::team::TeamModel>> {
+    /// The team model behind this id, when it is one.
+    pub fn team(self) -> Option<&'static crate::team::TeamModel> {
         match self {
-            ModelId::Team(name) => crate::team::lookup(&name),
+            ModelId::Team(m) => Some(m),
             _ => None,
         }
     }
@@ -239,14 +257,9 @@ impl ModelId {
             ModelId::Resnet50 => "ResNet-50".into(),
             ModelId::MobilenetV2 => "MobileNet-V2".into(),
             ModelId::Transformer => "Transformer encoder (Dropout + LayerNorm)".into(),
-            ModelId::Team(name) => self
-                .team()
-                .map(|m| m.sidecar.display_name.clone())
-                .unwrap_or_else(|| name.to_string()),
-            ModelId::Decoder(name) => self
-                .decoder()
-                .map(|m| m.display_name.clone())
-                .unwrap_or_else(|| name.to_string()),
+            ModelId::Team(m) => m.sidecar.display_name.clone(),
+            ModelId::Decoder(m) => m.display_name.clone(),
+            ModelId::Named(name) => name.to_string(),
         }
     }
 
@@ -268,25 +281,21 @@ impl ModelId {
                 default: 128,
                 max: 4096,
             },
-            ModelId::Decoder(_) => InputShape {
+            ModelId::Decoder(d) => InputShape {
                 meaning: "prompt length in tokens".into(),
                 default: 32,
-                max: self
-                    .decoder()
-                    .map_or(0, |d| d.config.max_position_embeddings.min(32_768)),
+                max: d.config.max_position_embeddings.min(32_768),
             },
             // A fixed-shape (or no longer served) team model has no adjustable size: 0.
-            ModelId::Team(_) => match self.team() {
-                Some(m) => InputShape {
-                    meaning: m.input_meaning.clone().into(),
-                    default: m.sidecar.size.as_ref().map_or(0, |s| s.default),
-                    max: m.sidecar.size.as_ref().map_or(0, |s| s.max),
-                },
-                None => InputShape {
-                    meaning: "a team model this server does not serve".into(),
-                    default: 0,
-                    max: 0,
-                },
+            ModelId::Team(m) => InputShape {
+                meaning: m.input_meaning.clone().into(),
+                default: m.sidecar.size.as_ref().map_or(0, |s| s.default),
+                max: m.sidecar.size.as_ref().map_or(0, |s| s.max),
+            },
+            ModelId::Named(_) => InputShape {
+                meaning: "a team model this server does not serve".into(),
+                default: 0,
+                max: 0,
             },
         }
     }
@@ -294,10 +303,8 @@ impl ModelId {
     /// The smallest `input_size` this model accepts.
     pub fn min_input_size(self) -> u32 {
         match self {
-            ModelId::Team(_) => self
-                .team()
-                .and_then(|m| m.sidecar.size.as_ref().map(|s| s.min))
-                .unwrap_or(0),
+            ModelId::Team(m) => m.sidecar.size.as_ref().map_or(0, |s| s.min),
+            ModelId::Named(_) => 0,
             ModelId::TinyMlp | ModelId::Transformer | ModelId::Decoder(_) => 1,
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => 32,
         }
@@ -339,15 +346,10 @@ impl ModelId {
             // PyTorch's own layer, configured like the engine's encoder (which writes the same
             // layer out op by op, as python/gradless/models.py's EncoderLayer does).
             ModelId::Transformer => "nn.TransformerEncoder(\n    nn.TransformerEncoderLayer(256, 4, 1024, 0.1, batch_first=True),\n    num_layers=4,\n    enable_nested_tensor=False,\n)",
-            ModelId::Team(name) => {
-                return format!("torch.jit.load(\"{name}.pt\", map_location=device)")
+            ModelId::Team(_) | ModelId::Named(_) => {
+                return format!("torch.jit.load(\"{self}.pt\", map_location=device)")
             }
-            ModelId::Decoder(name) => {
-                return match self.decoder() {
-                    Some(d) => d.config.python_config(),
-                    None => format!("# the decoder `{name}` is not served here"),
-                }
-            }
+            ModelId::Decoder(d) => return d.config.python_config(),
         };
         builtin.to_string()
     }
@@ -356,30 +358,6 @@ impl ModelId {
 impl fmt::Display for ModelId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl ModelId {
-    /// "unknown model `x`; known models: ..." (the served ones, team models included), or,
-    /// for a file of the models directory that was refused at start-up, why: "team model
-    /// `x` is not served: x.pt: does not load as TorchScript: ...".
-    pub fn unknown_message(name: &str) -> String {
-        if let Some(why) = crate::team::refusal(name) {
-            return format!("team model `{name}` is not served: {why}");
-        }
-        let known: Vec<_> = ModelId::served().iter().map(|m| m.as_str().to_string()).collect();
-        format!("unknown model `{name}` (not served here); known models: {}", known.join(", "))
-    }
-}
-
-/// Only served models parse: the command line and URLs name what can run.
-impl std::str::FromStr for ModelId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        ModelId::served()
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| ModelId::unknown_message(s))
     }
 }
 
@@ -406,23 +384,42 @@ impl utoipa::PartialSchema for ModelId {
 #[cfg(feature = "openapi")]
 impl utoipa::ToSchema for ModelId {}
 
-/// A name that is not served still reads when it could be a team model's (a record of a
-/// model the operator has since removed): it is held inline, nothing is registered, and
-/// [`RunSpec::check`] refuses to run it, saying it is not served.
+/// Parsing a name is reading it (see the `Deserialize` impl below): a built-in's or a
+/// preset's name is that model, any other possible name is a [`ModelId::Named`] to resolve
+/// with [`crate::Catalog::resolve`] (or parse with [`crate::Catalog::parse`], which refuses
+/// what is not served).
+impl std::str::FromStr for ModelId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.into())).map_err(|e| e.to_string())
+    }
+}
+
+/// Reading needs no catalog: a built-in model's or a preset's name reads as that model; any
+/// other name that could be a team model's or a decoder's (a request, a record of a model
+/// the operator has since removed) is held inline as [`ModelId::Named`], nothing is
+/// registered, and [`crate::Catalog::resolve`] finds what it names ([`RunSpec::check`]
+/// refuses it when nothing: not served).
 impl<'de> Deserialize<'de> for ModelId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
-        if let Some(m) = ModelId::ALL.into_iter().find(|m| m.as_str() == name) {
+        if let Some(m) = ModelId::built_in(&name) {
             return Ok(m);
-        }
-        if let Some(id) = ModelId::decoder_named(&name) {
-            return Ok(id);
         }
         Some(&*name)
             .filter(|n| crate::team::valid_name(n) || crate::team::valid_hub_name(n))
             .and_then(ModelName::new)
-            .map(ModelId::Team)
-            .ok_or_else(|| serde::de::Error::custom(ModelId::unknown_message(&name)))
+            .map(ModelId::Named)
+            .ok_or_else(|| serde::de::Error::custom(crate::Catalog::built_in().unknown_message(&name)))
+    }
+}
+
+impl ModelId {
+    /// `self`, or `resolved` when that is the same model already resolved in a catalog:
+    /// read back from JSON (a report of a run this page submitted), a team model's id is
+    /// its name again.
+    pub fn or_resolved(self, resolved: ModelId) -> ModelId {
+        if self == resolved { resolved } else { self }
     }
 }
 
@@ -443,7 +440,8 @@ mod name_tests {
     /// served list never grows, and running it is refused saying it is not served.
     #[test]
     fn a_name_that_is_not_served_reads_without_registering_anything() {
-        let served = ModelId::served().len();
+        let catalog = crate::Catalog::built_in();
+        let served = catalog.models().len();
         for i in 0..1000 {
             let name = format!("gone_model_{i}");
             let id: ModelId = serde_json::from_value(serde_json::json!(name)).unwrap();
@@ -453,9 +451,10 @@ mod name_tests {
         let hub: ModelId = serde_json::from_str("\"some-org/some.model-7B\"").unwrap();
         assert_eq!(hub.to_string(), "some-org/some.model-7B");
         assert_eq!(serde_json::to_string(&hub).unwrap(), "\"some-org/some.model-7B\"");
-        assert_eq!(ModelId::served().len(), served, "reading names registered nothing");
+        assert_eq!(catalog.models().len(), served, "reading names registered nothing");
+        assert_eq!(catalog.resolve(hub).team(), None, "a name not served stays a name");
         let spec = crate::RunSpec { model: hub, ..crate::RunSpec::default() };
-        let e = spec.check(&crate::Limits::default()).unwrap_err();
+        let e = spec.check(&catalog, &crate::Limits::default()).unwrap_err();
         assert_eq!(e.field, "model");
         assert!(e.message.contains("not served"), "{}", e.message);
         // What cannot be a model's name is refused in the reading, naming why.

@@ -26,7 +26,7 @@ pub fn python_snippet(spec: &RunSpec) -> String {
             )
         }
         ModelId::Transformer => format!("torch.randn({}, {size}, 256, device=device)", spec.batch),
-        ModelId::Team(_) => team_inputs(spec),
+        ModelId::Team(_) | ModelId::Named(_) => team_inputs(spec),
         ModelId::Decoder(_) => format!(
             "torch.randint(0, {}, ({}, {size}), device=device)  # token ids",
             spec.model.decoder().map_or(1, |d| d.config.vocab_size),
@@ -323,12 +323,16 @@ mod tests {
         )
         .unwrap();
         two.validate().unwrap();
-        crate::team::register(vec![
-            crate::team::TeamModel::new("snippet_tagger".into(), sidecar, 1000, effect),
-            crate::team::TeamModel::new("snippet_masked".into(), two, 1000, effect),
-        ]);
+        let catalog = crate::Catalog::new(
+            vec![
+                crate::team::TeamModel::new("snippet_tagger".into(), sidecar, 1000, effect),
+                crate::team::TeamModel::new("snippet_masked".into(), two, 1000, effect),
+            ],
+            vec![],
+            vec![],
+        );
         let masked = python_snippet(&RunSpec {
-            model: "snippet_masked".parse().unwrap(),
+            model: catalog.parse("snippet_masked").unwrap(),
             batch: 3,
             advanced: crate::Advanced {
                 weights: WeightsDtype::Bf16,
@@ -348,7 +352,7 @@ mod tests {
         }
         // A single integer input is not cast with the weights.
         let ids_bf16 = python_snippet(&RunSpec {
-            model: "snippet_tagger".parse().unwrap(),
+            model: catalog.parse("snippet_tagger").unwrap(),
             advanced: crate::Advanced {
                 weights: WeightsDtype::Bf16,
                 ..Default::default()
@@ -357,7 +361,7 @@ mod tests {
         });
         assert!(!ids_bf16.contains("x = x.to(torch.bfloat16)"), "{ids_bf16}");
         let team = python_snippet(&RunSpec {
-            model: "snippet_tagger".parse().unwrap(),
+            model: catalog.parse("snippet_tagger").unwrap(),
             batch: 3,
             ..Default::default()
         });

@@ -286,7 +286,7 @@ mod tests {
     use super::*;
 
     fn tiny() -> DecoderConfig {
-        crate::decoder::lookup(crate::decoder::CPU_PRESET).unwrap().config.clone()
+        crate::decoder::preset(crate::decoder::CPU_PRESET).unwrap().config.clone()
     }
 
     #[test]
@@ -315,21 +315,21 @@ mod tests {
         let spec = |json: &str| -> crate::RunSpec { serde_json::from_str(json).unwrap() };
         let limits = crate::Limits::default();
         let e = spec(r#"{"model": "llama_tiny", "generate": {"quant": "int4", "group_size": 128}}"#)
-            .check(&limits)
+            .check(&crate::Catalog::built_in(), &limits)
             .unwrap_err();
         assert_eq!(e.field, "generate.group_size");
         let e = spec(r#"{"model": "llama_tiny", "autocast": "bf16", "generate": {"quant": "int8"}}"#)
-            .check(&limits)
+            .check(&crate::Catalog::built_in(), &limits)
             .unwrap_err();
         assert_eq!(e.field, "generate.quant");
         assert!(e.message.contains("autocast"), "{e}");
         let ok = spec(r#"{"model": "llama_tiny", "generate": {"quant": "int4", "group_size": 32}}"#);
-        ok.check(&limits).unwrap();
+        ok.check(&crate::Catalog::built_in(), &limits).unwrap();
         assert!(ok.label().contains("int4 linear layers · group 32"), "{}", ok.label());
         // The old name of the field still reads, as the same spec.
         assert_eq!(spec(r#"{"model": "llama_tiny", "generate": {"weights": "int4", "group_size": 32}}"#), ok);
         let e = spec(r#"{"model": "llama_tiny", "generate": {"cache": "off", "kv_dtype": "bf16"}}"#)
-            .check(&limits)
+            .check(&crate::Catalog::built_in(), &limits)
             .unwrap_err();
         assert_eq!(e.field, "generate.kv_dtype");
         // Unquantized specs serialise as they did before the field existed.

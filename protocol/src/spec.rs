@@ -273,8 +273,10 @@ impl RunSpec {
         self.input_size.unwrap_or(self.model.input().default)
     }
 
-    /// Checks the rules that need no device. The engine adds the device-dependent ones.
-    pub fn check(&self, limits: &Limits) -> Result<(), SpecError> {
+    /// Checks the rules that need no device, against what `catalog` serves (the model is
+    /// resolved first: [`crate::Catalog::resolve`]; one that is still a name is not served).
+    /// The engine adds the device-dependent ones.
+    pub fn check(&self, catalog: &crate::Catalog, limits: &Limits) -> Result<(), SpecError> {
         let err = |field: SettingId, message: String| {
             Err(SpecError {
                 field: field.into(),
@@ -293,10 +295,8 @@ impl RunSpec {
                 ),
             );
         }
-        if let ModelId::Team(name) = self.model {
-            if self.model.team().is_none() {
-                return err(SettingId::Model, ModelId::unknown_message(&name));
-            }
+        if let ModelId::Named(name) = self.model {
+            return err(SettingId::Model, catalog.unknown_message(&name));
         }
         if let Some(size) = self.input_size {
             let shape = self.model.input();
@@ -346,7 +346,7 @@ impl RunSpec {
             return err(SettingId::Compiled, message);
         }
         self.advanced.check_graph()?;
-        self.check_generate()?;
+        self.check_generate(catalog)?;
         if let Some(t) = self.threads {
             if t == 0 || t > limits.max_threads {
                 return err(
@@ -419,23 +419,18 @@ impl RunSpec {
 
     /// The generate run's own rules: a decoder, a length within its context, a cache that
     /// CUDA graph replay can capture.
-    fn check_generate(&self) -> Result<(), SpecError> {
+    fn check_generate(&self, catalog: &crate::Catalog) -> Result<(), SpecError> {
         let err = |field: SettingId, message: String| {
             Err(SpecError {
                 field: field.into(),
                 message,
             })
         };
-        if let ModelId::Decoder(name) = self.model {
-            if self.model.decoder().is_none() {
-                return err(SettingId::Model, ModelId::unknown_message(&name));
-            }
-        }
         let Some(g) = &self.generate else {
             return Ok(());
         };
         let Some(decoder) = self.model.decoder() else {
-            let decoders: Vec<_> = crate::decoder::served().iter().map(|d| d.name.clone()).collect();
+            let decoders: Vec<_> = catalog.decoders().map(|d| d.name.clone()).collect();
             return err(
                 SettingId::Model,
                 format!(

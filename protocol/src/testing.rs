@@ -125,7 +125,7 @@ mod tests {
         assert!(q.ends_with("&logits=1"), "{q}");
         let mut back = generation();
         let pairs: Vec<(&str, &str)> = q.split('&').filter_map(|kv| kv.split_once('=')).collect();
-        read_query(table, Page::Generate, &mut back, &|k| pairs.iter().rfind(|(key, _)| *key == k).map(|(_, v)| v.to_string()));
+        read_query(table, Page::Generate, &mut back, &|k| pairs.iter().rfind(|(key, _)| *key == k).map(|(_, v)| v.to_string()), &crate::Catalog::built_in());
         assert_eq!(back, spec);
         // The Generate page draws a control for each row it iterates here.
         assert!(on_page(table, Page::Generate).any(|s| s.has_control(Page::Generate) && s.key == "logits"));

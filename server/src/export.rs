@@ -198,7 +198,7 @@ pub fn peer_args(r: &Report) -> Vec<String> {
         .filter(|a| a != "--input-size=0")
         .collect();
     args.push(format!("--threads={}", r.env.threads));
-    if let protocol::ModelId::Team(_) = r.spec.model {
+    if let protocol::ModelId::Team(_) | protocol::ModelId::Named(_) = r.spec.model {
         // The same TorchScript file, loaded with torch.jit.load: beside the script by
         // default, or wherever --models-dir points.
         args.push("--models-dir=.".into());
@@ -275,7 +275,8 @@ pub fn python_script(id: &str, r: &Report) -> String {
     head.push_str(
         "# Flags given on the command line override the recorded settings (e.g. --device cpu).\n",
     );
-    if let protocol::ModelId::Team(name) = r.spec.model {
+    if let protocol::ModelId::Team(_) | protocol::ModelId::Named(_) = r.spec.model {
+        let name = r.spec.model;
         head.push_str(&format!(
             "# {name} is a team model: put {name}.pt and {name}.json (from the server's models\n\
              # directory) beside this file, or add --models-dir DIR. It is loaded with torch.jit.load.\n"

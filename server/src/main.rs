@@ -23,8 +23,8 @@ fn run() -> anyhow::Result<()> {
 
     // The CLI commands run one thing at a time: a queue of one is enough, and no time limit.
     let worker = |engine| -> anyhow::Result<engine::Worker> {
-        server::team::load(engine)?;
-        server::start_worker(server::worker_config(engine, 1, None))
+        let catalog = server::team::load(engine)?;
+        server::start_worker(engine::WorkerConfig { catalog, ..server::worker_config(engine, 1, None) })
     };
     match cli.command {
         None => tokio::runtime::Runtime::new()?.block_on(server::serve(cli.serve)),
@@ -34,8 +34,8 @@ fn run() -> anyhow::Result<()> {
         Some(Command::Compare(args)) => server::cli::compare(&worker(&args.engine)?, &args),
         Some(Command::Generate(args)) => server::cli::generate(&worker(&args.engine)?, &args),
         Some(Command::Models(args)) if args.load.is_some() => {
-            server::team::load(&args.engine)?;
-            server::cli::load_weights(&args)
+            let catalog = server::team::load(&args.engine)?;
+            server::cli::load_weights(&catalog, &args)
         }
         Some(Command::Models(args)) => server::cli::models(&worker(&args.engine)?, args.json),
         Some(Command::Pitfall(args)) if args.id == "list" => server::cli::pitfall_list(args.device, args.json),

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 /// Every model with its parameter count, built once on the device thread.
 pub fn model_infos(worker: &Worker) -> Result<Vec<ModelInfo>> {
     let counts = count_parameters(worker)?;
-    Ok(with_fit(worker, infos(&counts)))
+    Ok(with_fit(worker, infos(worker.catalog(), &counts)))
 }
 
 /// Each decoder with why the Generate page's default generation on it cannot fit this
@@ -41,13 +41,13 @@ fn with_fit(worker: &Worker, mut models: Vec<ModelInfo>) -> Vec<ModelInfo> {
 pub fn model_infos_cached(worker: &Worker, cache: &CountCache) -> Result<Vec<ModelInfo>> {
     if let Some(counts) = cache.read() {
         tracing::debug!(path = %cache.path.display(), "parameter counts from this executable's earlier start");
-        return Ok(with_fit(worker, infos(&counts)));
+        return Ok(with_fit(worker, infos(worker.catalog(), &counts)));
     }
     let counts = count_parameters(worker)?;
     if let Err(e) = cache.write(&counts) {
         tracing::debug!(path = %cache.path.display(), "could not keep the parameter counts: {e}");
     }
-    Ok(with_fit(worker, infos(&counts)))
+    Ok(with_fit(worker, infos(worker.catalog(), &counts)))
 }
 
 /// The built-in models' counts (a team model's count was taken when its file was loaded).
@@ -67,12 +67,13 @@ fn count_parameters(worker: &Worker) -> Result<BTreeMap<String, u64>> {
 }
 
 /// Every served model (built-in, then the team's) with its count.
-fn infos(counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
-    ModelId::served()
+fn infos(catalog: &protocol::Catalog, counts: &BTreeMap<String, u64>) -> Vec<ModelInfo> {
+    catalog
+        .models()
         .into_iter()
         .map(|id| {
-            let team = id.team().map(|m| (*m).clone());
-            let decoder = id.decoder().map(|d| (*d).clone());
+            let team = id.team().cloned();
+            let decoder = id.decoder().cloned();
             // A decoder's count comes from its config: building the 8B shape to count it
             // would take 32 GB.
             let parameters = match (&team, &decoder) {

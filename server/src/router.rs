@@ -78,12 +78,14 @@ pub fn router(state: AppState) -> Router {
 
     let routes = generate_route_list(app::App);
     let info = state.info.clone();
+    let catalog = state.catalog.clone();
     let leptos = state.leptos.clone();
     let origins = state.origins.clone();
     // The same context for routed pages and the not-found page.
     let context = move || {
         let info = info.current();
         provide_context((*info).clone());
+        provide_context(catalog.clone());
         page_context(&origins, &info);
     };
     documented

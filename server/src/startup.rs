@@ -37,12 +37,13 @@ pub fn build_state(
 /// The onboarding paths (the shipped one, `--paths-dir` or the `paths/` folder inside
 /// `--models-dir`, the composed ones) and the answers, in `learn.sqlite3` beside the run
 /// database. A path file with an error stops the start, naming the file and the field.
-async fn open_learn(args: &ServeArgs) -> Result<crate::learn::Learn> {
+async fn open_learn(args: &ServeArgs, catalog: &protocol::Catalog) -> Result<crate::learn::Learn> {
     let dir = args.paths_dir.clone().or_else(|| {
         args.engine.models_dir.as_ref().map(|m| m.join("paths")).filter(|p| p.is_dir())
     });
     let db = crate::learn::db_beside(&args.db.path());
-    tokio::task::spawn_blocking(move || crate::learn::Learn::open(dir.as_deref(), &db))
+    let catalog = catalog.clone();
+    tokio::task::spawn_blocking(move || crate::learn::Learn::open(dir.as_deref(), &db, &catalog))
         .await
         .context("reading the onboarding paths panicked")?
         .context("onboarding paths")
@@ -108,10 +109,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         // Team models are loaded and probed through libtorch (TorchScript modules run once,
         // tokenizers read, checkpoint headers checked): blocking work, off the async threads.
         let engine_args = args.engine.clone();
-        tokio::task::spawn_blocking(move || crate::team::load(&engine_args))
+        let catalog = tokio::task::spawn_blocking(move || crate::team::load(&engine_args))
             .await
             .context("loading the models directory")??;
-        let config = local::worker_config(&args.engine, args.queue_capacity, Some(run_timeout));
+        let config = engine::WorkerConfig { catalog, ..local::worker_config(&args.engine, args.queue_capacity, Some(run_timeout)) };
         let db_path = args.db.path();
         let site_root = args.site_root.clone();
         // SQLite and libtorch both block: opened off the async threads.
@@ -152,7 +153,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         drain_timeout: if fleet { Duration::from_secs(5) } else { run_timeout + Duration::from_secs(10) },
     };
     let mut state = state;
-    state.learn = Arc::new(open_learn(&args).await?);
+    state.learn = Arc::new(open_learn(&args, &state.catalog).await?);
     let dispatch = state.dispatch.clone();
     let recorder = state.recorder.clone();
     let closing = dispatch.clone();

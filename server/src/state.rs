@@ -48,6 +48,9 @@ pub struct AppState {
     /// The onboarding paths and their answers (the shipped path and answers in memory until
     /// start-up opens the configured ones).
     pub learn: Arc<crate::learn::Learn>,
+    /// The models this server serves (its worker's; a fleet front: the built-in ones, its
+    /// workers check what they serve): what request bodies and paths are resolved against.
+    pub catalog: protocol::Catalog,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -104,6 +107,10 @@ impl AppState {
             .build();
         let max_streams = services.max_streams.max(1);
         AppState {
+            catalog: match &dispatch {
+                Dispatch::Local(worker) => worker.catalog().clone(),
+                _ => protocol::Catalog::built_in(),
+            },
             dispatch,
             runs: Arc::new(Runs::new(1000)),
             recorder: Arc::new(Recorder::start(services.store.clone())),

@@ -1,16 +1,16 @@
 //! The server's and the CLI's side of team models: loading `--models-dir` before the worker
 //! starts (the engine checks and probes each file, see `engine::team`) and telling the
 //! operator which files were refused and why. A refused file never stops the start: the
-//! other models are served.
+//! other models are served. What was loaded is the [`protocol::Catalog`] the worker gets.
 
 use anyhow::Result;
 
 use crate::config::EngineArgs;
 
-/// Loads the models directory, if one is given, and logs what it serves and refuses.
-/// Errors only when the directory itself cannot be read: that is a typo in the command,
-/// better said at once than served as an empty list.
-pub fn load(engine: &EngineArgs) -> Result<()> {
+/// Loads the models directory, if one is given, logs what it serves and refuses, and
+/// returns the catalog of what is served. Errors only when the directory itself cannot be
+/// read: that is a typo in the command, better said at once than served as an empty list.
+pub fn load(engine: &EngineArgs) -> Result<protocol::Catalog> {
     let mut dirs: Vec<std::path::PathBuf> = engine.models_dir.iter().cloned().collect();
     if engine.hf_cache {
         let cache = engine::team::hub::default_cache()
@@ -21,7 +21,7 @@ pub fn load(engine: &EngineArgs) -> Result<()> {
         dirs.push(cache);
     }
     if dirs.is_empty() {
-        return Ok(());
+        return Ok(protocol::Catalog::built_in());
     }
     let limit = engine.memory_limit_mib.map(|m| m * 1024 * 1024);
     let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
@@ -48,5 +48,5 @@ pub fn load(engine: &EngineArgs) -> Result<()> {
         refused = loaded.problems.len(),
         "models directory read"
     );
-    Ok(())
+    Ok(loaded.catalog())
 }

@@ -357,8 +357,8 @@ fn cpu_peak_memory_equals_pytorchs_for_the_same_torchscript_file() {
 async fn the_api_serves_team_models_like_built_in_ones() {
     let mut engine = api::engine_args();
     engine.models_dir = Some(models_dir().clone());
-    server::team::load(&engine).unwrap();
-    let worker = server::start_worker(server::worker_config(&engine, 4, None)).unwrap();
+    let catalog = server::team::load(&engine).unwrap();
+    let worker = server::start_worker(engine::WorkerConfig { catalog, ..server::worker_config(&engine, 4, None) }).unwrap();
     let state = server::build_state(
         worker,
         std::path::Path::new("target/site"),

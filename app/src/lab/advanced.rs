@@ -192,7 +192,7 @@ mod tests {
         assert!(why.contains("turn eval on"), "{why}");
         // The same words as the spec's check, which names the setting.
         let on = RunSpec { advanced: Advanced { compiled: true, ..Advanced::default() }, ..train };
-        let e = on.check(&Default::default()).unwrap_err();
+        let e = on.check(&protocol::Catalog::built_in(), &Default::default()).unwrap_err();
         assert_eq!((e.field, e.message), (SettingId::Compiled.into(), why));
     }
 }

@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 use protocol::settings::{setting, SettingId};
-use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, ModelId, RunSpec};
+use protocol::{format_bytes, Autocast, DeviceChoice, DeviceKind, RunSpec};
 
 use super::{autocast_support, LabCtx};
 use crate::explain;
@@ -63,6 +63,7 @@ impl Validity {
 #[component]
 pub fn ModelControl(lab: LabCtx) -> impl IntoView {
     let LabCtx { spec, info, .. } = lab;
+    let catalog = StoredValue::new(crate::catalog());
     let update = move |f: &dyn Fn(&mut RunSpec)| lab.update(f);
     let hidden = move |c: &str| lab.hidden(c);
     let locked = move |c: &str| lab.locked(c);
@@ -76,7 +77,7 @@ pub fn ModelControl(lab: LabCtx) -> impl IntoView {
                 prop:disabled=locked("model")
                 prop:value=move || spec.get().model.as_str().to_string()
                 on:change=move |ev| {
-                    if let Ok(m) = event_target_value(&ev).parse::<ModelId>() {
+                    if let Ok(m) = catalog.get_value().parse(&event_target_value(&ev)) {
                         update(&|s| {
                             s.model = m;
                             s.input_size = None;

@@ -76,7 +76,7 @@ pub fn Inside(runs: Runs) -> impl IntoView {
             let team = view_state.with(|v| {
                 v.report
                     .as_ref()
-                    .is_some_and(|r| matches!(r.spec.model, protocol::ModelId::Team(_)))
+                    .is_some_and(|r| matches!(r.spec.model, protocol::ModelId::Team(_) | protocol::ModelId::Named(_)))
             });
             return team.then(|| {
                 view! {

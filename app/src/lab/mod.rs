@@ -91,9 +91,10 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
     let info = expect_context::<ServerInfo>();
     let auth_required = info.auth_required;
     let info = StoredValue::new(info);
+    let catalog = StoredValue::new(crate::catalog());
     let query = use_query_map();
     let spec = Memo::new(move |_| {
-        info.with_value(|i| query.with(|q| spec_from_query(&i.devices, |k| q.get(k))))
+        info.with_value(|i| query.with(|q| spec_from_query(&i.devices, &catalog.get_value(), |k| q.get(k))))
     });
     let opts = StoredValue::new(if embed {
         query.with_untracked(|q| EmbedOptions::from_query(|k| q.get(k)))
@@ -354,7 +355,7 @@ pub fn LabPage(#[prop(optional)] embed: bool) -> impl IntoView {
         <div class="lab" data-guide-step=guide_step>
             <section class="controls" id="settings" aria-label="Settings">
                 {move || {
-                    let ignored = info.with_value(|i| query.with(|q| ignored_in_query(&i.devices, |k| q.get(k))));
+                    let ignored = info.with_value(|i| query.with(|q| ignored_in_query(&i.devices, &catalog.get_value(), |k| q.get(k))));
                     (!ignored.is_empty()).then(|| view! {
                         <p class="explain note" role="status" data-testid="ignored">
                             {format!("From the link: {}.", ignored.join("; "))}

@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn on_the_generate_page_its_own_settings_are_the_changes() {
-        let before = crate::gen_settings::spec_from_query(&[], |_| None);
+        let before = crate::gen_settings::spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
         let mut now = before.clone();
         now.generate.as_mut().unwrap().cache = protocol::KvCacheKind::Static;
         assert_eq!(one_change(&now, &before, true), Some(("cache".into(), "dynamic".into(), "static".into())));
@@ -332,7 +332,7 @@ mod tests {
     /// a quiet setting at its default reads as the control's value, never "unset".
     #[test]
     fn a_typed_prompt_raises_no_box_and_defaults_read_as_the_controls_do() {
-        let llama = crate::gen_settings::spec_from_query(&[], |_| None);
+        let llama = crate::gen_settings::spec_from_query(&[], &protocol::Catalog::built_in(), |_| None);
         let trained = crate::gen_settings::with_model(&llama, protocol::decoder::TRAINED_PRESET.parse().unwrap());
         // The run on the charts: its prompt's length resolved (25 bytes), its text as typed.
         let mut ran = trained.clone();

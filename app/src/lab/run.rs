@@ -142,7 +142,7 @@ async fn execute(spec: RunSpec, runs: Runs, automatic: Option<String>) {
         Ok(created) => {
             let id = created.id.clone();
             current_id.set(Some(id.clone()));
-            crate::client::follow(&created.events_url, move |event| {
+            crate::client::follow(&created.events_url, spec.model, move |event| {
                 if let protocol::Event::Done { report } = &event {
                     let report = (**report).clone();
                     history.update(|h| h.push((id.clone(), report)));

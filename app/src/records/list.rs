@@ -158,7 +158,7 @@ fn shown_label(label: &str) -> String {
     label
         .split_once(" · ")
         .and_then(|(id, rest)| {
-            let model: protocol::ModelId = id.parse().ok()?;
+            let model = crate::catalog().resolve(id.parse().ok()?);
             Some(format!("{} · {rest}", model.display_name()))
         })
         .unwrap_or_else(|| label.to_string())

@@ -68,14 +68,20 @@ fn missing(id: &str) -> Loaded {
 }
 
 /// The records for `ids` (`None` while loading) and the JSON to embed for hydration.
+/// A record's models are resolved in the page's catalog ([`crate::catalog`]).
 fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
+    let catalog = crate::catalog();
+    let found = move |mut r: Record| {
+        catalog.resolve_record(&mut r);
+        Loaded::Found(Box::new(r))
+    };
     #[cfg(feature = "ssr")]
     {
         let lookup = use_context::<RecordLookup>();
         let loaded: Vec<Loaded> = ids
             .iter()
             .map(|id| match lookup.as_ref().map(|l| (l.0)(id)) {
-                Some(Ok(Some(r))) => Loaded::Found(Box::new(r)),
+                Some(Ok(Some(r))) => found(r),
                 Some(Ok(None)) | None => missing(id),
                 Some(Err(e)) => Loaded::Missing(format!("The run database could not be read: {e}")),
             })
@@ -93,7 +99,11 @@ fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
             let text = crate::page_json(RECORDS_ELEMENT).unwrap_or_default();
             if let Ok(e) = serde_json::from_str::<Embedded>(&text) {
                 if e.ids == ids {
-                    return (RwSignal::new(Some(e.loaded)), text);
+                    let loaded = e.loaded.into_iter().map(|l| match l {
+                        Loaded::Found(r) => found(*r),
+                        missing => missing,
+                    });
+                    return (RwSignal::new(Some(loaded.collect())), text);
                 }
             }
             // Reached without a server render: ask the API.
@@ -103,7 +113,7 @@ fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
                 for id in &ids {
                     let url = format!("/api/records/{id}");
                     out.push(match crate::client::get_json::<Record>(&url).await {
-                        Ok(r) => Loaded::Found(Box::new(r)),
+                        Ok(r) => found(r),
                         Err(_) => missing(id),
                     });
                 }
@@ -113,7 +123,7 @@ fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
         }
         #[cfg(not(feature = "hydrate"))]
         {
-            let _ = ids;
+            let _ = (ids, found);
             (RwSignal::new(None), String::new())
         }
     }

@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn a_generation_runs_again_on_the_generate_page_with_its_settings() {
-        let spec = crate::gen_settings::spec_from_query(&[], |k| match k {
+        let spec = crate::gen_settings::spec_from_query(&[], &protocol::Catalog::built_in(), |k| match k {
             "prompt" => Some("24".into()),
             "new_tokens" => Some("17".into()),
             "cache" => Some("static".into()),
@@ -291,7 +291,7 @@ mod tests {
         assert!(href.starts_with("/generate?"), "{href}");
         assert!(text.contains("Generate"));
         // The address brings back what was generated: the prompt, the new tokens, the cache.
-        let back = crate::gen_settings::spec_from_query(&[], |k| {
+        let back = crate::gen_settings::spec_from_query(&[], &protocol::Catalog::built_in(), |k| {
             href.split_once('?').unwrap().1.split('&').find_map(|kv| kv.split_once('=').filter(|(key, _)| *key == k).map(|(_, v)| v.to_string()))
         });
         assert_eq!(back.generate, spec.generate);

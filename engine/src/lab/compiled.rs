@@ -152,8 +152,8 @@ pub(crate) fn prepare_reporting(job: &Job, python: Option<&Path>, control: &RunC
     let dir = cache_dir();
     std::fs::create_dir_all(&dir).map_err(|e| failure(FailureKind::Internal, format!("{}: {e}", dir.display())))?;
     // A team model's weights are its TorchScript file's, as served.
-    if let protocol::ModelId::Team(name) = job.spec.model {
-        let file = crate::models::scripted::file_of(name.as_str())
+    if let protocol::ModelId::Team(team) = job.spec.model {
+        let file = team.path.clone()
             .ok_or_else(|| invalid(format!("advanced.compiled: {} is not a team model this process loaded", job.spec.model)))?;
         return prepare_with(job, python, control, &dir, &file, on);
     }
@@ -239,9 +239,9 @@ struct TeamSource {
 }
 
 fn team_source(job: &Job, weights: &Path) -> Result<Option<TeamSource>, RunFailure> {
-    let protocol::ModelId::Team(name) = job.spec.model else { return Ok(None) };
+    let protocol::ModelId::Team(model) = job.spec.model else { return Ok(None) };
+    let name = &model.name;
     let invalid = |m: String| failure(FailureKind::Invalid, m);
-    let model = protocol::team::lookup(name.as_str()).ok_or_else(|| invalid(format!("advanced.compiled: {name} is not served here")))?;
     let source = model.sidecar.source.as_deref().ok_or_else(|| invalid(format!("advanced.compiled: {name}'s sidecar names no `source`")))?;
     let inputs = serde_json::to_string(&model.sidecar.inputs).map_err(|e| failure(FailureKind::Internal, e.to_string()))?;
     match protocol::team::module_source(source).map_err(|e| invalid(format!("advanced.compiled: {name}.json: {e}")))? {

@@ -206,7 +206,7 @@ pub fn unigram_bits_per_byte(counts: &[u64], data: &[u8]) -> f64 {
 /// `--quality-text`), and its units: (the model, the text, its ids, the id that starts each
 /// chunk, whether a tokenizer made them).
 #[allow(clippy::type_complexity)]
-fn quality_text(operator_text: Option<&std::path::Path>, spec: &RunSpec) -> Result<(std::sync::Arc<protocol::decoder::DecoderModel>, HeldOut, Vec<i64>, i64, bool), RunFailure> {
+fn quality_text(operator_text: Option<&std::path::Path>, spec: &RunSpec) -> Result<(&'static protocol::decoder::DecoderModel, HeldOut, Vec<i64>, i64, bool), RunFailure> {
     let model = spec
         .model
         .decoder()
@@ -466,7 +466,7 @@ mod tests {
             assert_eq!(all.len(), settings(device).len());
             for s in &all {
                 let row = row_spec(&spec, s);
-                check_spec(row.clone(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} `{}`: {e}", s.label));
+                check_spec(row.clone(), &protocol::Catalog::built_in(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} `{}`: {e}", s.label));
                 assert!(crate::spec::check_device(&row, device, Some(90)).is_ok(), "{}", s.label);
                 if s.quant.weights == WeightQuant::Int4 {
                     let want = if device == DeviceKind::Cuda { WeightsDtype::Bf16 } else { WeightsDtype::Fp32 };
@@ -481,7 +481,7 @@ mod tests {
             assert_eq!(card[1].weights, crate::spec::weights_for(device, WeightQuant::Int4, WeightsDtype::Fp32));
             // The card's int4 generation.
             let run = quantized(spec.clone(), int4, device);
-            check_spec(run.clone(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} the card's int4 run: {e}"));
+            check_spec(run.clone(), &protocol::Catalog::built_in(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} the card's int4 run: {e}"));
             assert_eq!(run.generate.as_ref().unwrap().quant(), int4);
         }
         // What the card built before (fp32 + int4) is refused on CUDA, naming the field:
@@ -490,7 +490,7 @@ mod tests {
         let g = old.generate.as_mut().unwrap();
         g.weights = WeightQuant::Int4;
         g.group_size = Some(32);
-        let e = check_spec(old, &limits, &machine).unwrap_err();
+        let e = check_spec(old, &protocol::Catalog::built_in(), &limits, &machine).unwrap_err();
         assert_eq!(e.field, "generate.quant", "{e}");
     }
 }

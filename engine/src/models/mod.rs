@@ -127,8 +127,11 @@ impl Model {
             ModelId::Resnet50 => (Box::new(ResNet::new(&root, true, [3, 4, 6, 3])), 0),
             ModelId::MobilenetV2 => (Box::new(MobileNetV2::new(&root)), 0),
             ModelId::Transformer => (Box::new(Transformer::new(&root)), 0),
-            ModelId::Team(name) => (scripted::build(&name, &vs), 0),
-            ModelId::Decoder(name) => (decoder::build(&name, &vs), 0),
+            ModelId::Team(m) => (scripted::build(m, &vs), 0),
+            ModelId::Decoder(d) => (decoder::build(d, &vs), 0),
+            // The lab runs checked specs, whose models are resolved: a name here was never
+            // served (caught as a run failure by the lab's `catch_torch`).
+            ModelId::Named(name) => panic!("the model `{name}` is not served here"),
         };
         let mut model = Model {
             id,
@@ -192,7 +195,7 @@ impl Model {
             ModelId::TinyMlp => vec![b, s],
             ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 => vec![b, 3, s, s],
             ModelId::Transformer => vec![b, s, D_MODEL],
-            ModelId::Team(_) => match self.id.team() {
+            ModelId::Team(_) | ModelId::Named(_) => match self.id.team() {
                 Some(m) => return scripted::input(&m.sidecar, batch, input_size, device),
                 None => panic!("{} is not served here", self.id),
             },

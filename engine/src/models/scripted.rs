@@ -1,15 +1,14 @@
 //! The TorchScript family: a team's `NAME.pt`, loaded with tch's `CModule` on the run's
-//! device for every run ([`build`]; `crate::team` checks and registers the files at
-//! start-up), its inputs as its sidecar describes them ([`input`]), and the useful line of
-//! the interpreter's errors ([`script_error`]).
+//! device for every run ([`build`]; `crate::team` checks the files at start-up and notes
+//! each one's path in its [`protocol::team::TeamModel`]), its inputs as its sidecar
+//! describes them ([`input`]), and the useful line of the interpreter's errors
+//! ([`script_error`]).
 //!
 //! The forward pass goes through the TorchScript interpreter: train/eval is the module's
 //! `training` flag, set before a pass when the run's mode differs; no probe reaches inside,
 //! so such a model has no trace and no FLOP count.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
 
 use protocol::team::{self, Sidecar};
 use tch::nn::{self, ModuleT};
@@ -18,20 +17,6 @@ use tch::{CModule, Device, IValue, Kind, Tensor};
 use super::Net;
 use crate::input::Input;
 use crate::trace::Probe;
-
-/// The TorchScript files this process serves, by model name: set once at start-up by
-/// `crate::team::load_dir`, read whenever a run builds one of them.
-static FILES: RwLock<Option<HashMap<String, PathBuf>>> = RwLock::new(None);
-
-/// The TorchScript file this process serves as the team model `name`.
-pub(crate) fn file_of(name: &str) -> Option<PathBuf> {
-    FILES.read().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|f| f.get(name).cloned())
-}
-
-/// Serves the team models in `files` (name to path) from now on.
-pub(crate) fn register(files: HashMap<String, PathBuf>) {
-    *FILES.write().unwrap_or_else(|e| e.into_inner()) = Some(files);
-}
 
 /// A team model's inputs at `batch` and `size`, as its sidecar describes each: random
 /// normal (floating point), uniform in `0..high` (ids), or `fill` everywhere (a mask).
@@ -130,16 +115,12 @@ impl Net for Scripted {
     }
 }
 
-/// Loads the team model `name` on `device`, its parameters added to `vs` (shared, not
-/// copied) so that they are counted like a built-in model's. Panics with the reason when
-/// the file is gone or no longer loads; callers run it under `catch_torch`.
-pub fn build(name: &str, vs: &nn::VarStore) -> Box<dyn Net> {
-    let path = FILES
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|f| f.get(name).cloned());
-    let Some(path) = path else {
+/// Loads the team model `model` (from its `path`) on `device`, its parameters added to `vs`
+/// (shared, not copied) so that they are counted like a built-in model's. Panics with the
+/// reason when the file is gone or no longer loads; callers run it under `catch_torch`.
+pub fn build(model: &team::TeamModel, vs: &nn::VarStore) -> Box<dyn Net> {
+    let name = &model.name;
+    let Some(path) = &model.path else {
         panic!("`{name}` is not a team model this process loaded");
     };
     let module = match CModule::load_on_device(&path, vs.device()) {

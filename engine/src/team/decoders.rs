@@ -85,13 +85,9 @@ pub(super) fn read_folder_as(dir: &Path, name: &str, folder: &str) -> Option<Res
             stored,
             read_past,
             tokenizer,
+            dir: Some(dir.to_path_buf()),
         },
         config,
     }))
 }
 
-/// Registers `models` (in `dirs`, by name) as the team decoders this process serves.
-pub(super) fn register(dirs: &std::collections::HashMap<String, std::path::PathBuf>, models: &[DecoderModel]) {
-    crate::models::decoder::register_team_folders(dirs.clone());
-    protocol::decoder::register(models.to_vec());
-}

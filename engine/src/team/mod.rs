@@ -1,7 +1,7 @@
 //! Team models in the engine: reading the operator's models directory (every `NAME.pt`
 //! TorchScript file with its `NAME.json` sidecar) and checking and probing each module once
 //! at start-up ([`load_dir`]). Building a served module for a run, and its inputs, are the
-//! model zoo's (`crate::models::scripted`), which reads the files registered here.
+//! model zoo's (`crate::models::scripted`), which loads the file its [`TeamModel`] notes.
 //!
 //! A bad file never stops the others: each problem is reported with its file and reason,
 //! and the good models are served. Only files in the directory the operator named are ever
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use protocol::team::{self, Sidecar, TeamModel, TrainingEffect};
 use tch::{CModule, Device, Kind, Tensor};
 
-use crate::models::scripted::{self, first_tensor, input, ivalues, script_error};
+use crate::models::scripted::{first_tensor, input, ivalues, script_error};
 use crate::torch_call::catch_torch;
 
 /// A file the models directory holds that is not served, and why.
@@ -70,8 +70,8 @@ pub struct Loaded {
     pub problems: Vec<Problem>,
 }
 
-/// [`scan_dir`], then registers the good models (in [`protocol::team`] and here, with their
-/// paths): from then on they are served.
+/// [`scan_dir`], each good model noting where its file is: the caller's catalog
+/// ([`Loaded::catalog`]) serves them from then on.
 pub fn load_dir(dir: &Path, weight_limit: Option<u64>) -> Result<Loaded, String> {
     load_dirs(&[dir], weight_limit)
 }
@@ -104,18 +104,23 @@ pub fn load_dirs(dirs: &[&Path], weight_limit: Option<u64>) -> Result<Loaded, St
         }
         loaded.problems.extend(more.problems);
     }
-    team::register(loaded.models.clone());
-    decoders::register(&loaded.decoder_dirs, &loaded.decoders);
-    // A request for a refused file's model is answered with its reason, not "unknown".
-    team::register_refused(
-        loaded
-            .problems
-            .iter()
-            .map(|p| (p.model_name().to_string(), p.to_string()))
-            .collect(),
-    );
-    scripted::register(files);
+    for m in &mut loaded.models {
+        m.path = files.remove(&m.name);
+    }
     Ok(loaded)
+}
+
+impl Loaded {
+    /// The catalog serving what was loaded: the team models and decoders, with the refused
+    /// files' reasons (a request for a refused file's model is answered with its reason,
+    /// not "unknown").
+    pub fn catalog(&self) -> protocol::Catalog {
+        protocol::Catalog::new(
+            self.models.clone(),
+            self.decoders.clone(),
+            self.problems.iter().map(|p| (p.model_name().to_string(), p.to_string())).collect(),
+        )
+    }
 }
 
 /// Reads `dir` and checks and probes every `NAME.pt` on the CPU, registering nothing.

@@ -79,7 +79,7 @@ impl Worker {
     pub fn check_experiment(
         &self,
         id: &str,
-        options: PitfallOptions,
+        mut options: PitfallOptions,
     ) -> Result<PitfallOptions, EngineError> {
         if !crate::pitfalls::exists(id) {
             return Err(EngineError::UnknownPitfall {
@@ -108,10 +108,10 @@ impl Worker {
                 .resolve(self.machine.has_cuda())
                 .unwrap_or(DeviceKind::Cpu),
         };
-        if let Some(protocol::ModelId::Team(name)) = options.model {
-            if options.model.and_then(|m| m.team()).is_none() {
-                return Err(invalid("model", protocol::ModelId::unknown_message(&name)));
-            }
+        let catalog = &self.config.catalog;
+        options.model = options.model.map(|m| catalog.resolve(m));
+        if let Some(protocol::ModelId::Named(name)) = options.model {
+            return Err(invalid("model", catalog.unknown_message(&name)));
         }
         if let Some(batch) = options.batch {
             if batch == 0 {

@@ -55,6 +55,8 @@ pub struct WorkerConfig {
     /// Gradless's figures ([`crate::pitfalls::python`]); `None`: those cards say in a note
     /// that nothing was timed from Python.
     pub python: Option<crate::pitfalls::PythonPeer>,
+    /// The models it serves: every spec is resolved and checked against it.
+    pub catalog: protocol::Catalog,
 }
 
 impl Default for WorkerConfig {
@@ -65,6 +67,7 @@ impl Default for WorkerConfig {
             queue_capacity: 16,
             run_timeout: Some(Duration::from_secs(300)),
             python: None,
+            catalog: protocol::Catalog::built_in(),
         }
     }
 }
@@ -196,9 +199,14 @@ impl Worker {
         &self.config.limits
     }
 
-    /// Validates a spec without running it.
+    /// The models this worker serves.
+    pub fn catalog(&self) -> &protocol::Catalog {
+        &self.config.catalog
+    }
+
+    /// Validates a spec without running it (its model resolved against the catalog).
     pub fn check(&self, spec: RunSpec) -> Result<CheckedSpec, SpecError> {
-        check_spec(spec, &self.config.limits, &self.machine)
+        check_spec(spec, &self.config.catalog, &self.config.limits, &self.machine)
     }
 
     /// What the quality measurement of a generation of `spec` (its model and device; the

@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn preset(
+fn make(
     name: &str,
     display: &str,
     copies: &str,
@@ -28,8 +28,11 @@ pub const CPU_PRESET: &str = "llama_tiny";
 
 /// The built-in decoder shapes, smallest first. Their configs copy the named models'
 /// `config.json` (shape fields only).
-pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
-    static PRESETS: std::sync::OnceLock<Vec<std::sync::Arc<DecoderModel>>> = std::sync::OnceLock::new();
+///
+/// An immutable table built once, like [`crate::ModelId::ALL`]: a preset's id carries a
+/// `&'static` reference to its entry, so presets need no [`crate::Catalog`] to read.
+pub fn presets() -> &'static [DecoderModel] {
+    static PRESETS: std::sync::OnceLock<Vec<DecoderModel>> = std::sync::OnceLock::new();
     PRESETS.get_or_init(|| {
         let llama = |h, i, l, heads, kv, hd, vocab, max_pos, theta, eps, tie| DecoderConfig {
             architecture: Architecture::Llama,
@@ -80,7 +83,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
             })
         };
         vec![
-            preset(
+            make(
                 CPU_PRESET,
                 "Tiny Llama (4 layers, 256 wide, GQA 8/2, attention dropout 0.1)",
                 "a 4-layer Llama sized for a 2-core CPU",
@@ -107,7 +110,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 512, 3, 4, 2, 64, 259, 256, 10_000.0, 1e-5, true)
                 },
             },
-            preset(
+            make(
                 "llama_tiny_mha",
                 "Tiny Llama without GQA (8 KV heads, for the gqa card)",
                 "the tiny Llama with one KV head per query head",
@@ -117,7 +120,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 704, 4, 8, 8, 32, 8192, 2048, 10_000.0, 1e-5, false)
                 },
             ),
-            preset(
+            make(
                 "qwen3_tiny",
                 "Tiny Qwen3 (4 layers, 256 wide, head_dim 64, q/k norm)",
                 "a 4-layer Qwen3 sized for a 2-core CPU",
@@ -128,7 +131,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 704, 4, 8, 2, 64, 8192, 2048, 1_000_000.0, 1e-6, false)
                 },
             ),
-            preset(
+            make(
                 "gemma3_tiny",
                 "Tiny Gemma 3 (6 layers: 5 sliding over 32 positions, 1 full)",
                 "a 6-layer Gemma 3 sized for a 2-core CPU",
@@ -144,7 +147,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 704, 6, 4, 1, 64, 8192, 2048, 1_000_000.0, 1e-6, true)
                 },
             ),
-            preset(
+            make(
                 "qwen3_moe_tiny",
                 "Tiny Qwen3-MoE (4 layers, 16 experts, top 2)",
                 "a 4-layer Qwen3-MoE sized for a 2-core CPU",
@@ -159,7 +162,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 704, 4, 8, 2, 32, 4096, 2048, 1_000_000.0, 1e-6, false)
                 },
             ),
-            preset(
+            make(
                 "mixtral_tiny",
                 "Tiny Mixtral (4 layers, 8 experts, top 2)",
                 "a 4-layer Mixtral sized for a 2-core CPU",
@@ -170,7 +173,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 256, 4, 8, 2, 32, 8192, 2048, 1_000_000.0, 1e-5, false)
                 },
             ),
-            preset(
+            make(
                 "phi3_tiny",
                 "Tiny Phi-3 (4 layers, fused q/k/v and gate/up)",
                 "a 4-layer Phi-3 sized for a 2-core CPU",
@@ -180,13 +183,13 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(256, 704, 4, 8, 2, 32, 8192, 2048, 10_000.0, 1e-5, false)
                 },
             ),
-            preset(
+            make(
                 "smollm2_135m",
                 "SmolLM2-135M shape",
                 "HuggingFaceTB/SmolLM2-135M",
                 llama(576, 1536, 30, 9, 3, 64, 49152, 8192, 100_000.0, 1e-5, true),
             ),
-            preset(
+            make(
                 "qwen2_5_0_5b",
                 "Qwen2.5-0.5B shape",
                 "Qwen/Qwen2.5-0.5B",
@@ -196,7 +199,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(896, 4864, 24, 14, 2, 64, 151_936, 32_768, 1_000_000.0, 1e-6, true)
                 },
             ),
-            preset(
+            make(
                 "gemma3_1b",
                 "Gemma-3-1B shape",
                 "google/gemma-3-1b-pt",
@@ -210,7 +213,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(1152, 6912, 26, 4, 1, 256, 262_144, 32_768, 1_000_000.0, 1e-6, true)
                 },
             ),
-            preset(
+            make(
                 "llama_3_2_1b",
                 "Llama-3.2-1B shape",
                 "meta-llama/Llama-3.2-1B",
@@ -219,7 +222,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(2048, 8192, 16, 32, 8, 64, 128_256, 131_072, 500_000.0, 1e-5, true)
                 },
             ),
-            preset(
+            make(
                 "phi3_mini",
                 "Phi-3-mini-4k shape (every layer slides over 2047 positions)",
                 "microsoft/Phi-3-mini-4k-instruct",
@@ -229,7 +232,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(3072, 8192, 32, 32, 32, 96, 32_064, 4096, 10_000.0, 1e-5, false)
                 },
             ),
-            preset(
+            make(
                 "llama_3_1_8b",
                 "Llama-3.1-8B shape",
                 "meta-llama/Llama-3.1-8B",
@@ -238,7 +241,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(4096, 14_336, 32, 32, 8, 128, 128_256, 131_072, 500_000.0, 1e-5, false)
                 },
             ),
-            preset(
+            make(
                 "qwen3_8b",
                 "Qwen3-8B shape",
                 "Qwen/Qwen3-8B",
@@ -248,7 +251,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(4096, 12_288, 36, 32, 8, 128, 151_936, 40_960, 1_000_000.0, 1e-6, false)
                 },
             ),
-            preset(
+            make(
                 "qwen3_30b_a3b",
                 "Qwen3-30B-A3B shape (128 experts, top 8)",
                 "Qwen/Qwen3-30B-A3B",
@@ -259,7 +262,7 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                     ..llama(2048, 6144, 48, 32, 4, 128, 151_936, 40_960, 1_000_000.0, 1e-6, false)
                 },
             ),
-            preset(
+            make(
                 "mixtral_8x7b",
                 "Mixtral-8x7B shape (8 experts, top 2)",
                 "mistralai/Mixtral-8x7B-v0.1",
@@ -270,8 +273,10 @@ pub fn presets() -> &'static [std::sync::Arc<DecoderModel>] {
                 },
             ),
         ]
-        .into_iter()
-        .map(std::sync::Arc::new)
-        .collect()
     })
+}
+
+/// The decoder preset called `name`.
+pub fn preset(name: &str) -> Option<&'static DecoderModel> {
+    presets().iter().find(|p| p.name == name)
 }

@@ -31,6 +31,11 @@ pub enum DecoderSource {
         /// its tokens read as text. Without one its prompt is random ids.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tokenizer: Option<TokenizerInfo>,
+        /// Where the process that read the folder found it (the engine reads the weights
+        /// and the tokenizer from it). Never sent: the catalog a browser reads from
+        /// `/api/info` has none.
+        #[serde(skip)]
+        dir: Option<std::path::PathBuf>,
     },
     /// A model trained by this project, shipped in the repository's `models/{folder}`
     /// (`config.json`, `model.safetensors`, the held-out text its quality is measured on).

@@ -32,13 +32,18 @@ pub struct Reading {
 
 /// Applies the address's values (`get`: the router's reading of a key) to `spec`, page
 /// `page`'s rows in table order; a value a row cannot take leaves the spec's.
+///
+/// The model's name is resolved in `catalog` (the row reads a name without one); a name it
+/// does not serve is refused, the spec keeping its model.
 pub fn read_query(
     table: &'static [Setting],
     page: Page,
     spec: &mut RunSpec,
     get: &dyn Fn(&str) -> Option<String>,
+    catalog: &crate::Catalog,
 ) -> Reading {
     let mut reading = Reading::default();
+    let model = spec.model;
     let run = RunKind::of(spec);
     for s in on_page(table, page).filter(|s| s.applies_to(run)) {
         if let Some(v) = get(s.key) {
@@ -67,6 +72,12 @@ pub fn read_query(
             });
             reading.refused.push((old.into(), v, why));
         }
+    }
+    spec.model = catalog.resolve(spec.model);
+    if let crate::ModelId::Named(name) = spec.model {
+        // The model's row is the table's first: its refusal is said first.
+        reading.refused.insert(0, ("model".into(), name.to_string(), catalog.unknown_message(&name)));
+        spec.model = model;
     }
     reading
 }

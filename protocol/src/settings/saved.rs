@@ -38,7 +38,7 @@ pub(super) fn read(page: Page, q: &str) -> (RunSpec, Reading) {
         },
     };
     let pairs: Vec<(String, String)> = q.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), decode(v))).collect();
-    let r = read_query(SETTINGS, page, &mut spec, &|k| pairs.iter().rfind(|(key, _)| key == k).map(|(_, v)| v.clone()));
+    let r = read_query(SETTINGS, page, &mut spec, &|k| pairs.iter().rfind(|(key, _)| key == k).map(|(_, v)| v.clone()), &crate::Catalog::built_in());
     (spec, r)
 }
 
@@ -96,7 +96,7 @@ fn reading() -> String {
             query(SETTINGS, page, &spec),
             spec.label(),
             command_line(SETTINGS, &spec),
-            spec.check(&Default::default()).err().map(|e| (e.field.to_string(), e.message))
+            spec.check(&crate::Catalog::built_in(), &Default::default()).err().map(|e| (e.field.to_string(), e.message))
         );
     }
     out

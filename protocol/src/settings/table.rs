@@ -74,7 +74,7 @@ pub const ROW: Setting = Setting {
 pub const SETTINGS: &[Setting] = &[
     Setting {
         id: SettingId::Model,
-        access: Access::Word { get: |s| Some(s.model.as_str()), set: |s, w| Ok(s.model = w.parse()?) },
+        access: Access::Word { get: |s| Some(s.model.as_str()), set: set_model },
         key: "model",
         flag: "model",
         label: "Model",
@@ -423,3 +423,14 @@ pub const SETTINGS: &[Setting] = &[
         ..ROW
     },
 ];
+
+/// The model row's field: a name read without a catalog is a built-in model, a preset or
+/// [`crate::ModelId::Named`] until a catalog resolves it (`read_query`); the spec's id,
+/// resolved by a catalog, is kept while the name is the same (ids are equal by name).
+fn set_model(spec: &mut RunSpec, name: &str) -> Result<(), String> {
+    let model: crate::ModelId = name.parse()?;
+    if model != spec.model {
+        spec.model = model;
+    }
+    Ok(())
+}

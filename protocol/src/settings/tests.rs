@@ -132,12 +132,12 @@ fn the_quantization_and_the_dtype_are_two_settings() {
 fn an_old_weights_key_reads_as_the_setting_whose_word_it_is() {
     for (value, key) in [("int4", "quant"), ("bf16", "dtype")] {
         let mut spec = generation();
-        let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| value.to_string()));
+        let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| value.to_string()), &crate::Catalog::built_in());
         assert_eq!(r.renamed, vec![("weights".to_string(), value.to_string(), key.to_string())]);
         assert!(r.refused.is_empty());
     }
     let mut spec = generation();
-    let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| "int3".to_string()));
+    let r = read_query(SETTINGS, Page::Generate, &mut spec, &|k| (k == "weights").then(|| "int3".to_string()), &crate::Catalog::built_in());
     assert_eq!(r.refused.len(), 1);
     // Today's key wins over the old one.
     let mut spec = generation();
@@ -145,7 +145,7 @@ fn an_old_weights_key_reads_as_the_setting_whose_word_it_is() {
         "weights" => Some("fp16".into()),
         "dtype" => Some("bf16".into()),
         _ => None,
-    });
+    }, &crate::Catalog::built_in());
     assert_eq!(spec.advanced.weights, WeightsDtype::Bf16);
 }
 

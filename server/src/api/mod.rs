@@ -172,7 +172,8 @@ pub async fn create_run(
     body: Bytes,
 ) -> Result<(StatusCode, Json<RunCreated>), ApiError> {
     state.guard.authorize(&headers)?;
-    let spec = parse_spec(&body)?;
+    let mut spec = parse_spec(&body)?;
+    spec.model = state.catalog.resolve(spec.model);
     let target = state
         .dispatch
         .prepare_run(&state.store, query.get("worker").map(String::as_str), &spec)

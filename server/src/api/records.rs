@@ -4,18 +4,21 @@
 
 use super::*;
 
-/// A recorded result, read off the async threads (SQLite blocks).
+/// A recorded result, read off the async threads (SQLite blocks), its model resolved in the
+/// server's catalog (read from JSON, a team model's id is its name).
 pub(super) async fn find_record(state: &AppState, id: &str) -> Result<Record, ApiError> {
     if !protocol::is_record_id(id) {
         return Err(ApiError::NotFound(id.to_string()));
     }
     let store = state.store.clone();
     let key = id.to_string();
-    tokio::task::spawn_blocking(move || store.get(&key))
+    let mut record = tokio::task::spawn_blocking(move || store.get(&key))
         .await
         .map_err(|_| ApiError::Storage)?
         .map_err(storage_error)?
-        .ok_or_else(|| ApiError::NotFound(id.to_string()))
+        .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+    state.catalog.resolve_record(&mut record);
+    Ok(record)
 }
 
 /// `GET /api/records?kind=run|pitfall&limit=N`: the newest recorded results first.

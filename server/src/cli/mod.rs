@@ -21,8 +21,8 @@ use crate::config::{CompareArgs, GenerateArgs, MeasureArgs, RunArgs};
 /// answers with its reason, even when a built-in model has the name: whoever named the
 /// directory meant the file, and measuring another model in its place would print
 /// figures for something they did not ask for.
-pub(crate) fn model(name: &str) -> Result<protocol::ModelId> {
-    if let Some(why) = protocol::team::refusal(name) {
+pub(crate) fn model(catalog: &protocol::Catalog, name: &str) -> Result<protocol::ModelId> {
+    if let Some(why) = catalog.refusal(name) {
         let builtin = protocol::team::is_built_in(name);
         let hint = if builtin {
             format!(" (without --models-dir, `{name}` is the built-in model)")
@@ -31,12 +31,12 @@ pub(crate) fn model(name: &str) -> Result<protocol::ModelId> {
         };
         anyhow::bail!("team model `{name}` is not served: {why}{hint}");
     }
-    name.parse().map_err(anyhow::Error::msg)
+    catalog.parse(name).map_err(anyhow::Error::msg)
 }
 
 /// The spec a command line asked for, its model resolved (team models are known now).
-fn spec_of<C: crate::config::RunCommand>(args: &RunArgs<C>) -> Result<RunSpec> {
-    Ok(RunSpec { model: model(&args.model)?, ..args.spec.clone() })
+fn spec_of<C: crate::config::RunCommand>(worker: &Worker, args: &RunArgs<C>) -> Result<RunSpec> {
+    Ok(RunSpec { model: model(worker.catalog(), &args.model)?, ..args.spec.clone() })
 }
 
 /// Runs one spec, turning engine failures into readable errors.
@@ -50,7 +50,7 @@ fn run(worker: &Worker, spec: RunSpec) -> Result<Report> {
 
 /// `gradless measure`.
 pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
-    let report = run(worker, spec_of(&args.run)?)?;
+    let report = run(worker, spec_of(worker, &args.run)?)?;
     if args.json {
         print_json(&report)
     } else {
@@ -64,7 +64,7 @@ pub fn measure(worker: &Worker, args: &MeasureArgs) -> Result<()> {
 
 /// `gradless generate`: the same spec the Generate page sends, through the same worker.
 pub fn generate(worker: &Worker, args: &GenerateArgs) -> Result<()> {
-    let report = run(worker, spec_of(&args.run)?)?;
+    let report = run(worker, spec_of(worker, &args.run)?)?;
     if args.json {
         return print_json(&report);
     }
@@ -299,7 +299,7 @@ pub fn classic_specs(base: &RunSpec, worker: &Worker) -> Vec<RunSpec> {
 
 /// `gradless compare`.
 pub fn compare(worker: &Worker, args: &CompareArgs) -> Result<()> {
-    let base = spec_of(&args.run)?;
+    let base = spec_of(worker, &args.run)?;
     worker
         .check(base.clone())
         .map_err(|e| anyhow::anyhow!("invalid run spec: {e}"))?;
@@ -381,9 +381,9 @@ pub fn models(worker: &Worker, json: bool) -> Result<()> {
 
 /// `gradless models --load MODEL`: builds a decoder on the CPU with its weights read from its
 /// folder, timed, and prints how long it took and what the model holds.
-pub fn load_weights(args: &crate::config::ModelsArgs) -> Result<()> {
+pub fn load_weights(catalog: &protocol::Catalog, args: &crate::config::ModelsArgs) -> Result<()> {
     let name = args.load.as_deref().unwrap_or_default();
-    let id: protocol::ModelId = name.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let id = catalog.parse(name).map_err(|e| anyhow::anyhow!(e))?;
     let decoder = id.decoder().ok_or_else(|| anyhow::anyhow!("`{name}` is not a decoder: --load reads a decoder's weights"))?;
     let weights: protocol::WeightsDtype = args
         .load_dtype

@@ -85,10 +85,10 @@ impl From<protocol::PitfallInfo> for Listed {
 }
 
 /// The options a card's experiment runs with, from the command line (no prediction).
-fn options(args: &PitfallArgs) -> Result<protocol::PitfallOptions> {
+fn options(worker: &Worker, args: &PitfallArgs) -> Result<protocol::PitfallOptions> {
     Ok(protocol::PitfallOptions {
         device: args.device,
-        model: args.model.as_deref().map(model).transpose()?,
+        model: args.model.as_deref().map(|m| model(worker.catalog(), m)).transpose()?,
         batch: args.batch,
         budget_bytes: args.budget_mib.map(|m| m * 1024 * 1024),
         prediction: None,
@@ -105,7 +105,7 @@ pub fn pitfall(worker: &Worker, args: &PitfallArgs) -> Result<()> {
     let prediction = args.predict.as_deref().map(|p| question.parse(p)).transpose();
     let options = protocol::PitfallOptions {
         prediction: prediction.map_err(|e| anyhow::anyhow!("--predict: {e} ({})", question.text))?,
-        ..options(args)?
+        ..options(worker, args)?
     };
     // The same checked path as the server's: batch ceiling, budget, deadline, panic barrier.
     let report = worker
@@ -204,7 +204,7 @@ pub fn pitfall_all(worker: &Worker, args: &PitfallArgs) -> Result<()> {
             ids
         }
     };
-    let options = options(args)?;
+    let options = options(worker, args)?;
     let started = std::time::Instant::now();
     let mut outcomes = Vec::with_capacity(ids.len());
     for (i, id) in ids.iter().enumerate() {

@@ -39,6 +39,9 @@ pub fn worker_config(
         queue_capacity,
         run_timeout,
         python: engine.python().map(engine::pitfalls::PythonPeer::new),
+        // The built-in models; a caller that loaded a models directory puts its catalog
+        // here (`team::load`).
+        catalog: protocol::Catalog::built_in(),
     }
 }
 

@@ -239,8 +239,13 @@ async fn records_of(state: &AppState, subject: &Subject) -> Result<Vec<Record>, 
     .await
     .map_err(|_| ApiError::Storage)?
     .map_err(storage_error)?;
+    // Read from JSON, a team model's id is its name: resolved in the server's catalog.
     read.into_iter()
-        .map(|(id, r)| r.ok_or(ApiError::NotFound(id)))
+        .map(|(id, r)| {
+            let mut r = r.ok_or(ApiError::NotFound(id))?;
+            state.catalog.resolve_record(&mut r);
+            Ok(r)
+        })
         .collect()
 }
 

@@ -50,12 +50,12 @@ impl Learn {
     /// The shipped path, every `*.toml` of `dir` (an error names the file and the field,
     /// and stops the start: a typo in a lead's file is said at once) and the paths composed
     /// earlier, kept in the database at `db`.
-    pub fn open(dir: Option<&Path>, db: &Path) -> Result<Learn> {
+    pub fn open(dir: Option<&Path>, db: &Path, catalog: &protocol::Catalog) -> Result<Learn> {
         // Paths are checked against the cards' ids and questions, the same on every device.
         let cards = engine::pitfalls::catalogue(protocol::DeviceKind::Cpu);
         let mut all = shipped();
         if let Some(dir) = dir {
-            for p in paths::load_dir(dir, &cards)? {
+            for p in paths::load_dir(dir, &cards, catalog)? {
                 if all.iter().any(|q| q.id == p.id) {
                     anyhow::bail!("{}: `id`: a path `{}` exists already", p.source, p.id);
                 }
@@ -65,7 +65,7 @@ impl Learn {
         }
         let db = Arc::new(LearnDb::open(db)?);
         for text in db.paths()? {
-            match paths::parse(&text, &cards, "composed") {
+            match paths::parse(&text, &cards, "composed", catalog) {
                 Ok(p) if !all.iter().any(|q| q.id == p.id) => all.push(Arc::new(p)),
                 Ok(p) => tracing::warn!("the composed path `{}` is not served: a file's path has its id", p.id),
                 Err(e) => tracing::warn!("a composed path is not served any more: {e}"),
@@ -117,7 +117,7 @@ impl Learn {
 }
 
 fn shipped() -> Vec<Arc<LearnPath>> {
-    let path = paths::parse(paths::SHIPPED, &engine::pitfalls::catalogue(protocol::DeviceKind::Cpu), "shipped")
+    let path = paths::parse(paths::SHIPPED, &engine::pitfalls::catalogue(protocol::DeviceKind::Cpu), "shipped", &protocol::Catalog::built_in())
         .expect("the shipped path is valid (tested in learn::paths)");
     vec![Arc::new(path)]
 }

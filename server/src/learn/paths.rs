@@ -80,7 +80,7 @@ fn error(field: impl Into<String>, message: impl Into<String>) -> PathError {
 }
 
 /// Reads one path from its TOML text, checked against the cards this server has.
-pub fn parse(text: &str, cards: &[PitfallInfo], source: &str) -> Result<LearnPath, PathError> {
+pub fn parse(text: &str, cards: &[PitfallInfo], source: &str, catalog: &protocol::Catalog) -> Result<LearnPath, PathError> {
     let raw: RawPath = toml::from_str(text).map_err(|e| {
         let message = e.message().to_string();
         // toml names an unknown or missing key in its message; the field is the key.
@@ -100,7 +100,7 @@ pub fn parse(text: &str, cards: &[PitfallInfo], source: &str) -> Result<LearnPat
         .step
         .into_iter()
         .enumerate()
-        .map(|(i, s)| step(i + 1, s))
+        .map(|(i, s)| step(i + 1, s, catalog))
         .collect::<Result<Vec<_>, _>>()?;
     let path = LearnPath {
         id: raw.id,
@@ -113,10 +113,10 @@ pub fn parse(text: &str, cards: &[PitfallInfo], source: &str) -> Result<LearnPat
     Ok(path)
 }
 
-fn step(n: usize, s: RawStep) -> Result<Step, PathError> {
+fn step(n: usize, s: RawStep, catalog: &protocol::Catalog) -> Result<Step, PathError> {
     let field = |name: &str| format!("step[{n}].{name}");
     let model = |m: &Option<String>| -> Result<Option<ModelId>, PathError> {
-        m.as_deref().map(|m| m.parse::<ModelId>().map_err(|e| error(field("model"), e))).transpose()
+        m.as_deref().map(|m| catalog.parse(m).map_err(|e| error(field("model"), e))).transpose()
     };
     let device = match s.device.as_deref() {
         None | Some("auto") => DeviceChoice::Auto,
@@ -166,7 +166,7 @@ fn step(n: usize, s: RawStep) -> Result<Step, PathError> {
                 to: value("to", &s.to)?,
                 figure,
             };
-            change_specs(&kind).map_err(|(name, message)| error(field(&name), message))?;
+            change_specs(&kind, catalog).map_err(|(name, message)| error(field(&name), message))?;
             kind
         }
     };
@@ -176,7 +176,7 @@ fn step(n: usize, s: RawStep) -> Result<Step, PathError> {
 /// A change step's two runs, before and after: the run's settings with `setting` at `from`,
 /// then at `to` (a dotted setting reaches inside: `generate.cache`). An error names the step's
 /// field it comes from.
-pub fn change_specs(step: &StepKind) -> Result<(protocol::RunSpec, protocol::RunSpec), (String, String)> {
+pub fn change_specs(step: &StepKind, catalog: &protocol::Catalog) -> Result<(protocol::RunSpec, protocol::RunSpec), (String, String)> {
     let StepKind::Change { generate, model, device, setting, from, to, .. } = step else {
         return Err(("kind".into(), "not a change step".into()));
     };
@@ -209,14 +209,16 @@ pub fn change_specs(step: &StepKind) -> Result<(protocol::RunSpec, protocol::Run
                 (name.to_string(), format!("{text} is not a value of `{setting}`: {e}"))
             }
         })?;
-        spec.check(&Default::default()).map_err(|e| (name.to_string(), format!("`{}`: {}", e.field, e.message)))?;
+        // Read back from JSON, a team model is a name again: resolved before the check.
+        let spec = protocol::RunSpec { model: catalog.resolve(spec.model), ..spec };
+        spec.check(catalog, &Default::default()).map_err(|e| (name.to_string(), format!("`{}`: {}", e.field, e.message)))?;
         Ok(spec)
     };
     Ok((with(from, "from")?, with(to, "to")?))
 }
 
 /// Every `*.toml` in `dir`, sorted by name; an error names the file and the field.
-pub fn load_dir(dir: &Path, cards: &[PitfallInfo]) -> anyhow::Result<Vec<LearnPath>> {
+pub fn load_dir(dir: &Path, cards: &[PitfallInfo], catalog: &protocol::Catalog) -> anyhow::Result<Vec<LearnPath>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("the paths folder {} cannot be read: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -228,7 +230,7 @@ pub fn load_dir(dir: &Path, cards: &[PitfallInfo]) -> anyhow::Result<Vec<LearnPa
         let name = format!("paths/{}", file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
         let text = std::fs::read_to_string(&file)
             .map_err(|e| anyhow::anyhow!("{}: cannot be read: {e}", file.display()))?;
-        let path = parse(&text, cards, &name).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let path = parse(&text, cards, &name, catalog).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         paths.push(path);
     }
     Ok(paths)
@@ -244,7 +246,7 @@ mod tests {
 
     #[test]
     fn the_shipped_path_reads_and_walks_the_seed_claims() {
-        let path = parse(SHIPPED, &cards(), "shipped").unwrap();
+        let path = parse(SHIPPED, &cards(), "shipped", &protocol::Catalog::built_in()).unwrap();
         assert_eq!(path.title, "Inference settings in ten minutes");
         let kinds: Vec<String> = path
             .steps
@@ -262,12 +264,12 @@ mod tests {
         let cards = cards();
         let claim = &cards.iter().find(|c| c.id == "eval-not-nograd").unwrap().claim;
         let text = format!("id = \"p\"\ntitle = \"P\"\n[[step]]\ntitle = \"eval\"\ncard = \"eval-not-nograd\"\nnote = \"{claim}\"\n");
-        let e = parse(&text, &cards, "p.toml").unwrap_err();
+        let e = parse(&text, &cards, "p.toml", &protocol::Catalog::built_in()).unwrap_err();
         assert_eq!(e.field, "step[1].note", "{e}");
         assert!(e.message.contains("after"), "{e}");
         // The same words after the lock-in are fine.
         let text = text.replace("note = ", "after = ");
-        assert!(parse(&text, &cards, "p.toml").is_ok());
+        assert!(parse(&text, &cards, "p.toml", &protocol::Catalog::built_in()).is_ok());
     }
 
     #[test]
@@ -287,7 +289,7 @@ mod tests {
             ("id = \"x\"\ntitle = \"x\"\n[[step]]\ntitle = \"s\"\nsetting = \"batch\"\nfrom = 1\nto = 0\nmodel = \"tiny_mlp\"\nfigure = \"peak\"\n", "step[1].to"),
         ];
         for (text, field) in cases {
-            let e = parse(text, &cards(), "t").unwrap_err();
+            let e = parse(text, &cards(), "t", &protocol::Catalog::built_in()).unwrap_err();
             assert_eq!(e.field, field, "{text}: {e}");
         }
     }
@@ -298,10 +300,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("a.toml"), SHIPPED.replace("inference-settings", "team-a")).unwrap();
         std::fs::write(dir.join("b.toml"), "id = \"b\"\ntitle = \"B\"\n[[step]]\ntitle = \"s\"\ncard = \"nope\"\n").unwrap();
-        let e = load_dir(&dir, &cards()).unwrap_err().to_string();
+        let e = load_dir(&dir, &cards(), &protocol::Catalog::built_in()).unwrap_err().to_string();
         assert!(e.contains("b.toml") && e.contains("step[1].card"), "{e}");
         std::fs::remove_file(dir.join("b.toml")).unwrap();
-        let paths = load_dir(&dir, &cards()).unwrap();
+        let paths = load_dir(&dir, &cards(), &protocol::Catalog::built_in()).unwrap();
         assert_eq!(paths.len(), 1);
         assert_eq!(paths[0].source, "paths/a.toml");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -119,7 +119,7 @@ async fn compose(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     state.guard.authorize(&headers)?;
     let request: Compose = parse_object(&body, "path", r#"{"toml": "id = \"ours\"\ntitle = \"...\"\n[[step]]\n..."}"#)?;
     let cards = state.info.current().pitfalls.clone();
-    let mut path = crate::learn::paths::parse(&request.toml, &cards, "composed")
+    let mut path = crate::learn::paths::parse(&request.toml, &cards, "composed", &state.catalog)
         .map_err(|e| ApiError::BadRequest { message: format!("{}: {}", e.field, e.message), field: Some(format!("toml.{}", e.field)) })?;
     path.source = "composed".into();
     let taken = || ApiError::PredictionLocked(format!("a path `{}` exists already: choose another id", path.id));

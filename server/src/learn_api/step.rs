@@ -69,7 +69,7 @@ pub async fn run(
             StepOutcome { scored, report: Some(Box::new(report)), runs: vec![], values: vec![], counted: false }
         }
         StepKind::Change { figure, .. } => {
-            let (before, after) = crate::learn::paths::change_specs(&step.kind).map_err(|(f, message)| ApiError::InvalidSpec(SpecError { field: format!("step[{n}].{f}").into(), message }))?;
+            let (before, after) = crate::learn::paths::change_specs(&step.kind, &state.catalog).map_err(|(f, message)| ApiError::InvalidSpec(SpecError { field: format!("step[{n}].{f}").into(), message }))?;
             let (id_before, r_before) = run_once(state, headers, peer, before).await?;
             let (id_after, r_after) = run_once(state, headers, peer, after).await?;
             let figures = protocol::learn::change_figures(*figure, &r_before, &r_after, &question);

@@ -20,9 +20,9 @@ async fn info_lists_the_cpu_and_every_model() {
         .devices
         .iter()
         .any(|d| d.kind == protocol::DeviceKind::Cpu));
-    assert_eq!(info.models.len(), protocol::ModelId::served().len());
+    assert_eq!(info.models.len(), protocol::Catalog::built_in().models().len());
     assert!(info.models.iter().all(|m| m.parameters > 0));
-    // The decoders come with their shape (the browser registers team ones from it).
+    // The decoders come with their shape (the browser's catalog reads team ones from it).
     let decoders: Vec<_> = info.models.iter().filter(|m| m.id.is_decoder()).collect();
     assert_eq!(decoders.len(), protocol::decoder::presets().len());
     assert!(decoders.iter().all(|m| m.decoder.as_ref().is_some_and(|d| d.config.parameters() == m.parameters)));

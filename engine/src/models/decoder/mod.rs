@@ -10,12 +10,11 @@
 //!
 //! Variable names are transformers' (`model.layers.0.self_attn.q_proj.weight`, a family's
 //! experts as its checkpoints name them), so a `model.safetensors` written by
-//! `save_pretrained` loads by name; a team folder's file is found through the folders
-//! `crate::team::load_dir` registers here ([`weights_file`]).
+//! `save_pretrained` loads by name; a team folder's file is found through the folder
+//! `crate::team` noted in its [`DecoderSource::Team`] ([`weights_dir`]).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
 
 use protocol::decoder::{DecoderConfig, DecoderModel, DecoderSource, LayerType};
 use protocol::LinearQuant;
@@ -482,29 +481,24 @@ impl ModuleT for Decoder {
     }
 }
 
-/// The folders of the team decoders this process serves, by name: set once at start-up by
-/// `crate::team::load_dir`, read when a run builds one of them.
-static TEAM_FOLDERS: RwLock<Option<HashMap<String, PathBuf>>> = RwLock::new(None);
-
-/// Serves the team decoders in `folders` (name to folder) from now on.
-pub(crate) fn register_team_folders(folders: HashMap<String, PathBuf>) {
-    *TEAM_FOLDERS.write().unwrap_or_else(|e| e.into_inner()) = Some(folders);
-}
-
 /// The folder a served decoder's weights are read from, when it has one: a team folder
 /// with `model.safetensors` or `model.safetensors.index.json`, or the trained model's
 /// folder in [`trained_dir`].
 pub fn weights_dir(model: &DecoderModel) -> Option<PathBuf> {
     match &model.source {
         DecoderSource::Trained { folder, .. } => Some(trained_dir(folder)),
-        DecoderSource::Team { weights: true, .. } => team_folder(&model.name),
+        DecoderSource::Team { weights: true, .. } => team_folder(model),
         _ => None,
     }
 }
 
-/// The folder of the served team decoder `name`.
-pub fn team_folder(name: &str) -> Option<PathBuf> {
-    TEAM_FOLDERS.read().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(name).cloned()
+/// The folder a served team decoder was read from (its [`DecoderSource::Team`]'s `dir`,
+/// noted by `crate::team` when it read the folder).
+pub fn team_folder(model: &DecoderModel) -> Option<PathBuf> {
+    match &model.source {
+        DecoderSource::Team { dir, .. } => dir.clone(),
+        _ => None,
+    }
 }
 
 /// The folder of a model this project trained and ships: `$GRADLESS_TRAINED_DIR/{folder}`
@@ -523,11 +517,9 @@ pub fn trained_dir(folder: &str) -> PathBuf {
 /// weights dtype converts them). Panics (caught as a run failure by the lab's
 /// `catch_torch`) when the decoder is not served or its weights do not load: a model whose
 /// files are there never runs on random weights.
-pub fn build(name: &str, vs: &tch::nn::VarStore) -> Box<dyn Net> {
-    let Some(model) = protocol::decoder::lookup(name) else {
-        panic!("the decoder `{name}` is not served here");
-    };
-    let dir = weights_dir(&model);
+pub fn build(model: &DecoderModel, vs: &tch::nn::VarStore) -> Box<dyn Net> {
+    let name = &model.name;
+    let dir = weights_dir(model);
     // Weights about to be read are allocated, not initialised: drawing random ones (or
     // writing zeros) first would cost as much as reading them.
     let decoder = match dir {

@@ -99,7 +99,7 @@ pub fn read_tokenizer(dir: &Path, config_text: &str, vocab_size: u32) -> Result<
 
 /// The tokenizer of a served team decoder.
 fn tokenizer_of(model: &DecoderModel) -> Result<Arc<Tokenizer>, String> {
-    let dir = super::team_folder(&model.name).ok_or_else(|| format!("the folder of `{}` is not served here", model.name))?;
+    let dir = super::team_folder(model).ok_or_else(|| format!("the folder of `{}` is not served here", model.name))?;
     load(&dir.join(TOKENIZER))
 }
 

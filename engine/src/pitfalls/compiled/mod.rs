@@ -47,8 +47,8 @@ fn compilable(model: ModelId) -> bool {
     match model {
         ModelId::TinyMlp | ModelId::Resnet18 | ModelId::Resnet50 | ModelId::MobilenetV2 | ModelId::Transformer => true,
         // A team model whose sidecar names its Python definition.
-        ModelId::Team(name) => protocol::team::lookup(name.as_str()).is_some_and(|m| m.sidecar.source.is_some()),
-        ModelId::Decoder(_) => false,
+        ModelId::Team(m) => m.sidecar.source.is_some(),
+        ModelId::Decoder(_) | ModelId::Named(_) => false,
     }
 }
 

@@ -20,7 +20,9 @@ pub fn measure(lab: &mut Lab, ctx: &Ctx, spec: RunSpec) -> Result<Report, RunFai
         max_batch: u32::MAX,
         ..Limits::default()
     };
-    let checked = check_spec(spec, &limits, lab.machine())
+    // An experiment's models are built in, or resolved by the worker's check of its
+    // options: the built-in catalog checks them.
+    let checked = check_spec(spec, &protocol::Catalog::built_in(), &limits, lab.machine())
         .map_err(|e| failure(FailureKind::Invalid, e.to_string()))?;
     let result = lab.measure(&checked, ctx.control, &mut |_: Event| {});
     if result.is_err() {

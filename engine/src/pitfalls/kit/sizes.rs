@@ -42,7 +42,7 @@ pub fn largest_tensor_per_sample(model: ModelId, size: u32) -> u64 {
         }),
         // A script hides its layers: the input's elements per sample times 64 (the
         // built-in convolutional stems' widening), so a sweep stays well below the limit.
-        ModelId::Team(_) => model.team().map_or(1 << 20, |m| {
+        ModelId::Team(_) | ModelId::Named(_) => model.team().map_or(1 << 20, |m| {
             let shape = &m.sidecar.shapes(1, size)[0];
             64 * shape.iter().map(|d| *d as u64).product::<u64>()
         }),

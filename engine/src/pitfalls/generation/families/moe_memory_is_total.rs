@@ -106,7 +106,7 @@ pub(super) fn moe_memory(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure
     )];
     let mut shapes = vec![];
     for (name, label) in [("qwen3_30b_a3b", "Qwen3-30B-A3B shape"), ("mixtral_8x7b", "Mixtral-8x7B shape")] {
-        if let Some(d) = protocol::decoder::lookup(name) {
+        if let Some(d) = protocol::decoder::preset(name) {
             let p = &d.config;
             shapes.push(fig_of(EACH_PARAMETERS, &[&label], p.parameters() as f64));
             shapes.push(fig_of(EACH_ACTIVE_PARAMETERS, &[&label], p.active_parameters() as f64));

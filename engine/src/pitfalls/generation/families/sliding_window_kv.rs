@@ -154,7 +154,7 @@ pub(super) fn sliding_window_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, Run
         c.num_hidden_layers as f64 / c.layers_of(LayerType::Full).max(1) as f64
     )];
     notes.push("A growing cache keeps window − 1 positions in a sliding layer between steps (the next token's own key and value join at attention time), as transformers' DynamicSlidingWindowLayer does; a static one allocates the window and rolls it.".into());
-    let gemma = protocol::decoder::lookup("gemma3_1b").map(|d| d.config.clone());
+    let gemma = protocol::decoder::preset("gemma3_1b").map(|d| d.config.clone());
     let gemma_t = 32_768;
     if let Some(g) = &gemma {
         notes.push(format!(

@@ -112,7 +112,7 @@ pub(super) fn kv_cache_size(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFail
     // (1, 24) -> (1, 48) positions and batch 1 -> 2: exact doublings.
     let linear = measured[1] == 2 * measured[0] && measured[2] == 2 * measured[0] && measured[3] == 4 * measured[0];
     let crossover = |c: &protocol::decoder::DecoderConfig, elt: u64| c.parameters() * elt / c.kv_cache_bytes(1, 1, elt).max(1);
-    let eight_b = protocol::decoder::lookup("llama_3_1_8b").map(|d| d.config.clone());
+    let eight_b = protocol::decoder::preset("llama_3_1_8b").map(|d| d.config.clone());
     let largest = measured.iter().copied().max().unwrap_or(0);
     let (unit, scale) = if largest >= 4 << 20 { (MEASURED_KV_CACHE_MIB, 1024.0 * 1024.0) } else { (MEASURED_KV_CACHE_KIB, 1024.0) };
     let at = crossover(&config, elt);

@@ -89,7 +89,7 @@ pub(super) fn autocast_decode(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFa
         ];
         for (name, spec, per_step) in variants {
             ctx.check()?;
-            let checked = crate::spec::check_spec(spec, &protocol::Limits::default(), lab.machine())
+            let checked = crate::spec::check_spec(spec, &protocol::Catalog::built_in(), &protocol::Limits::default(), lab.machine())
                 .map_err(|e| failure(protocol::FailureKind::Invalid, e.to_string()))?;
             let report = if per_step {
                 lab.measure_autocast_per_step(&checked, ctx.control)?
