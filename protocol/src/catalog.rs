@@ -132,20 +132,6 @@ impl Catalog {
         spec.model = self.resolve(spec.model);
     }
 
-    /// A record's run settings (a run's report, an unfinished run's spec) as this catalog
-    /// serves their model: read from JSON, a team model's id is its name.
-    pub fn resolve_record(&self, record: &mut crate::Record) {
-        match &mut record.body {
-            crate::RecordBody::Run(report) => self.resolve_spec(&mut report.spec),
-            crate::RecordBody::Unfinished(u) => {
-                if let Some(spec) = &mut u.spec {
-                    self.resolve_spec(spec);
-                }
-            }
-            crate::RecordBody::Pitfall(_) => {}
-        }
-    }
-
     /// A served decoder's id.
     pub fn decoder_id(&self, name: &str) -> Option<ModelId> {
         self.decoder(name).map(ModelId::Decoder)

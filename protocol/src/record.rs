@@ -202,6 +202,22 @@ pub struct Record {
 }
 
 impl Record {
+    /// Its run settings (a run's report, an unfinished run's spec) as `catalog` serves their
+    /// model: read from JSON, a team model's id is its name. (A record's method, so the
+    /// catalog imports no record and protocol's modules import each other without a cycle:
+    /// `scripts/check-imports.py`.)
+    pub fn resolve(&mut self, catalog: &crate::Catalog) {
+        match &mut self.body {
+            RecordBody::Run(report) => catalog.resolve_spec(&mut report.spec),
+            RecordBody::Unfinished(u) => {
+                if let Some(spec) = &mut u.spec {
+                    catalog.resolve_spec(spec);
+                }
+            }
+            RecordBody::Pitfall(_) => {}
+        }
+    }
+
     /// What was recorded, finished or not.
     pub fn kind(&self) -> RecordKind {
         match &self.body {

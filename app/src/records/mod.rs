@@ -72,7 +72,7 @@ fn missing(id: &str) -> Loaded {
 fn load(ids: Vec<String>) -> (RwSignal<Option<Vec<Loaded>>>, String) {
     let catalog = crate::catalog();
     let found = move |mut r: Record| {
-        catalog.resolve_record(&mut r);
+        r.resolve(&catalog);
         Loaded::Found(Box::new(r))
     };
     #[cfg(feature = "ssr")]

@@ -17,7 +17,7 @@ pub(super) async fn find_record(state: &AppState, id: &str) -> Result<Record, Ap
         .map_err(|_| ApiError::Storage)?
         .map_err(storage_error)?
         .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
-    state.catalog.resolve_record(&mut record);
+    record.resolve(&state.catalog);
     Ok(record)
 }
 

@@ -243,7 +243,7 @@ async fn records_of(state: &AppState, subject: &Subject) -> Result<Vec<Record>, 
     read.into_iter()
         .map(|(id, r)| {
             let mut r = r.ok_or(ApiError::NotFound(id))?;
-            state.catalog.resolve_record(&mut r);
+            r.resolve(&state.catalog);
             Ok(r)
         })
         .collect()
