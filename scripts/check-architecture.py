@@ -45,50 +45,17 @@ EXCEPTIONS_BENCH: dict[str, str] = {}
 EXCEPTIONS_STATIC: dict[str, str] = {}
 
 
-def strip_code(text: str) -> str:
-    """The Rust source with comments and string/char literals blanked (newlines kept, so
-    line numbers still hold)."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
-            end = text.find('"' + hashes, i + 2 + len(hashes))
-            end = n if end < 0 else end + 1 + len(hashes)
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:end]))
-            i = end
-        elif c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-            i = j
-        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4] + "  "):
-            m = re.match(r"'(\\.|[^\\'])'", text[i:])
-            out.append(" " * len(m.group(0)))
-            i += len(m.group(0))
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+def _strip_code():
+    """check-imports.py's `strip_code` (comments, string and char literals blanked, newlines
+    kept): one stripper for both checks."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_imports", pathlib.Path(__file__).with_name("check-imports.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.strip_code
+
+
+strip_code = _strip_code()
 
 
 def production_sources():

@@ -31,21 +31,10 @@ pub fn latency_chart_with(
         .max(samples.len());
     let cats = labels(warmup_slots, timed_slots);
     let ms = |s: &Sample| s.latency_ms;
-    let mut timed: Vec<f64> = samples.iter().map(ms).collect();
-    let mut warm: Vec<f64> = warmup.iter().map(ms).collect();
+    let mut plotted: Vec<f64> = warmup.iter().chain(samples).map(ms).collect();
     if let Some(p) = previous {
-        timed.extend(p.samples.iter().map(ms));
-        warm.extend(p.warmup.iter().map(ms));
+        plotted.extend(p.warmup.iter().chain(p.samples).map(ms));
     }
-    timed.extend(p50.into_iter().chain(p95));
-    // A first pass tens of times the steady one (a new shape's one-time costs) would squash
-    // the timed iterations into a flat line at the bottom: the scale is then the timed
-    // iterations', and the warm-up band says how high it went.
-    let off_scale = off_scale_warmup(&warm, &timed);
-    let mut plotted: Vec<f64> = match off_scale {
-        Some(_) => timed.clone(),
-        None => warm.iter().chain(&timed).copied().collect(),
-    };
     let mut line = Line::new()
         .name("latency (ms)")
         .show_symbol(true)
@@ -61,15 +50,7 @@ pub fn latency_chart_with(
                 .label(
                     Label::new()
                         .position(LabelPosition::Top)
-                        .formatter(
-                            match off_scale {
-                                // Short: centred over a narrow band at the plot's left, it
-                                // must stay on the canvas.
-                                Some(top) => format!("warm-up (max {} ms)", mark_text(top)),
-                                None => "warm-up".to_string(),
-                            }
-                            .as_str(),
-                        ),
+                        .formatter("warm-up"),
                 )
                 .data(vec![(
                     MarkAreaData::new()
@@ -89,6 +70,7 @@ pub fn latency_chart_with(
         ("p95", p95, LabelPosition::InsideEndTop),
     ] {
         if let Some(p) = value {
+            plotted.push(p);
             marks.push(MarkLineVariant::Simple(
                 MarkLineData::new()
                     .name(name)
@@ -107,17 +89,8 @@ pub fn latency_chart_with(
     if !marks.is_empty() {
         line = line.mark_line(MarkLine::new().data(marks));
     }
-    let mut description = latency_description(warmup.len(), samples, p50, p95, reading);
-    let (mut y_axis, zoomed) = value_axis("", &plotted, true);
-    if let Some(top) = off_scale {
-        plotted.sort_by(f64::total_cmp);
-        let steady_top = plotted.last().copied().unwrap_or(0.0);
-        y_axis = y_axis.max(nice_ceiling(steady_top * 1.15));
-        description.push_str(&format!(
-            " The warm-up went up to {} ms, above the chart's scale, which is the timed iterations'.",
-            mark_text(top)
-        ));
-    }
+    let description = latency_description(warmup.len(), samples, p50, p95, reading);
+    let (y_axis, zoomed) = value_axis("", &plotted, true);
     let mut chart = base(
         title(
             "Latency per iteration (ms)",
@@ -359,26 +332,4 @@ pub(super) fn memory_description(
 /// would read 0.00), rounded once, from the measured value.
 fn mark_text(ms: f64) -> String {
     if ms < 0.1 { format!("{ms:.3}") } else { format!("{ms:.2}") }
-}
-
-/// How many times the steady iterations' highest a warm-up iteration must be for the chart
-/// to leave it above the scale.
-const OFF_SCALE: f64 = 3.0;
-
-/// The warm-up's highest time when it is more than [`OFF_SCALE`] times the timed
-/// iterations' highest (and their statistics'): the chart then scales to the timed ones.
-pub(super) fn off_scale_warmup(warm: &[f64], timed: &[f64]) -> Option<f64> {
-    let top = |v: &[f64]| v.iter().copied().filter(|x| x.is_finite()).fold(f64::NEG_INFINITY, f64::max);
-    let (w, t) = (top(warm), top(timed));
-    (t.is_finite() && t > 0.0 && w > OFF_SCALE * t).then_some(w)
-}
-
-/// A round number at or above `x` (1, 2 or 5 times a power of ten, in tenths), so the
-/// axis's top reads as a tick.
-pub(super) fn nice_ceiling(x: f64) -> f64 {
-    if !(x.is_finite() && x > 0.0) {
-        return 1.0;
-    }
-    let step = 10f64.powf(x.log10().floor() - 1.0);
-    (x / step).ceil() * step
 }
