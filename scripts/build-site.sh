@@ -11,7 +11,7 @@
 #   public/*                                             the favicon; nothing comes from a CDN
 # Each pkg/ file has brotli (.br) and gzip (.gz) copies beside it (scripts/site-assets.mjs).
 # The plain path (cargo + wasm-bindgen) keeps a cold setup light. `cargo leptos build` writes
-# unhashed names without a manifest, which the page shell falls back to (app/src/lib.rs).
+# unhashed names without a manifest, which the page shell falls back to (app/src/shell.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

@@ -99,10 +99,9 @@ impl GenerateSpec {
     /// the spec asks for none or its group size is invalid (the spec check refuses that).
     pub fn quant(&self) -> LinearQuant {
         match self.weights {
-            WeightQuant::None => LinearQuant::NONE,
-            WeightQuant::Int8 => LinearQuant { weights: WeightQuant::Int8, group_size: 0 },
-            WeightQuant::Int4 => LinearQuant {
-                weights: WeightQuant::Int4,
+            WeightQuant::None => LinearQuant::None,
+            WeightQuant::Int8 => LinearQuant::Int8,
+            WeightQuant::Int4 => LinearQuant::Int4 {
                 group_size: self.group_size.unwrap_or(crate::DEFAULT_GROUP_SIZE),
             },
         }

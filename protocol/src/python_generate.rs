@@ -280,14 +280,10 @@ fn cache_lines(spec: &RunSpec, i: &str) -> String {
 /// the embedding, the norms and the LM head stay as they are). Empty when unquantized.
 fn quantize_lines(spec: &RunSpec) -> String {
     let q = spec.generate.as_ref().map_or(crate::LinearQuant::NONE, |g| g.quant());
-    let class = match q.weights {
-        crate::WeightQuant::None => return String::new(),
-        crate::WeightQuant::Int8 => INT8_LINEAR.to_string(),
-        crate::WeightQuant::Int4 => INT4_LINEAR.replace("GROUP", &q.group_size.to_string()),
-    };
-    let name = match q.weights {
-        crate::WeightQuant::Int8 => "Int8Linear",
-        _ => "Int4Linear",
+    let (class, name) = match q {
+        crate::LinearQuant::None => return String::new(),
+        crate::LinearQuant::Int8 => (INT8_LINEAR.to_string(), "Int8Linear"),
+        crate::LinearQuant::Int4 { group_size } => (INT4_LINEAR.replace("GROUP", &group_size.to_string()), "Int4Linear"),
     };
     format!(
         "{class}\

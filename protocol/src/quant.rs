@@ -85,22 +85,42 @@ pub const DEFAULT_GROUP_SIZE: u32 = 64;
 /// The most numbers `generate.prefill_logits` returns (batch × vocab): 16 MiB of fp32.
 pub const MAX_PREFILL_LOGITS: u64 = 1 << 22;
 
-/// The quantization a decoder is built with: the kind and, for int4, the group size
-/// (0 otherwise). What the model cache keys a quantized model by.
+/// The quantization a decoder is built with, resolved: int4 always carries its group size,
+/// and nothing else has one. What the model cache keys a quantized model by. The spec's
+/// two fields (`quant`, `group_size`) become this once ([`crate::GenerateSpec::quant`],
+/// [`check_quant`]); a report or a quality row reads them back from it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct LinearQuant {
-    pub weights: WeightQuant,
-    pub group_size: u32,
+pub enum LinearQuant {
+    #[default]
+    None,
+    /// One scale per output channel.
+    Int8,
+    /// A scale and a zero point per group of `group_size` input columns.
+    Int4 { group_size: u32 },
 }
 
 impl LinearQuant {
-    pub const NONE: LinearQuant = LinearQuant {
-        weights: WeightQuant::None,
-        group_size: 0,
-    };
+    pub const NONE: LinearQuant = LinearQuant::None;
 
     pub fn is_none(&self) -> bool {
-        self.weights == WeightQuant::None
+        *self == LinearQuant::None
+    }
+
+    /// The kind, as the spec's `quant` names it.
+    pub fn kind(&self) -> WeightQuant {
+        match self {
+            LinearQuant::None => WeightQuant::None,
+            LinearQuant::Int8 => WeightQuant::Int8,
+            LinearQuant::Int4 { .. } => WeightQuant::Int4,
+        }
+    }
+
+    /// int4's group size; `None` for every other kind, as the spec's `group_size`.
+    pub fn group_size(&self) -> Option<u32> {
+        match self {
+            LinearQuant::Int4 { group_size } => Some(*group_size),
+            _ => None,
+        }
     }
 }
 
@@ -149,9 +169,9 @@ pub fn check_quant(
                     ),
                 ));
             }
-            Ok(LinearQuant {
-                weights,
-                group_size: 0,
+            Ok(match weights {
+                WeightQuant::Int8 => LinearQuant::Int8,
+                _ => LinearQuant::None,
             })
         }
         WeightQuant::Int4 => {
@@ -181,10 +201,7 @@ pub fn check_quant(
                     ));
                 }
             }
-            Ok(LinearQuant {
-                weights,
-                group_size: g,
-            })
+            Ok(LinearQuant::Int4 { group_size: g })
         }
     }
 }
@@ -200,10 +217,10 @@ pub fn check_quant(
 pub fn weights_formula(c: &DecoderConfig, q: LinearQuant, act_bytes: u64) -> WeightsBreakdown {
     // (out N, in K, how many) of the blocks' linear layers, experts included.
     let shapes = c.linear_shapes();
-    let linear_one = |n: u64, k: u64| match q.weights {
-        WeightQuant::None => n * k * act_bytes,
-        WeightQuant::Int8 => n * k + n * act_bytes,
-        WeightQuant::Int4 => n * k / 2 + (k / q.group_size as u64) * n * 2 * act_bytes,
+    let linear_one = |n: u64, k: u64| match q {
+        LinearQuant::None => n * k * act_bytes,
+        LinearQuant::Int8 => n * k + n * act_bytes,
+        LinearQuant::Int4 { group_size } => n * k / 2 + (k / group_size as u64) * n * 2 * act_bytes,
     };
     let linear: u64 = shapes.iter().map(|&(n, k, count)| count * linear_one(n, k)).sum();
     let dense: u64 = shapes.iter().map(|&(n, k, count)| count * n * k).sum::<u64>() * act_bytes;
@@ -298,7 +315,7 @@ mod tests {
         assert!(e.message.contains("704") && e.message.contains("32 or 64"), "{e}");
         let e = check_quant(WeightQuant::Int4, Some(48), &c).unwrap_err();
         assert!(e.message.contains("32, 64 or 128"), "{e}");
-        assert_eq!(check_quant(WeightQuant::Int4, None, &c).unwrap().group_size, 64);
+        assert_eq!(check_quant(WeightQuant::Int4, None, &c).unwrap().group_size(), Some(64));
         let e = check_quant(WeightQuant::Int8, Some(64), &c).unwrap_err();
         assert_eq!(e.field, "generate.group_size");
     }
@@ -342,8 +359,8 @@ mod tests {
         let c = tiny();
         let fp32 = weights_formula(&c, LinearQuant::NONE, 4);
         assert_eq!(fp32.linear_bytes, fp32.linear_unquantized_bytes);
-        let int8 = weights_formula(&c, LinearQuant { weights: WeightQuant::Int8, group_size: 0 }, 4);
-        let int4 = weights_formula(&c, LinearQuant { weights: WeightQuant::Int4, group_size: 64 }, 4);
+        let int8 = weights_formula(&c, LinearQuant::Int8, 4);
+        let int4 = weights_formula(&c, LinearQuant::Int4 { group_size: 64 }, 4);
         // The rest is untouched; the linear layers fall under 0.3× (int8) and 0.2× (int4).
         assert_eq!(int8.other_bytes, fp32.other_bytes);
         assert_eq!(int4.other_bytes, fp32.other_bytes);

@@ -36,7 +36,7 @@ struct Setting {
 /// The weights' dtype of a quantized row on `device`: fp32 activations where the packed
 /// kernel takes them, bf16 for int4 on CUDA (`crate::spec::weights_for`).
 fn quant_weights(device: DeviceKind, quant: LinearQuant) -> WeightsDtype {
-    crate::spec::weights_for(device, quant.weights, WeightsDtype::Fp32)
+    crate::spec::weights_for(device, quant.kind(), WeightsDtype::Fp32)
 }
 
 /// The settings measured on `device`: the model as trained (fp32), its weights cast, its
@@ -44,8 +44,8 @@ fn quant_weights(device: DeviceKind, quant: LinearQuant) -> WeightsDtype {
 /// kernel takes), its cache stored in a half dtype.
 fn settings(device: DeviceKind) -> Vec<Setting> {
     let row = |label: &str, weights, quant, kv| Setting { label: label.into(), weights, quant, kv };
-    let int4 = |g: u32| LinearQuant { weights: WeightQuant::Int4, group_size: g };
-    let int8 = LinearQuant { weights: WeightQuant::Int8, group_size: 0 };
+    let int4 = |group_size: u32| LinearQuant::Int4 { group_size };
+    let int8 = LinearQuant::Int8;
     let mut rows = vec![
         row("fp32 (as trained)", WeightsDtype::Fp32, LinearQuant::NONE, KvDtype::AsActivations),
         row("bf16 weights", WeightsDtype::Bf16, LinearQuant::NONE, KvDtype::AsActivations),
@@ -83,8 +83,7 @@ fn rows_for(device: DeviceKind, only: Option<&[LinearQuant]>, config: &protocol:
     let rows = measured_rows(device, only)
         .into_iter()
         .filter(|s| {
-            let group = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
-            let fits = protocol::check_quant(s.quant.weights, group, config);
+            let fits = protocol::check_quant(s.quant.kind(), s.quant.group_size(), config);
             if let Err(e) = &fits {
                 skipped.push(format!("{}: {}", s.label, e.message));
             }
@@ -160,8 +159,8 @@ fn row_spec(spec: &RunSpec, s: &Setting) -> RunSpec {
     row.autocast = protocol::Autocast::Off;
     row.advanced.weights = s.weights;
     let g = row.generate.get_or_insert_with(Default::default);
-    g.weights = s.quant.weights;
-    g.group_size = (s.quant.weights == WeightQuant::Int4).then_some(s.quant.group_size);
+    g.weights = s.quant.kind();
+    g.group_size = s.quant.group_size();
     g.kv_dtype = s.kv;
     g.quality = false;
     row
@@ -171,10 +170,10 @@ fn row_spec(spec: &RunSpec, s: &Setting) -> RunSpec {
 /// that quantization runs in on `device` ([`crate::spec::weights_for`]: bf16 for int4 on
 /// CUDA). What the cards that quantize build their runs with, as the quality rows are.
 pub fn quantized(mut spec: RunSpec, quant: LinearQuant, device: DeviceKind) -> RunSpec {
-    spec.advanced.weights = crate::spec::weights_for(device, quant.weights, spec.advanced.weights);
+    spec.advanced.weights = crate::spec::weights_for(device, quant.kind(), spec.advanced.weights);
     if let Some(g) = spec.generate.as_mut() {
-        g.weights = quant.weights;
-        g.group_size = (quant.weights == WeightQuant::Int4).then_some(quant.group_size);
+        g.weights = quant.kind();
+        g.group_size = quant.group_size();
     }
     spec
 }
@@ -361,7 +360,6 @@ impl Lab {
                 let delta = catch_torch(|| (pass(decoder, &groups[0].0, 0, 1) - &first).abs().max().double_value(&[]))?;
                 (catch_torch(|| score(decoder))?, Some(delta))
             };
-            let quant = s.quant.weights;
             rows.push(QualityRow {
                 this_run: spec.autocast == protocol::Autocast::Off
                     && spec.advanced.weights == s.weights
@@ -369,8 +367,8 @@ impl Lab {
                     && g.kv_dtype == s.kv,
                 setting: s.label,
                 weights: s.weights,
-                quant,
-                group_size: (quant == WeightQuant::Int4).then_some(s.quant.group_size),
+                quant: s.quant.kind(),
+                group_size: s.quant.group_size(),
                 kv_dtype: s.kv,
                 bits_per_byte: nats / std::f64::consts::LN_2 / n as f64,
                 perplexity: tokenized.then(|| (nats / units as f64).exp()),
@@ -459,7 +457,7 @@ mod tests {
     fn every_quality_row_and_the_cards_int4_run_pass_the_cuda_spec_check() {
         let machine = h100();
         let limits = Limits::default();
-        let int4 = LinearQuant { weights: WeightQuant::Int4, group_size: 32 };
+        let int4 = LinearQuant::Int4 { group_size: 32 };
         for device in [DeviceKind::Cpu, DeviceKind::Cuda] {
             let spec = trained(device);
             let all = measured_rows(device, None);
@@ -468,7 +466,7 @@ mod tests {
                 let row = row_spec(&spec, s);
                 check_spec(row.clone(), &protocol::Catalog::built_in(), &limits, &machine).unwrap_or_else(|e| panic!("{device:?} `{}`: {e}", s.label));
                 assert!(crate::spec::check_device(&row, device, Some(90)).is_ok(), "{}", s.label);
-                if s.quant.weights == WeightQuant::Int4 {
+                if s.quant.kind() == WeightQuant::Int4 {
                     let want = if device == DeviceKind::Cuda { WeightsDtype::Bf16 } else { WeightsDtype::Fp32 };
                     assert_eq!(s.weights, want, "{device:?} `{}`", s.label);
                 }

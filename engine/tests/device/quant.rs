@@ -272,9 +272,9 @@ fn the_packed_kernels_multiply_by_the_quantized_values(device) {
     let w = Tensor::randn([n, k], (Kind::Float, dev)).to_kind(kind) * 0.05;
     let x = Tensor::randn([3, k], (Kind::Float, dev)).to_kind(kind);
     for q in [
-        LinearQuant { weights: WeightQuant::Int8, group_size: 0 },
-        LinearQuant { weights: WeightQuant::Int4, group_size: 32 },
-        LinearQuant { weights: WeightQuant::Int4, group_size: 128 },
+        LinearQuant::Int8,
+        LinearQuant::Int4 { group_size: 32 },
+        LinearQuant::Int4 { group_size: 128 },
     ] {
         let packed = quantize(&w, q).apply(&x, None).to_kind(Kind::Float);
         let dense = x.linear::<&Tensor>(&dequantized(&w, q), None).to_kind(Kind::Float);

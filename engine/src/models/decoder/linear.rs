@@ -114,9 +114,10 @@ pub fn dequantized(w: &Tensor, q: LinearQuant) -> Tensor {
         Linear::Int8 { weight, scales } => (weight.to_kind(Kind::Float) * scales.to_kind(Kind::Float).unsqueeze(1)).to_kind(act),
         Linear::Int4 { .. } => {
             // The same statistics and rounding as `quantize`'s int4 arm, kept unpacked.
+            let LinearQuant::Int4 { group_size } = q else { unreachable!("only int4 packs as int4") };
             let w32 = w.detach().to_kind(Kind::Float);
             let (n, k) = (w.size()[0], w.size()[1]);
-            let g = q.group_size as i64;
+            let g = group_size as i64;
             let groups = w32.reshape([n, k / g, g]);
             let hi = groups.amax(2, true);
             let lo = groups.amin(2, true);
@@ -132,7 +133,7 @@ pub fn dequantized(w: &Tensor, q: LinearQuant) -> Tensor {
 /// `w` (`[out, in]`, the activation dtype) quantized as `q` says.
 pub fn quantize(weight: &Tensor, q: LinearQuant) -> Linear {
     let _no_grad = tch::no_grad_guard();
-    if q.weights == WeightQuant::None {
+    if q.is_none() {
         return Linear::Dense(weight.shallow_clone());
     }
     // The packing ops take row-major `[out, in]` (a CPU run in fp32 lays a decoder's dense
@@ -140,9 +141,9 @@ pub fn quantize(weight: &Tensor, q: LinearQuant) -> Linear {
     let w = &weight.contiguous();
     let act = w.kind();
     let w32 = w.detach().to_kind(Kind::Float);
-    match q.weights {
-        WeightQuant::None => unreachable!("returned above"),
-        WeightQuant::Int8 => {
+    match q {
+        LinearQuant::None => unreachable!("returned above"),
+        LinearQuant::Int8 => {
             let zero = Tensor::zeros([1], (Kind::Float, w.device()));
             let lo = w32.amin(1, false).minimum(&zero);
             let hi = w32.amax(1, false).maximum(&zero);
@@ -155,9 +156,9 @@ pub fn quantize(weight: &Tensor, q: LinearQuant) -> Linear {
                 .to_kind(Kind::Int8);
             Linear::Int8 { weight, scales }
         }
-        WeightQuant::Int4 => {
+        LinearQuant::Int4 { group_size } => {
             let (n, k) = (w.size()[0], w.size()[1]);
-            let g = q.group_size as i64;
+            let g = group_size as i64;
             let groups = w32.reshape([n, k / g, g]);
             let hi = groups.amax(2, true);
             let lo = groups.amin(2, true);

@@ -62,7 +62,7 @@ pub const INT4_ON_A_TRAINED_MODEL: Card = Card {
 /// with int4 (its drift), and the same generation on the random-weights Llama preset.
 fn plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
     // In the dtype int4 runs in on the device (CUDA's kernel takes bf16 only).
-    let int4 = |spec: RunSpec| crate::lab::quantized(spec, LinearQuant { weights: WeightQuant::Int4, group_size: GROUP }, ctx.device);
+    let int4 = |spec: RunSpec| crate::lab::quantized(spec, LinearQuant::Int4 { group_size: GROUP }, ctx.device);
     // The trained model and the preset it is set against, whatever model the card's
     // options name: the lesson is the pair.
     let trained_model: protocol::ModelId = protocol::decoder::TRAINED_PRESET.parse().unwrap_or(protocol::ModelId::TinyMlp);
@@ -111,7 +111,7 @@ fn drift_of(g: &GenerationReport) -> Result<protocol::Drift, RunFailure> {
 
 fn int4_on_a_trained_model(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (trained, random) = plan(ctx);
-    let quant = LinearQuant { weights: WeightQuant::Int4, group_size: GROUP };
+    let quant = LinearQuant::Int4 { group_size: GROUP };
     let q = lab.quality(&trained, ctx.device, ctx.control, Some(&[LinearQuant::NONE, quant]))?;
     let bits = |w: WeightQuant| {
         q.rows

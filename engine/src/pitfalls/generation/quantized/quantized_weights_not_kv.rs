@@ -115,7 +115,7 @@ pub(super) fn quantized_weights_not_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outco
         notes.push("On this small shape the embedding and the LM head are most of the weights, and int4 leaves them as they are: the whole model shrinks far less than its linear layers.".into());
     }
     if let Some(c) = protocol::decoder::preset("llama_3_1_8b").map(|d| d.config.clone()) {
-        let q = protocol::LinearQuant { weights: WeightQuant::Int4, group_size: 64 };
+        let q = protocol::LinearQuant::Int4 { group_size: 64 };
         let (bf16, int4) = (protocol::weights_formula(&c, protocol::LinearQuant::NONE, 2), protocol::weights_formula(&c, q, 2));
         let per = c.kv_cache_bytes(1, 1, 2);
         notes.push(format!(
