@@ -23,6 +23,7 @@ pub mod generate;
 pub mod lab;
 pub mod learn;
 pub mod pitfalls;
+mod page_data;
 mod prediction;
 pub mod records;
 pub mod routes;
@@ -40,8 +41,8 @@ use leptos_router::{Lazy, ParamSegment, StaticSegment};
 use protocol::ServerInfo;
 
 #[cfg(feature = "hydrate")]
-pub(crate) use shell::page_json;
-pub(crate) use shell::script_json;
+pub(crate) use page_data::page_json;
+pub(crate) use page_data::script_json;
 pub use shell::{shell, AssetNames};
 
 /// The id of the `<script type="application/json">` carrying the ServerInfo.

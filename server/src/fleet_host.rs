@@ -1,4 +1,4 @@
-//! `gradless worker --nats URL --name NAME [--device cuda:N|cpu|auto]`: one device of a
+//! `gradless worker --nats URL --name NAME [--device cuda:N|cpu|auto]` (`config::DeviceArg`): one device of a
 //! fleet. Starts the same device worker as `gradless serve` (through `dispatch::local::start_worker`),
 //! counts its models' parameters the same way, and hands both to [`fleet::host::run`].
 //! Optionally serves Prometheus metrics (`--metrics-addr`).
@@ -11,33 +11,15 @@ use axum::routing::get;
 
 use crate::config::WorkerArgs;
 
-/// The device a `--device` value asks for: `(cpu_only, cuda index)`.
-pub fn parse_device(device: &str) -> Result<(bool, Option<u32>), String> {
-    match device {
-        "auto" => Ok((false, None)),
-        "cpu" => Ok((true, None)),
-        "cuda" => Ok((false, Some(0))),
-        other => match other.strip_prefix("cuda:").map(str::parse::<u32>) {
-            Some(Ok(n)) => Ok((false, Some(n))),
-            _ => Err(format!("--device `{other}`: use cuda:N (e.g. cuda:0), cpu or auto")),
-        },
-    }
-}
-
 pub fn worker(args: WorkerArgs) -> Result<()> {
     fleet::bus::check_worker_name(&args.name).map_err(anyhow::Error::msg)?;
-    let (cpu_only, cuda) = parse_device(&args.device).map_err(anyhow::Error::msg)?;
-    if let Some(n) = cuda {
-        // One process per GPU: libtorch then sees exactly this one, as device 0. Set
-        // before libtorch starts (the device thread below is its first user).
-        std::env::set_var("CUDA_VISIBLE_DEVICES", n.to_string());
-    }
+    // One process per GPU: `main` set CUDA_VISIBLE_DEVICES from --device before libtorch
+    // started (`DeviceArg::apply_before_libtorch`), so it sees exactly this one, as device 0.
+    let cpu_only = args.device == crate::config::DeviceArg::Cpu;
     let run_timeout = Duration::from_secs(args.run_timeout_s);
     // The engine's queue holds the one job this worker runs; the rest wait in JetStream.
     let engine = crate::dispatch::local::start_worker(crate::dispatch::local::worker_config(&args.engine, 1, Some(run_timeout)))?;
-    if cuda.is_some() && !engine.machine().has_cuda() {
-        anyhow::bail!("--device {}: libtorch finds no CUDA device here", args.device);
-    }
+    args.device.check_found(engine.machine().has_cuda()).map_err(anyhow::Error::msg)?;
     let models = crate::model_counts::model_infos(&engine)?;
     let heartbeat = Duration::from_secs_f64(args.heartbeat_s.max(0.5));
     let mut card = fleet::host::card(&args.name, &engine, models, cpu_only);
@@ -71,18 +53,4 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
         };
         fleet::host::run(bus, Arc::new(engine), card, options, crate::conn::shutdown_signal()).await
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn device_flags() {
-        assert_eq!(parse_device("cpu"), Ok((true, None)));
-        assert_eq!(parse_device("cuda:3"), Ok((false, Some(3))));
-        assert_eq!(parse_device("auto"), Ok((false, None)));
-        assert!(parse_device("cuda:x").is_err());
-        assert!(parse_device("tpu").is_err());
-    }
 }

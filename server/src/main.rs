@@ -17,6 +17,14 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // Which GPU libtorch sees is decided here, while the process has one thread and before
+    // libtorch starts (`DeviceArg::apply_before_libtorch`).
+    match &cli.command {
+        None => cli.serve.device.apply_before_libtorch(),
+        Some(Command::Serve(args)) => args.device.apply_before_libtorch(),
+        Some(Command::Worker(args)) => args.device.apply_before_libtorch(),
+        _ => {}
+    }
     let serving = matches!(cli.command, None | Some(Command::Serve(_)) | Some(Command::Worker(_)));
     let default_filter = if serving { "info" } else { "warn" };
     server::logging::init(cli.log.log_format, default_filter);

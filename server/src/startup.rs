@@ -51,6 +51,9 @@ async fn open_learn(args: &ServeArgs, catalog: &protocol::Catalog) -> Result<cra
 
 pub async fn serve(args: ServeArgs) -> Result<()> {
     let fleet = args.fleet.nats.is_some();
+    if fleet && args.device != crate::config::DeviceArg::Auto {
+        anyhow::bail!("--device {}: a front (--nats) measures nothing itself; give each worker its device (`gradless worker --device cuda:N`)", args.device);
+    }
     if !args.site_root.join("pkg").exists() {
         tracing::warn!(
             "no built site at {} (pkg/ missing): the page will render but not hydrate; run scripts/build-site.sh",
@@ -115,6 +118,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         let config = engine::WorkerConfig { catalog, ..local::worker_config(&args.engine, args.queue_capacity, Some(run_timeout)) };
         let db_path = args.db.path();
         let site_root = args.site_root.clone();
+        let device = args.device;
         // SQLite and libtorch both block: opened off the async threads.
         let (state, lock) = tokio::task::spawn_blocking(move || -> Result<(AppState, Option<ServingLock>)> {
             // First: a second server on this file must refuse before it touches a row.
@@ -128,6 +132,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
                 tracing::warn!(run = %id, "run {id} was interrupted: the previous server stopped while it was measuring it; its permalink says so");
             }
             let worker = local::start_worker(config)?;
+            device.check_found(worker.machine().has_cuda()).map_err(anyhow::Error::msg)?;
             local::remember_recorded_runs(&worker, &store);
             let state = build_state(worker, &site_root, bound, services(Arc::new(store), CountCache::for_this_executable()))?;
             Ok((state, lock))

@@ -190,3 +190,33 @@ fn the_cards_are_listed_as_a_named_device_shows_them() {
         }
     }
 }
+
+/// `serve --device`: a GPU that libtorch does not find stops the start with the reason (on
+/// a machine without one, as CI is; on a GPU host the machine's last index plus one would
+/// be the case), a bad value is refused by name, and a front refuses a device of its own.
+#[test]
+fn serve_names_the_device_it_cannot_use() {
+    let dir = std::env::temp_dir().join(format!("gradless-cli-device-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("runs.sqlite3");
+    let db = db.to_str().unwrap();
+    let serve = |extra: &[&str]| {
+        let mut args = vec!["serve", "--addr", "127.0.0.1:0", "--db", db];
+        args.extend_from_slice(extra);
+        gradless(&args)
+    };
+    let bad = serve(&["--device", "tpu"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("use cuda:N (e.g. cuda:0), cpu or auto"), "{}", String::from_utf8_lossy(&bad.stderr));
+    let front = serve(&["--device", "cpu", "--nats", "nats://127.0.0.1:1"]);
+    assert!(!front.status.success());
+    assert!(String::from_utf8_lossy(&front.stderr).contains("a front (--nats) measures nothing itself"), "{}", String::from_utf8_lossy(&front.stderr));
+    // cuda:64 names a GPU no machine here has: libtorch, told CUDA_VISIBLE_DEVICES=64,
+    // finds none, and the server stops before it listens.
+    let missing = serve(&["--device", "cuda:64"]);
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("--device cuda:64: libtorch finds no CUDA device here"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

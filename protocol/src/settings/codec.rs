@@ -144,7 +144,8 @@ pub fn differences(table: &'static [Setting], page: Page, spec: &RunSpec, defaul
 
 /// `text` as one shell word: as is when every character is plain, in single quotes
 /// otherwise, and in bash's `$'…'` with escapes when it holds a control character (a new
-/// line would end the snippets' comment line that carries the command).
+/// line would end the snippets' comment line that carries the command). Not `shlex::try_quote`:
+/// it keeps a new line as a new line inside its quotes, which would end that comment.
 pub fn shell_quoted(text: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=,+-@%".contains(c);
     if !text.is_empty() && text.chars().all(plain) {
@@ -169,17 +170,15 @@ pub fn shell_quoted(text: &str) -> String {
     out
 }
 
-/// An address's value: the few characters a query cannot carry, escaped.
+/// What an address's value keeps as is: RFC 3986's unreserved characters. Everything else
+/// goes out as `%XX` of its UTF-8 bytes (a space as `%20`, never `+`, which a query reader
+/// may leave a plus).
+const QUERY_VALUE: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// An address's value, percent-encoded.
 fn encode(v: &str) -> String {
-    v.chars()
-        .map(|c| match c {
-            'A'..='Z' | 'a'..='z' | '0'..='9' | '-' | '_' | '.' | '~' => c.to_string(),
-            c => {
-                let mut buf = [0u8; 4];
-                c.encode_utf8(&mut buf).bytes().map(|b| format!("%{b:02X}")).collect()
-            }
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(v, QUERY_VALUE).to_string()
 }
 
 impl RunSpec {
@@ -187,5 +186,16 @@ impl RunSpec {
     /// the settings table.
     pub fn label(&self) -> String {
         label(SETTINGS, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The encoding links were written with: unreserved characters as is, every other
+    /// byte of the UTF-8 as `%XX` in capitals (a space `%20`, a plus `%2B`).
+    #[test]
+    fn a_value_is_percent_encoded_as_links_always_were() {
+        assert_eq!(super::encode("a b/ü~-_.+&="), "a%20b%2F%C3%BC~-_.%2B%26%3D");
+        assert_eq!(super::encode("resnet18"), "resnet18");
     }
 }

@@ -6,6 +6,20 @@ use std::fmt;
 
 /// A setting of a run, by the spec's field it sets. Two rows may set one field (the Lab's
 /// `input_size` and Generate's `prompt`): they share its id.
+///
+/// Code names a setting by its id, never by a string, so a misspelt setting does not
+/// compile:
+///
+/// ```compile_fail
+/// let row = protocol::settings::setting(protocol::settings::SettingId::KvDtpye);
+/// ```
+///
+/// The same line spelt right:
+///
+/// ```
+/// let row = protocol::settings::setting(protocol::settings::SettingId::KvDtype);
+/// assert_eq!(row.key, "kv_dtype");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SettingId {
     Model,

@@ -62,7 +62,7 @@ pub struct WorkerArgs {
     /// `cuda:N` (the N-th GPU, one worker process per GPU), `cpu` (the CPU only, even on
     /// a GPU host) or `auto` (what libtorch finds).
     #[arg(long, env = "GRADLESS_DEVICE", default_value = "auto")]
-    pub device: String,
+    pub device: super::DeviceArg,
     /// Seconds a run may take, and a queued run may wait, before it fails.
     #[arg(long, env = "GRADLESS_RUN_TIMEOUT_S", default_value_t = 300)]
     pub run_timeout_s: u64,

@@ -10,11 +10,13 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::{DeviceChoice, RecordKind};
 
+mod device_arg;
 mod engine_args;
 mod fleet_args;
 mod run_args;
 mod serve_args;
 
+pub use device_arg::DeviceArg;
 pub use engine_args::EngineArgs;
 pub use fleet_args::{FleetArgs, NatsAuthArgs, WorkerArgs};
 pub use run_args::{CompareRun, GenerateRun, MeasureRun, RunArgs, RunCommand};

@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// stops the start, naming the file and the field.
     #[arg(long, env = "GRADLESS_PATHS_DIR")]
     pub paths_dir: Option<PathBuf>,
+    /// The device this server measures on: `cuda:N` (the N-th GPU), `cpu` (the CPU only,
+    /// even on a GPU host) or `auto` (what libtorch finds). A front (`--nats`) measures
+    /// nothing itself and refuses anything but `auto`.
+    #[arg(long, env = "GRADLESS_DEVICE", default_value = "auto")]
+    pub device: super::DeviceArg,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
