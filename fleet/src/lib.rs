@@ -3,7 +3,7 @@
 //! jobs wait in a work-queue stream per worker, each job's events go to a stream any front
 //! can replay, and workers announce themselves in a key-value bucket with a heartbeat.
 //!
-//! [`bus`] owns the names and the messages; [`worker`] the worker process's loop;
+//! [`bus`] owns the names and the messages; [`host`] a worker host's loop;
 //! [`front`] what a front needs beyond the single-process server (submitting, relaying,
 //! watching workers, recording); [`metrics`] the Prometheus registry all roles serve.
 //! The engine knows nothing of this crate; the server uses it for its fleet mode.

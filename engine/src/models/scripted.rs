@@ -4,6 +4,12 @@
 //! describes them ([`input`]), and the useful line of the interpreter's errors
 //! ([`script_error`]).
 //!
+//! Loaded afresh, never reused from the lab's model cache: TorchScript's graph executor
+//! specialises its plan on the passes it has run (after grad-mode passes an inference_mode
+//! pass raises "Inference tensors cannot be saved for backward"), and a run must not depend
+//! on the ones before it. Its parameters join the model's `VarStore` (shared, not copied),
+//! so parameter counts and the leak check work unchanged.
+//!
 //! The forward pass goes through the TorchScript interpreter: train/eval is the module's
 //! `training` flag, set before a pass when the run's mode differs; no probe reaches inside,
 //! so such a model has no trace and no FLOP count.
