@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn only_the_pages_that_show_cards_carry_them() {
-        for yes in ["/pitfalls", "/pitfalls/", "/embed/pitfalls/eval-not-nograd", "/learn/inference-settings", "/embed/learn/x", "/learn/new"] {
+        for yes in ["/pitfalls", "/pitfalls/", "/embed/pitfalls/eval-and-autograd", "/learn/inference-settings", "/embed/learn/x", "/learn/new"] {
             assert!(needs_cards(yes), "{yes}");
             assert!(!needs_titles(yes), "{yes}");
         }

@@ -219,7 +219,8 @@ pub fn EmbedPitfallPage() -> impl IntoView {
 
 fn embedded_card(cards: &[PitfallInfo], id: &str) -> AnyView {
     let shared = Shared::new();
-    match cards.iter().position(|c| c.id == id) {
+    // An old id (`PitfallInfo::aliases`) still embeds its card: pages that embed one keep working.
+    match cards.iter().position(|c| c.id == id || c.aliases.iter().any(|a| a == id)) {
         Some(index) => {
             let card = cards[index].clone();
             view! { <div class="pitfalls embedded"><PitfallCard card index shared embedded=true /></div> }.into_any()
@@ -475,6 +476,8 @@ fn PitfallCard(
     };
     view! {
         <article class="card" id=card.id.clone() data-testid=format!("card-{}", card.id) class:lesson=move || revealed.get()>
+            // Links made with an id the card had before still land here.
+            {card.aliases.iter().map(|a| view! { <span id=a.clone()></span> }).collect_view()}
             <h2>
                 {move || format!("{}. {}", index + 1, if revealed.get() { &title } else { &asks })}
                 {move || {
@@ -540,7 +543,7 @@ mod tests {
 
     #[test]
     fn progress_saved_before_verdicts_were_kept_still_counts() {
-        let tour = parse_tour(r#"["warm-up","eval-not-nograd"]"#);
+        let tour = parse_tour(r#"["warm-up","eval-and-autograd"]"#);
         assert_eq!(tour.len(), 2);
         assert!(ran(&tour, "warm-up") && tour.iter().all(|(_, v)| v.is_none()));
         assert!(parse_tour("not json").is_empty());

@@ -121,7 +121,7 @@ test("a pitfall card and a recorded run embed too", async ({ page, request, base
     docs.close();
   }
 
-  await page.goto("/embed/pitfalls/nograd-not-eval");
+  await page.goto("/embed/pitfalls/nograd-and-dropout");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   await page.getByTestId("skip-nograd-not-eval").click();
   await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed", { timeout: 90_000 });

@@ -52,7 +52,7 @@ test("the forward-pass chart overlays one series per run, grad above no_grad", a
 });
 
 test("a memory pitfall card overlays the traced passes of its rows", async ({ page }) => {
-  await page.goto("/pitfalls#eval-not-nograd");
+  await page.goto("/pitfalls#eval-and-autograd");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   // Without a prediction (Lock in waits for one): the lesson opens and the card runs.
   await page.getByTestId("skip-eval-not-nograd").click();

@@ -68,7 +68,7 @@ test("the pitfalls contents list names every card, is sticky on a wide screen an
     .toContainText(/confirmed|refuted here|not applicable here|inconclusive here/);
   // A contents entry jumps to its card.
   await page.getByTestId("contents-sync-timing").click();
-  await expect(page).toHaveURL(/#sync-timing$/);
+  await expect(page).toHaveURL(/#timing-gpu-work$/);
   // On a phone it sits above the cards, not beside them.
   await page.setViewportSize({ width: 390, height: 844 });
   expect(await page.getByTestId("contents").evaluate((e) => getComputedStyle(e).position)).toBe("static");

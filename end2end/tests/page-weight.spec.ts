@@ -226,7 +226,7 @@ test("a second visit downloads nothing but the page", async ({ page }) => {
 test("a permalink carries the cards' titles, not their texts, and names an experiment by its card", async ({ page, request }) => {
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(e.message));
-  const card = "eval-not-nograd";
+  const card = "eval-and-autograd";
   const res = await request.post(`/api/pitfalls/${card}`, { data: { device: "cpu" }, timeout: 110_000 });
   expect(res.status(), await res.text()).toBe(200);
   const { record_id } = await res.json();

@@ -25,7 +25,7 @@ test("recorded runs and the comparison fit a phone", async ({ page, request }) =
 
 test("an embedded pitfall card fits a phone and has no Embed button of its own", async ({ page }) => {
   await page.setViewportSize({ width: 390, height: 844 });
-  await page.goto("/embed/pitfalls/nograd-not-eval");
+  await page.goto("/embed/pitfalls/nograd-and-dropout");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   expect(await noSidewaysScroll(page)).toBe(true);
   await expect(page.getByTestId("embed")).toHaveCount(0);

@@ -32,7 +32,7 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
 });
 
 test("a CUDA-only card says not applicable on a CPU, with the reason", async ({ page }) => {
-  await page.goto("/pitfalls#sync-timing");
+  await page.goto("/pitfalls#timing-gpu-work");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   await page.getByTestId("skip-empty-cache").click();
   await expect(page.getByTestId("verdict-empty-cache")).toContainText("Not applicable", { timeout: 60_000 });

@@ -51,8 +51,8 @@ test("no card shows its claim, or which code is the mistake, before the lock-in"
 for (const [name, viewport] of [["1440", { width: 1440, height: 900 }], ["390", { width: 390, height: 844 }]] as const) {
   test(`a card opens its lesson at the lock-in, and keeps it and the answer across a reload (${name} px)`, async ({ page }) => {
     await page.setViewportSize(viewport);
-    await cold(page, "/pitfalls#eval-not-nograd");
-    const c = (await (await page.request.get("/api/pitfalls")).json()).find((c: any) => c.id === "eval-not-nograd");
+    await cold(page, "/pitfalls#eval-and-autograd");
+    const c = (await (await page.request.get("/api/pitfalls")).json()).find((c: any) => c.id === "eval-and-autograd");
     const card = page.getByTestId("card-eval-not-nograd");
     await card.scrollIntoViewIfNeeded();
     // The slider starts at no answer: nothing to lock in until it is moved.

@@ -1,7 +1,7 @@
 """What autocast does, observed in the PyTorch Gradless links (run by scripts/test.sh).
 
 The cards' statements about autocast (half-weights, autocast, autocast-decode, seed-table,
-fp16-overflow) name these tests; when a PyTorch upgrade changes the mechanism, a test here
+fp16-and-bf16-range) name these tests; when a PyTorch upgrade changes the mechanism, a test here
 fails instead of a lesson silently turning false. CPU only: autocast's CPU path shares its
 cast cache and its op lists' policy with CUDA's (aten/src/ATen/autocast_mode.cpp).
 """

@@ -1,6 +1,6 @@
 """What a generation loop meets in PyTorch, observed in the Gradless links (run by scripts/test.sh).
 
-The generation cards' statements (generate-no-grad, static-cache, padding-waste, gqa,
+The generation cards' statements (generate-no-grad, static-cache, left-padded-batch, gqa,
 inference-tensor-cache, decode-batch, prefill-vs-decode, autocast-decode, decoder-table)
 name these tests; when a PyTorch upgrade changes a mechanism, a test here fails instead of
 a lesson silently turning false. CPU only, deterministic, a few seconds in all.

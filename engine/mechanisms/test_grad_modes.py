@@ -1,7 +1,7 @@
 """What train()/eval(), grad mode, inference_mode, requires_grad_(False) and autocast each
 do, observed in PyTorch itself (run by scripts/test.sh).
 
-The statements of the cards eval-not-nograd, nograd-not-eval, inference-vs-nograd,
+The statements of the cards eval-and-autograd, nograd-and-dropout, inference-vs-nograd,
 autocast, output-lifetime and freeze-vs-nograd name these tests; when a PyTorch upgrade
 changes a mechanism, a test here fails instead of a lesson silently turning false. CPU
 only, deterministic: what autograd saves for backward is counted with

@@ -1,8 +1,8 @@
 """What weight-only quantization, a 16-bit KV cache, fp16's range and SDPA's kernel choice
 do, observed in the PyTorch Gradless links (run by scripts/test.sh).
 
-The statements of the cards quantized-weights-not-kv, int8-speed-depends, kv-dtype,
-fp16-overflow and sdpa-backend name these tests; when a PyTorch upgrade changes one of these
+The statements of the cards int4-and-the-kv-cache, int8-decode-speed, kv-dtype,
+fp16-and-bf16-range and sdpa-backend name these tests; when a PyTorch upgrade changes one of these
 mechanisms, a test here fails instead of a lesson silently turning false. CPU only: the
 CUDA halves of these facts (CUDA's int8 and int4 kernels, SDPA's CUDA priority order) are
 cited from PyTorch's source on the cards and measured by the GPU check.

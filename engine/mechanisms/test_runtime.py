@@ -1,7 +1,7 @@
 """What the runtime lessons say of PyTorch, observed in PyTorch itself (run by scripts/test.sh).
 
 The cards about budgets, warm-up, synchronisation and CUDA graphs (batch-scaling, warm-up,
-sync-timing, item-sync, cuda-graphs) name these tests; when a PyTorch upgrade changes the
+timing-gpu-work, item-per-batch, cuda-graphs) name these tests; when a PyTorch upgrade changes the
 mechanism, a test here fails instead of a lesson silently turning false. CPU only: what only
 a GPU shows (the caching allocator, cuDNN's plans, asynchronous launches) the cards cite in
 PyTorch's source instead, and the GPU check measures.

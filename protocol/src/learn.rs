@@ -561,6 +561,7 @@ mod tests {
         path.steps[0].kind = StepKind::Card { card: "c".into(), model: None, batch: None, device: DeviceChoice::Cpu };
         let card = crate::PitfallInfo {
             id: "c".into(),
+            aliases: vec![],
             title: "T".into(),
             asks: "Q?".into(),
             setup: vec![],

@@ -106,6 +106,10 @@ pub struct PitfallReport {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PitfallInfo {
     pub id: String,
+    /// Ids the card had before (they stated its answer): links and embeds made with one
+    /// still reach it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
     /// The lesson's title, which states the answer: shown after the lock-in.
     pub title: String,
     /// The question state's title: neutral, posed as a question.

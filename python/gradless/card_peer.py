@@ -4,7 +4,7 @@
 Gradless calls libtorch from Rust, so its timings pay PyTorch's C++ dispatch and the kernels,
 and no Python interpreter per op. A team's code is Python: every module call, every op and
 every `with` block also runs bytecode. For the cards whose lesson is per-call overhead
-(inference-vs-nograd, warm-up, sync-timing, item-sync, cuda-graphs), and for
+(inference-vs-nograd, warm-up, timing-gpu-work, item-per-batch, cuda-graphs), and for
 compiled-first-call's torch.compile just-in-time path, the engine runs this file
 with the server's Python (`gradless serve --python PATH`, GRADLESS_PYTHON; by default the
 venv's) after its own timing, and shows these figures beside its own as "Python: <name>".
@@ -33,7 +33,7 @@ entered inside it, as Gradless enters its guards inside its pass), then
 torch.cuda.synchronize() on CUDA, then the clock stops; the previous output is dropped
 before the next pass; warm-up passes are never timed. Arms alternate exactly as the card's
 experiment alternates them (runs of passes for inference-vs-nograd, pass by pass for
-sync-timing, loop by loop for item-sync).
+timing-gpu-work, loop by loop for item-per-batch).
 
 The models are gradless.models's, the architectures Gradless builds (tiny MLP, torchvision's
 ResNet-18/50 and MobileNetV2, the 4-layer encoder; `python python/gradless/peer.py
@@ -166,7 +166,7 @@ def warm_up(req: dict, device: torch.device, out: dict) -> None:
     )
 
 
-def sync_timing(req: dict, device: torch.device, out: dict) -> None:
+def timing_gpu_work(req: dict, device: torch.device, out: dict) -> None:
     """`rounds` passes per timer, alternating: arm "naive" stops the clock when model(x)
     returns (CUDA only), arm "synchronised" after torch.cuda.synchronize()."""
     model = build(req["model"], req["size"], device, req["seed"])
@@ -193,7 +193,7 @@ def sync_timing(req: dict, device: torch.device, out: dict) -> None:
             out["samples"].setdefault(arm, []).append(ms)
 
 
-def item_sync(req: dict, device: torch.device, out: dict) -> None:
+def item_per_batch(req: dict, device: torch.device, out: dict) -> None:
     """One batch's launches alone ("batch naive", CUDA only) and synchronised ("batch
     synchronised"), 5 alternating passes each; then `rounds` loops of `loop_batches` batches
     of each kind, alternating, each timed whole: arm "item" reads loss.item() every batch,
@@ -330,8 +330,8 @@ CARDS = {
     "compiled-first-call": compiled_first_call,
     "inference-vs-nograd": inference_vs_nograd,
     "warm-up": warm_up,
-    "sync-timing": sync_timing,
-    "item-sync": item_sync,
+    "timing-gpu-work": timing_gpu_work,
+    "item-per-batch": item_per_batch,
     "cuda-graphs": cuda_graphs,
 }
 

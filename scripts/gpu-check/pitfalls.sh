@@ -10,8 +10,8 @@
 # device; any other verdict is a finding reported in the figures, not a failure (a card may
 # be refuted or inconclusive on a device, which is what it is there to show). The
 # rehearsal runs the same cards on the CPU (most are not applicable there, said at once).
-CARDS_STEP_cards="allocated-vs-reserved,empty-cache,tf32,cudnn-benchmark,cuda-graphs,sync-timing,sdpa-backend,static-cache,int8-speed-depends"
-CARDS_STEP_more_cards="channels-last,input-copy,warm-up,item-sync,autocast,output-lifetime,decode-batch,autocast-decode,quantized-weights-not-kv,int4-on-a-trained-model"
+CARDS_STEP_cards="allocated-vs-reserved,empty-cache,tf32,cudnn-benchmark,cuda-graphs,timing-gpu-work,sdpa-backend,static-cache,int8-decode-speed"
+CARDS_STEP_more_cards="channels-last,input-copy,warm-up,item-per-batch,autocast,output-lifetime,decode-batch,autocast-decode,int4-and-the-kv-cache,int4-on-a-trained-model"
 
 # run_cards NAME LIST: the cards of LIST by id, their report lines in OUT/NAME.jsonl.
 run_cards() {

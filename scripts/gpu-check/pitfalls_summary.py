@@ -4,7 +4,7 @@
 import json, sys
 path, rc, wanted, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4]
 # Decided by exact byte counts: no noise can excuse another verdict on any device.
-exact = {"generate-no-grad", "kv-cache-size", "gqa", "static-cache", "padding-waste", "inference-tensor-cache"}
+exact = {"generate-no-grad", "kv-cache-size", "gqa", "static-cache", "left-padded-batch", "inference-tensor-cache"}
 cards, problems = {}, []
 for line in open(path, errors="replace"):
     try:

@@ -203,15 +203,27 @@ impl Row {
 /// Record `id` read back from its stored body, or why this build cannot read it.
 pub(crate) fn read_record(id: &str, body: Option<String>) -> Result<Option<Record>> {
     body.map(|b| {
-        let body = serde_json::from_str(&b).with_context(|| format!("record {id} cannot be read by this build"))?;
+        let mut body = serde_json::from_str(&b).with_context(|| format!("record {id} cannot be read by this build"))?;
+        // A card recorded under an id it has since lost (`engine::pitfalls::renamed`) reads
+        // under today's, so its page finds the card's texts.
+        if let RecordBody::Pitfall(p) = &mut body {
+            p.id = engine::pitfalls::renamed::canonical_id(&p.id).to_string();
+        }
         Ok(Record { id: id.to_string(), body })
     })
     .transpose()
 }
 
-/// A listed summary, or nothing when this build cannot read it: the rest still list.
+/// A listed summary, or nothing when this build cannot read it: the rest still list. A
+/// card's summary written under an old id is listed under today's.
 pub(crate) fn read_summary(json: &str) -> Option<RecordSummary> {
-    serde_json::from_str(json).ok()
+    let mut summary: RecordSummary = serde_json::from_str(json).ok()?;
+    if summary.kind == RecordKind::Pitfall {
+        if let Some(old) = summary.label.strip_prefix("pitfall ") {
+            summary.label = format!("pitfall {}", engine::pitfalls::renamed::canonical_id(old));
+        }
+    }
+    Some(summary)
 }
 
 /// The schema version this build writes (`PRAGMA user_version`): 1 the records, 2 their
@@ -396,6 +408,25 @@ mod tests {
             id: id.into(),
             body: RecordBody::Pitfall(Box::new(report)),
         }
+    }
+
+    /// A card recorded before it was renamed (issue 68: ids no longer state the answer)
+    /// reads, and lists, under today's id; other cards' ids are left as they were.
+    #[test]
+    fn a_card_recorded_under_an_old_id_reads_under_todays() {
+        let store = Store::open(Path::new(":memory:")).unwrap();
+        let mut old = pitfall_record("00000000000000b1");
+        if let RecordBody::Pitfall(p) = &mut old.body {
+            p.id = "eval-not-nograd".into();
+        }
+        store.save(&old).unwrap();
+        store.save(&pitfall_record("00000000000000b2")).unwrap();
+        let RecordBody::Pitfall(p) = store.get("00000000000000b1").unwrap().unwrap().body else { panic!("not a card") };
+        assert_eq!(p.id, "eval-and-autograd");
+        let RecordBody::Pitfall(p) = store.get("00000000000000b2").unwrap().unwrap().body else { panic!("not a card") };
+        assert_eq!(p.id, "warm-up");
+        let labels: Vec<String> = store.list(None, 10).unwrap().into_iter().map(|s| s.label).collect();
+        assert_eq!(labels, ["pitfall warm-up", "pitfall eval-and-autograd"]);
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn generate(rng: &mut Lcg, bombs: bool) -> (&'static str, Request<Body>) {
     let cards = [
         "warm-up",
         "empty-cache",
-        "nograd-not-eval",
+        "nograd-and-dropout",
         "nope",
         "..%2F..%2Fetc",
     ];

@@ -202,7 +202,7 @@ fn measure_runs_a_team_model_and_a_raising_forward_fails_with_its_reason() {
 fn a_refused_file_under_a_built_in_name_is_never_measured_as_the_built_in() {
     for args in [
         &["measure", "--model", "mobilenet_v2", "--device", "cpu", "--batch", "1", "--warmup", "0", "--iters", "1", "--json"][..],
-        &["pitfall", "eval-not-nograd", "--model", "mobilenet_v2", "--device", "cpu", "--json"][..],
+        &["pitfall", "eval-and-autograd", "--model", "mobilenet_v2", "--device", "cpu", "--json"][..],
     ] {
         let o = gradless(args);
         let err = text(&o.stderr);

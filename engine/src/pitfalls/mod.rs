@@ -41,6 +41,7 @@ pub mod memory;
 pub mod modes;
 pub mod precision;
 pub mod python;
+pub mod renamed;
 pub mod table;
 pub mod timing;
 
@@ -199,8 +200,8 @@ pub const BYTES: Ask = Ask::Bytes { min: 1024.0, max: 1099511627776.0, within: 2
 
 /// The catalogue, in the order the guided tour walks it.
 pub static CARDS: [&Card; 44] = [
-    &memory::EVAL_NOT_NOGRAD,
-    &modes::NOGRAD_NOT_EVAL,
+    &memory::EVAL_AND_AUTOGRAD,
+    &modes::NOGRAD_AND_DROPOUT,
     &modes::INFERENCE_VS_NOGRAD,
     &modes::AUTOCAST,
     &allocator::BATCH_SCALING,
@@ -208,8 +209,8 @@ pub static CARDS: [&Card; 44] = [
     &allocator::EMPTY_CACHE,
     &memory::OUTPUT_LIFETIME,
     &timing::WARM_UP,
-    &timing::SYNC_TIMING,
-    &timing::ITEM_SYNC,
+    &timing::TIMING_GPU_WORK,
+    &timing::ITEM_PER_BATCH,
     &memory::FREEZE_VS_NOGRAD,
     &table::SEED_TABLE,
     &precision::HALF_WEIGHTS,
@@ -232,21 +233,21 @@ pub static CARDS: [&Card; 44] = [
     &generation::PREFILL_VS_DECODE,
     &generation::DECODE_BATCH,
     &generation::STATIC_CACHE,
-    &generation::PADDING_WASTE,
+    &generation::LEFT_PADDED_BATCH,
     &generation::INFERENCE_TENSOR_CACHE,
     &generation::AUTOCAST_DECODE,
     &generation::DECODER_TABLE,
     // The settings LLM teams choose today (see `generation`).
-    &generation::QUANTIZED_WEIGHTS_NOT_KV,
-    &generation::INT8_SPEED_DEPENDS,
+    &generation::INT4_AND_THE_KV_CACHE,
+    &generation::INT8_DECODE_SPEED,
     &generation::KV_DTYPE,
     &generation::INT4_ON_A_TRAINED_MODEL,
-    &generation::FP16_OVERFLOW,
+    &generation::FP16_AND_BF16_RANGE,
     &generation::SDPA_BACKEND,
     // The decoder families teams serve now (see `generation`).
     &generation::SLIDING_WINDOW_KV,
-    &generation::MOE_MEMORY_IS_TOTAL,
-    &generation::MOE_BATCH_READS_MORE,
+    &generation::MOE_MEMORY,
+    &generation::MOE_BATCH_READS,
 ];
 
 /// Every card, in tour order, as a server whose experiments run on `device` by default
@@ -270,8 +271,10 @@ pub fn default_device(devices: &[protocol::DeviceInfo]) -> DeviceKind {
     }
 }
 
-/// The card named `id`; `None` for an unknown id (the server answers 404).
+/// The card named `id`, or by an id it had before ([`renamed::RENAMED`]); `None` for an
+/// unknown id (the server answers 404).
 pub fn card(id: &str) -> Option<&'static Card> {
+    let id = renamed::canonical_id(id);
     CARDS.iter().copied().find(|c| c.id == id)
 }
 
@@ -318,6 +321,7 @@ impl Card {
         let ctx = Ctx { device, opts: PitfallOptions::default(), control: &control, python: None };
         PitfallInfo {
             id: self.id.into(),
+            aliases: renamed::aliases(self.id).map(str::to_string).collect(),
             title: self.title.into(),
             asks: self.asks.into(),
             setup: self.planned(&ctx),

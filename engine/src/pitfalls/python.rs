@@ -1,5 +1,5 @@
 //! The Python side of the cards about per-call overhead (inference-vs-nograd, warm-up,
-//! sync-timing, item-sync, cuda-graphs). Gradless times libtorch called from Rust, which pays
+//! timing-gpu-work, item-per-batch, cuda-graphs). Gradless times libtorch called from Rust, which pays
 //! no Python interpreter per op; a team's code is Python, and pays it on every op and module
 //! call. So these cards run their experiment a second time from the server's Python
 //! ([`PythonPeer`]: `gradless serve --python PATH`, passed in through

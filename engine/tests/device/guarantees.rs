@@ -136,13 +136,13 @@ fn experiments_go_through_the_checked_path() {
     match w.run_experiment("no-such-card", cpu.clone()) {
         Err(ExperimentError::Rejected(EngineError::UnknownPitfall { id, known })) => {
             assert_eq!(id, "no-such-card");
-            assert!(known.iter().any(|k| k == "eval-not-nograd"));
+            assert!(known.iter().any(|k| k == "eval-and-autograd"));
         }
         other => panic!("expected an unknown pitfall, got {other:?}"),
     }
     for (batch, field) in [(200_000, "batch"), (0, "batch")] {
         match w.run_experiment(
-            "eval-not-nograd",
+            "eval-and-autograd",
             PitfallOptions {
                 batch: Some(batch),
                 ..cpu.clone()
@@ -156,7 +156,7 @@ fn experiments_go_through_the_checked_path() {
     }
     if !engine::torch_ext::cuda_available() {
         match w.run_experiment(
-            "eval-not-nograd",
+            "eval-and-autograd",
             PitfallOptions {
                 device: DeviceChoice::Cuda,
                 ..Default::default()
@@ -171,7 +171,7 @@ fn experiments_go_through_the_checked_path() {
     // A valid one runs and answers its report.
     let report = w
         .run_experiment(
-            "eval-not-nograd",
+            "eval-and-autograd",
             PitfallOptions {
                 model: Some(ModelId::TinyMlp),
                 batch: Some(8),
@@ -179,7 +179,7 @@ fn experiments_go_through_the_checked_path() {
             },
         )
         .expect("the experiment runs");
-    assert_eq!(report.id, "eval-not-nograd");
+    assert_eq!(report.id, "eval-and-autograd");
 }
 
 #[test]
@@ -191,7 +191,7 @@ fn experiments_have_the_run_deadline() {
     })
     .unwrap();
     match w.run_experiment(
-        "eval-not-nograd",
+        "eval-and-autograd",
         PitfallOptions {
             device: DeviceChoice::Cpu,
             ..Default::default()
@@ -212,7 +212,7 @@ fn a_cancelled_experiment_never_runs() {
         let (tx, rx) = std::sync::mpsc::channel();
         let queued = w
             .experiment(
-                "eval-not-nograd",
+                "eval-and-autograd",
                 PitfallOptions::default(),
                 Box::new(move |r| tx.send(r).unwrap()),
             )

@@ -199,7 +199,7 @@ pub fn pitfall_all(worker: &Worker, args: &PitfallArgs) -> Result<()> {
                 bail!("--only: unknown pitfall `{bad}`; known: {}", catalogue.join(", "));
             }
             if ids.is_empty() {
-                bail!("--only: no card named (a comma-separated list of ids, e.g. eval-not-nograd,kv-cache-size)");
+                bail!("--only: no card named (a comma-separated list of ids, e.g. eval-and-autograd,kv-cache-size)");
             }
             ids
         }

@@ -36,7 +36,7 @@ pub struct EngineArgs {
     #[arg(long, env = "GRADLESS_QUALITY_TEXT")]
     pub quality_text: Option<PathBuf>,
     /// A Python with PyTorch that times the per-call-overhead cards (inference-vs-nograd,
-    /// warm-up, sync-timing, item-sync, cuda-graphs) a second time, beside Gradless's
+    /// warm-up, timing-gpu-work, item-per-batch, cuda-graphs) a second time, beside Gradless's
     /// figures: Gradless calls libtorch from Rust, a team's code pays Python per op. Default:
     /// the venv's, `$GRADLESS_VENV/bin/python` (`~/.cache/gradless/venv` unless set), when
     /// it exists; `off` (or empty): none (the cards say so in a note).

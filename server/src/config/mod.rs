@@ -191,7 +191,7 @@ pub struct CompareArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct PitfallArgs {
-    /// A pitfall id (e.g. eval-not-nograd), `list` (the cards), or `all` (every card's
+    /// A pitfall id (e.g. eval-and-autograd), `list` (the cards), or `all` (every card's
     /// experiment in this one process, one after the other).
     pub id: String,
     /// With `all`: only these cards (comma-separated ids), in this order.

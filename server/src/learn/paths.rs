@@ -9,7 +9,7 @@
 //!
 //! [[step]]
 //! title = "eval() is not no_grad()"
-//! card = "eval-not-nograd"      # a pitfall card, optionally with model, batch, device
+//! card = "eval-and-autograd"      # a pitfall card, optionally with model, batch, device
 //! model = "resnet18"
 //!
 //! [[step]]
@@ -135,7 +135,9 @@ fn step(n: usize, s: RawStep, catalog: &protocol::Catalog) -> Result<Step, PathE
                     return Err(error(field(name), "only a change step (with `setting`) takes this"));
                 }
             }
-            StepKind::Card { card: card.clone(), model: model(&s.model)?, batch: s.batch, device }
+            // A path written with a card's old id names today's card.
+            let card = engine::pitfalls::renamed::canonical_id(card).to_string();
+            StepKind::Card { card, model: model(&s.model)?, batch: s.batch, device }
         }
         (None, Some(setting)) => {
             let value = |name: &str, v: &Option<toml::Value>| -> Result<String, PathError> {
@@ -256,14 +258,21 @@ mod tests {
                 StepKind::Change { setting, .. } => format!("change {setting}"),
             })
             .collect();
-        assert_eq!(kinds, ["eval-not-nograd", "inference-vs-nograd", "autocast", "change batch", "kv-cache-size", "generate-no-grad"]);
+        assert_eq!(kinds, ["eval-and-autograd", "inference-vs-nograd", "autocast", "change batch", "kv-cache-size", "generate-no-grad"]);
+    }
+
+    #[test]
+    fn a_path_written_with_an_old_card_id_names_todays_card() {
+        let text = "id = \"p\"\ntitle = \"P\"\n[[step]]\ntitle = \"eval\"\ncard = \"eval-not-nograd\"\n";
+        let path = parse(text, &cards(), "p.toml", &protocol::Catalog::built_in()).unwrap();
+        assert!(matches!(&path.steps[0].kind, StepKind::Card { card, .. } if card == "eval-and-autograd"));
     }
 
     #[test]
     fn a_step_may_not_give_away_what_its_card_hides() {
         let cards = cards();
-        let claim = &cards.iter().find(|c| c.id == "eval-not-nograd").unwrap().claim;
-        let text = format!("id = \"p\"\ntitle = \"P\"\n[[step]]\ntitle = \"eval\"\ncard = \"eval-not-nograd\"\nnote = \"{claim}\"\n");
+        let claim = &cards.iter().find(|c| c.id == "eval-and-autograd").unwrap().claim;
+        let text = format!("id = \"p\"\ntitle = \"P\"\n[[step]]\ntitle = \"eval\"\ncard = \"eval-and-autograd\"\nnote = \"{claim}\"\n");
         let e = parse(&text, &cards, "p.toml", &protocol::Catalog::built_in()).unwrap_err();
         assert_eq!(e.field, "step[1].note", "{e}");
         assert!(e.message.contains("after"), "{e}");

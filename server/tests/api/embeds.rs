@@ -49,7 +49,7 @@ fn saved_run(grad: &str, median_ms: f64, peak_mib: f64, seed: u64) -> (String, R
 fn saved_pitfall() -> String {
     let id = "e3bdfeedfeed0001".to_string();
     let report: protocol::PitfallReport = serde_json::from_value(serde_json::json!({
-        "id": "nograd-not-eval", "claim": "no_grad does not switch off dropout",
+        "id": "nograd-and-dropout", "claim": "no_grad does not switch off dropout",
         "verdict": "confirmed", "reason": "two passes differed by 0.31 under no_grad in train mode",
         "threshold": "confirmed when outputs differ", "figures": [{"name": "difference", "value": 0.31, "unit": "ratio"}],
         "chart": "bar", "series": [{"name": "difference", "unit": "ratio", "x": ["train", "eval"], "y": [0.31, 0.0]}],

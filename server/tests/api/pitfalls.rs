@@ -16,7 +16,7 @@ async fn pitfalls_are_listed_and_run_with_a_verdict() {
     let cards: Vec<protocol::PitfallInfo> = serde_json::from_slice(&body).unwrap();
     // Counted from the catalogue, not a copied number.
     assert_eq!(cards.len(), engine::pitfalls::CARDS.len());
-    let req = post_json("/api/pitfalls/nograd-not-eval", r#"{"device": "cpu"}"#);
+    let req = post_json("/api/pitfalls/nograd-and-dropout", r#"{"device": "cpu"}"#);
     let (status, _, body) = send(app(), req).await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     let report: protocol::PitfallReport = serde_json::from_slice(&body).unwrap();

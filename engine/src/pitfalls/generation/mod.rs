@@ -17,13 +17,13 @@ pub mod quality;
 pub mod quantized;
 pub mod speed;
 
-pub use families::{MOE_BATCH_READS_MORE, MOE_MEMORY_IS_TOTAL, SLIDING_WINDOW_KV};
+pub use families::{MOE_BATCH_READS, MOE_MEMORY, SLIDING_WINDOW_KV};
 pub use quality::INT4_ON_A_TRAINED_MODEL;
-pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, PADDING_WASTE, STATIC_CACHE};
+pub use memory::{GENERATE_NO_GRAD, GQA, INFERENCE_TENSOR_CACHE, KV_CACHE_SIZE, LEFT_PADDED_BATCH, STATIC_CACHE};
 pub use attention::SDPA_BACKEND;
 pub use kv_dtype::KV_DTYPE;
-pub use overflow::FP16_OVERFLOW;
-pub use quantized::{INT8_SPEED_DEPENDS, QUANTIZED_WEIGHTS_NOT_KV};
+pub use overflow::FP16_AND_BF16_RANGE;
+pub use quantized::{INT8_DECODE_SPEED, INT4_AND_THE_KV_CACHE};
 pub use speed::{AUTOCAST_DECODE, DECODER_TABLE, DECODE_BATCH, PREFILL_VS_DECODE, USE_CACHE_OFF};
 
 use protocol::{GenPhase, GenerateSpec, GenerationReport, GradMode, KvCacheKind, KvDtype, ModelId, Report, RunFailure, RunSpec};

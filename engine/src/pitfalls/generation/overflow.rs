@@ -1,4 +1,4 @@
-//! The generation card about fp16's range (`fp16-overflow`): one untimed forward pass of a
+//! The generation card about fp16's range (`fp16-and-bf16-range`): one untimed forward pass of a
 //! decoder per dtype (fp32, fp16 and bf16 weights and activations), every layer's output
 //! read by a values probe for its largest |value| and its inf and NaN count.
 
@@ -29,7 +29,7 @@ pub const BF16_LOG10_1_LARGEST_X: FigureName = FigureName::new("bf16: log10(1 + 
 
 /// The rules, as pure functions of the figures.
 pub mod rules {
-    /// `fp16-overflow`: the fp32 pass reached past fp16's largest finite value (65504)
+    /// `fp16-and-bf16-range`: the fp32 pass reached past fp16's largest finite value (65504)
     /// with every value finite, fp16 produced non-finite values, and bf16 none.
     pub fn fp16_overflows_where_bf16_does_not(fp32_max: f64, fp32_non_finite: u64, fp16_non_finite: u64, bf16_non_finite: u64) -> bool {
         fp32_max > FP16_MAX && fp32_non_finite == 0 && fp16_non_finite > 0 && bf16_non_finite == 0
@@ -43,12 +43,12 @@ pub mod rules {
     pub const REACH: f64 = 250_000.0;
 }
 
-pub const FP16_OVERFLOW: Card = Card {
-    id: "fp16-overflow",
+pub const FP16_AND_BF16_RANGE: Card = Card {
+    id: "fp16-and-bf16-range",
     title: "fp16 overflows where bf16 does not",
     asks: "What happens to a decoder's forward pass in fp16 and in bf16 when one of its activations grows very large?",
     labels: ["weights in fp16 (model.half())", "weights in bf16, non-finite values counted per layer"],
-    setup: fp16_overflow_setup,
+    setup: fp16_and_bf16_range_setup,
     needs: Needs::Any,
     claim: "A decoder whose activations pass 65504, fp16's largest finite value, produces inf and then NaN once its weights and activations are cast to fp16 (model.half()), and stays finite in bf16, whose range is nearly fp32's. fp16 autocast is not the same: it keeps the weights in fp32 and leaves the residual adds to type promotion, so the residual stream stays fp32, while what runs in fp16 overflows where its own output passes 65504: an op autocast casts down (a linear, a matmul) and the ops on its fp16 outputs that autocast leaves in their inputs' dtype (an MLP's SiLU(gate) * up).",
     statements: &[
@@ -68,7 +68,7 @@ pub const FP16_OVERFLOW: Card = Card {
     fix: "model = model.to(torch.bfloat16)\n# or find the layer: count non-finite values per layer with forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
     threshold: "one untimed forward pass over the same prompt with the model cast to fp32, fp16 and bf16 (weights and activations alike, as model.half() and .to(torch.bfloat16) cast them), each layer's output read by a probe; confirmed when the fp32 pass's largest |activation| passes 65504 with every value finite, the fp16 pass has non-finite values and the bf16 pass none. A team checkpoint is run as it is; a preset's weights are random, and the first layer's MLP (up and down projections) is scaled until the fp32 pass's largest |activation| passes 250,000 (stated in the result). fp16 autocast is not run: its statements rest on PyTorch's own tests. Regime: any device",
     question: value("The setup's decoder and prompt with the model cast to fp16 (A, model.half()): does the forward pass produce any inf or NaN? (A knowledge check: the largest value fp16 can hold.)", FP16_ANY_INF_OR_NAN, Ask::YesNo),
-    experiment: fp16_overflow,
+    experiment: fp16_and_bf16_range,
 };
 
 /// Builds the card's decoder in `weights`, the preset's first MLP scaled by `scale` (split
@@ -101,9 +101,9 @@ fn probe_values(m: &Model, ids: &Tensor) -> Result<Vec<ValuePoint>, RunFailure> 
     })
 }
 
-/// What fp16-overflow runs: the decoder, whether it is a preset (random weights, scaled)
+/// What fp16-and-bf16-range runs: the decoder, whether it is a preset (random weights, scaled)
 /// and the prompt's length.
-fn fp16_overflow_plan(ctx: &Ctx) -> (protocol::ModelId, bool, i64) {
+fn fp16_and_bf16_range_plan(ctx: &Ctx) -> (protocol::ModelId, bool, i64) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let preset = model.decoder().is_some_and(|d| matches!(d.source, protocol::decoder::DecoderSource::Preset { .. }));
     (model, preset, if ctx.cuda() { 128 } else { 32 })
@@ -123,14 +123,14 @@ fn thousands(n: u64) -> String {
 }
 
 /// "Tiny Llama ..., batch 1, a prompt of 32 tokens, one pass, no_grad".
-fn fp16_overflow_describe(model: protocol::ModelId, tokens: i64) -> String {
+fn fp16_and_bf16_range_describe(model: protocol::ModelId, tokens: i64) -> String {
     format!("{}, batch 1, a prompt of {tokens} tokens, one pass, no_grad", model.display_name())
 }
 
-fn fp16_overflow_setup(ctx: &Ctx) -> Vec<String> {
-    let (model, preset, tokens) = fp16_overflow_plan(ctx);
+fn fp16_and_bf16_range_setup(ctx: &Ctx) -> Vec<String> {
+    let (model, preset, tokens) = fp16_and_bf16_range_plan(ctx);
     vec![
-        fp16_overflow_describe(model, tokens),
+        fp16_and_bf16_range_describe(model, tokens),
         "The same pass, the same random prompt, with the model in fp32, cast to fp16 (A) and cast to bf16 (B), weights and activations alike; every layer's output and the logits read for their largest |value| and their inf and NaN count".into(),
         shape(model),
         if preset {
@@ -144,8 +144,8 @@ fn fp16_overflow_setup(ctx: &Ctx) -> Vec<String> {
     ]
 }
 
-fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let (model, preset, tokens) = fp16_overflow_plan(ctx);
+fn fp16_and_bf16_range(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (model, preset, tokens) = fp16_and_bf16_range_plan(ctx);
     let config = model.decoder().map(|d| d.config.clone()).ok_or_else(|| failure(protocol::FailureKind::Invalid, format!("{model} is not a decoder")))?;
     tch::manual_seed(lab.config().seed);
     let ids = catch_torch(|| Tensor::randint(config.vocab_size as i64, [1, tokens], (Kind::Int64, tch_device(ctx.device))))?;
@@ -203,7 +203,7 @@ fn fp16_overflow(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     };
     let x: Vec<String> = fp32.iter().map(|p| p.module.clone()).collect();
     let log = |points: &[ValuePoint]| points.iter().map(|p| (1.0 + p.max_abs).log10()).collect::<Vec<_>>();
-    Ok(Outcome::new(decision, format!("{}{scaled}", fp16_overflow_describe(model, tokens)), ChartKind::Line)
+    Ok(Outcome::new(decision, format!("{}{scaled}", fp16_and_bf16_range_describe(model, tokens)), ChartKind::Line)
         .figures(vec![
             fig(FP32_LARGEST_ACTIVATION, largest(&fp32)),
             fig(FP32_NON_FINITE_VALUES, non_finite(&fp32) as f64),

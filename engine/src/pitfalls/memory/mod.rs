@@ -1,7 +1,7 @@
 //! What autograd keeps alive: eval() leaves it on, kept outputs keep their graph, and
 //! freezing parameters is a partial no_grad.
 //!
-//! One file per card: [`eval_not_nograd`], [`output_lifetime`], [`freeze_vs_nograd`]; what several of them share is here.
+//! One file per card: [`eval_and_autograd`], [`output_lifetime`], [`freeze_vs_nograd`]; what several of them share is here.
 
 use protocol::{ChartKind, GradMode, ModelId, RunFailure, RunSpec};
 
@@ -14,11 +14,11 @@ use crate::pitfalls::figures::{P50_LATENCY_MS, PEAK_ABOVE_BASELINE_MIB};
 use crate::pitfalls::kit::FigureName;
 use protocol::Unit;
 
-pub mod eval_not_nograd;
+pub mod eval_and_autograd;
 pub mod output_lifetime;
 pub mod freeze_vs_nograd;
 
-pub use eval_not_nograd::*;
+pub use eval_and_autograd::*;
 pub use output_lifetime::*;
 pub use freeze_vs_nograd::*;
 

@@ -1,5 +1,5 @@
 //! The switches people conflate: train/eval, the grad modes, autocast. One module per
-//! card: [`nograd`] (nograd-not-eval), [`inference`] (inference-vs-nograd), [`autocast`].
+//! card: [`nograd`] (nograd-and-dropout), [`inference`] (inference-vs-nograd), [`autocast`].
 
 pub mod autocast;
 pub mod inference;
@@ -7,7 +7,7 @@ pub mod nograd;
 
 pub use autocast::AUTOCAST;
 pub use inference::INFERENCE_VS_NOGRAD;
-pub use nograd::NOGRAD_NOT_EVAL;
+pub use nograd::NOGRAD_AND_DROPOUT;
 
 use tch::{Kind, Tensor};
 

@@ -1,4 +1,4 @@
-//! nograd-not-eval: torch.no_grad() stops graph recording and nothing else; Dropout and
+//! nograd-and-dropout: torch.no_grad() stops graph recording and nothing else; Dropout and
 //! BatchNorm read the module's training flag, which only train()/eval() set.
 
 use protocol::{ChartKind, FailureKind, GradMode, ModelId, RunFailure, RunSpec};
@@ -24,12 +24,12 @@ pub const EVAL_NO_GRAD_RUNNING_MEAN_CHANGE: FigureName = FigureName::new("eval+n
 pub const TRAIN_NO_GRAD: FigureName = FigureName::new("train + no_grad", Unit::MaxAbsDelta);
 pub const EVAL_NO_GRAD: FigureName = FigureName::new("eval + no_grad", Unit::MaxAbsDelta);
 
-pub const NOGRAD_NOT_EVAL: Card = Card {
-    id: "nograd-not-eval",
+pub const NOGRAD_AND_DROPOUT: Card = Card {
+    id: "nograd-and-dropout",
     title: "no_grad() does not switch Dropout and BatchNorm to inference",
     asks: "What does torch.no_grad() change about Dropout and BatchNorm in a model left in train() mode?",
     labels: ["torch.no_grad() only, model in train()", "model.eval() and torch.no_grad()"],
-    setup: nograd_not_eval_setup,
+    setup: nograd_and_dropout_setup,
     needs: Needs::Any,
     claim: "torch.no_grad() leaves Dropout and BatchNorm in training behaviour: outputs are random, depend on batch-mates, and BatchNorm's running statistics change during \"inference\".",
     statements: &[
@@ -45,10 +45,10 @@ pub const NOGRAD_NOT_EVAL: Card = Card {
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; repeating the same computation on the same kernels is bit-identical (the eval() figures read 0), so rounding cannot reach 1e-6. Regime: any; the effects are of order one (Dropout with p = 0.5 zeroes about half the units), whatever the device",
     question: super::super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad() (A): does the same input give a different output when run twice?", TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE, super::super::Ask::YesNo),
-    experiment: nograd_not_eval,
+    experiment: nograd_and_dropout,
 };
 
-/// What nograd-not-eval runs (always the tiny MLP: it has both Dropout and BatchNorm):
+/// What nograd-and-dropout runs (always the tiny MLP: it has both Dropout and BatchNorm):
 /// its input size, its batch, and the line its report is measured on.
 fn nograd_plan() -> (u32, i64, String) {
     let size = ModelId::TinyMlp.input().default;
@@ -60,7 +60,7 @@ fn nograd_plan() -> (u32, i64, String) {
     (size, batch, line)
 }
 
-fn nograd_not_eval_setup(_: &Ctx) -> Vec<String> {
+fn nograd_and_dropout_setup(_: &Ctx) -> Vec<String> {
     let (size, _, line) = nograd_plan();
     vec![
         line,
@@ -71,7 +71,7 @@ fn nograd_not_eval_setup(_: &Ctx) -> Vec<String> {
     ]
 }
 
-fn nograd_not_eval(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+fn nograd_and_dropout(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let device = tch_device(ctx.device);
     let (size, batch, measured_on) = nograd_plan();
     // A fresh model: train-mode passes change BatchNorm's running statistics, and the lab's

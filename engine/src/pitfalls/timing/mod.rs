@@ -1,14 +1,14 @@
 //! Timing lessons: the first passes are not representative, and CUDA runs asynchronously
 //! (a timer must synchronise; a sync per batch stalls the pipeline). Every pass here is
 //! timed by the kit's one loop, [`time_passes`](super::kit::time_passes). One module per
-//! card: [`warm_up`], [`sync_timing`], [`item_sync`].
+//! card: [`warm_up`], [`timing_gpu_work`], [`item_per_batch`].
 
-pub mod item_sync;
-pub mod sync_timing;
+pub mod item_per_batch;
+pub mod timing_gpu_work;
 pub mod warm_up;
 
-pub use item_sync::{item_sync_rule, ITEM_SYNC};
-pub use sync_timing::{sync_timing_rule, SYNC_TIMING};
+pub use item_per_batch::{item_per_batch_rule, ITEM_PER_BATCH};
+pub use timing_gpu_work::{timing_gpu_work_rule, TIMING_GPU_WORK};
 pub use warm_up::{warm_up_context, warm_up_rule, WARM_UP};
 
 use protocol::ModelId;

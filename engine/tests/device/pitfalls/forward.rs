@@ -4,8 +4,8 @@
 
 use super::*;
 
-pub(super) fn eval_not_nograd(device: DeviceKind) {
-    let r = run(device, "eval-not-nograd", defaults());
+pub(super) fn eval_and_autograd(device: DeviceKind) {
+    let r = run(device, "eval-and-autograd", defaults());
     assert!(
         figure(&r, pitfalls::memory::EVAL_GRAD_PEAK_ABOVE_BASELINE.name())
             > figure(&r, pitfalls::memory::EVAL_NO_GRAD_PEAK_ABOVE_BASELINE.name())
@@ -13,8 +13,8 @@ pub(super) fn eval_not_nograd(device: DeviceKind) {
     assert_eq!(r.verdict, Verdict::Confirmed, "{}", r.reason);
 }
 
-pub(super) fn nograd_not_eval(device: DeviceKind) {
-    let r = run(device, "nograd-not-eval", defaults());
+pub(super) fn nograd_and_dropout(device: DeviceKind) {
+    let r = run(device, "nograd-and-dropout", defaults());
     assert!(
         figure(&r, pitfalls::modes::nograd::TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE.name()) > 0.0,
         "dropout differs in train mode"
@@ -228,17 +228,17 @@ pub(super) fn warm_up(device: DeviceKind) {
     );
 }
 
-pub(super) fn sync_timing(device: DeviceKind) {
-    let r = run(device, "sync-timing", with_model(ModelId::Resnet18));
+pub(super) fn timing_gpu_work(device: DeviceKind) {
+    let r = run(device, "timing-gpu-work", with_model(ModelId::Resnet18));
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
 }
 
-pub(super) fn item_sync(device: DeviceKind) {
-    let r = run(device, "item-sync", defaults());
+pub(super) fn item_per_batch(device: DeviceKind) {
+    let r = run(device, "item-per-batch", defaults());
     let want = expect(device, Verdict::NotApplicable, Verdict::Confirmed);
     assert_eq!(r.verdict, want, "{}", r.reason);
-    assert!(figure(&r, pitfalls::timing::item_sync::LOOP_WITH_ITEM_PER_BATCH.name()) > 0.0);
+    assert!(figure(&r, pitfalls::timing::item_per_batch::LOOP_WITH_ITEM_PER_BATCH.name()) > 0.0);
 }
 
 pub(super) fn freeze_vs_nograd(device: DeviceKind) {
@@ -327,7 +327,7 @@ pub(super) fn a_cancelled_experiment_stops(device: DeviceKind) {
         ..Default::default()
     };
     let err = worker()
-        .call(move |lab| pitfalls::run(lab, "sync-timing", options, &control))
+        .call(move |lab| pitfalls::run(lab, "timing-gpu-work", options, &control))
         .unwrap()
         .unwrap_err();
     assert_eq!(err.kind, FailureKind::Cancelled, "{}", err.message);

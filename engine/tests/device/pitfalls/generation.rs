@@ -11,16 +11,16 @@ pub(super) fn generation_cards(device: DeviceKind) {
         "kv-cache-size",
         "gqa",
         "static-cache",
-        "padding-waste",
+        "left-padded-batch",
         "inference-tensor-cache",
-        "quantized-weights-not-kv",
+        "int4-and-the-kv-cache",
         "kv-dtype",
         "int4-on-a-trained-model",
-        "fp16-overflow",
+        "fp16-and-bf16-range",
         "sdpa-backend",
         "sliding-window-kv",
-        "moe-memory-is-total",
-        "moe-batch-reads-more",
+        "moe-memory",
+        "moe-batch-reads",
     ];
     let generation = pitfalls::CARDS.iter().skip_while(|c| c.id != "generate-no-grad");
     for card in generation {
@@ -38,7 +38,7 @@ pub(super) fn generation_cards(device: DeviceKind) {
 pub(super) fn decoder_settings_physics(r: &PitfallReport) {
     let f = |name: &str| figure(r, name);
     match r.id.as_str() {
-        "quantized-weights-not-kv" => {
+        "int4-and-the-kv-cache" => {
             assert_eq!(f(pitfalls::generation::quantized::INT4_KV_CACHE.name()), f(pitfalls::generation::quantized::UNQUANTIZED_KV_CACHE.name()), "int4 changed the cache");
             assert_eq!(f(pitfalls::generation::quantized::INT4_OTHER_WEIGHTS.name()), f(pitfalls::generation::quantized::UNQUANTIZED_OTHER_WEIGHTS.name()));
             // int4 with fp32 scales: under 0.2× of fp32 weights on the CPU; on CUDA the
@@ -57,7 +57,7 @@ pub(super) fn decoder_settings_physics(r: &PitfallReport) {
             // Random weights leave more positions whose top-1 margin int4 can flip.
             assert!(f(pitfalls::generation::quality::RANDOM_LOW_MARGIN_SHARE.name()) > f(pitfalls::generation::quality::TRAINED_LOW_MARGIN_SHARE.name()));
         }
-        "fp16-overflow" => {
+        "fp16-and-bf16-range" => {
             assert!(f(pitfalls::generation::overflow::FP32_LARGEST_ACTIVATION.name()) > 65504.0);
             assert!(f(pitfalls::generation::overflow::FP16_NON_FINITE_VALUES.name()) > 0.0 && f(pitfalls::generation::overflow::BF16_NON_FINITE_VALUES.name()) == 0.0);
         }
@@ -69,15 +69,15 @@ pub(super) fn decoder_settings_physics(r: &PitfallReport) {
             assert!(f(pitfalls::generation::families::MEASURED_KV_CACHE_LONGEST_CONTEXT.name()) < f(pitfalls::generation::families::EVERY_LAYER_FORMULA_LONGEST_CONTEXT.name()));
             assert_eq!(f(pitfalls::generation::families::POSITIONS_HELD_BY_A_SLIDING_LAYER_LONGEST_CONTEXT.name()), f(pitfalls::generation::families::WINDOW.name()) - 1.0);
         }
-        "moe-memory-is-total" => {
+        "moe-memory" => {
             assert_eq!(f(pitfalls::generation::families::WEIGHTS_IN_MEMORY.name()), f(pitfalls::generation::families::EVERY_PARAMETERS_BYTES.name()), "every expert held");
             assert!(f(pitfalls::generation::families::WEIGHTS_IN_MEMORY.name()) > 1.5 * f(pitfalls::generation::families::ACTIVE_PARAMETERS_BYTES.name()));
         }
-        "moe-batch-reads-more" => {
+        "moe-batch-reads" => {
             assert_eq!(f(pitfalls::generation::families::DISTINCT_EXPERTS_PER_LAYER_PER_STEP_BATCH_1.name()), 2.0, "top-2 at batch 1");
             assert!(f(pitfalls::generation::families::DISTINCT_EXPERTS_PER_LAYER_PER_STEP_LARGEST_BATCH.name()) <= f(pitfalls::generation::families::EXPERTS_PER_LAYER.name()));
         }
-        "int8-speed-depends" => {
+        "int8-decode-speed" => {
             assert_ne!(r.verdict, Verdict::NotApplicable, "{}", r.reason);
             // int8 reads about a quarter of fp32's linear bytes (the rest is unquantized).
             assert!(f(pitfalls::generation::quantized::INT8_WEIGHTS_READ_PER_STEP.name()) < f(pitfalls::generation::quantized::UNQUANTIZED_WEIGHTS_READ_PER_STEP.name()));

@@ -182,8 +182,8 @@ use tour::*;
 
 per_device!(
     a_card_answers_the_same_wherever_it_sits_in_the_tour,
-    eval_not_nograd,
-    nograd_not_eval,
+    eval_and_autograd,
+    nograd_and_dropout,
     inference_vs_nograd,
     inference_vs_nograd_from_python,
     autocast,
@@ -193,8 +193,8 @@ per_device!(
     empty_cache,
     output_lifetime,
     warm_up,
-    sync_timing,
-    item_sync,
+    timing_gpu_work,
+    item_per_batch,
     freeze_vs_nograd,
     seed_table,
     unknown_cards_are_refused_by_name,

@@ -22,7 +22,7 @@ use protocol::Unit;
 /// tour, and on CUDA the two that read the caching allocator's pool (a tour would otherwise
 /// leave them its high-water mark).
 fn tour_order_cards(device: DeviceKind) -> Vec<&'static str> {
-    let mut ids = vec!["eval-not-nograd", "freeze-vs-nograd", "kv-dtype"];
+    let mut ids = vec!["eval-and-autograd", "freeze-vs-nograd", "kv-dtype"];
     if device == DeviceKind::Cuda {
         ids.extend(["allocated-vs-reserved", "empty-cache"]);
     }

@@ -1,8 +1,8 @@
 //! The generation cards about the decoder families teams serve now: a sliding-window
-//! model's cache (`sliding-window-kv`), a mixture of experts' memory (`moe-memory-is-total`)
-//! and what its decode steps read as the batch grows (`moe-batch-reads-more`).
+//! model's cache (`sliding-window-kv`), a mixture of experts' memory (`moe-memory`)
+//! and what its decode steps read as the batch grows (`moe-batch-reads`).
 //!
-//! One file per card: [`sliding_window_kv`], [`moe_memory_is_total`], [`moe_batch_reads_more`]; what several of them share is here.
+//! One file per card: [`sliding_window_kv`], [`moe_memory`], [`moe_batch_reads`]; what several of them share is here.
 
 use protocol::decoder::{DecoderConfig, LayerType, SlidingHold};
 use protocol::{ChartKind, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure, RunSpec, Table};
@@ -16,12 +16,12 @@ use crate::pitfalls::kit::FigureName;
 use protocol::Unit;
 
 pub mod sliding_window_kv;
-pub mod moe_memory_is_total;
-pub mod moe_batch_reads_more;
+pub mod moe_memory;
+pub mod moe_batch_reads;
 
 pub use sliding_window_kv::*;
-pub use moe_memory_is_total::*;
-pub use moe_batch_reads_more::*;
+pub use moe_memory::*;
+pub use moe_batch_reads::*;
 
 /// The decoder's config, or a failure naming the model.
 fn config_of(model: ModelId) -> Result<DecoderConfig, RunFailure> {

@@ -1,8 +1,8 @@
 //! The generation cards about memory: what the cache and the graph hold
-//! (`generate-no-grad`, `kv-cache-size`, `gqa`, `static-cache`, `padding-waste`) and the
+//! (`generate-no-grad`, `kv-cache-size`, `gqa`, `static-cache`, `left-padded-batch`) and the
 //! inference-tensor trap of a cache made in one mode and written in another.
 //!
-//! One file per card: [`generate_no_grad`], [`kv_cache_size`], [`gqa`], [`static_cache`], [`padding_waste`], [`inference_tensor_cache`]; what several of them share is here.
+//! One file per card: [`generate_no_grad`], [`kv_cache_size`], [`gqa`], [`static_cache`], [`left_padded_batch`], [`inference_tensor_cache`]; what several of them share is here.
 
 use protocol::{
     ChartKind, GenerationReport, GradMode, KvCacheKind, ModelId, RunFailure, RunSpec, Table,
@@ -21,13 +21,13 @@ pub mod generate_no_grad;
 pub mod kv_cache_size;
 pub mod gqa;
 pub mod static_cache;
-pub mod padding_waste;
+pub mod left_padded_batch;
 pub mod inference_tensor_cache;
 
 pub use generate_no_grad::*;
 pub use kv_cache_size::*;
 pub use gqa::*;
 pub use static_cache::*;
-pub use padding_waste::*;
+pub use left_padded_batch::*;
 pub use inference_tensor_cache::*;
 

@@ -1,10 +1,10 @@
 //! The generation cards about weight-only quantization: what int4 shrinks and what it
-//! leaves as it was (`quantized-weights-not-kv`), and what int8 does to a decode step's time
-//! (`int8-speed-depends`). Both measure generate runs as the Generate page does; this file
+//! leaves as it was (`int4-and-the-kv-cache`), and what int8 does to a decode step's time
+//! (`int8-decode-speed`). Both measure generate runs as the Generate page does; this file
 //! also owns the helpers the decode-settings cards share (the activations' dtype a card
 //! decodes in, a spec with its decoder settings changed, the weights' split by the formula).
 //!
-//! One file per card: [`quantized_weights_not_kv`], [`int8_speed_depends`]; what several of them share is here.
+//! One file per card: [`int4_and_the_kv_cache`], [`int8_decode_speed`]; what several of them share is here.
 
 use protocol::{ChartKind, GenerateSpec, GenerationReport, RunFailure, RunSpec, WeightQuant, WeightsDtype};
 
@@ -16,15 +16,15 @@ use crate::torch_call::failure;
 use crate::pitfalls::kit::{FigureName, INTERVAL_HIGH, INTERVAL_LOW};
 use protocol::Unit;
 
-pub mod quantized_weights_not_kv;
-pub mod int8_speed_depends;
+pub mod int4_and_the_kv_cache;
+pub mod int8_decode_speed;
 
-pub use quantized_weights_not_kv::*;
-pub use int8_speed_depends::*;
+pub use int4_and_the_kv_cache::*;
+pub use int8_decode_speed::*;
 
 /// The rules, as pure functions of the figures.
 pub mod rules {
-    /// `quantized-weights-not-kv`: the int4 run's KV cache and its weights outside the
+    /// `int4-and-the-kv-cache`: the int4 run's KV cache and its weights outside the
     /// linear layers equal the unquantized run's to the byte, while its linear layers take
     /// at most `max_share` of their unquantized bytes.
     pub fn only_the_linear_layers_shrink(plain: (u64, u64, u64), int4: (u64, u64, u64), max_share: f64) -> bool {
@@ -76,10 +76,10 @@ mod tests {
 
     #[test]
     fn the_interval_figures_carry_the_names_the_statement_cites() {
-        let q = &super::INT8_SPEED_DEPENDS.question;
+        let q = &super::INT8_DECODE_SPEED.question;
         let (lo, hi) = q.interval_names();
         for name in [lo, hi] {
-            assert!(super::INT8_SPEED_DEPENDS.statements.iter().any(|s| matches!(s.known, crate::pitfalls::How::Run(f) if f.iter().any(|f| f.name() == name))), "{name}");
+            assert!(super::INT8_DECODE_SPEED.statements.iter().any(|s| matches!(s.known, crate::pitfalls::How::Run(f) if f.iter().any(|f| f.name() == name))), "{name}");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The `moe-memory-is-total` card ([`MOE_MEMORY_IS_TOTAL`]): A mixture of experts holds every expert: its memory follows the total parameters, not the active ones
+//! The `moe-memory` card ([`MOE_MEMORY`]): A mixture of experts holds every expert: its memory follows the total parameters, not the active ones
 
 use super::*;
 
@@ -17,8 +17,8 @@ pub const MIXTRAL_8X7B_SHAPE_PARAMETERS: FigureName = EACH_PARAMETERS.instance("
 pub const MIXTRAL_8X7B_SHAPE_ACTIVE_PARAMETERS: FigureName = EACH_ACTIVE_PARAMETERS.instance("Mixtral-8x7B shape: active parameters");
 pub const QWEN3_30B_A3B_SHAPE_ACTIVE_PARAMETERS: FigureName = EACH_ACTIVE_PARAMETERS.instance("Qwen3-30B-A3B shape: active parameters");
 
-pub const MOE_MEMORY_IS_TOTAL: Card = Card {
-    id: "moe-memory-is-total",
+pub const MOE_MEMORY: Card = Card {
+    id: "moe-memory",
     title: "A mixture of experts holds every expert: its memory follows the total parameters, not the active ones",
     asks: "How many bytes does a mixture-of-experts decoder's weights take in memory, against the bytes of the parameters one token uses (its active parameters)?",
     labels: ["memory from the active parameters' bytes", "memory from every parameter's bytes"],
@@ -45,7 +45,7 @@ pub const MOE_MEMORY_IS_TOTAL: Card = Card {
     experiment: moe_memory,
 };
 
-/// What moe-memory-is-total runs: one generation on the tiny Qwen3-MoE (batch 1, prompt 16
+/// What moe-memory runs: one generation on the tiny Qwen3-MoE (batch 1, prompt 16
 /// + 9 new tokens, dynamic cache, no_grad).
 pub(super) fn moe_memory_plan(ctx: &Ctx) -> RunSpec {
     let model = decoder(ctx, "qwen3_moe_tiny", "qwen3_moe_tiny");

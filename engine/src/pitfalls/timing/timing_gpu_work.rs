@@ -1,4 +1,4 @@
-//! sync-timing: on a GPU model(x) returns once its kernels are queued, so a timer must
+//! timing-gpu-work: on a GPU model(x) returns once its kernels are queued, so a timer must
 //! synchronise before it stops.
 
 use protocol::{ChartKind, DeviceKind, GradMode, ModelId, RunFailure};
@@ -22,12 +22,12 @@ pub const SYNCHRONISED_OVER_NAIVE_CI_HIGH: FigureName = FigureName::new("synchro
 pub const NAIVE_TIMER_MS: FigureName = FigureName::new("naive timer (ms)", Unit::Ms);
 pub const SYNCHRONISED_TIMER_MS: FigureName = FigureName::new("synchronised timer (ms)", Unit::Ms);
 
-pub const SYNC_TIMING: Card = Card {
-    id: "sync-timing",
+pub const TIMING_GPU_WORK: Card = Card {
+    id: "timing-gpu-work",
     title: "CUDA is asynchronous: synchronise before you stop the clock",
     asks: "What does a timer around model(x) read on a GPU, with and without torch.cuda.synchronize() before it stops?",
     labels: ["clock stopped right after model(x)", "torch.cuda.synchronize() before the clock stops"],
-    setup: sync_timing_setup,
+    setup: timing_gpu_work_setup,
     needs: Needs::Cuda("On a CPU each op has finished when model(x) returns, so here the two timers measure the same thing."),
     claim: "On a GPU, model(x) returns once its kernels are queued: a timer stopped right after it measures the CPU issuing the ops, not the GPU's work, and reads a fraction of the true time where that work dominates. Gradless issues the ops from Rust through libtorch, with no Python interpreter per op, so its naive timer reads PyTorch's C++ dispatch and the launches alone; from Python, as a team's code runs, each op also pays the interpreter, and where this server has a Python its two timers are shown beside.",
     statements: &[
@@ -42,14 +42,14 @@ pub const SYNC_TIMING: Card = Card {
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
     threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). Gradless issues the ops from Rust through libtorch: the naive timer reads PyTorch's C++ dispatch and the kernel launches alone. From Python each op also pays the interpreter, so a naive Python timer reads more, yet still not the GPU's work: where the server has a Python, the same alternating passes are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; the naive timer only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
     question: super::super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", NAIVE_P50, SYNCHRONISED_P50, super::super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
-    experiment: sync_timing,
+    experiment: timing_gpu_work,
 };
 
 /// How many times the batch-1 pass the chosen batch's pass must take (see the threshold).
 const GPU_BOUND: f64 = 5.0;
 
-/// The sync-timing rule. `launch_floor_ms`: the synchronised p50 at batch 1 (CUDA only).
-pub fn sync_timing_rule(
+/// The timing-gpu-work rule. `launch_floor_ms`: the synchronised p50 at batch 1 (CUDA only).
+pub fn timing_gpu_work_rule(
     device: DeviceKind,
     launch_floor_ms: Option<f64>,
     naive: &[f64],
@@ -85,10 +85,10 @@ fn synced_p50(ctx: &Ctx, model: &Model, setup: &Setup) -> Result<f64, RunFailure
     Ok(p(&times[0], 50.0))
 }
 
-/// The passes per timer sync-timing alternates.
+/// The passes per timer timing-gpu-work alternates.
 const SYNC_ROUNDS: usize = 20;
 
-/// What sync-timing starts from, the largest batch it may double to on a GPU, and the line
+/// What timing-gpu-work starts from, the largest batch it may double to on a GPU, and the line
 /// its report is measured on (on a GPU, the batch range; the batch chosen follows it).
 fn sync_plan(ctx: &Ctx) -> (Setup, u32, String) {
     let setup = Setup::new(ctx, ModelId::Resnet18, (4, 64), GradMode::NoGrad);
@@ -105,7 +105,7 @@ fn sync_plan(ctx: &Ctx) -> (Setup, u32, String) {
     (setup, cap, line)
 }
 
-fn sync_timing_setup(ctx: &Ctx) -> Vec<String> {
+fn timing_gpu_work_setup(ctx: &Ctx) -> Vec<String> {
     let (s, _, line) = sync_plan(ctx);
     vec![
         line,
@@ -115,7 +115,7 @@ fn sync_timing_setup(ctx: &Ctx) -> Vec<String> {
     ]
 }
 
-fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+fn timing_gpu_work(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (mut setup, cap, measured_on) = sync_plan(ctx);
     let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
@@ -156,7 +156,7 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     // The same alternating passes from Python, at the batch chosen here: beside, never
     // deciding. Its naive timer runs on CUDA only.
     let request = python::request(
-        SYNC_TIMING.id,
+        TIMING_GPU_WORK.id,
         ctx.device,
         lab.config().threads,
         lab.config().seed,
@@ -187,7 +187,7 @@ fn sync_timing(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         figures.extend(from_python);
     }
     Ok(Outcome::new(
-        sync_timing_rule(ctx.device, floor, naive, synced),
+        timing_gpu_work_rule(ctx.device, floor, naive, synced),
         if ctx.cuda() {
             format!("{measured_on}: batch {} here, {rounds} passes per timer", setup.batch)
         } else {
@@ -218,35 +218,35 @@ mod tests {
     use protocol::Verdict;
 
     #[test]
-    fn sync_timing_is_not_applicable_on_a_synchronous_cpu_and_decided_on_cuda() {
+    fn timing_gpu_work_is_not_applicable_on_a_synchronous_cpu_and_decided_on_cuda() {
         use DeviceKind::*;
         // CPU: the timers agree → not applicable; they disagree → refuted, never confirmed.
         assert_eq!(
-            sync_timing_rule(Cpu, None, &around(10.0), &around(10.2)).verdict,
+            timing_gpu_work_rule(Cpu, None, &around(10.0), &around(10.2)).verdict,
             Verdict::NotApplicable
         );
         assert_eq!(
-            sync_timing_rule(Cpu, None, &around(1.0), &around(10.0)).verdict,
+            timing_gpu_work_rule(Cpu, None, &around(1.0), &around(10.0)).verdict,
             Verdict::Refuted
         );
         // CUDA, GPU-bound: a naive timer reading launches only → confirmed.
         assert_eq!(
-            sync_timing_rule(Cuda, Some(0.5), &around(0.4), &around(8.0)).verdict,
+            timing_gpu_work_rule(Cuda, Some(0.5), &around(0.4), &around(8.0)).verdict,
             Verdict::Confirmed
         );
         // CUDA, GPU-bound, but the pass synchronises inside → refuted.
         assert_eq!(
-            sync_timing_rule(Cuda, Some(0.5), &around(7.9), &around(8.0)).verdict,
+            timing_gpu_work_rule(Cuda, Some(0.5), &around(7.9), &around(8.0)).verdict,
             Verdict::Refuted
         );
         // CUDA, a ratio near 2 within wide noise → inconclusive, with what would decide it.
         let wide = |x: f64| -> Vec<f64> { (0..20).map(|i| x * (0.6 + (i % 7) as f64 * 0.15)).collect() };
-        let d = sync_timing_rule(Cuda, Some(0.5), &wide(4.0), &wide(8.4));
+        let d = timing_gpu_work_rule(Cuda, Some(0.5), &wide(4.0), &wide(8.4));
         assert_eq!(d.verdict, Verdict::Inconclusive, "{}", d.reason);
         assert!(d.reason.contains("more iterations"), "{}", d.reason);
         // CUDA, launch-bound → not applicable, whatever the timers say.
         assert_eq!(
-            sync_timing_rule(Cuda, Some(0.5), &around(0.4), &around(1.0)).verdict,
+            timing_gpu_work_rule(Cuda, Some(0.5), &around(0.4), &around(1.0)).verdict,
             Verdict::NotApplicable
         );
     }

@@ -1,4 +1,4 @@
-//! The `int8-speed-depends` card ([`INT8_SPEED_DEPENDS`]): int8 weights read fewer bytes; the kernel decides whether decoding gets faster
+//! The `int8-decode-speed` card ([`INT8_DECODE_SPEED`]): int8 weights read fewer bytes; the kernel decides whether decoding gets faster
 
 use super::*;
 
@@ -20,12 +20,12 @@ pub(in crate::pitfalls::generation) fn weights_split(spec: &RunSpec) -> String {
     format!("{} in the linear layers, {} in the rest (embedding, norms, LM head)", protocol::format_bytes(w.linear_bytes), protocol::format_bytes(w.other_bytes))
 }
 
-pub const INT8_SPEED_DEPENDS: Card = Card {
-    id: "int8-speed-depends",
+pub const INT8_DECODE_SPEED: Card = Card {
+    id: "int8-decode-speed",
     title: "int8 weights read fewer bytes; the kernel decides whether decoding gets faster",
     asks: "What does weight-only int8 quantization do to a decoder's per-token decode time?",
     labels: ["int8 weights, timed on one device", "int8 weights, timed against the unquantized weights on the serving device"],
-    setup: int8_speed_depends_setup,
+    setup: int8_decode_speed_setup,
     needs: Needs::Any,
     claim: "Weight-only int8 reads fewer bytes per decode step than the weights it replaces (one byte a weight, against bf16's two and fp32's four), but a step's time follows the kernel that reads them, not the bytes: with PyTorch 2.11's own int8 matmul (torch._weight_int8pack_mm), whose CUDA kernel is one thread per output element in fp32, a decode step can be slower than with the unquantized weights. Time int8 against the unquantized weights on the serving device, with the kernel that will serve.",
     statements: &[
@@ -39,10 +39,10 @@ pub const INT8_SPEED_DEPENDS: Card = Card {
     fix: "# per-token decode time on the serving device, interleaved with the unquantized weights\nfor variant in (bf16_model, int8_model):\n    p50 = median(step_times(variant, new_tokens=64))",
     threshold: "per-token decode p50 over interleaved rounds of both (unquantized: fp32 on a CPU, bf16 on CUDA), as the ratio int8 / unquantized with its 95% bootstrap interval: confirmed when the interval lies wholly above 1 (int8 slower though it reads fewer bytes), refuted when it lies wholly below 1 (int8 faster), inconclusive otherwise. The reason gives the bytes each step read and the bandwidth achieved. Regime: batch 1, PyTorch 2.11's own int8 kernel (torch._weight_int8pack_mm) on either device; a fused int8 kernel (torch.compile's, torchao's) is another kernel and may give another answer",
     question: ratio("The setup's decoder on this device: the int8 run's per-token decode p50 against the unquantized run's? (A judgment about the kernels: both runs use PyTorch's own matmuls, int8's being torch._weight_int8pack_mm.)", INT8_PER_TOKEN_P50, UNQUANTIZED_PER_TOKEN_P50, SAME_TIME),
-    experiment: int8_speed_depends,
+    experiment: int8_decode_speed,
 };
 
-/// What int8-speed-depends runs: the unquantized and the int8 generation, and the rounds
+/// What int8-decode-speed runs: the unquantized and the int8 generation, and the rounds
 /// of both.
 pub(super) fn int8_plan(ctx: &Ctx) -> ([RunSpec; 2], usize) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
@@ -57,7 +57,7 @@ pub(super) fn int8_describe(specs: &[RunSpec; 2], rounds: usize) -> String {
     format!("{}, {rounds} rounds interleaved", with_activations(&specs[0]))
 }
 
-pub(super) fn int8_speed_depends_setup(ctx: &Ctx) -> Vec<String> {
+pub(super) fn int8_decode_speed_setup(ctx: &Ctx) -> Vec<String> {
     let (specs, rounds) = int8_plan(ctx);
     let act = specs[0].advanced.weights.as_str();
     vec![
@@ -77,7 +77,7 @@ pub(super) fn int8_speed_depends_setup(ctx: &Ctx) -> Vec<String> {
     ]
 }
 
-pub(super) fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+pub(super) fn int8_decode_speed(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (specs, rounds) = int8_plan(ctx);
     let dtype = specs[0].advanced.weights;
     let (mut times, mut last): ([Vec<f64>; 2], [Option<GenerationReport>; 2]) = Default::default();
@@ -131,7 +131,7 @@ pub(super) fn int8_speed_depends(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, Ru
                     fig(INT8_WEIGHTS_READ_PER_STEP, int8.weights_bytes as f64),
                 ],
                 // The question's ratio, int8 over unquantized, with its 95% interval.
-                interval_figures(&INT8_SPEED_DEPENDS.question, &shift),
+                interval_figures(&INT8_DECODE_SPEED.question, &shift),
             ]
             .concat(),
         )

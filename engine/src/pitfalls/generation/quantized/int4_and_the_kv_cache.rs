@@ -1,4 +1,4 @@
-//! The `quantized-weights-not-kv` card ([`QUANTIZED_WEIGHTS_NOT_KV`]): int4 weights shrink the weights, not the KV cache
+//! The `int4-and-the-kv-cache` card ([`INT4_AND_THE_KV_CACHE`]): int4 weights shrink the weights, not the KV cache
 
 use super::*;
 
@@ -34,12 +34,12 @@ pub(super) fn crossover(weights: u64, per_token: u64) -> u64 {
     weights / per_token.max(1)
 }
 
-pub const QUANTIZED_WEIGHTS_NOT_KV: Card = Card {
-    id: "quantized-weights-not-kv",
+pub const INT4_AND_THE_KV_CACHE: Card = Card {
+    id: "int4-and-the-kv-cache",
     title: "int4 weights shrink the weights, not the KV cache",
     asks: "What does weight-only int4 quantization shrink: the weights, the KV cache, the activations?",
     labels: ["int4 weights, then a long generation", "int4 weights, the memory budget counted with the cache's own bytes"],
-    setup: quantized_weights_not_kv_setup,
+    setup: int4_and_the_kv_cache_setup,
     needs: Needs::Any,
     claim: "Weight-only int4 in groups of 64 on the blocks' linear layers, as Gradless quantizes them, shrinks those layers to about 0.28× of their bf16 bytes (0.16× of fp32's) and nothing else: the KV cache holds the same bytes to the byte, and the embeddings, the norms and the LM head, left unquantized, stay as they were. A long context that ran out of memory for its cache still runs out, later only by the bytes the weights gave back.",
     statements: &[
@@ -56,11 +56,11 @@ pub const QUANTIZED_WEIGHTS_NOT_KV: Card = Card {
     fix: "blocks = lambda m, fqn: isinstance(m, torch.nn.Linear) and \".layers.\" in fqn\nquantize_(model, int4_weight_only(group_size=64), filter_fn=blocks)\nout = model.generate(ids, max_new_tokens=256, return_dict_in_generate=True)\nper_token = sum(t.nbytes for layer in out.past_key_values for t in layer) / out.sequences.shape[1]\nassert weight_bytes + per_token * 32_000 + activations < budget",
     threshold: "confirmed when, on the same prompt and tokens, the int4 run's KV cache and its weights outside the linear layers (embeddings, norms, head) equal the unquantized run's to the byte while its linear layers take at most 0.35× their unquantized bytes (int4 in groups of 64, scales and zeros in the activations' dtype: 0.28× of bf16, 0.16× of fp32). The activations at the peak are reported, not judged. The position at which the cache passes the weights is computed from the formula, for this shape and the Llama-3.1-8B shape. Regime: any device (bf16 activations on CUDA, the only dtype its int4 kernel takes; fp32 on a CPU); bytes repeat exactly",
     question: ratio("The setup's decoder, same prompt and tokens: the KV cache of the run with int4 linear weights, against the KV cache of the run with unquantized weights?", INT4_KV_CACHE, UNQUANTIZED_KV_CACHE, SAME_BYTES),
-    experiment: quantized_weights_not_kv,
+    experiment: int4_and_the_kv_cache,
 };
 
-/// What quantized-weights-not-kv runs: the unquantized generation, then the int4 one.
-pub(super) fn quantized_weights_not_kv_plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
+/// What int4-and-the-kv-cache runs: the unquantized generation, then the int4 one.
+pub(super) fn int4_and_the_kv_cache_plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
     let model = decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b");
     let (prompt, n) = if ctx.cuda() { (512, 32) } else { (32, 16) };
     let dtype = activations(ctx);
@@ -73,8 +73,8 @@ pub(super) fn quantized_weights_not_kv_plan(ctx: &Ctx) -> (RunSpec, RunSpec) {
     (plain, int4)
 }
 
-pub(super) fn quantized_weights_not_kv_setup(ctx: &Ctx) -> Vec<String> {
-    let (plain, int4) = quantized_weights_not_kv_plan(ctx);
+pub(super) fn int4_and_the_kv_cache_setup(ctx: &Ctx) -> Vec<String> {
+    let (plain, int4) = int4_and_the_kv_cache_plan(ctx);
     let g = int4.generate.as_ref().map(|g| g.quant()).unwrap_or(protocol::LinearQuant::NONE);
     vec![
         with_activations(&plain),
@@ -89,8 +89,8 @@ pub(super) fn quantized_weights_not_kv_setup(ctx: &Ctx) -> Vec<String> {
     ]
 }
 
-pub(super) fn quantized_weights_not_kv(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let (plain_spec, int4_spec) = quantized_weights_not_kv_plan(ctx);
+pub(super) fn int4_and_the_kv_cache(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (plain_spec, int4_spec) = int4_and_the_kv_cache_plan(ctx);
     let model = plain_spec.model;
     let dtype = plain_spec.advanced.weights;
     let (_, plain) = generate(lab, ctx, plain_spec.clone())?;

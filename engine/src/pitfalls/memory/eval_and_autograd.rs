@@ -1,4 +1,4 @@
-//! The `eval-not-nograd` card ([`EVAL_NOT_NOGRAD`]): eval() does not switch autograd off
+//! The `eval-and-autograd` card ([`EVAL_AND_AUTOGRAD`]): eval() does not switch autograd off
 
 use super::*;
 
@@ -7,12 +7,12 @@ pub const MEMORY_RATIO_GRAD_OVER_NO_GRAD: FigureName = FigureName::new("memory r
 pub const EVAL_GRAD_P50: FigureName = FigureName::new("eval+grad p50", Unit::Ms);
 pub const EVAL_NO_GRAD_P50: FigureName = FigureName::new("eval+no_grad p50", Unit::Ms);
 
-pub const EVAL_NOT_NOGRAD: Card = Card {
-    id: "eval-not-nograd",
+pub const EVAL_AND_AUTOGRAD: Card = Card {
+    id: "eval-and-autograd",
     title: "eval() does not switch autograd off",
     asks: "What does wrapping an eval() model's forward pass in torch.no_grad() do to its peak memory?",
     labels: ["eval() only", "eval() inside torch.no_grad()"],
-    setup: eval_not_nograd_setup,
+    setup: eval_and_autograd_setup,
     needs: Needs::Any,
     claim: "model.eval() does not switch autograd off: with autograd on, an eval() model keeps the activations its backward would need, which under torch.no_grad() are freed as soon as they are used.",
     statements: &[
@@ -26,10 +26,10 @@ pub const EVAL_NOT_NOGRAD: Card = Card {
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's saved activations (over a GB), several times no_grad's peak of a few activations at a time, so the margin is large at any scale",
     question: super::super::ratio("ResNet-18 in eval() mode, one forward pass each way: the peak memory above baseline of B (under torch.no_grad()) as a multiple of A's (autograd on)?", EVAL_NO_GRAD_PEAK_ABOVE_BASELINE, EVAL_GRAD_PEAK_ABOVE_BASELINE, super::super::PEAKS),
-    experiment: eval_not_nograd,
+    experiment: eval_and_autograd,
 };
 
-/// What eval-not-nograd runs: the model and batch, on the context's device.
+/// What eval-and-autograd runs: the model and batch, on the context's device.
 pub(super) fn eval_plan(ctx: &Ctx) -> Setup {
     Setup::new(ctx, ModelId::Resnet18, (8, 64), GradMode::Enabled)
 }
@@ -39,7 +39,7 @@ pub(in crate::pitfalls) fn iterations(spec: &RunSpec) -> String {
     format!("{} warm-up and {} timed iterations", spec.warmup, spec.iters)
 }
 
-pub(super) fn eval_not_nograd_setup(ctx: &Ctx) -> Vec<String> {
+pub(super) fn eval_and_autograd_setup(ctx: &Ctx) -> Vec<String> {
     let s = eval_plan(ctx);
     let mut lines = vec![
         s.describe(),
@@ -53,7 +53,7 @@ pub(super) fn eval_not_nograd_setup(ctx: &Ctx) -> Vec<String> {
     lines
 }
 
-pub(super) fn eval_not_nograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+pub(super) fn eval_and_autograd(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let setup = eval_plan(ctx);
     let grad = measure(lab, ctx, setup.spec.clone())?;
     let nograd = measure(lab, ctx, RunSpec { grad: GradMode::NoGrad, ..setup.spec.clone() })?;

@@ -1,4 +1,4 @@
-//! The `padding-waste` card ([`PADDING_WASTE`]): Left-padding a batch pays for the padding
+//! The `left-padded-batch` card ([`LEFT_PADDED_BATCH`]): Left-padding a batch pays for the padding
 
 use super::*;
 
@@ -11,12 +11,12 @@ pub const ONE_BY_ONE_PROMPT_POSITIONS_FED: FigureName = FigureName::new("one by 
 pub const PADDED_BATCH_TIME: FigureName = FigureName::new("padded batch: time", Unit::Ms);
 pub const ONE_BY_ONE_TIME: FigureName = FigureName::new("one by one: time", Unit::Ms);
 
-pub const PADDING_WASTE: Card = Card {
-    id: "padding-waste",
+pub const LEFT_PADDED_BATCH: Card = Card {
+    id: "left-padded-batch",
     title: "Left-padding a batch pays for the padding",
     asks: "What does generating prompts of different lengths as one left-padded batch do to the KV cache's bytes, against generating them one by one?",
     labels: ["prompts left-padded into one batch", "each prompt generated on its own"],
-    setup: padding_waste_setup,
+    setup: left_padded_batch_setup,
     needs: Needs::Any,
     claim: "A batch of prompts of different lengths, left-padded to the longest, computes and caches every padding position like a real one: the cache holds exactly the padding positions' keys and values more than the prompts generated one by one. One by one pays no padding, but gives up what a batch shares (see decode-batch).",
     statements: &[
@@ -29,24 +29,24 @@ pub const PADDING_WASTE: Card = Card {
     fix: "# each prompt in its own call\nfor prompt in prompts:\n    batch = tokenizer([prompt], return_tensors=\"pt\")\n    model.generate(**batch, max_new_tokens=8)",
     threshold: "confirmed when the padded batch's measured cache exceeds the four prompts' caches generated one by one by exactly the padding positions' bytes (the formula at 48 padding positions). The times of both ways are reported; they decide nothing (on a CPU a batch can be faster in total even with its waste). The padded rows run without an attention mask here: the cost is what padding costs, their tokens are not compared. Regime: any device",
     question: crate::pitfalls::ratio("The setup's decoder and prompts: the bytes A's cache (the padded batch) holds beyond B's four caches together, as a multiple of B's four caches together?", PADDED_BATCH_BEYOND_ONE_BY_ONE_KV_CACHE, ONE_BY_ONE_KV_CACHES, crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
-    experiment: padding_waste,
+    experiment: left_padded_batch,
 };
 
-/// What padding-waste runs: the decoder, the prompts' lengths and the new tokens of each.
-pub(super) fn padding_waste_plan(ctx: &Ctx) -> (ModelId, [u32; 4], u32) {
+/// What left-padded-batch runs: the decoder, the prompts' lengths and the new tokens of each.
+pub(super) fn left_padded_batch_plan(ctx: &Ctx) -> (ModelId, [u32; 4], u32) {
     (decoder(ctx, protocol::decoder::CPU_PRESET, "llama_3_2_1b"), [8, 16, 24, 32], 8)
 }
 
-pub(super) fn padding_waste_describe(model: ModelId, lengths: &[u32], n: u32) -> String {
+pub(super) fn left_padded_batch_describe(model: ModelId, lengths: &[u32], n: u32) -> String {
     format!("{}, batch {} (padded) against batch 1 (one by one), prompts of {lengths:?} tokens + {n} new each, dynamic cache, no_grad", model.display_name(), lengths.len())
 }
 
-pub(super) fn padding_waste_setup(ctx: &Ctx) -> Vec<String> {
-    let (model, lengths, n) = padding_waste_plan(ctx);
+pub(super) fn left_padded_batch_setup(ctx: &Ctx) -> Vec<String> {
+    let (model, lengths, n) = left_padded_batch_plan(ctx);
     let longest = lengths.iter().max().copied().unwrap_or(0);
     let spec = gen_spec(ctx, model, 1, longest, n, KvCacheKind::Dynamic, GradMode::NoGrad);
     vec![
-        padding_waste_describe(model, &lengths, n),
+        left_padded_batch_describe(model, &lengths, n),
         format!("A: the {} prompts left-padded to {longest} tokens, generated as one batch of {}, no attention mask; B: each prompt generated alone at batch 1", lengths.len(), lengths.len()),
         shape(model),
         format!("{}; after the last token each sequence's cache holds its prompt (padding included) and every new token but the last", dtypes(&spec)),
@@ -54,8 +54,8 @@ pub(super) fn padding_waste_setup(ctx: &Ctx) -> Vec<String> {
     ]
 }
 
-pub(super) fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
-    let (model, lengths, n) = padding_waste_plan(ctx);
+pub(super) fn left_padded_batch(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+    let (model, lengths, n) = left_padded_batch_plan(ctx);
     let longest = *lengths.iter().max().unwrap_or(&32);
     let padded_spec = gen_spec(ctx, model, lengths.len() as u32, longest, n, KvCacheKind::Dynamic, GradMode::NoGrad);
     let (_, padded) = generate(lab, ctx, padded_spec.clone())?;
@@ -80,7 +80,7 @@ pub(super) fn padding_waste(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFail
         format!("The padded batch cached {} against {} one by one — {} of padding ({} padding positions), exactly the formula. Time: {padded_ms:.1} ms batched, {one_by_one_ms:.1} ms one by one.", protocol::format_bytes(padded.kv_cache_bytes), protocol::format_bytes(one_by_one_bytes), protocol::format_bytes(waste), pad_positions),
         format!("Waste {waste} B against the formula's {waste_formula} B."),
     );
-    Ok(Outcome::new(decision, padding_waste_describe(model, &lengths, n), ChartKind::Bar)
+    Ok(Outcome::new(decision, left_padded_batch_describe(model, &lengths, n), ChartKind::Bar)
         .figures(vec![
             fig(PADDED_BATCH_KV_CACHE, padded.kv_cache_bytes as f64),
             fig(ONE_BY_ONE_KV_CACHES, one_by_one_bytes as f64),

@@ -1,4 +1,4 @@
-//! item-sync: .item() on every batch makes the CPU wait for the GPU, which then idles while
+//! item-per-batch: .item() on every batch makes the CPU wait for the GPU, which then idles while
 //! the CPU queues the next batch.
 
 use protocol::{ChartKind, DeviceKind, GradMode, ModelId, RunFailure, RunSpec};
@@ -24,12 +24,12 @@ pub const RATIO_CI_HIGH: FigureName = FigureName::new("ratio, 95% interval high"
 pub const ONE_BATCH_SYNCHRONISED_P50: FigureName = FigureName::new("one batch: synchronised p50", Unit::Ms);
 pub const F_20_BATCH_LOOP_P50_MS: FigureName = FigureName::new("20-batch loop, p50 (ms)", Unit::Ms);
 
-pub const ITEM_SYNC: Card = Card {
-    id: "item-sync",
+pub const ITEM_PER_BATCH: Card = Card {
+    id: "item-per-batch",
     title: ".item() every batch stalls the GPU pipeline",
     asks: "What does reading loss.item() on every batch do to a validation loop's time on a GPU?",
     labels: ["total += loss.item() on every batch", "total += loss.detach() on the device, one .item() at the end"],
-    setup: item_sync_setup,
+    setup: item_per_batch_setup,
     needs: Needs::Cuda("On a CPU the loss already sits in host memory, so .item() reads it without involving another device."),
     claim: "On a GPU, .item() on every batch makes the CPU wait until the GPU has finished that batch before it queues the next, so the GPU sits idle while the CPU queues each batch; accumulating on the device and reading once at the end lets the CPU queue batch i+1 while the GPU runs batch i, which is faster where the GPU has work to overlap. Gradless queues each batch from Rust through libtorch, with no Python interpreter per op; from Python, as a team's code runs, the CPU's share of each batch is larger, and where this server has a Python the same loops timed from it are shown beside.",
     statements: &[
@@ -43,15 +43,15 @@ pub const ITEM_SYNC: Card = Card {
     fix: "total += loss.detach()  # on the device; total.item() once",
     threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). Gradless queues each batch from Rust through libtorch, without Python's per-op cost: in Python the CPU's share of each batch is larger, and so is the overlap a per-batch sync throws away. Where the server has a Python, the same loops are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; a batch's launches alone only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
     question: super::super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", LOOP_WITH_ITEM_PER_BATCH, LOOP_ACCUMULATING_ON_DEVICE, super::super::SAME_TIME),
-    experiment: item_sync,
+    experiment: item_per_batch,
 };
 
 /// How many times its launches a synchronised batch must take (see the threshold).
 const OVERLAP: f64 = 2.0;
 
-/// The item-sync rule: `launch_ms`/`synced_ms` are one batch's naive and synchronised p50s
+/// The item-per-batch rule: `launch_ms`/`synced_ms` are one batch's naive and synchronised p50s
 /// at the chosen batch; `item`/`acc` the loop times.
-pub fn item_sync_rule(
+pub fn item_per_batch_rule(
     device: DeviceKind,
     launch_ms: f64,
     synced_ms: f64,
@@ -75,13 +75,13 @@ pub fn item_sync_rule(
     )
 }
 
-/// The batches per loop, and the loops of each kind, item-sync times.
+/// The batches per loop, and the loops of each kind, item-per-batch times.
 const LOOP_BATCHES: usize = 20;
 const ITEM_ROUNDS: usize = 15;
-/// The largest batch item-sync grows to on a GPU.
+/// The largest batch item-per-batch grows to on a GPU.
 const ITEM_MAX_BATCH: u32 = 16384;
 
-/// What item-sync starts from, and the line its report is measured on (on a GPU, the batch
+/// What item-per-batch starts from, and the line its report is measured on (on a GPU, the batch
 /// range; the batch chosen follows it).
 fn item_plan(ctx: &Ctx) -> (Setup, String) {
     let setup = Setup::new(ctx, ModelId::TinyMlp, (64, 256), GradMode::NoGrad);
@@ -97,7 +97,7 @@ fn item_plan(ctx: &Ctx) -> (Setup, String) {
     (setup, line)
 }
 
-fn item_sync_setup(ctx: &Ctx) -> Vec<String> {
+fn item_per_batch_setup(ctx: &Ctx) -> Vec<String> {
     let (s, line) = item_plan(ctx);
     let mut lines = vec![
         line,
@@ -110,7 +110,7 @@ fn item_sync_setup(ctx: &Ctx) -> Vec<String> {
     lines
 }
 
-fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
+fn item_per_batch(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
     let (mut setup, measured_on) = item_plan(ctx);
     let i = setup.cached(lab, ctx)?;
     let model = lab.model(i);
@@ -170,12 +170,12 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         fig(ONE_BATCH_SYNCHRONISED_P50, synced),
     ]
     .into_iter()
-    .chain(super::super::kit::interval_figures(&ITEM_SYNC.question, &shift))
+    .chain(super::super::kit::interval_figures(&ITEM_PER_BATCH.question, &shift))
     .collect();
     // The same loops from Python, at the batch chosen here: beside, never deciding.
     let mut notes = vec![];
     let request = python::request(
-        ITEM_SYNC.id,
+        ITEM_PER_BATCH.id,
         ctx.device,
         lab.config().threads,
         lab.config().seed,
@@ -213,7 +213,7 @@ fn item_sync(lab: &mut Lab, ctx: &Ctx) -> Result<Outcome, RunFailure> {
         }
     }
     Ok(Outcome::new(
-        item_sync_rule(ctx.device, launch, synced, item, acc),
+        item_per_batch_rule(ctx.device, launch, synced, item, acc),
         if ctx.cuda() {
             format!("{measured_on}: batch {} here, {LOOP_BATCHES} batches per loop, {rounds} loops of each kind (alternating)", setup.batch)
         } else {
@@ -240,21 +240,21 @@ mod tests {
     use protocol::Verdict;
 
     #[test]
-    fn item_sync_is_not_applicable_on_a_cpu_and_noise_aware_on_cuda() {
+    fn item_per_batch_is_not_applicable_on_a_cpu_and_noise_aware_on_cuda() {
         use DeviceKind::*;
         let (fast, slow) = (around(10.0), around(12.0));
         // CPU: not applicable even with a difference.
         assert_eq!(
-            item_sync_rule(Cpu, 1.0, 1.0, &slow, &fast).verdict,
+            item_per_batch_rule(Cpu, 1.0, 1.0, &slow, &fast).verdict,
             Verdict::NotApplicable
         );
         // CUDA with work to overlap: a shift beyond noise confirms, none refutes.
         assert_eq!(
-            item_sync_rule(Cuda, 0.1, 0.4, &slow, &fast).verdict,
+            item_per_batch_rule(Cuda, 0.1, 0.4, &slow, &fast).verdict,
             Verdict::Confirmed
         );
         assert_eq!(
-            item_sync_rule(Cuda, 0.1, 0.4, &fast, &fast).verdict,
+            item_per_batch_rule(Cuda, 0.1, 0.4, &fast, &fast).verdict,
             Verdict::Refuted
         );
         // A difference within the noise (interleaved samples) does not confirm: it is
@@ -266,12 +266,12 @@ mod tests {
             .map(|i| 10.0 + if i % 2 == 0 { -0.5 } else { 0.45 })
             .collect();
         assert_eq!(
-            item_sync_rule(Cuda, 0.1, 0.4, &jitter, &jitter2).verdict,
+            item_per_batch_rule(Cuda, 0.1, 0.4, &jitter, &jitter2).verdict,
             Verdict::Inconclusive
         );
         // CUDA, launch-bound → not applicable.
         assert_eq!(
-            item_sync_rule(Cuda, 0.1, 0.15, &slow, &fast).verdict,
+            item_per_batch_rule(Cuda, 0.1, 0.15, &slow, &fast).verdict,
             Verdict::NotApplicable
         );
     }

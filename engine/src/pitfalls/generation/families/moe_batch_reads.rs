@@ -1,4 +1,4 @@
-//! The `moe-batch-reads-more` card ([`MOE_BATCH_READS_MORE`]): A batch reads more experts per decode step: the active-parameters bandwidth estimate holds at batch 1 only
+//! The `moe-batch-reads` card ([`MOE_BATCH_READS`]): A batch reads more experts per decode step: the active-parameters bandwidth estimate holds at batch 1 only
 
 use super::*;
 
@@ -13,8 +13,8 @@ pub const DECODE_STEP_LARGEST_BATCH: FigureName = FigureName::new("decode step, 
 pub const DISTINCT_EXPERTS_PER_LAYER_PER_STEP: FigureName = FigureName::new("distinct experts per layer per step", Unit::Count);
 pub const EXPERT_BYTES_READ_PER_STEP: FigureName = FigureName::new("expert bytes read per step", Unit::Kib);
 
-pub const MOE_BATCH_READS_MORE: Card = Card {
-    id: "moe-batch-reads-more",
+pub const MOE_BATCH_READS: Card = Card {
+    id: "moe-batch-reads",
     title: "A batch reads more experts per decode step: the active-parameters bandwidth estimate holds at batch 1 only",
     asks: "As the batch grows, how many distinct experts does each decode step of a mixture of experts read per layer, and how many bytes of expert weights?",
     labels: ["bytes per step from one token's top-k experts", "bytes per step from the distinct experts the batch's tokens chose"],
@@ -40,10 +40,10 @@ pub const MOE_BATCH_READS_MORE: Card = Card {
     experiment: moe_batch,
 };
 
-/// The batches moe-batch-reads-more sweeps.
+/// The batches moe-batch-reads sweeps.
 pub(super) const MOE_BATCHES: [u32; 5] = [1, 2, 4, 8, 16];
 
-/// What moe-batch-reads-more runs: the tiny Qwen3-MoE at five batches (prompt 8 + 9 new
+/// What moe-batch-reads runs: the tiny Qwen3-MoE at five batches (prompt 8 + 9 new
 /// tokens, dynamic cache, no_grad).
 pub(super) fn moe_batch_plan(ctx: &Ctx) -> Vec<RunSpec> {
     let model = decoder(ctx, "qwen3_moe_tiny", "qwen3_moe_tiny");
