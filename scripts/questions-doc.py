@@ -40,13 +40,23 @@ WORDS = {
     "predict": (CONTROLS, '"Predict first"'),
     "counted": (CONTROLS, '"Counted right: {}."'),
 }
-# The two pieces of code, in the order the page shows them before the lock-in: "A" with the
-# first label and `python_pitfall`, then "B" with the second and `python_fix`. Each pattern
+# The two pieces of code, in the order the page shows them before the lock-in: "A", then "B".
+# A card shows `python_pitfall` (its first label) first, unless its `fix_first` is set (a
+# fixed function of its id), when `python_fix` (its second label) comes first. Each pattern
 # must match the page's source, in this order.
 VARIANTS = [
-    ("A", 0, "python_pitfall", r'"A" \}\}": "\{label_a\}</h3>\s*<pre[^>]*><code>\{card\.python_pitfall\.clone\(\)\}'),
-    ("B", 1, "python_fix", r'"B" \}\}": "\{label_b\}</h3>\s*<pre[^>]*><code>\{card\.python_fix\.clone\(\)\}'),
+    ("A", r'"A" \}\}": "\{label_a\}</h3>\s*<pre[^>]*><code>\{code_a\}'),
+    ("B", r'"B" \}\}": "\{label_b\}</h3>\s*<pre[^>]*><code>\{code_b\}'),
 ]
+ORDER_PATTERN = r'if card\.fix_first \{\s*variants\.swap\(0, 1\);'
+
+
+def shown_variants(card):
+    """The card's two pieces of code as the page shows them: (letter, label, code)."""
+    pair = [(card["labels"][0], card["python_pitfall"]), (card["labels"][1], card["python_fix"])]
+    if card.get("fix_first"):
+        pair.reverse()
+    return [(letter, label, code) for (letter, _), (label, code) in zip(VARIANTS, pair)]
 # batch-scaling's memory-budget menu, shown above its question (the page's presets).
 BUDGET_CARD = "batch-scaling"
 BUDGET_PATTERN = r'let budget_picker = \(card\.id == "batch-scaling"\)'
@@ -59,11 +69,13 @@ def page_words():
     sources = {f: open(os.path.join(ROOT, f)).read() for f in {CARD, CONTROLS}}
     missing = [f"{f}: {w}" for f, w in WORDS.values() if w not in sources[f]]
     at = 0
-    for label, _, field, pattern in VARIANTS:
+    for label, pattern in VARIANTS:
         m = re.compile(pattern).search(sources[CARD], at)
         if not m:
-            missing.append(f"{CARD}: code {label} as {field}, after the one before")
+            missing.append(f"{CARD}: code {label}, after the one before")
         at = m.end() if m else at
+    if not re.search(ORDER_PATTERN, sources[CARD]):
+        missing.append(f"{CARD}: the two pieces of code swapped where fix_first is set")
     if not re.search(BUDGET_PATTERN, sources[CARD]):
         missing.append(f"{CARD}: the memory-budget menu of {BUDGET_CARD}")
     missing += [f"{CARD}: budget \"{b}\"" for b in BUDGET_MENU if f'"{b}"' not in sources[CARD]]
@@ -108,8 +120,8 @@ def shown(card, number, words):
     out.append("")
     if card.get("not_here"):
         out += [not_here_line(card["not_here"], words), ""]
-    for label, i, field, _ in VARIANTS:
-        out += [f"{label}: {esc(card['labels'][i])}", ""] + fence(card[field]) + [""]
+    for letter, label, code in shown_variants(card):
+        out += [f"{letter}: {esc(label)}", ""] + fence(code) + [""]
     if card["id"] == BUDGET_CARD:
         out += [f"{words['budget'].strip()}: a menu of " + ", ".join(f"“{b}”" for b in BUDGET_MENU)
                 + " (the first is selected until another is chosen).", ""]
@@ -142,9 +154,9 @@ def differences(gpu, cpu, number, words):
             elif op == "delete":
                 out.append(f"- {at}: not shown")
         out.append("")
-    for label, i, field, _ in VARIANTS:
-        if (cpu["labels"][i], cpu[field]) != (gpu["labels"][i], gpu[field]):
-            out += [f"{label}: {esc(cpu['labels'][i])}", ""] + fence(cpu[field]) + [""]
+    for (letter, label, code), gpu_shown in zip(shown_variants(cpu), shown_variants(gpu)):
+        if (letter, label, code) != gpu_shown:
+            out += [f"{letter}: {esc(label)}", ""] + fence(code) + [""]
     if cpu["question"]["text"] != gpu["question"]["text"]:
         out += [f"{words['predict']}: {esc(cpu['question']['text'])}", ""]
     if cpu["answer"] != gpu["answer"]:
@@ -166,7 +178,8 @@ def render(gpu_cards, cpu_cards, words):
         "Each card is headed by its id (a link to it here is `questions.md#ID`, as the page's is",
         "`/pitfalls#ID`) and shown as a server running it on a GPU shows it, in the page's order:",
         "the card's question as its numbered title, what is measured, the two pieces of code under",
-        "their neutral labels (A, then B), and the question with its answer. Below it, what a",
+        "their neutral labels (A, then B: which one the lesson recommends is first on about half",
+        "the cards, fixed by the card's id), and the question with its answer. Below it, what a",
         "server running it on its CPU shows differently: the effect of a CUDA-only card cannot show",
         "there, and a line before the code says so. Every card then offers two buttons:",
         f"“{words['lock_in']}” (once an answer is given) and “{words['skip']}”.",

@@ -1,5 +1,6 @@
 //! The Pitfalls page: one card per lesson, in two states. First the question: a neutral
-//! title, what will be measured, the two code variants under neutral labels, and the
+//! title, what will be measured, the two code variants under neutral labels (in the order
+//! `PitfallInfo::fix_first` gives), and the
 //! question to predict. Then, once the learner locks in (or asks for the lesson without
 //! predicting), the lesson: the claim, why it happens (with the PyTorch doc it rests on),
 //! the code that falls in and the code that avoids it, the rule, and a live experiment
@@ -409,7 +410,13 @@ fn PitfallCard(
     let button_id = id.clone();
     let setup = card.setup.iter().map(|line| view! { <li>{line.clone()}</li> }).collect_view();
     let label = |i: usize| card.labels.get(i).cloned().unwrap_or_default();
-    let (label_a, label_b) = (label(0), label(1));
+    // The two variants in the card's own order (`fix_first`, fixed by its id): "A" and "B"
+    // before the lock-in, "Falls in" / "Avoids it" after it.
+    let mut variants = [("Falls in", label(0), card.python_pitfall.clone()), ("Avoids it", label(1), card.python_fix.clone())];
+    if card.fix_first {
+        variants.swap(0, 1);
+    }
+    let [(lesson_a, label_a, code_a), (lesson_b, label_b, code_b)] = variants;
     let not_here = card.not_here.clone().map(|why| view! {
         <p class="not-here" data-testid=format!("not-here-{}", card.id)>
             <strong>"This server cannot show the effect. "</strong>{why}
@@ -502,12 +509,12 @@ fn PitfallCard(
             {not_here}
             <div class="code-pair">
                 <div>
-                    <h3>{move || if revealed.get() { "Falls in" } else { "A" }}": "{label_a}</h3>
-                    <pre tabindex="0"><code>{card.python_pitfall.clone()}</code></pre>
+                    <h3>{move || if revealed.get() { lesson_a } else { "A" }}": "{label_a}</h3>
+                    <pre tabindex="0"><code>{code_a}</code></pre>
                 </div>
                 <div>
-                    <h3>{move || if revealed.get() { "Avoids it" } else { "B" }}": "{label_b}</h3>
-                    <pre tabindex="0"><code>{card.python_fix.clone()}</code></pre>
+                    <h3>{move || if revealed.get() { lesson_b } else { "B" }}": "{label_b}</h3>
+                    <pre tabindex="0"><code>{code_b}</code></pre>
                 </div>
             </div>
             {budget_picker}

@@ -35,6 +35,11 @@ test("no card shows its claim, or which code is the mistake, before the lock-in"
     // What it asks, and what it will measure, are.
     expect(text, c.id).toContain(plain(c.asks));
     for (const line of c.setup) expect(text, c.id).toContain(plain(line));
+    // The two pieces of code in the card's own order (the fix first where `fix_first`, fixed
+    // by its id), so the order tells nothing, and the hydrated page keeps the served order.
+    const codes = await card.locator(".code-pair pre").allInnerTexts();
+    const order = c.fix_first ? [c.python_fix, c.python_pitfall] : [c.python_pitfall, c.python_fix];
+    expect(codes.map(plain), c.id).toEqual(order.map(plain));
   }
   // The page's other parts give nothing away either: the contents list and the tour.
   const contents = plain(await page.getByTestId("contents").innerText());

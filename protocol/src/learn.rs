@@ -566,6 +566,7 @@ mod tests {
             asks: "Q?".into(),
             setup: vec![],
             labels: vec![],
+            fix_first: false,
             not_here: None,
             claim: "C".into(),
             why: String::new(),

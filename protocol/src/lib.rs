@@ -52,7 +52,7 @@ pub use generate::*;
 pub use info::*;
 pub use pitfall::{
     ChartKind, Known, PitfallInfo, PitfallOptions, PitfallReport, Series, Statement, Table, Verdict,
-    BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
+    shows_fix_first, BUDGET_PRESETS, DEFAULT_CPU_BUDGET_BYTES, DEFAULT_CUDA_BUDGET_BYTES,
 };
 pub use predict::{bytes_direction, Ask, Choice, Prediction, Question, Scored, SAME_BYTES_WITHIN};
 pub use python::python_snippet;

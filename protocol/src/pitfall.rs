@@ -119,8 +119,15 @@ pub struct PitfallInfo {
     /// inputs a formula needs (layers, KV heads, head_dim, bytes per element, tokens).
     pub setup: Vec<String>,
     /// Neutral labels of the two code variants, `python_pitfall` then `python_fix`, shown
-    /// before the lock-in in place of "Falls in" / "Avoids it".
+    /// before the lock-in in place of "Falls in" / "Avoids it": each says what its code
+    /// does, never which one is recommended.
     pub labels: Vec<String>,
+    /// Whether the page shows `python_fix` first (as "A") and `python_pitfall` second:
+    /// [`shows_fix_first`] of the id, so the order tells nothing of which is recommended,
+    /// and is the same on every render of the card. The setup's line naming the two
+    /// variants follows the same order.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fix_first: bool,
     /// Why this server's default device cannot show the effect (a CUDA-only effect on a
     /// CPU): said before the lock-in; an answer is then kept but never graded here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -140,6 +147,19 @@ pub struct PitfallInfo {
     pub threshold: String,
     /// The question asked before the experiment runs; its own report decides it.
     pub question: crate::Question,
+}
+
+/// Whether the card `id` shows its two code variants fix first: a fixed function of the id
+/// (the FNV-1a hash of `"variants:"` and the id, its bit 32), so about half the cards show
+/// the recommended code first and half second, and a card shows the same order on the
+/// server's render, after hydration, in the CLI and in docs/questions.md. Integer
+/// arithmetic only (never std's per-process randomised hasher).
+pub fn shows_fix_first(id: &str) -> bool {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "variants:".bytes().chain(id.bytes()) {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h >> 32) & 1 == 1
 }
 
 /// One statement of a lesson, and how it is known.
@@ -260,6 +280,19 @@ impl crate::Question {
 mod tests {
     use super::*;
     use crate::{Ask, Prediction, Question};
+
+    /// The order is a fixed function of the id: pinned here, so a change to it (which
+    /// would reorder every card a link points at) is deliberate.
+    #[test]
+    fn the_variants_order_is_fixed_by_the_id() {
+        assert!(shows_fix_first("eval-and-autograd"));
+        assert!(shows_fix_first("nograd-and-dropout"));
+        assert!(shows_fix_first("gqa"));
+        assert!(!shows_fix_first("compiled-outputs"));
+        for id in ["eval-and-autograd", "gqa", ""] {
+            assert_eq!(shows_fix_first(id), shows_fix_first(&id.to_string()));
+        }
+    }
 
     fn fig(name: &str, value: f64) -> Figure {
         Figure { name: name.into(), value, unit: "bytes".into() }

@@ -48,7 +48,7 @@ pub const CUDA_GRAPHS: Card = Card {
     pitfall: "with torch.inference_mode():\n    for x in batches:          # batch 1\n        y = model(x)           # each kernel launched in turn",
     fix: "g = torch.cuda.CUDAGraph()\nstatic_x = torch.empty_like(x)\nwith torch.inference_mode():\n    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s): model(static_x)   # warm up off the default stream\n    torch.cuda.current_stream().wait_stream(s)\n    with torch.cuda.graph(g): static_y = model(static_x)\nfor x in batches:\n    static_x.copy_(x); g.replay()               # static_y holds the result",
     threshold: "CUDA: ResNet-18 under inference_mode, eager against graph replay, 20 timed iterations each at batch 1 and at batch 32. Confirmed when the replayed output equals eager's within 1e-3 of its largest magnitude and, at batch 1, the 95% bootstrap interval of the p50 ratio eager / replay lies wholly above 1; refuted when the outputs differ or that interval lies below 1.05; inconclusive otherwise. Batch 32 and the reserved memory of both are reported, not judged: each reserved figure is the allocator's whole pool during that run, which also holds what the runs before it cached, the pools of the graphs captured before it included. Gradless issues the eager ops from Rust through libtorch, without Python's per-op cost, and replays with the input already in the captured buffer (no copy): from Python the eager pass costs the CPU more per op, so a graph saves more there: where the server has a Python, the same runs are also timed from it with torch.cuda.graph (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's), what a team's code sees; they do not decide the verdict. Not applicable on a CPU, or where this build cannot capture graphs (the reason is shown)",
-    question: super::ratio("ResNet-18 at batch 1, 224², under inference_mode: the p50 of replaying the captured CUDA graph (B) as a multiple of the eager pass's p50 (A)? (A judgment: about 70 ops, each issued by the CPU in eager, against their GPU time at batch 1.)", ANY_P50_REPLAY, ANY_P50_EAGER, super::PEAKS),
+    question: super::ratio("ResNet-18 at batch 1, 224², under inference_mode: the p50 of replaying the captured CUDA graph as a multiple of the eager pass's p50? (A judgment: about 70 ops, each issued by the CPU in eager, against their GPU time at batch 1.)", ANY_P50_REPLAY, ANY_P50_EAGER, super::PEAKS),
     experiment: cuda_graphs,
 };
 
@@ -73,7 +73,8 @@ fn cuda_graphs_line(ctx: &Ctx) -> String {
 fn cuda_graphs_setup(ctx: &Ctx) -> Vec<String> {
     vec![
         cuda_graphs_line(ctx),
-        format!("A: eager forward passes; B: the same pass captured once as a CUDA graph (after one warm-up pass on a side stream) and replayed, the input staying in the captured buffer, so a replay copies nothing. Each is one run of {GRAPH_WARMUP} warm-up and {GRAPH_ITERS} timed iterations at each batch (eval(), fp32)"),
+        crate::pitfalls::kit::arms("eager forward passes", "the forward pass captured once as a CUDA graph (after one warm-up pass on a side stream) and replayed, the input staying in the captured buffer, so a replay copies nothing"),
+        format!("Each is one run of {GRAPH_WARMUP} warm-up and {GRAPH_ITERS} timed iterations at each batch (eval(), fp32)"),
         super::timing::from_rust(ctx.model(ModelId::Resnet18)),
         python::SETUP.into(),
         "Also read: the largest difference between the replayed and the eager output, and the allocator's reserved memory during each run".into(),

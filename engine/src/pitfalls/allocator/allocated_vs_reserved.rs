@@ -16,7 +16,7 @@ pub const ALLOCATED_VS_RESERVED: Card = Card {
     asks: "After a forward pass's tensors are freed, what do torch.cuda.memory_allocated() and torch.cuda.memory_reserved() report?",
     labels: ["print memory_reserved()", "print memory_allocated()"],
     setup: reserved_setup,
-    needs: Needs::Cuda("A CPU's allocator keeps no pool of its own: freed tensors go straight back, so there is no reserved figure to compare with allocated."),
+    needs: Needs::Cuda("memory_reserved() and memory_allocated() read the CUDA caching allocator, which a CPU does not use."),
     claim: "On CUDA, memory_reserved() includes the caching allocator's pool: after a run's tensors are freed, memory_allocated() returns to the baseline while memory_reserved() stays at the pool the run grew. That memory is cached for reuse, not leaked.",
     statements: &[
         Said::run("Once the output is freed, memory_allocated() is back at the run's baseline, the weights and the input: nothing leaked.", &[ALLOCATED_AT_THE_RUNS_BASELINE_WEIGHTS_AND_INPUT, ALLOCATED_ONCE_THE_OUTPUT_WAS_FREED_WEIGHTS_AND_INPUT]),
@@ -33,7 +33,7 @@ pub const ALLOCATED_VS_RESERVED: Card = Card {
     pitfall: "print(torch.cuda.memory_reserved())",
     fix: "print(torch.cuda.memory_allocated())  # bytes held by live tensors",
     threshold: "CUDA only (a device whose allocator keeps a reserved pool). Confirmed when, after the output is freed, allocated equals the run's baseline (weights and input) and reserved exceeds allocated. Every card starts with the cached models dropped, the cache emptied and the peak counters reset, so the pool read here is this run's own, not what earlier cards of a tour left. Regime: any GPU; ResNet-50 with grad at batch 64, 224², reserves several GB for its activations, which stay cached after they are freed",
-    question: super::super::ratio("ResNet-50 after one run with autograd on (batch 64, 224², fp32), its output and input freed: memory_reserved() (A) as a multiple of memory_allocated() (B)?", RESERVED_AFTER_RELEASE, ALLOCATED_AFTER_RELEASE, super::super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
+    question: super::super::ratio("ResNet-50 after one run with autograd on (batch 64, 224², fp32), its output and input freed: memory_reserved() as a multiple of memory_allocated()?", RESERVED_AFTER_RELEASE, ALLOCATED_AFTER_RELEASE, super::super::Ask::LogScale { min: 0.5, max: 1000.0, within: 2.0 }),
     experiment: allocated_vs_reserved,
 };
 
@@ -72,7 +72,7 @@ pub(super) fn reserved_setup(ctx: &Ctx) -> Vec<String> {
             "One run of {} in eval(), autograd on, fp32; then, with its output and input freed, both readings are taken",
             super::super::memory::iterations(&s.spec)
         ),
-        format!("A: torch.cuda.memory_reserved(), the allocator's pool; B: torch.cuda.memory_allocated(), the blocks of the tensors still alive: {weights} and the cuBLAS workspaces this worker made at start"),
+        crate::pitfalls::kit::arms("torch.cuda.memory_reserved(), the allocator's pool", format!("torch.cuda.memory_allocated(), the blocks of the tensors still alive: {weights} and the cuBLAS workspaces this worker made at start")),
         "Before the card runs, the worker drops its cached models, empties the CUDA cache and resets the peak counters".into(),
     ]
 }

@@ -37,7 +37,7 @@ pub const BATCH_SCALING: Card = Card {
     pitfall: "y = model(big_batch)  # autograd on",
     fix: "with torch.no_grad():\n    y = model(big_batch)",
     threshold: "confirmed when the peak above baseline is linear in the batch for both modes (R² > 0.95 over the measured powers of two) and the largest batch within the budget is larger under no_grad than with grad. Each sweep doubles the batch until the peak allocated (weights and input included) passes the budget, the device fails (out of memory or any other error, once one batch has run: the reason says which), or the next batch would pass the sweep's largest: 256 on a CPU (to answer in seconds), on a GPU 4096 or the largest batch whose biggest tensor stays below 2³¹ elements, whichever is smaller. Regime: the budget, not the device, must end the sweep: on a GPU it is 16 GiB unless chosen (not the free memory: an H200's 139 GB would let both modes reach the largest batch and tie), on a CPU 160 MiB. By PyTorch's own profiler on a CPU, ResNet-18's peak grows by about 20 MiB per sample with grad and about 6 MiB under no_grad at 224² (about 3.8 and 1.1 MiB at the CPU's 96²), so with grad several hundred samples fit in 16 GiB, and under no_grad the stem output's 2³¹-element cap (batch 2048 at 224²) may end the sweep first. The latency per sample is plotted, not judged",
-    question: super::super::ratio("ResNet-18 in eval(), the same memory budget for both, the batch doubled from 1: the largest batch that fits under torch.no_grad() (B) as a multiple of the largest that fits with autograd on (A)? (Both are powers of two; a judgment of what one sample costs in each mode.)", NO_GRAD_LARGEST_BATCH_WITHIN_BUDGET, GRAD_ENABLED_LARGEST_BATCH_WITHIN_BUDGET, super::super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
+    question: super::super::ratio("ResNet-18 in eval(), the same memory budget for both, the batch doubled from 1: the largest batch that fits under torch.no_grad() as a multiple of the largest that fits with autograd on? (Both are powers of two; a judgment of what one sample costs in each mode.)", NO_GRAD_LARGEST_BATCH_WITHIN_BUDGET, GRAD_ENABLED_LARGEST_BATCH_WITHIN_BUDGET, super::super::Ask::LogScale { min: 0.1, max: 100.0, within: 2.0 }),
     experiment: batch_scaling,
 };
 
@@ -96,7 +96,8 @@ pub(super) fn batch_scaling_setup(ctx: &Ctx) -> Vec<String> {
     let size = ctx.spec(plan.model, 1, true, GradMode::NoGrad).resolved_input_size();
     let mut lines = vec![
         plan.line.clone(),
-        "A: forward passes with autograd on; B: the same under torch.no_grad(); both in eval(), fp32 (4 bytes an element)".into(),
+        crate::pitfalls::kit::arms("forward passes with autograd on", "forward passes under torch.no_grad()"),
+        "Both in eval(), fp32 (4 bytes an element)".into(),
         weights,
         format!(
             "Memory budget: {} ({} bytes) of peak allocated memory, weights and input included",

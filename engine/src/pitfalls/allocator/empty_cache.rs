@@ -31,7 +31,7 @@ pub const EMPTY_CACHE: Card = Card {
     pitfall: "y = model(x)\ntorch.cuda.empty_cache()  # after every request",
     fix: "y = model(x)  # no empty_cache() call",
     threshold: "CUDA only (a device whose allocator keeps a reserved pool). 100 requests of each kind, alternating, after a synchronised warm-up: a request without starts from a warm cache; a request with starts from an emptied cache (as after the previous request's empty_cache()) and ends with its own empty_cache(), which is timed with it. Confirmed when emptying the cache leaves allocated memory unchanged, and the requests with it are slower: a higher p90 (over 100 requests, at least 10 must move it: one slow request cannot decide) and the 95% bootstrap interval of the p50 ratio (with / without) wholly above 1; refuted when allocated memory changes, the p90 is not higher, or the interval lies wholly below 1.05 (any cost under 5%); inconclusive otherwise. Regime: any GPU; ResNet-50 at batch 32, 224², under no_grad, holds hundreds of MB of activation blocks at its peak, which a request after empty_cache() must get again with cudaMalloc and which empty_cache() gives back with cudaFree, on every request",
-    question: super::super::ratio("ResNet-50 under torch.no_grad() (batch 32, 224²): the p50 latency of a request with empty_cache() (A) as a multiple of one without (B)? (A judgment, against the noise of 100 requests of each kind.)", P50_WITH_EMPTY_CACHE, P50_WITHOUT_EMPTY_CACHE, super::super::SAME_TIME),
+    question: super::super::ratio("ResNet-50 under torch.no_grad() (batch 32, 224²): the p50 latency of a request with empty_cache() as a multiple of one without? (A judgment, against the noise of 100 requests of each kind.)", P50_WITH_EMPTY_CACHE, P50_WITHOUT_EMPTY_CACHE, super::super::SAME_TIME),
     experiment: empty_cache,
 };
 
@@ -65,7 +65,8 @@ pub(super) fn empty_cache_setup(ctx: &Ctx) -> Vec<String> {
     let (_, _, line) = empty_cache_plan(ctx);
     vec![
         line,
-        format!("A: each request ends with torch.cuda.empty_cache(), timed with it (and so starts from an emptied pool); B: requests without it, each starting from a pool an untimed pass has just filled. The two kinds alternate, after {EMPTY_CACHE_WARM} untimed passes").into(),
+        crate::pitfalls::kit::arms("each request ends with torch.cuda.empty_cache(), timed with it (and so starts from an emptied pool)", "requests without empty_cache(), each starting from a pool an untimed pass has just filled"),
+        format!("The two kinds alternate, after {EMPTY_CACHE_WARM} untimed passes"),
         "Also read: the bytes allocated just before and just after each empty_cache(), with the model and its input held".into(),
     ]
 }

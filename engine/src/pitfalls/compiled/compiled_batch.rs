@@ -43,7 +43,7 @@ pub const COMPILED_BATCH: Card = Card {
     id: "compiled-batch",
     title: "Compiled, a large batch runs faster in less memory; batch 1 is the device's answer",
     asks: "How does a model compiled ahead of time compare with the eager model per pass, at batch 1 and at batch 32: time and peak memory?",
-    labels: ["the eager model", "the same model compiled ahead of time (AOTInductor)"],
+    labels: ["the eager model", "the model compiled ahead of time (AOTInductor)"],
     setup: batch_setup,
     needs: Needs::Any,
     claim: "At batch 32 the compiled pass is faster than the eager one and its peak memory above the baseline is lower: Inductor fuses the elementwise work around the convolutions and matrix products (BatchNorm, ReLU, the residual adds) into fewer kernels that keep fewer intermediate tensors, and plans its buffers so later ones reuse earlier ones. At batch 1 the gain depends on the device: the figures say what this one does.",

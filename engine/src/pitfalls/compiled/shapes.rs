@@ -61,7 +61,7 @@ pub const COMPILED_SHAPES: Card = Card {
     pitfall: "batch = Dim(\"batch\", min=1, max=64)\nep = torch.export.export(model.eval(), (x,), dynamic_shapes=({0: batch},))\nrunner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))\ny = runner(torch.randn(128, *x.shape[1:]))",
     fix: "x8 = torch.randn(8, *x.shape[1:])\nep = torch.export.export(model.eval(), (x8,))\nrunner = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))\ny = runner(x8)",
     threshold: "confirmed when the package, called from this process with twice the largest batch it was exported for, runs it, and the same package in a Python process with AOTI_RUNTIME_CHECK_INPUTS=1 refuses that batch and batch 1 while it runs batch 8; refuted when the unchecked call refuses the batch, or the checked process runs it or batch 1, or refuses batch 8; inconclusive when the Python process could not answer. The output at the large batch is compared with eager's and reported; the dynamic package against the static one at batch 8 (passes alternating, one untimed of each first, 10 of each on a CPU, 30 on a GPU) is reported, not judged",
-    question: super::super::value_in("A package exported for batches 1 to 64 is called from C++ (AOTIModelPackageLoader) with a batch of 128, and nothing else set: does it run it?", OUTSIDE_THE_RANGE_UNCHECKED_RAN, protocol::Unit::Plain, protocol::Ask::YesNo),
+    question: super::super::value_in("A package exported for batches 1 to 64 is called from C++ (AOTIModelPackageLoader) with a batch of 128, and nothing else set: does it run it? (A knowledge check: what a package does with a batch outside the range it was exported for.)", OUTSIDE_THE_RANGE_UNCHECKED_RAN, protocol::Unit::Plain, protocol::Ask::YesNo),
     experiment: shapes,
 };
 
@@ -85,7 +85,7 @@ fn shapes_setup(ctx: &Ctx) -> Vec<String> {
     vec![
         shapes_line(ctx),
         how_compiled(ctx),
-        format!("Called on purpose with batch {} from this process (Gradless refuses such a batch in a run), and compared with the eager model at that batch; the same package loaded in a Python process with AOTI_RUNTIME_CHECK_INPUTS=1 and called with batches {}, 1 and {STATIC_BATCH}", 2 * max, 2 * max),
+        format!("Called with batch {} from this process, nothing else set; the same package also loaded in a Python process with AOTI_RUNTIME_CHECK_INPUTS=1 and called with batches {}, 1 and {STATIC_BATCH}", 2 * max, 2 * max),
         format!("Timed: the dynamic package and one exported for batch {STATIC_BATCH} alone, alternating at batch {STATIC_BATCH} (eval(), torch.no_grad(), fp32)"),
     ]
 }

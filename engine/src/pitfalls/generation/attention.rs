@@ -81,7 +81,7 @@ fn sdpa_backend_setup(ctx: &Ctx) -> Vec<String> {
     let elt = kind.elt_size_in_bytes() as u64;
     vec![
         sdpa_describe(ctx),
-        "Three calls of scaled_dot_product_attention on the same query, key and value: is_causal=True with libtorch's default choice of kernel; an explicit boolean causal mask (A); is_causal=True with only the math kernel enabled".into(),
+        "Three calls of scaled_dot_product_attention on the same query, key and value: is_causal=True with libtorch's default choice of kernel; an explicit boolean causal mask; is_causal=True with only the math kernel enabled".into(),
         format!(
             "{elt} bytes per element: query, key, value and the output {} each; the boolean mask {}; a [batch, heads, tokens, tokens] score matrix in this dtype: {}{}",
             protocol::format_bytes((heads * tokens * dim) as u64 * elt),

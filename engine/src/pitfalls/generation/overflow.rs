@@ -47,7 +47,7 @@ pub const FP16_AND_BF16_RANGE: Card = Card {
     id: "fp16-and-bf16-range",
     title: "fp16 overflows where bf16 does not",
     asks: "What happens to a decoder's forward pass in fp16 and in bf16 when one of its activations grows very large?",
-    labels: ["weights in fp16 (model.half())", "weights in bf16, non-finite values counted per layer"],
+    labels: ["weights in fp16 (model.half())", "weights in bf16, each layer's output checked by a forward hook"],
     setup: fp16_and_bf16_range_setup,
     needs: Needs::Any,
     claim: "A decoder whose activations pass 65504, fp16's largest finite value, produces inf and then NaN once its weights and activations are cast to fp16 (model.half()), and stays finite in bf16, whose range is nearly fp32's. fp16 autocast is not the same: it keeps the weights in fp32 and leaves the residual adds to type promotion, so the residual stream stays fp32, while what runs in fp16 overflows where its own output passes 65504: an op autocast casts down (a linear, a matmul) and the ops on its fp16 outputs that autocast leaves in their inputs' dtype (an MLP's SiLU(gate) * up).",
@@ -65,9 +65,9 @@ pub const FP16_AND_BF16_RANGE: Card = Card {
     ],
     source: "https://pytorch.org/docs/stable/amp.html",
     pitfall: "model = model.half()\nlogits = model(ids).logits",
-    fix: "model = model.to(torch.bfloat16)\n# or find the layer: count non-finite values per layer with forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
+    fix: "model = model.to(torch.bfloat16)\n# per layer: its output's count of non-finite values, by forward hooks\nfor name, m in model.model.layers.named_children():\n    m.register_forward_hook(lambda m, i, o, n=name: print(n, (~torch.isfinite(o[0])).sum().item()))",
     threshold: "one untimed forward pass over the same prompt with the model cast to fp32, fp16 and bf16 (weights and activations alike, as model.half() and .to(torch.bfloat16) cast them), each layer's output read by a probe; confirmed when the fp32 pass's largest |activation| passes 65504 with every value finite, the fp16 pass has non-finite values and the bf16 pass none. A team checkpoint is run as it is; a preset's weights are random, and the first layer's MLP (up and down projections) is scaled until the fp32 pass's largest |activation| passes 250,000 (stated in the result). fp16 autocast is not run: its statements rest on PyTorch's own tests. Regime: any device",
-    question: value("The setup's decoder and prompt with the model cast to fp16 (A, model.half()): does the forward pass produce any inf or NaN? (A knowledge check: the largest value fp16 can hold.)", FP16_ANY_INF_OR_NAN, Ask::YesNo),
+    question: value("The setup's decoder and prompt with the model cast to fp16 (model.half()): does the forward pass produce any inf or NaN? (A knowledge check.)", FP16_ANY_INF_OR_NAN, Ask::YesNo),
     experiment: fp16_and_bf16_range,
 };
 
@@ -131,7 +131,7 @@ fn fp16_and_bf16_range_setup(ctx: &Ctx) -> Vec<String> {
     let (model, preset, tokens) = fp16_and_bf16_range_plan(ctx);
     vec![
         fp16_and_bf16_range_describe(model, tokens),
-        "The same pass, the same random prompt, with the model in fp32, cast to fp16 (A) and cast to bf16 (B), weights and activations alike; every layer's output and the logits read for their largest |value| and their inf and NaN count".into(),
+        "The same pass, the same random prompt, with the model in fp32, cast to fp16 and cast to bf16, weights and activations alike; every layer's output and the logits read for their largest |value| and their inf and NaN count".into(),
         shape(model),
         if preset {
             format!(

@@ -128,3 +128,19 @@ impl Setup {
         describe(self.model, self.batch, self.size)
     }
 }
+
+/// Marks a setup line as the one that names the two variants.
+pub(in crate::pitfalls) const ARMS: char = '\u{1f}';
+
+/// The setup line that names the two variants, `pitfall`'s and `fix`'s, each by what it
+/// does: the card lists it as "A: …; B: …" in the order its code is shown
+/// ([`protocol::shows_fix_first`]), so the line never tells which one is recommended.
+/// Each description stands on its own (never "the same, ..."), as either may come first.
+pub fn arms(pitfall: impl std::fmt::Display, fix: impl std::fmt::Display) -> String {
+    arms_after("", pitfall, fix)
+}
+
+/// [`arms`] after the words `before` ("Also tried: ").
+pub fn arms_after(before: &str, pitfall: impl std::fmt::Display, fix: impl std::fmt::Display) -> String {
+    format!("{before}{ARMS}{pitfall}{ARMS}{fix}")
+}

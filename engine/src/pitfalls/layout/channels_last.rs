@@ -31,7 +31,7 @@ pub const CHANNELS_LAST: Card = Card {
     pitfall: "y = model(x)  # model and x in the default NCHW layout",
     fix: "model = model.to(memory_format=torch.channels_last)\nx = x.to(memory_format=torch.channels_last)\ny = model(x)",
     threshold: "confirmed when the input and every 4-D convolution weight have NHWC strides and the output differs from the NCHW model's by at most 1e-3 of its largest magnitude (float rounding: the kernels sum in another order). The latency ratio (NCHW / NHWC, 10 alternating passes each on a CPU, 20 on a GPU) is reported with its 95% bootstrap interval as faster, slower or no difference, and does not decide: it is the device's answer, not the lesson's. Regime: a convolution model (ResNet-18 by default)",
-    question: super::super::ratio("ResNet-18 with its weights and input in channels_last (as in B): its p50 latency as a multiple of the same model and input in the default NCHW layout (A)?", P50_CHANNELS_LAST, P50_NCHW, super::super::SAME_TIME),
+    question: super::super::ratio("ResNet-18 with its weights and input in channels_last: its p50 latency as a multiple of the same model and input in the default NCHW layout?", P50_CHANNELS_LAST, P50_NCHW, super::super::SAME_TIME),
     experiment: channels_last,
 };
 
@@ -50,7 +50,7 @@ pub(super) fn channels_last_setup(ctx: &Ctx) -> Vec<String> {
     let (setup, rounds) = channels_last_plan(ctx);
     vec![
         channels_last_line(&setup, rounds),
-        "Timed: the model and input in the default NCHW layout (A), against the model and input both in channels_last (B); eval(), torch.no_grad(), fp32".into(),
+        crate::pitfalls::kit::arms_after("Timed, eval(), torch.no_grad(), fp32: ", "the model and input in the default NCHW layout", "the model and input both in channels_last"),
         "Also read: whether the input and every 4-D convolution weight have NHWC strides, and the largest difference between the two outputs".into(),
         format!(
             "A judgment about this device's convolution kernels ({}): whether their fp32 NHWC kernels beat their NCHW ones at these shapes",

@@ -25,7 +25,7 @@ pub const EVAL_AND_AUTOGRAD: Card = Card {
     pitfall: "model.eval()\ny = model(x)",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when eval+grad's peak above baseline exceeds eval+no_grad's by more than 20% (autograd must keep at least one activation per layer; 20% is far above run-to-run variation, which is zero for memory). Regime: any; on a GPU (ResNet-18, batch 64, 224²) grad keeps every layer's saved activations (over a GB), several times no_grad's peak of a few activations at a time, so the margin is large at any scale",
-    question: super::super::ratio("ResNet-18 in eval() mode, one forward pass each way: the peak memory above baseline of B (under torch.no_grad()) as a multiple of A's (autograd on)?", EVAL_NO_GRAD_PEAK_ABOVE_BASELINE, EVAL_GRAD_PEAK_ABOVE_BASELINE, super::super::PEAKS),
+    question: super::super::ratio("ResNet-18 in eval() mode, one forward pass each way: the peak memory above baseline under torch.no_grad() as a multiple of the peak with autograd on?", EVAL_NO_GRAD_PEAK_ABOVE_BASELINE, EVAL_GRAD_PEAK_ABOVE_BASELINE, super::super::PEAKS),
     experiment: eval_and_autograd,
 };
 
@@ -43,7 +43,7 @@ pub(super) fn eval_and_autograd_setup(ctx: &Ctx) -> Vec<String> {
     let s = eval_plan(ctx);
     let mut lines = vec![
         s.describe(),
-        "A: model.eval(), autograd on; B: model.eval(), forward pass inside torch.no_grad()".into(),
+        crate::pitfalls::kit::arms("model.eval(), autograd on", "model.eval(), forward pass inside torch.no_grad()"),
         format!(
             "fp32 weights and input (4 bytes an element); each arm is one run of {}, whose peak allocated memory is read above the baseline (the weights and the input)",
             iterations(&s.spec)

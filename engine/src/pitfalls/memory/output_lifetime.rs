@@ -31,7 +31,7 @@ pub const OUTPUT_LIFETIME: Card = Card {
     pitfall: "results.append(model(x))  # autograd on",
     fix: "with torch.no_grad():\n    results.append(model(x).cpu())",
     threshold: "confirmed when, after one warm-up request, allocated memory grows over the requests for outputs kept under no_grad, grows more than 2× as fast when they are kept with autograd on, and does not grow at all when outputs are dropped. Regime: any; allocated memory counts live tensors exactly (on a GPU the caching allocator's pool is not counted), and on a GPU (ResNet-18, batch 16, 224²) eight kept graphs hold a few GB, far within 139 GB",
-    question: super::super::value("ResNet-18, 8 requests, each request's output appended to a list with autograd on (A): by how many bytes does allocated memory grow per request?", GROWTH_PER_REQUEST_KEPT_WITH_GRAD, super::super::BYTES),
+    question: super::super::value("ResNet-18, 8 requests, each request's output appended to a list with autograd on: by how many bytes does allocated memory grow per request?", GROWTH_PER_REQUEST_KEPT_WITH_GRAD, super::super::BYTES),
     experiment: output_lifetime,
 };
 
@@ -67,7 +67,7 @@ pub(super) fn output_lifetime_setup(ctx: &Ctx) -> Vec<String> {
     let (s, _, line) = output_plan(ctx);
     let mut lines = vec![
         line,
-        "A: each request's output appended to a list, autograd on; B: under torch.no_grad(), each output moved to the CPU and appended".into(),
+        crate::pitfalls::kit::arms("each request's output appended to a list, autograd on", "under torch.no_grad(), each output moved to the CPU and appended"),
         "Also run: outputs dropped (no_grad); outputs kept on the device (no_grad). The model is in eval(), its weights fp32".into(),
     ];
     lines.extend(input_bytes_line(&s));

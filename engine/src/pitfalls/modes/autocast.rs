@@ -122,7 +122,7 @@ fn autocast_setup(ctx: &Ctx) -> Vec<String> {
     let s = autocast_plan(ctx);
     vec![
         s.describe(),
-        "Measured: fp32 weights and input with autocast off; then the same model inside torch.autocast in fp16, and in bf16, each where this device runs it (B's way; A's model.half() is not run here)".into(),
+        "Measured: fp32 weights and input with autocast off; then the same model inside torch.autocast in fp16, and in bf16, each where this device runs it (the torch.autocast variant; the model.half() variant is not run here)".into(),
         format!(
             "eval() and torch.no_grad(); each arm is one run of {}; also read: the dtype a linear layer's output has inside the region (and a layer_norm's and a softmax's of it), the weights' dtype afterwards, and the largest difference from the fp32 output",
             super::super::memory::iterations(&s.spec)

@@ -33,7 +33,7 @@ pub const INFERENCE_VS_NOGRAD: Card = Card {
     id: "inference-vs-nograd",
     title: "inference_mode uses the memory no_grad uses, and its tensors cannot be saved for backward",
     asks: "How does torch.inference_mode() compare with torch.no_grad(): in memory, in speed, and in what its outputs can be used for?",
-    labels: ["backbone under inference_mode, its features straight into the head", "the same, with feats.clone() before the head"],
+    labels: ["backbone under inference_mode, its features straight into the head", "backbone under inference_mode, feats.clone() before the head"],
     setup: inference_setup,
     needs: Needs::Any,
     claim: "torch.inference_mode() records no graph, exactly as torch.no_grad() does, so it uses the same memory; it also skips autograd's dispatch, and the tensors it makes carry no version counter, track no views and cannot be saved for backward once outside it. What skipping that work saves per op is timed here from Rust through libtorch, which pays no Python interpreter per op; a team's Python code pays the interpreter on every op as well, and where this server has a Python the same runs timed from it are shown beside Gradless's: the gap that code sees.",
@@ -103,7 +103,7 @@ fn inference_setup(ctx: &Ctx) -> Vec<String> {
         inference_measured_on(&plan),
         "Timed and measured for memory: forward passes under torch.no_grad(), and the same under torch.inference_mode(); both in eval(), fp32".into(),
         runs.join("; "),
-        "Also tried, as in A and B: a tensor made under inference_mode, then used by an op whose other input requires grad (A); the same after .clone() outside the mode (B)".into(),
+        crate::pitfalls::kit::arms_after("Also tried, as in the code: ", "a tensor made under inference_mode, then used by an op whose other input requires grad", "a tensor made under inference_mode and .clone()d outside the mode, then used by that op"),
         "Timed from Rust through libtorch: no Python interpreter runs per op".into(),
         python::SETUP.into(),
     ]

@@ -44,7 +44,7 @@ pub const NOGRAD_AND_DROPOUT: Card = Card {
     pitfall: "with torch.no_grad():\n    y = model(x)  # the model is in train() mode",
     fix: "model.eval()\nwith torch.no_grad():\n    y = model(x)",
     threshold: "confirmed when, in train mode under no_grad, the same input twice differs by more than 1e-6 (Dropout), one sample's output changes with its batch-mates by more than 1e-6 (BatchNorm), and a running mean changes; repeating the same computation on the same kernels is bit-identical (the eval() figures read 0), so rounding cannot reach 1e-6. Regime: any; the effects are of order one (Dropout with p = 0.5 zeroes about half the units), whatever the device",
-    question: super::super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad() (A): does the same input give a different output when run twice?", TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE, super::super::Ask::YesNo),
+    question: super::super::value("The Tiny MLP (BatchNorm + Dropout) in train() mode under torch.no_grad(): does the same input give a different output when run twice?", TRAIN_NO_GRAD_MAX_DELTA_SAME_INPUT_TWICE, super::super::Ask::YesNo),
     experiment: nograd_and_dropout,
 };
 
@@ -65,7 +65,7 @@ fn nograd_and_dropout_setup(_: &Ctx) -> Vec<String> {
     vec![
         line,
         super::super::memory::architecture(ModelId::TinyMlp, size).unwrap_or_default(),
-        "A: model in train() mode, forward passes under torch.no_grad(); B: model.eval(), forward passes under torch.no_grad()".into(),
+        crate::pitfalls::kit::arms("model in train() mode, forward passes under torch.no_grad()", "model.eval(), forward passes under torch.no_grad()"),
         "Each mode runs: the same input twice; sample 0 with two different sets of batch-mates; one pass, reading BatchNorm's running mean before and after".into(),
         "Differences are the largest absolute difference between the two outputs, in fp32".into(),
     ]

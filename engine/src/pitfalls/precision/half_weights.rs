@@ -35,7 +35,7 @@ pub const HALF_WEIGHTS: Card = Card {
     pitfall: "with torch.autocast(device_type=\"cuda\", dtype=torch.float16), torch.inference_mode():\n    y = model(x)  # model as loaded (fp32)",
     fix: "model = model.half()  # cast once; the input too: x = x.half()\nwith torch.inference_mode():\n    y = model(x)",
     threshold: "confirmed when the cast model's parameters take exactly half the bytes of the fp32 model's, the fp32 weights used under autocast are still float32 after the call, and both low-precision outputs (autocast, cast weights) differ from fp32 by a non-zero amount below 10% of the fp32 output's largest magnitude. Peaks and latencies under grad, no_grad and inference_mode are reported (latency as a ratio with its 95% bootstrap interval), not judged: they depend on whether the device has 16-bit units. Regime: any; byte counts are exact. The low precision is fp16 on a GPU, bf16 on a CPU (where fp16 has no arithmetic units)",
-    question: super::super::ratio("ResNet-18 loaded in fp32 and run as in A (forward pass inside 16-bit autocast: fp16 on a GPU, bf16 on a CPU): the bytes its parameters take after the pass, against the same model never run under autocast? (fp32 is 4 bytes an element, fp16 and bf16 are 2.)", ANY_AUTOCAST_PARAMETERS, FP32_PARAMETERS, super::super::SAME_BYTES),
+    question: super::super::ratio("ResNet-18 loaded in fp32, its forward pass run inside 16-bit autocast (fp16 on a GPU, bf16 on a CPU): the bytes its parameters take after the pass, against the same model never run under autocast? (fp32 is 4 bytes an element, fp16 and bf16 are 2.)", ANY_AUTOCAST_PARAMETERS, FP32_PARAMETERS, super::super::SAME_BYTES),
     experiment: half_weights,
 };
 
@@ -56,7 +56,8 @@ pub(super) fn half_weights_setup(ctx: &Ctx) -> Vec<String> {
     let low = weights.as_str();
     vec![
         s.describe(),
-        format!("A: the fp32 model, forward pass inside torch.autocast({low}); B: the weights cast once to {low} (the input cast too); the fp32 model without autocast as the reference"),
+        crate::pitfalls::kit::arms(format!("the fp32 model, forward pass inside torch.autocast({low})"), format!("the weights cast once to {low} (the input cast too)")),
+        "The reference: the fp32 model without autocast".into(),
         format!("Bytes per parameter element: 4 in fp32, 2 in {low}; the parameter bytes are read after the passes"),
         format!("Also measured: each variant's peak memory and latency with autograd on, under no_grad and under inference_mode, one run of {} each", super::super::memory::iterations(&s.spec)),
     ]

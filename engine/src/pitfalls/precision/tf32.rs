@@ -12,7 +12,7 @@ pub const TF32: Card = Card {
     id: "tf32",
     title: "TF32: fp32 matmuls that are not quite fp32",
     asks: "What does allowing TF32 do to an fp32 matmul's result and its latency?",
-    labels: ["fp32 matmul with TF32 not allowed", "the same matmul with TF32 allowed"],
+    labels: ["fp32 matmul with TF32 not allowed", "fp32 matmul with TF32 allowed"],
     setup: tf32_setup,
     needs: Needs::Cuda("The switches this card turns (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) reach only cuBLAS and cuDNN: TF32 runs on NVIDIA GPUs' tensor cores, from Ampere on."),
     claim: "On NVIDIA GPUs from Ampere on, allowing TF32 runs fp32 matmuls on tensor cores with their inputs rounded to a 10-bit mantissa: faster, with a small change in the result. PyTorch leaves it off for matmuls and on for cuDNN convolutions. allow_tf32 and the newer fp32_precision settings are two spellings of one switch, and mixing them can leave a state the old one cannot read.",

@@ -30,7 +30,7 @@ pub const ITEM_PER_BATCH: Card = Card {
     asks: "What does reading loss.item() on every batch do to a validation loop's time on a GPU?",
     labels: ["total += loss.item() on every batch", "total += loss.detach() on the device, one .item() at the end"],
     setup: item_per_batch_setup,
-    needs: Needs::Cuda("On a CPU the loss already sits in host memory, so .item() reads it without involving another device."),
+    needs: Needs::Cuda(".item() on a CPU tensor reads host memory: there is no CUDA device in this server's run of the card."),
     claim: "On a GPU, .item() on every batch makes the CPU wait until the GPU has finished that batch before it queues the next, so the GPU sits idle while the CPU queues each batch; accumulating on the device and reading once at the end lets the CPU queue batch i+1 while the GPU runs batch i, which is faster where the GPU has work to overlap. Gradless queues each batch from Rust through libtorch, with no Python interpreter per op; from Python, as a team's code runs, the CPU's share of each batch is larger, and where this server has a Python the same loops timed from it are shown beside.",
     statements: &[
         Said::torch(".item() runs aten::_local_scalar_dense, which copies one element to the host.", "test_runtime.py::test_item_reads_the_value_through_local_scalar_dense"),
@@ -42,7 +42,7 @@ pub const ITEM_PER_BATCH: Card = Card {
     pitfall: "total += loss.item()  # every batch",
     fix: "total += loss.detach()  # on the device; total.item() once",
     threshold: "CUDA: over 15 alternating loops of 20 batches each, confirmed when the 95% bootstrap interval of the p50 ratio (.item() loop / accumulating loop) lies wholly above 1, refuted when it lies wholly below 1.05 (any cost under 5%), inconclusive otherwise. Regime: a sync per batch costs the overlap between the CPU queueing batch i+1 and the GPU computing batch i, which is largest when the two take similar time; if the GPU's work per batch is tiny there is nothing to overlap. The batch grows (×4, from 256 up to 16384) until a synchronised batch takes at least 2× its launches alone (the naive time); if it never does, not_applicable (launch-bound). Gradless queues each batch from Rust through libtorch, without Python's per-op cost: in Python the CPU's share of each batch is larger, and so is the overlap a per-batch sync throws away. Where the server has a Python, the same loops are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; a batch's launches alone only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU there is no device to wait for: not_applicable, with both loop times reported",
-    question: super::super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch (A) as a multiple of its p50 accumulating on the device and reading once (B)?", LOOP_WITH_ITEM_PER_BATCH, LOOP_ACCUMULATING_ON_DEVICE, super::super::SAME_TIME),
+    question: super::super::ratio("The Tiny MLP on a GPU, a loop of 20 batches, at a batch where a synchronised batch takes at least 2× its launches alone: the loop's p50 with .item() on every batch as a multiple of its p50 accumulating on the device and reading once?", LOOP_WITH_ITEM_PER_BATCH, LOOP_ACCUMULATING_ON_DEVICE, super::super::SAME_TIME),
     experiment: item_per_batch,
 };
 
@@ -101,7 +101,7 @@ fn item_per_batch_setup(ctx: &Ctx) -> Vec<String> {
     let (s, line) = item_plan(ctx);
     let mut lines = vec![
         line,
-        format!("A: a loop of {LOOP_BATCHES} batches adding each batch's mean output to a float on the host with .item(); B: the same loop adding it to a tensor on the device, read with .item() once at the end"),
+        crate::pitfalls::kit::arms(format!("a loop of {LOOP_BATCHES} batches adding each batch's mean output to a float on the host with .item()"), format!("a loop of {LOOP_BATCHES} batches adding it to a tensor on the device, read with .item() once at the end")),
         format!("{ITEM_ROUNDS} loops of each kind, alternating, each timed whole (eval(), torch.no_grad(), fp32); the {LOOP_BATCHES} inputs are on the device before the loop starts"),
         from_rust(s.model),
         python::SETUP.into(),

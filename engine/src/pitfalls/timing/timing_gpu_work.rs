@@ -28,7 +28,7 @@ pub const TIMING_GPU_WORK: Card = Card {
     asks: "What does a timer around model(x) read on a GPU, with and without torch.cuda.synchronize() before it stops?",
     labels: ["clock stopped right after model(x)", "torch.cuda.synchronize() before the clock stops"],
     setup: timing_gpu_work_setup,
-    needs: Needs::Cuda("On a CPU each op has finished when model(x) returns, so here the two timers measure the same thing."),
+    needs: Needs::Cuda("torch.cuda.synchronize() waits on a CUDA device, and this server runs the card on its CPU."),
     claim: "On a GPU, model(x) returns once its kernels are queued: a timer stopped right after it measures the CPU issuing the ops, not the GPU's work, and reads a fraction of the true time where that work dominates. Gradless issues the ops from Rust through libtorch, with no Python interpreter per op, so its naive timer reads PyTorch's C++ dispatch and the launches alone; from Python, as a team's code runs, each op also pays the interpreter, and where this server has a Python its two timers are shown beside.",
     statements: &[
         Said::torch("ResNet-18's forward pass calls 69 operators (20 convolutions, 20 batch norms, 17 ReLUs, 8 residual additions, two poolings, a flatten, one linear layer), which the CPU issues one after another.", "test_runtime.py::test_resnet18_forward_calls_69_operators"),
@@ -41,7 +41,7 @@ pub const TIMING_GPU_WORK: Card = Card {
     pitfall: "t0 = time.time(); y = model(x); dt = time.time() - t0",
     fix: "t0 = time.time(); y = model(x); torch.cuda.synchronize(); dt = time.time() - t0",
     threshold: "CUDA: over 20 alternating passes per timer, confirmed when the 95% bootstrap interval of synchronised p50 / naive p50 lies wholly above 2 (the naive timer reads less than half), refuted when it lies wholly below 2, inconclusive when it contains 2. Regime: the GPU's work must dominate the launches, or there is nothing for a naive timer to miss. It is checked without the naive timer: a synchronised pass at the chosen batch must take at least 5× a synchronised pass at batch 1 (which cannot be shorter than its launches); the batch doubles until it does (up to 1024, below 2³¹ elements per tensor), and if it never does the verdict is not_applicable (launch-bound). Gradless issues the ops from Rust through libtorch: the naive timer reads PyTorch's C++ dispatch and the kernel launches alone. From Python each op also pays the interpreter, so a naive Python timer reads more, yet still not the GPU's work: where the server has a Python, the same alternating passes are also timed from it at the same batch (figures \"Python: …\", and \"Python / Gradless: …\", Python's time over Gradless's; the naive timer only on CUDA), what a team's code sees; they do not decide the verdict. On a CPU ops are synchronous: not_applicable, after checking that both timers agree within 25%",
-    question: super::super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x) (A), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops (B)?", NAIVE_P50, SYNCHRONISED_P50, super::super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
+    question: super::super::ratio("ResNet-18 on a GPU, at a batch where a synchronised pass takes at least 5× one at batch 1: the p50 read by the timer stopped right after model(x), as a multiple of the p50 read with torch.cuda.synchronize() before the clock stops?", NAIVE_P50, SYNCHRONISED_P50, super::super::Ask::LogScale { min: 0.001, max: 10.0, within: 2.0 }),
     experiment: timing_gpu_work,
 };
 
@@ -109,7 +109,8 @@ fn timing_gpu_work_setup(ctx: &Ctx) -> Vec<String> {
     let (s, _, line) = sync_plan(ctx);
     vec![
         line,
-        format!("A: the clock stops right after model(x) returns; B: the device is synchronised (torch.cuda.synchronize() on a GPU) before the clock stops. {SYNC_ROUNDS} passes per timer, alternating, on the same model and input (eval(), torch.no_grad(), fp32)"),
+        crate::pitfalls::kit::arms("the clock stops right after model(x) returns", "the device is synchronised (torch.cuda.synchronize() on a GPU) before the clock stops"),
+        format!("{SYNC_ROUNDS} passes per timer, alternating, on the same model and input (eval(), torch.no_grad(), fp32)"),
         from_rust(s.model),
         python::SETUP.into(),
     ]

@@ -115,7 +115,7 @@ fn warm_up_setup(ctx: &Ctx) -> Vec<String> {
     vec![
         warm_up_plan(ctx).1,
         format!("The model is built fresh for the experiment and the device synchronised; then {WARM_UP_PASSES} forward passes in a row, each timed on its own (eval(), torch.no_grad(), fp32)"),
-        "A: the first pass's time; B: the median of passes 6 to 15".into(),
+        "Read: the first pass's time, and the median of passes 6 to 15".into(),
         before.into(),
         "Timed from Rust through libtorch: no pass pays a Python interpreter's cost per op".into(),
         python::SETUP.into(),

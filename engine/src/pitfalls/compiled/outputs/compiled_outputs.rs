@@ -18,7 +18,7 @@ pub const COMPILED_OUTPUTS: Card = Card {
     id: "compiled-outputs",
     title: "Compiled, the output is close to eager's but not the same bits",
     asks: "In fp32, is the output of a model compiled ahead of time the same as the eager model's?",
-    labels: ["the eager model, called twice on one input", "the compiled package, called twice on the same input"],
+    labels: ["the package's output checked against eager's with torch.equal", "the package's output checked against eager's with assert_close (rtol and atol 1e-4)"],
     setup: outputs_setup,
     needs: Needs::Any,
     claim: "The compiled output is not the eager one bit for bit, yet it lies within 1e-4 of the output's largest magnitude, and each of them gives the same bits call after call. Inductor's kernels compute the same sums and products in another order (BatchNorm fused into its neighbours, loops and vector widths of their own), and float addition is not associative: a different order rounds differently in the last bits. Compare compiled and eager outputs with a tolerance, never with equality.",

@@ -54,7 +54,7 @@ pub const COMPILED_SETTINGS: Card = Card {
     pitfall: "runner = torch._inductor.aoti_load_package(path)\ny = runner(x)",
     fix: "runner = torch._inductor.aoti_load_package(path)\nwith torch.inference_mode():\n    y = runner(x)",
     threshold: "confirmed when the package gives the same bits on two calls with one input, its output requires grad under none of the three grad modes, and the memory it keeps while its output lives with autograd on is the same as under no_grad (the byte rule: within 1%); refuted otherwise. The eager model in train() and with autograd on is measured beside for contrast, and the three modes' p50s (5 passes of each on a CPU, 20 on a GPU, alternating) are reported, not judged. Tiny MLP by default: it has Dropout and BatchNorm",
-    question: super::super::super::value_in("A package is called with autograd on (no torch.no_grad() around it), its weights having required grad when it was exported: does its output require grad?", COMPILED_GRAD_ENABLED_OUTPUT_REQUIRES_GRAD, protocol::Unit::Plain, protocol::Ask::YesNo),
+    question: super::super::super::value_in("A package is called with autograd on (no torch.no_grad() around it), its weights having required grad when it was exported: does its output require grad? (A knowledge check.)", COMPILED_GRAD_ENABLED_OUTPUT_REQUIRES_GRAD, protocol::Unit::Plain, protocol::Ask::YesNo),
     experiment: settings,
 };
 

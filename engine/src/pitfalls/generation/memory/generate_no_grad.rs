@@ -18,7 +18,7 @@ pub const GENERATE_NO_GRAD: Card = Card {
     id: "generate-no-grad",
     title: "A generation loop without no_grad keeps every step's graph",
     asks: "What does memory hold, step after step, when an eval() model generates tokens in its own loop with autograd on?",
-    labels: ["eval(), generation loop with autograd on", "eval(), the same loop under torch.no_grad()"],
+    labels: ["eval(), generation loop with autograd on", "eval(), generation loop under torch.no_grad()"],
     setup: generate_no_grad_setup,
     needs: Needs::Any,
     claim: "A hand-written generation loop without torch.no_grad() keeps the steps' autograd graphs alive through the KV cache: each step's attention saves the whole cache as it stood, so memory beyond the cache grows faster with every step, and model.eval() does not stop it. Under no_grad nothing is kept but the cache.",
@@ -36,7 +36,7 @@ pub const GENERATE_NO_GRAD: Card = Card {
     pitfall: "model.eval()\ncache = DynamicCache(config=model.config)\nfor step in range(new_tokens):\n    logits = model(ids, past_key_values=cache).logits",
     fix: "model.eval()\ncache = DynamicCache(config=model.config)\nwith torch.no_grad():  # or torch.inference_mode()\n    for step in range(new_tokens):\n        logits = model(ids, past_key_values=cache).logits",
     threshold: "confirmed when, in eval mode with a dynamic cache, grad-enabled memory beyond the weights, prompt, KV cache and tokens rises at every step and by more in the second half of the steps than in the first (superlinear: each step's attention saves the whole cache as it stood), no_grad holds none beyond 64 KiB (CUDA block rounding), and memory returns to the baseline after the run. Regime: any device; the CPU counts allocations exactly",
-    question: crate::pitfalls::value("The setup's decoder generating in A (eval(), autograd on): after the last token, how many bytes does memory hold beyond the weights, the prompt, the KV cache and the tokens?", GRAPH_AFTER_THE_LAST_STEP_GRAD, crate::pitfalls::BYTES),
+    question: crate::pitfalls::value("The setup's decoder generating in eval() with autograd on: after the last token, how many bytes does memory hold beyond the weights, the prompt, the KV cache and the tokens?", GRAPH_AFTER_THE_LAST_STEP_GRAD, crate::pitfalls::BYTES),
     experiment: generate_no_grad,
 };
 
@@ -61,7 +61,7 @@ pub(super) fn generate_no_grad_setup(ctx: &Ctx) -> Vec<String> {
     let spec = generate_no_grad_plan(ctx);
     vec![
         setup(&spec),
-        "A: model.eval(), one forward pass per new token with autograd on; B: model.eval(), the same loop under torch.no_grad()".into(),
+        crate::pitfalls::kit::arms("model.eval(), one forward pass per new token with autograd on", "model.eval(), one forward pass per new token under torch.no_grad()"),
         shape(spec.model),
         format!("{}, greedy decoding", dtypes(&spec)),
         cache_after(&spec),

@@ -24,7 +24,7 @@ pub const INFERENCE_TENSOR_CACHE: Card = Card {
     pitfall: "with torch.inference_mode():\n    cache = StaticCache(config=model.config, max_cache_len=1024)\nwith torch.no_grad():\n    model(ids, past_key_values=cache)  # writes the new keys and values into the cache",
     fix: "with torch.inference_mode():  # allocated and written under inference_mode\n    cache = StaticCache(config=model.config, max_cache_len=1024)\n    model(ids, past_key_values=cache)",
     threshold: "confirmed when libtorch raises its error for the in-place write to a cache tensor made under inference_mode from outside it, and both fixes (allocate and update under inference_mode; no_grad for both) succeed. Regime: any device",
-    question: crate::pitfalls::value("In A (a cache tensor allocated under inference_mode, then one position written into it in place under no_grad), does libtorch raise an error? (A knowledge check: what PyTorch allows a tensor made under inference_mode.)", ERROR_RAISED, crate::pitfalls::Ask::YesNo),
+    question: crate::pitfalls::value("A cache tensor allocated under inference_mode, then one position written into it in place under no_grad: does libtorch raise an error? (A knowledge check.)", ERROR_RAISED, crate::pitfalls::Ask::YesNo),
     experiment: inference_tensor_cache,
 };
 
@@ -39,7 +39,8 @@ pub(super) fn inference_tensor_cache_describe() -> String {
 pub(super) fn inference_tensor_cache_setup(_ctx: &Ctx) -> Vec<String> {
     vec![
         inference_tensor_cache_describe(),
-        "A: the tensor allocated (zeros) under torch.inference_mode(), then its first position overwritten in place under torch.no_grad(); B: allocated and overwritten under torch.inference_mode(); also measured: allocated and overwritten under torch.no_grad()".into(),
+        crate::pitfalls::kit::arms("the tensor allocated (zeros) under torch.inference_mode(), then its first position overwritten in place under torch.no_grad()", "the tensor allocated (zeros) and its first position overwritten under torch.inference_mode()"),
+        "Also measured: allocated and overwritten under torch.no_grad()".into(),
         "fp32; one in-place copy of one position's keys per way".into(),
     ]
 }

@@ -28,7 +28,7 @@ pub const LEFT_PADDED_BATCH: Card = Card {
     pitfall: "tokenizer.padding_side = \"left\"\nbatch = tokenizer(prompts, padding=True, return_tensors=\"pt\")  # every prompt as long as the longest\nmodel.generate(**batch, max_new_tokens=8)",
     fix: "# each prompt in its own call\nfor prompt in prompts:\n    batch = tokenizer([prompt], return_tensors=\"pt\")\n    model.generate(**batch, max_new_tokens=8)",
     threshold: "confirmed when the padded batch's measured cache exceeds the four prompts' caches generated one by one by exactly the padding positions' bytes (the formula at 48 padding positions). The times of both ways are reported; they decide nothing (on a CPU a batch can be faster in total even with its waste). The padded rows run without an attention mask here: the cost is what padding costs, their tokens are not compared. Regime: any device",
-    question: crate::pitfalls::ratio("The setup's decoder and prompts: the bytes A's cache (the padded batch) holds beyond B's four caches together, as a multiple of B's four caches together?", PADDED_BATCH_BEYOND_ONE_BY_ONE_KV_CACHE, ONE_BY_ONE_KV_CACHES, crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
+    question: crate::pitfalls::ratio("The setup's decoder and prompts: the padded batch's cache bytes minus the four one-by-one caches' bytes together, as a multiple of the four one-by-one caches' bytes together?", PADDED_BATCH_BEYOND_ONE_BY_ONE_KV_CACHE, ONE_BY_ONE_KV_CACHES, crate::pitfalls::Ask::LogScale { min: 0.01, max: 10.0, within: 1.5 }),
     experiment: left_padded_batch,
 };
 
@@ -47,9 +47,9 @@ pub(super) fn left_padded_batch_setup(ctx: &Ctx) -> Vec<String> {
     let spec = gen_spec(ctx, model, 1, longest, n, KvCacheKind::Dynamic, GradMode::NoGrad);
     vec![
         left_padded_batch_describe(model, &lengths, n),
-        format!("A: the {} prompts left-padded to {longest} tokens, generated as one batch of {}, no attention mask; B: each prompt generated alone at batch 1", lengths.len(), lengths.len()),
+        crate::pitfalls::kit::arms(format!("the {} prompts left-padded to {longest} tokens, generated as one batch of {}, no attention mask", lengths.len(), lengths.len()), "each prompt generated alone at batch 1"),
         shape(model),
-        format!("{}; after the last token each sequence's cache holds its prompt (padding included) and every new token but the last", dtypes(&spec)),
+        format!("{}; the cache holds the keys and values of every position a generation fed the model, the last new token excepted", dtypes(&spec)),
         "Measured: each cache's bytes from its tensors after the last token, and each way's total time".into(),
     ]
 }

@@ -31,7 +31,7 @@ pub const STATIC_CACHE: Card = Card {
     pitfall: "out = model.generate(ids, max_new_tokens=256)  # DynamicCache, the default",
     fix: "out = model.generate(ids, max_new_tokens=256, cache_implementation=\"static\")",
     threshold: "confirmed when the static cache's bytes are the same at every step and equal the formula for prompt + new tokens, while the dynamic one's grow by exactly one position's bytes per step. On CUDA the static cache's decode step is also captured once and replayed as a CUDA graph (the whole capacity attended under a mask), its per-token p50 reported beside eager's with the same tokens; that part decides nothing. Regime: any device (graph replay: CUDA only)",
-    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: B's cache bytes (static cache, sized for prompt + new tokens) as a multiple of A's (dynamic cache) after the last token?", STATIC_CACHE_AFTER_THE_LAST_STEP, DYNAMIC_CACHE_AFTER_THE_LAST_STEP, crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
+    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: the static cache's bytes (sized for prompt + new tokens) as a multiple of the dynamic cache's after the last token?", STATIC_CACHE_AFTER_THE_LAST_STEP, DYNAMIC_CACHE_AFTER_THE_LAST_STEP, crate::pitfalls::Ask::LogScale { min: 0.1, max: 10.0, within: 1.25 }),
     experiment: static_cache,
 };
 
@@ -48,7 +48,7 @@ pub(super) fn static_cache_setup(ctx: &Ctx) -> Vec<String> {
     let capacity = spec.resolved_input_size() + g.new_tokens;
     vec![
         setup(&spec),
-        format!("A: the dynamic cache (transformers' DynamicCache), the same prompt and tokens; B: the static cache, sized for {} + {} = {capacity} positions", spec.resolved_input_size(), g.new_tokens),
+        crate::pitfalls::kit::arms("the dynamic cache (transformers' DynamicCache), the same prompt and tokens", format!("the static cache, sized for {} + {} = {capacity} positions", spec.resolved_input_size(), g.new_tokens)),
         shape(spec.model),
         format!("{}, no_grad, greedy decoding", dtypes(&spec)),
         "Measured: each cache's bytes from its tensors, after every step".into(),

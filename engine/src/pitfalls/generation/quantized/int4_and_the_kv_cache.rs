@@ -79,7 +79,7 @@ pub(super) fn int4_and_the_kv_cache_setup(ctx: &Ctx) -> Vec<String> {
     vec![
         with_activations(&plain),
         format!(
-            "Two runs: unquantized {} weights; the blocks' linear layers quantized to weight-only int4 in groups of {} (a scale and a zero per group), dequantized inside each matmul",
+            "Two runs: unquantized {} weights; the blocks' linear layers quantized to weight-only int4 in groups of {} (a scale and a zero per group)",
             plain.advanced.weights.as_str(),
             g.group_size,
         ),

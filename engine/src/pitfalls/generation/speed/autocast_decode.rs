@@ -32,7 +32,7 @@ pub const AUTOCAST_DECODE: Card = Card {
     pitfall: "with torch.inference_mode():\n    for step in range(new_tokens):\n        with torch.autocast(\"cuda\", dtype=torch.bfloat16):  # one autocast region per step\n            logits = model(next_id, past_key_values=cache).logits",
     fix: "model = model.to(torch.bfloat16)\nwith torch.inference_mode():\n    for step in range(new_tokens):\n        logits = model(next_id, past_key_values=cache).logits",
     threshold: "per row (fp32; autocast entered per step; autocast around the whole loop; bf16 weights — each under no_grad and inference_mode) the per-token p50 and the peak above the baseline are reported. Confirmed when the bf16 model's weights take exactly half the fp32 model's bytes and, under inference_mode, the 95% bootstrap interval of the ratio of the decode steps' times (autocast per step over bf16 weights) lies wholly above 1; refuted when it lies wholly below 1, or the bytes are not half; inconclusive otherwise. Regime: a GPU with bf16, where a decode step reads every weight and a cast reads 4 bytes and writes 2 per weight; a CPU answers with its own figures (the tiny decoder's step is mostly per-op cost, and a CPU without AVX512-BF16 or AMX emulates bf16)",
-    question: crate::pitfalls::ratio("The setup's decoder under inference_mode: B's per-token decode p50 (weights cast to bf16 once) against A's (fp32 weights, bf16 autocast entered around each step)? (Partly a knowledge check: what autocast does with the weights at each step under inference_mode.)", BF16_WEIGHTS_INFERENCE_MODE_PER_TOKEN_P50, AUTOCAST_PER_STEP_INFERENCE_MODE_PER_TOKEN_P50, crate::pitfalls::SAME_TIME),
+    question: crate::pitfalls::ratio("The setup's decoder under inference_mode: the per-token decode p50 with the weights cast to bf16 once, against the p50 with fp32 weights and bf16 autocast entered around each step? (Partly a knowledge check.)", BF16_WEIGHTS_INFERENCE_MODE_PER_TOKEN_P50, AUTOCAST_PER_STEP_INFERENCE_MODE_PER_TOKEN_P50, crate::pitfalls::SAME_TIME),
     experiment: autocast_decode,
 };
 
@@ -54,7 +54,7 @@ pub(super) fn autocast_decode_setup(ctx: &Ctx) -> Vec<String> {
     let spec = autocast_decode_plan(ctx);
     let mut lines = vec![
         autocast_decode_describe(&spec),
-        "Four ways, each under no_grad and under inference_mode: fp32 weights; fp32 weights with bf16 autocast entered around each step (A); bf16 autocast around the whole loop; weights cast to bf16 once (B)".into(),
+        "Four ways, each under no_grad and under inference_mode: fp32 weights; fp32 weights with bf16 autocast entered around each step; bf16 autocast around the whole loop; weights cast to bf16 once".into(),
         shape(spec.model),
     ];
     if let Some(d) = spec.model.decoder() {

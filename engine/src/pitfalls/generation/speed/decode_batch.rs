@@ -54,7 +54,7 @@ pub(super) fn decode_batch_setup(ctx: &Ctx) -> Vec<String> {
     let specs = decode_batch_plan(ctx);
     let mut lines = vec![decode_batch_describe(&specs)];
     if let (Some(first), Some(last)) = (specs.first(), specs.last()) {
-        lines.push(format!("A: one sequence per generate call (batch {}); B: {} sequences in one generate call", first.batch, last.batch));
+        lines.push(crate::pitfalls::kit::arms(format!("one sequence per generate call (batch {})", first.batch), format!("{} sequences in one generate call", last.batch)));
         lines.push(shape(last.model));
         lines.push(format!("{}, no_grad; the same prompt length for every sequence", dtypes(last)));
         if let Some(d) = last.model.decoder() {

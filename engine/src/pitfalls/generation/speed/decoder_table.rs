@@ -36,7 +36,7 @@ pub const DECODER_TABLE: Card = Card {
     pitfall: "model.eval()\nfor step in range(new_tokens): ...",
     fix: "model = model.to(torch.bfloat16).eval()\nwith torch.inference_mode():\n    for step in range(new_tokens): ...",
     threshold: "confirmed when eval only's peak against train's is within 1% (the byte rule the question is graded by) for a decoder without dropout, or, for one with dropout, within 1% or lower by less than a quarter of what eval + no_grad saves; eval + no_grad's is below train's by more than the graph train kept after its last step less 10%; and inference_mode's is no higher than no_grad's beyond the allocator's rounding: exactly on the CPU (its counter sees the bytes asked for); on CUDA within 1 MiB for each of the 4 largest temporaries of a layer at its peak (the caching allocator rounds blocks to 512 B and may leave a block above 1 MiB an unsplit tail of under 1 MiB, which differs between two runs of the same tensors). The seed-table card runs the same rows on ResNet-50. Regime: any device; the tiny Llama a CPU runs has attention dropout 0.1, the Llama-3.2-1B shape a GPU runs has none",
-    question: crate::pitfalls::ratio("The setup's decoder generating with autograd on in both: the peak above the weights and the prompt with model.eval() (A) against with model.train()?", EVAL_ONLY_PEAK_ABOVE_BASELINE, TRAIN_PEAK_ABOVE_BASELINE, crate::pitfalls::SAME_BYTES),
+    question: crate::pitfalls::ratio("The setup's decoder generating with autograd on in both: the peak above the weights and the prompt with model.eval() against with model.train()?", EVAL_ONLY_PEAK_ABOVE_BASELINE, TRAIN_PEAK_ABOVE_BASELINE, crate::pitfalls::SAME_BYTES),
     experiment: decoder_table,
 };
 
@@ -68,7 +68,7 @@ pub(super) fn decoder_table_setup(ctx: &Ctx) -> Vec<String> {
     let dropout = rows[0].1.model.decoder().map_or(0.0, |d| d.config.attention_dropout);
     vec![
         setup(&rows[0].1),
-        format!("Six rows, one generation each: {}; A is eval only, B the last row", names.join("; ")),
+        format!("Six rows, one generation each: {}; the two pieces of code are the eval only row and the last row", names.join("; ")),
         "train: model.train(), autograd on; eval only: model.eval(), autograd on; no_grad only: model.train() under torch.no_grad(); + bf16 weights: weights cast to bf16, eval() and inference_mode".into(),
         shape(rows[0].1.model),
         format!("Dropout: attention dropout p = {dropout}, the decoder's only dropout; no batch norm"),

@@ -37,7 +37,7 @@ pub const USE_CACHE_OFF: Card = Card {
     pitfall: "out = model.generate(ids, max_new_tokens=256, use_cache=False)",
     fix: "out = model.generate(ids, max_new_tokens=256)  # use_cache=True is the default",
     threshold: "confirmed when the uncached decode steps' latency rises with the position (rank correlation above 0.5), the median of its last 8 steps is more than twice the cached run's, the greedy tokens are identical, and it holds less memory after the last step (no cache). Regime: an uncached step must be compute-bound for its time to follow the position. On a CPU: batch 1, prompt 8 + 96 new tokens (9 to 103 rows per step, the prefix grows twelvefold). On a GPU: the 1B shape in fp32 at batch 8, prompt 128 + 64 new tokens, so each uncached step multiplies 1,032 to 1,528 token rows, compute-bound on a big GPU; at batch 1 and 257–383 positions a 132-SM H200 is launch- and bandwidth-bound and the steps read as flat, which would decide nothing",
-    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: A's total generation time (use_cache=False) as a multiple of B's (the KV cache)? (A judgment: how much of a step's time is work on its positions, and how much a fixed cost per op, on this device.)", UNCACHED_TOTAL, CACHED_TOTAL, crate::pitfalls::Ask::LogScale { min: 0.1, max: 100.0, within: 1.5 }),
+    question: crate::pitfalls::ratio("The setup's decoder, same prompt and tokens: the total generation time with use_cache=False as a multiple of the time with the KV cache? (A judgment: how much of a step's time is work on its positions, and how much a fixed cost per op, on this device.)", UNCACHED_TOTAL, CACHED_TOTAL, crate::pitfalls::Ask::LogScale { min: 0.1, max: 100.0, within: 1.5 }),
     experiment: use_cache_off,
 };
 
@@ -59,11 +59,11 @@ pub(super) fn use_cache_off_setup(ctx: &Ctx) -> Vec<String> {
     let n = spec.generate.as_ref().map_or(0, |g| g.new_tokens);
     vec![
         setup(&spec),
-        "A: use_cache=False, each step feeds the whole sequence so far; B: the dynamic KV cache, each step after the prompt feeds one new token per sequence".into(),
+        crate::pitfalls::kit::arms("use_cache=False, each step feeds the whole sequence so far", "the dynamic KV cache, each step after the prompt feeds one new token per sequence"),
         shape(spec.model),
         format!("{}, no_grad, greedy decoding", dtypes(&spec)),
         format!(
-            "Positions each step feeds per sequence: the prompt's pass {prompt} in both; then A {} to {}, B 1",
+            "Positions each step feeds per sequence: the prompt's pass {prompt} in both; then {} to {} with use_cache=False, 1 with the cache",
             prompt + 1,
             prompt + n.saturating_sub(1)
         ),
