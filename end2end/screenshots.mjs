@@ -9,9 +9,10 @@
 //   GRADLESS_URL=http://127.0.0.1:3000 node screenshots.mjs [OUT_DIR]   every picture (default ../docs)
 //   node screenshots.mjs --list                                          the files it writes (no browser)
 //   GRADLESS_URL=... node screenshots.mjs --only card-question.png       one picture (its scene's flow runs)
-// Scenes marked `server: "models"` need a server started with `--models-dir` holding the
-// sharded bf16 Llama folder (`engine/tests/decoder_text.rs` writes it) and the two-input team
-// model (`bench/export_model.py`), at GRADLESS_MODELS_URL; `server: "fleet"` a fleet front
+// Scenes marked `server: "models"` need a server at GRADLESS_MODELS_URL started with
+// `--models-dir` holding engine/tests/fixtures' folders: make_team_models.py's (token_mask),
+// make_hf_text_decoders.py's text_llama_sharded_bf16 and make_hf_decoders.py's
+// hf_llama_sharded_bf16; `server: "fleet"` a fleet front
 // with two CPU workers (end2end/tests/fleet.spec.ts starts one) at GRADLESS_FLEET_URL. Without
 // the address, the run names those scenes as not taken and exits 2.
 
@@ -142,7 +143,8 @@ export const scenes = {
       await page.goto(url);
       await hydrated(page);
       const done = () => page.getByTestId("status").filter({ hasText: "Done" }).waitFor({ timeout: 300000 });
-      await done(); // the first view's automatic run
+      // The first view: a recorded run of the defaults, or the automatic first run.
+      await page.getByTestId("status").filter({ hasText: /Recorded|Done/ }).waitFor({ timeout: 300000 });
       await page.getByTestId("run").click();
       await page.waitForTimeout(300);
       await done();
@@ -226,14 +228,21 @@ export const scenes = {
     },
   },
   learn: {
-    doc: "guide.md: the shipped path and its answers page (some answers posted first)",
+    doc: "guide.md: the shipped path, its first step walked, and its answers page (some answers posted first)",
     viewport: { width: 1440, height: 1300 },
     files: ["learn-path.png", "learn-answers.png"],
     async take({ page, url, shot }) {
       await learnAnswers(url);
       await page.goto(`${url}/learn/inference-settings`);
       await hydrated(page);
-      await page.waitForTimeout(500);
+      // Its first step walked: the prediction against its measurement.
+      const step = page.getByTestId("step-1");
+      await step.getByLabel("Your prediction").focus();
+      await page.keyboard.press("ArrowLeft");
+      await step.getByTestId("lock-1").click();
+      await step.getByTestId("step-outcome").waitFor({ timeout: 300000 });
+      await page.waitForTimeout(800);
+      await page.evaluate(() => window.scrollTo(0, 0));
       await shot("learn-path.png", page);
       await page.goto(`${url}/learn/inference-settings/answers`);
       await hydrated(page);
@@ -404,23 +413,29 @@ export const scenes = {
     },
   },
   models: {
-    doc: "generation.md, README.md, operating.md: a team's folders (--models-dir): the sharded bf16 Llama with its tokenizer.json, the two-input team model",
+    doc: "generation.md, README.md, operating.md: a team's folders (--models-dir): the sharded bf16 Llamas (one with its tokenizer.json), the two-input team model",
     server: "models",
     viewport: { width: 1440, height: 1350 },
     files: ["generate-tokenized-text.png", "generate-sharded-checkpoint.png", "team-model.png"],
     async take({ page, url, shot }) {
-      await page.goto(`${url}/generate?model=hf_llama_sharded_bf16&device=cpu&batch=1&new_tokens=24&cache=dynamic&eval=1&grad=no_grad&autocast=off`);
+      const gen = "device=cpu&batch=1&new_tokens=24&cache=dynamic&eval=1&grad=no_grad&autocast=off";
+      await page.goto(`${url}/generate?model=text_llama_sharded_bf16&${gen}&prompt_text=${encodeURIComponent("def forward(self, x):")}`);
       await hydrated(page);
-      const box = page.getByTestId("gen-prompt-text");
-      await box.fill("The quick brown fox jumps over the lazy dog.");
-      await box.dispatchEvent("change");
       await page.getByTestId("gen-run").click();
       await page.getByTestId("gen-status").filter({ hasText: "Done" }).waitFor({ timeout: 300000 });
       await page.waitForTimeout(800);
+      await page.evaluate(() => window.scrollTo(0, 0));
       await shot("generate-tokenized-text.png", page);
-      await shot("generate-sharded-checkpoint.png", page.getByTestId("gen-summary"));
-      await page.goto(`${url}/?model=team_two_inputs&device=cpu`);
+      await page.goto(`${url}/generate?model=hf_llama_sharded_bf16&${gen}&prompt=16`);
       await hydrated(page);
+      await page.getByTestId("gen-run").click();
+      await page.getByTestId("gen-status").filter({ hasText: "Done" }).waitFor({ timeout: 300000 });
+      await page.waitForTimeout(800);
+      await shot("generate-sharded-checkpoint.png", page.getByTestId("gen-summary"));
+      await page.goto(`${url}/?model=token_mask&device=cpu&batch=2&eval=1&grad=no_grad&autocast=off`);
+      await hydrated(page);
+      await page.getByTestId("run").click();
+      await page.getByTestId("status").filter({ hasText: "Done" }).waitFor({ timeout: 300000 });
       await page.waitForTimeout(800);
       await shot("team-model.png", page);
     },
@@ -481,7 +496,7 @@ function labPredict(before, after) {
     const box = page.getByTestId("lab-predict");
     await box.waitFor();
     await box.scrollIntoViewIfNeeded();
-    if (before) await shot(before, page);
+    if (before) await shot(before, box);
     await box.getByTestId("predict-lab-peak").getByLabel("lower").check();
     await box.getByTestId("predict-lab-p50").getByLabel("about the same").check();
     await page.getByTestId("run").click();
@@ -491,7 +506,7 @@ function labPredict(before, after) {
     await scored.waitFor();
     await page.waitForTimeout(800);
     await scored.scrollIntoViewIfNeeded();
-    await shot(after, page);
+    await shot(after, after.includes("phone") ? page : scored);
   };
 }
 
