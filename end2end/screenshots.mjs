@@ -57,7 +57,7 @@ async function lockIn(page, id) {
 }
 
 /** A card's question, then its lesson after the lock-in, as element pictures. */
-function cardStates(id, viewport, question, lesson) {
+function cardStates(id, viewport, question, lesson, maxHeight) {
   return {
     viewport,
     files: [question, lesson].filter(Boolean),
@@ -65,7 +65,7 @@ function cardStates(id, viewport, question, lesson) {
       const card = await coldCard(page, url, id);
       if (question) await shot(question, card);
       await lockIn(page, id);
-      if (lesson) await shot(lesson, card);
+      if (lesson) await shot(lesson, card, { maxHeight });
     },
   };
 }
@@ -178,8 +178,8 @@ export const scenes = {
     ...cardStates("half-weights", { width: 1440, height: 1200 }, "lesson-half-weights-question.png", "lesson-half-weights-lesson.png"),
   },
   "seed-table-phone": {
-    doc: "guide.md: seed-table's lesson on a phone",
-    ...cardStates("seed-table", PHONE, null, "lesson-seed-table-phone.png"),
+    doc: "guide.md: seed-table's lesson on a phone: the card's first 1,400 px (its claim and statements)",
+    ...cardStates("seed-table", PHONE, null, "lesson-seed-table-phone.png", 1400),
   },
   "pitfall-card": {
     doc: "guide.md: a pitfall card after its experiment (nograd-not-eval)",
@@ -308,10 +308,14 @@ export const scenes = {
     files: ["embed.png"],
     async take({ page, url, shot }) {
       const src = `${url}/embed/lab?model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=8&hide=snippet,advanced,history&lock=model,batch`;
-      await page.goto(`${url}/healthz`); // the doc page's origin: the server's own, as a team's docs site would be another
-      await page.setContent(`<!doctype html><body style="font:16px sans-serif;max-width:960px;margin:16px auto">
+      // The doc page, served (by the browser, intercepted) from the server's own origin: a
+      // server frames its embeds for the origins --embed-origins names, and itself.
+      const doc = `${url}/doc-page-for-the-screenshot.html`;
+      await page.route(doc, (route) => route.fulfill({ contentType: "text/html", body: `<!doctype html>
+        <body style="font:16px sans-serif;max-width:960px;margin:16px auto">
         <h1>Onboarding: inference settings</h1><p>Run it here: the figures are measured on our server.</p>
-        <iframe id="g" src="${src}" title="Gradless" style="width:100%;border:0" height="1200"></iframe></body>`);
+        <iframe id="g" src="${src}" title="Gradless" style="width:100%;border:0" height="1200"></iframe></body>` }));
+      await page.goto(doc);
       const frame = page.frameLocator("#g");
       await frame.locator("html[data-hydrated=true]").waitFor({ timeout: 60000 });
       await frame.getByTestId("status").filter({ hasText: /Done|Recorded/ }).waitFor({ timeout: 300000 });
@@ -347,7 +351,9 @@ export const scenes = {
       await page.getByTestId("gen-run").click();
       await page.getByTestId("gen-status").filter({ hasText: "Done" }).waitFor({ timeout: 300000 });
       await page.waitForTimeout(800);
-      await page.evaluate(() => window.scrollTo(0, 0));
+      // The status, which names every setting that differs from the defaults, mid-screen.
+      await page.getByTestId("gen-status").evaluate((e) => e.scrollIntoView({ block: "center" }));
+      await page.waitForTimeout(300);
       await shot("generate-phone-int4-bf16.png", page);
     },
   },
@@ -574,9 +580,15 @@ async function main() {
     const context = await browser.newContext({ viewport: s.viewport, deviceScaleFactor: s.scale ?? 1 });
     const page = await context.newPage();
     const t0 = Date.now();
-    const shot = async (file, target) => {
+    // `maxHeight`: an element taller than a reader reads at once is clipped to its top.
+    const shot = async (file, target, { maxHeight } = {}) => {
       if (!wanted.includes(file)) return;
-      await target.screenshot({ path: `${out}/${file}` });
+      const box = maxHeight && (await target.boundingBox());
+      if (box && box.height > maxHeight) {
+        const [sx, sy] = await page.evaluate(() => [window.scrollX, window.scrollY]);
+        await page.screenshot({ path: `${out}/${file}`, fullPage: true,
+          clip: { x: box.x + sx, y: box.y + sy, width: box.width, height: maxHeight } });
+      } else await target.screenshot({ path: `${out}/${file}` });
       written.push(file);
     };
     const save = async (file, bytes) => {
