@@ -304,7 +304,7 @@ export const scenes = {
   },
   embed: {
     doc: "guide.md: the Lab embedded in a doc page (an iframe of /embed/lab), after a run",
-    viewport: { width: 1000, height: 1400 },
+    viewport: { width: 1000, height: 1320 },
     files: ["embed.png"],
     async take({ page, url, shot }) {
       const src = `${url}/embed/lab?model=tiny_mlp&device=cpu&batch=4&warmup=1&iters=8&hide=snippet,advanced,history&lock=model,batch`;
@@ -318,7 +318,8 @@ export const scenes = {
       await page.goto(doc);
       const frame = page.frameLocator("#g");
       await frame.locator("html[data-hydrated=true]").waitFor({ timeout: 60000 });
-      await frame.getByTestId("status").filter({ hasText: /Done|Recorded/ }).waitFor({ timeout: 300000 });
+      await frame.getByTestId("run").click();
+      await frame.getByTestId("status").filter({ hasText: "Done" }).waitFor({ timeout: 300000 });
       await page.waitForTimeout(1000);
       await shot("embed.png", page);
     },
