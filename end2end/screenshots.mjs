@@ -14,7 +14,7 @@
 // make_hf_text_decoders.py's text_llama_sharded_bf16 and make_hf_decoders.py's
 // hf_llama_sharded_bf16; `server: "fleet"` a fleet front
 // with two CPU workers (end2end/tests/fleet.spec.ts starts one) at GRADLESS_FLEET_URL. Without
-// the address, the run names those scenes as not taken and exits 2. A full run (46 files on
+// the address, the run names those scenes as not taken and exits 2. A full run (47 files on
 // the 2-core development machine, shared with builds) takes about 12 minutes: the quality
 // table (~3 min), half-weights (~2 min) and a compiled ResNet-18 (1 min from the AOTInductor
 // cache, several without it) are most of it.
