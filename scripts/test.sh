@@ -17,6 +17,9 @@ python3 scripts/check-architecture.py --self-test
 python3 scripts/check-architecture.py
 scripts/setup.sh --browser --fleet
 source scripts/env.sh
+echo "==> Every picture the docs show is one end2end/screenshots.mjs takes (its --list; no browser)"
+python3 scripts/check-screenshots.py --self-test
+python3 scripts/check-screenshots.py
 port=${GRADLESS_TEST_PORT:-3137}
 
 echo "==> What the lessons say of PyTorch, observed in PyTorch itself (engine/mechanisms/, the venv's PyTorch; seconds)"

@@ -123,12 +123,12 @@ test("a pitfall card and a recorded run embed too", async ({ page, request, base
 
   await page.goto("/embed/pitfalls/nograd-and-dropout");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-  await page.getByTestId("skip-nograd-not-eval").click();
-  await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed", { timeout: 90_000 });
+  await page.getByTestId("skip-nograd-and-dropout").click();
+  await expect(page.getByTestId("verdict-nograd-and-dropout")).toContainText("Confirmed", { timeout: 90_000 });
   // The result got a permalink that shows it again without running.
-  const permalink = page.getByTestId("permalink-nograd-not-eval");
+  const permalink = page.getByTestId("permalink-nograd-and-dropout");
   const href = await permalink.getAttribute("href");
   await page.goto(href!);
-  await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed");
+  await expect(page.getByTestId("verdict-nograd-and-dropout")).toContainText("Confirmed");
   await expect(page.getByTestId("provenance")).toContainText("Recorded");
 });

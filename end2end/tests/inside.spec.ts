@@ -55,11 +55,11 @@ test("a memory pitfall card overlays the traced passes of its rows", async ({ pa
   await page.goto("/pitfalls#eval-and-autograd");
   await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
   // Without a prediction (Lock in waits for one): the lesson opens and the card runs.
-  await page.getByTestId("skip-eval-not-nograd").click();
-  await expect(page.getByTestId("verdict-eval-not-nograd")).toContainText("Confirmed", { timeout: 120_000 });
-  await expect(page.getByTestId("trace-eval-not-nograd")).toBeVisible();
+  await page.getByTestId("skip-eval-and-autograd").click();
+  await expect(page.getByTestId("verdict-eval-and-autograd")).toContainText("Confirmed", { timeout: 120_000 });
+  await expect(page.getByTestId("trace-eval-and-autograd")).toBeVisible();
   const lines = await page.evaluate(() => {
-    const el = document.getElementById("pitfall-chart-eval-not-nograd-trace");
+    const el = document.getElementById("pitfall-chart-eval-and-autograd-trace");
     const chart = el && (window as any).echarts.getInstanceByDom(el);
     return (chart?.getOption()?.series ?? []).map((s: any) => ({ name: s.name, last: s.data[s.data.length - 1][1] }));
   });

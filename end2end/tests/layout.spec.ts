@@ -67,7 +67,7 @@ test("the pitfalls contents list names every card, is sticky on a wide screen an
   await expect(page.getByTestId("contents").locator("li", { has: page.getByTestId("contents-warm-up") }))
     .toContainText(/confirmed|refuted here|not applicable here|inconclusive here/);
   // A contents entry jumps to its card.
-  await page.getByTestId("contents-sync-timing").click();
+  await page.getByTestId("contents-timing-gpu-work").click();
   await expect(page).toHaveURL(/#timing-gpu-work$/);
   // On a phone it sits above the cards, not beside them.
   await page.setViewportSize({ width: 390, height: 844 });

@@ -11,15 +11,15 @@ test("a pitfall card runs and shows its verdict, figures and chart", async ({ pa
   const total = (await (await page.request.get("/api/pitfalls")).json()).length;
   expect(total).toBeGreaterThan(19);
   await expect(page.getByTestId("tour-progress")).toContainText(`0 of ${total}`);
-  const card = page.getByTestId("card-nograd-not-eval");
+  const card = page.getByTestId("card-nograd-and-dropout");
   // The question state labels the code by what it does; the lesson says which falls in.
   await expect(card).not.toContainText("Falls in");
-  await page.getByTestId("skip-nograd-not-eval").click();
+  await page.getByTestId("skip-nograd-and-dropout").click();
   await expect(card).toContainText("Falls in");
-  await expect(page.getByTestId("verdict-nograd-not-eval")).toContainText("Confirmed", { timeout: 90_000 });
+  await expect(page.getByTestId("verdict-nograd-and-dropout")).toContainText("Confirmed", { timeout: 90_000 });
   await expect(card.locator("table.figures")).toContainText("running mean change");
   const bars = await page.evaluate(() => {
-    const el = document.getElementById("pitfall-chart-nograd-not-eval");
+    const el = document.getElementById("pitfall-chart-nograd-and-dropout");
     const chart = el && (window as any).echarts.getInstanceByDom(el);
     return (chart?.getOption()?.series ?? []).map((s: any) => s.data.length);
   });

@@ -58,28 +58,28 @@ for (const [name, viewport] of [["1440", { width: 1440, height: 900 }], ["390", 
     await page.setViewportSize(viewport);
     await cold(page, "/pitfalls#eval-and-autograd");
     const c = (await (await page.request.get("/api/pitfalls")).json()).find((c: any) => c.id === "eval-and-autograd");
-    const card = page.getByTestId("card-eval-not-nograd");
+    const card = page.getByTestId("card-eval-and-autograd");
     await card.scrollIntoViewIfNeeded();
     // The slider starts at no answer: nothing to lock in until it is moved.
-    await expect(page.getByTestId("run-eval-not-nograd")).toBeDisabled();
-    await expect(page.getByTestId("predict-value-eval-not-nograd")).toContainText("not set");
+    await expect(page.getByTestId("run-eval-and-autograd")).toBeDisabled();
+    await expect(page.getByTestId("predict-value-eval-and-autograd")).toContainText("not set");
     await card.screenshot({ path: `${shots}/card-question-${name}.png` });
-    const slider = page.getByTestId("predict-slider-eval-not-nograd");
+    const slider = page.getByTestId("predict-slider-eval-and-autograd");
     await slider.focus();
     for (let i = 0; i < 10; i++) await page.keyboard.press("ArrowLeft");
-    const shown = (await page.getByTestId("predict-value-eval-not-nograd").innerText()).trim();
-    await page.getByTestId("run-eval-not-nograd").click();
+    const shown = (await page.getByTestId("predict-value-eval-and-autograd").innerText()).trim();
+    await page.getByTestId("run-eval-and-autograd").click();
     // The lesson opens at once; the result follows.
-    await expect(page.getByTestId("claim-eval-not-nograd")).toContainText(plain(c.claim).slice(0, 40));
+    await expect(page.getByTestId("claim-eval-and-autograd")).toContainText(plain(c.claim).slice(0, 40));
     await expect(card).toContainText("Falls in");
     await expect(card.getByTestId("grade")).toContainText("Your prediction:", { timeout: 120_000 });
-    await expect(page.getByTestId("verdict-eval-not-nograd")).toContainText("The claim:");
+    await expect(page.getByTestId("verdict-eval-and-autograd")).toContainText("The claim:");
     await card.screenshot({ path: `${shots}/card-lesson-${name}.png` });
     // A reload opens the card in its lesson state, the answer back in its control.
     await page.reload();
     await expect(page.locator("html[data-hydrated=true]")).toHaveCount(1);
-    await expect(page.getByTestId("claim-eval-not-nograd")).toBeVisible();
-    await expect(page.getByTestId("predict-value-eval-not-nograd")).toHaveText(shown);
+    await expect(page.getByTestId("claim-eval-and-autograd")).toBeVisible();
+    await expect(page.getByTestId("predict-value-eval-and-autograd")).toHaveText(shown);
   });
 }
 
