@@ -34,7 +34,7 @@ pub mod static_page;
 pub mod widgets;
 
 use leptos::prelude::*;
-use leptos_meta::{provide_meta_context, MetaTags, Title};
+use leptos_meta::{provide_meta_context, Title};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::hooks::use_location;
 use leptos_router::{Lazy, ParamSegment, StaticSegment};

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use protocol::decoder::{DecoderSource, TextVocab};
-use protocol::{DeviceKind, FailureKind, KvDtype, LinearQuant, Quality, QualityRow, RunFailure, RunSpec, WeightQuant, WeightsDtype};
+use protocol::{DeviceKind, FailureKind, KvDtype, LinearQuant, Quality, QualityRow, RunFailure, RunSpec, WeightsDtype};
 use sha2::{Digest, Sha256};
 use tch::{Kind, Tensor};
 
@@ -406,7 +406,7 @@ impl Lab {
 
 #[cfg(test)]
 mod tests {
-    use protocol::{DeviceChoice, GenerateSpec, Limits};
+    use protocol::{DeviceChoice, GenerateSpec, Limits, WeightQuant};
 
     use super::*;
     use crate::device::{CudaFacts, Machine};

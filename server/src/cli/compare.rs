@@ -8,7 +8,7 @@ use engine::Worker;
 use protocol::{format_bytes, Report, RunSpec};
 use serde::Serialize;
 
-use super::print_json;
+use super::{print_json, run, spec_of};
 use crate::config::CompareArgs;
 
 /// One row of `gradless compare`.

@@ -14,7 +14,7 @@
 //! The statistics are computed in fp32 from the weight as stored; the scales and zeros are
 //! kept in the activation dtype (the weight's), which the kernels require of them.
 
-use protocol::{LinearQuant, WeightQuant};
+use protocol::LinearQuant;
 use tch::{Device, Kind, Tensor};
 
 /// One linear layer's weight, as its forward pass reads it.

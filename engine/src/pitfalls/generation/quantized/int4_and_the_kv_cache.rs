@@ -81,7 +81,7 @@ pub(super) fn int4_and_the_kv_cache_setup(ctx: &Ctx) -> Vec<String> {
         format!(
             "Two runs: unquantized {} weights; the blocks' linear layers quantized to weight-only int4 in groups of {} (a scale and a zero per group)",
             plain.advanced.weights.as_str(),
-            g.group_size,
+            g.group_size().unwrap_or(protocol::DEFAULT_GROUP_SIZE),
         ),
         shape(plain.model),
         format!("inference_mode, greedy decoding; after the last token each sequence holds {} positions", held_positions(&plain)),
